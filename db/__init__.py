@@ -1,0 +1,1 @@
+"""preflab.db: the data model, migrations, import, pairs, agreement and export."""

@@ -1,0 +1,291 @@
+"""Export comparisons as a Hugging Face dataset (prompt / chosen / rejected).
+
+Rows are streamed from the database in batches and written split by split with
+pyarrow, so memory stays flat however many pairs there are. Splits are made by
+prompt: every pair of a prompt lands in the same split. Human annotators appear
+only by their stored pseudonym.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session, aliased
+
+from preflab.db.models import Annotator, Candidate, Comparison, DatasetVersion, PairBuild, Prompt
+from preflab.errors import HubError, InputError
+
+FORMATS = ("disk", "parquet", "jsonl")
+SPLITS = ("train", "test")
+BATCH_ROWS = 10_000
+COLUMNS = ("prompt", "chosen", "rejected", "margin", "prompt_id", "weight", "annotator_kind", "annotator")
+
+
+@dataclass
+class ExportSettings:
+    format: str = "disk"
+    test_size: float = 0.1
+    seed: int = 0
+    conversational: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise InputError(f"unknown format {self.format!r} (expected one of {', '.join(FORMATS)})")
+        if not 0 <= self.test_size < 1:
+            raise InputError(f"--test-size must be in [0, 1), got {self.test_size}")
+
+
+def split_prompts(hashes: dict[int, str], test_size: float, seed: int) -> dict[int, str]:
+    """Assign each prompt to train or test: a seeded shuffle by content hash, test first.
+
+    The order depends only on the seed and each prompt's content, so the same
+    prompts always split the same way; round(test_size × n) prompts (at least
+    one when test_size > 0 and there are two or more prompts) go to test.
+    """
+    def key(pid: int) -> str:
+        return hashlib.sha256(f"{seed}:{hashes[pid]}".encode()).hexdigest()
+
+    order = sorted(hashes, key=key)
+    n_test = round(test_size * len(order))
+    if test_size > 0 and len(order) >= 2:
+        n_test = min(max(n_test, 1), len(order) - 1)
+    return {pid: ("test" if i < n_test else "train") for i, pid in enumerate(order)}
+
+
+def _features(conversational: bool):
+    import pyarrow as pa
+
+    message = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+    text = message if conversational else pa.string()
+    return pa.schema([
+        ("prompt", text), ("chosen", text), ("rejected", text), ("margin", pa.float64()),
+        ("prompt_id", pa.int64()), ("weight", pa.float64()), ("annotator_kind", pa.string()),
+        ("annotator", pa.string()),
+    ])
+
+
+def _rows(session: Session, build: PairBuild | None):
+    """Stream comparison rows with texts, hashes and the public annotator name."""
+    chosen, rejected = aliased(Candidate), aliased(Candidate)
+    public_name = func.coalesce(Annotator.pseudonym, "aggregate")
+    query = (
+        select(Comparison.prompt_id, Prompt.text, chosen.text, rejected.text, Comparison.margin,
+               Comparison.weight, Comparison.annotator_kind, public_name, Prompt.content_hash,
+               chosen.content_hash, rejected.content_hash)
+        .join(Prompt, Prompt.id == Comparison.prompt_id)
+        .join(chosen, chosen.id == Comparison.chosen_id)
+        .join(rejected, rejected.id == Comparison.rejected_id)
+        .outerjoin(Annotator, Annotator.id == Comparison.annotator_id)
+        .order_by(Comparison.id)
+        .execution_options(yield_per=BATCH_ROWS)
+    )
+    if build is not None and build.aggregate != "none":
+        query = query.where(Comparison.annotator_id.is_(None))
+    return session.execute(query)
+
+
+class _SplitWriter:
+    """Writes one split as JSON Lines or Parquet, a batch at a time, and hashes it."""
+
+    def __init__(self, path: Path, fmt: str, conversational: bool):
+        self.path, self.fmt, self.conversational = path, fmt, conversational
+        self.rows: dict[str, list] = {c: [] for c in COLUMNS}
+        self.count = 0
+        self.digest = hashlib.sha256()
+        self._writer = None
+        self._handle = None
+        if fmt == "jsonl":
+            self._handle = path.open("w", encoding="utf-8")
+        elif fmt == "disk":  # Arrow streaming format: what `datasets` memory-maps
+            import pyarrow as pa
+
+            self._sink = pa.OSFile(str(path), "wb")
+            self._writer = pa.ipc.new_stream(self._sink, _features(conversational))
+        else:
+            import pyarrow.parquet as pq
+
+            self._writer = pq.ParquetWriter(path, _features(conversational))
+
+    def add(self, prompt_id, prompt, chosen, rejected, margin, weight, kind, annotator, hashes) -> None:
+        if self.conversational:
+            prompt = [{"role": "user", "content": prompt}]
+            chosen = [{"role": "assistant", "content": chosen}]
+            rejected = [{"role": "assistant", "content": rejected}]
+        values = (prompt, chosen, rejected, margin, prompt_id, weight, kind, annotator)
+        for column, value in zip(COLUMNS, values):
+            self.rows[column].append(value)
+        self.digest.update(f"{hashes}|{margin!r}|{weight!r}|{kind}|{annotator}\n".encode())
+        self.count += 1
+        if len(self.rows["prompt"]) >= BATCH_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows["prompt"]:
+            return
+        if self._handle is not None:
+            batch = self.rows
+            lines = (json.dumps(dict(zip(COLUMNS, row)), ensure_ascii=False)
+                     for row in zip(*(batch[c] for c in COLUMNS)))
+            self._handle.write("\n".join(lines) + "\n")
+        else:
+            import pyarrow as pa
+
+            self._writer.write_table(pa.table(self.rows, schema=_features(self.conversational)))
+        self.rows = {c: [] for c in COLUMNS}
+
+    def close(self) -> None:
+        self.flush()
+        if self._handle is not None:
+            self._handle.close()
+            return
+        self._writer.close()
+        if self.fmt == "disk":
+            self._sink.close()
+
+
+def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettings,
+                   name: str | None = None) -> DatasetVersion:
+    """Write the current comparisons to `out_dir` and record a dataset version."""
+    out_dir = Path(out_dir)
+    build = session.scalar(select(PairBuild).order_by(PairBuild.id.desc()).limit(1))
+    prompt_hashes = dict(session.execute(
+        select(Prompt.id, Prompt.content_hash).where(
+            Prompt.id.in_(select(Comparison.prompt_id).distinct()))).all())
+    if not prompt_hashes:
+        raise InputError("there are no comparisons to export; run `preflab pairs build` first")
+    splits = split_prompts(prompt_hashes, settings.test_size, settings.seed)
+    session.execute(update(Prompt), [{"id": pid, "split": split} for pid, split in splits.items()])
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".preflab-export-", dir=out_dir))
+    try:
+        suffix = {"jsonl": "jsonl", "parquet": "parquet", "disk": "arrow"}[settings.format]
+        writers = {s: _SplitWriter(staging / f"{s}.{suffix}", settings.format, settings.conversational)
+                   for s in SPLITS}
+        for pid, prompt, chosen, rejected, margin, weight, kind, annotator, *hashes in _rows(session, build):
+            writers[splits[pid]].add(pid, prompt, chosen, rejected, margin, weight, kind, annotator, "|".join(hashes))
+        for writer in writers.values():
+            writer.close()
+        digest = hashlib.sha256("".join(writers[s].digest.hexdigest() for s in SPLITS).encode()).hexdigest()
+        counts = {s: writers[s].count for s in SPLITS}
+        n_versions = session.scalar(select(func.count()).select_from(DatasetVersion))
+        version = DatasetVersion(
+            name=name or f"dataset-{n_versions + 1}-{digest[:8]}",
+            build_id=build.id if build else None,
+            settings={
+                "strategy": build.strategy if build else None,
+                "aggregate": build.aggregate if build else None,
+                "annotator_kind": build.annotator_kind if build else None,
+                "test_size": settings.test_size, "seed": settings.seed,
+                "conversational": settings.conversational,
+            },
+            n_train=counts["train"], n_test=counts["test"], n_prompts=len(splits),
+            content_hash=digest, format=settings.format, path=str(out_dir.resolve()),
+        )
+        session.add(version)
+        session.flush()
+        _finish(staging, out_dir, settings, suffix, [s for s in SPLITS if counts[s]])
+        (out_dir / "README.md").write_text(dataset_card(version, splits), encoding="utf-8")
+        (out_dir / "preflab.json").write_text(json.dumps({
+            "dataset_version": version.name, "content_hash": digest, "counts": counts,
+            "settings": version.settings, "format": settings.format}, indent=2), encoding="utf-8")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return version
+
+
+def _finish(staging: Path, out_dir: Path, settings: ExportSettings, suffix: str, splits: list[str]) -> None:
+    """Move the non-empty staged splits into place (as a `save_to_disk` dataset for `disk`).
+
+    An empty split (say `--test-size 0`) is left out: `datasets` cannot save or
+    load a split with no rows, and a user expects a DatasetDict without it.
+    """
+    if settings.format == "disk":
+        from datasets import Dataset, DatasetDict
+        from datasets.utils.logging import disable_progress_bar
+
+        disable_progress_bar()
+        DatasetDict({s: Dataset.from_file(str(staging / f"{s}.arrow")) for s in splits}).save_to_disk(str(out_dir))
+        return
+    target = out_dir / "data" if settings.format == "parquet" else out_dir
+    target.mkdir(parents=True, exist_ok=True)
+    for s in splits:
+        shutil.move(str(staging / f"{s}.{suffix}"), target / f"{s}.{suffix}")
+
+
+def dataset_card(version: DatasetVersion, splits: dict[int, str]) -> str:
+    n_test_prompts = sum(1 for s in splits.values() if s == "test")
+    settings = version.settings
+    lines = [
+        "---",
+        "tags: [preference, rlhf, dpo, reward-modeling, preflab]",
+        "configs:",
+        "- config_name: default",
+        "  data_files:",
+    ]
+    ext = "jsonl" if version.format == "jsonl" else "parquet"
+    prefix = "data/" if version.format == "parquet" else ""
+    for s in SPLITS:
+        if getattr(version, f"n_{s}"):
+            lines += [f"  - split: {s}", f"    path: {prefix}{s}.{ext}"]
+    lines += [
+        "---",
+        "",
+        f"# {version.name}",
+        "",
+        "Pairwise preferences exported by [preflab](https://pypi.org/project/preflab/): each row says",
+        "that `chosen` was preferred to `rejected` as a response to `prompt`.",
+        "",
+        "| split | pairs | prompts |",
+        "|---|---|---|",
+        f"| train | {version.n_train:,} | {len(splits) - n_test_prompts:,} |",
+        f"| test | {version.n_test:,} | {n_test_prompts:,} |",
+        "",
+        "## How it was made",
+        "",
+        f"- pair strategy: `{settings.get('strategy')}`; aggregation: `{settings.get('aggregate')}`;"
+        f" annotators: `{settings.get('annotator_kind')}`",
+        f"- split by prompt with seed {settings['seed']} and test size {settings['test_size']}"
+        " (a prompt's pairs never straddle the splits)",
+        f"- conversational format: {'yes' if settings['conversational'] else 'no'}",
+        f"- content hash: `{version.content_hash}`",
+        "",
+        "Columns: `prompt`, `chosen`, `rejected`, `margin` (tier gap, or score gap for judges),",
+        "`prompt_id` (group a prompt's comparisons), `weight`, `annotator_kind` (human / ai / mixed),",
+        "`annotator` (a stable pseudonym for people; never a name or an email).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def load_export(path: str | Path):
+    """Load an export written by `export_dataset` as a `DatasetDict`, whatever its format."""
+    from datasets import DatasetDict, load_dataset, load_from_disk
+
+    path = Path(path)
+    if (path / "dataset_dict.json").exists():
+        return load_from_disk(str(path))
+    for folder, ext, builder in ((path / "data", "parquet", "parquet"), (path, "jsonl", "json")):
+        files = {s: str(folder / f"{s}.{ext}") for s in SPLITS if (folder / f"{s}.{ext}").exists()}
+        if files:
+            return DatasetDict(load_dataset(builder, data_files=files))
+    raise InputError(f"{path} holds no preflab export")
+
+
+def push_to_hub(path: str | Path, repo: str, token: str | None, private: bool = True) -> str | None:
+    """Push an export to the Hub; returns the commit revision. The token is never echoed."""
+    if not token:
+        raise HubError("HF_TOKEN is not set; export it to push to the Hugging Face Hub")
+    dataset = load_export(path)
+    try:
+        info = dataset.push_to_hub(repo, token=token, private=private)
+    except Exception as exc:  # the Hub client raises many kinds; all mean "not pushed"
+        reason = str(exc).replace(token, "***").strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise HubError(f"could not push to the Hugging Face Hub repo {repo}: {reason}") from None
+    return getattr(info, "oid", None)

@@ -1,0 +1,328 @@
+"""The preflab data model (SQLAlchemy 2.0, typed).
+
+A ranking is stored twice over: `Ranking` holds who ranked what and where it came
+from; `RankingItem` holds one row per candidate shown, with its tier (0 = best;
+NULL = shown but not ranked) and the position it was shown in. Pairs are expanded
+from `RankingItem` in SQL, so building millions of comparisons never leaves the
+database.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class AnnotatorKind(str, enum.Enum):
+    human = "human"
+    ai = "ai"
+
+
+class RankingStatus(str, enum.Enum):
+    valid = "valid"            # yields pairs
+    superseded = "superseded"  # replaced by a newer version of the same annotation
+    deleted = "deleted"        # the annotation was deleted at the source
+    skipped = "skipped"        # the annotator skipped the task: recorded, no pairs
+
+
+class RawStatus(str, enum.Enum):
+    ok = "ok"
+    quarantined = "quarantined"
+
+
+def _ts() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), default=utcnow, nullable=False)
+
+
+class Prompt(Base):
+    __tablename__ = "prompts"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    text: Mapped[str] = mapped_column(Text)
+    content_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    source: Mapped[str | None] = mapped_column(String(200))
+    reference: Mapped[str | None] = mapped_column(Text)
+    split: Mapped[str | None] = mapped_column(String(10))
+    iteration: Mapped[int | None] = mapped_column(Integer)
+    model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
+    created_at: Mapped[datetime] = _ts()
+
+    candidates: Mapped[list["Candidate"]] = relationship(back_populates="prompt")
+
+
+class Candidate(Base):
+    __tablename__ = "candidates"
+    __table_args__ = (UniqueConstraint("prompt_id", "content_hash"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"), index=True)
+    text: Mapped[str] = mapped_column(Text)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    model: Mapped[str | None] = mapped_column(String(300))
+    model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
+    sampling: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    iteration: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _ts()
+
+    prompt: Mapped[Prompt] = relationship(back_populates="candidates")
+
+
+class Annotator(Base):
+    """A human (import name or Label Studio user) or an AI judge configuration."""
+
+    __tablename__ = "annotators"
+    __table_args__ = (UniqueConstraint("kind", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    # Humans: the import name or Label Studio email. Never exported: see `pseudonym`.
+    name: Mapped[str] = mapped_column(String(300))
+    pseudonym: Mapped[str] = mapped_column(String(40), unique=True)
+    ls_user_id: Mapped[int | None] = mapped_column(Integer)
+    judge_kind: Mapped[str | None] = mapped_column(String(40))
+    model: Mapped[str | None] = mapped_column(String(300))
+    config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = _ts()
+
+
+class RawRecord(Base):
+    """An external payload exactly as received, stored before it is parsed."""
+
+    __tablename__ = "raw_records"
+    __table_args__ = (UniqueConstraint("source", "payload_hash"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    source: Mapped[str] = mapped_column(String(40))        # "import:rankings", "label-studio", ...
+    origin: Mapped[str | None] = mapped_column(String(500))  # file path, project id
+    locator: Mapped[str | None] = mapped_column(String(200))  # line number, annotation id
+    payload: Mapped[str] = mapped_column(Text)
+    payload_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(12), default=RawStatus.ok.value)
+    reason: Mapped[str | None] = mapped_column(Text)
+    received_at: Mapped[datetime] = _ts()
+
+
+class Ranking(Base):
+    """One annotator's ordering of a prompt's candidates, as tiers (best first)."""
+
+    __tablename__ = "rankings"
+    __table_args__ = (
+        UniqueConstraint("annotator_id", "source", "external_id", "version"),
+        Index("ix_rankings_prompt_status", "prompt_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"))
+    annotator_id: Mapped[int] = mapped_column(ForeignKey("annotators.id"), index=True)
+    source: Mapped[str] = mapped_column(String(20))  # import | label-studio | judge
+    external_id: Mapped[str] = mapped_column(String(200))
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    status: Mapped[str] = mapped_column(String(12), default=RankingStatus.valid.value)
+    n_tiers: Mapped[int] = mapped_column(Integer, default=0)
+    same_as_shown: Mapped[bool] = mapped_column(Boolean, default=False)
+    raw_record_id: Mapped[int | None] = mapped_column(ForeignKey("raw_records.id"))
+    ls_project_id: Mapped[int | None] = mapped_column(Integer)
+    ls_task_id: Mapped[int | None] = mapped_column(Integer)
+    ls_annotation_id: Mapped[int | None] = mapped_column(Integer)
+    judge_run: Mapped[str | None] = mapped_column(String(100))
+    iteration: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _ts()
+    updated_at: Mapped[datetime] = _ts()
+
+    items: Mapped[list["RankingItem"]] = relationship(
+        back_populates="ranking", cascade="all, delete-orphan", order_by="RankingItem.candidate_id"
+    )
+    annotator: Mapped[Annotator] = relationship()
+
+    def tiers(self) -> list[list[int]]:
+        """Candidate ids by tier, best first."""
+        out: dict[int, list[int]] = {}
+        for item in self.items:
+            if item.tier is not None:
+                out.setdefault(item.tier, []).append(item.candidate_id)
+        return [sorted(out[t]) for t in sorted(out)]
+
+    def shown_order(self) -> list[int]:
+        shown = [i for i in self.items if i.shown_position is not None]
+        return [i.candidate_id for i in sorted(shown, key=lambda i: i.shown_position)]
+
+
+class RankingItem(Base):
+    __tablename__ = "ranking_items"
+    __table_args__ = (Index("ix_ranking_items_ranking_tier", "ranking_id", "tier"),)
+
+    ranking_id: Mapped[int] = mapped_column(
+        ForeignKey("rankings.id", ondelete="CASCADE"), primary_key=True
+    )
+    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"), primary_key=True)
+    tier: Mapped[int | None] = mapped_column(Integer)  # 0 = best; NULL = shown, not ranked
+    shown_position: Mapped[int | None] = mapped_column(Integer)
+    # The judge or reward-model score behind the tier (margins use it), and how it was got.
+    score: Mapped[float | None] = mapped_column(Float)
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+    ranking: Mapped[Ranking] = relationship(back_populates="items")
+
+
+class PairBuild(Base):
+    """The settings of one `pairs build`; the comparisons table holds the latest."""
+
+    __tablename__ = "pair_builds"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    strategy: Mapped[str] = mapped_column(String(20))
+    aggregate: Mapped[str] = mapped_column(String(20))
+    annotator_kind: Mapped[str] = mapped_column(String(10))
+    n_rankings: Mapped[int] = mapped_column(Integer, default=0)
+    n_pairs: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = _ts()
+
+
+class Comparison(Base):
+    """A derived pair: `chosen` was preferred to `rejected` for the prompt."""
+
+    __tablename__ = "comparisons"
+    __table_args__ = (Index("ix_comparisons_prompt", "prompt_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    build_id: Mapped[int] = mapped_column(ForeignKey("pair_builds.id", ondelete="CASCADE"), index=True)
+    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"))
+    chosen_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
+    rejected_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
+    ranking_id: Mapped[int | None] = mapped_column(ForeignKey("rankings.id", ondelete="CASCADE"), index=True)
+    annotator_id: Mapped[int | None] = mapped_column(ForeignKey("annotators.id"))
+    annotator_kind: Mapped[str] = mapped_column(String(10))
+    margin: Mapped[float] = mapped_column(Float)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+
+
+class DatasetVersion(Base):
+    __tablename__ = "dataset_versions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    build_id: Mapped[int | None] = mapped_column(ForeignKey("pair_builds.id", ondelete="SET NULL"))
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON)
+    n_train: Mapped[int] = mapped_column(Integer)
+    n_test: Mapped[int] = mapped_column(Integer)
+    n_prompts: Mapped[int] = mapped_column(Integer)
+    content_hash: Mapped[str] = mapped_column(String(64))
+    format: Mapped[str] = mapped_column(String(10))
+    path: Mapped[str | None] = mapped_column(String(1000))
+    hub_repo: Mapped[str | None] = mapped_column(String(300))
+    hub_revision: Mapped[str | None] = mapped_column(String(100))
+    iteration: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _ts()
+
+
+class ModelVersion(Base):
+    __tablename__ = "model_versions"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    kind: Mapped[str] = mapped_column(String(20))  # base | policy | reward
+    base_model: Mapped[str | None] = mapped_column(String(1000))
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
+    path: Mapped[str | None] = mapped_column(String(1000))
+    iteration: Mapped[int | None] = mapped_column(Integer)
+    is_current: Mapped[bool] = mapped_column(Boolean, default=False)
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = _ts()
+
+
+class TrainingRun(Base):
+    __tablename__ = "training_runs"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    kind: Mapped[str] = mapped_column(String(30))  # reward | reward-grouped | dpo
+    status: Mapped[str] = mapped_column(String(12), default="running")  # running | succeeded | failed
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    dataset_version_id: Mapped[int | None] = mapped_column(ForeignKey("dataset_versions.id"))
+    base_model: Mapped[str | None] = mapped_column(String(1000))
+    base_model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
+    output_model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
+    output_path: Mapped[str | None] = mapped_column(String(1000))
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    error: Mapped[str | None] = mapped_column(Text)
+    world_size: Mapped[int] = mapped_column(Integer, default=1)
+    iteration: Mapped[int | None] = mapped_column(Integer)
+    started_at: Mapped[datetime] = _ts()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class JobLock(Base):
+    """A named lock in the database, so it holds across processes and machines."""
+
+    __tablename__ = "job_locks"
+
+    name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(200))
+    acquired_at: Mapped[datetime] = _ts()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class LSProject(Base):
+    """A Label Studio project preflab created or imported from (no token stored)."""
+
+    __tablename__ = "ls_projects"
+    __table_args__ = (UniqueConstraint("base_url", "project_id"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    base_url: Mapped[str] = mapped_column(String(500))
+    project_id: Mapped[int] = mapped_column(Integer)
+    title: Mapped[str] = mapped_column(String(300))
+    template: Mapped[str] = mapped_column(String(40))
+    label_config: Mapped[str] = mapped_column(Text)
+    synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = _ts()
+
+
+class LSTask(Base):
+    """A task pushed to Label Studio: which prompt, which candidates, in which order."""
+
+    __tablename__ = "ls_tasks"
+    __table_args__ = (
+        UniqueConstraint("project_id", "task_id"),
+        UniqueConstraint("project_id", "prompt_id", "candidate_set_hash"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    project_id: Mapped[int] = mapped_column(ForeignKey("ls_projects.id", ondelete="CASCADE"))
+    task_id: Mapped[int] = mapped_column(Integer)
+    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"))
+    candidate_set_hash: Mapped[str] = mapped_column(String(64))
+    shown_order: Mapped[list[Any]] = mapped_column(JSON)  # candidate ids, top to bottom
+    created_at: Mapped[datetime] = _ts()

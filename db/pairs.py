@@ -1,0 +1,270 @@
+"""Rankings → pairwise comparisons.
+
+A ranking with tiers T0 > T1 > … yields every (a, b) with a in an earlier tier
+than b. Without aggregation the expansion is one `INSERT … SELECT` self-join of
+`ranking_items`, so millions of pairs are written without leaving the database.
+With aggregation, each prompt's valid rankings are combined in Python (streamed
+a prompt at a time) into a consensus and expanded the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Float, and_, cast, delete, func, insert, literal, select
+from sqlalchemy.orm import Session, aliased
+
+from preflab.db.models import Annotator, Comparison, PairBuild, Ranking, RankingItem, RankingStatus
+from preflab.errors import InputError
+
+STRATEGIES = ("all", "adjacent", "best-vs-rest", "best-vs-worst")
+AGGREGATES = ("none", "majority", "borda", "bradley-terry")
+KINDS = ("human", "ai", "any")
+INSERT_BATCH = 20_000
+
+
+# --- the pure part: tiers in, pairs out -------------------------------------------------
+
+def expand_tiers(tiers: Sequence[Sequence[int]], strategy: str = "all") -> Iterator[tuple[int, int, int]]:
+    """Yield (chosen, rejected, tier gap) for a ranking given as tiers, best first."""
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
+    last = len(tiers) - 1
+    for i, upper in enumerate(tiers):
+        if strategy in ("best-vs-rest", "best-vs-worst") and i > 0:
+            break
+        for j in range(i + 1, len(tiers)):
+            if strategy == "adjacent" and j != i + 1:
+                break
+            if strategy == "best-vs-worst" and j != last:
+                continue
+            for a in upper:
+                for b in tiers[j]:
+                    yield a, b, j - i
+
+
+def tiers_from_scores(scores: dict[int, float], tolerance: float = 1e-9) -> list[list[int]]:
+    """Group items into tiers by score, highest first; equal scores (within tolerance) tie."""
+    tiers: list[list[int]] = []
+    last: float | None = None
+    for item, score in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])):
+        if last is not None and abs(last - score) <= tolerance:
+            tiers[-1].append(item)
+        else:
+            tiers.append([item])
+        last = score
+    return tiers
+
+
+def strict_pairs(tiers: Sequence[Sequence[int]]) -> Iterator[tuple[int, int]]:
+    for a, b, _ in expand_tiers(tiers, "all"):
+        yield a, b
+
+
+def majority(rankings: Sequence[Sequence[Sequence[int]]]) -> list[tuple[int, int, int, float]]:
+    """Majority per pair: (chosen, rejected, wins − losses, share of votes) for strict majorities."""
+    votes: dict[tuple[int, int], int] = defaultdict(int)
+    for tiers in rankings:
+        for a, b in strict_pairs(tiers):
+            votes[(a, b)] += 1
+    out = []
+    for a, b in sorted({tuple(sorted(p)) for p in votes}):
+        ab, ba = votes.get((a, b), 0), votes.get((b, a), 0)
+        if ab == ba:
+            continue
+        win, lose, n_win, n_lose = (a, b, ab, ba) if ab > ba else (b, a, ba, ab)
+        out.append((win, lose, n_win - n_lose, n_win / (n_win + n_lose)))
+    return out
+
+
+def borda(rankings: Sequence[Sequence[Sequence[int]]]) -> dict[int, float]:
+    """Mean normalised Borda score in [0, 1] over the rankings that ranked each item.
+
+    In a ranking of m ranked items, an item scores the number of items strictly
+    below it plus half of those tied with it, divided by m − 1.
+    """
+    totals: dict[int, float] = defaultdict(float)
+    counts: dict[int, int] = defaultdict(int)
+    for tiers in rankings:
+        m = sum(len(t) for t in tiers)
+        if m < 2:
+            continue
+        below = m
+        for tier in tiers:
+            below -= len(tier)
+            for item in tier:
+                totals[item] += (below + 0.5 * (len(tier) - 1)) / (m - 1)
+                counts[item] += 1
+    return {item: totals[item] / counts[item] for item in totals}
+
+
+def bradley_terry(rankings: Sequence[Sequence[Sequence[int]]], alpha: float = 0.01) -> dict[int, float]:
+    """Bradley–Terry log-strengths from every strict pair of every ranking (choix, ILSR)."""
+    import choix
+
+    items = sorted({item for tiers in rankings for tier in tiers for item in tier})
+    index = {item: i for i, item in enumerate(items)}
+    data = [(index[a], index[b]) for tiers in rankings for a, b in strict_pairs(tiers)]
+    if not data:
+        return {item: 0.0 for item in items}
+    params = choix.ilsr_pairwise(len(items), data, alpha=alpha)
+    return {item: float(params[index[item]]) for item in items}
+
+
+# --- building comparisons in the database --------------------------------------------------
+
+@dataclass
+class BuildSummary:
+    build_id: int
+    rankings: int
+    pairs: int
+    strategy: str
+    aggregate: str
+    annotator_kind: str
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _check(strategy: str, aggregate: str, annotator_kind: str) -> None:
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
+    if aggregate not in AGGREGATES:
+        raise InputError(f"unknown aggregate {aggregate!r} (expected one of {', '.join(AGGREGATES)})")
+    if annotator_kind not in KINDS:
+        raise InputError(f"unknown annotator kind {annotator_kind!r} (expected one of {', '.join(KINDS)})")
+    if aggregate == "majority" and strategy != "all":
+        raise InputError("majority aggregation votes on every pair; use it with --strategy all")
+
+
+def _valid_rankings(annotator_kind: str):
+    query = select(Ranking.id).join(Annotator, Annotator.id == Ranking.annotator_id).where(
+        Ranking.status == RankingStatus.valid.value)
+    if annotator_kind != "any":
+        query = query.where(Annotator.kind == annotator_kind)
+    return query
+
+
+def build_pairs(session: Session, strategy: str = "all", aggregate: str = "none",
+                annotator_kind: str = "any") -> BuildSummary:
+    """Replace the comparisons with those of every valid ranking; deterministic."""
+    _check(strategy, aggregate, annotator_kind)
+    session.execute(delete(Comparison))
+    build = PairBuild(strategy=strategy, aggregate=aggregate, annotator_kind=annotator_kind)
+    session.add(build)
+    session.flush()
+    n_rankings = session.scalar(select(func.count()).select_from(_valid_rankings(annotator_kind).subquery()))
+    if aggregate == "none":
+        n_pairs = _insert_expanded(session, build.id, strategy, annotator_kind)
+    else:
+        n_pairs = _insert_aggregated(session, build.id, strategy, aggregate, annotator_kind)
+    build.n_rankings, build.n_pairs = n_rankings, n_pairs
+    return BuildSummary(build.id, n_rankings, n_pairs, strategy, aggregate, annotator_kind)
+
+
+def _insert_expanded(session: Session, build_id: int, strategy: str, annotator_kind: str) -> int:
+    a, b = aliased(RankingItem), aliased(RankingItem)
+    condition = [b.tier > a.tier]
+    if strategy == "adjacent":
+        condition = [b.tier == a.tier + 1]
+    elif strategy == "best-vs-rest":
+        condition = [a.tier == 0, b.tier > 0]
+    elif strategy == "best-vs-worst":
+        condition = [a.tier == 0, b.tier == Ranking.n_tiers - 1, b.tier > 0]
+    margin = func.coalesce(a.score - b.score, cast(b.tier - a.tier, Float))
+    query = (
+        select(
+            literal(build_id), Ranking.prompt_id, a.candidate_id, b.candidate_id, Ranking.id,
+            Ranking.annotator_id, Annotator.kind, margin, literal(1.0),
+        )
+        .join(Annotator, Annotator.id == Ranking.annotator_id)
+        .join(a, a.ranking_id == Ranking.id)
+        .join(b, and_(b.ranking_id == Ranking.id, *condition))
+        .where(Ranking.status == RankingStatus.valid.value, a.tier.is_not(None), b.tier.is_not(None))
+        .order_by(Ranking.id, a.tier, b.tier, a.candidate_id, b.candidate_id)
+    )
+    if annotator_kind != "any":
+        query = query.where(Annotator.kind == annotator_kind)
+    columns = ["build_id", "prompt_id", "chosen_id", "rejected_id", "ranking_id", "annotator_id",
+               "annotator_kind", "margin", "weight"]
+    result = session.execute(insert(Comparison).from_select(columns, query))
+    return result.rowcount
+
+
+@dataclass
+class RankedView:
+    """One valid ranking as tiers of candidate ids (dense, best first)."""
+
+    ranking_id: int
+    annotator_id: int
+    kind: str
+    tiers: list[list[int]]
+
+
+def iter_prompt_rankings(session: Session, annotator_kind: str = "any") -> Iterator[tuple[int, list[RankedView]]]:
+    """Stream each prompt's valid rankings, a prompt at a time, in id order."""
+    query = (
+        select(Ranking.prompt_id, Ranking.id, Ranking.annotator_id, Annotator.kind,
+               RankingItem.candidate_id, RankingItem.tier)
+        .join(Annotator, Annotator.id == Ranking.annotator_id)
+        .join(RankingItem, RankingItem.ranking_id == Ranking.id)
+        .where(Ranking.status == RankingStatus.valid.value, RankingItem.tier.is_not(None))
+        .order_by(Ranking.prompt_id, Ranking.id, RankingItem.tier, RankingItem.candidate_id)
+        .execution_options(yield_per=INSERT_BATCH)
+    )
+    if annotator_kind != "any":
+        query = query.where(Annotator.kind == annotator_kind)
+    prompt: int | None = None
+    views: list[RankedView] = []
+    by_tier: dict[int, list[int]] = {}
+
+    def close() -> None:
+        if views:
+            views[-1].tiers = [by_tier[t] for t in sorted(by_tier)]
+
+    for prompt_id, ranking_id, annotator_id, kind, candidate_id, tier in session.execute(query):
+        if prompt_id != prompt:
+            close()
+            if prompt is not None:
+                yield prompt, views
+            prompt, views = prompt_id, []
+        if not views or views[-1].ranking_id != ranking_id:
+            close()
+            views.append(RankedView(ranking_id, annotator_id, kind, []))
+            by_tier = {}
+        by_tier.setdefault(tier, []).append(candidate_id)
+    close()
+    if prompt is not None:
+        yield prompt, views
+
+
+def aggregate_prompt(rankings: list[list[list[int]]], strategy: str, aggregate: str) -> list[tuple[int, int, float, float]]:
+    """(chosen, rejected, margin, weight) for one prompt's rankings combined."""
+    if aggregate == "majority":
+        return [(a, b, float(m), w) for a, b, m, w in majority(rankings)]
+    scores = borda(rankings) if aggregate == "borda" else bradley_terry(rankings)
+    consensus = tiers_from_scores(scores, tolerance=1e-6)
+    return [(a, b, scores[a] - scores[b], 1.0) for a, b, _ in expand_tiers(consensus, strategy)]
+
+
+def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate: str, annotator_kind: str) -> int:
+    rows, total = [], 0
+    for prompt_id, views in iter_prompt_rankings(session, annotator_kind):
+        kinds = {v.kind for v in views}
+        kind = kinds.pop() if len(kinds) == 1 else "mixed"
+        for chosen, rejected, margin, weight in aggregate_prompt([v.tiers for v in views], strategy, aggregate):
+            rows.append({"build_id": build_id, "prompt_id": prompt_id, "chosen_id": chosen,
+                         "rejected_id": rejected, "ranking_id": None, "annotator_id": None,
+                         "annotator_kind": kind, "margin": round(margin, 12) if math.isfinite(margin) else 0.0,
+                         "weight": weight})
+        if len(rows) >= INSERT_BATCH:
+            session.execute(insert(Comparison), rows)
+            total += len(rows)
+            rows = []
+    if rows:
+        session.execute(insert(Comparison), rows)
+        total += len(rows)
+    return total

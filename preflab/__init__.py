@@ -1,0 +1,3 @@
+"""preflab: preference-data collection and labelling for aligning language models."""
+
+__version__ = "0.1.0"

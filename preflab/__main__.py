@@ -1,0 +1,3 @@
+from preflab.cli import cli
+
+cli()

@@ -1,0 +1,125 @@
+"""The root `preflab` command group.
+
+Subcommand groups live beside the code they drive and are imported only when
+used, so `preflab --help` never imports torch, transformers or datasets.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+
+import click
+
+from preflab import __version__
+from preflab.errors import PreflabError
+from preflab.settings import Settings
+
+# name -> "module:attribute"; each entry is one concern.
+COMMANDS: dict[str, str] = {
+    "db": "preflab.db.cli:db_group",
+    "import": "preflab.db.cli:import_group",
+    "quarantine": "preflab.db.cli:quarantine_group",
+    "pairs": "preflab.db.cli:pairs_group",
+    "stats": "preflab.db.cli:stats_command",
+    "export": "preflab.db.cli:export_command",
+    "pipeline": "preflab.pipeline:pipeline_command",
+    "demo": "preflab.cli:demo_group",
+}
+
+# One-line help for each lazy command, so `preflab --help` lists them without importing.
+SUMMARIES: dict[str, str] = {
+    "db": "Create and migrate the database.",
+    "import": "Import rankings or prompts from JSON Lines files.",
+    "quarantine": "Inspect records that could not be parsed.",
+    "pairs": "Expand rankings into pairwise comparisons.",
+    "stats": "Counts and inter-annotator agreement.",
+    "export": "Export comparisons as a Hugging Face dataset.",
+    "pipeline": "Run the main job end to end on the configured database and model.",
+    "demo": "Self-contained demonstrations with a known answer.",
+}
+
+# `preflab demo NAME`: each demo lives beside the code it demonstrates.
+DEMOS: dict[str, str] = {}
+
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use."""
+
+    def __init__(self, *args, lazy: dict[str, str] | None = None,
+                 summaries: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+        self.summaries = dict(summaries or {})
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx, name):
+        if name in self.lazy:
+            module, attr = self.lazy[name].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx, formatter):
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.summaries:
+                rows.append((name, self.summaries[name]))
+            else:
+                cmd = self.get_command(ctx, name)
+                if cmd is not None and not cmd.hidden:
+                    rows.append((name, cmd.get_short_help_str(formatter.width)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PreflabError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS, summaries=SUMMARIES)
+@click.version_option(__version__, prog_name="preflab")
+@click.option("--database-url", envvar="PREFLAB_DATABASE_URL", metavar="URL",
+              help="SQLAlchemy URL; default: a SQLite file in the preflab data directory.")
+@click.option("--label-studio-url", envvar="LABEL_STUDIO_URL", metavar="URL",
+              help="Label Studio base URL (the token is read from LABEL_STUDIO_API_KEY).")
+@click.option("--model", envvar="PREFLAB_MODEL", metavar="ID_OR_PATH",
+              help="Default causal LM: a hub id or a local path; default: the embedded SmolLM2-135M-Instruct.")
+@click.option("-v", "--verbose", is_flag=True, help="Show more detail.")
+@click.pass_context
+def cli(ctx, database_url, label_studio_url, model, verbose):
+    """Collect rankings of model responses, turn them into preference pairs,
+    export Hugging Face datasets and train reward and DPO models.
+
+    Example: preflab import rankings rankings.jsonl && preflab pairs build
+    """
+    ctx.obj = Settings.resolve(database_url, label_studio_url, model, verbose)
+
+
+@click.group("demo", cls=LazyGroup, lazy=DEMOS)
+def demo_group():
+    """Self-contained demonstrations with a known answer.
+
+    Example: preflab demo --help
+    """
+
+
+pass_settings = click.make_pass_decorator(Settings)
+
+
+def echo_json(data) -> None:
+    """Print one JSON document (for `--json`)."""
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def main() -> None:  # pragma: no cover - console entry point convenience
+    cli(prog_name="preflab")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""Domain errors. Only the CLI turns them into a message and a non-zero exit."""
+
+
+class PreflabError(Exception):
+    """Base class: its message is one sentence a user can act on."""
+
+
+class ConfigError(PreflabError):
+    """A setting is missing or malformed."""
+
+
+class DatabaseError(PreflabError):
+    """The database cannot be reached or is not at the expected schema."""
+
+
+class InputError(PreflabError):
+    """A file or option given by the user cannot be used."""
+
+
+class NotFound(PreflabError):
+    """A named object (model version, dataset version, project) does not exist."""
+
+
+class LabelStudioError(PreflabError):
+    """Label Studio is unreachable, refused the token, or answered unexpectedly."""
+
+
+class HubError(PreflabError):
+    """The Hugging Face Hub is unreachable or refused the request."""
+
+
+class TrainingError(PreflabError):
+    """A training run could not start or failed."""
+
+
+class LockHeld(PreflabError):
+    """Another process holds the lock for this job."""

@@ -1,0 +1,58 @@
+"""Settings: option, then environment variable, then default.
+
+Secrets (`LABEL_STUDIO_API_KEY`, `HF_TOKEN`) are read from the environment only,
+at the moment they are needed, and never stored on this object's repr, logged or
+written to the database.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+def data_dir() -> Path:
+    """The directory holding preflab's state: `PREFLAB_HOME`, else the user data dir."""
+    home = os.environ.get("PREFLAB_HOME")
+    if home:
+        return Path(home).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("preflab", appauthor=False))
+
+
+def default_database_url() -> str:
+    return f"sqlite:///{data_dir() / 'preflab.db'}"
+
+
+def secret(name: str) -> str | None:
+    """Read a secret from the environment; empty counts as unset."""
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+@dataclass
+class Settings:
+    database_url: str = field(default_factory=default_database_url)
+    label_studio_url: str | None = None
+    model: str = DEFAULT_MODEL
+    verbose: bool = False
+
+    @classmethod
+    def resolve(cls, database_url: str | None = None, label_studio_url: str | None = None,
+                model: str | None = None, verbose: bool = False) -> "Settings":
+        return cls(
+            database_url=database_url or os.environ.get("PREFLAB_DATABASE_URL") or default_database_url(),
+            label_studio_url=label_studio_url or os.environ.get("LABEL_STUDIO_URL"),
+            model=model or os.environ.get("PREFLAB_MODEL") or DEFAULT_MODEL,
+            verbose=verbose,
+        )
+
+    def redacted_url(self) -> str:
+        """The database URL with any password hidden, for messages."""
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.database_url).render_as_string(hide_password=True)
