@@ -35,7 +35,9 @@ def progress_bar(description: str, total: int | None, enabled: bool = True):
 
 
 def count_lines(path: str) -> int:
-    with open(path, "rb") as handle:
+    from preflab.db.ingest import open_jsonl
+
+    with open_jsonl(path) as handle:
         return sum(1 for line in handle if line.strip())
 
 

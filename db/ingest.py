@@ -310,7 +310,7 @@ def import_rankings_batch(session: Session, batch: list[tuple[str, str]], origin
         existing.update(session.execute(
             select(Ranking.annotator_id, Ranking.external_id)
             .where(Ranking.source == source, tuple_(Ranking.annotator_id, Ranking.external_id).in_(part))
-        ).tuples())
+        ).all())
     summary.duplicates += len(existing)
     new = [(key, rec, raw_id) for key, (rec, raw_id) in keyed.items() if key not in existing]
     if not new:

@@ -190,8 +190,9 @@ def _insert_expanded(session: Session, build_id: int, strategy: str, annotator_k
         query = query.where(Annotator.kind == annotator_kind)
     columns = ["build_id", "prompt_id", "chosen_id", "rejected_id", "ranking_id", "annotator_id",
                "annotator_kind", "margin", "weight"]
-    result = session.execute(insert(Comparison).from_select(columns, query))
-    return result.rowcount
+    session.execute(insert(Comparison).from_select(columns, query))
+    # rowcount of INSERT … SELECT is not reported by every driver: count what was written.
+    return session.scalar(select(func.count()).where(Comparison.build_id == build_id))
 
 
 @dataclass

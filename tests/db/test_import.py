@@ -1,0 +1,142 @@
+"""`preflab import`: raw first, quarantine with reasons, idempotent, a transaction per batch."""
+
+import json
+
+import pytest
+from sqlalchemy import func, select
+
+from preflab.db.ingest import import_file, import_rankings_batch
+from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RawRecord
+
+from .helpers import ranking_line, write_lines
+
+GOOD = [
+    ranking_line("What is 2+2?", ["4", "5", "22"], [[0], [2], [1]], "alice", id="r1"),
+    ranking_line("What is 2+2?", ["4", "5", "22"], [[0], [1, 2]], "bob", id="r1"),
+    ranking_line("Capital of France?", ["Paris", "Lyon", "Nice", "Marseille"], [[0], [3]], "judge", "ai",
+                 id="j1", scores=[9.0, 1.0, None, 4.0], model="tiny"),
+]
+BAD = {
+    "not json": "not valid JSON",
+    '["a list"]': "expected a JSON object",
+    ranking_line("p", ["only one"], [[0]]): "fewer than two responses",
+    ranking_line("p", ["a", "b"], [[0], [7]]): "index 7 out of range for 2 responses",
+    ranking_line("p", ["a", "b"], [[0], [0, 1]]): "index 0 appears in tiers 0 and 1",
+    ranking_line("p", ["a", "b"], [[0], [1]], kind="robot"): "unknown annotator_kind 'robot'",
+    ranking_line("p", ["a", "a"], [[0], [1]]): "responses 0 and 1 are identical",
+    ranking_line("p", ["a", "b"], []): "missing 'ranking'",
+    json.dumps({"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]]}): "missing 'annotator'",
+    ranking_line("p", ["a", "b"], [[0], [1]], scores=[1]): "'scores' must be a list of 2 numbers",
+}
+
+
+def count(session, model):
+    return session.scalar(select(func.count()).select_from(model))
+
+
+def test_import_stores_prompts_candidates_rankings(cli, sessions, tmp_path):
+    path = write_lines(tmp_path / "r.jsonl", GOOD)
+    out = json.loads(cli("import", "rankings", path, "--json").stdout)
+    assert out == {"read": 3, "imported": 3, "duplicates": 0, "quarantined": 0, "new_prompts": 2,
+                   "new_candidates": 7, "reasons": {}}
+    with sessions.begin() as s:
+        assert count(s, Prompt) == 2 and count(s, Candidate) == 7 and count(s, Ranking) == 3
+        assert count(s, RawRecord) == 3
+        alice = s.scalar(select(Ranking).join(Annotator).where(Annotator.name == "alice"))
+        texts = {c.id: c.text for c in s.scalars(select(Candidate))}
+        assert [[texts[c] for c in tier] for tier in alice.tiers()] == [["4"], ["22"], ["5"]]
+        assert [texts[c] for c in alice.shown_order()] == ["4", "5", "22"]
+        judge = s.scalar(select(Ranking).join(Annotator).where(Annotator.kind == "ai"))
+        items = {texts[i.candidate_id]: (i.tier, i.score) for i in judge.items}
+        assert items == {"Paris": (0, 9.0), "Lyon": (None, 1.0), "Nice": (None, None), "Marseille": (1, 4.0)}
+        assert s.scalar(select(Candidate.model).where(Candidate.text == "Paris")) == "tiny"
+
+
+def test_reimport_and_overlap_add_nothing_twice(cli, sessions, tmp_path):
+    first = write_lines(tmp_path / "a.jsonl", GOOD[:2])
+    overlap = write_lines(tmp_path / "b.jsonl", GOOD[1:])
+    cli("import", "rankings", first)
+    again = json.loads(cli("import", "rankings", first, "--json").stdout)
+    assert again["imported"] == 0 and again["duplicates"] == 2
+    out = json.loads(cli("import", "rankings", overlap, "--json").stdout)
+    assert out["imported"] == 1 and out["duplicates"] == 1
+    with sessions.begin() as s:
+        assert count(s, Ranking) == 3 and count(s, Prompt) == 2 and count(s, RankingItem) == 10
+        assert count(s, RawRecord) == 3  # a line seen again is not stored again
+
+
+def test_same_id_different_annotator_is_a_different_ranking(cli, sessions, tmp_path):
+    path = write_lines(tmp_path / "r.jsonl", GOOD[:2])  # both have id r1
+    cli("import", "rankings", path)
+    with sessions.begin() as s:
+        assert count(s, Ranking) == 2
+
+
+def test_bad_lines_are_quarantined_with_reasons_and_the_rest_imports(cli, sessions, tmp_path):
+    lines = [GOOD[0], *BAD, GOOD[2]]
+    path = write_lines(tmp_path / "r.jsonl", lines)
+    out = json.loads(cli("import", "rankings", path, "--json").stdout)
+    assert out["imported"] == 2 and out["quarantined"] == len(BAD)
+    listed = cli("quarantine", "list").stdout.strip().splitlines()
+    assert len(listed) == len(BAD)
+    for line, reason in BAD.items():
+        assert any(reason in row for row in listed), reason
+    with sessions.begin() as s:
+        stored = set(s.scalars(select(RawRecord.payload)))
+        assert set(BAD) <= stored  # kept exactly as received
+        reasons = set(s.scalars(select(RawRecord.reason).where(RawRecord.status == "quarantined")))
+        assert len(reasons) == len(BAD)
+    again = json.loads(cli("import", "rankings", path, "--json").stdout)
+    assert again["imported"] == 0 and again["quarantined"] == len(BAD)
+    with sessions.begin() as s:
+        assert count(s, RawRecord) == len(lines)
+
+
+def test_missing_file_is_one_sentence(cli, tmp_path):
+    result = cli("import", "rankings", tmp_path / "nope.jsonl", expect_ok=False)
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {tmp_path / 'nope.jsonl'} is not a file"
+
+
+def test_crash_half_way_keeps_whole_batches_and_rerun_completes(sessions, tmp_path):
+    lines = [ranking_line(f"prompt {i}", [f"a{i}", f"b{i}", f"c{i}"], [[0], [1], [2]], id=f"r{i}")
+             for i in range(10)]
+    path = write_lines(tmp_path / "r.jsonl", lines)
+    calls = []
+
+    def crash_after_two_batches(n):
+        calls.append(n)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        import_file(sessions, path, import_rankings_batch, progress=crash_after_two_batches, batch_lines=3)
+    with sessions.begin() as s:
+        assert count(s, Ranking) == 6 and count(s, RankingItem) == 18 and count(s, Prompt) == 6
+    summary = import_file(sessions, path, import_rankings_batch, batch_lines=3)
+    assert summary.imported == 4 and summary.duplicates == 6
+    with sessions.begin() as s:
+        assert count(s, Ranking) == 10 and count(s, RankingItem) == 30
+
+
+def test_import_prompts_with_and_without_responses(cli, sessions, tmp_path):
+    path = write_lines(tmp_path / "p.jsonl", [
+        json.dumps({"prompt": "Name a colour.", "reference": "Red."}),
+        json.dumps({"prompt": "Say hi.", "responses": ["hi", "hello"]}),
+        json.dumps({"prompt": ""}),
+    ])
+    out = json.loads(cli("import", "prompts", path, "--json").stdout)
+    assert out["imported"] == 2 and out["quarantined"] == 1
+    with sessions.begin() as s:
+        assert s.scalar(select(Prompt.reference).where(Prompt.text == "Name a colour.")) == "Red."
+        assert count(s, Candidate) == 2 and count(s, Ranking) == 0
+    # a later ranking of the same prompt reuses the prompt and its candidates
+    cli("import", "rankings", write_lines(tmp_path / "r.jsonl", [
+        ranking_line("Say hi.", ["hello", "hi"], [[0], [1]])]))
+    with sessions.begin() as s:
+        assert count(s, Prompt) == 2 and count(s, Candidate) == 2
+
+
+def test_sample_rankings_import_cleanly(cli, sample_rankings):
+    out = json.loads(cli("import", "rankings", sample_rankings, "--json").stdout)
+    assert out["quarantined"] == 0 and out["imported"] == out["read"] > 50

@@ -1,0 +1,58 @@
+"""The CLI shell: every command has help, and `preflab --help` stays light."""
+
+import subprocess
+import sys
+
+import click
+from click.testing import CliRunner
+
+from preflab.cli import cli
+
+
+def walk(group: click.Group, ctx: click.Context, path=()):
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        yield path + (name,), command
+        if isinstance(command, click.Group):
+            yield from walk(command, click.Context(command, parent=ctx, info_name=name), path + (name,))
+
+
+def test_every_command_has_help_text_and_an_example():
+    ctx = click.Context(cli, info_name="preflab")
+    missing = []
+    for path, command in walk(cli, ctx):
+        if not (command.help or "").strip():
+            missing.append(" ".join(path))
+        elif not isinstance(command, click.Group) and "Example:" not in command.help:
+            missing.append(" ".join(path) + " (no example)")
+        result = CliRunner().invoke(cli, [*path, "--help"])
+        assert result.exit_code == 0, (path, result.output)
+    assert not missing, missing
+
+
+def test_help_does_not_import_heavy_libraries():
+    code = ("import sys; from click.testing import CliRunner; from preflab.cli import cli; "
+            "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0, r.output; "
+            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_database_commands_do_not_import_torch(tmp_path, sample_rankings):
+    code = (
+        "import sys; from click.testing import CliRunner; from preflab.cli import cli\n"
+        f"db = 'sqlite:///{tmp_path / 'x.db'}'\n"
+        "for args in (['import', 'rankings', sys.argv[1]], ['pairs', 'build'], ['stats'], ['quarantine', 'list']):\n"
+        "    r = CliRunner().invoke(cli, ['--database-url', db, *args]); assert r.exit_code == 0, r.output\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(sample_rankings)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_unreachable_database_is_one_clear_sentence():
+    result = CliRunner().invoke(cli, ["--database-url", "postgresql://nobody@127.0.0.1:1/none", "stats"])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: cannot open the database at postgresql")
+    assert "Traceback" not in result.output
