@@ -16,15 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy.orm import Session
 
-from preflab.db.models import Annotator, Candidate, Comparison, DatasetVersion, PairBuild, Prompt
+from preflab.db.models import Annotator, Candidate, Comparison, DatasetVersion, PairBuild, Prompt, Ranking
 from preflab.errors import HubError, InputError
 
 FORMATS = ("disk", "parquet", "jsonl")
 SPLITS = ("train", "test")
 BATCH_ROWS = 10_000
-COLUMNS = ("prompt", "chosen", "rejected", "margin", "prompt_id", "weight", "annotator_kind", "annotator")
 
 
 @dataclass
@@ -70,83 +69,115 @@ def _features(conversational: bool):
     ])
 
 
-def _rows(session: Session, build: PairBuild | None):
-    """Stream comparison rows with texts, hashes and the public annotator name."""
-    chosen, rejected = aliased(Candidate), aliased(Candidate)
-    public_name = func.coalesce(Annotator.pseudonym, "aggregate")
-    query = (
-        select(Comparison.prompt_id, Prompt.text, chosen.text, rejected.text, Comparison.margin,
-               Comparison.weight, Comparison.annotator_kind, public_name, Prompt.content_hash,
-               chosen.content_hash, rejected.content_hash)
-        .join(Prompt, Prompt.id == Comparison.prompt_id)
-        .join(chosen, chosen.id == Comparison.chosen_id)
-        .join(rejected, rejected.id == Comparison.rejected_id)
-        .outerjoin(Annotator, Annotator.id == Comparison.annotator_id)
-        .order_by(Comparison.id)
-        .execution_options(yield_per=BATCH_ROWS)
-    )
-    if build is not None and build.aggregate != "none":
-        query = query.where(Comparison.annotator_id.is_(None))
-    return session.execute(query)
+def _as_messages(texts, role: str):
+    """A column of strings as one-message chat lists, without leaving Arrow."""
+    import numpy as np
+    import pyarrow as pa
+
+    roles = pa.array(np.full(len(texts), role, dtype=object), pa.string())
+    messages = pa.StructArray.from_arrays([roles, texts], names=["role", "content"])
+    return pa.ListArray.from_arrays(pa.array(np.arange(len(texts) + 1, dtype=np.int32)), messages)
+
+
+def _batches(session: Session, splits: dict[int, str], conversational: bool):
+    """Yield (split, Arrow table, identity bytes) for the comparisons, BATCH_ROWS at a time.
+
+    Comparisons come as ids, ordered by prompt; the texts of just the prompts
+    in a batch are looked up and gathered with Arrow's `take`, so memory holds
+    one batch, never the whole export. The identity bytes (content hashes, not
+    database ids) feed the dataset version's content hash.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from preflab.db.bulk import lookup
+
+    public = dict(session.execute(select(Annotator.id, Annotator.pseudonym)).all())
+    query = (select(Comparison.prompt_id, Comparison.chosen_id, Comparison.rejected_id, Comparison.margin,
+                    Comparison.weight, Comparison.annotator_kind, Ranking.annotator_id)
+             .outerjoin(Ranking, Ranking.id == Comparison.ranking_id)
+             .order_by(Comparison.prompt_id, Comparison.id)
+             .execution_options(yield_per=BATCH_ROWS))
+    result = session.connection().execute(query)
+    for rows in result.partitions(BATCH_ROWS):
+        prompt_ids, chosen, rejected, margin, weight, kind, annotator = map(list, zip(*rows))
+        prompts = {pid: (text, h) for pid, text, h in lookup(
+            session, Prompt.__table__, ("id", "text", "content_hash"), "id", prompt_ids)}
+        candidates = lookup(session, Candidate.__table__, ("id", "text", "content_hash"), "prompt_id", prompt_ids)
+        position = {cid: i for i, (cid, _, _) in enumerate(candidates)}
+        cand_text = pa.array([c[1] for c in candidates], pa.string())
+        cand_hash = pa.array([c[2] for c in candidates], pa.string())
+        chosen_idx = pa.array([position[c] for c in chosen], pa.int64())
+        rejected_idx = pa.array([position[c] for c in rejected], pa.int64())
+        annotators = pa.array([public.get(a, "aggregate") for a in annotator], pa.string())
+        columns = {
+            "prompt": pa.array([prompts[p][0] for p in prompt_ids], pa.string()),
+            "chosen": cand_text.take(chosen_idx), "rejected": cand_text.take(rejected_idx),
+            "margin": pa.array(margin, pa.float64()), "prompt_id": pa.array(prompt_ids, pa.int64()),
+            "weight": pa.array(weight, pa.float64()), "annotator_kind": pa.array(kind, pa.string()),
+            "annotator": annotators,
+        }
+        identity = pa.table({
+            "prompt": pa.array([prompts[p][1] for p in prompt_ids], pa.string()),
+            "chosen": cand_hash.take(chosen_idx), "rejected": cand_hash.take(rejected_idx),
+            "margin": columns["margin"], "weight": columns["weight"], "kind": columns["annotator_kind"],
+            "annotator": annotators})
+        if conversational:
+            columns["prompt"] = _as_messages(columns["prompt"], "user")
+            columns["chosen"] = _as_messages(columns["chosen"], "assistant")
+            columns["rejected"] = _as_messages(columns["rejected"], "assistant")
+        table = pa.table(columns, schema=_features(conversational))
+        is_test = pa.array([splits[p] == "test" for p in prompt_ids], pa.bool_())
+        for split, mask in (("train", pc.invert(is_test)), ("test", is_test)):
+            part = table.filter(mask)
+            if part.num_rows:
+                yield split, part, _ipc_bytes(identity.filter(mask))
+
+
+def _ipc_bytes(table) -> bytes:
+    import pyarrow as pa
+
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 class _SplitWriter:
-    """Writes one split as JSON Lines or Parquet, a batch at a time, and hashes it."""
+    """Writes one split as JSON Lines, Parquet or an Arrow stream, a batch at a time, and hashes it."""
 
     def __init__(self, path: Path, fmt: str, conversational: bool):
-        self.path, self.fmt, self.conversational = path, fmt, conversational
-        self.rows: dict[str, list] = {c: [] for c in COLUMNS}
+        self.fmt = fmt
         self.count = 0
         self.digest = hashlib.sha256()
-        self._writer = None
-        self._handle = None
+        schema = _features(conversational)
+        self._handle = self._writer = None
         if fmt == "jsonl":
             self._handle = path.open("w", encoding="utf-8")
         elif fmt == "disk":  # Arrow streaming format: what `datasets` memory-maps
             import pyarrow as pa
 
-            self._sink = pa.OSFile(str(path), "wb")
-            self._writer = pa.ipc.new_stream(self._sink, _features(conversational))
+            self._handle = pa.OSFile(str(path), "wb")
+            self._writer = pa.ipc.new_stream(self._handle, schema)
         else:
             import pyarrow.parquet as pq
 
-            self._writer = pq.ParquetWriter(path, _features(conversational))
+            self._writer = pq.ParquetWriter(path, schema)
 
-    def add(self, prompt_id, prompt, chosen, rejected, margin, weight, kind, annotator, hashes) -> None:
-        if self.conversational:
-            prompt = [{"role": "user", "content": prompt}]
-            chosen = [{"role": "assistant", "content": chosen}]
-            rejected = [{"role": "assistant", "content": rejected}]
-        values = (prompt, chosen, rejected, margin, prompt_id, weight, kind, annotator)
-        for column, value in zip(COLUMNS, values):
-            self.rows[column].append(value)
-        self.digest.update(f"{hashes}|{margin!r}|{weight!r}|{kind}|{annotator}\n".encode())
-        self.count += 1
-        if len(self.rows["prompt"]) >= BATCH_ROWS:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.rows["prompt"]:
-            return
-        if self._handle is not None:
-            batch = self.rows
-            lines = (json.dumps(dict(zip(COLUMNS, row)), ensure_ascii=False)
-                     for row in zip(*(batch[c] for c in COLUMNS)))
-            self._handle.write("\n".join(lines) + "\n")
+    def write(self, table, identity: bytes) -> None:
+        self.count += table.num_rows
+        self.digest.update(identity)
+        if self.fmt == "jsonl":
+            text = table.to_pandas().to_json(orient="records", lines=True, force_ascii=False)
+            self._handle.write(text if text.endswith("\n") else text + "\n")
         else:
-            import pyarrow as pa
-
-            self._writer.write_table(pa.table(self.rows, schema=_features(self.conversational)))
-        self.rows = {c: [] for c in COLUMNS}
+            self._writer.write_table(table)
 
     def close(self) -> None:
-        self.flush()
+        if self._writer is not None:
+            self._writer.close()
         if self._handle is not None:
             self._handle.close()
-            return
-        self._writer.close()
-        if self.fmt == "disk":
-            self._sink.close()
 
 
 def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettings,
@@ -168,8 +199,8 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
         suffix = {"jsonl": "jsonl", "parquet": "parquet", "disk": "arrow"}[settings.format]
         writers = {s: _SplitWriter(staging / f"{s}.{suffix}", settings.format, settings.conversational)
                    for s in SPLITS}
-        for pid, prompt, chosen, rejected, margin, weight, kind, annotator, *hashes in _rows(session, build):
-            writers[splits[pid]].add(pid, prompt, chosen, rejected, margin, weight, kind, annotator, "|".join(hashes))
+        for split, table, identity in _batches(session, splits, settings.conversational):
+            writers[split].write(table, identity)
         for writer in writers.values():
             writer.close()
         digest = hashlib.sha256("".join(writers[s].digest.hexdigest() for s in SPLITS).encode()).hexdigest()

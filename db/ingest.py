@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from sqlalchemy import func, insert, select, tuple_
 from sqlalchemy.orm import Session
 
-from preflab.db.models import AnnotatorKind, Candidate, Prompt, Ranking, RankingItem, RawStatus
+from preflab.db.bulk import insert_rows, lookup
+from preflab.db.models import AnnotatorKind, Ranking, RankingItem, RawStatus
 from preflab.db.store import (
-    chunks,
     content_hash,
     ensure_annotators,
     ensure_candidates,
@@ -71,6 +70,8 @@ class RankingRecord:
     models: list[str | None] = field(default_factory=list)
     scores: list[float | None] | None = None
     source: str | None = None
+    prompt_hash: str = ""
+    response_hashes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -80,6 +81,8 @@ class PromptRecord:
     reference: str | None = None
     models: list[str | None] = field(default_factory=list)
     source: str | None = None
+    prompt_hash: str = ""
+    response_hashes: list[str] = field(default_factory=list)
 
 
 # --- parsing ---------------------------------------------------------------------------
@@ -105,7 +108,8 @@ def _text(data: dict, key: str, required: bool = True) -> str | None:
     return value
 
 
-def _responses(data: dict, minimum: int) -> list[str]:
+def _responses(data: dict, minimum: int) -> tuple[list[str], list[str]]:
+    """The responses and their content hashes."""
     responses = data.get("responses", [] if minimum == 0 else None)
     if not isinstance(responses, list):
         raise Invalid("missing 'responses' (a list of strings)")
@@ -114,13 +118,13 @@ def _responses(data: dict, minimum: int) -> list[str]:
     for i, r in enumerate(responses):
         if not isinstance(r, str) or not r.strip():
             raise Invalid(f"response {i} is not a non-empty string")
+    hashes = [content_hash(r) for r in responses]
     seen: dict[str, int] = {}
-    for i, r in enumerate(responses):
-        h = content_hash(r)
+    for i, h in enumerate(hashes):
         if h in seen:
             raise Invalid(f"responses {seen[h]} and {i} are identical")
         seen[h] = i
-    return responses
+    return responses, hashes
 
 
 def _models(data: dict, n: int) -> list[str | None]:
@@ -171,7 +175,7 @@ def parse_ranking(line: str) -> RankingRecord:
     """Parse one JSON Lines ranking; raises Invalid with the quarantine reason."""
     data = _load_object(line)
     prompt = _text(data, "prompt")
-    responses = _responses(data, minimum=2)
+    responses, hashes = _responses(data, minimum=2)
     n = len(responses)
     kind = data.get("annotator_kind", "human")
     if kind not in {k.value for k in AnnotatorKind}:
@@ -185,15 +189,17 @@ def parse_ranking(line: str) -> RankingRecord:
         external_id=None if external_id is None else str(external_id),
         reference=_text(data, "reference", required=False), models=_models(data, n),
         scores=_scores(data, n), source=_text(data, "source", required=False),
+        prompt_hash=content_hash(prompt), response_hashes=hashes,
     )
 
 
 def parse_prompt(line: str) -> PromptRecord:
     data = _load_object(line)
-    responses = _responses(data, minimum=0)
-    return PromptRecord(prompt=_text(data, "prompt"), responses=responses,
-                        reference=_text(data, "reference", required=False),
-                        models=_models(data, len(responses)), source=_text(data, "source", required=False))
+    prompt = _text(data, "prompt")
+    responses, hashes = _responses(data, minimum=0)
+    return PromptRecord(prompt=prompt, responses=responses, reference=_text(data, "reference", required=False),
+                        models=_models(data, len(responses)), source=_text(data, "source", required=False),
+                        prompt_hash=content_hash(prompt), response_hashes=hashes)
 
 
 # --- reading files ----------------------------------------------------------------------
@@ -227,32 +233,21 @@ def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, str
     """Get or create the prompts and candidates of parsed records; returns the id maps."""
     prompt_rows: dict[str, dict[str, Any]] = {}
     for rec, _, _ in records:
-        h = content_hash(rec.prompt)
+        h = rec.prompt_hash
         row = prompt_rows.setdefault(h, {"text": rec.prompt, "source": rec.source, "reference": rec.reference})
         if row["reference"] is None and rec.reference:
             row["reference"] = rec.reference
-    before = _count_existing_prompts(session, list(prompt_rows))
     prompt_ids = ensure_prompts(session, prompt_rows)
-    summary.prompts += len(prompt_rows) - before
+    summary.prompts += prompt_ids.created
 
     cand_rows: dict[tuple[int, str], dict[str, Any]] = {}
     for rec, _, _ in records:
-        pid = prompt_ids[content_hash(rec.prompt)]
-        for text, model in zip(rec.responses, rec.models):
-            cand_rows.setdefault((pid, content_hash(text)), {"text": text, "model": model})
-    before = _count_existing_candidates(session, list(cand_rows))
+        pid = prompt_ids[rec.prompt_hash]
+        for text, h, model in zip(rec.responses, rec.response_hashes, rec.models):
+            cand_rows.setdefault((pid, h), {"text": text, "model": model})
     cand_ids = ensure_candidates(session, cand_rows)
-    summary.candidates += len(cand_rows) - before
+    summary.candidates += cand_ids.created
     return prompt_ids, cand_ids
-
-
-def _count_existing_prompts(session: Session, hashes: list[str]) -> int:
-    return sum(session.scalar(select(func.count()).where(Prompt.content_hash.in_(part))) for part in chunks(hashes))
-
-
-def _count_existing_candidates(session: Session, keys: list[tuple[int, str]]) -> int:
-    return sum(session.scalar(select(func.count()).where(
-        tuple_(Candidate.prompt_id, Candidate.content_hash).in_(part))) for part in chunks(keys, 2000))
 
 
 def _parse_batch(session: Session, batch: list[tuple[str, str]], source: str, origin: str,
@@ -305,12 +300,10 @@ def import_rankings_batch(session: Session, batch: list[tuple[str, str]], origin
             summary.duplicates += 1
             continue
         keyed[key] = (rec, raw_id)
-    existing: set[tuple[int, str]] = set()
-    for part in chunks(list(keyed), 2000):
-        existing.update(session.execute(
-            select(Ranking.annotator_id, Ranking.external_id)
-            .where(Ranking.source == source, tuple_(Ranking.annotator_id, Ranking.external_id).in_(part))
-        ).all())
+    existing = {(aid, ext) for aid, ext, src in lookup(
+        session, Ranking.__table__, ("annotator_id", "external_id", "source"), "external_id",
+        [ext for _, ext in keyed]) if src == source}
+    existing &= set(keyed)
     summary.duplicates += len(existing)
     new = [(key, rec, raw_id) for key, (rec, raw_id) in keyed.items() if key not in existing]
     if not new:
@@ -319,8 +312,8 @@ def import_rankings_batch(session: Session, batch: list[tuple[str, str]], origin
     ranking_rows = []
     items_per_ranking = []
     for (annotator_id, external_id), rec, raw_id in new:
-        pid = prompt_ids[content_hash(rec.prompt)]
-        cids = [cand_ids[(pid, content_hash(text))] for text in rec.responses]
+        pid = prompt_ids[rec.prompt_hash]
+        cids = [cand_ids[(pid, h)] for h in rec.response_hashes]
         items = {}
         for position, cid in enumerate(cids):
             items[cid] = {"candidate_id": cid, "tier": None, "shown_position": position,
@@ -334,12 +327,14 @@ def import_rankings_batch(session: Session, batch: list[tuple[str, str]], origin
             "raw_record_id": raw_id,
         })
         items_per_ranking.append(list(items.values()))
-    ids = session.execute(
-        insert(Ranking).returning(Ranking.id, sort_by_parameter_order=True), ranking_rows
-    ).scalars().all()
-    item_rows = [dict(item, ranking_id=rid) for rid, items in zip(ids, items_per_ranking) for item in items]
-    session.execute(insert(RankingItem), item_rows)
-    summary.imported += len(ids)
+    insert_rows(session, Ranking.__table__, ranking_rows)
+    ids = {(aid, ext): rid for rid, aid, ext, src, version in lookup(
+        session, Ranking.__table__, ("id", "annotator_id", "external_id", "source", "version"), "external_id",
+        [row["external_id"] for row in ranking_rows]) if src == source and version == 1}
+    item_rows = [dict(item, ranking_id=ids[(row["annotator_id"], row["external_id"])])
+                 for row, items in zip(ranking_rows, items_per_ranking) for item in items]
+    insert_rows(session, RankingItem.__table__, item_rows)
+    summary.imported += len(ranking_rows)
     return summary
 
 

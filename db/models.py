@@ -142,6 +142,8 @@ class Ranking(Base):
     __table_args__ = (
         UniqueConstraint("annotator_id", "source", "external_id", "version"),
         Index("ix_rankings_prompt_status", "prompt_id", "status"),
+        # `ls sync` finds an annotation's earlier versions by its Label Studio ids.
+        Index("ix_rankings_ls_annotation", "ls_project_id", "ls_annotation_id"),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -222,9 +224,10 @@ class Comparison(Base):
     prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"))
     chosen_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
     rejected_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
+    # NULL for aggregated pairs; the annotator is the ranking's (not copied here: one less
+    # foreign key to check per row when millions of pairs are written).
     ranking_id: Mapped[int | None] = mapped_column(ForeignKey("rankings.id", ondelete="CASCADE"), index=True)
-    annotator_id: Mapped[int | None] = mapped_column(ForeignKey("annotators.id"))
-    annotator_kind: Mapped[str] = mapped_column(String(10))
+    annotator_kind: Mapped[str] = mapped_column(String(10))  # human | ai | mixed
     margin: Mapped[float] = mapped_column(Float)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
 

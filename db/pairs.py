@@ -178,7 +178,7 @@ def _insert_expanded(session: Session, build_id: int, strategy: str, annotator_k
     query = (
         select(
             literal(build_id), Ranking.prompt_id, a.candidate_id, b.candidate_id, Ranking.id,
-            Ranking.annotator_id, Annotator.kind, margin, literal(1.0),
+            Annotator.kind, margin, literal(1.0),
         )
         .join(Annotator, Annotator.id == Ranking.annotator_id)
         .join(a, a.ranking_id == Ranking.id)
@@ -188,8 +188,8 @@ def _insert_expanded(session: Session, build_id: int, strategy: str, annotator_k
     )
     if annotator_kind != "any":
         query = query.where(Annotator.kind == annotator_kind)
-    columns = ["build_id", "prompt_id", "chosen_id", "rejected_id", "ranking_id", "annotator_id",
-               "annotator_kind", "margin", "weight"]
+    columns = ["build_id", "prompt_id", "chosen_id", "rejected_id", "ranking_id", "annotator_kind", "margin",
+               "weight"]
     session.execute(insert(Comparison).from_select(columns, query))
     # rowcount of INSERT … SELECT is not reported by every driver: count what was written.
     return session.scalar(select(func.count()).where(Comparison.build_id == build_id))
@@ -258,7 +258,7 @@ def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate
         kind = kinds.pop() if len(kinds) == 1 else "mixed"
         for chosen, rejected, margin, weight in aggregate_prompt([v.tiers for v in views], strategy, aggregate):
             rows.append({"build_id": build_id, "prompt_id": prompt_id, "chosen_id": chosen,
-                         "rejected_id": rejected, "ranking_id": None, "annotator_id": None,
+                         "rejected_id": rejected, "ranking_id": None,
                          "annotator_kind": kind, "margin": round(margin, 12) if math.isfinite(margin) else 0.0,
                          "weight": weight})
         if len(rows) >= INSERT_BATCH:

@@ -1,9 +1,10 @@
 """Bulk get-or-create of prompts, candidates and annotators, and raw-record storage.
 
-Everything here works a batch at a time: one `INSERT … ON CONFLICT DO NOTHING`
-per table, then one `SELECT` to read the ids back. Both SQLite and Postgres do
-this natively, so re-running an import never adds a row twice and never fails on
-a unique constraint, even when two importers run at once.
+Everything here works a batch at a time: one lookup of what exists, one
+`INSERT … ON CONFLICT DO NOTHING` of what is missing, one `SELECT` to read the
+new ids back. Both SQLite and Postgres do this natively, so re-running an import
+never adds a row twice and never fails on a unique constraint, even when two
+importers run at once.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ import hashlib
 import secrets
 import unicodedata
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Table, select, tuple_, update
+from sqlalchemy import Table, update
 from sqlalchemy.orm import Session
 
+from preflab.db.bulk import insert_rows, lookup
 from preflab.db.models import Annotator, Candidate, Prompt, RawRecord, RawStatus
 
 # Keep every IN (...) well under SQLite's bound-parameter limit.
@@ -35,17 +38,7 @@ def payload_hash(payload: str) -> str:
 def insert_ignore(session: Session, table: Table, rows: Sequence[dict[str, Any]],
                   conflict: Sequence[str]) -> None:
     """Insert `rows`, skipping any that collide with an existing row on `conflict`."""
-    if not rows:
-        return
-    dialect = session.get_bind().dialect.name
-    if dialect == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    elif dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:  # pragma: no cover - other databases are not supported
-        raise NotImplementedError(f"preflab supports SQLite and Postgres, not {dialect}")
-    stmt = insert(table).on_conflict_do_nothing(index_elements=list(conflict))
-    session.execute(stmt, list(rows))
+    insert_rows(session, table, rows, conflict)
 
 
 def chunks(items: Sequence, size: int = IN_CHUNK) -> Iterable[Sequence]:
@@ -53,50 +46,69 @@ def chunks(items: Sequence, size: int = IN_CHUNK) -> Iterable[Sequence]:
         yield items[start:start + size]
 
 
-def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]]) -> dict[str, int]:
-    """Get or create prompts keyed by content hash; returns hash -> id.
+class IdMap(dict):
+    """natural key -> id, plus how many of those rows this call created."""
 
-    `prompts` maps hash -> column values (text, source, reference...). An existing
+    created: int = 0
+
+
+def _ids(found: dict, created: int, index: int = 0) -> IdMap:
+    out = IdMap({k: r[index] for k, r in found.items()})
+    out.created = created
+    return out
+
+
+def _get_or_create(session: Session, table: Table, rows: dict[Any, dict[str, Any]], key: str,
+                   columns: tuple[str, ...], row_key, conflict: Sequence[str]) -> tuple[dict[Any, tuple], int]:
+    """Look up `rows` (keyed by their natural key) by the `key` column, insert the missing
+    ones (skipping any a concurrent writer added), read their ids back.
+
+    Returns (natural key -> the looked-up row, number of rows this call created).
+    """
+    wanted = {row[key] for row in rows.values()}
+    found = {row_key(r): r for r in lookup(session, table, columns, key, wanted)}
+    missing = [row for k, row in rows.items() if k not in found]
+    if missing:
+        insert_rows(session, table, missing, conflict)
+        found.update({row_key(r): r for r in lookup(session, table, columns, key, {row[key] for row in missing})})
+    return {k: found[k] for k in rows}, len(missing)
+
+
+def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]]) -> IdMap:
+    """Get or create prompts keyed by content hash; returns hash -> id (`.created`: how many are new).
+
+    `prompts` maps hash -> column values (text, source, reference). An existing
     prompt without a reference gains one when the new record carries it.
     """
     if not prompts:
-        return {}
-    hashes = list(prompts)
-    insert_ignore(session, Prompt.__table__,
-                  [{"content_hash": h, **values} for h, values in prompts.items()], ["content_hash"])
-    ids: dict[str, int] = {}
-    missing_reference: list[int] = []
-    for part in chunks(hashes):
-        for pid, h, reference in session.execute(
-            select(Prompt.id, Prompt.content_hash, Prompt.reference).where(Prompt.content_hash.in_(part))
-        ):
-            ids[h] = pid
-            if reference is None and prompts[h].get("reference"):
-                missing_reference.append(pid)
+        return IdMap()
+    optional = ("source", "reference", "iteration", "model_version_id")
+    rows = {h: {"content_hash": h, "text": v["text"], **{c: v.get(c) for c in optional}}
+            for h, v in prompts.items()}
+    found, created = _get_or_create(session, Prompt.__table__, rows, "content_hash",
+                                    ("id", "content_hash", "reference"), itemgetter(1), ["content_hash"])
+    missing_reference = [{"id": r[0], "reference": rows[h]["reference"]}
+                         for h, r in found.items() if r[2] is None and rows[h]["reference"]]
     if missing_reference:
-        by_id = {ids[h]: h for h in hashes}
-        session.execute(update(Prompt), [
-            {"id": pid, "reference": prompts[by_id[pid]]["reference"]} for pid in missing_reference
-        ])
-    return ids
+        session.execute(update(Prompt), missing_reference)
+    return _ids(found, created)
 
 
-def ensure_candidates(session: Session, candidates: dict[tuple[int, str], dict[str, Any]]) -> dict[tuple[int, str], int]:
-    """Get or create candidates keyed by (prompt id, content hash); returns key -> id."""
+def ensure_candidates(session: Session, candidates: dict[tuple[int, str], dict[str, Any]]) -> IdMap:
+    """Get or create candidates keyed by (prompt id, content hash); returns key -> id (`.created`: new ones).
+
+    Each value holds the candidate's columns: text, and optionally model,
+    model_version_id, sampling, iteration.
+    """
     if not candidates:
-        return {}
-    insert_ignore(session, Candidate.__table__, [
-        {"prompt_id": pid, "content_hash": h, **values} for (pid, h), values in candidates.items()
-    ], ["prompt_id", "content_hash"])
-    keys = list(candidates)
-    ids: dict[tuple[int, str], int] = {}
-    for part in chunks(keys, IN_CHUNK // 2):
-        for cid, pid, h in session.execute(
-            select(Candidate.id, Candidate.prompt_id, Candidate.content_hash)
-            .where(tuple_(Candidate.prompt_id, Candidate.content_hash).in_(part))
-        ):
-            ids[(pid, h)] = cid
-    return ids
+        return IdMap()
+    optional = ("model", "model_version_id", "sampling", "iteration")
+    rows = {(pid, h): {"prompt_id": pid, "content_hash": h, "text": v["text"], **{c: v.get(c) for c in optional}}
+            for (pid, h), v in candidates.items()}
+    found, created = _get_or_create(session, Candidate.__table__, rows, "prompt_id",
+                                    ("id", "prompt_id", "content_hash"), itemgetter(1, 2),
+                                    ["prompt_id", "content_hash"])
+    return _ids(found, created)
 
 
 def new_pseudonym(kind: str) -> str:
@@ -105,21 +117,20 @@ def new_pseudonym(kind: str) -> str:
 
 
 def ensure_annotators(session: Session, annotators: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], int]:
-    """Get or create annotators keyed by (kind, name); returns key -> id."""
+    """Get or create annotators keyed by (kind, name); returns key -> id.
+
+    Each value holds extra columns (judge_kind, model, config, ls_user_id) used
+    when the annotator is created.
+    """
     if not annotators:
         return {}
-    keys = list(annotators)
-    insert_ignore(session, Annotator.__table__, [
-        {"kind": kind, "name": name, "pseudonym": new_pseudonym(kind), **values}
-        for (kind, name), values in annotators.items()
-    ], ["kind", "name"])
-    ids: dict[tuple[str, str], int] = {}
-    for part in chunks(keys, IN_CHUNK // 2):
-        for aid, kind, name in session.execute(
-            select(Annotator.id, Annotator.kind, Annotator.name).where(tuple_(Annotator.kind, Annotator.name).in_(part))
-        ):
-            ids[(kind, name)] = aid
-    return ids
+    columns = ("judge_kind", "model", "config", "ls_user_id")
+    rows = {(kind, name): {"kind": kind, "name": name, "pseudonym": new_pseudonym(kind),
+                           **{c: values.get(c) for c in columns}}
+            for (kind, name), values in annotators.items()}
+    found, _ = _get_or_create(session, Annotator.__table__, rows, "name", ("id", "kind", "name"),
+                              itemgetter(1, 2), ["kind", "name"])
+    return {k: r[0] for k, r in found.items()}
 
 
 def store_raw(session: Session, source: str, origin: str | None,
@@ -134,16 +145,21 @@ def store_raw(session: Session, source: str, origin: str | None,
         h = payload_hash(payload)
         rows.setdefault(h, {"source": source, "origin": origin, "locator": locator,
                             "payload": payload, "payload_hash": h, "status": RawStatus.ok.value})
-    insert_ignore(session, RawRecord.__table__, list(rows.values()), ["source", "payload_hash"])
-    out: dict[str, tuple[int, str]] = {}
-    hashes = list(rows)
-    for part in chunks(hashes):
-        for rid, h, status in session.execute(
-            select(RawRecord.id, RawRecord.payload_hash, RawRecord.status)
-            .where(RawRecord.source == source, RawRecord.payload_hash.in_(part))
-        ):
-            out[h] = (rid, status)
-    return out
+    if not rows:
+        return {}
+    found = {}
+    for rid, h, status, src in lookup(session, RawRecord.__table__, ("id", "payload_hash", "status", "source"),
+                                      "payload_hash", rows):
+        if src == source:
+            found[h] = (rid, status)
+    missing = [row for h, row in rows.items() if h not in found]
+    if missing:
+        insert_rows(session, RawRecord.__table__, missing, ["source", "payload_hash"])
+        for rid, h, status, src in lookup(session, RawRecord.__table__, ("id", "payload_hash", "status", "source"),
+                                          "payload_hash", [row["payload_hash"] for row in missing]):
+            if src == source:
+                found[h] = (rid, status)
+    return found
 
 
 def quarantine(session: Session, reasons: dict[int, str]) -> None:

@@ -178,6 +178,7 @@ def upgrade() -> None:
     with op.batch_alter_table('rankings', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_rankings_annotator_id'), ['annotator_id'], unique=False)
         batch_op.create_index('ix_rankings_prompt_status', ['prompt_id', 'status'], unique=False)
+        batch_op.create_index('ix_rankings_ls_annotation', ['ls_project_id', 'ls_annotation_id'], unique=False)
 
     op.create_table('training_runs',
     sa.Column('id', sa.Integer(), nullable=False),
@@ -207,11 +208,9 @@ def upgrade() -> None:
     sa.Column('chosen_id', sa.Integer(), nullable=False),
     sa.Column('rejected_id', sa.Integer(), nullable=False),
     sa.Column('ranking_id', sa.Integer(), nullable=True),
-    sa.Column('annotator_id', sa.Integer(), nullable=True),
     sa.Column('annotator_kind', sa.String(length=10), nullable=False),
     sa.Column('margin', sa.Float(), nullable=False),
     sa.Column('weight', sa.Float(), nullable=False),
-    sa.ForeignKeyConstraint(['annotator_id'], ['annotators.id'], name=op.f('fk_comparisons_annotator_id_annotators')),
     sa.ForeignKeyConstraint(['build_id'], ['pair_builds.id'], name=op.f('fk_comparisons_build_id_pair_builds'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['chosen_id'], ['candidates.id'], name=op.f('fk_comparisons_chosen_id_candidates'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['prompt_id'], ['prompts.id'], name=op.f('fk_comparisons_prompt_id_prompts'), ondelete='CASCADE'),
@@ -253,6 +252,7 @@ def downgrade() -> None:
     op.drop_table('comparisons')
     op.drop_table('training_runs')
     with op.batch_alter_table('rankings', schema=None) as batch_op:
+        batch_op.drop_index('ix_rankings_ls_annotation')
         batch_op.drop_index('ix_rankings_prompt_status')
         batch_op.drop_index(batch_op.f('ix_rankings_annotator_id'))
 

@@ -1,0 +1,98 @@
+"""Bulk statements with the per-row cost of the database driver, not of the ORM.
+
+SQLAlchemy builds every statement here (nothing is assembled from strings); it is
+compiled once per shape and dialect and then handed to the driver's
+`executemany` through `Connection.exec_driver_sql`. Python-side column defaults
+(timestamps, statuses) are filled in here, since the driver does not know them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from operator import itemgetter
+from typing import Any
+
+from sqlalchemy import Table, bindparam, select
+from sqlalchemy.orm import Session
+
+IN_CHUNK = 500  # values per lookup statement: well under every driver's parameter limit
+
+
+def _defaults(table: Table, columns: Sequence[str]) -> dict[str, Any]:
+    """Values for the Python-side defaults of `table` that the rows do not carry."""
+    out = {}
+    for column in table.columns:
+        if column.name in columns or column.primary_key and column.autoincrement:
+            continue
+        default = column.default
+        if default is None:
+            continue
+        out[column.name] = default.arg(None) if default.is_callable else default.arg
+    return out
+
+
+@lru_cache(maxsize=256)
+def _insert_sql(table: Table, columns: tuple[str, ...], dialect_name: str, dialect, conflict: tuple[str, ...] | None):
+    values = {c: bindparam(c) for c in columns}
+    if conflict is None:
+        from sqlalchemy import insert
+
+        stmt = insert(table).values(values)
+    else:
+        if dialect_name == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:
+            from sqlalchemy.dialects.postgresql import insert
+        stmt = insert(table).values(values).on_conflict_do_nothing(index_elements=list(conflict))
+    compiled = stmt.compile(dialect=dialect)
+    order = compiled.positiontup if compiled.positional else None
+    return str(compiled), order
+
+
+def insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]],
+                conflict: Sequence[str] | None = None) -> None:
+    """INSERT many rows (all with the same keys); with `conflict`, skip rows that collide."""
+    if not rows:
+        return
+    conn = session.connection()
+    extra = _defaults(table, tuple(rows[0]))
+    columns = tuple(rows[0]) + tuple(extra)
+    sql, order = _insert_sql(table, columns, conn.dialect.name, conn.dialect,
+                             tuple(conflict) if conflict is not None else None)
+    if extra:
+        rows = [{**row, **extra} for row in rows]
+    if order is not None:
+        getter = itemgetter(*order)
+        params = [getter(row) if len(order) > 1 else (getter(row),) for row in rows]
+    else:
+        params = list(rows)
+    conn.exec_driver_sql(sql, params)
+
+
+@lru_cache(maxsize=256)
+def _lookup_sql(table: Table, columns: tuple[str, ...], key: str, dialect, size: int):
+    stmt = select(*(table.c[c] for c in columns)).where(
+        table.c[key].in_([bindparam(f"v{i}") for i in range(size)]))
+    compiled = stmt.compile(dialect=dialect)
+    order = compiled.positiontup if compiled.positional else None
+    return str(compiled), order
+
+
+def lookup(session: Session, table: Table, columns: Sequence[str], key: str, values: Iterable) -> list[tuple]:
+    """Rows of `table`'s `columns` whose `key` column is in `values`, IN_CHUNK values at a time."""
+    values = list(dict.fromkeys(values))
+    if not values:
+        return []
+    conn = session.connection()
+    out: list[tuple] = []
+    for start in range(0, len(values), IN_CHUNK):
+        part = values[start:start + IN_CHUNK]
+        size = IN_CHUNK if len(values) > IN_CHUNK else len(part)
+        part = part + [part[-1]] * (size - len(part))  # pad: one compiled shape per size
+        sql, order = _lookup_sql(table, tuple(columns), key, conn.dialect, size)
+        params = dict(zip((f"v{i}" for i in range(size)), part))
+        if order is not None:
+            params = tuple(params[name] for name in order)
+        out.extend(tuple(row) for row in conn.exec_driver_sql(sql, params))
+    return out
