@@ -156,7 +156,7 @@ def baseline(url: str, path: Path, limit: int) -> dict:
                     if a.tier < b.tier:
                         s.add(Comparison(build_id=build.id, prompt_id=ranking.prompt_id, chosen_id=a.candidate_id,
                                          rejected_id=b.candidate_id, ranking_id=ranking.id,
-                                         annotator_id=ranking.annotator_id, annotator_kind="human",
+                                         annotator_kind="human",
                                          margin=float(b.tier - a.tier), weight=1.0))
                         pairs += 1
     return {"import": {"seconds": import_seconds, "rankings": n},

@@ -104,7 +104,8 @@ class Annotator(Base):
     """A human (import name or Label Studio user) or an AI judge configuration."""
 
     __tablename__ = "annotators"
-    __table_args__ = (UniqueConstraint("kind", "name"),)
+    # name first: imports look annotators up by name.
+    __table_args__ = (UniqueConstraint("name", "kind"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     kind: Mapped[str] = mapped_column(String(10))
@@ -122,7 +123,8 @@ class RawRecord(Base):
     """An external payload exactly as received, stored before it is parsed."""
 
     __tablename__ = "raw_records"
-    __table_args__ = (UniqueConstraint("source", "payload_hash"),)
+    # payload_hash first: imports look records up by hash.
+    __table_args__ = (UniqueConstraint("payload_hash", "source"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     source: Mapped[str] = mapped_column(String(40))        # "import:rankings", "label-studio", ...
@@ -140,7 +142,8 @@ class Ranking(Base):
 
     __tablename__ = "rankings"
     __table_args__ = (
-        UniqueConstraint("annotator_id", "source", "external_id", "version"),
+        # external_id first: imports and syncs look rankings up by their external id.
+        UniqueConstraint("external_id", "annotator_id", "source", "version"),
         Index("ix_rankings_prompt_status", "prompt_id", "status"),
         # `ls sync` finds an annotation's earlier versions by its Label Studio ids.
         Index("ix_rankings_ls_annotation", "ls_project_id", "ls_annotation_id"),

@@ -26,7 +26,7 @@ def upgrade() -> None:
     sa.Column('config', sa.JSON(), nullable=True),
     sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_annotators')),
-    sa.UniqueConstraint('kind', 'name', name=op.f('uq_annotators_kind_name')),
+    sa.UniqueConstraint('name', 'kind', name=op.f('uq_annotators_name_kind')),
     sa.UniqueConstraint('pseudonym', name=op.f('uq_annotators_pseudonym'))
     )
     op.create_table('job_locks',
@@ -84,7 +84,7 @@ def upgrade() -> None:
     sa.Column('reason', sa.Text(), nullable=True),
     sa.Column('received_at', sa.DateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_raw_records')),
-    sa.UniqueConstraint('source', 'payload_hash', name=op.f('uq_raw_records_source_payload_hash'))
+    sa.UniqueConstraint('payload_hash', 'source', name=op.f('uq_raw_records_payload_hash_source'))
     )
     op.create_table('dataset_versions',
     sa.Column('id', sa.Integer(), nullable=False),
@@ -173,7 +173,7 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['prompt_id'], ['prompts.id'], name=op.f('fk_rankings_prompt_id_prompts'), ondelete='CASCADE'),
     sa.ForeignKeyConstraint(['raw_record_id'], ['raw_records.id'], name=op.f('fk_rankings_raw_record_id_raw_records')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_rankings')),
-    sa.UniqueConstraint('annotator_id', 'source', 'external_id', 'version', name=op.f('uq_rankings_annotator_id_source_external_id_version'))
+    sa.UniqueConstraint('external_id', 'annotator_id', 'source', 'version', name=op.f('uq_rankings_external_id_annotator_id_source_version'))
     )
     with op.batch_alter_table('rankings', schema=None) as batch_op:
         batch_op.create_index(batch_op.f('ix_rankings_annotator_id'), ['annotator_id'], unique=False)
