@@ -12,6 +12,7 @@ import hashlib
 import json
 import shutil
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from preflab.errors import HubError, InputError
 
 FORMATS = ("disk", "parquet", "jsonl")
 SPLITS = ("train", "test")
-BATCH_ROWS = 10_000
+BATCH_ROWS = 20_000
 
 
 @dataclass
@@ -199,8 +200,16 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
         suffix = {"jsonl": "jsonl", "parquet": "parquet", "disk": "arrow"}[settings.format]
         writers = {s: _SplitWriter(staging / f"{s}.{suffix}", settings.format, settings.conversational)
                    for s in SPLITS}
-        for split, table, identity in _batches(session, splits, settings.conversational):
-            writers[split].write(table, identity)
+        # Arrow encodes and compresses without the GIL: write in a second thread while
+        # this one reads the next batch from the database.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pending = []
+            for split, table, identity in _batches(session, splits, settings.conversational):
+                pending.append(pool.submit(writers[split].write, table, identity))
+                if len(pending) > 2:
+                    pending.pop(0).result()
+            for future in pending:
+                future.result()
         for writer in writers.values():
             writer.close()
         digest = hashlib.sha256("".join(writers[s].digest.hexdigest() for s in SPLITS).encode()).hexdigest()

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import orjson
 from sqlalchemy.orm import Session
 
 from preflab.db.bulk import insert_rows, lookup
@@ -29,7 +30,7 @@ from preflab.db.store import (
 )
 from preflab.errors import InputError
 
-BATCH_LINES = 2000
+BATCH_LINES = 5000
 
 
 class Invalid(ValueError):
@@ -89,9 +90,9 @@ class PromptRecord:
 
 def _load_object(line: str) -> dict[str, Any]:
     try:
-        data = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise Invalid(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+        data = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        raise Invalid(f"not valid JSON ({str(exc).split(':')[0]})") from None
     if not isinstance(data, dict):
         raise Invalid(f"expected a JSON object, got {type(data).__name__}")
     return data
