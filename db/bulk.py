@@ -3,7 +3,8 @@
 SQLAlchemy builds every statement here (nothing is assembled from strings); it is
 compiled once per shape and dialect and then handed to the driver's
 `executemany` through `Connection.exec_driver_sql`. Python-side column defaults
-(timestamps, statuses) are filled in here, since the driver does not know them.
+(timestamps, statuses) are filled in here and each value goes through its
+type's bind processor (JSON, SQLite datetimes), as SQLAlchemy itself would do.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]],
                              tuple(conflict) if conflict is not None else None)
     if extra:
         rows = [{**row, **extra} for row in rows]
+    # What SQLAlchemy would do to each value on the way in (JSON → text, datetimes on SQLite).
+    processors = {c: p for c in columns if (p := table.c[c].type._cached_bind_processor(conn.dialect))}
+    if processors:
+        rows = [{**row, **{c: p(row[c]) for c, p in processors.items()}} for row in rows]
     if order is not None:
         getter = itemgetter(*order)
         params = [getter(row) if len(order) > 1 else (getter(row),) for row in rows]

@@ -140,3 +140,24 @@ def test_import_prompts_with_and_without_responses(cli, sessions, tmp_path):
 def test_sample_rankings_import_cleanly(cli, sample_rankings):
     out = json.loads(cli("import", "rankings", sample_rankings, "--json").stdout)
     assert out["quarantined"] == 0 and out["imported"] == out["read"] > 50
+
+
+def test_bulk_rows_round_trip_json_and_timestamps(sessions):
+    """Rows written by the driver-level bulk path read back through the ORM unchanged."""
+    from datetime import timezone
+
+    from preflab.db.models import Annotator
+    from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts
+
+    with sessions.begin() as s:
+        pid = ensure_prompts(s, {"h" * 64: {"text": "P"}})["h" * 64]
+        cid = ensure_candidates(s, {(pid, "c" * 64): {"text": "C", "sampling": {"temperature": 0.7, "seed": 3}}})
+        ensure_annotators(s, {("ai", "judge"): {"judge_kind": "score", "config": {"k": 3, "model": "m"}}})
+    with sessions.begin() as s:
+        candidate = s.get(Candidate, cid[(pid, "c" * 64)])
+        assert candidate.sampling == {"temperature": 0.7, "seed": 3}
+        judge = s.scalar(select(Annotator).where(Annotator.name == "judge"))
+        assert judge.config == {"k": 3, "model": "m"}
+        created = judge.created_at if judge.created_at.tzinfo else judge.created_at.replace(tzinfo=timezone.utc)
+        assert created.year >= 2024 and created.second is not None
+        assert s.get(Prompt, pid).created_at.hour == created.hour
