@@ -1,0 +1,122 @@
+"""`preflab bon sample`: best-of-n with a tiny random policy and reward model, stored for estimation."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from sqlalchemy import select
+
+from preflab.db.models import Annotator, Candidate, ModelVersion, Ranking
+from tests.tiny_models import tiny_causal_lm, tiny_reward_model, tiny_tokenizer
+
+pytestmark = pytest.mark.slow
+
+PROMPTS = ["What is the capital of France?", "How many legs does a spider have?", "Write a short poem about the sea."]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("bon-models")
+    tokenizer = tiny_tokenizer()
+    return tiny_causal_lm(root / "policy", tokenizer=tokenizer), tiny_reward_model(root / "rm", tokenizer=tokenizer)
+
+
+@pytest.fixture
+def setup(sessions, models, tmp_path):
+    policy, rm = models
+    with sessions.begin() as session:
+        session.add(ModelVersion(name="rm-tiny", kind="reward", path=str(rm)))
+        session.add(ModelVersion(name="policy-tiny", kind="policy", path=str(policy)))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    return policy, rm, prompts
+
+
+def test_sample_stores_every_draw_and_the_estimate_reads_them(cli, sessions, setup):
+    policy, rm, prompts = setup
+    n = 4
+    out = json.loads(cli("bon", "sample", "--reward-model", "rm-tiny", "--policy", policy, "--n", n,
+                         "--prompts", prompts, "--max-new-tokens", 6, "--json").stdout)
+    assert out["prompts"] == 3 and out["samples"] == 3 * n and out["kept"] == 0
+    assert out["kl_bound"] == pytest.approx(math.log(n) - (n - 1) / n)
+    assert 0 <= out["kl_beirami"] <= out["kl_bound"] + 1e-9
+
+    from preflab.training.models import load_sequence_scorer
+    from preflab.training.scoring import reward_scores
+
+    reward, tokenizer = load_sequence_scorer(str(rm), device="cpu")
+    with sessions.begin() as session:
+        annotator = session.scalar(select(Annotator).where(Annotator.name == "rm-tiny"))
+        assert annotator.kind == "ai"
+        rankings = session.scalars(select(Ranking).where(Ranking.annotator_id == annotator.id)).all()
+        assert len(rankings) == 3 and {r.status for r in rankings} == {"valid"}
+        for ranking in rankings:
+            items = ranking.items
+            assert sum(i.details["copies"] for i in items) == n          # every draw accounted for
+            candidates = {c.id: c for c in session.scalars(select(Candidate).where(
+                Candidate.id.in_([i.candidate_id for i in items])))}
+            prompt = candidates[items[0].candidate_id].prompt.text
+            texts = [candidates[i.candidate_id].text for i in items]
+            # The stored score is the reward model's score of (prompt, response).
+            rescored = reward_scores(reward, tokenizer, [prompt] * len(texts), texts)
+            assert [i.score for i in items] == pytest.approx(rescored, abs=1e-4)
+            # The kept response is a top-scoring one, and tier 0 holds the top score.
+            chosen = [i for i in items if i.details["selected"]]
+            assert len(chosen) == 1 and chosen[0].score == max(i.score for i in items)
+            assert chosen[0].tier == 0
+            for item in items:
+                sampling = candidates[item.candidate_id].sampling
+                assert sampling["best_of"] == n and sampling["temperature"] == 1.0
+                assert sampling["logprob"] == pytest.approx(item.details["logprob"]) and sampling["logprob"] <= 0
+                assert candidates[item.candidate_id].model == str(policy.resolve())
+
+    est = json.loads(cli("bon", "estimate", "--from-db", "--proxy", "rm-tiny", "--n", "1,2,4", "--json").stdout)
+    assert est["groups"] == [3, 3, 3]
+    assert est["proxy"][0] == pytest.approx(np.mean([s["mean_score"] for s in out["selected"]]), abs=1e-6)
+    assert est["proxy"][2] == pytest.approx(np.mean([s["score"] for s in out["selected"]]), abs=1e-6)
+    assert out["estimate"]["proxy"] == pytest.approx(est["proxy"])
+
+    again = json.loads(cli("bon", "sample", "--reward-model", "rm-tiny", "--policy", policy, "--n", n,
+                           "--prompts", prompts, "--max-new-tokens", 6, "--json").stdout)
+    assert again["prompts"] == 0 and again["kept"] == 3          # same settings: nothing sampled twice
+    reseeded = json.loads(cli("bon", "sample", "--reward-model", "rm-tiny", "--policy", policy, "--n", n,
+                              "--prompts", prompts, "--max-new-tokens", 6, "--seed", 1, "--json").stdout)
+    assert reseeded["prompts"] == 3 and reseeded["superseded"] == 3
+    with sessions.begin() as session:
+        valid = session.scalars(select(Ranking).where(Ranking.status == "valid")).all()
+        assert len(valid) == 3
+
+
+def test_logprob_is_the_sampling_probability(models):
+    """With temperature 1 and no truncation, a draw's log-probability is the policy's own."""
+    import torch
+
+    from preflab.training.bestofn.sample import BonSampleConfig, sample_sequences
+    from preflab.training.models import chat_text, load_causal_lm
+
+    policy, _ = models
+    model, tokenizer = load_causal_lm(str(policy), device="cpu")
+    text = chat_text(tokenizer, PROMPTS[0])
+    (samples,) = sample_sequences(model, tokenizer, [text], BonSampleConfig(n=3, max_new_tokens=5), seed=0)
+    prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    for sample in samples:
+        ids = torch.tensor([prompt_ids + sample.token_ids])
+        with torch.no_grad():
+            logps = model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
+        want = sum(logps[len(prompt_ids) - 1 + i, t].item() for i, t in enumerate(sample.token_ids))
+        assert sample.logprob == pytest.approx(want, abs=1e-4)
+        assert sample.tokens == len(sample.token_ids)
+
+
+def test_bad_reward_model_is_one_line_error(cli, setup):
+    policy, _, prompts = setup
+    for name, message in (("nope", "no model version named 'nope'"),
+                          ("policy-tiny", "is a policy model, not a reward model")):
+        result = cli("bon", "sample", "--reward-model", name, "--policy", policy, "--prompts", prompts,
+                     expect_ok=False)
+        assert result.exit_code != 0
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and message in lines[0]

@@ -1,0 +1,282 @@
+"""Best-of-n sampling with a trained reward model (inference-time alignment).
+
+For each prompt the policy samples N responses; the reward model scores them;
+the highest-scoring one is kept (ties broken at random). All N are stored, so
+`preflab bon estimate --from-db --proxy REWARD_MODEL` can later estimate every
+n ≤ N from them, and a human or gold judge can rank them to measure the truth:
+
+- each distinct response is a Candidate (the policy and sampling settings, the
+  sequence's log-probability under the sampling distribution);
+- the scores are one Ranking per prompt by the AI annotator named after the
+  reward model's model version: tiers by score, `RankingItem.score` = reward,
+  `details` = {"copies": how many of the N draws gave this text, "logprob",
+  "selected"}. A response drawn twice is one candidate with two copies (the
+  estimator counts it twice: identical draws are a point mass, not a mistake).
+
+Sampling uses the policy's own generation loop with the scores of the processed
+(temperature, top-p) distribution, so each response's probability under what
+was actually sampled is known: Beirami et al.'s KL estimate d_n(ε) needs it.
+Loading comes from `preflab.training.models`, prompt formatting from its chat
+helpers, and scoring from `preflab.training.scoring` (inputs tokenized as the
+reward model was trained on them), as `preflab judge reward-model` scores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from sqlalchemy import insert, select, update
+from sqlalchemy.orm import Session
+
+from preflab.db.models import Annotator, Candidate, ModelVersion, Prompt, Ranking, RankingItem, RankingStatus
+from preflab.db.pairs import tiers_from_scores
+from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
+from preflab.errors import InputError, NotFound
+
+SOURCE = "bon"
+
+
+@dataclass
+class BonSampleConfig:
+    """How best-of-n samples (defaults: the policy's own distribution, the reference of the KL)."""
+
+    n: int = field(default=8, metadata={"help": "Samples per prompt; the reward model keeps the best."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling probability mass (1 = off)."})
+    top_k: int = field(default=0, metadata={"help": "Sample from the k likeliest tokens only (0 = off)."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Longest response, in tokens."})
+    batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass (generation and scoring)."})
+    conversational: bool = field(default=False, metadata={
+        "help": "Score chat messages (for reward models trained on conversational exports)."})
+    seed: int = field(default=0, metadata={"help": "Random seed; each batch of prompts derives its own."})
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise InputError("n must be at least 1")
+        if self.temperature <= 0:
+            raise InputError("temperature must be positive")
+        if not 0 < self.top_p <= 1:
+            raise InputError("top-p must be in (0, 1]")
+        if self.top_k < 0 or self.max_new_tokens < 1 or self.batch_size < 1:
+            raise InputError("top-k must be ≥ 0, max-new-tokens and batch-size ≥ 1")
+
+    def identity(self) -> dict[str, Any]:
+        """The settings that decide what is sampled (batch size only decides how fast)."""
+        return {k: v for k, v in asdict(self).items() if k != "batch_size"}
+
+
+@dataclass
+class Sample:
+    text: str
+    logprob: float    # log P(token sequence) under the processed sampling distribution
+    tokens: int       # generated tokens, the end-of-turn token included
+    finished: bool    # ended with an end-of-turn token rather than at max_new_tokens
+    token_ids: list[int] = field(default_factory=list, repr=False)  # generated, up to the end-of-turn token
+
+
+def reward_model_version(session: Session, name: str) -> ModelVersion:
+    """The `reward` ModelVersion called `name`, with weights on disk."""
+    version = session.scalar(select(ModelVersion).where(ModelVersion.name == name))
+    if version is None:
+        raise NotFound(f"no model version named {name!r} (see the model versions your training runs made)")
+    if version.kind != "reward":
+        raise InputError(f"model version {name!r} is a {version.kind} model, not a reward model")
+    if not version.path:
+        raise InputError(f"model version {name!r} has no saved weights (no path)")
+    return version
+
+
+def _stop_ids(model, tokenizer) -> set[int]:
+    ids = model.generation_config.eos_token_id
+    ids = set(ids if isinstance(ids, list) else [] if ids is None else [ids])
+    ids.update(i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None)
+    return ids
+
+
+def sample_sequences(model, tokenizer, texts: list[str], config: BonSampleConfig, seed: int) -> list[list[Sample]]:
+    """`config.n` samples for each formatted text, in one batched `generate` call (left padding)."""
+    import torch
+
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    torch.manual_seed(seed)
+    with torch.inference_mode():
+        out = model.generate(**enc, do_sample=True, temperature=config.temperature, top_p=config.top_p,
+                             top_k=config.top_k, max_new_tokens=config.max_new_tokens,
+                             num_return_sequences=config.n, pad_token_id=tokenizer.pad_token_id,
+                             output_scores=True, return_dict_in_generate=True)
+        # log-softmax of the processed scores: each token's probability under what was sampled.
+        steps = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).float().cpu()
+    generated = out.sequences[:, enc["input_ids"].shape[1]:].tolist()
+    stop = _stop_ids(model, tokenizer)
+    samples: list[Sample] = []
+    for row, logps in zip(generated, steps.tolist()):
+        end = next((i for i, t in enumerate(row) if t in stop), None)
+        used = len(row) if end is None else end + 1
+        text = tokenizer.decode(row if end is None else row[:end], skip_special_tokens=True).strip()
+        samples.append(Sample(text, float(sum(logps[:used])), used, end is not None, row[:used]))
+    return [samples[i * config.n:(i + 1) * config.n] for i in range(len(texts))]
+
+
+@dataclass
+class Selected:
+    prompt_id: int
+    candidate_id: int
+    score: float
+    mean_score: float
+    logprob: float
+    text: str
+
+
+@dataclass
+class BonSampleSummary:
+    reward_model: str
+    policy: str
+    n: int
+    prompts: int = 0          # prompts sampled by this call
+    kept: int = 0             # prompts this exact run had already sampled
+    samples: int = 0
+    stored: int = 0           # new candidates
+    duplicates: int = 0       # draws identical to another draw of the same prompt
+    superseded: int = 0       # earlier best-of-n rankings by this reward model replaced
+    seconds: float = 0.0
+    selected: list[Selected] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k != "selected"}
+        out["selected"] = [asdict(s) for s in self.selected]
+        return out
+
+
+def run_id(policy: str, reward_model: str, config: BonSampleConfig) -> str:
+    blob = json.dumps({"policy": policy, "reward_model": reward_model, **config.identity()}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _batch_seed(base: int, prompt_ids: list[int]) -> int:
+    key = f"{base}:{prompt_ids}".encode()
+    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def _prompts_to_sample(session: Session, run: str, prompt_ids: list[int] | None) -> tuple[list[tuple[int, str]], int]:
+    """(prompt id, text) not yet sampled by this run, and how many were."""
+    query = select(Prompt.id, Prompt.text).order_by(Prompt.id)
+    rows = []
+    if prompt_ids is None:
+        rows = [tuple(r) for r in session.execute(query)]
+    else:
+        for part in chunks(sorted(set(prompt_ids))):
+            rows.extend(tuple(r) for r in session.execute(query.where(Prompt.id.in_(part))))
+    done = set(session.scalars(select(Ranking.external_id).where(
+        Ranking.source == SOURCE, Ranking.judge_run == run)))
+    todo = [(pid, text) for pid, text in sorted(rows) if f"{run}:{pid}" not in done]
+    return todo, len(rows) - len(todo)
+
+
+def _store_prompt(session: Session, annotator_id: int, run: str, prompt_id: int, samples: list[Sample],
+                  scores: list[float], policy: str, policy_version_id: int | None, config: BonSampleConfig,
+                  seed: int, rng: random.Random, summary: BonSampleSummary) -> None:
+    """Store one prompt's N draws as candidates and the reward model's ranking of them."""
+    distinct: dict[str, dict[str, Any]] = {}
+    for position, (sample, score) in enumerate(zip(samples, scores)):
+        h = content_hash(sample.text)
+        if h in distinct:
+            distinct[h]["copies"] += 1
+            summary.duplicates += 1
+            continue
+        distinct[h] = {"sample": sample, "score": score, "copies": 1, "position": position}
+    settings = {k: v for k, v in config.identity().items() if k not in ("conversational", "n")}
+    existing = set(session.scalars(select(Candidate.content_hash).where(
+        Candidate.prompt_id == prompt_id, Candidate.content_hash.in_(list(distinct)))))
+    ids = ensure_candidates(session, {(prompt_id, h): {
+        "text": d["sample"].text, "model": policy, "model_version_id": policy_version_id}
+        for h, d in distinct.items()})
+    # The sampling record (JSON) goes through the ORM's UPDATE, which serialises JSON on every
+    # database; a response drawn in an earlier run keeps the record it was first stored with.
+    new = [h for h in distinct if h not in existing]
+    if new:
+        session.execute(update(Candidate), [
+            {"id": ids[(prompt_id, h)], "sampling": {
+                **settings, "seed": seed, "best_of": config.n, "logprob": distinct[h]["sample"].logprob,
+                "tokens": distinct[h]["sample"].tokens, "finished": distinct[h]["sample"].finished}}
+            for h in new])
+    summary.stored += len(new)
+    by_candidate = {ids[(prompt_id, h)]: d for h, d in distinct.items()}
+    scored = {cid: d["score"] for cid, d in by_candidate.items()}
+    top = max(scored.values())
+    chosen = rng.choice(sorted(cid for cid, s in scored.items() if s == top))
+    tiers = tiers_from_scores(scored, tolerance=0.0)
+    tier_of = {cid: t for t, tier in enumerate(tiers) for cid in tier}
+    summary.superseded += session.execute(
+        update(Ranking).where(Ranking.annotator_id == annotator_id, Ranking.prompt_id == prompt_id,
+                              Ranking.source == SOURCE, Ranking.status == RankingStatus.valid.value)
+        .values(status=RankingStatus.superseded.value)).rowcount
+    ranking_id = session.execute(insert(Ranking).values(
+        prompt_id=prompt_id, annotator_id=annotator_id, source=SOURCE, external_id=f"{run}:{prompt_id}",
+        version=1, status=RankingStatus.valid.value, n_tiers=len(tiers), same_as_shown=False,
+        judge_run=run).returning(Ranking.id)).scalar_one()
+    session.execute(insert(RankingItem), [
+        {"ranking_id": ranking_id, "candidate_id": cid, "tier": tier_of[cid], "shown_position": d["position"],
+         "score": d["score"], "details": {"copies": d["copies"], "logprob": d["sample"].logprob,
+                                          "selected": cid == chosen}}
+        for cid, d in by_candidate.items()])
+    best = by_candidate[chosen]
+    summary.selected.append(Selected(prompt_id, chosen, best["score"], float(np.mean(scores)),
+                                     best["sample"].logprob, best["sample"].text))
+
+
+def best_of_n(sessions, policy, policy_tokenizer, policy_label: str, policy_version_id: int | None,
+              reward, reward_tokenizer, reward_name: str, reward_path: str, config: BonSampleConfig,
+              prompt_ids: list[int] | None = None, progress: Callable[[int], None] | None = None,
+              on_total: Callable[[int], None] | None = None) -> BonSampleSummary:
+    """Sample N responses per prompt, score them, keep the best; store everything.
+
+    Each batch of prompts is one transaction, so an interrupted run keeps what it
+    finished and a re-run of the same settings samples only the prompts left.
+    """
+    from preflab.training.models import chat_text
+    from preflab.training.scoring import reward_scores
+
+    start = time.perf_counter()
+    summary = BonSampleSummary(reward_name, policy_label, config.n)
+    run = run_id(policy_label, reward_name, config)
+    with sessions.begin() as session:
+        key = ("ai", reward_name)
+        known = session.scalar(select(Annotator.id).where(Annotator.kind == "ai", Annotator.name == reward_name))
+        annotator_id = ensure_annotators(session, {key: {"judge_kind": "reward-model",
+                                                         "model": reward_path[-300:]}})[key]
+        if known is None:  # JSON through the ORM, as for candidates
+            session.execute(update(Annotator), [{"id": annotator_id, "config": {
+                "model_version": reward_name, "use": "best-of-n"}}])
+        todo, summary.kept = _prompts_to_sample(session, run, prompt_ids)
+    if on_total:
+        on_total(len(todo))
+    per_batch = max(1, config.batch_size // config.n)
+    for batch in chunks(todo, per_batch):
+        seed = _batch_seed(config.seed, [pid for pid, _ in batch])
+        drawn = sample_sequences(policy, policy_tokenizer, [chat_text(policy_tokenizer, text) for _, text in batch],
+                                 config, seed)
+        prompts: list = [text for (_, text), samples in zip(batch, drawn) for _ in samples]
+        responses: list = [s.text for samples in drawn for s in samples]
+        if config.conversational:
+            prompts = [[{"role": "user", "content": p}] for p in prompts]
+            responses = [[{"role": "assistant", "content": r}] for r in responses]
+        values = iter(reward_scores(reward, reward_tokenizer, prompts, responses, config.batch_size))
+        rng = random.Random(seed)
+        with sessions.begin() as session:
+            for (prompt_id, _), samples in zip(batch, drawn):
+                scores = [round(next(values), 6) for _ in samples]
+                _store_prompt(session, annotator_id, run, prompt_id, samples, scores, policy_label,
+                              policy_version_id, config, seed, rng, summary)
+        summary.prompts += len(batch)
+        summary.samples += sum(len(s) for s in drawn)
+        if progress:
+            progress(len(batch))
+    summary.seconds = time.perf_counter() - start
+    return summary
