@@ -217,19 +217,25 @@ class PairBuild(Base):
 
 
 class Comparison(Base):
-    """A derived pair: `chosen` was preferred to `rejected` for the prompt."""
+    """A derived pair: `chosen` was preferred to `rejected` for the prompt.
+
+    Comparisons are a disposable materialisation: `pairs build` deletes and
+    rewrites all of them in one transaction, by an INSERT … SELECT over rankings
+    whose own foreign keys are enforced. They carry no foreign keys themselves:
+    on Postgres each one is a trigger per row, and with them writing two million
+    pairs took 10× as long (see bench/README.md).
+    """
 
     __tablename__ = "comparisons"
     __table_args__ = (Index("ix_comparisons_prompt", "prompt_id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    build_id: Mapped[int] = mapped_column(ForeignKey("pair_builds.id", ondelete="CASCADE"), index=True)
-    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"))
-    chosen_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
-    rejected_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"))
-    # NULL for aggregated pairs; the annotator is the ranking's (not copied here: one less
-    # foreign key to check per row when millions of pairs are written).
-    ranking_id: Mapped[int | None] = mapped_column(ForeignKey("rankings.id", ondelete="CASCADE"), index=True)
+    build_id: Mapped[int] = mapped_column(Integer, index=True)  # pair_builds.id
+    prompt_id: Mapped[int] = mapped_column(Integer)  # prompts.id
+    chosen_id: Mapped[int] = mapped_column(Integer)  # candidates.id
+    rejected_id: Mapped[int] = mapped_column(Integer)  # candidates.id
+    # rankings.id; NULL for aggregated pairs. The annotator is the ranking's.
+    ranking_id: Mapped[int | None] = mapped_column(Integer, index=True)
     annotator_kind: Mapped[str] = mapped_column(String(10))  # human | ai | mixed
     margin: Mapped[float] = mapped_column(Float)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
@@ -286,6 +292,33 @@ class TrainingRun(Base):
     world_size: Mapped[int] = mapped_column(Integer, default=1)
     iteration: Mapped[int | None] = mapped_column(Integer)
     started_at: Mapped[datetime] = _ts()
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SelfRewardIteration(Base):
+    """One iteration of a self-rewarding loop (M_{t-1} → M_t) and the step it has reached.
+
+    The loop resumes from `step` after a crash; the ids link the iteration to what
+    it made (judge, dataset version, training run, model version).
+    """
+
+    __tablename__ = "self_reward_iterations"
+    __table_args__ = (UniqueConstraint("loop", "iteration"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    loop: Mapped[str] = mapped_column(String(100))
+    iteration: Mapped[int] = mapped_column(Integer)
+    step: Mapped[str] = mapped_column(String(20))  # the next step to run; "done" when finished
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    policy_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))  # M_{t-1}
+    model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))  # M_t
+    judge_annotator_id: Mapped[int | None] = mapped_column(ForeignKey("annotators.id"))
+    dataset_version_id: Mapped[int | None] = mapped_column(ForeignKey("dataset_versions.id"))
+    training_run_id: Mapped[int | None] = mapped_column(ForeignKey("training_runs.id"))
+    state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    started_at: Mapped[datetime] = _ts()
+    updated_at: Mapped[datetime] = _ts()
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 

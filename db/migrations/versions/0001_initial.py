@@ -201,6 +201,30 @@ def upgrade() -> None:
     sa.ForeignKeyConstraint(['output_model_version_id'], ['model_versions.id'], name=op.f('fk_training_runs_output_model_version_id_model_versions')),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_training_runs'))
     )
+    op.create_table('self_reward_iterations',
+    sa.Column('id', sa.Integer(), nullable=False),
+    sa.Column('loop', sa.String(length=100), nullable=False),
+    sa.Column('iteration', sa.Integer(), nullable=False),
+    sa.Column('step', sa.String(length=20), nullable=False),
+    sa.Column('config', sa.JSON(), nullable=False),
+    sa.Column('policy_id', sa.Integer(), nullable=False),
+    sa.Column('model_version_id', sa.Integer(), nullable=True),
+    sa.Column('judge_annotator_id', sa.Integer(), nullable=True),
+    sa.Column('dataset_version_id', sa.Integer(), nullable=True),
+    sa.Column('training_run_id', sa.Integer(), nullable=True),
+    sa.Column('state', sa.JSON(), nullable=True),
+    sa.Column('metrics', sa.JSON(), nullable=True),
+    sa.Column('started_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', sa.DateTime(timezone=True), nullable=False),
+    sa.Column('finished_at', sa.DateTime(timezone=True), nullable=True),
+    sa.ForeignKeyConstraint(['dataset_version_id'], ['dataset_versions.id'], name=op.f('fk_self_reward_iterations_dataset_version_id_dataset_versions')),
+    sa.ForeignKeyConstraint(['judge_annotator_id'], ['annotators.id'], name=op.f('fk_self_reward_iterations_judge_annotator_id_annotators')),
+    sa.ForeignKeyConstraint(['model_version_id'], ['model_versions.id'], name=op.f('fk_self_reward_iterations_model_version_id_model_versions')),
+    sa.ForeignKeyConstraint(['policy_id'], ['model_versions.id'], name=op.f('fk_self_reward_iterations_policy_id_model_versions')),
+    sa.ForeignKeyConstraint(['training_run_id'], ['training_runs.id'], name=op.f('fk_self_reward_iterations_training_run_id_training_runs')),
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_self_reward_iterations')),
+    sa.UniqueConstraint('loop', 'iteration', name=op.f('uq_self_reward_iterations_loop_iteration'))
+    )
     op.create_table('comparisons',
     sa.Column('id', sa.Integer(), nullable=False),
     sa.Column('build_id', sa.Integer(), nullable=False),
@@ -211,11 +235,6 @@ def upgrade() -> None:
     sa.Column('annotator_kind', sa.String(length=10), nullable=False),
     sa.Column('margin', sa.Float(), nullable=False),
     sa.Column('weight', sa.Float(), nullable=False),
-    sa.ForeignKeyConstraint(['build_id'], ['pair_builds.id'], name=op.f('fk_comparisons_build_id_pair_builds'), ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['chosen_id'], ['candidates.id'], name=op.f('fk_comparisons_chosen_id_candidates'), ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['prompt_id'], ['prompts.id'], name=op.f('fk_comparisons_prompt_id_prompts'), ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['ranking_id'], ['rankings.id'], name=op.f('fk_comparisons_ranking_id_rankings'), ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['rejected_id'], ['candidates.id'], name=op.f('fk_comparisons_rejected_id_candidates'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_comparisons'))
     )
     with op.batch_alter_table('comparisons', schema=None) as batch_op:
@@ -250,6 +269,7 @@ def downgrade() -> None:
         batch_op.drop_index(batch_op.f('ix_comparisons_build_id'))
 
     op.drop_table('comparisons')
+    op.drop_table('self_reward_iterations')
     op.drop_table('training_runs')
     with op.batch_alter_table('rankings', schema=None) as batch_op:
         batch_op.drop_index('ix_rankings_ls_annotation')
