@@ -7,6 +7,8 @@ LS_VENV ?= $(HOME)/.cache/ls-venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.preflab-installed
 export PREFLAB_LABEL_STUDIO_BIN ?= $(LS_VENV)/bin/label-studio
+# The embedded model is converted from GGUF once (about a minute) and cached here.
+export PREFLAB_MODEL_CACHE ?= $(HOME)/.cache/preflab/models
 
 .PHONY: setup run test bench system postgres clean
 

@@ -25,7 +25,15 @@ COMMANDS: dict[str, str] = {
     "stats": "preflab.db.cli:stats_command",
     "export": "preflab.db.cli:export_command",
     "pipeline": "preflab.pipeline:pipeline_command",
+    "generate": "preflab.labelling.generate_cli:generate_command",
+    "judge": "preflab.labelling.judges.cli:judge_group",
+    "ls": "preflab.labelling.cli:ls_group",
     "demo": "preflab.cli:demo_group",
+    "bon": "preflab.training.bestofn.cli:bon_group",
+    "train": "preflab.training.cli:train_group",
+    "self-reward": "preflab.training.selfreward_cli:self_reward_group",
+    "retrain": "preflab.training.retrain_cli:retrain_command",
+    "schedule": "preflab.training.retrain_cli:schedule_command",
 }
 
 # One-line help for each lazy command, so `preflab --help` lists them without importing.
@@ -37,11 +45,22 @@ SUMMARIES: dict[str, str] = {
     "stats": "Counts and inter-annotator agreement.",
     "export": "Export comparisons as a Hugging Face dataset.",
     "pipeline": "Run the main job end to end on the configured database and model.",
+    "generate": "Sample N candidate responses per prompt with a causal LM.",
+    "judge": "Rank candidates with AI judges and report how far to trust them.",
+    "ls": "Label Studio: projects, tasks, AI predictions and annotation sync.",
     "demo": "Self-contained demonstrations with a known answer.",
+    "bon": "Best-of-n analysis: reward against KL, exact KL and win rate, sampling.",
+    "train": "Train reward models and DPO policies; evaluate model versions.",
+    "self-reward": "Self-rewarding iterative DPO: the model writes, answers and judges its own prompts.",
+    "retrain": "The scheduled job: retrain on new comparisons, if enough have arrived.",
+    "schedule": "Run the retrain job on a cron schedule (a long-running scheduler).",
 }
 
 # `preflab demo NAME`: each demo lives beside the code it demonstrates.
-DEMOS: dict[str, str] = {}
+DEMOS: dict[str, str] = {
+    "bon": "preflab.training.bestofn.demo:demo_command",
+    "toy": "preflab.training.toy_demo:toy_command",
+}
 
 
 class LazyGroup(click.Group):

@@ -1,0 +1,44 @@
+"""Label Studio labelling configurations (XML) that preflab creates projects with.
+
+- `ranking`: the candidates as a List ranked with a Ranker, best at the top.
+- `ranking_tiers`: the same with Buckets: ties, and candidates left unranked.
+- `pairwise`: two candidates side by side with Pairwise, plus a "Tie" choice.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from importlib.resources import files
+
+from preflab.errors import InputError
+
+TEMPLATES = ("ranking", "ranking_tiers", "pairwise")
+
+# The tag names inside the templates that preflab reads results from.
+RANKER = "rank"
+LIST = "responses"
+PAIRWISE = "compare"
+TIE = "tie"
+TIE_VALUE = "Tie"
+
+
+def label_config(name: str) -> str:
+    """The XML of template `name`."""
+    if name not in TEMPLATES:
+        raise InputError(f"unknown template {name!r} (expected one of {', '.join(TEMPLATES)})")
+    return (files(__name__) / f"{name}.xml").read_text(encoding="utf-8")
+
+
+def bucket_names(config: str | None) -> list[str] | None:
+    """The Bucket names of a labelling config's Ranker, in order (the tiers, best first).
+
+    None when the config is unknown or has no buckets (a plain ranking).
+    """
+    if not config or not config.strip():
+        return None
+    try:
+        root = ET.fromstring(config)
+    except ET.ParseError:
+        return None
+    names = [b.get("name") for ranker in root.iter("Ranker") for b in ranker.iter("Bucket") if b.get("name")]
+    return names or None

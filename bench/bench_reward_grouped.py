@@ -1,0 +1,140 @@
+"""Grouped reward-model training against TRL's pairwise RewardTrainer: same data, same epochs.
+
+Usage: python bench/bench_reward_grouped.py [--k 4 8] [--prompts 400 100] [--epochs 2] [--threads 1]
+
+Data (built through preflab's store: rankings imported, pairs built, a dataset
+version exported): each prompt is 24 random digits; its K candidates are 8
+random digits each; the annotator ranks them strictly by digit sum (equal sums
+tie), so a prompt yields up to C(K, 2) pairs. Model: a randomly initialised
+4-layer Llama (hidden 128), the same initial weights for both trainers.
+
+Both runs go through `preflab.training.reward.train_reward` (a recorded run
+each) and see the same pairs per optimizer step: TRL's trainer gets batches of
+P·C(K, 2) pairs, the grouped trainer batches of P prompts. Reported: the
+training loop's own runtime (Trainer's train_runtime), the whole run's wall time
+(data copy, model loading, held-out evaluation included), forward sequences per
+epoch, and the held-out pairwise accuracy. One torch thread by default: on a
+shared 2-core machine two threads oversubscribe the cores and the timings swing
+several-fold from run to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import tempfile
+import time
+from math import comb
+from pathlib import Path
+
+
+def build_store(workdir: Path, k: int, prompts: int, seed: int):
+    """A database holding the rankings, pairs and an exported dataset version; returns (sessions, name)."""
+    from preflab.db.engine import open_database, session_factory
+    from preflab.db.export import ExportSettings, export_dataset
+    from preflab.db.ingest import import_file, import_rankings_batch
+    from preflab.db.pairs import build_pairs, tiers_from_scores
+
+    rng = random.Random(seed)
+    path = workdir / "rankings.jsonl"
+    with path.open("w") as handle:
+        for i in range(prompts):
+            prompt = " ".join(str(rng.randrange(10)) for _ in range(24)) + " ="
+            responses: dict[str, int] = {}
+            while len(responses) < k:
+                digits = [rng.randrange(10) for _ in range(8)]
+                responses[" ".join(map(str, digits))] = sum(digits)
+            texts = list(responses)
+            tiers = tiers_from_scores({j: float(responses[t]) for j, t in enumerate(texts)})
+            handle.write(json.dumps({"prompt": prompt, "responses": texts, "ranking": tiers,
+                                     "annotator": "digit-sum", "id": f"bench-{i}"}) + "\n")
+    sessions = session_factory(open_database(f"sqlite:///{workdir / 'bench.db'}"))
+    import_file(sessions, path, import_rankings_batch)
+    with sessions.begin() as session:
+        pairs = build_pairs(session).pairs
+    with sessions.begin() as session:
+        version = export_dataset(session, workdir / "dataset", ExportSettings(test_size=0.2, seed=seed))
+        return sessions, version.name, pairs, version.n_train
+
+
+def initial_model(path: Path, seed: int) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from preflab.training.toy import digit_tokenizer
+
+    tokenizer = digit_tokenizer()
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    LlamaForCausalLM(config).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def train_once(sessions, base: Path, dataset: str, workdir: Path, grouped: bool, k: int, prompts_per_step: int,
+               epochs: float, seed: int) -> dict:
+    from preflab.training.config import RewardTrainConfig
+    from preflab.training.reward import train_reward
+
+    batch = prompts_per_step if grouped else prompts_per_step * comb(k, 2)
+    config = RewardTrainConfig(grouped=grouped, num_train_epochs=epochs, per_device_train_batch_size=batch,
+                               per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.05, max_length=64,
+                               logging_steps=10, save_steps=1_000_000, seed=seed, use_cpu=True)
+    start = time.perf_counter()
+    result = train_reward(sessions, config, str(base), dataset, output_dir=str(workdir / ("grouped" if grouped
+                                                                                            else "pairwise")),
+                          progress=False)
+    return {"wall_s": time.perf_counter() - start, "train_s": result.metrics["train_runtime"],
+            "steps": result.metrics["global_step"], "accuracy": result.metrics["heldout_accuracy"],
+            "loss": result.metrics["last_loss"]}
+
+
+def bench(k: int, prompts: int, epochs: float, prompts_per_step: int, seed: int) -> dict:
+    with tempfile.TemporaryDirectory(prefix=f"bench-grouped-k{k}-") as tmp:
+        workdir = Path(tmp)
+        sessions, dataset, pairs, n_train = build_store(workdir, k, prompts, seed)
+        base = initial_model(workdir / "init", seed)
+        train_prompts = round(prompts * 0.8)
+        out = {"k": k, "pairs": pairs, "train_pairs": n_train}
+        # Pairwise first, then grouped: a warm page cache favours neither much, but the order is fixed.
+        out["pairwise"] = train_once(sessions, base, dataset, workdir, False, k, prompts_per_step, epochs, seed)
+        out["grouped"] = train_once(sessions, base, dataset, workdir, True, k, prompts_per_step, epochs, seed)
+        out["pairwise"]["sequences_per_epoch"] = 2 * n_train
+        out["grouped"]["sequences_per_epoch"] = train_prompts * k
+        return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--k", type=int, nargs="+", default=[4, 8], help="Candidates per prompt.")
+    parser.add_argument("--prompts", type=int, nargs="+", default=[400, 100],
+                        help="Prompts for each K (80%% train, 20%% held out); K = 8 has 28 pairs a prompt.")
+    parser.add_argument("--epochs", type=float, default=2.0)
+    parser.add_argument("--prompts-per-step", type=int, default=8, help="Prompts whose pairs make one step.")
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads.")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU")
+    prompts = dict(zip(args.k, args.prompts + args.prompts[-1:] * len(args.k)))
+    for k in args.k:
+        r = bench(k, prompts[k], args.epochs, args.prompts_per_step, args.seed)
+        p, g = r["pairwise"], r["grouped"]
+        print(f"\n## K = {k}: {prompts[k]} prompts, {r['pairs']:,} pairs ({r['train_pairs']:,} train), {args.epochs:g} epochs, "
+              f"{args.prompts_per_step} prompts' pairs per step")
+        print(f"{'':22}{'train loop':>11}{'whole run':>11}{'steps':>7}{'seq/epoch':>11}{'held-out acc':>14}")
+        for name, row in (("TRL pairwise", p), ("preflab grouped", g)):
+            print(f"{name:22}{row['train_s']:>10.1f}s{row['wall_s']:>10.1f}s{row['steps']:>7}"
+                  f"{row['sequences_per_epoch']:>11,}{row['accuracy']:>14.3f}")
+        print(f"speed-up: train loop {p['train_s'] / g['train_s']:.2f}×, whole run {p['wall_s'] / g['wall_s']:.2f}×; "
+              f"accuracy difference {g['accuracy'] - p['accuracy']:+.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,182 @@
+"""A thin wrapper over `label-studio-sdk` 2.x: retries, and one-line errors.
+
+Every call goes through `LabelStudioClient.call`, which retries transient
+failures (connection refused or reset, timeouts, HTTP 408/429/5xx) with
+exponential backoff and turns what is left into a `LabelStudioError` a user can
+act on. A request that may already have reached the server (a POST that timed
+out) is not repeated, so a retry never creates a task twice. The token comes
+from LABEL_STUDIO_API_KEY only and appears in no message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from preflab.errors import ConfigError, LabelStudioError
+from preflab.settings import secret
+
+T = TypeVar("T")
+
+TOKEN_ENV = "LABEL_STUDIO_API_KEY"
+TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# Answers that say the request was not processed, so even a POST may be sent again.
+NOT_PROCESSED_STATUS = frozenset({429, 503})
+
+
+def _detail(body: Any) -> str:
+    """The reason inside a Label Studio error body, on one line."""
+    if isinstance(body, dict):
+        errors = body.get("validation_errors")
+        if isinstance(errors, dict) and errors:
+            parts = []
+            for field, messages in errors.items():
+                text = "; ".join(map(str, messages)) if isinstance(messages, list) else str(messages)
+                parts.append(f"{field}: {text}")
+            return " ".join(" | ".join(parts).split())[:300]
+        for key in ("detail", "message", "error"):
+            if body.get(key):
+                return " ".join(str(body[key]).split())[:300]
+    if isinstance(body, str) and body.strip():
+        return " ".join(body.split())[:200]
+    return ""
+
+
+class LabelStudioClient:
+    """A Label Studio server at `base_url`, driven through the SDK."""
+
+    def __init__(self, base_url: str, token: str, *, timeout: float = 60.0, retries: int = 4,
+                 backoff: float = 0.5):
+        from label_studio_sdk import LabelStudio
+
+        self.base_url = base_url.rstrip("/")
+        self.retries = retries
+        self.backoff = backoff
+        # The SDK's own retries are off: `call` owns them, so it can refuse to repeat a POST.
+        self.sdk = LabelStudio(base_url=self.base_url, api_key=token, timeout=timeout, max_retries=0)
+
+    @classmethod
+    def connect(cls, base_url: str | None, **kwargs) -> "LabelStudioClient":
+        """A client for `base_url` with the token from LABEL_STUDIO_API_KEY, checked with one request."""
+        if not base_url:
+            raise ConfigError("no Label Studio URL: set LABEL_STUDIO_URL or pass --label-studio-url")
+        if not base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"the Label Studio URL {base_url!r} must start with http:// or https://")
+        token = secret(TOKEN_ENV)
+        if not token:
+            raise ConfigError(f"no Label Studio token: set {TOKEN_ENV} (Account & Settings → Access Token)")
+        client = cls(base_url, token, **kwargs)
+        client.whoami()
+        return client
+
+    # --- the one place requests are made -------------------------------------------------
+
+    def call(self, what: str, fn: Callable[..., T], *args, idempotent: bool = True, **kwargs) -> T:
+        """Run one SDK call; retry transient failures; raise LabelStudioError for the rest.
+
+        Args:
+            what: what the call does, for messages ("create the project").
+            idempotent: False for requests that must not run twice (creating things).
+        """
+        import httpx
+        from label_studio_sdk.core.api_error import ApiError
+
+        attempt = 0
+        while True:
+            try:
+                return fn(*args, **kwargs)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                # Nothing reached the server: safe to repeat any request.
+                if attempt >= self.retries:
+                    raise LabelStudioError(
+                        f"cannot reach Label Studio at {self.base_url} ({_reason(exc)}); is it running?") from None
+            except httpx.TransportError as exc:
+                if not idempotent or attempt >= self.retries:
+                    raise LabelStudioError(
+                        f"lost the connection to Label Studio at {self.base_url} while trying to {what} "
+                        f"({_reason(exc)})") from None
+            except ApiError as exc:
+                status = exc.status_code or 0
+                retry = status in (TRANSIENT_STATUS if idempotent else NOT_PROCESSED_STATUS)
+                if not retry or attempt >= self.retries:
+                    error = self._api_error(what, status, exc.body)
+                    error.status = status
+                    raise error from None
+            time.sleep(self.backoff * 2 ** attempt)
+            attempt += 1
+
+    def _api_error(self, what: str, status: int, body: Any) -> LabelStudioError:
+        detail = _detail(body)
+        if status == 401:
+            return LabelStudioError(f"Label Studio at {self.base_url} refused the token in {TOKEN_ENV} "
+                                    "(HTTP 401): check that it is this server's access token")
+        if status == 403:
+            return LabelStudioError(f"Label Studio at {self.base_url} does not allow this token to {what} (HTTP 403)")
+        if status == 404:
+            return LabelStudioError(f"Label Studio at {self.base_url} could not {what}: not found (HTTP 404)")
+        suffix = f": {detail}" if detail else ""
+        return LabelStudioError(f"Label Studio at {self.base_url} could not {what} (HTTP {status}){suffix}")
+
+    # --- what preflab asks of Label Studio ----------------------------------------------
+
+    def whoami(self) -> Any:
+        return self.call("check the token", self.sdk.users.whoami)
+
+    def create_project(self, **settings) -> Any:
+        return self.call("create the project", self.sdk.projects.create, idempotent=False, **settings)
+
+    def get_project(self, project_id: int) -> Any:
+        return self.call(f"find project {project_id}", self.sdk.projects.get, project_id)
+
+    def delete_project(self, project_id: int) -> None:
+        self.call(f"delete project {project_id}", self.sdk.projects.delete, project_id)
+
+    def import_tasks(self, project_id: int, tasks: list[dict]) -> list[int]:
+        """Create tasks; returns their ids in the order given."""
+        response = self.call(f"import tasks into project {project_id}", self.sdk.projects.import_tasks,
+                             project_id, request=tasks, return_task_ids=True, idempotent=False)
+        ids = list(response.task_ids or [])
+        if len(ids) != len(tasks):
+            raise LabelStudioError(f"Label Studio at {self.base_url} created {len(ids)} tasks for {len(tasks)} sent")
+        return ids
+
+    def iter_task_pages(self, project_id: int, page_size: int = 100, fields: str = "all") -> Iterator[list[dict]]:
+        """Every task of a project, a page at a time, as dicts (annotations as Label Studio sent them)."""
+        page = 1
+        while True:
+            pager = self.call(f"list the tasks of project {project_id}", self.sdk.tasks.list, project=project_id,
+                              fields=fields, page=page, page_size=page_size)
+            tasks = list(pager.items or [])
+            yield [{"id": t.id, "project": getattr(t, "project", None) or project_id, "data": t.data,
+                    "annotations": list(getattr(t, "annotations", None) or [])} for t in tasks]
+            total = getattr(pager.response, "total", None)
+            if not tasks or total is None or page * page_size >= total:
+                return
+            page += 1
+
+    def annotation_exists(self, annotation_id: int) -> bool:
+        try:
+            self.call(f"read annotation {annotation_id}", self.sdk.annotations.get, annotation_id)
+        except LabelStudioError as exc:
+            if getattr(exc, "status", None) == 404:
+                return False
+            raise
+        return True
+
+    def users(self) -> dict[int, str]:
+        """Label Studio user id -> email."""
+        return {u.id: u.email for u in self.call("list the users", self.sdk.users.list)}
+
+    def predictions(self, project_id: int) -> list[Any]:
+        return list(self.call(f"list the predictions of project {project_id}", self.sdk.predictions.list,
+                              project=project_id))
+
+    def import_predictions(self, project_id: int, predictions: list[dict]) -> None:
+        self.call(f"upload predictions to project {project_id}", self.sdk.projects.import_predictions,
+                  project_id, request=predictions, idempotent=False)
+
+
+def _reason(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text[:120] if text else type(exc).__name__

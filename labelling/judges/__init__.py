@@ -1,0 +1,8 @@
+"""AI judges: rank a prompt's candidates and store the ranking as an AI annotator's.
+
+`pairwise` (LLM-as-a-judge over both orders of every pair), `score` (additive
+5-point grading), `reference` (grading against the prompt's reference answer),
+`reward-model` (a one-label sequence classifier) and `likelihood` (the model's
+own average token log-likelihood of the response). Run one with
+`preflab.labelling.judges.run.judge_candidates`.
+"""

@@ -1,0 +1,140 @@
+"""What every judge shares: its identity as an AI annotator, and writing its rankings.
+
+A judge run is identified by its kind, model and full configuration: the same
+configuration is the same annotator and the same run id, so re-running it keeps
+every ranking it already wrote. A ranking's external id names the run, the prompt
+and the exact set of candidates ranked; when a prompt gains candidates, the new
+ranking supersedes the judge's older one for that prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.orm import Session
+
+from preflab.db.models import Annotator, Ranking, RankingItem, RankingStatus
+from preflab.db.pairs import tiers_from_scores
+from preflab.db.store import chunks, ensure_annotators
+from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
+
+JUDGE_KINDS = ("pairwise", "score", "reference", "reward-model", "likelihood")
+
+# (candidate scores, per-candidate details) for one prompt; a None score = not ranked.
+Judgement = tuple[dict[int, float | None], dict[int, dict[str, Any]]]
+
+
+@dataclass
+class JudgeRun:
+    kind: str
+    model: str
+    config: dict[str, Any]
+
+    @property
+    def run_id(self) -> str:
+        blob = json.dumps({"kind": self.kind, "model": self.model, "config": self.config}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    @property
+    def annotator_name(self) -> str:
+        return f"judge:{self.kind}:{self.run_id}:{self.model[-200:]}"
+
+
+@dataclass
+class JudgeSummary:
+    judge: str
+    run_id: str
+    annotator_id: int
+    prompts: int = 0        # prompts with enough candidates
+    ranked: int = 0         # new rankings written
+    kept: int = 0           # rankings this run had already written
+    superseded: int = 0     # older rankings of this judge replaced (the prompt gained candidates)
+    unscored: int = 0       # candidates the judge could not score (left unranked)
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        out.update(self.extra)
+        return out
+
+
+def external_id(run_id: str, prompt_id: int, candidate_ids: Sequence[int]) -> str:
+    ids = ",".join(map(str, sorted(candidate_ids)))
+    return f"{run_id}:{prompt_id}:{hashlib.sha256(ids.encode()).hexdigest()[:16]}"
+
+
+def ensure_judge(session: Session, run: JudgeRun) -> int:
+    """The AI annotator for this judge configuration (created on first use)."""
+    key = ("ai", run.annotator_name)
+    annotator_id = ensure_annotators(session, {key: {"judge_kind": run.kind, "model": run.model[:300]}})[key]
+    # JSON goes through the ORM's column type, not the bulk get-or-create path.
+    # (The name holds the run id, so this rewrites the same configuration on a re-run.)
+    session.execute(update(Annotator).where(Annotator.id == annotator_id)
+                    .values(config={"run_id": run.run_id, **run.config}))
+    return annotator_id
+
+
+def write_ranking(session: Session, annotator_id: int, run: JudgeRun, item: PromptCandidates,
+                  judgement: Judgement) -> tuple[int, int]:
+    """Store one prompt's judge ranking (tiers by score, best first); returns (ranking id, superseded)."""
+    scores, details = judgement
+    tiers = tiers_from_scores({c: s for c, s in scores.items() if s is not None})
+    tier_of = {c: t for t, tier in enumerate(tiers) for c in tier}
+    old = session.execute(
+        update(Ranking).where(Ranking.annotator_id == annotator_id, Ranking.prompt_id == item.prompt_id,
+                              Ranking.status == RankingStatus.valid.value)
+        .values(status=RankingStatus.superseded.value)).rowcount
+    ranking_id = session.execute(insert(Ranking).values(
+        prompt_id=item.prompt_id, annotator_id=annotator_id, source="judge",
+        external_id=external_id(run.run_id, item.prompt_id, item.candidate_ids), version=1,
+        status=RankingStatus.valid.value, n_tiers=len(tiers), same_as_shown=False,
+        judge_run=run.run_id).returning(Ranking.id)).scalar_one()
+    session.execute(insert(RankingItem), [
+        {"ranking_id": ranking_id, "candidate_id": cid, "tier": tier_of.get(cid), "shown_position": position,
+         "score": scores.get(cid), "details": details.get(cid)}
+        for position, cid in enumerate(item.candidate_ids)])
+    return ranking_id, old
+
+
+def run_judge(sessions, run: JudgeRun, judge: Callable[[list[PromptCandidates]], list[Judgement]],
+              prompt_ids: list[int] | None = None, candidate_model: str | None = None,
+              require_reference: bool = False, prompts_per_batch: int = 8,
+              progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> JudgeSummary:
+    """Judge every prompt with two or more candidates that this run has not ranked yet.
+
+    `judge` turns a batch of prompts into one judgement per prompt; each batch's
+    rankings are written in their own transaction.
+    """
+    start = time.perf_counter()
+    with sessions.begin() as session:
+        annotator_id = ensure_judge(session, run)
+        items = prompts_with_candidates(session, prompt_ids, candidate_model, require_reference=require_reference)
+        done = set()
+        ids = [external_id(run.run_id, i.prompt_id, i.candidate_ids) for i in items]
+        for part in chunks(ids):
+            done.update(session.scalars(select(Ranking.external_id).where(
+                Ranking.annotator_id == annotator_id, Ranking.source == "judge", Ranking.external_id.in_(part))))
+    summary = JudgeSummary(run.kind, run.run_id, annotator_id, prompts=len(items))
+    todo = [i for i, eid in zip(items, ids) if eid not in done]
+    summary.kept = len(items) - len(todo)
+    if on_total:
+        on_total(len(todo))
+    for batch in chunks(todo, prompts_per_batch):
+        judgements = judge(list(batch))
+        with sessions.begin() as session:
+            for item, judgement in zip(batch, judgements):
+                _, old = write_ranking(session, annotator_id, run, item, judgement)
+                summary.ranked += 1
+                summary.superseded += old
+                summary.unscored += sum(1 for c in item.candidate_ids if judgement[0].get(c) is None)
+        if progress:
+            progress(len(batch))
+    summary.seconds = time.perf_counter() - start
+    return summary

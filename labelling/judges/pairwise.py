@@ -1,0 +1,135 @@
+"""The pairwise LLM judge: every pair of a prompt's candidates, asked in both orders.
+
+The verdict is read from the next-token probabilities of the two answer letters
+("A", "B") after the judge prompt: one forward pass per order, batched, no text
+decoded. A pair whose two orders disagree is a tie, not a win: a judge that
+always prefers the first answer (position bias) yields only ties. The pair
+outcomes become a ranking by Copeland score (wins − losses) or Bradley–Terry.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from preflab.errors import ConfigError, InputError
+from preflab.labelling.judges.base import Judgement
+from preflab.labelling.judges.forward import next_token_logprobs
+from preflab.labelling.judges.prompts import PAIRWISE_SYSTEM, PAIRWISE_USER
+from preflab.labelling.selection import PromptCandidates
+
+AGGREGATES = ("copeland", "bradley-terry")
+
+
+@dataclass
+class PairwiseConfig:
+    aggregate: str = field(default="copeland", metadata={"help": "Pair outcomes → ranking: copeland or bradley-terry."})
+    batch_size: int = field(default=8, metadata={"help": "Judge prompts per forward pass."})
+
+    def __post_init__(self):
+        if self.aggregate not in AGGREGATES:
+            raise InputError(f"unknown aggregate {self.aggregate!r} (expected one of {', '.join(AGGREGATES)})")
+        if self.batch_size < 1:
+            raise InputError("batch-size must be at least 1")
+
+
+def letter_ids(tokenizer, letter: str) -> list[int]:
+    """The single-token spellings of an answer letter ("A" and " A" where both exist)."""
+    ids = []
+    for spelling in (letter, " " + letter):
+        encoded = tokenizer(spelling, add_special_tokens=False)["input_ids"]
+        if len(encoded) == 1 and encoded[0] not in ids:
+            ids.append(encoded[0])
+    if not ids:
+        raise ConfigError(f"the judge's tokenizer has no single token for {letter!r}")
+    return ids
+
+
+def judge_text(tokenizer, question: str, first: str, second: str) -> str:
+    from preflab.training.models import chat_text
+
+    return chat_text(tokenizer, PAIRWISE_USER.format(question=question, a=first, b=second), system=PAIRWISE_SYSTEM)
+
+
+def prob_first_better(model, tokenizer, texts: list[str], batch_size: int = 8) -> list[float]:
+    """P("A") / (P("A") + P("B")) for the judge's next token after each judge prompt."""
+    a_ids, b_ids = letter_ids(tokenizer, "A"), letter_ids(tokenizer, "B")
+    rows = next_token_logprobs(model, tokenizer, texts, a_ids + b_ids, batch_size)
+    out = []
+    for row in rows:
+        la = _logsumexp(row[:len(a_ids)])
+        lb = _logsumexp(row[len(a_ids):])
+        out.append(1.0 / (1.0 + math.exp(lb - la)))
+    return out
+
+
+def verdicts_by_generation(model, tokenizer, texts: list[str], batch_size: int = 8,
+                           max_new_tokens: int = 8) -> list[float | None]:
+    """The baseline: decode the verdict as text (greedy) and read the first A or B (1.0 = A)."""
+    import re
+
+    from preflab.labelling.generate import generate_texts
+    from preflab.labelling.judges.forward import by_length
+
+    out: list[float | None] = [None] * len(texts)
+    for part in by_length([tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], batch_size):
+        for i, g in zip(part, generate_texts(model, tokenizer, [texts[i] for i in part],
+                                             max_new_tokens=max_new_tokens, do_sample=False)):
+            found = re.search(r"\b([AB])\b", g.text)
+            out[i] = None if found is None else float(found.group(1) == "A")
+    return out
+
+
+def _logsumexp(values: list[float]) -> float:
+    top = max(values)
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
+def outcome(p_as_a: float, p_as_b: float) -> str:
+    """A candidate's outcome against another from P(it is better) shown first and shown second."""
+    if p_as_a > 0.5 and p_as_b > 0.5:
+        return "win"
+    if p_as_a < 0.5 and p_as_b < 0.5:
+        return "loss"
+    return "tie"
+
+
+def rank_pairs(candidate_ids: list[int], results: dict[tuple[int, int], tuple[float, float]],
+               aggregate: str) -> Judgement:
+    """Scores and details from each pair's (P(x better | x first), P(x better | x second))."""
+    details = {c: {"wins": 0, "losses": 0, "ties": 0, "pairs": []} for c in candidate_ids}
+    decided: list[list[list[int]]] = []
+    for (x, y), (p_first, p_second) in results.items():
+        result = outcome(p_first, p_second)
+        for me, other, p_a, p_b, mine in ((x, y, p_first, p_second, result),
+                                          (y, x, 1 - p_second, 1 - p_first, {"win": "loss", "loss": "win"}.get(result, "tie"))):
+            d = details[me]
+            d[{"win": "wins", "loss": "losses", "tie": "ties"}[mine]] += 1
+            d["pairs"].append({"vs": other, "p_as_a": round(p_a, 4), "p_as_b": round(p_b, 4), "outcome": mine})
+        decided.append([[x], [y]] if result == "win" else [[y], [x]] if result == "loss" else [[x, y]])
+    if aggregate == "bradley-terry":
+        from preflab.db.pairs import bradley_terry
+
+        strengths = bradley_terry(decided)
+        scores = {c: round(strengths.get(c, 0.0), 6) for c in candidate_ids}
+    else:
+        scores = {c: float(details[c]["wins"] - details[c]["losses"]) for c in candidate_ids}
+    return scores, details
+
+
+def make_judge(model, tokenizer, config: PairwiseConfig):
+    """A function from a batch of prompts to their judgements."""
+    def judge(items: list[PromptCandidates]) -> list[Judgement]:
+        pairs = [(k, i, j) for k, item in enumerate(items) for i, j in combinations(range(len(item.texts)), 2)]
+        # All first orders, then all swapped orders: each order is one batched pass.
+        texts = [judge_text(tokenizer, items[k].prompt, items[k].texts[i], items[k].texts[j]) for k, i, j in pairs]
+        texts += [judge_text(tokenizer, items[k].prompt, items[k].texts[j], items[k].texts[i]) for k, i, j in pairs]
+        probs = prob_first_better(model, tokenizer, texts, config.batch_size)
+        per_item: list[dict[tuple[int, int], tuple[float, float]]] = [{} for _ in items]
+        for n, (k, i, j) in enumerate(pairs):
+            ids = items[k].candidate_ids
+            per_item[k][(ids[i], ids[j])] = (probs[n], 1.0 - probs[n + len(pairs)])
+        return [rank_pairs(item.candidate_ids, results, config.aggregate) for item, results in zip(items, per_item)]
+
+    return judge

@@ -1,0 +1,146 @@
+"""`preflab judge report`: how far each judge can be trusted.
+
+Per judge (AI annotator): swap consistency and first-position preference
+(pairwise judges), parse-failure rate (score and reference judges), length bias
+(correlation of score with response length; how often the longer response is
+ranked above the shorter), and agreement with human rankings on the prompts
+both ranked.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from preflab.db.agreement import compare_rankings
+from preflab.db.models import Annotator, Candidate, Ranking, RankingItem, RankingStatus
+from preflab.db.pairs import iter_prompt_rankings
+from preflab.labelling.judges.base import JUDGE_KINDS
+
+
+@dataclass
+class _Tally:
+    rankings: set = field(default_factory=set)
+    prompts: set = field(default_factory=set)
+    tiers: dict = field(default_factory=lambda: defaultdict(dict))  # ranking id -> {candidate: tier}
+    prompt_of: dict = field(default_factory=dict)                   # ranking id -> prompt id
+    scored: list = field(default_factory=list)                      # (score, length)
+    lengths: dict = field(default_factory=dict)                     # candidate -> length
+    pair_entries: int = 0
+    consistent: int = 0
+    first_won: int = 0
+    attempts: int = 0
+    failures: int = 0
+
+
+def _pearson(points: list[tuple[float, float]]) -> float | None:
+    if len(points) < 3:
+        return None
+    import numpy as np
+
+    xs, ys = np.array(points, dtype=float).T
+    if xs.std() == 0 or ys.std() == 0:
+        return None
+    return float(np.corrcoef(xs, ys)[0, 1])
+
+
+def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
+    tallies: dict[int, _Tally] = defaultdict(_Tally)
+    query = (select(Ranking.annotator_id, Ranking.id, Ranking.prompt_id, RankingItem.candidate_id,
+                    RankingItem.tier, RankingItem.score, RankingItem.details, func.length(Candidate.text))
+             .join(RankingItem, RankingItem.ranking_id == Ranking.id)
+             .join(Candidate, Candidate.id == RankingItem.candidate_id)
+             .where(Ranking.status == RankingStatus.valid.value, Ranking.annotator_id.in_(annotator_ids))
+             .execution_options(yield_per=10_000))
+    for annotator_id, ranking_id, prompt_id, cid, tier, score, details, length in session.execute(query):
+        t = tallies[annotator_id]
+        t.rankings.add(ranking_id)
+        t.prompts.add(prompt_id)
+        t.prompt_of[ranking_id] = prompt_id
+        t.lengths[cid] = length
+        if tier is not None:
+            t.tiers[ranking_id][cid] = tier
+        if score is not None:
+            t.scored.append((score, length))
+        details = details or {}
+        for entry in details.get("pairs", []):
+            t.pair_entries += 1
+            t.consistent += entry.get("outcome") != "tie"
+            t.first_won += entry.get("p_as_a", 0.5) > 0.5
+        t.attempts += details.get("attempts", 0)
+        t.failures += details.get("parse_failures", 0)
+    return tallies
+
+
+def _longer_wins(t: _Tally) -> tuple[int, float | None]:
+    n = wins = 0
+    for tiers in t.tiers.values():
+        for a, b in combinations(tiers, 2):
+            if tiers[a] == tiers[b] or t.lengths[a] == t.lengths[b]:
+                continue
+            n += 1
+            better, worse = (a, b) if tiers[a] < tiers[b] else (b, a)
+            wins += t.lengths[better] > t.lengths[worse]
+    return n, (wins / n if n else None)
+
+
+def _as_tiers(tiers: dict[int, int]) -> list[list[int]]:
+    out: dict[int, list[int]] = defaultdict(list)
+    for cid, tier in tiers.items():
+        out[tier].append(cid)
+    return [sorted(out[k]) for k in sorted(out)]
+
+
+def _human_agreement(session: Session, tallies: dict[int, _Tally]) -> dict[int, dict]:
+    wanted = {p for t in tallies.values() for p in t.prompts}
+    humans: dict[int, list[list[list[int]]]] = {}
+    for prompt_id, views in iter_prompt_rankings(session, "human"):
+        if prompt_id in wanted:
+            humans[prompt_id] = [v.tiers for v in views]
+    out = {}
+    for annotator_id, t in tallies.items():
+        prompts, shared, agree, taus = set(), 0, 0, []
+        for ranking_id, tiers in t.tiers.items():
+            prompt_id = t.prompt_of[ranking_id]
+            for human in humans.get(prompt_id, []):
+                n, a, tau = compare_rankings(_as_tiers(tiers), human)
+                prompts.add(prompt_id)
+                shared, agree = shared + n, agree + a
+                if tau is not None:
+                    taus.append(tau)
+        out[annotator_id] = {"prompts": len(prompts), "shared_pairs": shared,
+                             "pairwise_agreement": agree / shared if shared else None,
+                             "kendall_tau": sum(taus) / len(taus) if taus else None}
+    return out
+
+
+def judge_report(session: Session, annotator_ids: list[int] | None = None) -> list[dict]:
+    """One dict of trust measures per judge (AI annotator with a judge kind), oldest first."""
+    query = select(Annotator).where(Annotator.kind == "ai", Annotator.judge_kind.in_(JUDGE_KINDS)).order_by(Annotator.id)
+    if annotator_ids is not None:
+        query = query.where(Annotator.id.in_(annotator_ids))
+    judges = list(session.scalars(query))
+    tallies = _collect(session, [j.id for j in judges]) if judges else {}
+    agreement = _human_agreement(session, tallies) if tallies else {}
+    out = []
+    for judge in judges:
+        t = tallies.get(judge.id, _Tally())
+        n_longer, longer = _longer_wins(t)
+        out.append({
+            "judge": judge.name, "annotator_id": judge.id, "kind": judge.judge_kind, "model": judge.model,
+            "run_id": (judge.config or {}).get("run_id"), "rankings": len(t.rankings), "prompts": len(t.prompts),
+            "swap_consistency": t.consistent / t.pair_entries if t.pair_entries else None,
+            "first_position_rate": t.first_won / t.pair_entries if t.pair_entries else None,
+            "pairs_judged": t.pair_entries // 2,
+            "parse_failure_rate": t.failures / t.attempts if t.attempts else None,
+            "score_attempts": t.attempts,
+            "length_correlation": _pearson(t.scored),
+            "longer_wins": longer, "length_pairs": n_longer,
+            "human_agreement": agreement.get(judge.id, {"prompts": 0, "shared_pairs": 0,
+                                                        "pairwise_agreement": None, "kendall_tau": None}),
+        })
+    return out

@@ -1,0 +1,243 @@
+"""Label Studio tasks and annotations → candidates shown and tiers (pure functions).
+
+A task's data names the prompt and the candidates in the order they were shown
+(`prompt` and `items[]` with `id` and `body`, as in preflab's templates; other
+field names through `TaskFields`). An annotation's result is read in every shape
+Label Studio has written:
+
+- Ranker: `{"ranker": {"<ranker name>": [ids]}}`, the pre-2023 `{"ranker": [ids]}`,
+  and bucket mode `{"ranker": {"<bucket>": [ids], …, "_": [unranked]}}` where the
+  buckets are tiers in the template's order;
+- Pairwise: `{"selected": "left" | "right"}`, with an optional "Tie" choice;
+- a skipped (cancelled) annotation.
+
+Anything else raises `Invalid` with the reason it is quarantined for.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from preflab.db.ingest import Invalid
+from preflab.db.store import content_hash
+
+UNRANKED_BUCKET = "_"
+# Fields Label Studio recomputes on every request ("3 minutes ago"): not part of the payload.
+VOLATILE = frozenset({"created_ago", "created_username"})
+
+
+@dataclass(frozen=True)
+class TaskFields:
+    """Where the prompt and the candidates are in a task's data."""
+
+    prompt: str = "prompt"
+    items: str = "items"
+    item_id: str = "id"
+    item_text: str = "body"
+    pair: tuple[str, str] | None = None  # e.g. ("answer1", "answer2") for a pairwise project without items
+
+
+@dataclass(frozen=True)
+class TaskItems:
+    """A task's prompt and its candidates as shown, top (or left) first."""
+
+    prompt: str
+    ids: tuple[str, ...]
+    texts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Parsed:
+    """One annotation: tiers of item ids, best first (empty when skipped)."""
+
+    tiers: tuple[tuple[str, ...], ...]
+    skipped: bool = False
+    shape: str = "ranker"  # ranker | ranker-legacy | buckets | pairwise | skipped
+
+    @property
+    def ranked(self) -> set[str]:
+        return {i for tier in self.tiers for i in tier}
+
+
+def _text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise Invalid(f"{what} is not a non-empty string")
+    return value
+
+
+def task_items(data: Any, fields: TaskFields = TaskFields()) -> TaskItems:
+    """The prompt and candidates of a task's data; raises Invalid when they are not there."""
+    if not isinstance(data, dict):
+        raise Invalid("task data is not an object")
+    if fields.prompt not in data:
+        raise Invalid(f"task data has no '{fields.prompt}' field")
+    prompt = _text(data[fields.prompt], f"task data '{fields.prompt}'")
+    if fields.pair is not None and fields.items not in data:
+        left, right = fields.pair
+        return TaskItems(prompt, ("left", "right"),
+                         (_text(data.get(left), f"task data '{left}'"), _text(data.get(right), f"task data '{right}'")))
+    items = data.get(fields.items)
+    if not isinstance(items, list) or len(items) < 2:
+        raise Invalid(f"task data '{fields.items}' is not a list of at least two items")
+    ids, texts, seen = [], [], {}
+    for n, item in enumerate(items):
+        if not isinstance(item, dict) or fields.item_id not in item:
+            raise Invalid(f"item {n} of task data has no '{fields.item_id}'")
+        item_id = str(item[fields.item_id])
+        text = _text(item.get(fields.item_text), f"item {item_id!r} '{fields.item_text}'")
+        if item_id in ids:
+            raise Invalid(f"item id {item_id!r} appears twice in the task data")
+        h = content_hash(text)
+        if h in seen:
+            raise Invalid(f"items {seen[h]!r} and {item_id!r} have the same text")
+        seen[h] = item_id
+        ids.append(item_id)
+        texts.append(text)
+    return TaskItems(prompt, tuple(ids), tuple(texts))
+
+
+def _value(result: dict) -> dict:
+    value = result.get("value")
+    return value if isinstance(value, dict) else {}
+
+
+def _check_ids(ids: Any, known: Sequence[str], seen: set[str], where: str) -> tuple[str, ...]:
+    if not isinstance(ids, list):
+        raise Invalid(f"ranker {where} is {type(ids).__name__}, not a list of item ids")
+    out = []
+    for raw in ids:
+        if not isinstance(raw, (str, int)) or isinstance(raw, bool):
+            raise Invalid(f"ranker {where} holds {raw!r}, not an item id")
+        item = str(raw)
+        if item not in known:
+            raise Invalid(f"unknown item id {item!r} in ranker {where}")
+        if item in seen:
+            raise Invalid(f"item {item!r} is ranked twice")
+        seen.add(item)
+        out.append(item)
+    return tuple(out)
+
+
+def _ranker(result: dict, known: Sequence[str], buckets: Sequence[str] | None) -> Parsed:
+    ranker = _value(result).get("ranker")
+    seen: set[str] = set()
+    if isinstance(ranker, list):  # before 2023: {"ranker": [ids]}
+        order = _check_ids(ranker, known, seen, "list")
+        return Parsed(tuple((i,) for i in order), shape="ranker-legacy")
+    if not isinstance(ranker, dict) or not ranker:
+        raise Invalid(f"unrecognised ranker value {json.dumps(ranker)[:80]}")
+    keys = list(ranker)
+    bucket_order = list(buckets or [])
+    plain = len(keys) == 1 and keys[0] != UNRANKED_BUCKET and keys[0] not in bucket_order
+    if plain:
+        order = _check_ids(ranker[keys[0]], known, seen, repr(keys[0]))
+        return Parsed(tuple((i,) for i in order), shape="ranker")
+    if bucket_order:
+        unknown = [k for k in keys if k != UNRANKED_BUCKET and k not in bucket_order]
+        if unknown:
+            raise Invalid(f"unknown bucket {unknown[0]!r} (the template's buckets: {', '.join(bucket_order)})")
+    else:  # a project whose template is unknown: buckets in the order Label Studio wrote them
+        bucket_order = [k for k in keys if k != UNRANKED_BUCKET]
+    tiers = []
+    for name in bucket_order:
+        ids = _check_ids(ranker.get(name, []), known, seen, f"bucket {name!r}")
+        if ids:
+            tiers.append(ids)
+    _check_ids(ranker.get(UNRANKED_BUCKET, []), known, seen, "unranked column")
+    return Parsed(tuple(tiers), shape="buckets")
+
+
+def _pairwise(pairwise: dict | None, tie: bool, known: Sequence[str]) -> Parsed:
+    if len(known) != 2:
+        raise Invalid(f"a pairwise result needs a task with two items, not {len(known)}")
+    left, right = known
+    if tie:
+        return Parsed(((left, right),), shape="pairwise")
+    selected = _value(pairwise).get("selected")
+    if selected == "left":
+        return Parsed(((left,), (right,)), shape="pairwise")
+    if selected == "right":
+        return Parsed(((right,), (left,)), shape="pairwise")
+    raise Invalid(f"pairwise selected {selected!r}, not 'left' or 'right'")
+
+
+def _is_tie(result: dict) -> bool:
+    choices = _value(result).get("choices")
+    return isinstance(choices, list) and any(isinstance(c, str) and c.strip().lower() == "tie" for c in choices)
+
+
+def parse_annotation(annotation: Any, known: Sequence[str], buckets: Sequence[str] | None = None) -> Parsed:
+    """Tiers of item ids from one annotation; raises Invalid with the quarantine reason.
+
+    Args:
+        annotation: the annotation object as Label Studio wrote it.
+        known: the task's item ids as shown (see `task_items`).
+        buckets: the template's bucket names in order, when it has buckets.
+    """
+    if not isinstance(annotation, dict):
+        raise Invalid("annotation is not an object")
+    if annotation.get("was_cancelled"):
+        return Parsed((), skipped=True, shape="skipped")
+    result = annotation.get("result")
+    if not isinstance(result, list):
+        raise Invalid("annotation has no result list")
+    if not result:
+        raise Invalid("empty result: nothing was ranked")
+    rankers, pairwise, tie, other = [], [], False, set()
+    for r in result:
+        if not isinstance(r, dict):
+            raise Invalid("a result entry is not an object")
+        kind, value = r.get("type"), _value(r)
+        if kind == "ranker" or "ranker" in value:
+            rankers.append(r)
+        elif kind == "pairwise" or "selected" in value:
+            pairwise.append(r)
+        elif kind == "choices" and _is_tie(r):
+            tie = True
+        else:
+            other.add(str(kind))
+    if len(rankers) > 1 or len(pairwise) > 1:
+        raise Invalid("several ranker or pairwise results in one annotation")
+    if rankers and pairwise:
+        raise Invalid("both a ranker and a pairwise result in one annotation")
+    if rankers:
+        parsed = _ranker(rankers[0], known, buckets)
+    elif pairwise or tie:
+        parsed = _pairwise(pairwise[0] if pairwise else None, tie, known)
+    else:
+        raise Invalid(f"no ranker or pairwise result (result types: {', '.join(sorted(other)) or 'none'})")
+    if not parsed.tiers:
+        raise Invalid("empty ranking: no response was put in a tier")
+    return parsed
+
+
+def same_as_shown(parsed: Parsed, shown: Sequence[str]) -> bool:
+    """Whether a ranking is exactly the order shown: the annotator may not have moved anything."""
+    if parsed.skipped or parsed.shape == "pairwise":
+        return False  # a pairwise choice has no default to leave untouched
+    return all(len(t) == 1 for t in parsed.tiers) and [t[0] for t in parsed.tiers] == list(shown)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def task_json(task: dict) -> str:
+    """The part of a task every raw record of its annotations carries: its id, project and data."""
+    return _dumps({"id": task.get("id"), "project": task.get("project"), "data": task.get("data")})
+
+
+def payload(task: dict | str, annotation: dict) -> str:
+    """The raw record of one annotation: the annotation as received, with its task's id and data.
+
+    The task data travels with it so a quarantined record can be read (and
+    re-parsed) on its own; keys are sorted so the same content hashes the same.
+    `task` may be `task_json(task)`, computed once for all of a task's annotations.
+    """
+    if not VOLATILE.isdisjoint(annotation):
+        annotation = {k: v for k, v in annotation.items() if k not in VOLATILE}
+    # Written as {"annotation": …, "task": …}: the keys in sorted order, as _dumps would.
+    return f'{{"annotation":{_dumps(annotation)},"task":{task if isinstance(task, str) else task_json(task)}}}'

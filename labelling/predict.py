@@ -1,0 +1,122 @@
+"""`ls predict`: AI-judge rankings as Label Studio predictions (pre-annotations).
+
+Each judge's newest valid ranking of a task's prompt becomes one prediction on
+the task, written in the result shape of the project's template, with the
+judge's name as `model_version`. A (task, judge) pair that already has a
+prediction is left alone, so predicting again uploads only what is new.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from preflab.db.models import Annotator, AnnotatorKind, LSTask, Ranking, RankingItem, RankingStatus
+from preflab.errors import InputError
+from preflab.labelling.projects import ProjectInfo
+from preflab.labelling.push import item_id
+from preflab.templates import LIST, PAIRWISE, RANKER, TIE, TIE_VALUE
+
+BATCH = 500
+
+
+def prediction_result(template: str, tiers: Sequence[Sequence[int]], shown: Sequence[int],
+                      buckets: Sequence[str] | None = None) -> list[dict] | None:
+    """A Label Studio result saying `tiers` (candidate ids, best first) for a task showing `shown`.
+
+    Candidates of the task the ranking does not rank go last (ranking), stay
+    unranked (tiers), or make the prediction impossible (pairwise: None). Returns
+    None when the template cannot say the ranking (more tiers than buckets).
+    """
+    position = {cid: n for n, cid in enumerate(shown)}
+    tiers = [sorted((c for c in tier if c in position), key=position.get) for tier in tiers]
+    tiers = [t for t in tiers if t]
+    ranked = {c for t in tiers for c in t}
+    unranked = [c for c in shown if c not in ranked]
+    if template == "ranking":
+        order = [item_id(c) for t in tiers for c in t] + [item_id(c) for c in unranked]
+        return [{"from_name": RANKER, "to_name": LIST, "type": "ranker", "value": {"ranker": {RANKER: order}}}]
+    if template == "ranking_tiers":
+        buckets = list(buckets or [])
+        if len(tiers) > len(buckets):
+            return None
+        value = {name: [item_id(c) for c in (tiers[n] if n < len(tiers) else [])] for n, name in enumerate(buckets)}
+        value["_"] = [item_id(c) for c in unranked]
+        return [{"from_name": RANKER, "to_name": LIST, "type": "ranker", "value": {"ranker": value}}]
+    if template == "pairwise":
+        if len(shown) != 2 or unranked:
+            return None
+        if len(tiers) == 1:
+            return [{"from_name": TIE, "to_name": "prompt", "type": "choices", "value": {"choices": [TIE_VALUE]}}]
+        selected = "left" if tiers[0][0] == shown[0] else "right"
+        return [{"from_name": PAIRWISE, "to_name": "left,right", "type": "pairwise", "value": {"selected": selected}}]
+    raise InputError(f"predictions need a project made from a preflab template, not {template!r}")
+
+
+@dataclass
+class PredictSummary:
+    uploaded: int = 0
+    existing: int = 0
+    unfit: int = 0  # rankings the template cannot show (too many tiers, too few candidates ranked)
+    judges: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _judge_rankings(session: Session, prompt_ids: set[int], judge: str | None) -> dict[tuple[int, str], list[list[int]]]:
+    """(prompt id, judge name) -> tiers of the judge's newest valid ranking of the prompt."""
+    query = (select(Ranking.id, Ranking.prompt_id, Annotator.name)
+             .join(Annotator, Annotator.id == Ranking.annotator_id)
+             .where(Annotator.kind == AnnotatorKind.ai.value, Ranking.status == RankingStatus.valid.value)
+             .order_by(Ranking.id))
+    if judge is not None:
+        query = query.where(Annotator.name == judge)
+    newest: dict[tuple[int, str], int] = {}
+    for rid, pid, name in session.execute(query):
+        if pid in prompt_ids:
+            newest[(pid, name)] = rid  # ordered by id: the last one is the newest
+    tiers: dict[int, dict[int, list[int]]] = {rid: {} for rid in newest.values()}
+    ids = list(tiers)
+    for start in range(0, len(ids), 500):
+        for rid, cid, tier in session.execute(
+            select(RankingItem.ranking_id, RankingItem.candidate_id, RankingItem.tier)
+            .where(RankingItem.ranking_id.in_(ids[start:start + 500]), RankingItem.tier.is_not(None))
+        ):
+            tiers[rid].setdefault(tier, []).append(cid)
+    return {key: [tiers[rid][t] for t in sorted(tiers[rid])] for key, rid in newest.items()}
+
+
+def predict(sessions, client, project: ProjectInfo, judge: str | None = None) -> PredictSummary:
+    """Upload the judges' rankings of the project's tasks as predictions."""
+    summary = PredictSummary()
+    with sessions.begin() as session:
+        tasks = session.execute(select(LSTask.task_id, LSTask.prompt_id, LSTask.shown_order)
+                                .where(LSTask.project_id == project.id).order_by(LSTask.task_id)).all()
+        rankings = _judge_rankings(session, {pid for _, pid, _ in tasks}, judge)
+    if judge is not None and not rankings:
+        raise InputError(f"no valid ranking by judge {judge!r} of this project's prompts")
+    done = {(p.task, p.model_version) for p in client.predictions(project.project_id)}
+    by_prompt: dict[int, list[tuple[str, list[list[int]]]]] = {}
+    for (pid, name), tiers in rankings.items():
+        by_prompt.setdefault(pid, []).append((name, tiers))
+    uploads = []
+    for task_id, pid, shown in tasks:
+        for name, tiers in by_prompt.get(pid, []):
+            if (task_id, name) in done:
+                summary.existing += 1
+                continue
+            ranked = {c for t in tiers for c in t} & set(shown)
+            result = prediction_result(project.template, tiers, shown, project.buckets) if len(ranked) >= 2 else None
+            if result is None:
+                summary.unfit += 1
+                continue
+            uploads.append({"task": task_id, "model_version": name, "result": result})
+            summary.judges[name] = summary.judges.get(name, 0) + 1
+    for start in range(0, len(uploads), BATCH):
+        client.import_predictions(project.project_id, uploads[start:start + BATCH])
+        summary.uploaded += len(uploads[start:start + BATCH])
+    return summary

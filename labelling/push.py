@@ -1,0 +1,153 @@
+"""`ls push`: one Label Studio task per prompt (per pair of candidates for pairwise).
+
+Label Studio's List cannot shuffle, so preflab shuffles each task's candidates
+itself, seeded by the task's identity (the same task always gets the same
+order), and stores the order shown in `LSTask.shown_order`. A task is
+identified by its prompt and the exact set of candidates, so pushing again
+creates nothing twice, and a prompt that gained candidates gets a new task.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.orm import Session
+
+from preflab.db.models import Candidate, LSTask
+from preflab.errors import InputError
+from preflab.labelling.projects import CUSTOM, ProjectInfo
+from preflab.labelling.selection import prompts_with_candidates
+
+KEY_FIELD = "preflab_task"  # in each task's data: lets a later push adopt tasks it created but did not record
+BATCH_TASKS = 200
+
+
+def item_id(candidate_id: int) -> str:
+    return f"c{candidate_id}"
+
+
+def candidate_id(item: str) -> int | None:
+    return int(item[1:]) if item.startswith("c") and item[1:].isdigit() else None
+
+
+def candidate_set_hash(candidate_ids) -> str:
+    return hashlib.sha256(",".join(map(str, sorted(candidate_ids))).encode()).hexdigest()
+
+
+def shown_order(candidate_ids, seed: int, project_id: int, prompt_id: int) -> list[int]:
+    """The candidates in the order a task shows them: a shuffle seeded by the task's identity."""
+    order = sorted(candidate_ids)
+    random.Random(f"{seed}:{project_id}:{prompt_id}:{candidate_set_hash(order)}").shuffle(order)
+    return order
+
+
+def task_data(template: str, prompt: str, order: list[int], texts: dict[int, str], key: str) -> dict:
+    """A task's data for a preflab template: the prompt and the candidates in the order shown."""
+    items = [{"id": item_id(cid), "title": f"Response {n + 1}", "body": texts[cid]} for n, cid in enumerate(order)]
+    data = {"prompt": prompt, "items": items, KEY_FIELD: key}
+    if template == "pairwise":
+        data["left"], data["right"] = texts[order[0]], texts[order[1]]
+    return data
+
+
+@dataclass
+class PlannedTask:
+    prompt_id: int
+    set_hash: str
+    order: list[int]
+    data: dict
+
+
+@dataclass
+class PushSummary:
+    created: int = 0
+    existing: int = 0
+    adopted: int = 0
+    task_ids: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"created": self.created, "existing": self.existing, "adopted": self.adopted}
+
+
+def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int | None = None) -> list[PlannedTask]:
+    """The tasks the project lacks: one per prompt (ranking) or per pair of candidates (pairwise)."""
+    if project.template == CUSTOM:
+        raise InputError(f"project {project.project_id} was not created by preflab; push needs a preflab template")
+    known = {(pid, h) for pid, h in session.execute(
+        select(LSTask.prompt_id, LSTask.candidate_set_hash).where(LSTask.project_id == project.id))}
+    planned: list[PlannedTask] = []
+    for pc in prompts_with_candidates(session, min_candidates=2):
+        texts = dict(zip(pc.candidate_ids, pc.texts))
+        sets = (itertools.combinations(pc.candidate_ids, 2) if project.template == "pairwise"
+                else [pc.candidate_ids])
+        for ids in sets:
+            h = candidate_set_hash(ids)
+            if (pc.prompt_id, h) in known:
+                continue
+            order = shown_order(ids, seed, project.project_id, pc.prompt_id)
+            key = f"{pc.prompt_id}:{h}"
+            planned.append(PlannedTask(pc.prompt_id, h, order, task_data(project.template, pc.prompt, order, texts, key)))
+            if limit is not None and len(planned) >= limit:
+                return planned
+    return planned
+
+
+def _record(session: Session, project: ProjectInfo, rows: list[tuple[int, int, str, list[int]]]) -> None:
+    if rows:  # through SQLAlchemy (not the raw bulk path): shown_order is a JSON column
+        session.execute(insert(LSTask), [
+            {"project_id": project.id, "task_id": tid, "prompt_id": pid, "candidate_set_hash": h, "shown_order": order}
+            for tid, pid, h, order in rows])
+
+
+def adopt_unrecorded(sessions, client, project: ProjectInfo) -> int:
+    """Record tasks a push created in Label Studio but could not record (it stopped in between)."""
+    with sessions.begin() as session:
+        recorded = set(session.scalars(select(LSTask.task_id).where(LSTask.project_id == project.id)))
+    found: list[tuple[int, int, str, list[int]]] = []
+    for page in client.iter_task_pages(project.project_id, page_size=500, fields="task_only"):
+        for task in page:
+            data = task.get("data") or {}
+            key = data.get(KEY_FIELD)
+            if task["id"] in recorded or not isinstance(key, str) or ":" not in key:
+                continue
+            pid, h = key.split(":", 1)
+            order = [candidate_id(str(item.get("id"))) for item in data.get("items") or [] if isinstance(item, dict)]
+            if pid.isdigit() and order and None not in order and candidate_set_hash(order) == h:
+                found.append((task["id"], int(pid), h, order))
+    if not found:
+        return 0
+    with sessions.begin() as session:
+        # Only tasks whose candidates are this database's (another database may share the project).
+        owner = dict(session.execute(select(Candidate.id, Candidate.prompt_id).where(
+            Candidate.id.in_({cid for _, _, _, order in found for cid in order}))).all())
+        rows = [row for row in found if all(owner.get(cid) == row[1] for cid in row[3])]
+        taken = {tuple(row) for row in session.execute(select(LSTask.prompt_id, LSTask.candidate_set_hash)
+                                                       .where(LSTask.project_id == project.id))}
+        rows = [row for row in rows if (row[1], row[2]) not in taken]
+        _record(session, project, rows)
+    return len(rows)
+
+
+def push_tasks(sessions, client, project: ProjectInfo, seed: int = 0, limit: int | None = None,
+               batch_tasks: int = BATCH_TASKS, progress: Callable[[int], None] | None = None) -> PushSummary:
+    """Create the tasks the project lacks, a batch per request and transaction."""
+    summary = PushSummary()
+    summary.adopted = adopt_unrecorded(sessions, client, project)
+    with sessions.begin() as session:
+        planned = plan_tasks(session, project, seed, limit)
+        summary.existing = session.scalar(select(func.count()).where(LSTask.project_id == project.id))
+    for start in range(0, len(planned), batch_tasks):
+        batch = planned[start:start + batch_tasks]
+        ids = client.import_tasks(project.project_id, [t.data for t in batch])
+        with sessions.begin() as session:
+            _record(session, project, [(tid, t.prompt_id, t.set_hash, t.order) for tid, t in zip(ids, batch)])
+        summary.created += len(ids)
+        summary.task_ids.extend(ids)
+        if progress:
+            progress(len(batch))
+    return summary

@@ -1,0 +1,60 @@
+"""`ls sync`: pull a Label Studio project's annotations from the server, a page per transaction."""
+
+from __future__ import annotations
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from preflab.db.models import LSProject, Ranking, RankingStatus, utcnow
+from preflab.labelling.annotations import LIVE, SOURCE, Received, SyncSummary, store_tasks
+from preflab.labelling.parse import TaskFields
+from preflab.labelling.projects import ProjectInfo, ensure_project, find_project
+
+
+def mark_deleted(session: Session, project: ProjectInfo, seen: set[int], exists) -> int:
+    """Mark the rankings of annotations no longer in Label Studio as deleted; returns how many.
+
+    `exists(annotation_id)` asks the server once more about each missing one, so
+    an annotation that moved between pages while they were read is not lost.
+    """
+    missing: dict[int, list[int]] = {}
+    for rid, aid in session.execute(
+        select(Ranking.id, Ranking.ls_annotation_id)
+        .where(Ranking.ls_project_id == project.id, Ranking.source == SOURCE, Ranking.status.in_(LIVE))
+    ):
+        if aid not in seen:
+            missing.setdefault(aid, []).append(rid)
+    gone = [rid for aid, rids in missing.items() if not exists(aid) for rid in rids]
+    if gone:
+        now = utcnow()
+        session.execute(update(Ranking), [{"id": rid, "status": RankingStatus.deleted.value, "updated_at": now}
+                                          for rid in gone])
+    return len(gone)
+
+
+def sync_project(sessions, client, project_id: int | None, *, fields: TaskFields = TaskFields(),
+                 page_size: int = 100, progress=None) -> tuple[ProjectInfo, SyncSummary]:
+    """Pull every annotation of a Label Studio project into the database, a page per transaction.
+
+    Also works for a project preflab did not create (it is recorded on first
+    sync). Annotations gone from the server are marked deleted once every page
+    has been read.
+    """
+    if project_id is None:
+        with sessions.begin() as session:
+            project_id = find_project(session, client.base_url, None).project_id
+    remote = client.get_project(project_id)  # fails before anything is written
+    users = client.users()
+    with sessions.begin() as session:
+        project = ensure_project(session, client.base_url, project_id, title=remote.title or f"project {project_id}",
+                                 label_config=remote.label_config or "")
+    total, seen = SyncSummary(), set()
+    for page in client.iter_task_pages(project_id, page_size=page_size):
+        with sessions.begin() as session:
+            total.add(store_tasks(session, project, [Received.of(task) for task in page], users, fields, seen))
+        if progress:
+            progress(len(page))
+    with sessions.begin() as session:
+        total.deleted += mark_deleted(session, project, seen, client.annotation_exists)
+        session.get(LSProject, project.id).synced_at = utcnow()
+    return project, total

@@ -1,0 +1,236 @@
+"""A real Label Studio server for the tests, started once per test session.
+
+Label Studio is the PyPI package `label-studio`, installed in its own virtual
+environment (its pins clash with ours; `.ci/run` creates it). The server runs on
+a free loopback port with a throwaway data directory and an admin token set
+through LABEL_STUDIO_USER_TOKEN; the tests drive it with label-studio-sdk 2.x.
+A missing install fails the tests (it is not a reason to skip them).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+LS_BIN_ENV = "PREFLAB_LABEL_STUDIO_BIN"
+DEFAULT_LS_BIN = "/root/.cache/ls-venv/bin/label-studio"
+STARTUP_TIMEOUT = float(os.environ.get("PREFLAB_LABEL_STUDIO_STARTUP_TIMEOUT", "900"))
+CHROMIUM = os.environ.get("PREFLAB_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+@dataclass
+class LabelStudioServer:
+    url: str
+    token: str
+    admin_email: str
+    admin_password: str
+    data_dir: Path
+    log: Path
+    users: dict[str, tuple[int, str]] = field(default_factory=dict)  # email -> (id, password)
+
+    def sdk(self):
+        from label_studio_sdk import LabelStudio
+
+        return LabelStudio(base_url=self.url, api_key=self.token)
+
+    def signup(self, email: str, password: str | None = None) -> int:
+        """A Label Studio user who can log in (through the signup form, as a person would)."""
+        if email in self.users:
+            return self.users[email][0]
+        password = password or secrets.token_urlsafe(12)
+        with httpx.Client(base_url=self.url, timeout=60) as web:
+            page = web.get("/user/signup/")
+            csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+            answer = web.post("/user/signup/", data={"csrfmiddlewaretoken": csrf, "email": email,
+                                                     "password": password, "allow_newsletters": "false"},
+                              headers={"Referer": f"{self.url}/user/signup/"})
+            assert answer.status_code == 302, f"signup of {email} failed: HTTP {answer.status_code}"
+        user_id = next(u.id for u in self.sdk().users.list() if u.email == email)
+        self.users[email] = (user_id, password)
+        return user_id
+
+
+def label_studio_bin_path() -> Path:
+    return Path(os.environ.get(LS_BIN_ENV, DEFAULT_LS_BIN))
+
+
+def label_studio_bin() -> Path:
+    path = label_studio_bin_path()
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        pytest.fail(f"Label Studio is not installed at {path} (set {LS_BIN_ENV}); create it with "
+                    f"`python3 -m venv ~/.cache/ls-venv && ~/.cache/ls-venv/bin/pip install label-studio` "
+                    f"(`.ci/run` does this)", pytrace=False)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _tail(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class _Started:
+    proc: subprocess.Popen
+    server: LabelStudioServer
+
+
+_started: _Started | None = None
+
+
+def start_server() -> _Started:
+    """Launch Label Studio (it migrates a fresh database: minutes on a small machine); do not wait."""
+    global _started
+    if _started is not None:
+        return _started
+    binary = label_studio_bin()
+    port = free_port()
+    data_dir = Path(tempfile.mkdtemp(prefix="preflab-label-studio-"))
+    log = data_dir / "server.log"
+    token = secrets.token_hex(20)
+    admin_email, admin_password = "admin@preflab.test", secrets.token_urlsafe(12)
+    env = {
+        **os.environ,
+        "LABEL_STUDIO_BASE_DATA_DIR": str(data_dir),
+        "LABEL_STUDIO_USERNAME": admin_email,
+        "LABEL_STUDIO_PASSWORD": admin_password,
+        "LABEL_STUDIO_USER_TOKEN": token,
+        "LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN": "true",
+        # No network here: no version check against PyPI, no analytics, no error reporting.
+        "LATEST_VERSION_CHECK": "false",
+        "COLLECT_ANALYTICS": "false",
+        "SENTRY_DSN": "",
+        "FRONTEND_SENTRY_DSN": "",
+    }
+    for name in ("LABEL_STUDIO_API_KEY", "LABEL_STUDIO_URL", "PREFLAB_DATABASE_URL"):
+        env.pop(name, None)
+    url = f"http://127.0.0.1:{port}"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [str(binary), "start", "--no-browser", "--internal-host", "127.0.0.1", "--host", url, "--port", str(port)],
+            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=data_dir,
+            preexec_fn=_own_session_dying_with_parent)
+    _started = _Started(proc, LabelStudioServer(url, token, admin_email, admin_password, data_dir, log))
+    return _started
+
+
+def stop_server() -> None:
+    global _started
+    if _started is not None:
+        _stop(_started.proc)
+        shutil.rmtree(_started.server.data_dir, ignore_errors=True)
+        _started = None
+
+
+def uses_label_studio(items) -> bool:
+    return any("ls_server" in getattr(item, "fixturenames", ()) for item in items)
+
+
+@pytest.fixture(scope="session")
+def ls_server():
+    """Label Studio for the whole test run: started when the tests were collected, stopped at the end.
+
+    PREFLAB_TEST_LABEL_STUDIO_URL and PREFLAB_TEST_LABEL_STUDIO_TOKEN point the
+    tests at a server already running instead (quicker while developing).
+    """
+    reuse = os.environ.get("PREFLAB_TEST_LABEL_STUDIO_URL")
+    if reuse:
+        token = os.environ.get("PREFLAB_TEST_LABEL_STUDIO_TOKEN", "")
+        yield LabelStudioServer(reuse.rstrip("/"), token, "", "", Path(tempfile.gettempdir()), Path("/dev/null"))
+        return
+    started = start_server()
+    try:
+        _wait_ready(started.proc, started.server.url, started.server.token, started.server.log)
+        yield started.server
+    finally:
+        stop_server()
+
+
+def _own_session_dying_with_parent() -> None:
+    """In the child: a session of its own (stopped as a group), and SIGTERM if pytest dies first."""
+    os.setsid()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:  # not Linux: the fixture's own teardown still stops it
+        pass
+
+
+def _wait_ready(proc: subprocess.Popen, url: str, token: str, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"Label Studio exited with status {proc.returncode} while starting:\n{_tail(log)}",
+                        pytrace=False)
+        try:
+            answer = httpx.get(f"{url}/api/current-user/whoami", headers={"Authorization": f"Token {token}"}, timeout=10)
+            if answer.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(2)
+    _stop(proc)
+    pytest.fail(f"Label Studio did not answer within {STARTUP_TIMEOUT:.0f}s:\n{_tail(log)}", pytrace=False)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)  # its own session: the server and its workers, nothing else
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+@pytest.fixture
+def ls_env(ls_server, monkeypatch):
+    """LABEL_STUDIO_URL and LABEL_STUDIO_API_KEY pointing at the test server (after isolated_env cleared them)."""
+    monkeypatch.setenv("LABEL_STUDIO_URL", ls_server.url)
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", ls_server.token)
+    return ls_server
+
+
+def make_cli(database_url: str):
+    """Run `preflab --database-url URL ARGS…` in-process; returns the click Result."""
+    from preflab.cli import cli as root
+
+    runner = CliRunner()
+
+    def run(*args, expect_ok=True):
+        result = runner.invoke(root, ["--database-url", database_url, *map(str, args)], catch_exceptions=False)
+        if expect_ok:
+            assert result.exit_code == 0, result.output
+        return result
+
+    return run
+
+
+@pytest.fixture
+def lcli(sqlite_url):
+    """The CLI on a fresh SQLite file (the Label Studio tests that need not run twice)."""
+    return make_cli(sqlite_url)

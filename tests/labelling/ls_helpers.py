@@ -1,0 +1,72 @@
+"""Small builders shared by the Label Studio tests."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from preflab.db.models import Annotator, Candidate, Comparison, LSTask, Prompt, Ranking
+
+
+def write_prompts(path: Path, prompts: dict[str, list[str]]) -> Path:
+    """A JSON Lines prompts file, each prompt with its candidate responses."""
+    path.write_text("".join(json.dumps({"prompt": p, "responses": r}) + "\n" for p, r in prompts.items()),
+                    encoding="utf-8")
+    return path
+
+
+def unique(word: str) -> str:
+    """Texts unique to one test: the Label Studio server is shared by the whole run."""
+    return f"{word} [{uuid.uuid4().hex[:6]}]"
+
+
+def session(database_url: str) -> Session:
+    from preflab.db.engine import open_database, session_factory
+
+    return session_factory(open_database(database_url))()
+
+
+def tasks(database_url: str) -> list[dict]:
+    """The tasks preflab pushed: Label Studio task id, prompt text, shown order as candidate ids and texts."""
+    with session(database_url) as s:
+        rows = s.execute(select(LSTask.task_id, Prompt.text, LSTask.shown_order)
+                         .join(Prompt, Prompt.id == LSTask.prompt_id).order_by(LSTask.task_id)).all()
+        texts = dict(s.execute(select(Candidate.id, Candidate.text)).all())
+    return [{"id": tid, "prompt": prompt, "shown": list(order), "texts": [texts[c] for c in order]}
+            for tid, prompt, order in rows]
+
+
+def item(candidate_id: int) -> str:
+    return f"c{candidate_id}"
+
+
+def ranker_result(value) -> list[dict]:
+    return [{"from_name": "rank", "to_name": "responses", "type": "ranker", "value": {"ranker": value}}]
+
+
+def rankings(database_url: str) -> list[dict]:
+    """Every ranking with its annotator's name, status, version, tiers and shown order."""
+    with session(database_url) as s:
+        out = []
+        for r in s.scalars(select(Ranking).order_by(Ranking.id)):
+            out.append({"annotator": r.annotator.name, "kind": r.annotator.kind, "status": r.status,
+                        "version": r.version, "tiers": r.tiers(), "shown": r.shown_order(),
+                        "annotation": r.ls_annotation_id, "task": r.ls_task_id, "same_as_shown": r.same_as_shown,
+                        "ls_user_id": r.annotator.ls_user_id})
+        return out
+
+
+def comparisons(database_url: str) -> set[tuple[str, int, int]]:
+    """(annotator name, chosen candidate id, rejected candidate id) of every comparison."""
+    with session(database_url) as s:
+        return {tuple(row) for row in s.execute(
+            select(Annotator.name, Comparison.chosen_id, Comparison.rejected_id)
+            .join(Ranking, Ranking.id == Comparison.ranking_id).join(Annotator, Annotator.id == Ranking.annotator_id))}
+
+
+def expected_pairs(name: str, tiers: list[list[int]]) -> set[tuple[str, int, int]]:
+    return {(name, a, b) for i, upper in enumerate(tiers) for lower in tiers[i + 1:] for a in upper for b in lower}

@@ -1,0 +1,143 @@
+"""Tiny, randomly initialised transformer models built in-process (no hub), for tests.
+
+    from tests.tiny_models import tiny_causal_lm, tiny_reward_model, fit_completions
+
+- `tiny_tokenizer()`: a byte-level BPE trained in milliseconds on a small corpus (any
+  text encodes), with ChatML special tokens and chat template, left padding.
+- `tiny_causal_lm(path)` / `tiny_reward_model(path)`: a 2-layer Llama (hidden 32)
+  and its one-label sequence-classification twin, saved with the tokenizer, so
+  `preflab.training.models.load_causal_lm(path)` loads them like any checkpoint.
+- `fit_completions(path, examples)`: a few hundred steps of teacher forcing, so a
+  tiny model reliably says what a test needs (a fixed verdict, a score, an answer).
+- `embedded_model_cache`: a fixture pointing PREFLAB_MODEL_CACHE at one converted
+  copy of the embedded SmolLM2 per test session (an outer PREFLAB_MODEL_CACHE wins,
+  so CI converts once across runs); import it into a test module to use it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+CHATML = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    "What is the capital of France? The capital of France is Paris.",
+    "How many legs does a spider have? A spider has eight legs.",
+    "Write a short poem about the sea. The sea is wide and blue and deep.",
+    "Explain why the sky is blue. Sunlight scatters off the air, and blue light scatters most.",
+    "good bad answer response question user assistant judge score points reference",
+    "Which assistant's answer is better? Reply with one letter: \"A\" or \"B\". A B",
+    "Score: 0 Score: 1 Score: 2 Score: 3 Score: 4 Score: 5",
+]
+
+
+def _judge_corpus() -> list[str]:
+    from preflab.labelling.judges import prompts
+
+    return [prompts.PAIRWISE_SYSTEM, prompts.PAIRWISE_USER, prompts.SCORE_PROMPT, prompts.REFERENCE_PROMPT]
+
+
+def tiny_tokenizer(vocab_size: int = 700):
+    """A byte-level BPE tokenizer with a ChatML chat template (pads on the left)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(CORPUS * 3 + _judge_corpus(), trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|pad|>",
+                                   unk_token="<|endoftext|>", chat_template=CHATML, padding_side="left")
+
+
+def _config(tokenizer, **overrides):
+    from transformers import LlamaConfig
+
+    values = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                  pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                  bos_token_id=None, tie_word_embeddings=True)
+    values.update(overrides)
+    return LlamaConfig(**values)
+
+
+def tiny_causal_lm(path: str | Path, seed: int = 0, tokenizer=None, **config) -> Path:
+    """Save a random 2-layer Llama causal LM and its tokenizer to `path`."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    tokenizer = tokenizer or tiny_tokenizer()
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(_config(tokenizer, **config))
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return Path(path)
+
+
+def tiny_reward_model(path: str | Path, seed: int = 0, tokenizer=None, num_labels: int = 1, **config) -> Path:
+    """Save a random 2-layer Llama with a scoring head (one label: a reward model) to `path`."""
+    import torch
+    from transformers import LlamaForSequenceClassification
+
+    tokenizer = tokenizer or tiny_tokenizer()
+    torch.manual_seed(seed)
+    model = LlamaForSequenceClassification(_config(tokenizer, num_labels=num_labels, **config))
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return Path(path)
+
+
+def fit_completions(path: str | Path, examples: list[tuple[str, str]], steps: int = 150, lr: float = 3e-3,
+                    seed: int = 0) -> Path:
+    """Teach the causal LM at `path` to answer each chat prompt with its completion; re-saves it.
+
+    `examples` holds (full prompt text, already chat-formatted, completion); the
+    loss covers the completion and its end-of-turn token only.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(seed)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    rows, labels = [], []
+    for prompt, completion in examples:
+        p = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        c = tokenizer(completion, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(p + c)
+        labels.append([-100] * len(p) + c)
+    width = max(map(len, rows))
+    ids = torch.tensor([[tokenizer.pad_token_id] * (width - len(r)) + r for r in rows])
+    lab = torch.tensor([[-100] * (width - len(r)) + r for r in labels])
+    mask = (torch.arange(width)[None, :] >= torch.tensor([width - len(r) for r in rows])[:, None]).long()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    model.save_pretrained(path)
+    return Path(path)
+
+
+@pytest.fixture
+def embedded_model_cache(tmp_path_factory, monkeypatch) -> Path:
+    """Point PREFLAB_MODEL_CACHE at one converted copy of the embedded model per test session.
+
+    An outer PREFLAB_MODEL_CACHE (CI sets one) wins, so the conversion happens once across runs.
+    """
+    cache = Path(os.environ.get("PREFLAB_MODEL_CACHE") or tmp_path_factory.getbasetemp() / "model-cache")
+    monkeypatch.setenv("PREFLAB_MODEL_CACHE", str(cache))
+    return cache

@@ -1,0 +1,37 @@
+"""A retrain config over tiny models, for the retrain, lock and schedule tests.
+
+    from tests.training.retrain_fixtures import retrain_config
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.tiny_models import tiny_causal_lm, tiny_reward_model, tiny_tokenizer
+
+TRAIN = 'max_steps = 2\nper_device_train_batch_size = 4\nlearning_rate = 1e-3\nmax_length = 128\nuse_cpu = true\n' \
+        'logging_steps = 1\n'
+
+
+def write_config(folder: Path, reward: bool = True, dpo: bool = True, min_new: int = 10, lock_ttl: float = 60) -> Path:
+    """A TOML retrain config training a tiny reward model and/or a tiny DPO policy."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = tiny_tokenizer()
+    text = f"min_new = {min_new}\nlock_ttl = {lock_ttl}\noutput_dir = \"{folder / 'runs'}\"\n\n" \
+           "[pairs]\nstrategy = \"all\"\n\n[export]\ntest_size = 0.2\n\n"
+    if reward:
+        rm = folder / "rm0" if (folder / "rm0").exists() else tiny_reward_model(folder / "rm0", tokenizer=tokenizer)
+        text += f"[reward]\nmodel = \"{rm}\"\ngrouped = true\n{TRAIN}\n"
+    if dpo:
+        lm = folder / "lm0" if (folder / "lm0").exists() else tiny_causal_lm(folder / "lm0", tokenizer=tokenizer)
+        text += f"[dpo]\nmodel = \"{lm}\"\nbeta = 0.1\n{TRAIN}\n"
+    path = folder / "retrain.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def retrain_config(tmp_path) -> Path:
+    return write_config(tmp_path / "retrain")

@@ -1,0 +1,45 @@
+"""Model loading: hub ids, local folders and the embedded GGUF name resolve the way users expect."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflab.errors import ConfigError
+from preflab.training.models import (
+    load_causal_lm,
+    load_sequence_scorer,
+    model_cache_dir,
+    model_label,
+    resolve_model_path,
+)
+from tests.tiny_models import tiny_causal_lm, tiny_reward_model, tiny_tokenizer
+
+
+def test_names_resolve_to_folders_hub_ids_or_the_model_cache(tmp_path, monkeypatch):
+    assert resolve_model_path("someone/some-model") == "someone/some-model"
+    assert model_label("someone/some-model") == "someone/some-model"
+    assert model_label(None) == model_label("smollm2-135m-instruct") == "smollm2-135m-instruct"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="not a model folder"):
+        resolve_model_path(tmp_path / "empty")
+    assert model_cache_dir() == tmp_path / "home" / "models"  # PREFLAB_HOME from the autouse fixture
+    monkeypatch.setenv("PREFLAB_MODEL_CACHE", str(tmp_path / "shared"))
+    assert model_cache_dir() == tmp_path / "shared"
+
+
+def test_a_tokenizer_without_chat_template_gets_a_plain_one_and_left_padding(tmp_path):
+    tokenizer = tiny_tokenizer()
+    tokenizer.chat_template = None
+    path = tiny_causal_lm(tmp_path / "base-lm", tokenizer=tokenizer)
+    model, loaded = load_causal_lm(path)
+    assert loaded.padding_side == "left" and loaded.pad_token_id is not None
+    text = loaded.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True)
+    assert text == "User: Hi\n\nAssistant:"
+    assert str(model.device) == "cpu" and not model.training
+
+
+def test_a_reward_model_must_have_one_label(tmp_path):
+    model, _ = load_sequence_scorer(tiny_reward_model(tmp_path / "rm"))
+    assert model.config.num_labels == 1
+    with pytest.raises(ConfigError, match="has 3 labels"):
+        load_sequence_scorer(tiny_reward_model(tmp_path / "cls", num_labels=3))

@@ -1,0 +1,88 @@
+"""`preflab retrain`: nothing to do, then training, current model versions, and a failure that keeps them."""
+
+import json
+
+import pytest
+from sqlalchemy import select
+
+from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
+from tests.training.retrain_fixtures import retrain_config, write_config  # noqa: F401 (fixture)
+
+
+def new_rankings(path, n: int = 3, tag: str = "late"):
+    lines = [json.dumps({"prompt": f"{tag} question {i}: what is {i} plus {i}?",
+                         "responses": [f"It is {2 * i}.", f"Maybe {2 * i + 1}.", "No idea."],
+                         "ranking": [[0], [1], [2]], "annotator": "alice", "id": f"{tag}-{i}"})
+             for i in range(n)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def current(session) -> dict:
+    return {v.kind: v.name for v in session.scalars(select(ModelVersion).where(ModelVersion.is_current.is_(True)))}
+
+
+@pytest.mark.slow
+def test_retrain_trains_when_enough_is_new_and_a_failure_keeps_the_current_models(
+        cli, sessions, retrain_config, sample_rankings, tmp_path, monkeypatch):
+    empty = json.loads(cli("retrain", "--config", retrain_config, "--json").stdout)
+    assert (empty["status"], empty["new_comparisons"]) == ("nothing-to-do", 0)
+    assert "nothing to do" in cli("retrain", "--config", retrain_config).stdout
+
+    cli("import", "rankings", sample_rankings)
+    waiting = json.loads(cli("retrain", "--config", retrain_config, "--min-new", 100_000, "--json").stdout)
+    assert waiting["status"] == "nothing-to-do" and waiting["new_comparisons"] > 100
+
+    trained = json.loads(cli("retrain", "--config", retrain_config, "--json").stdout)
+    assert trained["status"] == "trained" and [r["kind"] for r in trained["runs"]] == ["reward", "dpo"]
+    reward, policy = (r["model_version"] for r in trained["runs"])
+    with sessions.begin() as session:
+        assert current(session) == {"reward": reward, "policy": policy}
+        version = session.scalars(select(DatasetVersion).where(DatasetVersion.name == trained["dataset_version"])).one()
+        assert version.settings["job"] == "retrain" and version.settings["trained"] is True
+        assert version.n_train + version.n_test == trained["new_comparisons"]
+        assert [r.status for r in session.scalars(select(TrainingRun))] == ["succeeded", "succeeded"]
+
+    # Nothing new since that dataset version: nothing to do.
+    again = json.loads(cli("retrain", "--config", retrain_config, "--json").stdout)
+    assert (again["status"], again["new_comparisons"], again["since"]) == ("nothing-to-do", 0, version.name)
+
+    # Nine new pairs arrive; the reward model's training fails: the previous versions stay current.
+    cli("import", "rankings", new_rankings(tmp_path / "late.jsonl"))
+    monkeypatch.setenv("PREFLAB_FAIL_AT", "retrain:train")
+    failed = cli("retrain", "--config", retrain_config, "--min-new", 9, expect_ok=False)
+    assert failed.exit_code == 1
+    assert f"stays current" in failed.output and "injected failure at retrain:train" in failed.output
+    with sessions.begin() as session:
+        assert current(session) == {"reward": reward, "policy": policy}
+        runs = session.scalars(select(TrainingRun).order_by(TrainingRun.id)).all()
+        assert [r.status for r in runs] == ["succeeded", "succeeded", "failed", "failed"]
+        assert "injected failure" in runs[-1].error
+        assert session.scalar(select(ModelVersion).where(ModelVersion.kind == "policy",
+                                                         ModelVersion.is_current.is_(False))) is None
+
+    # The failed retrain did not count: the next run sees the same nine comparisons and trains.
+    monkeypatch.delenv("PREFLAB_FAIL_AT")
+    recovered = json.loads(cli("retrain", "--config", retrain_config, "--min-new", 9, "--json").stdout)
+    assert recovered["status"] == "trained" and recovered["new_comparisons"] == 9
+    assert recovered["since"] == version.name
+    with sessions.begin() as session:
+        assert current(session) == {"reward": recovered["runs"][0]["model_version"],
+                                    "policy": recovered["runs"][1]["model_version"]}
+
+
+def test_retrain_config_mistakes_are_one_sentence(cli, tmp_path):
+    config = tmp_path / "retrain.toml"
+    config.write_text("min_new = 5\n[reward]\nlearning_rat = 0.1\n", encoding="utf-8")
+    result = cli("retrain", "--config", config, expect_ok=False)
+    assert result.exit_code == 1
+    assert result.output.startswith(f"Error: {config}: unknown key 'learning_rat' in [reward]")
+    config.write_text("min_new = 5\n", encoding="utf-8")
+    assert "trains nothing" in cli("retrain", "--config", config, expect_ok=False).output
+    config.write_text("min_new = \n", encoding="utf-8")
+    assert "is not valid TOML" in cli("retrain", "--config", config, expect_ok=False).output
+    result = cli("retrain", expect_ok=False)
+    assert result.exit_code == 1 and "no retrain config: pass --config FILE" in result.output
+    json_config = write_config(tmp_path / "j", reward=True, dpo=False).with_suffix(".json")
+    json_config.write_text(json.dumps({"min_new": 3, "reward": {"max_steps": 1}}), encoding="utf-8")
+    assert json.loads(cli("retrain", "--config", json_config, "--json").stdout)["status"] == "nothing-to-do"

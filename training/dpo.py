@@ -1,0 +1,72 @@
+"""`train dpo`: direct preference optimisation with TRL's DPOTrainer.
+
+The policy starts from a base model or a model version; the reference is that
+same starting model (its log-probabilities precomputed by default). Held-out
+metrics are DPO's implicit reward β·log(π/π_ref): how often it prefers the
+chosen response, and by how much.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from preflab.training.config import DPOTrainConfig
+from preflab.training.reward import load_tokenizer_for_training
+from preflab.training.runs import RunPlan, RunResult, execute, run_trainer, save_final, training_summary
+
+LOGGED = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
+
+
+def build_dpo_trainer(plan: RunPlan, config: DPOTrainConfig):
+    from datasets import load_from_disk
+    from trl import DPOTrainer
+
+    train_split = load_from_disk(plan.data_dir)["train"].select_columns(["prompt", "chosen", "rejected"])
+    return DPOTrainer(plan.model_path, args=config.to_trl(plan.checkpoint_dir), train_dataset=train_split,
+                      processing_class=load_tokenizer_for_training(plan.model_path),
+                      peft_config=config.peft_config("CAUSAL_LM"))
+
+
+def evaluate_policy_on_pairs(policy_path: str, reference_path: str, split, beta: float,
+                             batch_size: int = 32) -> dict[str, Any]:
+    """Held-out implicit-reward accuracy and margin of the policy saved at `policy_path`."""
+    from preflab.training.models import load_causal_lm
+    from preflab.training.scoring import implicit_reward_metrics
+
+    if split is None or len(split) == 0:
+        return {"heldout_reward_accuracy": None, "heldout_reward_margin": None, "heldout_pairs": 0}
+    policy, tokenizer = load_causal_lm(policy_path)
+    reference, _ = load_causal_lm(reference_path)
+    result = implicit_reward_metrics(policy, reference, tokenizer, split, beta, batch_size)
+    return {f"heldout_{key}" if key != "pairs" else "heldout_pairs": value for key, value in result.items()}
+
+
+def train_dpo(sessions, config: DPOTrainConfig, model_name: str, dataset_version: str | None = None,
+              resume: bool = False, output_dir: str | None = None, callbacks: Sequence = (),
+              progress: bool = True) -> RunResult | None:
+    """Train a policy with DPO and record it; returns the result on rank 0 (None on other ranks).
+
+    Args are those of `preflab.training.reward.train_reward`.
+    """
+    def train(plan: RunPlan, config: DPOTrainConfig) -> dict[str, Any]:
+        from transformers import AutoModelForCausalLM
+
+        trainer = build_dpo_trainer(plan, config)
+        output = run_trainer(trainer, plan, callbacks, progress)
+        save_final(trainer, plan, AutoModelForCausalLM)
+        summary = training_summary(trainer, output)
+        logged = [entry for entry in trainer.state.log_history if LOGGED[0] in entry]
+        if logged:
+            summary.update({f"train_{key.replace('/', '_')}": logged[-1][key] for key in LOGGED})
+        return summary
+
+    def evaluate(plan: RunPlan, config: DPOTrainConfig) -> dict[str, Any]:
+        from datasets import load_from_disk
+
+        splits = load_from_disk(plan.data_dir)
+        return evaluate_policy_on_pairs(plan.model_dir, plan.model_path, splits["test"] if "test" in splits else None,
+                                        config.beta, config.per_device_eval_batch_size)
+
+    return execute("dpo", config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate,
+                   progress)

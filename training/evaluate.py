@@ -1,0 +1,175 @@
+"""`train eval`: how good is a trained model version on held-out data?
+
+A reward model: its pairwise accuracy on a dataset version's test split. A
+policy: its win rate against the model it was trained from, on the held-out
+prompts (`Prompt.split == "test"`): both answer each prompt (greedy by default),
+a judge from `preflab.labelling.judges` compares the two answers, and a tie
+counts half.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from preflab.db.models import DatasetVersion, ModelVersion, Prompt, TrainingRun
+from preflab.errors import InputError, NotFound
+
+
+def find_model_version(session: Session, name_or_id: str) -> ModelVersion:
+    condition = ModelVersion.name == name_or_id
+    if name_or_id.isdigit():
+        condition = or_(condition, ModelVersion.id == int(name_or_id))
+    version = session.scalars(select(ModelVersion).where(condition).order_by(ModelVersion.id.desc())).first()
+    if version is None:
+        raise NotFound(f"there is no model version {name_or_id!r}")
+    if not version.path:
+        raise NotFound(f"model version {version.name} has no saved weights to evaluate")
+    return version
+
+
+def _run_of(session: Session, version: ModelVersion) -> TrainingRun | None:
+    return session.scalars(select(TrainingRun).where(TrainingRun.output_model_version_id == version.id)).first()
+
+
+def dataset_for(session: Session, version: ModelVersion, name_or_id: str | None) -> DatasetVersion:
+    """The named dataset version, else the one the model was trained on, else the newest."""
+    from preflab.training.data import find_dataset_version
+
+    if name_or_id:
+        return find_dataset_version(session, name_or_id)
+    run = _run_of(session, version)
+    if run is not None and run.dataset_version_id:
+        return session.get(DatasetVersion, run.dataset_version_id)
+    found = session.scalars(select(DatasetVersion).order_by(DatasetVersion.id.desc())).first()
+    if found is None:
+        raise NotFound("there is no dataset version to evaluate on; run `preflab export` first")
+    return found
+
+
+def evaluate_reward_version(session: Session, version: ModelVersion, dataset_version: str | None = None,
+                            batch_size: int = 32) -> dict[str, Any]:
+    from preflab.training.data import load_splits
+    from preflab.training.reward import evaluate_reward_model
+
+    dataset = dataset_for(session, version, dataset_version)
+    splits = load_splits(dataset.path)
+    if "test" not in splits:
+        raise InputError(f"dataset version {dataset.name} has no test split to evaluate on")
+    metrics = evaluate_reward_model(version.path, splits["test"], batch_size)
+    return {"model_version": version.name, "kind": version.kind, "dataset_version": dataset.name, **metrics}
+
+
+@dataclass
+class PolicyEval:
+    """What a policy evaluation needs from the database (read before any model is loaded)."""
+
+    policy: str
+    policy_path: str
+    baseline: str
+    baseline_path: str
+    conversational: bool
+    prompts: list[tuple[int, str, str | None]] = field(default_factory=list)  # (id, text, reference)
+
+
+def plan_policy_eval(session: Session, version: ModelVersion, against: str | None = None,
+                     limit: int | None = None) -> PolicyEval:
+    """The policy, the model it is compared with (its parent by default) and the held-out prompts."""
+    from preflab.labelling.selection import resolve_model
+    from preflab.training.models import resolve_model_path
+
+    if against:
+        label, location, _ = resolve_model(session, against, record=False)
+    else:
+        parent = session.get(ModelVersion, version.parent_id) if version.parent_id else None
+        if parent is None or not (parent.path or parent.base_model):
+            raise NotFound(f"model version {version.name} records no base model; name one with --against")
+        label, location = parent.name, parent.path or parent.base_model
+    run = _run_of(session, version)
+    dataset = session.get(DatasetVersion, run.dataset_version_id) if run and run.dataset_version_id else None
+    query = select(Prompt.id, Prompt.text, Prompt.reference).where(Prompt.split == "test").order_by(Prompt.id)
+    if limit:
+        query = query.limit(limit)
+    prompts = [tuple(row) for row in session.execute(query)]
+    if not prompts:
+        raise InputError("there are no held-out prompts (split 'test'); export a dataset version first")
+    return PolicyEval(version.name, version.path, label, str(resolve_model_path(location)),
+                      bool(dataset and (dataset.settings or {}).get("conversational")), prompts)
+
+
+def answer(model, tokenizer, prompts: list[str], conversational: bool, max_new_tokens: int,
+           do_sample: bool, seed: int, batch_size: int) -> list[str]:
+    """Each prompt's answer, formatted the way the policy was trained (chat template or plain text)."""
+    from preflab.labelling.generate import generate_texts
+    from preflab.training.models import chat_text
+
+    texts = [chat_text(tokenizer, p) if conversational else p for p in prompts]
+    out: list[str] = []
+    for start in range(0, len(texts), batch_size):
+        out += [g.text for g in generate_texts(model, tokenizer, texts[start:start + batch_size],
+                                               max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                               seed=seed + start)]
+    return out
+
+
+def win_rate(plan: PolicyEval, judge, max_new_tokens: int = 128, do_sample: bool = False, seed: int = 0,
+             batch_size: int = 8) -> dict[str, Any]:
+    """Answer every held-out prompt with both models and let `judge` compare each pair of answers.
+
+    Args:
+        judge: a judge function from `preflab.labelling.judges.run.make_judge`.
+    """
+    from preflab.labelling.selection import PromptCandidates
+    from preflab.training.models import load_causal_lm
+
+    texts = [text for _, text, _ in plan.prompts]
+    answers = {}
+    for name, path in (("policy", plan.policy_path), ("baseline", plan.baseline_path)):
+        model, tokenizer = load_causal_lm(path)
+        answers[name] = answer(model, tokenizer, texts, plan.conversational, max_new_tokens, do_sample, seed,
+                               batch_size)
+        del model
+    wins = losses = ties = 0
+    items = [PromptCandidates(pid, text, reference, [0, 1], [mine, theirs])
+             for (pid, text, reference), mine, theirs in zip(plan.prompts, answers["policy"], answers["baseline"])]
+    to_judge = [item for item in items if item.texts[0] != item.texts[1]]
+    ties += len(items) - len(to_judge)  # the same answer: nothing to prefer
+    for start in range(0, len(to_judge), batch_size):
+        for scores, _ in judge(to_judge[start:start + batch_size]):
+            mine, theirs = scores.get(0), scores.get(1)
+            if mine is None or theirs is None or mine == theirs:
+                ties += 1
+            elif mine > theirs:
+                wins += 1
+            else:
+                losses += 1
+    n = len(items)
+    return {"model_version": plan.policy, "against": plan.baseline, "prompts": n, "wins": wins,
+            "losses": losses, "ties": ties, "win_rate": (wins + 0.5 * ties) / n,
+            "identical_answers": len(items) - len(to_judge)}
+
+
+def judge_location(session: Session, kind: str, judge_model: str) -> tuple[str, str]:
+    """(label, where to load it) of the judge model; checked before anything is loaded."""
+    from preflab.labelling.judges.base import JUDGE_KINDS
+    from preflab.labelling.selection import resolve_model
+
+    if kind not in JUDGE_KINDS:
+        raise InputError(f"unknown judge {kind!r} (expected one of {', '.join(JUDGE_KINDS)})")
+    if kind == "reference":
+        raise InputError("the reference judge grades against a prompt's reference answer; choose another judge")
+    label, location, _ = resolve_model(session, judge_model, record=False)
+    return label, location
+
+
+def load_judge(kind: str, location: str, batch_size: int = 8):
+    """A judge function (see `preflab.labelling.judges.run.make_judge`) on the model at `location`."""
+    from preflab.labelling.judges.run import CONFIGS, make_judge
+    from preflab.training.models import load_causal_lm, load_sequence_scorer
+
+    load = load_sequence_scorer if kind == "reward-model" else load_causal_lm
+    model, tokenizer = load(location)
+    return make_judge(kind, model, tokenizer, CONFIGS[kind](batch_size=batch_size))

@@ -1,0 +1,132 @@
+"""`preflab retrain` (the scheduled job) and `preflab schedule` (the scheduler that runs it)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+
+from preflab.cli import echo_json, pass_settings
+from preflab.errors import ConfigError
+from preflab.settings import Settings, data_dir
+
+CONFIG_HELP = ("Retrain config (TOML or JSON: what to train; see `preflab retrain --help`); "
+               "default: PREFLAB_RETRAIN_CONFIG, else DATA_DIR/retrain.toml.")
+
+
+def _config_path(config_path: str | None) -> Path:
+    if config_path:
+        return Path(config_path)
+    default = data_dir() / "retrain.toml"
+    if not default.is_file():
+        raise ConfigError(f"no retrain config: pass --config FILE or write {default}")
+    return default
+
+
+@contextmanager
+def _sigterm_exits():
+    """SIGTERM (from a scheduler, systemd or Kubernetes) unwinds like Ctrl-C: the run is recorded as
+    failed and the lease is given back, instead of the process vanishing mid-transaction."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def exit_now(signum, frame):
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@click.command("retrain")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="PREFLAB_RETRAIN_CONFIG",
+              help=CONFIG_HELP)
+@click.option("--min-new", type=click.IntRange(min=0), help="New comparisons needed to retrain (default: the "
+                                                             "config's min_new, else 100).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@pass_settings
+def retrain_command(settings: Settings, config_path, min_new, as_json):
+    """Retrain on the new comparisons if at least --min-new arrived; else say "nothing to do" (exit 0).
+
+    Two overlapping runs never both train: a lease in the database, held while
+    training and renewed in the background, makes the second one skip (exit 0);
+    a crashed run's lease expires after `lock_ttl` seconds. A model version that
+    trains becomes the current one of its kind; a failed run (exit 1) leaves the
+    previous one current. The config file (TOML) names what to train:
+
+    \b
+        min_new = 100
+        model = "smollm2-135m-instruct"
+        [pairs]
+        strategy = "all"
+        [reward]
+        grouped = true
+        [dpo]
+        beta = 0.1
+
+    Example: preflab retrain --config retrain.toml --min-new 200
+    """
+    from preflab.db.cli import open_sessions
+    from preflab.training.retrain import load_retrain_config, retrain
+
+    config = load_retrain_config(_config_path(config_path))
+    with _sigterm_exits():
+        result = retrain(open_sessions(settings), config, settings.model, min_new,
+                         log=lambda message: click.echo(message, err=True), progress=not as_json)
+    if as_json:
+        echo_json(result.as_dict())
+    else:
+        click.echo(result.message)
+
+
+@click.command("schedule")
+@click.option("--cron", required=True, metavar="EXPR",
+              help='When to run, as a crontab line: "0 3 * * *" is 03:00 every day (6 fields: seconds first).')
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="PREFLAB_RETRAIN_CONFIG",
+              help=CONFIG_HELP)
+@click.option("--min-new", type=click.IntRange(min=0), help="Passed to each `preflab retrain` run.")
+@click.option("--timezone", default="UTC", show_default=True, help="Time zone the cron expression is read in.")
+@click.option("--run-now", is_flag=True, help="Also run once immediately.")
+@click.option("--max-runs", type=click.IntRange(min=1), help="Stop after this many runs (default: run until stopped).")
+@click.option("--timeout", type=click.FloatRange(min=1), help="Stop a run that takes longer than this many seconds.")
+@click.option("--log-file", type=click.Path(dir_okay=False), help="Also append the log to this file.")
+@pass_settings
+def schedule_command(settings: Settings, cron, config_path, min_new, timezone, run_now, max_runs, timeout, log_file):
+    """Run `preflab retrain` on a cron schedule until stopped, logging each run.
+
+    Each run is a child process with the database URL in its environment; runs
+    never overlap, and missed runs (the machine slept) are coalesced into one.
+    SIGTERM or Ctrl-C stops the scheduler (and a run in progress).
+
+    Example: preflab schedule --cron "0 3 * * *" --config retrain.toml --log-file retrain.log
+    """
+    from preflab.training.retrain import load_retrain_config
+    from preflab.training.schedule import cron_trigger, retrain_job, run_scheduler
+
+    path = _config_path(config_path)
+    load_retrain_config(path)  # a broken config fails now, not at three in the morning
+    trigger = cron_trigger(cron, timezone)
+    logger = logging.getLogger("preflab.schedule")
+    handlers = [logging.StreamHandler(sys.stderr)] + ([logging.FileHandler(log_file)] if log_file else [])
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        logger.info("scheduling `preflab retrain --config %s` at %r (%s) on %s", path, cron, timezone,
+                    settings.redacted_url())
+        runs = run_scheduler(trigger, retrain_job(settings.database_url, settings.model, str(path), min_new, timeout),
+                             timezone, max_runs, run_now)
+    finally:
+        for handler in handlers:
+            logger.removeHandler(handler)
+            handler.close()
+    click.echo(f"scheduler stopped after {runs} run(s)")

@@ -1,0 +1,329 @@
+"""The lifecycle of a training run, the same on one process or many.
+
+Rank 0 alone touches the database: it resolves the dataset version and the
+starting model, records the run (status `running`) and hands every rank the
+plan. All ranks train. Rank 0 then scores the saved model on the held-out split
+and records the metrics and a new model version; a crash marks the run `failed`
+with the error. Under `torchrun`/`accelerate launch` the ranks read RANK and
+WORLD_SIZE from the environment; a plain process is rank 0 of 1.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+import warnings
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
+from preflab.errors import NotFound, TrainingError
+from preflab.settings import data_dir
+
+MODEL_KIND = {"reward": "reward", "reward-grouped": "reward", "dpo": "policy"}
+
+
+def rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    return rank() == 0
+
+
+@dataclass
+class RunPlan:
+    """What rank 0 decided and every rank needs (sent to the others by broadcast)."""
+
+    run_id: int
+    kind: str
+    config: dict[str, Any]
+    dataset_version: str
+    model_path: str  # where `from_pretrained` loads the starting model
+    run_dir: str
+    resume_from: str | None = None
+
+    @property
+    def data_dir(self) -> str:
+        return str(Path(self.run_dir) / "data")
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return str(Path(self.run_dir) / "checkpoints")
+
+    @property
+    def model_dir(self) -> str:
+        return str(Path(self.run_dir) / "model")
+
+
+@dataclass
+class RunResult:
+    run_id: int
+    kind: str
+    model_version: str
+    model_version_id: int
+    path: str
+    dataset_version: str
+    metrics: dict[str, Any]
+    world_size: int
+    resumed: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+# --- rank 0: planning and recording ------------------------------------------------------
+
+def _starting_model(session: Session, model_name: str) -> tuple[str, str, int | None]:
+    """(label, from_pretrained location, model version id) for the model a run starts from."""
+    from preflab.labelling.selection import resolve_model
+    from preflab.training.models import resolve_model_path
+
+    label, location, version_id = resolve_model(session, model_name)
+    return label, str(resolve_model_path(location)), version_id
+
+
+def plan_run(session: Session, kind: str, config: dict[str, Any], model_name: str,
+             dataset_version: str | None = None, output_dir: str | None = None) -> RunPlan:
+    """Record a new run (status running) and copy its training data into the run folder."""
+    from preflab.training.data import load_splits, resolve_dataset_version
+
+    version = resolve_dataset_version(session, dataset_version)
+    label, location, version_id = _starting_model(session, model_name)
+    run = TrainingRun(kind=kind, status="running", config=config, dataset_version_id=version.id,
+                      base_model=label, base_model_version_id=version_id, world_size=world_size())
+    session.add(run)
+    session.flush()
+    run_dir = Path(output_dir) if output_dir else data_dir() / "runs" / f"{kind}-{run.id}"
+    run.output_path = str(run_dir.resolve())
+    plan = RunPlan(run.id, kind, config, version.name, location, run.output_path)
+    # A private copy: the export stays untouched by tokenizer caches, and every rank reads the same files.
+    load_splits(version.path).save_to_disk(plan.data_dir)
+    return plan
+
+
+def plan_resume(session: Session, kind: str) -> RunPlan:
+    """The newest unfinished run of this kind, to continue from its last checkpoint."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    run = session.scalars(select(TrainingRun).where(TrainingRun.kind == kind,
+                                                    TrainingRun.status.in_(("running", "failed")))
+                          .order_by(TrainingRun.id.desc())).first()
+    if run is None or not run.output_path or not (Path(run.output_path) / "data").exists():
+        raise NotFound(f"there is no unfinished {kind} run to resume")
+    version = session.get(DatasetVersion, run.dataset_version_id)
+    label, location, _ = _starting_model(session, _model_name(session, run))
+    run.status, run.error, run.world_size, run.finished_at = "running", None, world_size(), None
+    plan = RunPlan(run.id, kind, run.config, version.name if version else "?", location, run.output_path)
+    checkpoints = Path(plan.checkpoint_dir)
+    plan.resume_from = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+    return plan
+
+
+def _model_name(session: Session, run: TrainingRun) -> str:
+    if run.base_model_version_id:
+        version = session.get(ModelVersion, run.base_model_version_id)
+        if version is not None and version.kind != "base":
+            return version.name
+    return run.base_model
+
+
+def record_success(session: Session, plan: RunPlan, metrics: dict[str, Any]) -> ModelVersion:
+    run = session.get(TrainingRun, plan.run_id)
+    base = session.get(ModelVersion, run.base_model_version_id) if run.base_model_version_id else None
+    version = session.scalar(select(ModelVersion).where(ModelVersion.name == f"{MODEL_KIND[plan.kind]}-{run.id}"))
+    if version is None:
+        version = ModelVersion(name=f"{MODEL_KIND[plan.kind]}-{run.id}", kind=MODEL_KIND[plan.kind])
+        session.add(version)
+    version.base_model = (base.base_model if base is not None and base.base_model else run.base_model)
+    version.parent_id = base.id if base is not None else None
+    version.path, version.metrics = plan.model_dir, metrics
+    version.iteration = run.iteration
+    session.flush()
+    run.status, run.metrics, run.error = "succeeded", metrics, None
+    run.output_model_version_id = version.id
+    run.finished_at = datetime.now(timezone.utc)
+    return version
+
+
+def record_failure(session: Session, run_id: int, error: str) -> None:
+    run = session.get(TrainingRun, run_id)
+    if run is not None:
+        run.status, run.error, run.finished_at = "failed", error, datetime.now(timezone.utc)
+
+
+# --- every rank ----------------------------------------------------------------------------
+
+def _share(value):
+    """Rank 0's value, on every rank."""
+    if world_size() == 1:
+        return value
+    from accelerate.utils import broadcast_object_list
+
+    box = [value]
+    broadcast_object_list(box, from_process=0)
+    return box[0]
+
+
+def execute(kind: str, config, sessions, model_name: str, dataset_version: str | None, resume: bool,
+            output_dir: str | None, train: Callable[[RunPlan, Any], dict[str, Any]],
+            evaluate: Callable[[RunPlan, Any], dict[str, Any]], progress: bool = True) -> RunResult | None:
+    """Plan (rank 0), train (all ranks), evaluate and record (rank 0).
+
+    Args:
+        config: the method's config; on resume, the run's stored config replaces it.
+        sessions: a sessionmaker on rank 0; None on the other ranks, which never open the database.
+        train: trains, saves the final model to `plan.model_dir` and returns the training-loop
+            numbers (called on every rank).
+        evaluate: held-out metrics of the saved model (called on rank 0 only).
+
+    Returns:
+        The run's result on rank 0, None elsewhere.
+    """
+    with quiet_libraries(progress):
+        return _execute(kind, config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate)
+
+
+def _execute(kind, config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate):
+    if world_size() > 1:
+        from accelerate import PartialState
+
+        PartialState(cpu=config.device_settings()["use_cpu"])  # the process group the broadcasts use
+    plan, failure = None, None
+    if is_main_process():
+        try:
+            with sessions.begin() as session:
+                plan = (plan_resume(session, kind) if resume else
+                        plan_run(session, kind, config.as_dict(), model_name, dataset_version, output_dir))
+        except Exception as exc:  # the other ranks wait on the broadcast below: tell them, then raise
+            failure = exc
+    shared = _share((plan, None if failure is None else str(failure)))
+    if failure is not None:
+        raise failure
+    if shared[1] is not None:
+        raise TrainingError(shared[1])
+    plan = shared[0]
+    config = type(config).from_dict(plan.config)
+    try:
+        metrics = train(plan, config)
+        if is_main_process():
+            metrics.update(evaluate(plan, config))
+    except BaseException as exc:
+        if is_main_process():
+            with sessions.begin() as session:
+                record_failure(session, plan.run_id, one_line(exc) + "\n" + traceback.format_exc(limit=-3))
+        if isinstance(exc, Exception):
+            raise TrainingError(f"training run {plan.run_id} failed: {one_line(exc)}") from exc
+        raise
+    if not is_main_process():
+        return None
+    with sessions.begin() as session:
+        version = record_success(session, plan, metrics)
+        return RunResult(plan.run_id, kind, version.name, version.id, version.path, plan.dataset_version,
+                         metrics, world_size(), resumed=plan.resume_from is not None)
+
+
+def training_summary(trainer, output) -> dict[str, Any]:
+    """The numbers of the training loop itself: steps, runtime, first and last logged loss."""
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    return {"global_step": trainer.state.global_step, "train_loss": output.training_loss,
+            "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+            "train_runtime": output.metrics.get("train_runtime"), "epochs": trainer.state.epoch,
+            "world_size": trainer.args.world_size}  # what the Trainer really ran on, not what was asked
+
+
+def run_trainer(trainer, plan: RunPlan, callbacks: Sequence = (), progress: bool = True):
+    """Train (from the plan's checkpoint, if resuming) with a progress bar on stderr on rank 0.
+
+    transformers' own printers write log dicts to stdout, which would spoil `--json`: they go.
+    """
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    from preflab.training.progress import RichProgress
+
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    bar = RichProgress(f"training {plan.kind} run {plan.run_id}") if progress and is_main_process() else None
+    for callback in ([bar] if bar else []) + list(callbacks):
+        trainer.add_callback(callback)
+    try:
+        return trainer.train(resume_from_checkpoint=plan.resume_from)
+    finally:
+        if bar is not None:
+            bar.close()
+
+
+def save_final(trainer, plan: RunPlan, auto_class) -> None:
+    """Save the trained model where its model version will point: full weights, LoRA merged in.
+
+    A merged model loads with plain `from_pretrained`, so evaluation, generation and
+    the next training run need not know it was trained with adapters. The adapter
+    is saved first by the Trainer on every rank (which gathers FSDP/ZeRO-3 shards),
+    kept in `adapter/`, and merged into a fresh copy of the starting model on rank 0.
+    """
+    from accelerate.utils import is_peft_model
+
+    if not is_peft_model(trainer.accelerator.unwrap_model(trainer.model)):
+        trainer.save_model(plan.model_dir)
+        trainer.accelerator.wait_for_everyone()
+        return
+    adapter = str(Path(plan.run_dir) / "adapter")
+    trainer.save_model(adapter)
+    if trainer.accelerator.is_main_process:
+        from peft import PeftModel
+
+        extra = {"num_labels": 1} if "SequenceClassification" in auto_class.__name__ else {}
+        base = auto_class.from_pretrained(plan.model_path, **extra)
+        merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
+        merged.config.pad_token_id = trainer.processing_class.pad_token_id
+        merged.save_pretrained(plan.model_dir)
+        trainer.processing_class.save_pretrained(plan.model_dir)
+    trainer.accelerator.wait_for_everyone()
+
+
+@contextmanager
+def quiet_libraries(progress: bool = True):
+    """Keep library chatter (weight-loading bars, dataset map bars, warnings) off the terminal.
+
+    TRL's bar for precomputing reference log-probabilities stays when `progress`
+    is on: it can be a long step of its own.
+    """
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    datasets_bars = datasets.is_progress_bar_enabled()
+    tqdm = os.environ.get("TQDM_DISABLE")
+    datasets.disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    if not progress:
+        os.environ["TQDM_DISABLE"] = "1"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+        if datasets_bars:
+            datasets.enable_progress_bars()
+        hf_logging.set_verbosity(verbosity)
+        if tqdm is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = tqdm

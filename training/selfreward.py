@@ -1,0 +1,351 @@
+"""Self-rewarding iterative DPO (Yuan et al., 2024), run through preflab's own store.
+
+Iteration t turns M_{t-1} into M_t in six steps, each recorded in
+`self_reward_iterations` once its work is committed:
+
+1. `prompts`    M_{t-1} writes new prompts, few-shot from 8 shown at a time
+                (or they come from a pool file), de-duplicated against the store;
+2. `candidates` M_{t-1} samples N candidates per prompt (temperature 0.7, top-p 0.9);
+3. `judge`      a judge ranks them: by default M_{t-1} itself with the additive
+                5-point prompt, k = 3 samples averaged (the `score` judge);
+4. `pairs`      highest vs lowest score per prompt (ties dropped) or every strict
+                pair, plus people's rankings since the last iteration, become a
+                dataset version;
+5. `train`      DPO from M_{t-1} gives M_t (a model version whose parent is M_{t-1});
+6. `evaluate`   M_t against M_{t-1} on held-out prompts by the same judge, and the
+                judge's agreement with people where they ranked the same prompts.
+
+Everything made carries the iteration (prompts, candidates, rankings, dataset
+version, training run, model version). A stopped loop resumes at the step it
+reached: every step is idempotent, and the ones that write a lot (prompts,
+candidates, judgements) keep what earlier attempts committed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from preflab.db.models import Candidate, DatasetVersion, ModelVersion, Prompt, Ranking, SelfRewardIteration
+from preflab.db.store import chunks, content_hash, ensure_prompts
+from preflab.errors import ConfigError, InputError
+from preflab.settings import data_dir
+from preflab.training.faults import fail_point
+from preflab.training.selfreward_data import PAIR_CHOICES
+
+STEPS = ("prompts", "candidates", "judge", "pairs", "train", "evaluate", "done")
+JUDGES = ("score", "pairwise", "likelihood", "reward-model")
+
+
+@dataclass
+class SelfRewardConfig:
+    """One self-rewarding iteration's settings (stored with the iteration)."""
+
+    model: str | None = field(default=None, metadata={
+        "help": "M_0, the model the loop starts from (model version, embedded name, path or hub id); "
+                "default: the global --model. Later iterations start from the previous one's model."})
+    prompts_per_iteration: int = field(default=64, metadata={"help": "New prompts per iteration."})
+    prompt_pool: str | None = field(default=None, metadata={
+        "help": "Take new prompts from this JSON Lines file (the next ones not stored yet) instead of "
+                "having M_t write them."})
+    shots: int = field(default=8, metadata={"help": "Existing prompts shown per request when M_t writes prompts."})
+    prompt_max_new_tokens: int = field(default=128, metadata={"help": "Longest prompt M_t may write, in tokens."})
+    prompt_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature for writing prompts."})
+    n: int = field(default=4, metadata={"help": "Candidates sampled per prompt."})
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature of the candidates."})
+    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling mass (prompts and candidates)."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Longest candidate, in tokens."})
+    batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass (generation, judging)."})
+    judge: str = field(default="score", metadata={"help": "Judge of the candidates.", "choices": JUDGES})
+    judge_model: str | None = field(default=None, metadata={
+        "help": "The judge's model (a reward model for reward-model); default: M_t itself (self-rewarding)."})
+    judge_samples: int = field(default=3, metadata={"help": "score judge: scores sampled and averaged (k)."})
+    judge_max_new_tokens: int = field(default=192, metadata={"help": "score judge: longest judge reply."})
+    judge_conversational: bool = field(default=False, metadata={
+        "help": "reward-model judge: chat-template its inputs (for reward models trained on conversational data)."})
+    pairs: str = field(default="best-vs-worst", metadata={
+        "help": "best-vs-worst: highest vs lowest per prompt (ties dropped); all: every strict pair.",
+        "choices": PAIR_CHOICES})
+    with_human: bool = field(default=False, metadata={
+        "help": "Mix in people's rankings collected since the last iteration (all of them at iteration 1)."})
+    eval_prompts: str | None = field(default=None, metadata={
+        "help": "JSON Lines file of held-out prompts for the evaluation (read once, at iteration 1); default: "
+                "stored prompts in the test split, else a share of the stored prompts."})
+    eval_limit: int = field(default=32, metadata={"help": "At most this many held-out prompts."})
+    eval_max_new_tokens: int = field(default=128, metadata={"help": "Longest answer in the evaluation."})
+    test_size: float = field(default=0.1, metadata={
+        "help": "Share of each iteration's prompts kept out of DPO training (held-out implicit-reward accuracy)."})
+    sampling_seed: int = field(default=0, metadata={"help": "Seed of prompt writing, sampling and judging."})
+
+    def __post_init__(self) -> None:
+        for name in ("prompts_per_iteration", "shots", "prompt_max_new_tokens", "n", "max_new_tokens", "batch_size",
+                     "judge_samples", "judge_max_new_tokens", "eval_max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.n < 2:
+            raise ConfigError("--n must be at least 2: a judge needs two candidates to prefer one")
+        if self.eval_limit < 0:
+            raise ConfigError("--eval-limit cannot be negative")
+        if self.temperature <= 0 or self.prompt_temperature <= 0 or not 0 < self.top_p <= 1:
+            raise ConfigError("temperatures must be positive and --top-p in (0, 1]")
+        if self.judge not in JUDGES:
+            raise ConfigError(f"--judge must be one of {', '.join(JUDGES)} (the reference judge needs reference "
+                              f"answers, which written prompts lack), got {self.judge!r}")
+        if self.judge == "reward-model" and not self.judge_model:
+            raise ConfigError("--judge reward-model needs --judge-model: the reward model to score with")
+        if self.pairs not in PAIR_CHOICES:
+            raise ConfigError(f"--pairs must be one of {', '.join(PAIR_CHOICES)}, got {self.pairs!r}")
+        if not 0 <= self.test_size < 1:
+            raise ConfigError(f"--test-size must be in [0, 1), got {self.test_size}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SelfRewardConfig":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def judge_config(self):
+        """The judge's own config dataclass (`preflab.labelling.judges.run.CONFIGS`)."""
+        from preflab.labelling.judges.run import CONFIGS
+
+        values: dict[str, Any] = {"batch_size": self.batch_size}
+        if self.judge == "score":
+            values |= {"samples": self.judge_samples, "max_new_tokens": self.judge_max_new_tokens,
+                       "seed": self.sampling_seed}
+        elif self.judge == "reward-model":
+            values["conversational"] = self.judge_conversational
+        return CONFIGS[self.judge](**values)
+
+
+@dataclass
+class Context:
+    """What a step needs to know about its iteration (read afresh before every step)."""
+
+    row_id: int
+    loop: str
+    iteration: int
+    step: str
+    config: SelfRewardConfig
+    dpo: dict[str, Any]
+    state: dict[str, Any]
+    policy_id: int
+    policy: str             # M_{t-1}'s label: what its candidates are stored under
+    policy_location: str    # where from_pretrained finds it
+    judge_annotator_id: int | None
+    dataset_version_id: int | None
+    model_version_id: int | None
+
+    @property
+    def source(self) -> str:
+        return f"self-reward:{self.loop}"
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.state["dir"]) / f"iter-{self.iteration}"
+
+
+Log = Callable[[str], None]
+Bar = Callable[[str, int | None], Any]  # a context manager yielding advance(n)
+
+
+def _no_bar(description: str, total: int | None):
+    return nullcontext(lambda n: None)
+
+
+class Models:
+    """The models an iteration loads, kept while its steps need them."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[tuple[str, str], tuple[Any, Any]] = {}
+
+    def get(self, location: str, scorer: bool = False):
+        from preflab.training.models import load_causal_lm, load_sequence_scorer
+
+        key = (location, "scorer" if scorer else "lm")
+        if key not in self.loaded:
+            self.loaded[key] = (load_sequence_scorer if scorer else load_causal_lm)(location)
+        return self.loaded[key]
+
+    def clear(self) -> None:
+        self.loaded.clear()
+        gc.collect()
+
+
+# --- the loop ------------------------------------------------------------------------------
+
+def run_self_reward(sessions, config: SelfRewardConfig, dpo_config, iterations: int, loop: str = "default",
+                    output_dir: str | None = None, log: Log = lambda m: None, bar: Bar = _no_bar,
+                    progress: bool = True) -> list[dict[str, Any]]:
+    """Run (or resume) the loop until it has `iterations` finished iterations.
+
+    An unfinished iteration is finished first, with the settings given now for
+    the steps it has still to run. Returns a summary per iteration run now.
+    """
+    from preflab.training.selfreward_steps import STEP_FUNCTIONS
+
+    if iterations < 1:
+        raise InputError("--iterations must be at least 1")
+    done = []
+    while True:
+        row_id = _next_iteration(sessions, config, dpo_config.as_dict(), iterations, loop, output_dir)
+        if row_id is None:
+            break
+        models = Models()
+        try:
+            while True:
+                ctx = load_context(sessions, row_id)
+                if ctx.step == "done":
+                    break
+                started = time.perf_counter()
+                STEP_FUNCTIONS[ctx.step](sessions, ctx, models, log, bar, progress)
+                log(f"iteration {ctx.iteration}: {ctx.step} step done in {time.perf_counter() - started:.1f} s")
+        finally:
+            models.clear()
+        done.append(iteration_summary(sessions, row_id))
+    return done
+
+
+def _eval_prompt_ids(sessions, config: SelfRewardConfig) -> list[int]:
+    """The held-out prompts every iteration is evaluated on (chosen once, at iteration 1)."""
+    from preflab.db.export import split_prompts
+    from preflab.labelling.selection import prompts_from_file
+
+    if config.eval_limit == 0:
+        return []
+    if config.eval_prompts:
+        return prompts_from_file(sessions, config.eval_prompts)[: config.eval_limit]
+    with sessions.begin() as session:
+        held_out = list(session.scalars(select(Prompt.id).where(Prompt.split == "test").order_by(Prompt.id)
+                                        .limit(config.eval_limit)))
+        if held_out:
+            return held_out
+        seeds = dict(session.execute(select(Prompt.id, Prompt.content_hash).where(
+            Prompt.source.is_(None) | ~Prompt.source.startswith("self-reward:"))).all())
+    # No held-out split yet: a fifth of the stored prompts (at most eval_limit), the rest stay examples.
+    share = min(config.eval_limit, len(seeds) // 5) / len(seeds) if seeds else 0
+    if share == 0:
+        return []
+    return sorted(pid for pid, split in split_prompts(seeds, share, config.sampling_seed).items() if split == "test")
+
+
+def _next_iteration(sessions, config: SelfRewardConfig, dpo: dict, iterations: int, loop: str,
+                    output_dir: str | None) -> int | None:
+    """The id of the iteration to work on: the unfinished one, else a new one; None when done."""
+    with sessions.begin() as session:
+        rows = list(session.scalars(select(SelfRewardIteration).where(SelfRewardIteration.loop == loop)
+                                    .order_by(SelfRewardIteration.iteration)))
+        if rows and rows[-1].step != "done":
+            rows[-1].config = {"loop": config.as_dict(), "dpo": dpo}
+            return rows[-1].id
+        if len(rows) >= iterations:
+            return None
+        first = not rows
+    eval_ids = _eval_prompt_ids(sessions, config) if first else None
+    with sessions.begin() as session:
+        from preflab.labelling.selection import resolve_model
+
+        if first:
+            from preflab.settings import DEFAULT_MODEL
+
+            _, _, policy_id = resolve_model(session, config.model or DEFAULT_MODEL)
+            folder = Path(output_dir) if output_dir else data_dir() / "self-reward" / loop
+            state = {"dir": str(folder.resolve()), "eval_prompt_ids": eval_ids, "human_since": None}
+        else:
+            previous = rows[-1]
+            dataset = session.get(DatasetVersion, previous.dataset_version_id)
+            policy_id = previous.model_version_id
+            state = {"dir": previous.state["dir"], "eval_prompt_ids": previous.state["eval_prompt_ids"],
+                     "human_since": _as_utc(dataset.created_at).isoformat()}
+        row = SelfRewardIteration(loop=loop, iteration=len(rows) + 1, step="prompts", policy_id=policy_id,
+                                  config={"loop": config.as_dict(), "dpo": dpo}, state=state)
+        session.add(row)
+        session.flush()
+        return row.id
+
+
+def _as_utc(value: datetime) -> datetime:
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def load_context(sessions, row_id: int) -> Context:
+    from preflab.labelling.selection import resolve_model
+
+    with sessions.begin() as session:
+        row = session.get(SelfRewardIteration, row_id)
+        policy = session.get(ModelVersion, row.policy_id)
+        label, location, _ = resolve_model(session, policy.name)
+        return Context(row.id, row.loop, row.iteration, row.step, SelfRewardConfig.from_dict(row.config["loop"]),
+                       row.config["dpo"], dict(row.state or {}), row.policy_id, label, location,
+                       row.judge_annotator_id, row.dataset_version_id, row.model_version_id)
+
+
+def advance(session: Session, ctx: Context, state: dict | None = None, metrics: dict | None = None,
+            **columns) -> None:
+    """Record the step as done (and what it made), unless PREFLAB_FAIL_AT asks for a crash first."""
+    fail_point("self-reward", ctx.step, ctx.iteration)
+    row = session.get(SelfRewardIteration, ctx.row_id)
+    row.step = STEPS[STEPS.index(ctx.step) + 1]
+    now = datetime.now(timezone.utc)
+    row.updated_at = now
+    if row.step == "done":
+        row.finished_at = now
+    if state:
+        row.state = {**(row.state or {}), **state}
+    if metrics:
+        row.metrics = {**(row.metrics or {}), **metrics}
+    for name, value in columns.items():
+        setattr(row, name, value)
+
+
+def iteration_prompt_ids(session: Session, ctx: Context) -> list[int]:
+    return list(session.scalars(select(Prompt.id).where(Prompt.source == ctx.source,
+                                                        Prompt.iteration == ctx.iteration).order_by(Prompt.id)))
+
+
+def tag_iteration(session: Session, ctx: Context, prompt_ids: list[int], annotator_id: int | None = None) -> None:
+    """Mark this iteration's candidates (or the judge's rankings) with the iteration number."""
+    for part in chunks(prompt_ids):
+        if annotator_id is None:
+            session.execute(update(Candidate).where(Candidate.prompt_id.in_(part), Candidate.model == ctx.policy,
+                                                    Candidate.iteration.is_(None)).values(iteration=ctx.iteration))
+        else:
+            session.execute(update(Ranking).where(Ranking.prompt_id.in_(part), Ranking.annotator_id == annotator_id,
+                                                  Ranking.iteration.is_(None)).values(iteration=ctx.iteration))
+
+
+def store_prompts(sessions, ctx: Context, items: list[tuple[str, str | None]], written: bool) -> None:
+    """Store new prompts of this iteration (M_{t-1} as their author when it wrote them)."""
+    with sessions.begin() as session:
+        ensure_prompts(session, {content_hash(text): {
+            "text": text, "reference": reference, "source": ctx.source, "iteration": ctx.iteration,
+            "model_version_id": ctx.policy_id if written else None} for text, reference in items})
+
+
+def count_iteration_prompts(session: Session, ctx: Context) -> int:
+    return session.scalar(select(func.count()).select_from(Prompt).where(
+        Prompt.source == ctx.source, Prompt.iteration == ctx.iteration))
+
+
+def iteration_summary(sessions, row_id: int) -> dict[str, Any]:
+    with sessions.begin() as session:
+        row = session.get(SelfRewardIteration, row_id)
+        version = session.get(ModelVersion, row.model_version_id) if row.model_version_id else None
+        parent = session.get(ModelVersion, row.policy_id)
+        metrics = row.metrics or {}
+        return {"loop": row.loop, "iteration": row.iteration, "step": row.step, "parent": parent.name,
+                "model_version": version.name if version else None,
+                "win_rate": (metrics.get("eval") or {}).get("win_rate"),
+                "judge_agreement": (metrics.get("judge_agreement") or {}).get("pairwise_agreement"),
+                **{k: metrics.get(k) for k in ("prompts", "candidates", "pairs")}}

@@ -1,0 +1,248 @@
+"""The six steps of a self-rewarding iteration (see `preflab.training.selfreward`).
+
+Each step does its work in transactions of its own, then `advance` records it
+as done. A step run again after a crash finds what an earlier attempt committed
+and does only the rest.
+"""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from preflab.db.models import Candidate, DatasetVersion, ModelVersion, Prompt, TrainingRun
+from preflab.db.store import content_hash
+from preflab.errors import InputError, TrainingError
+from preflab.training.selfreward import (
+    Context,
+    advance,
+    count_iteration_prompts,
+    iteration_prompt_ids,
+    store_prompts,
+    tag_iteration,
+)
+
+EXAMPLE_POOL = 512  # prompts drawn from the store to show as examples; each request shows `shots` of them
+
+
+def _is_new(sessions):
+    from preflab.training.selfreward_prompts import stored_hashes
+
+    def check(texts: list[str]) -> list[bool]:
+        with sessions.begin() as session:
+            stored = stored_hashes(session, [content_hash(t) for t in texts])
+        return [content_hash(t) not in stored for t in texts]
+
+    return check
+
+
+def _examples(session: Session, ctx: Context) -> list[str]:
+    """Stored prompts to show M_{t-1}: people's and imported ones, never held-out or loop-written ones."""
+    held_out = set(ctx.state.get("eval_prompt_ids") or [])
+    ids = [pid for pid in session.scalars(select(Prompt.id).where(
+        Prompt.source.is_(None) | ~Prompt.source.startswith("self-reward:")).order_by(Prompt.id))
+        if pid not in held_out]
+    rng = random.Random(f"{ctx.config.sampling_seed}:{ctx.iteration}")
+    chosen = sorted(rng.sample(ids, min(EXAMPLE_POOL, len(ids))))
+    return list(session.scalars(select(Prompt.text).where(Prompt.id.in_(chosen)).order_by(Prompt.id))) if chosen else []
+
+
+def prompts_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+    from preflab.training.selfreward_prompts import pool_prompts, write_prompts
+
+    cfg = ctx.config
+    with sessions.begin() as session:
+        missing = cfg.prompts_per_iteration - count_iteration_prompts(session, ctx)
+        examples = [] if cfg.prompt_pool else _examples(session, ctx)
+    detail = ""
+    if missing > 0 and cfg.prompt_pool:
+        items = pool_prompts(cfg.prompt_pool, missing, _is_new(sessions))
+        store_prompts(sessions, ctx, items, written=False)
+        detail = f" from {cfg.prompt_pool}"
+    elif missing > 0:
+        model, tokenizer = models.get(ctx.policy_location)
+        with bar(f"iteration {ctx.iteration}: writing prompts", missing) as step:
+            written = write_prompts(
+                model, tokenizer, examples, missing, shots=cfg.shots, seed=cfg.sampling_seed,
+                iteration=ctx.iteration, max_new_tokens=cfg.prompt_max_new_tokens,
+                temperature=cfg.prompt_temperature, top_p=cfg.top_p, batch_size=cfg.batch_size,
+                is_new=_is_new(sessions),
+                on_batch=lambda texts: (store_prompts(sessions, ctx, [(t, None) for t in texts], True),
+                                        step(len(texts))))
+        detail = (f" written by {ctx.policy} ({written.requests} asked, {written.duplicates} duplicates, "
+                  f"{written.unusable} unusable)")
+    with sessions.begin() as session:
+        have = count_iteration_prompts(session, ctx)
+        if have == 0:
+            raise InputError(f"iteration {ctx.iteration} got no new prompts{detail or ''}; "
+                             "give a prompt pool with more prompts, or more examples to show")
+        log(f"iteration {ctx.iteration}: {have} new prompts{detail}")
+        advance(session, ctx, metrics={"prompts": have})
+
+
+def candidates_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+    from preflab.labelling.generate import GenerateConfig, GenerateSummary, generate_candidates, prompts_needing
+
+    cfg = ctx.config
+    gen = GenerateConfig(n=cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
+                         batch_size=cfg.batch_size, seed=cfg.sampling_seed)
+    with sessions.begin() as session:
+        ids = iteration_prompt_ids(session, ctx)
+        todo = prompts_needing(session, ctx.policy, cfg.n, ids)
+    summary = GenerateSummary()
+    if todo:
+        model, tokenizer = models.get(ctx.policy_location)
+        with bar(f"iteration {ctx.iteration}: sampling candidates", sum(cfg.n - have for *_, have in todo)) as step:
+            summary = generate_candidates(sessions, model, tokenizer, ctx.policy, gen, ids, ctx.policy_id, step)
+    with sessions.begin() as session:
+        tag_iteration(session, ctx, ids)
+        total = session.scalar(select(func.count()).select_from(Candidate).where(
+            Candidate.model == ctx.policy, Candidate.iteration == ctx.iteration))
+        log(f"iteration {ctx.iteration}: {total} candidates from {ctx.policy} "
+            f"({summary.stored} new, {summary.duplicates} duplicates, {summary.short} prompts short of {cfg.n})")
+        advance(session, ctx, metrics={"candidates": total})
+
+
+def judge_location(session: Session, ctx: Context) -> tuple[str, str]:
+    """(label, location) of this iteration's judge: the --judge-model, else M_{t-1} itself."""
+    from preflab.labelling.selection import resolve_model
+
+    if ctx.config.judge_model:
+        label, location, _ = resolve_model(session, ctx.config.judge_model, record=False)
+        return label, location
+    return ctx.policy, ctx.policy_location
+
+
+def judge_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+    from preflab.labelling.judges.run import judge_candidates
+
+    cfg = ctx.config
+    with sessions.begin() as session:
+        ids = iteration_prompt_ids(session, ctx)
+        label, location = judge_location(session, ctx)
+    model, tokenizer = models.get(location, scorer=cfg.judge == "reward-model")
+    with bar(f"iteration {ctx.iteration}: judging ({cfg.judge})", len(ids)) as step:
+        summary = judge_candidates(sessions, cfg.judge, model, tokenizer, label, cfg.judge_config(), ids,
+                                   candidate_model=ctx.policy, progress=step)
+    with sessions.begin() as session:
+        tag_iteration(session, ctx, ids, summary.annotator_id)
+        log(f"iteration {ctx.iteration}: {cfg.judge} judge ({label}) ranked {summary.ranked + summary.kept} prompts "
+            f"({summary.kept} already ranked), {summary.unscored} candidates unscored")
+        advance(session, ctx, judge_annotator_id=summary.annotator_id,
+                metrics={"judge": {"kind": cfg.judge, "model": label, "run_id": summary.run_id,
+                                   "ranked": summary.ranked + summary.kept, "unscored": summary.unscored}})
+
+
+def pairs_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+    from preflab.training.selfreward_data import human_pairs, judge_pairs, write_iteration_dataset
+
+    cfg = ctx.config
+    with sessions.begin() as session:
+        ids = iteration_prompt_ids(session, ctx)
+        pairs = judge_pairs(session, ctx.judge_annotator_id, ids, cfg.pairs)
+        from_judge = len(pairs)
+        if cfg.with_human:
+            since = ctx.state.get("human_since")
+            pairs += human_pairs(session, datetime.fromisoformat(since) if since else None,
+                                 set(ctx.state.get("eval_prompt_ids") or []), cfg.pairs)
+        if not pairs:
+            raise TrainingError(f"iteration {ctx.iteration} has no preference pairs: the judge tied every prompt's "
+                                "candidates (try --pairs all, more candidates, or another --judge)")
+        version = write_iteration_dataset(
+            session, pairs, ctx.folder / "dataset", f"self-reward-{ctx.loop}-{ctx.iteration}", ctx.iteration,
+            {"job": "self-reward", "loop": ctx.loop, "iteration": ctx.iteration, "pairs": cfg.pairs,
+             "with_human": cfg.with_human, "judge_annotator_id": ctx.judge_annotator_id},
+            cfg.test_size, cfg.sampling_seed)
+        counts = {"judge": from_judge, "human": len(pairs) - from_judge, "train": version.n_train,
+                  "test": version.n_test}
+        log(f"iteration {ctx.iteration}: dataset version {version.name}: {from_judge} judge pairs, "
+            f"{counts['human']} from people ({version.n_train} train, {version.n_test} test)")
+        advance(session, ctx, dataset_version_id=version.id, metrics={"pairs": counts})
+
+
+def _adopt_or_resume(session: Session, run_dir: Path) -> tuple[TrainingRun | None, bool]:
+    """(a run of this iteration that already succeeded, whether to resume an unfinished one)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    mine = list(session.scalars(select(TrainingRun).where(TrainingRun.kind == "dpo",
+                                                         TrainingRun.output_path == str(run_dir))
+                                .order_by(TrainingRun.id)))
+    done = next((r for r in mine if r.status == "succeeded"), None)
+    if done is not None:
+        return done, False
+    newest = session.scalars(select(TrainingRun).where(TrainingRun.kind == "dpo", TrainingRun.status.in_(
+        ("running", "failed"))).order_by(TrainingRun.id.desc())).first()
+    checkpoints = run_dir / "checkpoints"
+    resumable = (newest is not None and newest.output_path == str(run_dir) and checkpoints.is_dir()
+                 and get_last_checkpoint(str(checkpoints)) is not None)
+    for run in mine:
+        if run.status == "running" and not (resumable and run.id == newest.id):
+            run.status, run.error = "failed", "interrupted; the self-reward loop started the iteration's training again"
+    return None, resumable
+
+
+def train_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+    from preflab.training.config import DPOTrainConfig
+    from preflab.training.dpo import train_dpo
+
+    models.clear()  # training loads its own copies
+    run_dir = (ctx.folder / "dpo").resolve()
+    with sessions.begin() as session:
+        dataset_name = session.get(DatasetVersion, ctx.dataset_version_id).name
+        done, resume = _adopt_or_resume(session, run_dir)
+        parent_name = session.get(ModelVersion, ctx.policy_id).name
+    if done is None:
+        result = train_dpo(sessions, DPOTrainConfig.from_dict(ctx.dpo), parent_name, dataset_name, resume=resume,
+                           output_dir=str(run_dir), progress=progress)
+        run_id = result.run_id
+    else:
+        run_id = done.id
+    with sessions.begin() as session:
+        run = session.get(TrainingRun, run_id)
+        version = session.get(ModelVersion, run.output_model_version_id)
+        run.iteration = version.iteration = ctx.iteration
+        version.parent_id = ctx.policy_id
+        metrics = {k: v for k, v in (run.metrics or {}).items() if k.startswith(("heldout_", "train_", "first_",
+                                                                                 "last_", "global_"))}
+        log(f"iteration {ctx.iteration}: trained {version.name} from {ctx.policy} (DPO run {run.id})")
+        advance(session, ctx, model_version_id=version.id, training_run_id=run.id, metrics={"dpo": metrics})
+
+
+def evaluate_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+    from preflab.labelling.judges.run import make_judge
+    from preflab.training.evaluate import PolicyEval, win_rate
+    from preflab.training.models import resolve_model_path
+    from preflab.training.selfreward_report import judge_agreement
+
+    cfg = ctx.config
+    with sessions.begin() as session:
+        version = session.get(ModelVersion, ctx.model_version_id)
+        held_out = ctx.state.get("eval_prompt_ids") or []
+        prompts = [tuple(r) for r in session.execute(select(Prompt.id, Prompt.text, Prompt.reference).where(
+            Prompt.id.in_(held_out)).order_by(Prompt.id))] if held_out else []
+        label, location = judge_location(session, ctx)
+        plan = PolicyEval(version.name, version.path, ctx.policy, str(resolve_model_path(ctx.policy_location)),
+                          True, prompts)
+    report: dict[str, Any] = {"win_rate": None, "prompts": 0}
+    if prompts:
+        model, tokenizer = models.get(location, scorer=cfg.judge == "reward-model")
+        judge = make_judge(cfg.judge, model, tokenizer, cfg.judge_config())
+        report = win_rate(plan, judge, cfg.eval_max_new_tokens, False, cfg.sampling_seed, cfg.batch_size)
+        report |= {"judge": cfg.judge, "judge_model": label}
+    with sessions.begin() as session:
+        agreement = judge_agreement(session, ctx.judge_annotator_id, iteration_prompt_ids(session, ctx))
+        version = session.get(ModelVersion, ctx.model_version_id)
+        version.metrics = {**(version.metrics or {}), "self_reward_eval": report, "judge_agreement": agreement}
+        rate = "n/a (no held-out prompts)" if report["win_rate"] is None else f"{report['win_rate']:.3f}"
+        log(f"iteration {ctx.iteration}: {version.name} vs {ctx.policy}: win rate {rate} "
+            f"on {report['prompts']} held-out prompts")
+        advance(session, ctx, metrics={"eval": report, "judge_agreement": agreement})
+
+
+STEP_FUNCTIONS = {"prompts": prompts_step, "candidates": candidates_step, "judge": judge_step,
+                  "pairs": pairs_step, "train": train_step, "evaluate": evaluate_step}
