@@ -22,14 +22,16 @@ def open_sessions(settings: Settings):
 @contextmanager
 def progress_bar(description: str, total: int | None, enabled: bool = True):
     """A rich progress bar on stderr; `advance(n)` moves it. Silent when disabled."""
-    if not enabled:
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    if not enabled or not console.is_terminal:  # no bar in logs, pipes and CI
         yield lambda n: None
         return
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as bar:
+                  console=console, transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)
 

@@ -128,7 +128,7 @@ def ls_push(settings: Settings, project_id, seed, limit, as_json):
 def ls_predict(settings: Settings, project_id, judge, as_json):
     """Upload AI-judge rankings as predictions, model_version = the judge's name.
 
-    Example: preflab ls predict --project 3 --judge pairwise:smollm2
+    Example: preflab ls predict --project 3 --judge judge:pairwise:1f0c2b7a9d3e4c5f:smollm2-135m-instruct
     """
     from preflab.labelling.predict import predict
     from preflab.labelling.projects import find_project

@@ -11,6 +11,7 @@ WORLD_SIZE from the environment; a plain process is rank 0 of 1.
 from __future__ import annotations
 
 import os
+import shutil
 import traceback
 import warnings
 from collections.abc import Callable, Sequence
@@ -24,7 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
-from preflab.errors import NotFound, TrainingError
+from preflab.errors import InputError, NotFound, TrainingError
 from preflab.settings import data_dir
 
 MODEL_KIND = {"reward": "reward", "reward-grouped": "reward", "dpo": "policy"}
@@ -108,12 +109,37 @@ def plan_run(session: Session, kind: str, config: dict[str, Any], model_name: st
                       base_model=label, base_model_version_id=version_id, world_size=world_size())
     session.add(run)
     session.flush()
-    run_dir = Path(output_dir) if output_dir else data_dir() / "runs" / f"{kind}-{run.id}"
+    run_dir = _fresh_run_dir(session, Path(output_dir) if output_dir else None, f"{kind}-{run.id}")
     run.output_path = str(run_dir.resolve())
     plan = RunPlan(run.id, kind, config, version.name, location, run.output_path)
     # A private copy: the export stays untouched by tokenizer caches, and every rank reads the same files.
     load_splits(version.path).save_to_disk(plan.data_dir)
     return plan
+
+
+def _fresh_run_dir(session: Session, chosen: Path | None, name: str) -> Path:
+    """The folder of a new run, holding nothing from an earlier one.
+
+    A default folder that exists already (another database sharing this data
+    directory) gets a suffix. A chosen folder is reused, its previous run's
+    checkpoints, data and model removed so a later --resume cannot pick them up,
+    unless a model version still points into it.
+    """
+    if chosen is None:
+        base = data_dir() / "runs" / name
+        candidate, n = base, 1
+        while candidate.exists():
+            n += 1
+            candidate = base.with_name(f"{name}-{n}")
+        return candidate
+    resolved = chosen.resolve()
+    owner = session.scalar(select(ModelVersion.name).where(ModelVersion.path.in_(
+        [str(resolved / "model"), str(resolved)])).limit(1))
+    if owner is not None:
+        raise InputError(f"{chosen} holds model version {owner}; choose another --output-dir")
+    for part in ("checkpoints", "data", "model", "adapter"):
+        shutil.rmtree(resolved / part, ignore_errors=True)
+    return chosen
 
 
 def plan_resume(session: Session, kind: str) -> RunPlan:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -111,6 +112,8 @@ def _run_toy(sessions, workdir: Path, settings: ToySettings, progress: bool) -> 
     from preflab.training.reward import train_reward
 
     workdir.mkdir(parents=True, exist_ok=True)
+    for part in ("base", "dataset"):  # a previous demo's (the run folders are cleared by the runs)
+        shutil.rmtree(workdir / part, ignore_errors=True)
     clock, seconds = time.perf_counter(), {}
 
     def lap(name: str) -> None:

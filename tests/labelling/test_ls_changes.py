@@ -89,3 +89,32 @@ def test_ai_rankings_become_predictions_once(lcli, sqlite_url, ls_env, tmp_path)
     remote = server.sdk().projects.get(pid)
     assert remote.show_collab_predictions is False
     assert (remote.maximum_annotations, remote.overlap_cohort_percentage) == (3, 100)
+
+
+def test_push_adds_new_prompts_and_candidate_sets_and_recovers_unrecorded_tasks(lcli, sqlite_url, ls_env, tmp_path):
+    server = ls_env
+    first = unique("Define entropy.")
+    lcli("import", "prompts", write_prompts(tmp_path / "a.jsonl", {first: [unique("e1"), unique("e2")]}))
+    pid = json.loads(lcli("ls", "init", "--title", unique("push"), "--json").stdout)["project_id"]
+    assert json.loads(lcli("ls", "push", "--project", pid, "--json").stdout)["created"] == 1
+
+    # A new prompt, and a third candidate for the first prompt: two new tasks; the old one stays.
+    second = unique("Define enthalpy.")
+    lcli("import", "prompts", write_prompts(tmp_path / "b.jsonl", {first: [unique("e3")],
+                                                                  second: [unique("h1"), unique("h2")]}))
+    assert json.loads(lcli("ls", "push", "--project", pid, "--json").stdout)["created"] == 2
+    pushed = tasks(sqlite_url)
+    assert sorted(len(t["shown"]) for t in pushed) == [2, 2, 3]
+    assert len(list(server.sdk().tasks.list(project=pid))) == 3
+
+    # A push that created tasks in Label Studio but stopped before recording them: the next one adopts them.
+    with session(sqlite_url) as s, s.begin():
+        from sqlalchemy import delete
+
+        from preflab.db.models import LSTask
+
+        s.execute(delete(LSTask))
+    again = json.loads(lcli("ls", "push", "--project", pid, "--json").stdout)
+    assert (again["created"], again["adopted"]) == (0, 3)
+    assert tasks(sqlite_url) == pushed
+    assert len(list(server.sdk().tasks.list(project=pid))) == 3

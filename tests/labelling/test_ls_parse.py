@@ -170,3 +170,14 @@ def test_predictions_read_back_as_the_ranking(template, ranking, shown):
 def test_prediction_that_the_template_cannot_show():
     assert prediction_result("ranking_tiers", [[1], [2], [3], [4], [5]], [1, 2, 3, 4, 5], BUCKETS) is None
     assert prediction_result("pairwise", [[1]], [1, 2]) is None
+
+
+def test_shuffle_is_seeded_per_task():
+    from preflab.labelling.push import shown_order
+
+    ids = list(range(1, 9))
+    order = shown_order(ids, seed=0, project_id=3, prompt_id=7)
+    assert sorted(order) == ids
+    assert shown_order(list(reversed(ids)), seed=0, project_id=3, prompt_id=7) == order  # same task, same order
+    others = {tuple(shown_order(ids, seed=s, project_id=3, prompt_id=7)) for s in range(1, 6)}
+    assert len(others | {tuple(order)}) > 1  # another seed shuffles differently

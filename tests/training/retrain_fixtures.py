@@ -26,7 +26,8 @@ def write_config(folder: Path, reward: bool = True, dpo: bool = True, min_new: i
         text += f"[reward]\nmodel = \"{rm}\"\ngrouped = true\n{TRAIN}\n"
     if dpo:
         lm = folder / "lm0" if (folder / "lm0").exists() else tiny_causal_lm(folder / "lm0", tokenizer=tokenizer)
-        text += f"[dpo]\nmodel = \"{lm}\"\nbeta = 0.1\n{TRAIN}\n"
+        # No precomputed reference log-probs: two steps need not score every training pair first.
+        text += f"[dpo]\nmodel = \"{lm}\"\nbeta = 0.1\nprecompute_ref_log_probs = false\n{TRAIN}\n"
     path = folder / "retrain.toml"
     path.write_text(text, encoding="utf-8")
     return path

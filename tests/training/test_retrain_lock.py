@@ -1,0 +1,89 @@
+"""The retrain lease: one holder among many, across threads and processes; a crashed holder's lease expires."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from sqlalchemy import select
+
+from preflab.db.models import ModelVersion, TrainingRun
+from preflab.errors import LockHeld
+from preflab.training.locks import describe, hold, try_acquire
+from tests.training.retrain_fixtures import write_config
+
+CRASHING_HOLDER = """
+import os, sys
+from preflab.db.engine import open_database, session_factory
+from preflab.training.locks import try_acquire
+lease = try_acquire(session_factory(open_database(sys.argv[1])), "retrain", "crashed-process", ttl=float(sys.argv[2]))
+assert lease is not None
+os._exit(9)  # dies without releasing anything
+"""
+
+
+def test_exactly_one_of_many_contenders_takes_the_lease(sessions):
+    contenders = 8
+    barrier = threading.Barrier(contenders)
+    winners = []
+
+    def contend(i: int) -> None:
+        barrier.wait()
+        if try_acquire(sessions, "retrain", f"contender-{i}", ttl=60) is not None:
+            winners.append(i)
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(contenders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(winners) == 1
+    assert describe(sessions, "retrain")["holder"] == f"contender-{winners[0]}"
+    with pytest.raises(LockHeld, match=f"another run holds the retrain lock \\(contender-{winners[0]}, until"):
+        with hold(sessions, "retrain", ttl=60):
+            pass
+    # The holder may take its own lease again (a renewal); another may not.
+    assert try_acquire(sessions, "retrain", f"contender-{winners[0]}", ttl=60) is not None
+    assert try_acquire(sessions, "retrain", "late", ttl=60) is None
+
+
+def test_a_crashed_holders_lease_expires_and_a_live_one_is_renewed(db_url, sessions):
+    crashed = subprocess.run([sys.executable, "-c", CRASHING_HOLDER, db_url, "2"], capture_output=True, text=True)
+    assert crashed.returncode == 9, crashed.stderr
+    info = describe(sessions, "retrain")
+    assert info["holder"] == "crashed-process" and not info["expired"]
+    with pytest.raises(LockHeld, match="crashed-process"):
+        with hold(sessions, "retrain", ttl=60):
+            pass
+    time.sleep(max(0.0, (info["expires_at"] - info["acquired_at"]).total_seconds()) + 0.3)
+    with hold(sessions, "retrain", ttl=0.9) as lease:
+        first_expiry = lease.expires_at
+        time.sleep(1.5)  # longer than the TTL: only the heartbeat keeps the lease alive
+        now = describe(sessions, "retrain")
+        assert now["holder"] == lease.holder and not now["expired"] and now["expires_at"] > first_expiry
+        assert try_acquire(sessions, "retrain", "someone-else", ttl=60) is None
+    assert describe(sessions, "retrain") is None  # released on the way out
+
+
+@pytest.mark.slow
+def test_two_overlapping_retrain_processes_train_once(cli, sessions, db_url, tmp_path, sample_rankings):
+    config = write_config(tmp_path / "retrain", reward=True, dpo=False)
+    cli("import", "rankings", sample_rankings)
+    command = [sys.executable, "-m", "preflab", "--database-url", db_url, "retrain", "--config", str(config), "--json"]
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for _ in range(2)]
+    results = [p.communicate(timeout=600) for p in processes]
+    assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in results]
+    outcomes = sorted((json.loads(out) for out, _ in results), key=lambda r: r["status"])
+    # The loser either found the lease taken, or (had it started after the winner finished) nothing new.
+    assert [o["status"] for o in outcomes] in (["locked", "trained"], ["nothing-to-do", "trained"])
+    if outcomes[0]["status"] == "locked":
+        assert "another run holds the retrain lock" in outcomes[0]["message"]
+    with sessions.begin() as session:
+        runs = session.scalars(select(TrainingRun)).all()
+        assert [(r.kind, r.status) for r in runs] == [("reward-grouped", "succeeded")]
+        (version,) = session.scalars(select(ModelVersion).where(ModelVersion.kind == "reward")).all()
+        assert version.is_current and version.name == outcomes[1]["runs"][0]["model_version"]
+    assert describe(sessions, "retrain") is None
