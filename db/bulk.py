@@ -99,5 +99,5 @@ def lookup(session: Session, table: Table, columns: Sequence[str], key: str, val
         params = dict(zip((f"v{i}" for i in range(size)), part))
         if order is not None:
             params = tuple(params[name] for name in order)
-        out.extend(tuple(row) for row in conn.exec_driver_sql(sql, params))
+        out.extend(map(tuple, conn.exec_driver_sql(sql, params).fetchall()))
     return out

@@ -83,52 +83,60 @@ def _as_messages(texts, role: str):
 def _batches(session: Session, splits: dict[int, str], conversational: bool):
     """Yield (split, Arrow table, identity bytes) for the comparisons, BATCH_ROWS at a time.
 
-    Comparisons come as ids, ordered by prompt; the texts of just the prompts
-    in a batch are looked up and gathered with Arrow's `take`, so memory holds
-    one batch, never the whole export. The identity bytes (content hashes, not
-    database ids) feed the dataset version's content hash.
+    Comparisons come as ids, in the order they were built; the texts of just
+    the prompts and candidates in a batch are looked up and gathered with
+    Arrow's `take`, so memory holds one batch, never the whole export. The
+    identity bytes (content hashes, not database ids) feed the dataset
+    version's content hash.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from preflab.db.bulk import lookup
 
-    public = dict(session.execute(select(Annotator.id, Annotator.pseudonym)).all())
+    annotators = session.execute(select(Annotator.id, Annotator.pseudonym)).all()
+    annotator_ids = pa.array([a for a, _ in annotators], pa.int64())
+    annotator_names = pa.array([n for _, n in annotators], pa.string())
+    test_ids = pa.array([p for p, split in splits.items() if split == "test"], pa.int64())
     query = (select(Comparison.prompt_id, Comparison.chosen_id, Comparison.rejected_id, Comparison.margin,
                     Comparison.weight, Comparison.annotator_kind, Ranking.annotator_id)
              .outerjoin(Ranking, Ranking.id == Comparison.ranking_id)
-             .order_by(Comparison.prompt_id, Comparison.id)
+             .order_by(Comparison.id)
              .execution_options(yield_per=BATCH_ROWS))
     result = session.connection().execute(query)
     for rows in result.partitions(BATCH_ROWS):
-        prompt_ids, chosen, rejected, margin, weight, kind, annotator = map(list, zip(*rows))
-        prompts = {pid: (text, h) for pid, text, h in lookup(
-            session, Prompt.__table__, ("id", "text", "content_hash"), "id", prompt_ids)}
-        candidates = lookup(session, Candidate.__table__, ("id", "text", "content_hash"), "prompt_id", prompt_ids)
-        position = {cid: i for i, (cid, _, _) in enumerate(candidates)}
+        prompt_ids, chosen, rejected, margin, weight, kind, annotator = (
+            pa.array(column) for column in zip(*rows))
+        prompts = lookup(session, Prompt.__table__, ("id", "text", "content_hash"), "id", prompt_ids.to_pylist())
+        candidates = lookup(session, Candidate.__table__, ("id", "text", "content_hash"), "id",
+                            chosen.to_pylist() + rejected.to_pylist())
+        # ids → positions in the looked-up rows, in Arrow's C++ (no Python loop per pair)
+        prompt_idx = pc.index_in(prompt_ids, value_set=pa.array([p[0] for p in prompts], pa.int64()))
+        cand_ids = pa.array([c[0] for c in candidates], pa.int64())
+        chosen_idx = pc.index_in(chosen, value_set=cand_ids)
+        rejected_idx = pc.index_in(rejected, value_set=cand_ids)
         cand_text = pa.array([c[1] for c in candidates], pa.string())
         cand_hash = pa.array([c[2] for c in candidates], pa.string())
-        chosen_idx = pa.array([position[c] for c in chosen], pa.int64())
-        rejected_idx = pa.array([position[c] for c in rejected], pa.int64())
-        annotators = pa.array([public.get(a, "aggregate") for a in annotator], pa.string())
+        public = pc.fill_null(annotator_names.take(
+            pc.index_in(annotator.cast(pa.int64()), value_set=annotator_ids)), "aggregate")
         columns = {
-            "prompt": pa.array([prompts[p][0] for p in prompt_ids], pa.string()),
+            "prompt": pa.array([p[1] for p in prompts], pa.string()).take(prompt_idx),
             "chosen": cand_text.take(chosen_idx), "rejected": cand_text.take(rejected_idx),
-            "margin": pa.array(margin, pa.float64()), "prompt_id": pa.array(prompt_ids, pa.int64()),
-            "weight": pa.array(weight, pa.float64()), "annotator_kind": pa.array(kind, pa.string()),
-            "annotator": annotators,
+            "margin": margin.cast(pa.float64()), "prompt_id": prompt_ids.cast(pa.int64()),
+            "weight": weight.cast(pa.float64()), "annotator_kind": kind.cast(pa.string()),
+            "annotator": public,
         }
         identity = pa.table({
-            "prompt": pa.array([prompts[p][1] for p in prompt_ids], pa.string()),
+            "prompt": pa.array([p[2] for p in prompts], pa.string()).take(prompt_idx),
             "chosen": cand_hash.take(chosen_idx), "rejected": cand_hash.take(rejected_idx),
             "margin": columns["margin"], "weight": columns["weight"], "kind": columns["annotator_kind"],
-            "annotator": annotators})
+            "annotator": public})
         if conversational:
             columns["prompt"] = _as_messages(columns["prompt"], "user")
             columns["chosen"] = _as_messages(columns["chosen"], "assistant")
             columns["rejected"] = _as_messages(columns["rejected"], "assistant")
         table = pa.table(columns, schema=_features(conversational))
-        is_test = pa.array([splits[p] == "test" for p in prompt_ids], pa.bool_())
+        is_test = pc.is_in(columns["prompt_id"], value_set=test_ids)
         for split, mask in (("train", pc.invert(is_test)), ("test", is_test)):
             part = table.filter(mask)
             if part.num_rows:
