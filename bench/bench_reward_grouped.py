@@ -1,6 +1,6 @@
 """Grouped reward-model training against TRL's pairwise RewardTrainer: same data, same epochs.
 
-Usage: python bench/bench_reward_grouped.py [--k 4 8] [--prompts 400 100] [--epochs 2] [--threads 1]
+Usage: python bench/bench_reward_grouped.py [--k 4 8] [--prompts 400 200] [--epochs 2] [--seeds 0 1 2]
 
 Data (built through preflab's store: rankings imported, pairs built, a dataset
 version exported): each prompt is 24 random digits; its K candidates are 8
@@ -12,8 +12,9 @@ Both runs go through `preflab.training.reward.train_reward` (a recorded run
 each) and see the same pairs per optimizer step: TRL's trainer gets batches of
 P·C(K, 2) pairs, the grouped trainer batches of P prompts. Reported: the
 training loop's own runtime (Trainer's train_runtime), the whole run's wall time
-(data copy, model loading, held-out evaluation included), forward sequences per
-epoch, and the held-out pairwise accuracy. One torch thread by default: on a
+(data copy, model loading, held-out evaluation included), the loop's CPU time
+(steadier than wall time where other jobs share the cores), forward sequences
+per epoch, and the held-out pairwise accuracy. One torch thread by default: on a
 shared 2-core machine two threads oversubscribe the cores and the timings swing
 several-fold from run to run.
 """
@@ -27,6 +28,7 @@ import tempfile
 import time
 from math import comb
 from pathlib import Path
+from statistics import mean
 
 
 def build_store(workdir: Path, k: int, prompts: int, seed: int):
@@ -79,6 +81,18 @@ def train_once(sessions, base: Path, dataset: str, workdir: Path, grouped: bool,
     from preflab.training.config import RewardTrainConfig
     from preflab.training.reward import train_reward
 
+    from transformers import TrainerCallback
+
+    class CpuClock(TrainerCallback):
+        """CPU seconds of the training loop: steadier than wall time on a machine others share."""
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.process_time()
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.seconds = time.process_time() - self.start
+
+    clock = CpuClock()
     batch = prompts_per_step if grouped else prompts_per_step * comb(k, 2)
     config = RewardTrainConfig(grouped=grouped, num_train_epochs=epochs, per_device_train_batch_size=batch,
                                per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.05, max_length=64,
@@ -86,8 +100,8 @@ def train_once(sessions, base: Path, dataset: str, workdir: Path, grouped: bool,
     start = time.perf_counter()
     result = train_reward(sessions, config, str(base), dataset, output_dir=str(workdir / ("grouped" if grouped
                                                                                             else "pairwise")),
-                          progress=False)
-    return {"wall_s": time.perf_counter() - start, "train_s": result.metrics["train_runtime"],
+                          callbacks=[clock], progress=False)
+    return {"wall_s": time.perf_counter() - start, "train_s": result.metrics["train_runtime"], "cpu_s": clock.seconds,
             "steps": result.metrics["global_step"], "accuracy": result.metrics["heldout_accuracy"],
             "loss": result.metrics["last_loss"]}
 
@@ -110,12 +124,13 @@ def bench(k: int, prompts: int, epochs: float, prompts_per_step: int, seed: int)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, nargs="+", default=[4, 8], help="Candidates per prompt.")
-    parser.add_argument("--prompts", type=int, nargs="+", default=[400, 100],
+    parser.add_argument("--prompts", type=int, nargs="+", default=[400, 200],
                         help="Prompts for each K (80%% train, 20%% held out); K = 8 has 28 pairs a prompt.")
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--prompts-per-step", type=int, default=8, help="Prompts whose pairs make one step.")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads.")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
+                        help="One fresh data set and initial model per seed; several give a mean.")
     args = parser.parse_args()
 
     import torch
@@ -124,16 +139,22 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU")
     prompts = dict(zip(args.k, args.prompts + args.prompts[-1:] * len(args.k)))
     for k in args.k:
-        r = bench(k, prompts[k], args.epochs, args.prompts_per_step, args.seed)
-        p, g = r["pairwise"], r["grouped"]
-        print(f"\n## K = {k}: {prompts[k]} prompts, {r['pairs']:,} pairs ({r['train_pairs']:,} train), {args.epochs:g} epochs, "
+        runs = [bench(k, prompts[k], args.epochs, args.prompts_per_step, seed) for seed in args.seeds]
+        print(f"\n## K = {k}: {prompts[k]} prompts (≈{runs[0]['pairs']:,} pairs), {args.epochs:g} epochs, "
               f"{args.prompts_per_step} prompts' pairs per step")
-        print(f"{'':22}{'train loop':>11}{'whole run':>11}{'steps':>7}{'seq/epoch':>11}{'held-out acc':>14}")
-        for name, row in (("TRL pairwise", p), ("preflab grouped", g)):
-            print(f"{name:22}{row['train_s']:>10.1f}s{row['wall_s']:>10.1f}s{row['steps']:>7}"
-                  f"{row['sequences_per_epoch']:>11,}{row['accuracy']:>14.3f}")
-        print(f"speed-up: train loop {p['train_s'] / g['train_s']:.2f}×, whole run {p['wall_s'] / g['wall_s']:.2f}×; "
-              f"accuracy difference {g['accuracy'] - p['accuracy']:+.3f}")
+        print(f"{'seed':>4}  {'':16}{'loop wall':>10}{'loop CPU':>10}{'whole run':>11}{'steps':>7}"
+              f"{'seq/epoch':>11}{'held-out acc':>14}")
+        for seed, r in zip(args.seeds, runs):
+            for name, row in (("TRL pairwise", r["pairwise"]), ("preflab grouped", r["grouped"])):
+                print(f"{seed:>4}  {name:16}{row['train_s']:>9.1f}s{row['cpu_s']:>9.1f}s{row['wall_s']:>10.1f}s"
+                      f"{row['steps']:>7}{row['sequences_per_epoch']:>11,}{row['accuracy']:>14.3f}")
+        ratio = {key: [r["pairwise"][key] / r["grouped"][key] for r in runs] for key in ("train_s", "cpu_s", "wall_s")}
+        acc = {m: [r[m]["accuracy"] for r in runs] for m in ("pairwise", "grouped")}
+        print(f"speed-up (mean over {len(runs)} seed(s), min in brackets): training loop {mean(ratio['train_s']):.2f}× "
+              f"wall ({min(ratio['train_s']):.2f}×), {mean(ratio['cpu_s']):.2f}× CPU ({min(ratio['cpu_s']):.2f}×); "
+              f"whole run {mean(ratio['wall_s']):.2f}× wall")
+        print(f"held-out accuracy: pairwise {mean(acc['pairwise']):.3f}, grouped {mean(acc['grouped']):.3f} "
+              f"(difference {mean(acc['grouped']) - mean(acc['pairwise']):+.3f})")
 
 
 if __name__ == "__main__":

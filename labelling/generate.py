@@ -91,7 +91,9 @@ def generate_texts(model, tokenizer, texts: list[str], *, max_new_tokens: int, d
     for row in out[:, enc["input_ids"].shape[1]:].tolist():
         end = next((i for i, t in enumerate(row) if t in stop), None)
         kept = row if end is None else row[:end]
-        results.append(Generation(tokenizer.decode(kept, skip_special_tokens=True).strip(),
+        # NUL cannot be stored in a Postgres text column; a sampled one carries no meaning.
+        text = tokenizer.decode(kept, skip_special_tokens=True).replace("\x00", "").strip()
+        results.append(Generation(text,
                                   len(row) if end is None else end + 1, end is not None))
     return results
 

@@ -132,6 +132,18 @@ def parse_retrain_config(data: dict, where: str = "the retrain config") -> Retra
     return RetrainConfig(pairs=pairs, export=export, models=models, **trains, **scalars)
 
 
+def _toml():
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        try:
+            import tomli as tomllib
+        except ImportError:
+            raise ConfigError("reading a TOML config needs Python 3.11 or the tomli package; "
+                              "or write the config as JSON") from None
+    return tomllib
+
+
 def load_retrain_config(path: str | Path) -> RetrainConfig:
     """Read a TOML (or, by its suffix, JSON) retrain config file."""
     path = Path(path)
@@ -142,9 +154,7 @@ def load_retrain_config(path: str | Path) -> RetrainConfig:
         if path.suffix.lower() == ".json":
             data = json.loads(text)
         else:
-            import tomllib
-
-            data = tomllib.loads(text)
+            data = _toml().loads(text)
     except (ValueError, json.JSONDecodeError) as exc:  # tomllib.TOMLDecodeError is a ValueError
         raise ConfigError(f"{path} is not valid {'JSON' if path.suffix.lower() == '.json' else 'TOML'}: {exc}") from None
     if not isinstance(data, dict):

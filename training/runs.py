@@ -54,6 +54,7 @@ class RunPlan:
     model_path: str  # where `from_pretrained` loads the starting model
     run_dir: str
     resume_from: str | None = None
+    export_path: str | None = None  # a new run's dataset export, copied into the run folder before training
 
     @property
     def data_dir(self) -> str:
@@ -100,8 +101,8 @@ def _starting_model(session: Session, model_name: str) -> tuple[str, str, int | 
 
 def plan_run(session: Session, kind: str, config: dict[str, Any], model_name: str,
              dataset_version: str | None = None, output_dir: str | None = None) -> RunPlan:
-    """Record a new run (status running) and copy its training data into the run folder."""
-    from preflab.training.data import load_splits, resolve_dataset_version
+    """Record a new run (status running); its data is copied by `copy_data` once this is committed."""
+    from preflab.training.data import resolve_dataset_version
 
     version = resolve_dataset_version(session, dataset_version)
     label, location, version_id = _starting_model(session, model_name)
@@ -111,10 +112,15 @@ def plan_run(session: Session, kind: str, config: dict[str, Any], model_name: st
     session.flush()
     run_dir = _fresh_run_dir(session, Path(output_dir) if output_dir else None, f"{kind}-{run.id}")
     run.output_path = str(run_dir.resolve())
-    plan = RunPlan(run.id, kind, config, version.name, location, run.output_path)
-    # A private copy: the export stays untouched by tokenizer caches, and every rank reads the same files.
-    load_splits(version.path).save_to_disk(plan.data_dir)
-    return plan
+    return RunPlan(run.id, kind, config, version.name, location, run.output_path, export_path=version.path)
+
+
+def copy_data(plan: RunPlan) -> None:
+    """A private copy of the splits: the export stays untouched by tokenizer caches, and every rank
+    reads the same files. Done outside the planning transaction, which it could hold for long."""
+    from preflab.training.data import load_splits
+
+    load_splits(plan.export_path).save_to_disk(plan.data_dir)
 
 
 def _fresh_run_dir(session: Session, chosen: Path | None, name: str) -> Path:
@@ -235,7 +241,12 @@ def _execute(kind, config, sessions, model_name, dataset_version, resume, output
             with sessions.begin() as session:
                 plan = (plan_resume(session, kind) if resume else
                         plan_run(session, kind, config.as_dict(), model_name, dataset_version, output_dir))
+            if plan.export_path:
+                copy_data(plan)
         except Exception as exc:  # the other ranks wait on the broadcast below: tell them, then raise
+            if plan is not None:
+                with sessions.begin() as session:
+                    record_failure(session, plan.run_id, one_line(exc))
             failure = exc
     shared = _share((plan, None if failure is None else str(failure)))
     if failure is not None:

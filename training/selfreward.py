@@ -185,13 +185,36 @@ class Models:
 
 # --- the loop ------------------------------------------------------------------------------
 
+def loop_settings(sessions, loop: str, values: dict[str, Any], given: set[str] | None, default_model: str):
+    """(SelfRewardConfig, DPOTrainConfig) from option values: those in `given` as they are, the
+    others from the loop's last iteration when it has one (so re-running a bare command resumes or
+    extends a loop with its own settings), else the defaults.
+
+    Args:
+        values: every option value, loop and DPO fields together (their names do not overlap).
+        given: the names set explicitly (on the command line); None: all of them.
+    """
+    from preflab.training.config import DPOTrainConfig
+
+    with sessions.begin() as session:
+        last = session.scalars(select(SelfRewardIteration.config).where(SelfRewardIteration.loop == loop)
+                               .order_by(SelfRewardIteration.iteration.desc())).first()
+    stored = {**(last or {}).get("dpo", {}), **(last or {}).get("loop", {})}
+    merged = {k: v if given is None or k in given or k not in stored else stored[k] for k, v in values.items()}
+    loop_names = {f.name for f in dataclasses.fields(SelfRewardConfig)}
+    merged["model"] = merged.get("model") or default_model
+    return (SelfRewardConfig(**{k: v for k, v in merged.items() if k in loop_names}),
+            DPOTrainConfig(**{k: v for k, v in merged.items() if k not in loop_names}))
+
+
 def run_self_reward(sessions, config: SelfRewardConfig, dpo_config, iterations: int, loop: str = "default",
                     output_dir: str | None = None, log: Log = lambda m: None, bar: Bar = _no_bar,
                     progress: bool = True) -> list[dict[str, Any]]:
     """Run (or resume) the loop until it has `iterations` finished iterations.
 
-    An unfinished iteration is finished first, with the settings given now for
-    the steps it has still to run. Returns a summary per iteration run now.
+    An unfinished iteration is finished first, with these settings for the
+    steps it has still to run (see `loop_settings`). Returns a summary per
+    iteration run now.
     """
     from preflab.training.selfreward_steps import STEP_FUNCTIONS
 

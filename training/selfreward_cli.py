@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 
 import click
+from click.core import ParameterSource
 
 from preflab.cli import echo_json
 from preflab.settings import Settings
 from preflab.training.cli import config_options
 from preflab.training.config import DPOTrainConfig
 from preflab.training.selfreward import SelfRewardConfig
-
-LOOP_FIELDS = {f.name for f in dataclasses.fields(SelfRewardConfig)}
 
 
 def _rate(value, spec: str = ".3f") -> str:
@@ -34,7 +32,9 @@ def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
     """Self-rewarding iterative DPO: M_t writes prompts, samples, judges itself, and DPO gives M_{t+1}.
 
     Everything is stored with its iteration and lineage (M_0 → M_1 → …); a
-    stopped run resumes at the step it reached when run again. Set
+    stopped run resumes at the step it reached when run again. Options not
+    given are those of the loop's last iteration, so `--iterations 5` alone
+    extends a loop with its own settings. Set
     PREFLAB_FAIL_AT=self-reward:STEP[:ITERATION] to rehearse a crash.
 
     Example: preflab self-reward --iterations 3 --with-human && preflab self-reward report
@@ -44,14 +44,13 @@ def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
     if iterations is None:
         raise click.UsageError("give --iterations T, or a subcommand (report)")
     from preflab.db.cli import open_sessions, progress_bar
-    from preflab.training.selfreward import run_self_reward
+    from preflab.training.selfreward import loop_settings, run_self_reward
 
     settings = ctx.find_object(Settings)
-    loop_fields = {k: v for k, v in fields.items() if k in LOOP_FIELDS}
-    loop_fields["model"] = loop_fields.get("model") or settings.model
-    config = SelfRewardConfig(**loop_fields)
-    dpo = DPOTrainConfig(**{k: v for k, v in fields.items() if k not in LOOP_FIELDS})
-    summaries = run_self_reward(open_sessions(settings), config, dpo, iterations, loop, output_dir,
+    sessions = open_sessions(settings)
+    given = {name for name in fields if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT}
+    config, dpo = loop_settings(sessions, loop, fields, given, settings.model)
+    summaries = run_self_reward(sessions, config, dpo, iterations, loop, output_dir,
                                 log=lambda message: click.echo(message, err=True),
                                 bar=partial(progress_bar, enabled=not as_json), progress=not as_json)
     if as_json:

@@ -49,7 +49,10 @@ def few_shot_text(tokenizer, examples: list[str]) -> str:
     from preflab.training.models import chat_text
 
     shown = "\n\n".join(f"Task {i}: {text.strip()}" for i, text in enumerate(examples, start=1))
-    return chat_text(tokenizer, FEW_SHOT_PROMPT.format(k=len(examples), examples=shown))
+    # The reply is begun for the model ("Task 9:"), so it continues the list with a task instead of
+    # talking about one: small models follow the pattern far better than the instruction.
+    return chat_text(tokenizer, FEW_SHOT_PROMPT.format(k=len(examples), examples=shown),
+                     assistant=f"Task {len(examples) + 1}:")
 
 
 def clean_reply(reply: str) -> str | None:
@@ -57,7 +60,14 @@ def clean_reply(reply: str) -> str | None:
     # Control characters (NUL above all: Postgres refuses it in text) are never part of a task.
     text = _CONTROL.sub("", reply).strip()
     text = _LEADER.sub("", text, count=1)
-    text = re.split(r"\n\s*\n", text, maxsplit=1)[0].strip().strip('"“”').strip()
+    lines = [line.strip() for line in re.split(r"\n\s*\n", text, maxsplit=1)[0].splitlines() if line.strip()]
+    # A lead-in ("Here is a new task:") on a line of its own is not the task.
+    while len(lines) > 1 and lines[0].endswith(":"):
+        lines.pop(0)
+    # The model may go on listing tasks ("… Task 10: …"): keep the first.
+    text = re.split(r"\s*\bTask\s*\d+\s*:", " ".join(lines), maxsplit=1)[0].strip()
+    if len(text) > 1 and text[0] in '"“' and text[-1] in '"”':  # the whole task in quotes
+        text = text[1:-1].strip()
     if not MIN_CHARS <= len(text) <= MAX_CHARS:
         return None
     return text

@@ -1,6 +1,6 @@
 """The digit toy world, set up for the self-rewarding loop.
 
-    from tests.training.selfreward_world import toy_world, human_rankings_of
+    from tests.training.selfreward_world import toy_world, one_torch_thread, human_rankings_of
 
 - M_0: a copy of `tests.toy_data.toy_base` whose chat template is the identity
   (a digit prompt is its own chat text), so the loop's chat-formatted sampling,
@@ -13,6 +13,7 @@
   written as a JSON Lines file for `preflab import rankings`.
 
 Built once per test session (cached under the session's base temp folder).
+`one_torch_thread`: tiny models run faster on one thread; use it in the tests.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ IDENTITY_CHAT = ("{% for m in messages %}{% if m['role'] == 'assistant' %}{{ ' '
                  "{% else %}{{ m['content'] }}{% endif %}{% endfor %}")
 
 # DPO as the toy demo trains it (RPO keeps the EOS after four digits), sized for a few hundred pairs.
-TOY_DPO = ["--loss-type", "sigmoid,sft", "--beta", 0.1, "--learning-rate", 1e-3, "--num-train-epochs", 8,
+TOY_DPO = ["--loss-type", "sigmoid,sft", "--beta", 0.1, "--learning-rate", 2e-3, "--num-train-epochs", 4,
            "--per-device-train-batch-size", 16, "--max-length", 16, "--use-cpu", "--logging-steps", 5,
            "--save-steps", 10_000, "--warmup-steps", 0.1]
 # Loop settings for the toy: prompts from the pool, 4 candidates of 4 digits + EOS, the reward-model judge.
@@ -148,6 +149,17 @@ def toy_world(tmp_path_factory, toy_base) -> ToyWorld:  # noqa: F811 (toy_base i
         return _build(root, toy_base)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny models train and sample faster on one thread (more only add synchronisation)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def human_rankings_of(sessions, iteration: int, path: Path) -> int:

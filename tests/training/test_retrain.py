@@ -7,6 +7,7 @@ from sqlalchemy import select
 
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from tests.training.retrain_fixtures import retrain_config, write_config  # noqa: F401 (fixture)
+from tests.training.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
 
 
 def new_rankings(path, n: int = 3, tag: str = "late"):
@@ -23,6 +24,7 @@ def current(session) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
 def test_retrain_trains_when_enough_is_new_and_a_failure_keeps_the_current_models(
         cli, sessions, retrain_config, sample_rankings, tmp_path, monkeypatch):
     empty = json.loads(cli("retrain", "--config", retrain_config, "--json").stdout)
@@ -52,7 +54,7 @@ def test_retrain_trains_when_enough_is_new_and_a_failure_keeps_the_current_model
     monkeypatch.setenv("PREFLAB_FAIL_AT", "retrain:train")
     failed = cli("retrain", "--config", retrain_config, "--min-new", 9, expect_ok=False)
     assert failed.exit_code == 1
-    assert f"stays current" in failed.output and "injected failure at retrain:train" in failed.output
+    assert "stays current" in failed.output and "injected failure at retrain:train" in failed.output
     with sessions.begin() as session:
         assert current(session) == {"reward": reward, "policy": policy}
         runs = session.scalars(select(TrainingRun).order_by(TrainingRun.id)).all()
@@ -86,3 +88,20 @@ def test_retrain_config_mistakes_are_one_sentence(cli, tmp_path):
     json_config = write_config(tmp_path / "j", reward=True, dpo=False).with_suffix(".json")
     json_config.write_text(json.dumps({"min_new": 3, "reward": {"max_steps": 1}}), encoding="utf-8")
     assert json.loads(cli("retrain", "--config", json_config, "--json").stdout)["status"] == "nothing-to-do"
+
+
+def test_a_run_with_nothing_to_do_stays_light(tmp_path):
+    """The scheduler starts `preflab retrain` often; when there is nothing to train it never loads torch."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "retrain.toml"
+    config.write_text("min_new = 1\n[dpo]\nbeta = 0.1\n", encoding="utf-8")
+    code = ("import sys; from click.testing import CliRunner; from preflab.cli import cli\n"
+            "r = CliRunner().invoke(cli, ['--database-url', sys.argv[1], 'retrain', '--config', sys.argv[2]])\n"
+            "assert r.exit_code == 0 and 'nothing to do' in r.output, r.output\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, f"sqlite:///{tmp_path / 'x.db'}", str(config)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "[]"

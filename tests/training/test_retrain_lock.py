@@ -1,6 +1,8 @@
 """The retrain lease: one holder among many, across threads and processes; a crashed holder's lease expires."""
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -72,7 +74,8 @@ def test_two_overlapping_retrain_processes_train_once(cli, sessions, db_url, tmp
     config = write_config(tmp_path / "retrain", reward=True, dpo=False)
     cli("import", "rankings", sample_rankings)
     command = [sys.executable, "-m", "preflab", "--database-url", db_url, "retrain", "--config", str(config), "--json"]
-    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread each is faster
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
                  for _ in range(2)]
     results = [p.communicate(timeout=600) for p in processes]
     assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in results]
@@ -86,4 +89,34 @@ def test_two_overlapping_retrain_processes_train_once(cli, sessions, db_url, tmp
         assert [(r.kind, r.status) for r in runs] == [("reward-grouped", "succeeded")]
         (version,) = session.scalars(select(ModelVersion).where(ModelVersion.kind == "reward")).all()
         assert version.is_current and version.name == outcomes[1]["runs"][0]["model_version"]
+    assert describe(sessions, "retrain") is None
+
+
+@pytest.mark.slow
+def test_a_terminated_retrain_records_its_run_as_failed_and_gives_the_lease_back(sqlite_url, tmp_path,
+                                                                                  sample_rankings):
+    """SIGTERM (a scheduler's timeout, systemd stopping, a Kubernetes eviction) is not a crash: the run
+    is marked failed and the next run need not wait for the lease to expire."""
+    from preflab.db.engine import open_database, session_factory
+    from preflab.db.ingest import import_file, import_rankings_batch
+
+    sessions = session_factory(open_database(sqlite_url))
+    import_file(sessions, sample_rankings, import_rankings_batch)
+    config = write_config(tmp_path / "retrain", reward=True, dpo=False, max_steps=100_000)
+    command = [sys.executable, "-m", "preflab", "--database-url", sqlite_url, "retrain", "--config", str(config)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 300
+    while not list((tmp_path / "retrain" / "runs").glob("*/reward/data/dataset_dict.json")):
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.2)
+    time.sleep(1)  # the run is planned and its data copied: training has begun
+    assert describe(sessions, "retrain") is not None
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGTERM, err[-2000:]
+    with sessions.begin() as session:
+        (run,) = session.scalars(select(TrainingRun)).all()
+        assert run.status == "failed" and run.error.startswith("SystemExit")
+        assert session.scalar(select(ModelVersion).where(ModelVersion.kind == "reward")) is None
     assert describe(sessions, "retrain") is None

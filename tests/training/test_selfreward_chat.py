@@ -9,6 +9,7 @@ from preflab.db.models import Annotator, Candidate, ModelVersion, Prompt, Rankin
 from preflab.training.selfreward_data import ranking_pairs
 from preflab.training.selfreward_prompts import FEW_SHOT_PROMPT, clean_reply, few_shot_text
 from tests.tiny_models import tiny_causal_lm, tiny_tokenizer
+from tests.training.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
 
 TINY_DPO = ["--max-steps", 2, "--per-device-train-batch-size", 4, "--learning-rate", 1e-3, "--use-cpu",
             "--logging-steps", 1, "--max-length", 256]
@@ -18,6 +19,8 @@ def test_replies_are_cleaned_into_one_task():
     assert clean_reply("Task 9: Name the largest planet in the solar system.\n\nTask 10: more") == \
         "Name the largest planet in the solar system."
     assert clean_reply('**New task:** "Explain how a rainbow forms."') == "Explain how a rainbow forms."
+    assert clean_reply("Here is a new task:\nWrite a limerick about cheese.") == "Write a limerick about cheese."
+    assert clean_reply(' Improve this: "It is." Task 10: Tell a story.') == 'Improve this: "It is."'
     assert clean_reply("  ok ") is None  # too short to be a task
     assert clean_reply("x" * 3000) is None
     assert clean_reply("What is\x00 a NUL\x1b byte?") == "What is a NUL byte?"  # Postgres refuses NUL
@@ -25,7 +28,8 @@ def test_replies_are_cleaned_into_one_task():
 
 def test_the_few_shot_request_shows_every_example_in_the_chat_format():
     text = few_shot_text(tiny_tokenizer(), ["What is 2 + 2?", "Name a colour."])
-    assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\n")
+    # The reply is begun for the model, so it goes on with the next task of the list.
+    assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\nTask 3:")
     assert "Task 1: What is 2 + 2?\n\nTask 2: Name a colour." in text
     assert FEW_SHOT_PROMPT.splitlines()[0].format(k=2) in text
 
@@ -39,6 +43,7 @@ def test_pairs_are_highest_against_lowest_and_ties_give_none():
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")
 def test_a_chat_model_writes_answers_and_judges_its_own_prompts(sqlite_url, tmp_path):
     """SQLite only: a random tiny model's samples may hold NUL bytes, which Postgres refuses in text
     (the toy-world loop runs on both databases)."""

@@ -12,9 +12,9 @@ from sqlalchemy import func, select
 from preflab.cli import cli
 from preflab.db.engine import open_database, session_factory
 from preflab.db.models import Candidate, ModelVersion, Prompt, Ranking, SelfRewardIteration, TrainingRun
-from tests.training.selfreward_world import toy_base, toy_world  # noqa: F401 (fixtures)
+from tests.training.selfreward_world import one_torch_thread, toy_base, toy_world  # noqa: F401 (fixtures)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def counts(sessions) -> dict:
@@ -55,8 +55,10 @@ def test_a_crashed_iteration_resumes_at_the_step_it_reached(sqlite_url, toy_worl
         {k: after_judge[k] for k in ("prompts", "candidates", "rankings")}
     assert "48 prompts (48 already ranked)" in crashed.output
 
+    # Resuming needs no settings: the bare command continues with those the iteration started with.
     monkeypatch.delenv("PREFLAB_FAIL_AT")
-    finished = CliRunner().invoke(cli, args, catch_exceptions=False)
+    finished = CliRunner().invoke(cli, ["--database-url", sqlite_url, "self-reward", "--iterations", "1"],
+                                  catch_exceptions=False)
     assert finished.exit_code == 0, finished.output
     final = counts(sessions)
     # The training run that finished before the crash was adopted, not repeated.
@@ -68,3 +70,5 @@ def test_a_crashed_iteration_resumes_at_the_step_it_reached(sqlite_url, toy_worl
         assert (run.status, run.iteration, run.output_model_version_id) == ("succeeded", 1, policy.id)
         assert (policy.parent_id, policy.iteration) == (row.policy_id, 1)
         assert row.metrics["eval"]["prompts"] == 20 and row.finished_at is not None
+        assert row.metrics["eval"]["judge"] == "reward-model" and row.config["loop"]["n"] == 6
+        assert row.config["dpo"]["loss_type"] == "sigmoid,sft"

@@ -1,6 +1,7 @@
 """`preflab self-reward` in the digit toy world: two iterations end to end, lineage, people mixed in."""
 
 import json
+from collections import Counter
 
 import pytest
 from sqlalchemy import func, select
@@ -15,9 +16,9 @@ from preflab.db.models import (
     SelfRewardIteration,
     TrainingRun,
 )
-from tests.training.selfreward_world import human_rankings_of, toy_base, toy_world  # noqa: F401 (fixtures)
+from tests.training.selfreward_world import human_rankings_of, one_torch_thread, toy_base, toy_world  # noqa: F401
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def test_two_iterations_end_to_end_with_lineage_people_and_report(cli, sessions, toy_world, tmp_path):
@@ -33,7 +34,7 @@ def test_two_iterations_end_to_end_with_lineage_people_and_report(cli, sessions,
     assert [(s["iteration"], s["step"]) for s in second] == [(2, "done")]
     assert second[0]["pairs"]["human"] > 0 and second[0]["pairs"]["judge"] > 0
     # Asking for two iterations again finds nothing to do.
-    again = cli("self-reward", "--iterations", 2, *toy_world.loop_args())
+    again = cli("self-reward", "--iterations", 2)
     assert "nothing to do" in again.stdout
 
     with sessions.begin() as session:
@@ -61,7 +62,10 @@ def test_two_iterations_end_to_end_with_lineage_people_and_report(cli, sessions,
             assert {(c.iteration, c.model_version_id, c.model) for c in candidates} == {(t, author.id, author.name)}
             assert len(candidates) >= 2 * len(prompts)
             judged = session.scalars(select(Ranking).where(Ranking.prompt_id.in_(ids), Ranking.source == "judge")).all()
-            assert len(judged) == len(prompts) and {r.iteration for r in judged} == {t}
+            # A judge ranks every prompt with two candidates or more (a sharpened policy may repeat itself).
+            per_prompt = Counter(c.prompt_id for c in candidates)
+            assert {r.prompt_id for r in judged} == {pid for pid, n in per_prompt.items() if n >= 2}
+            assert len(judged) > 0.9 * len(prompts) and {r.iteration for r in judged} == {t}
             judge = session.get(Annotator, judged[0].annotator_id)
             assert (judge.kind, judge.judge_kind, judge.model) == ("ai", "reward-model", str(toy_world.reward_model))
         # The people's rankings kept their own provenance: no iteration, human annotator.
