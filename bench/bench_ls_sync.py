@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import uuid
 import random
-import resource
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
+
+from common import peak_rss_mb, postgres_schema_url
 
 WORDS = ("the model answer prompt reward policy gradient token river mountain quick brown fox "
          "jumps over lazy dog data train test split human judge rank prefer better worse "
@@ -75,8 +75,6 @@ def write_export(path: Path, n_tasks: int, per_task: int, seed: int = 0) -> None
         out.write("]")
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def fast_path(url: str, path: Path) -> dict:
@@ -162,20 +160,6 @@ def baseline(url: str, path: Path, limit: int) -> dict:
     return out
 
 
-def postgres_schema_url():
-    from sqlalchemy import create_engine, text
-
-    base = os.environ.get("PREFLAB_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-    schema = f"bench_{uuid.uuid4().hex[:10]}"
-    admin = create_engine(base)
-    with admin.begin() as conn:
-        conn.execute(text(f'CREATE SCHEMA "{schema}"'))  # a name we generated
-
-    def drop():
-        with admin.begin() as conn:
-            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-
-    return f"{base}?options=-csearch_path%3D{schema}", drop
 
 
 def run_child(database: str, kind: str, path: Path, limit: int, work: Path) -> dict:

@@ -1,0 +1,31 @@
+"""Helpers shared by the benchmarks (run as `python bench/bench_NAME.py`, so this is importable)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import uuid
+from collections.abc import Callable
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def postgres_schema_url() -> tuple[str, Callable[[], None]]:
+    """A fresh schema on the local Postgres server: (URL using it, function dropping it)."""
+    from sqlalchemy import create_engine, text
+
+    base = os.environ.get("PREFLAB_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(base)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))  # a name we generated
+
+    def drop() -> None:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+    return f"{base}?options=-csearch_path%3D{schema}", drop
