@@ -22,6 +22,7 @@ def test_names_resolve_to_folders_hub_ids_or_the_model_cache(tmp_path, monkeypat
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="not a model folder"):
         resolve_model_path(tmp_path / "empty")
+    monkeypatch.delenv("PREFLAB_MODEL_CACHE", raising=False)  # `make test` sets it to share one conversion
     assert model_cache_dir() == tmp_path / "home" / "models"  # PREFLAB_HOME from the autouse fixture
     monkeypatch.setenv("PREFLAB_MODEL_CACHE", str(tmp_path / "shared"))
     assert model_cache_dir() == tmp_path / "shared"
