@@ -1,6 +1,25 @@
 """Driving Label Studio's labelling screen with Playwright, as a person would."""
 
-from playwright.sync_api import expect
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from playwright.sync_api import expect, sync_playwright
+
+from tests.labelling.ls_fixtures import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+
+
+@contextmanager
+def browser_page() -> Iterator:
+    """A page in Debian's chromium (never a downloaded browser), closed afterwards."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1100})
+            page.set_default_timeout(120_000)
+            yield page
+        finally:
+            browser.close()
 
 
 def drag(page, source, target) -> None:

@@ -3,10 +3,10 @@
 import json
 import re
 
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
-from tests.labelling.browser import ids_on_screen, log_in
-from tests.labelling.ls_fixtures import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+from tests.labelling.browser import browser_page, ids_on_screen, log_in
+from tests.labelling.ls_fixtures import ARTIFACTS
 from tests.labelling.ls_helpers import comparisons, expected_pairs, item, rankings, tasks, unique, write_prompts
 
 
@@ -55,35 +55,28 @@ def test_tiers_and_pairwise_templates_render(lcli, sqlite_url, ls_env, tmp_path)
         task = next(t for t in tasks(sqlite_url) if t["prompt"] == prompt)
         pages.append((template, prompt, pid, task))
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            page.set_default_timeout(120_000)
-            email, password = f"viewer-{pages[0][2]}@preflab.test", "viewer-password-1"
-            server.signup(email, password)
-            log_in(page, server.url, email, password)
-            for template, prompt, pid, task in pages:
-                page.goto(f"{server.url}/projects/{pid}/data?task={task['id']}")
-                expect(page.locator(".preflab-prompt")).to_contain_text(prompt)
-                page.wait_for_load_state("networkidle")
-                if template == "ranking_tiers":
-                    cards = page.locator(".htx-ranker-item")
-                    expect(cards).to_have_count(4)
-                    assert ids_on_screen(page) == [item(c) for c in task["shown"]]
-                    for n, text in enumerate(task["texts"]):
-                        expect(cards.nth(n)).to_contain_text(text)
-                    columns = page.locator(".htx-ranker-column")
-                    expect(columns).to_have_count(5)  # the unranked list and four tiers
-                    for n, title in enumerate(["Tier 1 (best)", "Tier 2", "Tier 3", "Tier 4 (worst)"], start=1):
-                        expect(columns.nth(n)).to_contain_text(title)
-                else:
-                    answers = page.locator(".preflab-answer")
-                    expect(answers).to_have_count(2)
-                    for n, text in enumerate(task["texts"]):
-                        expect(answers.nth(n)).to_contain_text(text)
-                    expect(page.get_by_role("checkbox", name=re.compile("^Tie"))).to_be_visible()
-                page.screenshot(path=str(ARTIFACTS / f"ls-{template}.png"))
-        finally:
-            browser.close()
+    with browser_page() as page:
+        email, password = f"viewer-{pages[0][2]}@preflab.test", "viewer-password-1"
+        server.signup(email, password)
+        log_in(page, server.url, email, password)
+        for template, prompt, pid, task in pages:
+            page.goto(f"{server.url}/projects/{pid}/data?task={task['id']}")
+            expect(page.locator(".preflab-prompt")).to_contain_text(prompt)
+            page.wait_for_load_state("networkidle")
+            if template == "ranking_tiers":
+                cards = page.locator(".htx-ranker-item")
+                expect(cards).to_have_count(4)
+                assert ids_on_screen(page) == [item(c) for c in task["shown"]]
+                for n, text in enumerate(task["texts"]):
+                    expect(cards.nth(n)).to_contain_text(text)
+                columns = page.locator(".htx-ranker-column")
+                expect(columns).to_have_count(5)  # the unranked list and four tiers
+                for n, title in enumerate(["Tier 1 (best)", "Tier 2", "Tier 3", "Tier 4 (worst)"], start=1):
+                    expect(columns.nth(n)).to_contain_text(title)
+            else:
+                answers = page.locator(".preflab-answer")
+                expect(answers).to_have_count(2)
+                for n, text in enumerate(task["texts"]):
+                    expect(answers.nth(n)).to_contain_text(text)
+                expect(page.get_by_role("checkbox", name=re.compile("^Tie"))).to_be_visible()
+            page.screenshot(path=str(ARTIFACTS / f"ls-{template}.png"))
