@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from sqlalchemy import func, select, tuple_, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from preflab.db.models import Candidate, Prompt
@@ -169,7 +169,6 @@ def generate_candidates(sessions, model, tokenizer, model_name: str, config: Gen
 def _store(session: Session, batch, results: list[Generation], model_name: str, model_version_id: int | None,
            config: GenerateConfig, seed: int, summary: GenerateSummary) -> None:
     rows: dict[tuple[int, str], dict] = {}
-    sampling: dict[tuple[int, str], dict] = {}
     for index, ((pid, _, _), result) in enumerate(zip(batch, results)):
         if not result.text:
             summary.empty += 1
@@ -178,18 +177,10 @@ def _store(session: Session, batch, results: list[Generation], model_name: str, 
         if key in rows:
             summary.duplicates += 1
             continue
-        rows[key] = {"text": result.text, "model": model_name, "model_version_id": model_version_id}
-        sampling[key] = {"temperature": config.temperature, "top_p": config.top_p,
-                         "max_new_tokens": config.max_new_tokens, "seed": seed, "batch_row": index,
-                         "tokens": result.tokens, "finished": result.finished}
-    existing = set()
-    for part in chunks(list(rows), 2000):
-        existing.update((pid, h) for pid, h in session.execute(select(Candidate.prompt_id, Candidate.content_hash)
-                                                                .where(tuple_(Candidate.prompt_id, Candidate.content_hash).in_(part))))
+        rows[key] = {"text": result.text, "model": model_name, "model_version_id": model_version_id,
+                     "sampling": {"temperature": config.temperature, "top_p": config.top_p,
+                                  "max_new_tokens": config.max_new_tokens, "seed": seed, "batch_row": index,
+                                  "tokens": result.tokens, "finished": result.finished}}
     ids = ensure_candidates(session, rows)
-    new = [key for key in rows if key not in existing]
-    # JSON goes through the ORM's column type, not the bulk get-or-create path.
-    if new:
-        session.execute(update(Candidate), [{"id": ids[key], "sampling": sampling[key]} for key in new])
-    summary.duplicates += len(existing)
-    summary.stored += len(new)
+    summary.duplicates += len(rows) - ids.created
+    summary.stored += ids.created

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Annotator, Ranking, RankingItem, RankingStatus
+from preflab.db.models import Ranking, RankingItem, RankingStatus
 from preflab.db.pairs import tiers_from_scores
 from preflab.db.store import chunks, ensure_annotators
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
@@ -73,12 +73,9 @@ def external_id(run_id: str, prompt_id: int, candidate_ids: Sequence[int]) -> st
 def ensure_judge(session: Session, run: JudgeRun) -> int:
     """The AI annotator for this judge configuration (created on first use)."""
     key = ("ai", run.annotator_name)
-    annotator_id = ensure_annotators(session, {key: {"judge_kind": run.kind, "model": run.model[:300]}})[key]
-    # JSON goes through the ORM's column type, not the bulk get-or-create path.
-    # (The name holds the run id, so this rewrites the same configuration on a re-run.)
-    session.execute(update(Annotator).where(Annotator.id == annotator_id)
-                    .values(config={"run_id": run.run_id, **run.config}))
-    return annotator_id
+    # The name holds the run id, so an existing annotator already has this configuration.
+    return ensure_annotators(session, {key: {"judge_kind": run.kind, "model": run.model[:300],
+                                             "config": {"run_id": run.run_id, **run.config}}})[key]
 
 
 def write_ranking(session: Session, annotator_id: int, run: JudgeRun, item: PromptCandidates,

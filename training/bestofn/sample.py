@@ -35,7 +35,7 @@ import numpy as np
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Annotator, Candidate, ModelVersion, Prompt, Ranking, RankingItem, RankingStatus
+from preflab.db.models import Annotator, ModelVersion, Prompt, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs import tiers_from_scores
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
 from preflab.errors import InputError, NotFound
@@ -192,21 +192,13 @@ def _store_prompt(session: Session, annotator_id: int, run: str, prompt_id: int,
             continue
         distinct[h] = {"sample": sample, "score": score, "copies": 1, "position": position}
     settings = {k: v for k, v in config.identity().items() if k not in ("conversational", "n")}
-    existing = set(session.scalars(select(Candidate.content_hash).where(
-        Candidate.prompt_id == prompt_id, Candidate.content_hash.in_(list(distinct)))))
+    # A response drawn in an earlier run keeps the sampling record it was first stored with.
     ids = ensure_candidates(session, {(prompt_id, h): {
-        "text": d["sample"].text, "model": policy, "model_version_id": policy_version_id}
+        "text": d["sample"].text, "model": policy, "model_version_id": policy_version_id,
+        "sampling": {**settings, "seed": seed, "best_of": config.n, "logprob": d["sample"].logprob,
+                     "tokens": d["sample"].tokens, "finished": d["sample"].finished}}
         for h, d in distinct.items()})
-    # The sampling record (JSON) goes through the ORM's UPDATE, which serialises JSON on every
-    # database; a response drawn in an earlier run keeps the record it was first stored with.
-    new = [h for h in distinct if h not in existing]
-    if new:
-        session.execute(update(Candidate), [
-            {"id": ids[(prompt_id, h)], "sampling": {
-                **settings, "seed": seed, "best_of": config.n, "logprob": distinct[h]["sample"].logprob,
-                "tokens": distinct[h]["sample"].tokens, "finished": distinct[h]["sample"].finished}}
-            for h in new])
-    summary.stored += len(new)
+    summary.stored += ids.created
     by_candidate = {ids[(prompt_id, h)]: d for h, d in distinct.items()}
     scored = {cid: d["score"] for cid, d in by_candidate.items()}
     top = max(scored.values())
