@@ -23,7 +23,7 @@ import tracemalloc
 
 import numpy as np
 
-from preflab.training.bestofn.demo import toy_samples
+from preflab.training.demos.bon import toy_samples
 from preflab.training.bestofn.estimator import bon_expectations
 
 

@@ -4,7 +4,7 @@ Usage: python bench/bench_generate.py [--model smollm2-135m-instruct] [--prompts
                                       [--max-new-tokens 32] [--threads N]
 
 Both sample one response per prompt with the same settings (temperature 0.7,
-top-p 0.9, the chat template) through `preflab.labelling.generate.sample_responses`:
+top-p 0.9, the chat template) through `preflab.labelling.generation.sample_responses`:
 the fast path passes `--batch-size` prompts per `generate` call, the baseline one.
 Prints generated tokens/s for each and the ratio. Runs on the GPU when there is
 one, else on the CPU.
@@ -29,8 +29,8 @@ def main() -> None:
 
     import torch
 
-    from preflab.labelling.generate import GenerateConfig, sample_responses
-    from preflab.training.models import load_causal_lm
+    from preflab.labelling.generation import GenerateConfig, sample_responses
+    from preflab.training.models.loading import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -42,7 +42,7 @@ def main() -> None:
     import torch
 
     from preflab.labelling.judges.pairwise import judge_text, prob_first_better, verdicts_by_generation
-    from preflab.training.models import load_causal_lm
+    from preflab.training.models.loading import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)

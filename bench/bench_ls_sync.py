@@ -79,7 +79,7 @@ def write_export(path: Path, n_tasks: int, per_task: int, seed: int = 0) -> None
 
 def fast_path(url: str, path: Path) -> dict:
     from preflab.db.engine import open_database, session_factory
-    from preflab.labelling.export_file import import_export
+    from preflab.labelling.studio.export_file import import_export
 
     sessions = session_factory(open_database(url))
     out = {}

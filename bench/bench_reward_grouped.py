@@ -64,7 +64,7 @@ def initial_model(path: Path, seed: int) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from preflab.training.toy import digit_tokenizer
+    from preflab.training.demos.toy_world import digit_tokenizer
 
     tokenizer = digit_tokenizer()
     torch.manual_seed(seed)

@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 
 import click
 from sqlalchemy import select
 
-from preflab.cli import echo_json, pass_settings
+from preflab.console import Reporter, echo_json, pass_settings
+from preflab.db.engine import open_sessions
 from preflab.settings import Settings
-
-
-def open_sessions(settings: Settings):
-    """A session factory on the configured database, migrated to the newest schema."""
-    from preflab.db.engine import open_database, session_factory
-
-    return session_factory(open_database(settings.database_url))
-
-
-@contextmanager
-def progress_bar(description: str, total: int | None, enabled: bool = True):
-    """A rich progress bar on stderr; `advance(n)` moves it. Silent when disabled."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    if not enabled or not console.is_terminal:  # no bar in logs, pipes and CI
-        yield lambda n: None
-        return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
 
 
 def count_lines(path: str) -> int:
@@ -94,8 +70,8 @@ def import_group():
 def _run_import(settings: Settings, path: str, importer, what: str, as_json: bool):
     from preflab.db.ingest import import_file
 
-    sessions = open_sessions(settings)
-    with progress_bar(f"importing {what}", count_lines(path), enabled=not as_json) as advance:
+    sessions = open_sessions(settings.database_url)
+    with Reporter(not as_json).progress(f"importing {what}", count_lines(path)) as advance:
         summary = import_file(sessions, path, importer, progress=advance)
     if as_json:
         echo_json(summary.as_dict() | {"reasons": summary.reasons})
@@ -167,7 +143,7 @@ def quarantine_list(settings: Settings, source, limit, as_json):
     query = select(RawRecord).where(RawRecord.status == "quarantined").order_by(RawRecord.id).limit(limit)
     if source:
         query = query.where(RawRecord.source == source)
-    with open_sessions(settings).begin() as session:
+    with open_sessions(settings.database_url).begin() as session:
         records = session.scalars(query).all()
         rows = [{"id": r.id, "source": r.source, "origin": r.origin, "locator": r.locator,
                  "reason": r.reason} for r in records]
@@ -206,7 +182,7 @@ def pairs_build(settings: Settings, strategy, aggregate, annotator_kind, as_json
     """
     from preflab.db.pairs import build_pairs
 
-    with open_sessions(settings).begin() as session:
+    with open_sessions(settings.database_url).begin() as session:
         summary = build_pairs(session, strategy, aggregate, annotator_kind)
     if as_json:
         echo_json(summary.as_dict())
@@ -227,7 +203,7 @@ def stats_command(settings: Settings, as_json):
     """
     from preflab.db.agreement import stats
 
-    with open_sessions(settings).begin() as session:
+    with open_sessions(settings.database_url).begin() as session:
         report = stats(session)
     if as_json:
         echo_json(report)
@@ -270,7 +246,7 @@ def export_command(settings: Settings, out_dir, fmt, test_size, seed, conversati
     from preflab.errors import HubError
     from preflab.settings import secret
 
-    sessions = open_sessions(settings)
+    sessions = open_sessions(settings.database_url)
     with sessions.begin() as session:
         version = export_dataset(session, out_dir, ExportSettings(fmt, test_size, seed, conversational), name)
         info = {"id": version.id, "name": version.name, "path": version.path, "format": version.format,

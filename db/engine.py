@@ -105,5 +105,10 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
+def open_sessions(url: str) -> sessionmaker[Session]:
+    """A session factory on the database at `url` (what every command opens)."""
+    return session_factory(open_database(url))
+
+
 def table_names(engine: Engine) -> set[str]:
     return set(inspect(engine).get_table_names())

@@ -8,8 +8,8 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Candidate, ModelVersion, Prompt
-from preflab.db.store import IN_CHUNK, chunks, content_hash, insert_ignore
+from preflab.db.models import Candidate, Prompt
+from preflab.db.store import IN_CHUNK, chunks, content_hash
 from preflab.errors import InputError
 
 
@@ -77,35 +77,3 @@ def prompts_with_candidates(session: Session, prompt_ids: list[int] | None = Non
         item.candidate_ids.append(cid)
         item.texts.append(ctext)
     return [item for item in out.values() if len(item.candidate_ids) >= min_candidates]
-
-
-def model_version_id(session: Session, label: str, path: str | None = None) -> int:
-    """The ModelVersion a model label names, created as a `base` version when new."""
-    found = session.scalar(select(ModelVersion.id).where(
-        (ModelVersion.name == label) | (ModelVersion.path == label)).order_by(ModelVersion.id).limit(1))
-    if found is not None:
-        return found
-    insert_ignore(session, ModelVersion.__table__,
-                  [{"name": label[:200], "kind": "base", "base_model": label, "path": path}], ["name"])
-    return session.scalar(select(ModelVersion.id).where(ModelVersion.name == label[:200]))
-
-
-def resolve_model(session: Session, name: str, record: bool = True) -> tuple[str, str, int | None]:
-    """(label, what to load, model version id) for `--model NAME`.
-
-    NAME may be a model version (its saved path is loaded), an embedded name, a
-    local path or a hub id. With `record`, a model seen for the first time becomes
-    a `base` model version, so every candidate links to the model that wrote it;
-    without it (judges) the version id is None unless NAME is a model version.
-    """
-    from preflab.training.models import model_label
-
-    row = session.execute(select(ModelVersion.id, ModelVersion.path).where(
-        ModelVersion.name == name, ModelVersion.path.is_not(None))).first()
-    if row is not None:
-        return name, row.path, row.id
-    label = model_label(name)
-    if not record:
-        return label, name, None
-    path = label if Path(label).is_absolute() else None
-    return label, name, model_version_id(session, label, path)

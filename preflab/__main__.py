@@ -1,3 +1,5 @@
+"""`python -m preflab` (used by `torchrun … -m preflab`)."""
+
 from preflab.cli import cli
 
-cli()
+cli(prog_name="preflab")

@@ -1,19 +1,17 @@
 """The root `preflab` command group.
 
-Subcommand groups live beside the code they drive and are imported only when
+This is the app shell: it builds the settings and names each concern's command
+group. The groups live beside the code they drive (`preflab.db.cli`,
+`preflab.labelling.cli`, `preflab.training.cli`, …) and are imported only when
 used, so `preflab --help` never imports torch, transformers or datasets.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
-import sys
-
 import click
 
 from preflab import __version__
-from preflab.errors import PreflabError
+from preflab.console import LazyGroup
 from preflab.settings import Settings
 
 # name -> "module:attribute"; each entry is one concern.
@@ -24,16 +22,16 @@ COMMANDS: dict[str, str] = {
     "pairs": "preflab.db.cli:pairs_group",
     "stats": "preflab.db.cli:stats_command",
     "export": "preflab.db.cli:export_command",
-    "pipeline": "preflab.pipeline:pipeline_command",
-    "generate": "preflab.labelling.generate_cli:generate_command",
+    "pipeline": "preflab.labelling.cli:pipeline_command",
+    "generate": "preflab.labelling.cli:generate_command",
     "judge": "preflab.labelling.judges.cli:judge_group",
-    "ls": "preflab.labelling.cli:ls_group",
-    "demo": "preflab.cli:demo_group",
+    "ls": "preflab.labelling.studio.cli:ls_group",
+    "demo": "preflab.training.demos.cli:demo_group",
     "bon": "preflab.training.bestofn.cli:bon_group",
     "train": "preflab.training.cli:train_group",
-    "self-reward": "preflab.training.selfreward_cli:self_reward_group",
-    "retrain": "preflab.training.retrain_cli:retrain_command",
-    "schedule": "preflab.training.retrain_cli:schedule_command",
+    "self-reward": "preflab.training.selfreward.cli:self_reward_group",
+    "retrain": "preflab.training.retrain.cli:retrain_command",
+    "schedule": "preflab.training.retrain.cli:schedule_command",
 }
 
 # One-line help for each lazy command, so `preflab --help` lists them without importing.
@@ -56,51 +54,6 @@ SUMMARIES: dict[str, str] = {
     "schedule": "Run the retrain job on a cron schedule (a long-running scheduler).",
 }
 
-# `preflab demo NAME`: each demo lives beside the code it demonstrates.
-DEMOS: dict[str, str] = {
-    "bon": "preflab.training.bestofn.demo:demo_command",
-    "toy": "preflab.training.toy_demo:toy_command",
-}
-
-
-class LazyGroup(click.Group):
-    """A click group whose subcommands are imported on first use."""
-
-    def __init__(self, *args, lazy: dict[str, str] | None = None,
-                 summaries: dict[str, str] | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.lazy = dict(lazy or {})
-        self.summaries = dict(summaries or {})
-
-    def list_commands(self, ctx):
-        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
-
-    def get_command(self, ctx, name):
-        if name in self.lazy:
-            module, attr = self.lazy[name].split(":")
-            return getattr(importlib.import_module(module), attr)
-        return super().get_command(ctx, name)
-
-    def format_commands(self, ctx, formatter):
-        rows = []
-        for name in self.list_commands(ctx):
-            if name in self.summaries:
-                rows.append((name, self.summaries[name]))
-            else:
-                cmd = self.get_command(ctx, name)
-                if cmd is not None and not cmd.hidden:
-                    rows.append((name, cmd.get_short_help_str(formatter.width)))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except PreflabError as exc:
-            raise click.ClickException(str(exc)) from None
-
-
 @click.group(cls=LazyGroup, lazy=COMMANDS, summaries=SUMMARIES)
 @click.version_option(__version__, prog_name="preflab")
 @click.option("--database-url", envvar="PREFLAB_DATABASE_URL", metavar="URL",
@@ -118,27 +71,3 @@ def cli(ctx, database_url, label_studio_url, model, verbose):
     Example: preflab import rankings rankings.jsonl && preflab pairs build
     """
     ctx.obj = Settings.resolve(database_url, label_studio_url, model, verbose)
-
-
-@click.group("demo", cls=LazyGroup, lazy=DEMOS)
-def demo_group():
-    """Self-contained demonstrations with a known answer.
-
-    Example: preflab demo --help
-    """
-
-
-pass_settings = click.make_pass_decorator(Settings)
-
-
-def echo_json(data) -> None:
-    """Print one JSON document (for `--json`)."""
-    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
-
-
-def main() -> None:  # pragma: no cover - console entry point convenience
-    cli(prog_name="preflab")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -3,7 +3,7 @@
     from tests.toy_data import toy_base, toy_store
 
 - `toy_base`: a session fixture, a tiny Llama that has had a few dozen steps of the
-  digit language (`preflab.training.toy`), saved with its tokenizer.
+  digit language (`preflab.training.demos.toy_world`), saved with its tokenizer.
 - `load_toy_rankings(sessions, base, prompts, candidates)`: candidates sampled from
   it, ranked by the simulated annotator, imported, paired: the same path a user's
   rankings take.
@@ -29,7 +29,7 @@ def load_toy_rankings(sessions, base: Path, workdir: Path, prompts: int = 60, ca
     """Import the simulated annotator's rankings of the base model's samples and build pairs."""
     from preflab.db.ingest import import_file, import_rankings_batch
     from preflab.db.pairs import build_pairs
-    from preflab.training.toy_demo import ToySettings, toy_rankings
+    from preflab.training.demos.toy import ToySettings, toy_rankings
 
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"rankings-{seed}.jsonl"
@@ -43,7 +43,7 @@ def load_toy_rankings(sessions, base: Path, workdir: Path, prompts: int = 60, ca
 def toy_base(tmp_path_factory) -> Path:
     import torch
 
-    from preflab.training.toy import train_base_model
+    from preflab.training.demos.toy_world import train_base_model
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)

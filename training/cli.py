@@ -14,7 +14,7 @@ import typing
 
 import click
 
-from preflab.cli import echo_json, pass_settings
+from preflab.console import echo_json, pass_settings
 from preflab.settings import Settings
 from preflab.training.config import DPOTrainConfig, RewardTrainConfig
 
@@ -63,10 +63,10 @@ def run_options(func):
 
 
 def _train(settings: Settings, train, config, model_name, dataset_version, output_dir, resume, as_json):
-    from preflab.db.cli import open_sessions
+    from preflab.db.engine import open_sessions
     from preflab.training.runs import is_main_process
 
-    sessions = open_sessions(settings) if is_main_process() else None
+    sessions = open_sessions(settings.database_url) if is_main_process() else None
     result = train(sessions, config, model_name or settings.model, dataset_version, resume, output_dir,
                    progress=not as_json)
     if result is None:  # not rank 0: the main process reports
@@ -147,10 +147,10 @@ def eval_command(settings: Settings, model_version, dataset_version, judge_kind,
 
     Example: preflab train eval policy-4 --judge reward-model --judge-model reward-3 --limit 100
     """
-    from preflab.db.cli import open_sessions
+    from preflab.db.engine import open_sessions
     from preflab.training import evaluate as ev
 
-    sessions = open_sessions(settings)
+    sessions = open_sessions(settings.database_url)
     with sessions.begin() as session:
         version = ev.find_model_version(session, model_version)
         kind, name = version.kind, version.name

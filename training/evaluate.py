@@ -78,8 +78,8 @@ class PolicyEval:
 def plan_policy_eval(session: Session, version: ModelVersion, against: str | None = None,
                      limit: int | None = None) -> PolicyEval:
     """The policy, the model it is compared with (its parent by default) and the held-out prompts."""
-    from preflab.labelling.selection import resolve_model
-    from preflab.training.models import resolve_model_path
+    from preflab.training.models.names import resolve_model
+    from preflab.training.models.loading import resolve_model_path
 
     if against:
         label, location, _ = resolve_model(session, against, record=False)
@@ -103,8 +103,8 @@ def plan_policy_eval(session: Session, version: ModelVersion, against: str | Non
 def answer(model, tokenizer, prompts: list[str], conversational: bool, max_new_tokens: int,
            do_sample: bool, seed: int, batch_size: int) -> list[str]:
     """Each prompt's answer, formatted the way the policy was trained (chat template or plain text)."""
-    from preflab.labelling.generate import generate_texts
-    from preflab.training.models import chat_text
+    from preflab.training.models.sampling import generate_texts
+    from preflab.training.models.loading import chat_text
 
     texts = [chat_text(tokenizer, p) if conversational else p for p in prompts]
     out: list[str] = []
@@ -123,7 +123,7 @@ def win_rate(plan: PolicyEval, judge, max_new_tokens: int = 128, do_sample: bool
         judge: a judge function from `preflab.labelling.judges.run.make_judge`.
     """
     from preflab.labelling.selection import PromptCandidates
-    from preflab.training.models import load_causal_lm
+    from preflab.training.models.loading import load_causal_lm
 
     texts = [text for _, text, _ in plan.prompts]
     answers = {}
@@ -155,7 +155,7 @@ def win_rate(plan: PolicyEval, judge, max_new_tokens: int = 128, do_sample: bool
 def judge_location(session: Session, kind: str, judge_model: str) -> tuple[str, str]:
     """(label, where to load it) of the judge model; checked before anything is loaded."""
     from preflab.labelling.judges.base import JUDGE_KINDS
-    from preflab.labelling.selection import resolve_model
+    from preflab.training.models.names import resolve_model
 
     if kind not in JUDGE_KINDS:
         raise InputError(f"unknown judge {kind!r} (expected one of {', '.join(JUDGE_KINDS)})")
@@ -168,7 +168,7 @@ def judge_location(session: Session, kind: str, judge_model: str) -> tuple[str, 
 def load_judge(kind: str, location: str, batch_size: int = 8):
     """A judge function (see `preflab.labelling.judges.run.make_judge`) on the model at `location`."""
     from preflab.labelling.judges.run import CONFIGS, make_judge
-    from preflab.training.models import load_causal_lm, load_sequence_scorer
+    from preflab.training.models.loading import load_causal_lm, load_sequence_scorer
 
     load = load_sequence_scorer if kind == "reward-model" else load_causal_lm
     model, tokenizer = load(location)

@@ -92,8 +92,8 @@ def one_line(exc: BaseException) -> str:
 
 def _starting_model(session: Session, model_name: str) -> tuple[str, str, int | None]:
     """(label, from_pretrained location, model version id) for the model a run starts from."""
-    from preflab.labelling.selection import resolve_model
-    from preflab.training.models import resolve_model_path
+    from preflab.training.models.names import resolve_model
+    from preflab.training.models.loading import resolve_model_path
 
     label, location, version_id = resolve_model(session, model_name)
     return label, str(resolve_model_path(location)), version_id

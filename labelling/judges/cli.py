@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from preflab.cli import echo_json, pass_settings
+from preflab.console import echo_json, pass_settings
 from preflab.settings import Settings
 
 
@@ -33,13 +33,15 @@ def _common(func):
 
 
 def _run(settings: Settings, kind: str, config, model_name, prompts_file, candidate_model, as_json):
-    from preflab.db.cli import open_sessions, progress_bar
+    from preflab.db.engine import open_sessions
+    from preflab.console import Reporter
     from preflab.labelling.judges.report import judge_report
     from preflab.labelling.judges.run import judge_candidates
-    from preflab.labelling.selection import prompts_from_file, resolve_model
-    from preflab.training.models import load_causal_lm, load_sequence_scorer
+    from preflab.labelling.selection import prompts_from_file
+    from preflab.training.models.names import resolve_model
+    from preflab.training.models.loading import load_causal_lm, load_sequence_scorer
 
-    sessions = open_sessions(settings)
+    sessions = open_sessions(settings.database_url)
     prompt_ids = prompts_from_file(sessions, prompts_file) if prompts_file else None
     with sessions.begin() as session:
         label, location, _ = resolve_model(session, model_name or settings.model, record=False)
@@ -47,7 +49,7 @@ def _run(settings: Settings, kind: str, config, model_name, prompts_file, candid
             candidate_model = resolve_model(session, candidate_model, record=False)[0]
     load = load_sequence_scorer if kind == "reward-model" else load_causal_lm
     model, tokenizer = load(location)
-    with progress_bar(f"judging ({kind})", None, enabled=not as_json) as advance:
+    with Reporter(not as_json).progress(f"judging ({kind})", None) as advance:
         summary = judge_candidates(sessions, kind, model, tokenizer, label, config, prompt_ids, candidate_model,
                                    progress=advance)
     with sessions.begin() as session:
@@ -186,10 +188,10 @@ def report_command(settings, as_json):
 
     Example: preflab judge report --json
     """
-    from preflab.db.cli import open_sessions
+    from preflab.db.engine import open_sessions
     from preflab.labelling.judges.report import judge_report
 
-    sessions = open_sessions(settings)
+    sessions = open_sessions(settings.database_url)
     with sessions.begin() as session:
         report = judge_report(session)
     if as_json:

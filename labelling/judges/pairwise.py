@@ -47,7 +47,7 @@ def letter_ids(tokenizer, letter: str) -> list[int]:
 
 
 def judge_text(tokenizer, question: str, first: str, second: str) -> str:
-    from preflab.training.models import chat_text
+    from preflab.training.models.loading import chat_text
 
     return chat_text(tokenizer, PAIRWISE_USER.format(question=question, a=first, b=second), system=PAIRWISE_SYSTEM)
 
@@ -69,7 +69,7 @@ def verdicts_by_generation(model, tokenizer, texts: list[str], batch_size: int =
     """The baseline: decode the verdict as text (greedy) and read the first A or B (1.0 = A)."""
     import re
 
-    from preflab.labelling.generate import generate_texts
+    from preflab.training.models.sampling import generate_texts
     from preflab.labelling.judges.forward import by_length
 
     out: list[float | None] = [None] * len(texts)

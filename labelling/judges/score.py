@@ -41,7 +41,7 @@ class ScoreConfig:
 
 
 def grading_text(tokenizer, item: PromptCandidates, response: str, with_reference: bool) -> str:
-    from preflab.training.models import chat_text
+    from preflab.training.models.loading import chat_text
 
     if with_reference:
         return chat_text(tokenizer, REFERENCE_PROMPT.format(question=item.prompt, reference=item.reference,
@@ -56,7 +56,7 @@ def _seed(base: int, round_: int, keys: list[int]) -> int:
 
 def make_judge(model, tokenizer, config: ScoreConfig, with_reference: bool = False):
     """A function from a batch of prompts to their judgements (mean sampled score per candidate)."""
-    from preflab.labelling.generate import generate_texts
+    from preflab.training.models.sampling import generate_texts
 
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
         texts: dict[int, str] = {}

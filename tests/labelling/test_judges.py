@@ -25,7 +25,7 @@ def _fitted(tmp_path_factory, name, examples, steps=40, lr=1e-2):
 @pytest.fixture(scope="module")
 def paris_lm(tmp_path_factory):
     """Says "Paris." to the question: its likelihood judge should rank that answer first."""
-    from preflab.training.models import chat_text
+    from preflab.training.models.loading import chat_text
 
     return _fitted(tmp_path_factory, "paris", lambda tok: [(chat_text(tok, QUESTION), "Paris.")])
 
@@ -198,7 +198,7 @@ def test_judge_report_lists_every_judge(cli, ranked_by_humans, paris_lm, always_
 def test_batched_scoring_equals_one_sequence_at_a_time(tmp_path):
     """Left padding, length-sorted batches and `logits_to_keep` must not change any score."""
     from preflab.labelling.judges.forward import next_token_logprobs, response_logprobs
-    from preflab.training.models import chat_text, load_causal_lm
+    from preflab.training.models.loading import chat_text, load_causal_lm
 
     model, tokenizer = load_causal_lm(tiny_causal_lm(tmp_path / "lm"))
     prompts = [chat_text(tokenizer, q) for q in ("Hi", QUESTION, "Write a short poem about the sea, please.")]

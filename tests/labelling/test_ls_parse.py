@@ -5,14 +5,14 @@ import json
 import pytest
 
 from preflab.db.ingest import Invalid
-from preflab.labelling.parse import (
+from preflab.labelling.studio.parse import (
     TaskFields,
     parse_annotation,
     payload,
     same_as_shown,
     task_items,
 )
-from preflab.labelling.predict import prediction_result
+from preflab.labelling.studio.predict import prediction_result
 from preflab.templates import TEMPLATES, bucket_names, label_config
 
 IDS = ("c1", "c2", "c3", "c4")
@@ -173,7 +173,7 @@ def test_prediction_that_the_template_cannot_show():
 
 
 def test_shuffle_is_seeded_per_task():
-    from preflab.labelling.push import shown_order
+    from preflab.labelling.studio.push import shown_order
 
     ids = list(range(1, 9))
     order = shown_order(ids, seed=0, project_id=3, prompt_id=7)

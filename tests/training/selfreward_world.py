@@ -57,7 +57,7 @@ class ToyWorld:
 
 
 def _write_prompts(path: Path, prompts: list[list[int]]) -> Path:
-    from preflab.training import toy
+    from preflab.training.demos import toy_world as toy
 
     path.write_text("".join(json.dumps({"prompt": toy.prompt_text(p)}) + "\n" for p in prompts), encoding="utf-8")
     return path
@@ -73,7 +73,7 @@ def train_toy_judge(path: Path, steps: int = 300, seed: int = 0) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    from preflab.training import toy
+    from preflab.training.demos import toy_world as toy
 
     tokenizer = toy.digit_tokenizer()
     torch.manual_seed(seed)
@@ -110,7 +110,7 @@ def train_toy_judge(path: Path, steps: int = 300, seed: int = 0) -> Path:
 def _build(root: Path, base: Path) -> ToyWorld:
     from transformers import AutoTokenizer
 
-    from preflab.training import toy
+    from preflab.training.demos import toy_world as toy
 
     m0 = root / "m0"
     shutil.copytree(base, m0)
@@ -165,7 +165,7 @@ def one_torch_thread():
 def human_rankings_of(sessions, iteration: int, path: Path) -> int:
     """The simulated annotator ranks iteration `iteration`'s candidates; writes them for `import rankings`."""
     from preflab.db.models import Candidate, Prompt
-    from preflab.training import toy
+    from preflab.training.demos import toy_world as toy
 
     with sessions.begin() as session:
         rows = session.execute(select(Prompt.id, Prompt.text, Candidate.text).join(

@@ -44,8 +44,8 @@ def test_sample_stores_every_draw_and_the_estimate_reads_them(cli, sessions, set
     assert out["kl_bound"] == pytest.approx(math.log(n) - (n - 1) / n)
     assert 0 <= out["kl_beirami"] <= out["kl_bound"] + 1e-9
 
-    from preflab.training.models import load_sequence_scorer
-    from preflab.training.scoring import reward_scores
+    from preflab.training.models.loading import load_sequence_scorer
+    from preflab.training.models.scoring import reward_scores
 
     reward, tokenizer = load_sequence_scorer(str(rm), device="cpu")
     with sessions.begin() as session:
@@ -95,7 +95,7 @@ def test_logprob_is_the_sampling_probability(models):
     import torch
 
     from preflab.training.bestofn.sample import BonSampleConfig, sample_sequences
-    from preflab.training.models import chat_text, load_causal_lm
+    from preflab.training.models.loading import chat_text, load_causal_lm
 
     policy, _ = models
     model, tokenizer = load_causal_lm(str(policy), device="cpu")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from preflab.errors import ConfigError
-from preflab.training.models import (
+from preflab.training.models.loading import (
     load_causal_lm,
     load_sequence_scorer,
     model_cache_dir,

@@ -13,13 +13,13 @@ from sqlalchemy import select
 
 from preflab.db.models import ModelVersion, TrainingRun
 from preflab.errors import LockHeld
-from preflab.training.locks import describe, hold, try_acquire
+from preflab.db.locks import describe, hold, try_acquire
 from tests.training.retrain_fixtures import write_config
 
 CRASHING_HOLDER = """
 import os, sys
 from preflab.db.engine import open_database, session_factory
-from preflab.training.locks import try_acquire
+from preflab.db.locks import try_acquire
 lease = try_acquire(session_factory(open_database(sys.argv[1])), "retrain", "crashed-process", ttl=float(sys.argv[2]))
 assert lease is not None
 os._exit(9)  # dies without releasing anything

@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from preflab.cli import cli
-from preflab.training.schedule import cron_trigger
+from preflab.training.retrain.schedule import cron_trigger
 
 
 def write_config(folder):

@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import select
 
 from preflab.db.models import Annotator, Candidate, ModelVersion, Prompt, Ranking, SelfRewardIteration
-from preflab.training.selfreward_data import ranking_pairs
-from preflab.training.selfreward_prompts import FEW_SHOT_PROMPT, clean_reply, few_shot_text
+from preflab.training.selfreward.data import ranking_pairs
+from preflab.training.selfreward.prompts import FEW_SHOT_PROMPT, clean_reply, few_shot_text
 from tests.tiny_models import tiny_causal_lm, tiny_tokenizer
 from tests.training.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
 

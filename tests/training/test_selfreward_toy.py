@@ -85,7 +85,7 @@ def test_two_iterations_end_to_end_with_lineage_people_and_report(cli, sessions,
     # The loop learned the hidden preference: the preferred first digit is far likelier after two iterations.
     from transformers import AutoModelForCausalLM
 
-    from preflab.training import toy
+    from preflab.training.demos import toy_world as toy
 
     after = toy.policy_report(AutoModelForCausalLM.from_pretrained(m2.path),
                               AutoModelForCausalLM.from_pretrained(toy_world.base), toy_world.eval_digits)

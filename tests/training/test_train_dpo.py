@@ -26,8 +26,8 @@ def run(url, *args, expect_ok=True):
 
 def chosen_minus_rejected(model_path, pairs) -> float:
     """Mean log π(chosen) − log π(rejected) over the pairs."""
-    from preflab.training.models import load_causal_lm
-    from preflab.training.scoring import completion_logprobs
+    from preflab.training.models.loading import load_causal_lm
+    from preflab.training.models.scoring import completion_logprobs
 
     model, tokenizer = load_causal_lm(model_path)
     chosen = completion_logprobs(model, tokenizer, pairs["prompt"], pairs["chosen"])

@@ -67,8 +67,8 @@ def test_grouped_mode_learns_the_preference_and_matches_trl_loss(toy_store, toy_
     # Chosen responses now outscore rejected ones on the pairs it learned from (a random head scores ~0.5).
     from datasets import load_from_disk
 
-    from preflab.training.models import load_sequence_scorer
-    from preflab.training.scoring import pairwise_accuracy
+    from preflab.training.models.loading import load_sequence_scorer
+    from preflab.training.models.scoring import pairwise_accuracy
 
     model, tokenizer = load_sequence_scorer(report["path"])
     learned = pairwise_accuracy(model, tokenizer, load_from_disk(str(Path(report["path"]).parent / "data"))["train"])
@@ -88,7 +88,7 @@ def test_grouped_loss_equals_trl_pairwise_loss_on_the_same_pairs(toy_base):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from preflab.training.grouped import DataCollatorForGroups, grouped_loss, prepare_groups
-    from preflab.training.scoring import sequence_ids
+    from preflab.training.models.scoring import sequence_ids
 
     tokenizer = AutoTokenizer.from_pretrained(toy_base)
     model = AutoModelForSequenceClassification.from_pretrained(toy_base, num_labels=1).eval()

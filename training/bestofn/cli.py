@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from preflab.cli import echo_json, pass_settings
+from preflab.console import echo_json, pass_settings
 from preflab.errors import InputError
 from preflab.settings import Settings
 
@@ -49,10 +49,10 @@ def load_groups(settings: Settings, path, from_db: bool, proxy, true):
             raise InputError("give FILE or --from-db, not both")
         if not proxy:
             raise InputError("--from-db needs --proxy NAME (the judge or reward model that was optimised)")
-        from preflab.db.cli import open_sessions
+        from preflab.db.engine import open_sessions
         from preflab.training.bestofn.sources import db_groups
 
-        with open_sessions(settings).begin() as session:
+        with open_sessions(settings.database_url).begin() as session:
             groups, summary = db_groups(session, proxy, true)
         truth = f", true: {true} ({summary.true_values})" if true else ""
         return groups, f"proxy: {proxy} ({summary.proxy_values}){truth}"
@@ -162,7 +162,7 @@ def plot_command(settings: Settings, path, from_db, proxy, true_name, out, ns, a
     else:
         import numpy as np
 
-        from preflab.training.bestofn.demo import toy_samples
+        from preflab.training.demos.bon import toy_samples
 
         true, prox = toy_samples(np.random.default_rng(0), 10_000)
         groups, described = [("toy", prox, true)], "the notebook toy"
@@ -212,18 +212,20 @@ def sample_command(settings: Settings, reward_model, policy, n, prompts_file, te
     """
     import numpy as np
 
-    from preflab.db.cli import open_sessions, progress_bar
-    from preflab.labelling.selection import prompts_from_file, resolve_model
+    from preflab.db.engine import open_sessions
+    from preflab.console import Reporter
+    from preflab.labelling.selection import prompts_from_file
+    from preflab.training.models.names import resolve_model
     from preflab.training.bestofn.estimator import estimate
     from preflab.training.bestofn.kl import beirami_kl_log, kl_bound
     from preflab.training.bestofn.sample import BonSampleConfig, best_of_n, reward_model_version
     from preflab.training.bestofn.sources import db_groups
-    from preflab.training.models import load_causal_lm, load_sequence_scorer
+    from preflab.training.models.loading import load_causal_lm, load_sequence_scorer
 
     config = BonSampleConfig(n=n, temperature=temperature, top_p=top_p, top_k=top_k,
                              max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed,
                              conversational=conversational)
-    sessions = open_sessions(settings)
+    sessions = open_sessions(settings.database_url)
     with sessions.begin() as session:
         version = reward_model_version(session, reward_model)
         reward_path = version.path
@@ -231,7 +233,7 @@ def sample_command(settings: Settings, reward_model, policy, n, prompts_file, te
     prompt_ids = prompts_from_file(sessions, prompts_file) if prompts_file else None
     policy_model, policy_tokenizer = load_causal_lm(location)
     reward, reward_tokenizer = load_sequence_scorer(reward_path)
-    with progress_bar("best-of-n", None, enabled=not as_json) as advance:
+    with Reporter(not as_json).progress("best-of-n", None) as advance:
         summary = best_of_n(sessions, policy_model, policy_tokenizer, label, policy_version_id, reward,
                             reward_tokenizer, reward_model, reward_path, config, prompt_ids, progress=advance)
     report = summary.as_dict()

@@ -16,8 +16,8 @@ n ≤ N from them, and a human or gold judge can rank them to measure the truth:
 Sampling uses the policy's own generation loop with the scores of the processed
 (temperature, top-p) distribution, so each response's probability under what
 was actually sampled is known: Beirami et al.'s KL estimate d_n(ε) needs it.
-Loading comes from `preflab.training.models`, prompt formatting from its chat
-helpers, and scoring from `preflab.training.scoring` (inputs tokenized as the
+Loading comes from `preflab.training.models.loading`, prompt formatting from its chat
+helpers, and scoring from `preflab.training.models.scoring` (inputs tokenized as the
 reward model was trained on them), as `preflab judge reward-model` scores.
 """
 
@@ -232,8 +232,8 @@ def best_of_n(sessions, policy, policy_tokenizer, policy_label: str, policy_vers
     Each batch of prompts is one transaction, so an interrupted run keeps what it
     finished and a re-run of the same settings samples only the prompts left.
     """
-    from preflab.training.models import chat_text
-    from preflab.training.scoring import reward_scores
+    from preflab.training.models.loading import chat_text
+    from preflab.training.models.scoring import reward_scores
 
     start = time.perf_counter()
     summary = BonSampleSummary(reward_name, policy_label, config.n)

@@ -1,6 +1,6 @@
 """`preflab demo toy`: the digit world end to end, through preflab's own pipeline.
 
-1. train a tiny causal LM on the base language (`preflab.training.toy`);
+1. train a tiny causal LM on the base language (`preflab.training.demos.toy_world`);
 2. sample candidates from it for a few hundred prompts;
 3. a simulated annotator ranks them by its hidden preference (the first output
    digit is the last input digit + 1) and the rankings are imported as JSON Lines;
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import click
 
-from preflab.cli import echo_json, pass_settings
+from preflab.console import echo_json, pass_settings
 from preflab.settings import Settings, data_dir
 
 ANNOTATOR = "simulated-annotator"
@@ -62,7 +62,7 @@ def toy_rankings(base_path: Path, settings: ToySettings, out: Path) -> int:
     """Sample candidates from the base model and write the annotator's rankings as JSON Lines."""
     from transformers import AutoModelForCausalLM
 
-    from preflab.training import toy
+    from preflab.training.demos import toy_world as toy
 
     rng = random.Random(settings.seed)
     prompts: dict[tuple, None] = {}
@@ -107,7 +107,7 @@ def _run_toy(sessions, workdir: Path, settings: ToySettings, progress: bool) -> 
     from preflab.db.ingest import import_file, import_rankings_batch
     from preflab.db.models import Prompt
     from preflab.db.pairs import build_pairs
-    from preflab.training import toy
+    from preflab.training.demos import toy_world as toy
     from preflab.training.dpo import train_dpo
     from preflab.training.reward import train_reward
 

@@ -41,7 +41,7 @@ from preflab.db.store import chunks, content_hash, ensure_prompts
 from preflab.errors import ConfigError, InputError
 from preflab.settings import data_dir
 from preflab.training.faults import fail_point
-from preflab.training.selfreward_data import PAIR_CHOICES
+from preflab.training.selfreward.data import PAIR_CHOICES
 
 STEPS = ("prompts", "candidates", "judge", "pairs", "train", "evaluate", "done")
 JUDGES = ("score", "pairwise", "likelihood", "reward-model")
@@ -171,7 +171,7 @@ class Models:
         self.loaded: dict[tuple[str, str], tuple[Any, Any]] = {}
 
     def get(self, location: str, scorer: bool = False):
-        from preflab.training.models import load_causal_lm, load_sequence_scorer
+        from preflab.training.models.loading import load_causal_lm, load_sequence_scorer
 
         key = (location, "scorer" if scorer else "lm")
         if key not in self.loaded:
@@ -216,7 +216,7 @@ def run_self_reward(sessions, config: SelfRewardConfig, dpo_config, iterations: 
     steps it has still to run (see `loop_settings`). Returns a summary per
     iteration run now.
     """
-    from preflab.training.selfreward_steps import STEP_FUNCTIONS
+    from preflab.training.selfreward.steps import STEP_FUNCTIONS
 
     if iterations < 1:
         raise InputError("--iterations must be at least 1")
@@ -277,7 +277,7 @@ def _next_iteration(sessions, config: SelfRewardConfig, dpo: dict, iterations: i
         first = not rows
     eval_ids = _eval_prompt_ids(sessions, config) if first else None
     with sessions.begin() as session:
-        from preflab.labelling.selection import resolve_model
+        from preflab.training.models.names import resolve_model
 
         if first:
             from preflab.settings import DEFAULT_MODEL
@@ -303,7 +303,7 @@ def _as_utc(value: datetime) -> datetime:
 
 
 def load_context(sessions, row_id: int) -> Context:
-    from preflab.labelling.selection import resolve_model
+    from preflab.training.models.names import resolve_model
 
     with sessions.begin() as session:
         row = session.get(SelfRewardIteration, row_id)

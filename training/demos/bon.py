@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import click
 import numpy as np
 
-from preflab.cli import echo_json
+from preflab.console import echo_json
 from preflab.settings import data_dir
 from preflab.training.bestofn.estimator import BonEstimate, estimate, geometric_ns
 from preflab.training.bestofn.fit import fit_gao

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from preflab.errors import InputError
-from preflab.labelling.parse import TaskFields
-from preflab.labelling.projects import CUSTOM, EXPORT_BASE_URL, ProjectInfo, ensure_project
-from preflab.labelling.annotations import Received, SyncSummary, annotation_count, store_tasks
+from preflab.labelling.studio.parse import TaskFields
+from preflab.labelling.studio.projects import CUSTOM, EXPORT_BASE_URL, ProjectInfo, ensure_project
+from preflab.labelling.studio.annotations import Received, SyncSummary, annotation_count, store_tasks
 
 BATCH_TASKS = 500
 CHUNK = 1 << 20  # characters read at a time

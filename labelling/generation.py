@@ -19,37 +19,21 @@ from sqlalchemy.orm import Session
 
 from preflab.db.models import Candidate, Prompt
 from preflab.db.store import chunks, content_hash, ensure_candidates
-from preflab.errors import InputError
+from preflab.errors import ConfigError
+from preflab.training.models.sampling import Generation, SamplingConfig, sample_texts
 
 
 @dataclass
-class GenerateConfig:
+class GenerateConfig(SamplingConfig):
     """How candidates are sampled (defaults from the self-rewarding paper)."""
 
-    n: int = field(default=4, metadata={"help": "Candidates per prompt (from this model)."})
-    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
-    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling probability mass."})
-    max_new_tokens: int = field(default=256, metadata={"help": "Longest response, in tokens."})
     batch_size: int = field(default=8, metadata={"help": "Sequences sampled per forward pass."})
-    seed: int = field(default=0, metadata={"help": "Base random seed; each batch derives its own."})
     max_rounds: int = field(default=3, metadata={"help": "Sampling rounds for prompts left short by duplicates."})
 
-    def __post_init__(self):
-        if self.n < 1:
-            raise InputError("n must be at least 1")
-        if self.temperature <= 0:
-            raise InputError("temperature must be positive")
-        if not 0 < self.top_p <= 1:
-            raise InputError("top-p must be in (0, 1]")
-        if self.max_new_tokens < 1 or self.batch_size < 1 or self.max_rounds < 1:
-            raise InputError("max-new-tokens, batch-size and max-rounds must be at least 1")
-
-
-@dataclass
-class Generation:
-    text: str
-    tokens: int       # generated tokens, the end-of-turn token included
-    finished: bool    # ended with an end-of-turn token rather than hitting max_new_tokens
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.batch_size < 1 or self.max_rounds < 1:
+            raise ConfigError("--batch-size and --max-rounds must be at least 1")
 
 
 @dataclass
@@ -68,43 +52,11 @@ class GenerateSummary:
         return out
 
 
-def _stop_ids(model, tokenizer) -> set[int]:
-    ids = model.generation_config.eos_token_id
-    ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
-    ids.update(i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None)
-    return ids
-
-
-def generate_texts(model, tokenizer, texts: list[str], *, max_new_tokens: int, do_sample: bool = True,
-                   temperature: float = 0.7, top_p: float = 0.9, seed: int = 0) -> list[Generation]:
-    """Continue already formatted texts in one batched `generate` call (left padding)."""
-    import torch
-
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else \
-        {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
-    torch.manual_seed(seed)
-    with torch.inference_mode():
-        out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
-    stop = _stop_ids(model, tokenizer)
-    results = []
-    for row in out[:, enc["input_ids"].shape[1]:].tolist():
-        end = next((i for i, t in enumerate(row) if t in stop), None)
-        kept = row if end is None else row[:end]
-        # NUL cannot be stored in a Postgres text column; a sampled one carries no meaning.
-        text = tokenizer.decode(kept, skip_special_tokens=True).replace("\x00", "").strip()
-        results.append(Generation(text,
-                                  len(row) if end is None else end + 1, end is not None))
-    return results
-
-
-def sample_responses(model, tokenizer, prompts: list[str], config: GenerateConfig, seed: int) -> list[Generation]:
+def sample_responses(model, tokenizer, prompts: list[str], config: SamplingConfig, seed: int) -> list[Generation]:
     """Sample one response per prompt text (repeat a prompt to get several)."""
-    from preflab.training.models import chat_text
+    from preflab.training.models.loading import chat_text
 
-    return generate_texts(model, tokenizer, [chat_text(tokenizer, p) for p in prompts],
-                          max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                          top_p=config.top_p, seed=seed)
+    return sample_texts(model, tokenizer, [chat_text(tokenizer, p) for p in prompts], config, seed)
 
 
 def _batch_seed(base: int, round_: int, rows: list[tuple[int, int]]) -> int:
@@ -135,7 +87,7 @@ def generate_candidates(sessions, model, tokenizer, model_name: str, config: Gen
 
     Args:
         sessions: a session factory; each batch is written in its own transaction.
-        model, tokenizer: the loaded causal LM (see `preflab.training.models.load_causal_lm`).
+        model, tokenizer: the loaded causal LM (see `preflab.training.models.loading.load_causal_lm`).
         model_name: the label stored on each candidate (`Candidate.model`).
         progress: called with the number of samples finished after every batch.
     """

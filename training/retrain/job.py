@@ -191,7 +191,7 @@ def count_new_pairs(session: Session, since: datetime | None, pairs: dict[str, s
     Counted per ranking, before any aggregation across annotators.
     """
     from preflab.db.pairs import expand_tiers
-    from preflab.training.selfreward_data import rankings_by_id
+    from preflab.training.selfreward.data import rankings_by_id
 
     query = (select(Ranking.id).join(Annotator, Annotator.id == Ranking.annotator_id)
              .where(Ranking.status == RankingStatus.valid.value))
@@ -223,7 +223,7 @@ def retrain(sessions, config: RetrainConfig, default_model: str, min_new: int | 
     Raises:
         TrainingError: a configured training failed (the previous model version stays current).
     """
-    from preflab.training.locks import hold
+    from preflab.db.locks import hold
 
     min_new = config.min_new if min_new is None else min_new
     try:
@@ -237,7 +237,7 @@ def retrain(sessions, config: RetrainConfig, default_model: str, min_new: int | 
 def _retrain(sessions, config: RetrainConfig, default_model: str, min_new: int, log, progress) -> RetrainResult:
     from preflab.db.export import export_dataset
     from preflab.db.pairs import build_pairs
-    from preflab.training.locks import db_now
+    from preflab.db.locks import db_now
 
     with sessions.begin() as session:
         baseline = last_trained_dataset(session)

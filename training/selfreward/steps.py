@@ -1,4 +1,4 @@
-"""The six steps of a self-rewarding iteration (see `preflab.training.selfreward`).
+"""The six steps of a self-rewarding iteration (see `preflab.training.selfreward.loop`).
 
 Each step does its work in transactions of its own, then `advance` records it
 as done. A step run again after a crash finds what an earlier attempt committed
@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from preflab.db.models import Candidate, DatasetVersion, ModelVersion, Prompt, TrainingRun
 from preflab.db.store import content_hash
 from preflab.errors import InputError, TrainingError
-from preflab.training.selfreward import (
+from preflab.training.selfreward.loop import (
     Context,
     advance,
     count_iteration_prompts,
@@ -31,7 +31,7 @@ EXAMPLE_POOL = 512  # prompts drawn from the store to show as examples; each req
 
 
 def _is_new(sessions):
-    from preflab.training.selfreward_prompts import stored_hashes
+    from preflab.training.selfreward.prompts import stored_hashes
 
     def check(texts: list[str]) -> list[bool]:
         with sessions.begin() as session:
@@ -53,7 +53,7 @@ def _examples(session: Session, ctx: Context) -> list[str]:
 
 
 def prompts_step(sessions, ctx: Context, models, log, bar, progress) -> None:
-    from preflab.training.selfreward_prompts import pool_prompts, write_prompts
+    from preflab.training.selfreward.prompts import pool_prompts, write_prompts
 
     cfg = ctx.config
     with sessions.begin() as session:
@@ -86,7 +86,7 @@ def prompts_step(sessions, ctx: Context, models, log, bar, progress) -> None:
 
 
 def candidates_step(sessions, ctx: Context, models, log, bar, progress) -> None:
-    from preflab.labelling.generate import GenerateConfig, GenerateSummary, generate_candidates, prompts_needing
+    from preflab.labelling.generation import GenerateConfig, GenerateSummary, generate_candidates, prompts_needing
 
     cfg = ctx.config
     gen = GenerateConfig(n=cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
@@ -110,7 +110,7 @@ def candidates_step(sessions, ctx: Context, models, log, bar, progress) -> None:
 
 def judge_location(session: Session, ctx: Context) -> tuple[str, str]:
     """(label, location) of this iteration's judge: the --judge-model, else M_{t-1} itself."""
-    from preflab.labelling.selection import resolve_model
+    from preflab.training.models.names import resolve_model
 
     if ctx.config.judge_model:
         label, location, _ = resolve_model(session, ctx.config.judge_model, record=False)
@@ -139,7 +139,7 @@ def judge_step(sessions, ctx: Context, models, log, bar, progress) -> None:
 
 
 def pairs_step(sessions, ctx: Context, models, log, bar, progress) -> None:
-    from preflab.training.selfreward_data import human_pairs, judge_pairs, write_iteration_dataset
+    from preflab.training.selfreward.data import human_pairs, judge_pairs, write_iteration_dataset
 
     cfg = ctx.config
     with sessions.begin() as session:
@@ -216,8 +216,8 @@ def train_step(sessions, ctx: Context, models, log, bar, progress) -> None:
 def evaluate_step(sessions, ctx: Context, models, log, bar, progress) -> None:
     from preflab.labelling.judges.run import make_judge
     from preflab.training.evaluate import PolicyEval, win_rate
-    from preflab.training.models import resolve_model_path
-    from preflab.training.selfreward_report import judge_agreement
+    from preflab.training.models.loading import resolve_model_path
+    from preflab.training.selfreward.report import judge_agreement
 
     cfg = ctx.config
     with sessions.begin() as session:

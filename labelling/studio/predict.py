@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session
 
 from preflab.db.models import Annotator, AnnotatorKind, LSTask, Ranking, RankingItem, RankingStatus
 from preflab.errors import InputError
-from preflab.labelling.projects import ProjectInfo
-from preflab.labelling.push import item_id
+from preflab.labelling.studio.projects import ProjectInfo
+from preflab.labelling.studio.push import item_id
 from preflab.templates import LIST, PAIRWISE, RANKER, TIE, TIE_VALUE
 
 BATCH = 500

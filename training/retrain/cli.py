@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from preflab.cli import echo_json, pass_settings
+from preflab.console import echo_json, pass_settings
 from preflab.errors import ConfigError
 from preflab.settings import Settings, data_dir
 
@@ -74,12 +74,12 @@ def retrain_command(settings: Settings, config_path, min_new, as_json):
 
     Example: preflab retrain --config retrain.toml --min-new 200
     """
-    from preflab.db.cli import open_sessions
-    from preflab.training.retrain import load_retrain_config, retrain
+    from preflab.db.engine import open_sessions
+    from preflab.training.retrain.job import load_retrain_config, retrain
 
     config = load_retrain_config(_config_path(config_path))
     with _sigterm_exits():
-        result = retrain(open_sessions(settings), config, settings.model, min_new,
+        result = retrain(open_sessions(settings.database_url), config, settings.model, min_new,
                          log=lambda message: click.echo(message, err=True), progress=not as_json)
     if as_json:
         echo_json(result.as_dict())
@@ -108,8 +108,8 @@ def schedule_command(settings: Settings, cron, config_path, min_new, timezone, r
 
     Example: preflab schedule --cron "0 3 * * *" --config retrain.toml --log-file retrain.log
     """
-    from preflab.training.retrain import load_retrain_config
-    from preflab.training.schedule import cron_trigger, retrain_job, run_scheduler
+    from preflab.training.retrain.job import load_retrain_config
+    from preflab.training.retrain.schedule import cron_trigger, retrain_job, run_scheduler
 
     path = _config_path(config_path)
     load_retrain_config(path)  # a broken config fails now, not at three in the morning

@@ -25,9 +25,9 @@ from preflab.db.ingest import Invalid
 from preflab.db.models import AnnotatorKind, Ranking, RankingItem, RankingStatus, RawRecord, utcnow
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates, ensure_prompts, \
     payload_hash, quarantine, store_raw
-from preflab.labelling.parse import VOLATILE, Parsed, TaskFields, TaskItems, parse_annotation, payload, \
+from preflab.labelling.studio.parse import VOLATILE, Parsed, TaskFields, TaskItems, parse_annotation, payload, \
     same_as_shown, task_items, task_json
-from preflab.labelling.projects import ProjectInfo
+from preflab.labelling.studio.projects import ProjectInfo
 
 SOURCE = "label-studio"  # raw records of annotations, and the rankings made from them
 TASK_SOURCE = "label-studio:task"  # raw records of whole tasks: a task seen before is skipped unparsed

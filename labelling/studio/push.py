@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from preflab.db.models import Candidate, LSTask
 from preflab.errors import InputError
-from preflab.labelling.projects import CUSTOM, ProjectInfo
+from preflab.labelling.studio.projects import CUSTOM, ProjectInfo
 from preflab.labelling.selection import prompts_with_candidates
 
 KEY_FIELD = "preflab_task"  # in each task's data: lets a later push adopt tasks it created but did not record

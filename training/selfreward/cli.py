@@ -7,11 +7,11 @@ from functools import partial
 import click
 from click.core import ParameterSource
 
-from preflab.cli import echo_json
+from preflab.console import echo_json
 from preflab.settings import Settings
 from preflab.training.cli import config_options
 from preflab.training.config import DPOTrainConfig
-from preflab.training.selfreward import SelfRewardConfig
+from preflab.training.selfreward.loop import SelfRewardConfig
 
 
 def _rate(value, spec: str = ".3f") -> str:
@@ -43,11 +43,12 @@ def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
         return
     if iterations is None:
         raise click.UsageError("give --iterations T, or a subcommand (report)")
-    from preflab.db.cli import open_sessions, progress_bar
-    from preflab.training.selfreward import loop_settings, run_self_reward
+    from preflab.db.engine import open_sessions
+    from preflab.console import Reporter
+    from preflab.training.selfreward.loop import loop_settings, run_self_reward
 
     settings = ctx.find_object(Settings)
-    sessions = open_sessions(settings)
+    sessions = open_sessions(settings.database_url)
     given = {name for name in fields if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT}
     config, dpo = loop_settings(sessions, loop, fields, given, settings.model)
     summaries = run_self_reward(sessions, config, dpo, iterations, loop, output_dir,
@@ -76,10 +77,10 @@ def report_command(ctx, loop, plot_path, as_json):
 
     Example: preflab self-reward report --loop default --plot loop.png
     """
-    from preflab.db.cli import open_sessions
-    from preflab.training.selfreward_report import loop_report, plot_report
+    from preflab.db.engine import open_sessions
+    from preflab.training.selfreward.report import loop_report, plot_report
 
-    with open_sessions(ctx.find_object(Settings)).begin() as session:
+    with open_sessions(ctx.find_object(Settings).database_url).begin() as session:
         rows = loop_report(session, loop)
     path = plot_report(rows, plot_path or f"self-reward-{loop}.png", f"Self-rewarding loop {loop!r}")
     if as_json:

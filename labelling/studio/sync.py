@@ -6,9 +6,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from preflab.db.models import LSProject, Ranking, RankingStatus, utcnow
-from preflab.labelling.annotations import LIVE, SOURCE, Received, SyncSummary, store_tasks
-from preflab.labelling.parse import TaskFields
-from preflab.labelling.projects import ProjectInfo, ensure_project, find_project
+from preflab.labelling.studio.annotations import LIVE, SOURCE, Received, SyncSummary, store_tasks
+from preflab.labelling.studio.parse import TaskFields
+from preflab.labelling.studio.projects import ProjectInfo, ensure_project, find_project
 
 
 def mark_deleted(session: Session, project: ProjectInfo, seen: set[int], exists) -> int:

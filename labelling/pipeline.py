@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from preflab.cli import echo_json, pass_settings
+from preflab.console import echo_json, pass_settings
 from preflab.settings import Settings, data_dir
 
 
@@ -31,12 +31,13 @@ def sample_prompts_path() -> Path:
 def generate_and_judge(settings: Settings, sessions, prompts: Path, max_prompts: int, n: int,
                        max_new_tokens: int, judge: str, generate: bool, quiet: bool) -> dict:
     """Generate candidates for the first `max_prompts` prompts, then judge every prompt's candidates."""
-    from preflab.db.cli import progress_bar
-    from preflab.labelling.generate import GenerateConfig, generate_candidates
+    from preflab.console import Reporter
+    from preflab.labelling.generation import GenerateConfig, generate_candidates
     from preflab.labelling.judges.report import judge_report
     from preflab.labelling.judges.run import CONFIGS, judge_candidates
-    from preflab.labelling.selection import prompts_from_file, resolve_model
-    from preflab.training.models import load_causal_lm
+    from preflab.labelling.selection import prompts_from_file
+    from preflab.training.models.names import resolve_model
+    from preflab.training.models.loading import load_causal_lm
 
     report: dict = {}
     with sessions.begin() as session:
@@ -45,14 +46,14 @@ def generate_and_judge(settings: Settings, sessions, prompts: Path, max_prompts:
     if generate:
         prompt_ids = prompts_from_file(sessions, prompts)[:max_prompts]
         config = GenerateConfig(n=n, max_new_tokens=max_new_tokens, batch_size=16)
-        with progress_bar("generating", len(prompt_ids) * n, enabled=not quiet) as advance:
+        with Reporter(not quiet).progress("generating", len(prompt_ids) * n) as advance:
             summary = generate_candidates(sessions, model, tokenizer, label, config, prompt_ids, version_id, advance)
         report["generate"] = {"model": label, **summary.as_dict()}
     if judge != "none":
         config = CONFIGS[judge]()
         if judge == "score":
             config.max_new_tokens = max_new_tokens
-        with progress_bar(f"judging ({judge})", None, enabled=not quiet) as advance:
+        with Reporter(not quiet).progress(f"judging ({judge})", None) as advance:
             summary = judge_candidates(sessions, judge, model, tokenizer, label, config, progress=advance)
         with sessions.begin() as session:
             (measures,) = judge_report(session, [summary.annotator_id])
@@ -81,12 +82,12 @@ def pipeline_command(settings: Settings, rankings, out, strategy, fmt, prompts, 
     Example: preflab pipeline --out out/prefs
     """
     from preflab.db.agreement import stats
-    from preflab.db.cli import open_sessions
+    from preflab.db.engine import open_sessions
     from preflab.db.export import ExportSettings, export_dataset
     from preflab.db.ingest import import_file, import_rankings_batch
     from preflab.db.pairs import build_pairs
 
-    sessions = open_sessions(settings)
+    sessions = open_sessions(settings.database_url)
     rankings = rankings or sample_rankings_path()
     out = Path(out) if out else data_dir() / "exports" / "latest"
     report: dict = {"database": settings.redacted_url()}

@@ -24,7 +24,7 @@ def judge_agreement(session: Session, annotator_id: int | None, prompt_ids: list
     Every judge ranking is compared with every person's ranking of the same
     prompt, on the candidates both ranked (`preflab.db.agreement.compare_rankings`).
     """
-    from preflab.training.selfreward_data import rankings_by_id
+    from preflab.training.selfreward.data import rankings_by_id
 
     judged: dict[int, list[list[list[int]]]] = {}
     people: dict[int, list[list[list[int]]]] = {}

@@ -1,0 +1,189 @@
+"""What every command shares: JSON output, progress on stderr, options made from configs.
+
+This module sits at the bottom with `settings` and `errors`: it imports click and
+rich, never a preflab layer, so library jobs can take a `Reporter` and every
+command module can build its options here.
+
+- `Reporter`: how a long job reports progress and notes (silent by default).
+- `config_options` / `build_config`: one click option per field of a config
+  dataclass, with the field's help, default and choices; and the config back.
+- `json_option`, `echo_json`, `pass_settings`: the shared `--json` and settings.
+- `LazyGroup`: a click group whose subcommands are imported on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+import types
+import typing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import click
+
+from preflab.errors import PreflabError
+from preflab.settings import Settings
+
+pass_settings = click.make_pass_decorator(Settings)
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print the result as one JSON document instead of text.")
+
+
+def echo_json(data: Any) -> None:
+    """Print one JSON document (for `--json`)."""
+    click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def plural(n: int, noun: str, plural_noun: str | None = None) -> str:
+    """`1 task`, `3 tasks`, `1,204 rankings`."""
+    return f"{n:,} {noun if n == 1 else plural_noun or noun + 's'}"
+
+
+# --- progress and notes ------------------------------------------------------------------
+
+class Reporter:
+    """How a long job says what it is doing: progress bars and one-line notes on stderr.
+
+    Library jobs take one (`reporter: Reporter = SILENT`) instead of loose
+    `log`/`bar`/`progress` callbacks. Bars appear only on a terminal, never in
+    logs, pipes or CI; notes appear whenever the reporter is enabled.
+    """
+
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
+
+    def note(self, message: str) -> None:
+        """One line on stderr (stdout stays clean for `--json`)."""
+        if self.enabled:
+            click.echo(message, err=True)
+
+    @contextmanager
+    def progress(self, description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
+        """A progress bar; the context yields `advance(n)`."""
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        if not self.enabled or not console.is_terminal:
+            yield lambda n: None
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task(description, total=total)
+            yield lambda n: bar.advance(task, n)
+
+
+SILENT = Reporter(enabled=False)
+
+
+# --- options made from config dataclasses -------------------------------------------------
+
+CLICK_TYPES = {int: click.INT, float: click.FLOAT, str: click.STRING}
+C = TypeVar("C")
+
+
+def _base_type(hint) -> type:
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0]
+    return hint
+
+
+def config_fields(config_cls, exclude: tuple[str, ...] = ()) -> list[dataclasses.Field]:
+    return [f for f in dataclasses.fields(config_cls) if f.init and f.name not in exclude]
+
+
+def config_options(config_cls, *, exclude: tuple[str, ...] = (), prefix: str = "",
+                   defaults: dict[str, Any] | None = None):
+    """Add one click option per field of a config dataclass: `--field-name`, with its help.
+
+    A field's metadata may carry `help`, `choices` (a click.Choice) and `flags`
+    (extra short flags such as `-n`). `bool` fields become `--x/--no-x`. With
+    `prefix`, options are `--PREFIX-field-name` (two configs in one command);
+    `defaults` overrides a field's default for this command only. Read the
+    config back with `build_config`.
+    """
+    hints = typing.get_type_hints(config_cls)
+    defaults = defaults or {}
+
+    def decorate(func):
+        for f in reversed(config_fields(config_cls, exclude)):
+            base = _base_type(hints[f.name])
+            name = f"{prefix}{f.name}"
+            flag = "--" + name.replace("_", "-")
+            if f.name in defaults:
+                default = defaults[f.name]
+            elif f.default is not dataclasses.MISSING:
+                default = f.default
+            else:
+                default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
+            kwargs = {"default": default, "help": f.metadata.get("help"), "show_default": default is not None}
+            if base is bool:
+                func = click.option(f"{flag}/--no-{flag[2:]}", name, **kwargs)(func)
+                continue
+            kind = click.Choice(list(f.metadata["choices"])) if "choices" in f.metadata else CLICK_TYPES[base]
+            func = click.option(*f.metadata.get("flags", ()), flag, name, type=kind, **kwargs)(func)
+        return func
+
+    return decorate
+
+
+def build_config(config_cls: type[C], options: dict[str, Any], *, prefix: str = "", **overrides) -> C:
+    """The config whose fields `config_options` added, taken (and removed) from `options`."""
+    values = {}
+    for f in config_fields(config_cls):
+        key = f"{prefix}{f.name}"
+        if key in options:
+            values[f.name] = options.pop(key)
+    return config_cls(**{**values, **overrides})
+
+
+# --- the lazy group -----------------------------------------------------------------------
+
+class LazyGroup(click.Group):
+    """A click group whose subcommands are imported on first use.
+
+    `lazy` maps a name to "module:attribute"; `summaries` gives the one-line help
+    shown by `--help` without importing the module (a test holds each summary equal
+    to the command's own first docstring line).
+    """
+
+    def __init__(self, *args, lazy: dict[str, str] | None = None,
+                 summaries: dict[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+        self.summaries = dict(summaries or {})
+
+    def list_commands(self, ctx):
+        return sorted(set(super().list_commands(ctx)) | set(self.lazy))
+
+    def get_command(self, ctx, name):
+        if name in self.lazy:
+            module, attr = self.lazy[name].split(":")
+            return getattr(importlib.import_module(module), attr)
+        return super().get_command(ctx, name)
+
+    def format_commands(self, ctx, formatter):
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in self.summaries:
+                rows.append((name, self.summaries[name]))
+            else:
+                cmd = self.get_command(ctx, name)
+                if cmd is not None and not cmd.hidden:
+                    rows.append((name, cmd.get_short_help_str(formatter.width)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PreflabError as exc:
+            raise click.ClickException(str(exc)) from None
