@@ -7,10 +7,13 @@ candidate, a judgement or a training run always links to the model behind it.
 
 from __future__ import annotations
 
+import gc
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.db.models import ModelVersion
 from preflab.db.store import insert_ignore
@@ -45,3 +48,46 @@ def resolve_model(session: Session, name: str, record: bool = True) -> tuple[str
         return label, name, None
     path = label if Path(label).is_absolute() else None
     return label, name, model_version_id(session, label, path)
+
+
+@dataclass
+class NamedModel:
+    """A model resolved from `--model NAME` and loaded: what a job runs and what it records."""
+
+    label: str                 # stored on candidates and judges
+    location: str              # what was loaded: a path or hub id
+    version_id: int | None     # its model version, when recorded
+    model: Any
+    tokenizer: Any
+
+
+class ModelCache:
+    """Models loaded by location, kept while a job needs them (one load per model per job)."""
+
+    def __init__(self) -> None:
+        self.loaded: dict[tuple[str, bool], tuple[Any, Any]] = {}
+
+    def get(self, location: str, scorer: bool = False) -> tuple[Any, Any]:
+        """(model, tokenizer) at `location`: a causal LM, or with `scorer` a one-label classifier."""
+        from preflab.training.models.loading import load_causal_lm, load_sequence_scorer
+
+        key = (location, scorer)
+        if key not in self.loaded:
+            self.loaded[key] = (load_sequence_scorer if scorer else load_causal_lm)(location)
+        return self.loaded[key]
+
+    def clear(self) -> None:
+        self.loaded.clear()
+        gc.collect()
+
+
+def load_named_model(sessions: sessionmaker[Session], name: str, *, record: bool = True, scorer: bool = False,
+                     cache: ModelCache | None = None) -> NamedModel:
+    """Resolve `--model NAME` (recording a new base model version with `record`), then load it.
+
+    The resolution is its own short transaction, so the slow load holds no database lock.
+    """
+    with sessions.begin() as session:
+        label, location, version_id = resolve_model(session, name, record=record)
+    model, tokenizer = (cache or ModelCache()).get(location, scorer=scorer)
+    return NamedModel(label, location, version_id, model, tokenizer)
