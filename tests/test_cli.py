@@ -56,3 +56,29 @@ def test_unreachable_database_is_one_clear_sentence():
     assert result.exit_code == 1
     assert result.output.startswith("Error: cannot open the database at postgresql")
     assert "Traceback" not in result.output
+
+
+def test_root_summaries_are_each_commands_own_first_line():
+    """`preflab --help` lists summaries without importing the groups; they must not drift."""
+    from preflab.cli import COMMANDS, SUMMARIES
+
+    assert set(SUMMARIES) == set(COMMANDS)
+    ctx = click.Context(cli, info_name="preflab")
+    drifted = {name: (SUMMARIES[name], first)
+               for name in COMMANDS
+               if SUMMARIES[name] != (first := cli.get_command(ctx, name).help.strip().splitlines()[0])}
+    assert not drifted, drifted
+
+
+def test_shared_options_are_declared_once():
+    """Every `--json` and every `--project` is the same option, with the same help."""
+    ctx = click.Context(cli, info_name="preflab")
+    helps: dict[str, set[str]] = {"--json": set(), "--project": set()}
+    for path, command in walk(cli, ctx):
+        seen = [opt for param in command.params for opt in param.opts]
+        assert len(seen) == len(set(seen)), (path, seen)
+        for param in command.params:
+            for opt in set(param.opts) & set(helps):
+                helps[opt].add(param.help)
+    assert len(helps["--json"]) == 1, helps["--json"]
+    assert len(helps["--project"]) == 1, helps["--project"]
