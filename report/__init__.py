@@ -1,0 +1,1 @@
+"""`preflab report`: one self-contained HTML page of what the store knows."""
