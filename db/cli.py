@@ -5,19 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from sqlalchemy import select
 
-from preflab.console import Reporter, echo_json, pass_settings
+from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
 from preflab.db.engine import open_sessions
-from preflab.settings import Settings
-
-
-def count_lines(path: str) -> int:
-    from preflab.db.ingest import open_jsonl
-
-    with open_jsonl(path) as handle:
-        return sum(1 for line in handle if line.strip())
-
+from preflab.db.export import ExportSettings
+from preflab.db.pairs import AGGREGATES, KINDS, STRATEGIES
+from preflab.settings import Settings, secret
 
 # --- db ---------------------------------------------------------------------------------
 
@@ -35,13 +28,14 @@ def db_group():
 def db_upgrade(settings: Settings, revision):
     """Apply the migrations (a fresh database is created first).
 
+    A SQLite file is migrated on first use anyway; Postgres only ever by this command.
+
     Example: PREFLAB_DATABASE_URL=postgresql://localhost/preflab preflab db upgrade
     """
-    from preflab.db.engine import current_revision, open_database, upgrade
+    from preflab.db.engine import upgrade_database
 
-    engine = open_database(settings.database_url, migrate=False)
-    upgrade(engine, revision)
-    click.echo(f"{settings.redacted_url()} is at revision {current_revision(engine)}")
+    now = upgrade_database(settings.database_url, revision)
+    click.echo(f"{settings.redacted_url()} is at revision {now}")
 
 
 @db_group.command("current")
@@ -53,7 +47,7 @@ def db_current(settings: Settings):
     """
     from preflab.db.engine import current_revision, head_revision, open_database
 
-    engine = open_database(settings.database_url, migrate=False)
+    engine = open_database(settings.database_url, ensure_schema=False)
     click.echo(f"{settings.redacted_url()}: revision {current_revision(engine)} (newest {head_revision()})")
 
 
@@ -70,9 +64,7 @@ def import_group():
 def _run_import(settings: Settings, path: str, importer, what: str, as_json: bool):
     from preflab.db.ingest import import_file
 
-    sessions = open_sessions(settings.database_url)
-    with Reporter(not as_json).progress(f"importing {what}", count_lines(path)) as advance:
-        summary = import_file(sessions, path, importer, progress=advance)
+    summary = import_file(open_sessions(settings.database_url), path, importer, reporter=Reporter(not as_json))
     if as_json:
         echo_json(summary.as_dict() | {"reasons": summary.reasons})
         return
@@ -85,7 +77,7 @@ def _run_import(settings: Settings, path: str, importer, what: str, as_json: boo
 
 @import_group.command("rankings")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option
 @pass_settings
 def import_rankings(settings: Settings, path, as_json):
     """Import rankings from a JSON Lines file, one ranking per line.
@@ -103,7 +95,7 @@ def import_rankings(settings: Settings, path, as_json):
 
 @import_group.command("prompts")
 @click.argument("path", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option
 @pass_settings
 def import_prompts(settings: Settings, path, as_json):
     """Import prompts (optionally with unranked responses) from JSON Lines.
@@ -130,23 +122,18 @@ def quarantine_group():
 
 @quarantine_group.command("list")
 @click.option("--source", help="Only this source (import:rankings, import:prompts, label-studio…).")
-@click.option("--limit", type=int, default=100, show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option("--limit", type=int, default=100, show_default=True, help="Show at most this many records.")
+@json_option
 @pass_settings
 def quarantine_list(settings: Settings, source, limit, as_json):
     """List quarantined records, one line each with its reason.
 
     Example: preflab quarantine list --source import:rankings
     """
-    from preflab.db.models import RawRecord
+    from preflab.db.store import quarantined_records
 
-    query = select(RawRecord).where(RawRecord.status == "quarantined").order_by(RawRecord.id).limit(limit)
-    if source:
-        query = query.where(RawRecord.source == source)
     with open_sessions(settings.database_url).begin() as session:
-        records = session.scalars(query).all()
-        rows = [{"id": r.id, "source": r.source, "origin": r.origin, "locator": r.locator,
-                 "reason": r.reason} for r in records]
+        rows = quarantined_records(session, source, limit)
     if as_json:
         echo_json(rows)
         return
@@ -168,12 +155,13 @@ def pairs_group():
 
 
 @pairs_group.command("build")
-@click.option("--strategy", type=click.Choice(["all", "adjacent", "best-vs-rest", "best-vs-worst"]),
-              default="all", show_default=True, help="Which pairs of a ranking to keep.")
-@click.option("--aggregate", type=click.Choice(["none", "majority", "borda", "bradley-terry"]),
-              default="none", show_default=True, help="Combine several annotators' rankings of a prompt.")
-@click.option("--annotator-kind", type=click.Choice(["human", "ai", "any"]), default="any", show_default=True)
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="all", show_default=True,
+              help="Which pairs of a ranking to keep.")
+@click.option("--aggregate", type=click.Choice(AGGREGATES), default="none", show_default=True,
+              help="Combine several annotators' rankings of a prompt.")
+@click.option("--annotator-kind", type=click.Choice(KINDS), default="any", show_default=True,
+              help="Only rankings by people (human), by judges (ai), or by anyone.")
+@json_option
 @pass_settings
 def pairs_build(settings: Settings, strategy, aggregate, annotator_kind, as_json):
     """Rebuild the comparisons from every valid ranking (deterministic).
@@ -194,73 +182,47 @@ def pairs_build(settings: Settings, strategy, aggregate, annotator_kind, as_json
 # --- stats ------------------------------------------------------------------------------
 
 @click.command("stats")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@json_option
 @pass_settings
 def stats_command(settings: Settings, as_json):
-    """Counts, and agreement between annotators who ranked the same prompts.
+    """Counts and inter-annotator agreement.
+
+    Agreement is measured between annotators who ranked the same prompts:
+    the pairwise agreement rate and Kendall's tau-b.
 
     Example: preflab stats --json
     """
-    from preflab.db.agreement import stats
+    from preflab.db.agreement import stats, stats_text
 
     with open_sessions(settings.database_url).begin() as session:
         report = stats(session)
     if as_json:
         echo_json(report)
-        return
-    c = report["counts"]
-    click.echo(f"prompts {c['prompts']:,} · candidates {c['candidates']:,} · comparisons {c['comparisons']:,}"
-               f" · quarantined {c['quarantined']:,}")
-    click.echo("rankings: " + ", ".join(f"{k} {v:,}" for k, v in c["rankings"].items()))
-    click.echo("annotators: " + (", ".join(f"{k} {v:,}" for k, v in c["annotators"].items()) or "none"))
-    click.echo(f"rankings identical to the order shown: {c['same_as_shown']:,}")
-    for name, a in report["agreement"].items():
-        if not a["ranking_pairs"]:
-            continue
-        rate = "n/a" if a["pairwise_agreement"] is None else f"{a['pairwise_agreement']:.3f}"
-        tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:.3f}"
-        click.echo(f"agreement {name}: {a['ranking_pairs']:,} ranking pairs, {a['shared_pairs']:,} shared pairs, "
-                   f"pairwise agreement {rate}, Kendall tau-b {tau}")
+    else:
+        click.echo(stats_text(report))
 
 
 # --- export -----------------------------------------------------------------------------
 
 @click.command("export")
 @click.argument("out_dir", type=click.Path(file_okay=False))
-@click.option("--format", "fmt", type=click.Choice(["disk", "parquet", "jsonl"]), default="disk", show_default=True,
-              help="disk: datasets.save_to_disk; parquet: data/{train,test}.parquet; jsonl: {train,test}.jsonl.")
-@click.option("--test-size", type=float, default=0.1, show_default=True, help="Share of prompts in the test split.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the split by prompt.")
-@click.option("--conversational", is_flag=True, help="Chat-message lists (as TRL expects) instead of plain text.")
+@config_options(ExportSettings)
 @click.option("--name", help="Name of the dataset version (default: numbered, with the content hash).")
 @click.option("--hub", "hub_repo", metavar="REPO", help="Also push to this Hugging Face Hub repo (needs HF_TOKEN).")
-@click.option("--json", "as_json", is_flag=True, help="Print the dataset version as JSON.")
+@json_option
 @pass_settings
-def export_command(settings: Settings, out_dir, fmt, test_size, seed, conversational, name, hub_repo, as_json):
-    """Export the comparisons as a Hugging Face dataset with train/test split by prompt.
+def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **options):
+    """Export comparisons as a Hugging Face dataset.
+
+    The train/test split is by prompt: a prompt's pairs never straddle the splits.
 
     Example: preflab export out/prefs --format parquet --test-size 0.1
     """
-    from preflab.db.export import ExportSettings, export_dataset, push_to_hub
-    from preflab.db.models import DatasetVersion
-    from preflab.errors import HubError
-    from preflab.settings import secret
+    from preflab.db.export import export_and_push, version_info
 
-    sessions = open_sessions(settings.database_url)
-    with sessions.begin() as session:
-        version = export_dataset(session, out_dir, ExportSettings(fmt, test_size, seed, conversational), name)
-        info = {"id": version.id, "name": version.name, "path": version.path, "format": version.format,
-                "train": version.n_train, "test": version.n_test, "prompts": version.n_prompts,
-                "content_hash": version.content_hash}
-    if hub_repo:
-        try:
-            revision = push_to_hub(out_dir, hub_repo, secret("HF_TOKEN"))
-        except HubError as exc:
-            raise HubError(f"exported dataset version {info['name']} to {out_dir}, but {exc}") from None
-        with sessions.begin() as session:
-            row = session.get(DatasetVersion, info["id"])
-            row.hub_repo, row.hub_revision = hub_repo, revision
-        info |= {"hub_repo": hub_repo, "hub_revision": revision}
+    version = export_and_push(open_sessions(settings.database_url), out_dir, build_config(ExportSettings, options),
+                              name=name, hub_repo=hub_repo, token=secret("HF_TOKEN") if hub_repo else None)
+    info = version_info(version)
     if as_json:
         echo_json(info)
     else:

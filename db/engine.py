@@ -1,12 +1,16 @@
 """Engines, sessions and migrations.
 
 `open_database(url)` is what every command uses: it creates the SQLite file's
-directory, turns foreign keys on for every SQLite connection, and brings the
-schema to the newest migration the first time a URL is opened in a process.
+directory and turns foreign keys on for every SQLite connection. A SQLite file is
+local and has one user, so it is created and migrated on first use. Any other
+database (a team's Postgres) is never migrated behind its users' backs: it must
+already be at the newest revision, and `preflab db upgrade` is the one way there.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 
@@ -51,17 +55,39 @@ def alembic_config(engine: Engine):
     return cfg
 
 
+def shown_url(engine: Engine) -> str:
+    """The engine's URL as a user may see it: never with the password, nor the driver preflab picked."""
+    return engine.url.set(drivername=engine.url.get_backend_name()).render_as_string(hide_password=True)
+
+
+@contextmanager
+def _reachable(engine: Engine) -> Iterator[None]:
+    """Turn "cannot connect" and "cannot read" driver errors into one DatabaseError sentence."""
+    try:
+        yield
+    except (OperationalError, ProgrammingError) as exc:
+        reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
+        raise DatabaseError(f"cannot open the database at {shown_url(engine)}: {reason}") from None
+
+
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Run the migrations up to `revision` on `engine`."""
+    """Run the migrations up to `revision` on `engine`.
+
+    Raises:
+        DatabaseError: the database is unreachable, or a newer preflab migrated it.
+    """
     from alembic import command
 
-    command.upgrade(alembic_config(engine), revision)
+    with _reachable(engine):
+        _check_known(engine, current_revision(engine))
+        command.upgrade(alembic_config(engine), revision)
 
 
 def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at (None for a database with no preflab schema)."""
     from alembic.runtime.migration import MigrationContext
 
-    with engine.connect() as conn:
+    with _reachable(engine), engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
@@ -71,26 +97,69 @@ def head_revision() -> str:
     return ScriptDirectory(str(MIGRATIONS)).get_current_head()
 
 
+def _check_known(engine: Engine, revision: str | None) -> None:
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    if revision is None:
+        return
+    try:
+        ScriptDirectory(str(MIGRATIONS)).get_revision(revision)
+    except CommandError:  # alembic's "Can't locate revision": a migration this preflab lacks
+        raise DatabaseError(f"the database at {shown_url(engine)} is at revision {revision}, which a newer "
+                            f"preflab made (this one knows up to {head_revision()}): upgrade preflab") from None
+
+
+def _ensure_schema(engine: Engine) -> None:
+    """Migrate a SQLite file to head; require any other database to be at head already."""
+    current, head = current_revision(engine), head_revision()
+    if current == head:
+        return
+    _check_known(engine, current)
+    if engine.dialect.name == "sqlite":
+        upgrade(engine)
+        return
+    if current is None:
+        raise DatabaseError(f'the database at {shown_url(engine)} has no preflab schema yet: '
+                            f'run "preflab db upgrade"')
+    raise DatabaseError(f'the database at {shown_url(engine)} is at revision {current}; this preflab needs '
+                        f'{head}: run "preflab db upgrade"')
+
+
 _opened_engines: list[Engine] = []
 
 
 @lru_cache(maxsize=None)
-def _opened(url: str, migrate: bool) -> Engine:
+def _opened(url: str, ensure_schema: bool) -> Engine:
     engine = make_engine(url)
     try:
-        if migrate and current_revision(engine) != head_revision():
-            upgrade(engine)
-    except (OperationalError, ProgrammingError) as exc:
-        shown = make_url(url).render_as_string(hide_password=True)
-        reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
-        raise DatabaseError(f"cannot open the database at {shown}: {reason}") from None
+        if ensure_schema:
+            _ensure_schema(engine)
+    except DatabaseError:
+        engine.dispose()
+        raise
     _opened_engines.append(engine)
     return engine
 
 
-def open_database(url: str, migrate: bool = True) -> Engine:
-    """An engine for `url`, migrated to the newest schema (once per process)."""
-    return _opened(url, migrate)
+def open_database(url: str, ensure_schema: bool = True) -> Engine:
+    """An engine for `url` whose schema is at the newest revision (checked once per process).
+
+    A SQLite file is created and migrated on first use; any other database must
+    already be migrated (`preflab db upgrade`). With `ensure_schema=False` the
+    engine comes as it is, for `db upgrade` and `db current`.
+
+    Raises:
+        DatabaseError: unreachable, not migrated (not SQLite), or migrated by a newer preflab.
+    """
+    return _opened(url, ensure_schema)
+
+
+def upgrade_database(url: str, revision: str = "head") -> str | None:
+    """Migrate the database at `url` to `revision` (a SQLite file is created first); returns where it is now."""
+    engine = open_database(url, ensure_schema=False)
+    upgrade(engine, revision)
+    return current_revision(engine)
 
 
 def dispose_all() -> None:

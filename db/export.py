@@ -1,9 +1,10 @@
 """Export comparisons as a Hugging Face dataset (prompt / chosen / rejected).
 
-Rows are streamed from the database in batches and written split by split with
-pyarrow, so memory stays flat however many pairs there are. Splits are made by
-prompt: every pair of a prompt lands in the same split. Human annotators appear
-only by their stored pseudonym.
+`write_dataset` is the one writer: rows (ids) come in batches and are written
+split by split with pyarrow, so memory stays flat however many pairs there are.
+`export_dataset` feeds it the comparisons table; the self-rewarding loop feeds it
+an iteration's own pairs. Splits are made by prompt: every pair of a prompt lands
+in the same split. Human annotators appear only by their stored pseudonym.
 """
 
 from __future__ import annotations
@@ -12,33 +13,45 @@ import hashlib
 import json
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.db.card import dataset_card
 from preflab.db.models import Annotator, Candidate, Comparison, DatasetVersion, PairBuild, Prompt, Ranking
-from preflab.errors import HubError, InputError
+from preflab.errors import ConfigError, HubError, InputError
 
 FORMATS = ("disk", "parquet", "jsonl")
 SPLITS = ("train", "test")
 BATCH_ROWS = 20_000
 
+# One row of `write_dataset`: (prompt_id, chosen_id, rejected_id, margin, weight, annotator_kind, annotator_id);
+# annotator_id is None for an aggregate of several annotators.
+PairRow = tuple[int, int, int, float, float, str, int | None]
+
 
 @dataclass
 class ExportSettings:
-    format: str = "disk"
-    test_size: float = 0.1
-    seed: int = 0
-    conversational: bool = False
+    """How an export is written: its format, and the seeded split of its prompts."""
+
+    format: str = field(default="disk", metadata={
+        "help": "disk: datasets.save_to_disk; parquet: data/{train,test}.parquet; jsonl: {train,test}.jsonl.",
+        "choices": FORMATS})
+    test_size: float = field(default=0.1, metadata={"help": "Share of prompts in the test split."})
+    seed: int = field(default=0, metadata={"help": "Seed of the split by prompt."})
+    conversational: bool = field(default=False, metadata={
+        "help": "Chat-message lists (as TRL expects) instead of plain text."})
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
-            raise InputError(f"unknown format {self.format!r} (expected one of {', '.join(FORMATS)})")
+            raise ConfigError(f"unknown format {self.format!r} (expected one of {', '.join(FORMATS)})")
         if not 0 <= self.test_size < 1:
-            raise InputError(f"--test-size must be in [0, 1), got {self.test_size}")
+            raise ConfigError(f"--test-size must be in [0, 1), got {self.test_size}")
 
 
 def split_prompts(hashes: dict[int, str], test_size: float, seed: int) -> dict[int, str]:
@@ -80,14 +93,13 @@ def _as_messages(texts, role: str):
     return pa.ListArray.from_arrays(pa.array(np.arange(len(texts) + 1, dtype=np.int32)), messages)
 
 
-def _batches(session: Session, splits: dict[int, str], conversational: bool):
-    """Yield (split, Arrow table, identity bytes) for the comparisons, BATCH_ROWS at a time.
+def _tables(session: Session, rows: Iterable[Sequence[PairRow]], splits: dict[int, str], conversational: bool):
+    """Yield (split, Arrow table, identity bytes) for each batch of id rows.
 
-    Comparisons come as ids, in the order they were built; the texts of just
-    the prompts and candidates in a batch are looked up and gathered with
-    Arrow's `take`, so memory holds one batch, never the whole export. The
-    identity bytes (content hashes, not database ids) feed the dataset
-    version's content hash.
+    The texts of just the prompts and candidates in a batch are looked up and
+    gathered with Arrow's `take`, so memory holds one batch, never the whole
+    export. The identity bytes (content hashes, not database ids) feed the
+    dataset version's content hash.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -98,15 +110,11 @@ def _batches(session: Session, splits: dict[int, str], conversational: bool):
     annotator_ids = pa.array([a for a, _ in annotators], pa.int64())
     annotator_names = pa.array([n for _, n in annotators], pa.string())
     test_ids = pa.array([p for p, split in splits.items() if split == "test"], pa.int64())
-    query = (select(Comparison.prompt_id, Comparison.chosen_id, Comparison.rejected_id, Comparison.margin,
-                    Comparison.weight, Comparison.annotator_kind, Ranking.annotator_id)
-             .outerjoin(Ranking, Ranking.id == Comparison.ranking_id)
-             .order_by(Comparison.id)
-             .execution_options(yield_per=BATCH_ROWS))
-    result = session.connection().execute(query)
-    for rows in result.partitions(BATCH_ROWS):
+    for batch in rows:
+        if not batch:
+            continue
         prompt_ids, chosen, rejected, margin, weight, kind, annotator = (
-            pa.array(column) for column in zip(*rows))
+            pa.array(column) for column in zip(*batch))
         prompts = lookup(session, Prompt.__table__, ("id", "text", "content_hash"), "id", prompt_ids.to_pylist())
         candidates = lookup(session, Candidate.__table__, ("id", "text", "content_hash"), "id",
                             chosen.to_pylist() + rejected.to_pylist())
@@ -158,6 +166,7 @@ class _SplitWriter:
     def __init__(self, path: Path, fmt: str, conversational: bool):
         self.fmt = fmt
         self.count = 0
+        self.prompts: set[int] = set()
         self.digest = hashlib.sha256()
         schema = _features(conversational)
         self._handle = self._writer = None
@@ -174,7 +183,10 @@ class _SplitWriter:
             self._writer = pq.ParquetWriter(path, schema)
 
     def write(self, table, identity: bytes) -> None:
+        import pyarrow.compute as pc
+
         self.count += table.num_rows
+        self.prompts.update(pc.unique(table.column("prompt_id")).to_pylist())
         self.digest.update(identity)
         if self.fmt == "jsonl":
             text = table.to_pandas().to_json(orient="records", lines=True, force_ascii=False)
@@ -189,19 +201,20 @@ class _SplitWriter:
             self._handle.close()
 
 
-def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettings,
-                   name: str | None = None) -> DatasetVersion:
-    """Write the current comparisons to `out_dir` and record a dataset version."""
-    out_dir = Path(out_dir)
-    build = session.scalar(select(PairBuild).order_by(PairBuild.id.desc()).limit(1))
-    prompt_hashes = dict(session.execute(
-        select(Prompt.id, Prompt.content_hash).where(
-            Prompt.id.in_(select(Comparison.prompt_id).distinct()))).all())
-    if not prompt_hashes:
-        raise InputError("there are no comparisons to export; run `preflab pairs build` first")
-    splits = split_prompts(prompt_hashes, settings.test_size, settings.seed)
-    session.execute(update(Prompt), [{"id": pid, "split": split} for pid, split in splits.items()])
+def write_dataset(session: Session, rows: Iterable[Sequence[PairRow]], splits: dict[int, str], out_dir: str | Path,
+                  settings: ExportSettings, *, name: str | None = None, prefix: str | None = None,
+                  build_id: int | None = None, version_settings: dict[str, Any] | None = None,
+                  iteration: int | None = None) -> DatasetVersion:
+    """Write batches of pairs to `out_dir` as a dataset, with its card, and record its version (flushed).
 
+    Args:
+        rows: batches of `PairRow` tuples (ids, margin, weight, kind, annotator).
+        splits: prompt id -> "train" or "test", decided by the caller (a prompt missing from it trains).
+        name: the version's name; else f"{prefix}-{content hash[:8]}"; else numbered, with the hash.
+        version_settings: merged into the settings stored on the version (pair strategy, ...).
+        iteration: the self-rewarding iteration the pairs belong to.
+    """
+    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".preflab-export-", dir=out_dir))
     try:
@@ -212,7 +225,7 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
         # this one reads the next batch from the database.
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = []
-            for split, table, identity in _batches(session, splits, settings.conversational):
+            for split, table, identity in _tables(session, rows, splits, settings.conversational):
                 pending.append(pool.submit(writers[split].write, table, identity))
                 if len(pending) > 2:
                     pending.pop(0).result()
@@ -220,32 +233,97 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
                 future.result()
         for writer in writers.values():
             writer.close()
-        digest = hashlib.sha256("".join(writers[s].digest.hexdigest() for s in SPLITS).encode()).hexdigest()
         counts = {s: writers[s].count for s in SPLITS}
-        n_versions = session.scalar(select(func.count()).select_from(DatasetVersion))
+        if not any(counts.values()):
+            raise InputError("there are no preference pairs to write")
+        digest = hashlib.sha256("".join(writers[s].digest.hexdigest() for s in SPLITS).encode()).hexdigest()
+        prompts = {s: len(writers[s].prompts) for s in SPLITS}
+        if name is None and prefix is not None:
+            name = f"{prefix}-{digest[:8]}"
+        if name is None:
+            name = f"dataset-{session.scalar(select(func.count()).select_from(DatasetVersion)) + 1}-{digest[:8]}"
         version = DatasetVersion(
-            name=name or f"dataset-{n_versions + 1}-{digest[:8]}",
-            build_id=build.id if build else None,
-            settings={
-                "strategy": build.strategy if build else None,
-                "aggregate": build.aggregate if build else None,
-                "annotator_kind": build.annotator_kind if build else None,
-                "test_size": settings.test_size, "seed": settings.seed,
-                "conversational": settings.conversational,
-            },
-            n_train=counts["train"], n_test=counts["test"], n_prompts=len(splits),
-            content_hash=digest, format=settings.format, path=str(out_dir.resolve()),
+            name=name, build_id=build_id,
+            settings={"test_size": settings.test_size, "seed": settings.seed,
+                      "conversational": settings.conversational, **(version_settings or {})},
+            n_train=counts["train"], n_test=counts["test"], n_prompts=sum(prompts.values()),
+            content_hash=digest, format=settings.format, path=str(out_dir.resolve()), iteration=iteration,
         )
         session.add(version)
         session.flush()
         _finish(staging, out_dir, settings, suffix, [s for s in SPLITS if counts[s]])
-        (out_dir / "README.md").write_text(dataset_card(version, splits), encoding="utf-8")
-        (out_dir / "preflab.json").write_text(json.dumps({
-            "dataset_version": version.name, "content_hash": digest, "counts": counts,
-            "settings": version.settings, "format": settings.format}, indent=2), encoding="utf-8")
+        (out_dir / "README.md").write_text(dataset_card(version, prompts), encoding="utf-8")
+        manifest = {"dataset_version": version.name, "content_hash": digest, "counts": counts,
+                    "settings": version.settings, "format": settings.format}
+        if iteration is not None:
+            manifest["iteration"] = iteration
+        (out_dir / "preflab.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return version
+
+
+def comparison_rows(session: Session) -> Iterator[Sequence[PairRow]]:
+    """The comparisons as `PairRow` batches, in the order they were built, streamed from the database."""
+    query = (select(Comparison.prompt_id, Comparison.chosen_id, Comparison.rejected_id, Comparison.margin,
+                    Comparison.weight, Comparison.annotator_kind, Ranking.annotator_id)
+             .outerjoin(Ranking, Ranking.id == Comparison.ranking_id)
+             .order_by(Comparison.id)
+             .execution_options(yield_per=BATCH_ROWS))
+    yield from session.connection().execute(query).partitions(BATCH_ROWS)
+
+
+def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettings,
+                   name: str | None = None) -> DatasetVersion:
+    """Write the current comparisons to `out_dir` and record a dataset version; the split is stored per prompt."""
+    build = session.scalar(select(PairBuild).order_by(PairBuild.id.desc()).limit(1))
+    prompt_hashes = dict(session.execute(
+        select(Prompt.id, Prompt.content_hash).where(
+            Prompt.id.in_(select(Comparison.prompt_id).distinct()))).all())
+    if not prompt_hashes:
+        raise InputError("there are no comparisons to export; run `preflab pairs build` first")
+    splits = split_prompts(prompt_hashes, settings.test_size, settings.seed)
+    session.execute(update(Prompt), [{"id": pid, "split": split} for pid, split in splits.items()])
+    return write_dataset(
+        session, comparison_rows(session), splits, out_dir, settings, name=name,
+        build_id=build.id if build else None,
+        version_settings={"strategy": build.strategy if build else None,
+                          "aggregate": build.aggregate if build else None,
+                          "annotator_kind": build.annotator_kind if build else None})
+
+
+def export_and_push(sessions: sessionmaker[Session], out_dir: str | Path, settings: ExportSettings, *,
+                    name: str | None = None, hub_repo: str | None = None,
+                    token: str | None = None) -> DatasetVersion:
+    """Export the comparisons, then (with `hub_repo`) push them and record the Hub revision on the version.
+
+    The export is committed before the push, so a failed push keeps it.
+
+    Raises:
+        HubError: the push failed (the message says the local export was kept).
+    """
+    with sessions.begin() as session:
+        version = export_dataset(session, out_dir, settings, name)
+    if hub_repo:
+        try:
+            revision = push_to_hub(out_dir, hub_repo, token)
+        except HubError as exc:
+            raise HubError(f"exported dataset version {version.name} to {out_dir}, but {exc}") from None
+        with sessions.begin() as session:
+            session.execute(update(DatasetVersion).where(DatasetVersion.id == version.id)
+                            .values(hub_repo=hub_repo, hub_revision=revision))
+        version.hub_repo, version.hub_revision = hub_repo, revision
+    return version
+
+
+def version_info(version: DatasetVersion) -> dict[str, Any]:
+    """What `preflab export --json` prints about a dataset version."""
+    info = {"id": version.id, "name": version.name, "path": version.path, "format": version.format,
+            "train": version.n_train, "test": version.n_test, "prompts": version.n_prompts,
+            "content_hash": version.content_hash}
+    if version.hub_repo:
+        info |= {"hub_repo": version.hub_repo, "hub_revision": version.hub_revision}
+    return info
 
 
 def _finish(staging: Path, out_dir: Path, settings: ExportSettings, suffix: str, splits: list[str]) -> None:
@@ -265,51 +343,6 @@ def _finish(staging: Path, out_dir: Path, settings: ExportSettings, suffix: str,
     target.mkdir(parents=True, exist_ok=True)
     for s in splits:
         shutil.move(str(staging / f"{s}.{suffix}"), target / f"{s}.{suffix}")
-
-
-def dataset_card(version: DatasetVersion, splits: dict[int, str]) -> str:
-    n_test_prompts = sum(1 for s in splits.values() if s == "test")
-    settings = version.settings
-    lines = [
-        "---",
-        "tags: [preference, rlhf, dpo, reward-modeling, preflab]",
-        "configs:",
-        "- config_name: default",
-        "  data_files:",
-    ]
-    ext = "jsonl" if version.format == "jsonl" else "parquet"
-    prefix = "data/" if version.format == "parquet" else ""
-    for s in SPLITS:
-        if getattr(version, f"n_{s}"):
-            lines += [f"  - split: {s}", f"    path: {prefix}{s}.{ext}"]
-    lines += [
-        "---",
-        "",
-        f"# {version.name}",
-        "",
-        "Pairwise preferences exported by [preflab](https://pypi.org/project/preflab/): each row says",
-        "that `chosen` was preferred to `rejected` as a response to `prompt`.",
-        "",
-        "| split | pairs | prompts |",
-        "|---|---|---|",
-        f"| train | {version.n_train:,} | {len(splits) - n_test_prompts:,} |",
-        f"| test | {version.n_test:,} | {n_test_prompts:,} |",
-        "",
-        "## How it was made",
-        "",
-        f"- pair strategy: `{settings.get('strategy')}`; aggregation: `{settings.get('aggregate')}`;"
-        f" annotators: `{settings.get('annotator_kind')}`",
-        f"- split by prompt with seed {settings['seed']} and test size {settings['test_size']}"
-        " (a prompt's pairs never straddle the splits)",
-        f"- conversational format: {'yes' if settings['conversational'] else 'no'}",
-        f"- content hash: `{version.content_hash}`",
-        "",
-        "Columns: `prompt`, `chosen`, `rejected`, `margin` (tier gap, or score gap for judges),",
-        "`prompt_id` (group a prompt's comparisons), `weight`, `annotator_kind` (human / ai / mixed),",
-        "`annotator` (a stable pseudonym for people; never a name or an email).",
-        "",
-    ]
-    return "\n".join(lines)
 
 
 def load_export(path: str | Path):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import orjson
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.db.bulk import insert_rows, lookup
 from preflab.db.models import AnnotatorKind, Ranking, RankingItem, RawStatus
@@ -28,6 +28,7 @@ from preflab.db.store import (
     quarantine,
     store_raw,
 )
+from preflab.console import SILENT, Reporter
 from preflab.errors import InputError
 
 BATCH_LINES = 5000
@@ -227,6 +228,12 @@ def open_jsonl(path: str | Path) -> TextIO:
     return path.open(encoding="utf-8", errors="surrogateescape")
 
 
+def count_lines(path: str | Path) -> int:
+    """The non-blank lines of a JSON Lines file (the total of a progress bar)."""
+    with open_jsonl(path) as handle:
+        return sum(1 for line in handle if line.strip())
+
+
 # --- writing ----------------------------------------------------------------------------
 
 def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, str, int]],
@@ -349,17 +356,18 @@ def import_prompts_batch(session: Session, batch: list[tuple[str, str]], origin:
     return summary
 
 
-def import_file(session_factory, path: str | Path, importer, progress: Callable[[int], None] | None = None,
-                batch_lines: int = BATCH_LINES) -> ImportSummary:
+def import_file(sessions: sessionmaker[Session], path: str | Path,
+                importer: Callable[[Session, list[tuple[str, str]], str], ImportSummary],
+                reporter: Reporter = SILENT, batch_lines: int = BATCH_LINES) -> ImportSummary:
     """Import a JSON Lines file a batch per transaction; a crash keeps the batches done."""
     total = ImportSummary()
     origin = str(Path(path).resolve())
-    with open_jsonl(path) as handle:
+    lines = count_lines(path) if reporter.enabled else None  # a second read, only for the bar
+    with open_jsonl(path) as handle, reporter.progress(f"importing {Path(path).name}", lines) as advance:
         for batch in read_lines(handle, batch_lines):
-            with session_factory.begin() as session:
+            with sessions.begin() as session:
                 total.add(importer(session, batch, origin))
-            if progress:
-                progress(len(batch))
+            advance(len(batch))
     return total
 
 

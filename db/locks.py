@@ -9,6 +9,10 @@ expiry forward; a process that crashes stops beating, and its lease expires
 
 Times come from the database server on Postgres, so machines with skewed clocks
 still agree on when a lease expired; SQLite is one machine's file anyway.
+
+Every function here takes a session factory and commits on its own: a lease is
+only a lease once other processes can see it, so each step (take, renew, look,
+give back) is its own transaction, whatever the caller is doing meanwhile.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import delete, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.db.models import JobLock
 from preflab.errors import LockHeld
@@ -65,7 +69,7 @@ def _insert_if_absent(session: Session, row: dict) -> None:
     session.execute(insert(JobLock).values(**row).on_conflict_do_nothing(index_elements=["name"]))
 
 
-def try_acquire(sessions, name: str, holder: str, ttl: float) -> Lease | None:
+def try_acquire(sessions: sessionmaker[Session], name: str, holder: str, ttl: float) -> Lease | None:
     """Take the lease `name` for `ttl` seconds if it is free or expired; None if someone holds it."""
     with sessions.begin() as session:
         now = db_now(session)
@@ -84,7 +88,7 @@ def try_acquire(sessions, name: str, holder: str, ttl: float) -> Lease | None:
         return Lease(name, holder, _as_utc(row.expires_at))
 
 
-def renew(sessions, lease: Lease, ttl: float) -> bool:
+def renew(sessions: sessionmaker[Session], lease: Lease, ttl: float) -> bool:
     """Push the expiry of a lease we hold `ttl` seconds ahead; False if it is no longer ours."""
     with sessions.begin() as session:
         until = db_now(session) + timedelta(seconds=ttl)
@@ -95,13 +99,13 @@ def renew(sessions, lease: Lease, ttl: float) -> bool:
     return bool(renewed)
 
 
-def release(sessions, lease: Lease) -> None:
+def release(sessions: sessionmaker[Session], lease: Lease) -> None:
     """Give the lease back (only if it is still ours)."""
     with sessions.begin() as session:
         session.execute(delete(JobLock).where(JobLock.name == lease.name, JobLock.holder == lease.holder))
 
 
-def describe(sessions, name: str) -> dict | None:
+def describe(sessions: sessionmaker[Session], name: str) -> dict | None:
     """The lease's holder and times, or None when nobody holds it."""
     with sessions.begin() as session:
         row = session.get(JobLock, name)
@@ -114,7 +118,7 @@ def describe(sessions, name: str) -> dict | None:
 
 
 class _Heartbeat(threading.Thread):
-    def __init__(self, sessions, lease: Lease, ttl: float):
+    def __init__(self, sessions: sessionmaker[Session], lease: Lease, ttl: float):
         super().__init__(name=f"lease-{lease.name}", daemon=True)
         self.sessions, self.lease, self.ttl = sessions, lease, ttl
         self.stopped = threading.Event()
@@ -132,7 +136,7 @@ class _Heartbeat(threading.Thread):
 
 
 @contextmanager
-def hold(sessions, name: str, ttl: float = 600.0, holder: str | None = None) -> Iterator[Lease]:
+def hold(sessions: sessionmaker[Session], name: str, ttl: float = 600.0, holder: str | None = None) -> Iterator[Lease]:
     """Hold the lease `name` for the duration of the block, renewing it in the background.
 
     Raises:

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Table, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.orm import Session
 
 from preflab.db.bulk import insert_rows, lookup
@@ -169,3 +169,13 @@ def quarantine(session: Session, reasons: dict[int, str]) -> None:
     session.execute(update(RawRecord), [
         {"id": rid, "status": RawStatus.quarantined.value, "reason": reason} for rid, reason in reasons.items()
     ])
+
+
+def quarantined_records(session: Session, source: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
+    """The quarantined raw records, oldest first: id, source, origin, locator and reason."""
+    query = (select(RawRecord).where(RawRecord.status == RawStatus.quarantined.value)
+             .order_by(RawRecord.id).limit(limit))
+    if source:
+        query = query.where(RawRecord.source == source)
+    return [{"id": r.id, "source": r.source, "origin": r.origin, "locator": r.locator, "reason": r.reason}
+            for r in session.scalars(query)]

@@ -1,8 +1,9 @@
 """Shared fixtures: a fresh SQLite file or a fresh Postgres schema per test.
 
 Postgres is the real server on 127.0.0.1:5432 (database `test`); each test gets
-its own schema through `search_path`, dropped afterwards. Set
-PREFLAB_TEST_POSTGRES_URL to point elsewhere.
+its own schema through `search_path`, migrated explicitly (preflab never migrates
+Postgres on open) and dropped afterwards. Set PREFLAB_TEST_POSTGRES_URL to point
+elsewhere.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ def _postgres_schema_url(schema: str) -> str:
 
 
 @pytest.fixture
-def postgres_url():
-    """A fresh, empty schema on the real Postgres server."""
+def empty_postgres_url():
+    """A fresh, empty schema on the real Postgres server (no preflab tables yet)."""
     from sqlalchemy import create_engine, text
 
     schema = f"t_{uuid.uuid4().hex[:12]}"
@@ -52,6 +53,20 @@ def postgres_url():
     with admin.begin() as conn:
         conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
     admin.dispose()
+
+
+@pytest.fixture
+def postgres_url(empty_postgres_url):
+    """A fresh schema on the real Postgres server, migrated to head as `preflab db upgrade` does.
+
+    preflab never migrates Postgres implicitly, so a test database is upgraded explicitly.
+    """
+    from preflab.db.engine import make_engine, upgrade
+
+    engine = make_engine(empty_postgres_url)
+    upgrade(engine)
+    engine.dispose()
+    return empty_postgres_url
 
 
 @pytest.fixture

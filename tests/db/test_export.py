@@ -3,10 +3,11 @@
 import json
 
 import pytest
+from datasets import load_from_disk
 from sqlalchemy import select
 
-from preflab.db.export import load_export, split_prompts
-from preflab.db.models import DatasetVersion, Prompt
+from preflab.db.export import ExportSettings, load_export, split_prompts, write_dataset
+from preflab.db.models import Annotator, Candidate, DatasetVersion, Prompt
 
 from .helpers import ranking_line, write_lines
 
@@ -100,3 +101,45 @@ def test_unreachable_hub_is_a_clear_error_and_the_token_is_never_shown(populated
     assert "could not push to the Hugging Face Hub repo someone/prefs" in result.output
     assert token not in result.output and "Traceback" not in result.output
     assert (tmp_path / "h" / "dataset_dict.json").exists()  # the local export is kept
+
+
+def test_write_dataset_of_hand_made_pairs(cli, sessions, tmp_path):
+    """The self-rewarding loop's path: its own pairs, its own splits, one writer."""
+    lines = [ranking_line(f"prompt {i}", [f"answer {i}.{j}" for j in range(3)], [[0], [1], [2]], "carol", id=f"c{i}")
+             for i in range(3)]
+    cli("import", "rankings", write_lines(tmp_path / "r.jsonl", lines))
+    with sessions.begin() as s:
+        prompt = {text: pid for pid, text in s.execute(select(Prompt.id, Prompt.text))}
+        answer = {text: cid for cid, text in s.execute(select(Candidate.id, Candidate.text))}
+        carol = s.scalar(select(Annotator).where(Annotator.name == "carol"))
+        pseudonym, carol_id = carol.pseudonym, carol.id
+    pairs = [
+        (prompt["prompt 0"], answer["answer 0.0"], answer["answer 0.2"], 2.0, 1.0, "ai", carol_id),
+        (prompt["prompt 1"], answer["answer 1.0"], answer["answer 1.1"], 1.0, 1.0, "ai", carol_id),
+        (prompt["prompt 1"], answer["answer 1.1"], answer["answer 1.2"], 0.5, 0.5, "human", None),
+        (prompt["prompt 2"], answer["answer 2.2"], answer["answer 2.0"], 3.0, 1.0, "ai", carol_id),
+    ]
+    splits = {prompt["prompt 0"]: "train", prompt["prompt 1"]: "train", prompt["prompt 2"]: "test"}
+    out = tmp_path / "iteration-1"
+    with sessions.begin() as s:
+        version = write_dataset(s, [pairs[:3], pairs[3:]], splits, out,
+                                ExportSettings(format="disk", conversational=True),
+                                prefix="selfreward-1", iteration=1, version_settings={"strategy": "best-vs-worst"})
+        assert version.name == f"selfreward-1-{version.content_hash[:8]}"
+        assert (version.n_train, version.n_test, version.n_prompts) == (3, 1, 3)
+
+    dd = load_from_disk(str(out))
+    assert {split: len(rows) for split, rows in dd.items()} == {"train": 3, "test": 1}
+    assert dd["train"][0] == {
+        "prompt": [{"role": "user", "content": "prompt 0"}],
+        "chosen": [{"role": "assistant", "content": "answer 0.0"}],
+        "rejected": [{"role": "assistant", "content": "answer 0.2"}],
+        "margin": 2.0, "prompt_id": prompt["prompt 0"], "weight": 1.0, "annotator_kind": "ai",
+        "annotator": pseudonym}
+    assert dd["train"][2]["annotator"] == "aggregate" and dd["train"][2]["weight"] == 0.5
+    assert dd["test"][0]["chosen"][0]["content"] == "answer 2.2"
+    manifest = json.loads((out / "preflab.json").read_text())
+    assert manifest["iteration"] == 1 and manifest["settings"]["strategy"] == "best-vs-worst"
+    with sessions.begin() as s:
+        stored = s.scalar(select(DatasetVersion))
+        assert stored.iteration == 1 and stored.settings["conversational"] is True

@@ -1,10 +1,12 @@
 """`preflab import`: raw first, quarantine with reasons, idempotent, a transaction per batch."""
 
 import json
+from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import func, select
 
+from preflab.console import Reporter
 from preflab.db.ingest import import_file, import_rankings_batch
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RawRecord
 
@@ -102,15 +104,21 @@ def test_crash_half_way_keeps_whole_batches_and_rerun_completes(sessions, tmp_pa
     lines = [ranking_line(f"prompt {i}", [f"a{i}", f"b{i}", f"c{i}"], [[0], [1], [2]], id=f"r{i}")
              for i in range(10)]
     path = write_lines(tmp_path / "r.jsonl", lines)
-    calls = []
 
-    def crash_after_two_batches(n):
-        calls.append(n)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
+    class CrashAfterTwoBatches(Reporter):
+        @contextmanager
+        def progress(self, description, total=None):
+            calls = []
+
+            def advance(n):
+                calls.append(n)
+                if len(calls) == 2:
+                    raise KeyboardInterrupt
+
+            yield advance
 
     with pytest.raises(KeyboardInterrupt):
-        import_file(sessions, path, import_rankings_batch, progress=crash_after_two_batches, batch_lines=3)
+        import_file(sessions, path, import_rankings_batch, reporter=CrashAfterTwoBatches(), batch_lines=3)
     with sessions.begin() as s:
         assert count(s, Ranking) == 6 and count(s, RankingItem) == 18 and count(s, Prompt) == 6
     summary = import_file(sessions, path, import_rankings_batch, batch_lines=3)

@@ -1,10 +1,15 @@
-"""The models and the migrations agree, on SQLite and on Postgres."""
+"""The models and the migrations agree; SQLite migrates itself, Postgres only by `db upgrade`."""
 
+import shutil
+
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from click.testing import CliRunner
 from sqlalchemy import inspect, text
+from sqlalchemy.engine import make_url
 
-from preflab.db.engine import current_revision, head_revision, make_engine, open_database, upgrade
+from preflab.db.engine import current_revision, dispose_all, head_revision, make_engine, open_database, upgrade
 from preflab.db.models import Base
 
 
@@ -49,3 +54,112 @@ def test_sqlite_enforces_foreign_keys(sqlite_url):
     engine = open_database(sqlite_url)
     with engine.connect() as conn:
         assert conn.execute(text("PRAGMA foreign_keys")).scalar() == 1
+
+
+# --- Postgres is migrated only by `preflab db upgrade` ----------------------------------------
+
+NEXT_REVISION = '''"""A later migration, as a newer preflab would ship it."""
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    pass
+
+
+def downgrade():
+    pass
+'''
+
+
+@pytest.fixture
+def newer_preflab(tmp_path, monkeypatch):
+    """`newer_preflab(True)` makes this process a preflab with one more migration (0002); False undoes it."""
+    import preflab.db.engine as engine_module
+
+    ours = engine_module.MIGRATIONS
+    folder = tmp_path / "migrations"
+    shutil.copytree(ours, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    (folder / "versions" / "0002_next.py").write_text(NEXT_REVISION, encoding="utf-8")
+
+    def switch(newer: bool) -> None:
+        monkeypatch.setattr(engine_module, "MIGRATIONS", folder if newer else ours)
+        assert head_revision() == ("0002" if newer else "0001")
+
+    return switch
+
+
+def run(url, *args):
+    from preflab.cli import cli
+
+    dispose_all()  # each call starts afresh, as a new process would
+    return CliRunner().invoke(cli, ["--database-url", url, *args])
+
+
+def stored_revision(url):
+    engine = make_engine(url)
+    try:
+        return current_revision(engine)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_fresh_postgres_is_not_migrated_on_open_and_db_upgrade_migrates_it(empty_postgres_url):
+    url = empty_postgres_url.replace("postgres@", "postgres:s3cret-pw@")  # trust auth ignores the password
+    result = run(url, "stats")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    shown = make_url(url).set(drivername="postgresql").render_as_string(hide_password=True)
+    assert result.output == (f'Error: the database at {shown} has no preflab schema yet: '
+                             'run "preflab db upgrade"\n')
+    assert "s3cret-pw" not in result.output
+    assert stored_revision(url) is None
+    engine = make_engine(url)
+    assert inspect(engine).get_table_names() == []
+    engine.dispose()
+
+    upgraded = run(url, "db", "upgrade")
+    assert upgraded.exit_code == 0 and head_revision() in upgraded.output and "s3cret-pw" not in upgraded.output
+    assert run(url, "stats", "--json").exit_code == 0
+
+
+@pytest.mark.postgres
+def test_older_postgres_revision_is_named_and_left_alone(empty_postgres_url, newer_preflab):
+    engine = make_engine(empty_postgres_url)
+    upgrade(engine)  # what this preflab made: 0001
+    engine.dispose()
+    newer_preflab(True)
+
+    result = run(empty_postgres_url, "stats")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.count("\n") == 1
+    assert 'is at revision 0001; this preflab needs 0002: run "preflab db upgrade"' in result.output
+    assert stored_revision(empty_postgres_url) == "0001"  # not upgraded behind the team's back
+
+    upgraded = run(empty_postgres_url, "db", "upgrade")
+    assert upgraded.exit_code == 0 and "is at revision 0002" in upgraded.output
+    assert stored_revision(empty_postgres_url) == "0002"
+    assert run(empty_postgres_url, "stats").exit_code == 0
+
+
+@pytest.mark.postgres
+def test_postgres_migrated_by_a_newer_preflab_says_so(postgres_url, newer_preflab):
+    newer_preflab(True)
+    assert run(postgres_url, "db", "upgrade").exit_code == 0
+    newer_preflab(False)
+    for args in (["stats"], ["db", "upgrade"]):
+        result = run(postgres_url, *args)
+        assert result.exit_code == 1 and "Traceback" not in result.output
+        assert "is at revision 0002, which a newer preflab made" in result.output
+    assert stored_revision(postgres_url) == "0002"
+
+
+def test_sqlite_is_migrated_on_open_by_a_newer_preflab(sqlite_url, newer_preflab):
+    assert current_revision(open_database(sqlite_url)) == "0001"
+    newer_preflab(True)
+    result = run(sqlite_url, "stats")
+    assert result.exit_code == 0, result.output
+    assert stored_revision(sqlite_url) == "0002"
