@@ -1,60 +1,86 @@
-"""`preflab generate`: sample N candidate responses per prompt."""
+"""`preflab generate` (N candidate responses per prompt) and `preflab pipeline` (the main job)."""
 
 from __future__ import annotations
 
 import click
 
-from preflab.console import echo_json, pass_settings
+from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.labelling.generation import GenerateConfig
+from preflab.labelling.pipeline import GENERATE_DEFAULTS, PipelineConfig
 from preflab.settings import Settings
 
 
 @click.command("generate")
 @click.option("--model", "model_name", metavar="ID_OR_PATH",
               help="Causal LM (hub id, path, embedded name or model version); default: the global --model.")
-@click.option("-n", "--n", "n", type=int, default=4, show_default=True, help="Candidates per prompt from this model.")
-@click.option("--temperature", type=float, default=0.7, show_default=True, help="Sampling temperature.")
-@click.option("--top-p", type=float, default=0.9, show_default=True, help="Nucleus sampling mass.")
-@click.option("--max-new-tokens", type=int, default=256, show_default=True, help="Longest response in tokens.")
-@click.option("--batch-size", type=int, default=8, show_default=True, help="Sequences per forward pass.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Base random seed.")
+@config_options(GenerateConfig)
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
               help="JSON Lines prompts to import and generate for (default: every stored prompt).")
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@json_option
 @pass_settings
-def generate_command(settings: Settings, model_name, n, temperature, top_p, max_new_tokens, batch_size, seed,
-                     prompts_file, as_json):
-    """Sample N responses per prompt and store them as candidates; re-runs top up to N.
+def generate_command(settings: Settings, model_name, prompts_file, as_json, **options):
+    """Sample N candidate responses per prompt with a causal LM.
+
+    Each response is stored as a candidate; a re-run tops every prompt up to N.
 
     Example: preflab generate -n 4 --prompts prompts.jsonl --max-new-tokens 128
     """
     from preflab.db.engine import open_sessions
-    from preflab.console import Reporter
-    from preflab.labelling.generation import GenerateConfig, generate_candidates, prompts_needing
-    from preflab.labelling.selection import prompts_from_file
-    from preflab.training.models.names import resolve_model
-    from preflab.training.models.loading import load_causal_lm
+    from preflab.labelling.generation import run_generation
 
-    config = GenerateConfig(n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
-                            batch_size=batch_size, seed=seed)
-    sessions = open_sessions(settings.database_url)
-    prompt_ids = prompts_from_file(sessions, prompts_file) if prompts_file else None
-    with sessions.begin() as session:
-        label, location, version_id = resolve_model(session, model_name or settings.model)
-        todo = prompts_needing(session, label, n, prompt_ids)
-    if todo:
-        model, tokenizer = load_causal_lm(location)
-        with Reporter(not as_json).progress("generating", sum(n - have for _, _, have in todo)) as advance:
-            summary = generate_candidates(sessions, model, tokenizer, label, config, prompt_ids, version_id, advance)
-    else:
-        from preflab.labelling.generation import GenerateSummary
+    config = build_config(GenerateConfig, options)
+    summary = run_generation(open_sessions(settings.database_url), model_name or settings.model, config,
+                             prompts=prompts_file, reporter=Reporter(not as_json))
+    if as_json:
+        echo_json(summary.as_dict())
+        return
+    click.echo(f"generated {plural(summary.stored, 'candidate')} for {plural(summary.prompts, 'prompt')} with "
+               f"{summary.model} ({summary.duplicates:,} duplicates, {summary.empty:,} empty, "
+               f"{plural(summary.short, 'prompt')} short of {config.n})")
 
-        summary = GenerateSummary()
-    report = {"model": label, **summary.as_dict()}
+
+@click.command("pipeline")
+@config_options(PipelineConfig)
+@config_options(GenerateConfig, defaults=GENERATE_DEFAULTS)
+@json_option
+@pass_settings
+def pipeline_command(settings: Settings, as_json, **options):
+    """Run the main job end to end on the configured database and model.
+
+    Import rankings, generate candidates and rank them with an AI judge, build
+    pairs, report agreement, export a dataset version. Generation and judging
+    use the global --model (default: the embedded SmolLM2).
+
+    Example: preflab pipeline --out out/prefs
+    """
+    from preflab.db.engine import open_sessions
+    from preflab.labelling.pipeline import run_pipeline
+
+    config = build_config(PipelineConfig, options)
+    generation = build_config(GenerateConfig, options)
+    report = {"database": settings.redacted_url(),
+              **run_pipeline(open_sessions(settings.database_url), settings.model, config, generation,
+                             Reporter(not as_json))}
     if as_json:
         echo_json(report)
         return
-    click.echo(f"generated {summary.stored:,} candidates for {summary.prompts:,} prompts with {label} "
-               f"({summary.duplicates:,} duplicates, {summary.empty:,} empty, {summary.short:,} prompts short of {n})")
-
-
-from preflab.labelling.pipeline import pipeline_command  # noqa: E402  (moves here with the thin-command split)
+    imp, agree = report["import"], report["stats"]["agreement"]["all"]
+    click.echo(f"import: {imp['imported']:,} new rankings, {imp['duplicates']:,} already stored, "
+               f"{imp['quarantined']:,} quarantined")
+    if "generate" in report:
+        gen = report["generate"]
+        click.echo(f"generate: {gen['stored']:,} new candidates for {gen['prompts']:,} prompts with {gen['model']} "
+                   f"({gen['tokens_per_s'] or 0:,.0f} tokens/s)")
+    if "judge" in report:
+        j, agree_h = report["judge"], report["judge"]["report"]["human_agreement"]
+        line = f"judge: {j['judge']} ranked {j['ranked']:,} prompts ({j['kept']:,} already ranked)"
+        if agree_h["pairwise_agreement"] is not None:
+            line += (f"; agrees with humans on {agree_h['pairwise_agreement']:.3f} of "
+                     f"{agree_h['shared_pairs']:,} pairs over {agree_h['prompts']:,} prompts")
+        click.echo(line)
+    click.echo(f"pairs: {report['pairs']['pairs']:,} comparisons from {report['pairs']['rankings']:,} rankings")
+    if agree["pairwise_agreement"] is not None:
+        click.echo(f"agreement: {agree['pairwise_agreement']:.3f} on {agree['shared_pairs']:,} shared pairs "
+                   f"(Kendall tau-b {agree['kendall_tau']:.3f}) over {agree['prompts']:,} prompts")
+    click.echo(f"export: {report['export']['train']:,} train / {report['export']['test']:,} test pairs "
+               f"→ {config.out_dir} ({report['export']['name']})")

@@ -5,21 +5,27 @@ batch is its own transaction, so an interrupted run keeps what it made, and a
 re-run only tops each prompt up to N candidates from the same model: a response
 already stored (same content hash) is never stored twice, and a prompt left
 short by duplicates is sampled again, up to `max_rounds` times.
+
+`run_generation` is the `preflab generate` job (load the model by name, then
+generate); `generate_candidates` does the sampling with a model already loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter
 from preflab.db.models import Candidate, Prompt
 from preflab.db.store import chunks, content_hash, ensure_candidates
 from preflab.errors import ConfigError
+from preflab.labelling.selection import prompts_from_file
+from preflab.training.models.names import ModelCache, load_named_model, resolve_model
 from preflab.training.models.sampling import Generation, SamplingConfig, sample_texts
 
 
@@ -38,6 +44,7 @@ class GenerateConfig(SamplingConfig):
 
 @dataclass
 class GenerateSummary:
+    model: str = ""           # the label stored on the candidates
     prompts: int = 0          # prompts that needed candidates
     stored: int = 0           # new candidates
     duplicates: int = 0       # samples identical to a stored candidate
@@ -80,42 +87,68 @@ def prompts_needing(session: Session, model: str, n: int, prompt_ids: list[int] 
     return sorted(out)
 
 
-def generate_candidates(sessions, model, tokenizer, model_name: str, config: GenerateConfig,
+def generate_candidates(sessions: sessionmaker[Session], model, tokenizer, model_name: str, config: GenerateConfig,
                         prompt_ids: list[int] | None = None, model_version_id: int | None = None,
-                        progress: Callable[[int], None] | None = None) -> GenerateSummary:
+                        reporter: Reporter = SILENT) -> GenerateSummary:
     """Top every prompt (or those given) up to `config.n` candidates from `model_name`.
 
     Args:
-        sessions: a session factory; each batch is written in its own transaction.
-        model, tokenizer: the loaded causal LM (see `preflab.training.models.loading.load_causal_lm`).
+        sessions: each batch is written in its own transaction, so a crash keeps what was made.
+        model, tokenizer: the loaded causal LM (see `preflab.training.models.names.load_named_model`).
         model_name: the label stored on each candidate (`Candidate.model`).
-        progress: called with the number of samples finished after every batch.
+        model_version_id: the model version stored on each candidate.
     """
-    summary = GenerateSummary()
+    summary = GenerateSummary(model=model_name)
     start = time.perf_counter()
     needed_prompts: set[int] = set()
-    for round_ in range(config.max_rounds):
-        with sessions.begin() as session:
-            todo = prompts_needing(session, model_name, config.n, prompt_ids)
-        if not todo:
-            break
-        needed_prompts.update(pid for pid, _, _ in todo)
-        # Similar lengths share a batch, so little of each forward pass is padding.
-        rows = sorted(((pid, text, have) for pid, text, have in todo for _ in range(config.n - have)),
-                      key=lambda r: (len(r[1]), r[0]))
-        for batch in chunks(rows, config.batch_size):
-            seed = _batch_seed(config.seed, round_, [(pid, have) for pid, _, have in batch])
-            results = sample_responses(model, tokenizer, [text for _, text, _ in batch], config, seed)
-            summary.tokens += sum(r.tokens for r in results)
-            with sessions.begin() as session:
-                _store(session, batch, results, model_name, model_version_id, config, seed, summary)
-            if progress:
-                progress(len(batch))
     with sessions.begin() as session:
-        summary.short = len(prompts_needing(session, model_name, config.n, list(needed_prompts))) if needed_prompts else 0
+        todo = prompts_needing(session, model_name, config.n, prompt_ids)
+    with reporter.progress("generating", sum(config.n - have for *_, have in todo)) as advance:
+        for round_ in range(config.max_rounds):
+            if round_:  # the first round's prompts were read above, for the bar's total
+                with sessions.begin() as session:
+                    todo = prompts_needing(session, model_name, config.n, prompt_ids)
+            if not todo:
+                break
+            needed_prompts.update(pid for pid, _, _ in todo)
+            # Similar lengths share a batch, so little of each forward pass is padding.
+            rows = sorted(((pid, text, have) for pid, text, have in todo for _ in range(config.n - have)),
+                          key=lambda r: (len(r[1]), r[0]))
+            for batch in chunks(rows, config.batch_size):
+                seed = _batch_seed(config.seed, round_, [(pid, have) for pid, _, have in batch])
+                results = sample_responses(model, tokenizer, [text for _, text, _ in batch], config, seed)
+                summary.tokens += sum(r.tokens for r in results)
+                with sessions.begin() as session:
+                    _store(session, batch, results, model_name, model_version_id, config, seed, summary)
+                advance(len(batch))
+    if needed_prompts:
+        with sessions.begin() as session:
+            summary.short = len(prompts_needing(session, model_name, config.n, list(needed_prompts)))
     summary.prompts = len(needed_prompts)
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def run_generation(sessions: sessionmaker[Session], model_name: str, config: GenerateConfig, *,
+                   prompts: str | Path | None = None, max_prompts: int | None = None,
+                   cache: ModelCache | None = None, reporter: Reporter = SILENT) -> GenerateSummary:
+    """The `generate` job: load `model_name` and top every prompt up to `config.n` candidates.
+
+    Args:
+        model_name: `--model NAME` (a model version, embedded name, path or hub id);
+            a model seen for the first time is recorded as a base model version.
+        prompts: a JSON Lines prompts file to import and generate for (default: every stored prompt).
+        max_prompts: generate for the first this many prompts of the file only.
+        cache: models already loaded by the calling job (the pipeline loads its model once).
+    """
+    prompt_ids = prompts_from_file(sessions, prompts)[:max_prompts] if prompts else None
+    with sessions.begin() as session:
+        label = resolve_model(session, model_name)[0]
+        if not prompts_needing(session, label, config.n, prompt_ids):
+            return GenerateSummary(model=label)  # every prompt has its candidates: no model to load
+    named = load_named_model(sessions, model_name, cache=cache)
+    return generate_candidates(sessions, named.model, named.tokenizer, named.label, config, prompt_ids,
+                               named.version_id, reporter)
 
 
 def _store(session: Session, batch, results: list[Generation], model_name: str, model_version_id: int | None,

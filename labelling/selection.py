@@ -6,18 +6,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.db.models import Candidate, Prompt
 from preflab.db.store import IN_CHUNK, chunks, content_hash
 from preflab.errors import InputError
 
 
-def prompts_from_file(sessions, path: str | Path) -> list[int]:
+def prompts_from_file(sessions: sessionmaker[Session], path: str | Path) -> list[int]:
     """Import a JSON Lines prompts file (as `preflab import prompts` does) and return its prompt ids.
 
     Lines that cannot be used are quarantined with the reason, as on import; a
-    file with no usable prompt is an error.
+    file with no usable prompt is an error. The import is checkpointed a batch
+    per transaction, as `preflab import` is.
     """
     from preflab.db.ingest import Invalid, import_file, import_prompts_batch, open_jsonl, parse_prompt
 

@@ -4,5 +4,6 @@
 5-point grading), `reference` (grading against the prompt's reference answer),
 `reward-model` (a one-label sequence classifier) and `likelihood` (the model's
 own average token log-likelihood of the response). Run one with
-`preflab.labelling.judges.run.judge_candidates`.
+`preflab.labelling.judges.run.run_judge` (load the model by name, judge, report), or
+`judge_candidates` on a model already loaded.
 """

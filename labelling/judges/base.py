@@ -17,14 +17,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter
 from preflab.db.models import Ranking, RankingItem, RankingStatus
 from preflab.db.pairs import tiers_from_scores
 from preflab.db.store import chunks, ensure_annotators
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 
 JUDGE_KINDS = ("pairwise", "score", "reference", "reward-model", "likelihood")
+# The judges a causal LM runs on any prompt's candidates (no reward model, no reference answer needed).
+LM_JUDGES = ("likelihood", "pairwise", "score")
 
 # (candidate scores, per-candidate details) for one prompt; a None score = not ranked.
 Judgement = tuple[dict[int, float | None], dict[int, dict[str, Any]]]
@@ -100,14 +103,14 @@ def write_ranking(session: Session, annotator_id: int, run: JudgeRun, item: Prom
     return ranking_id, old
 
 
-def run_judge(sessions, run: JudgeRun, judge: Callable[[list[PromptCandidates]], list[Judgement]],
-              prompt_ids: list[int] | None = None, candidate_model: str | None = None,
-              require_reference: bool = False, prompts_per_batch: int = 8,
-              progress: Callable[[int], None] | None = None, on_total: Callable[[int], None] | None = None) -> JudgeSummary:
+def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
+                  judge: Callable[[list[PromptCandidates]], list[Judgement]], prompt_ids: list[int] | None = None,
+                  candidate_model: str | None = None, require_reference: bool = False, prompts_per_batch: int = 8,
+                  reporter: Reporter = SILENT) -> JudgeSummary:
     """Judge every prompt with two or more candidates that this run has not ranked yet.
 
     `judge` turns a batch of prompts into one judgement per prompt; each batch's
-    rankings are written in their own transaction.
+    rankings are written in their own transaction, so a crash keeps them.
     """
     start = time.perf_counter()
     with sessions.begin() as session:
@@ -121,17 +124,15 @@ def run_judge(sessions, run: JudgeRun, judge: Callable[[list[PromptCandidates]],
     summary = JudgeSummary(run.kind, run.run_id, annotator_id, prompts=len(items))
     todo = [i for i, eid in zip(items, ids) if eid not in done]
     summary.kept = len(items) - len(todo)
-    if on_total:
-        on_total(len(todo))
-    for batch in chunks(todo, prompts_per_batch):
-        judgements = judge(list(batch))
-        with sessions.begin() as session:
-            for item, judgement in zip(batch, judgements):
-                _, old = write_ranking(session, annotator_id, run, item, judgement)
-                summary.ranked += 1
-                summary.superseded += old
-                summary.unscored += sum(1 for c in item.candidate_ids if judgement[0].get(c) is None)
-        if progress:
-            progress(len(batch))
+    with reporter.progress(f"judging ({run.kind})", len(todo)) as advance:
+        for batch in chunks(todo, prompts_per_batch):
+            judgements = judge(list(batch))
+            with sessions.begin() as session:
+                for item, judgement in zip(batch, judgements):
+                    _, old = write_ranking(session, annotator_id, run, item, judgement)
+                    summary.ranked += 1
+                    summary.superseded += old
+                    summary.unscored += sum(1 for c in item.candidate_ids if judgement[0].get(c) is None)
+            advance(len(batch))
     summary.seconds = time.perf_counter() - start
     return summary

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from preflab.errors import InputError
+from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
 from preflab.labelling.judges.forward import response_logprobs
 from preflab.labelling.selection import PromptCandidates
@@ -18,11 +18,13 @@ from preflab.labelling.selection import PromptCandidates
 
 @dataclass
 class LikelihoodConfig:
+    """How the likelihood judge scores."""
+
     batch_size: int = field(default=8, metadata={"help": "Responses scored per forward pass."})
 
     def __post_init__(self):
         if self.batch_size < 1:
-            raise InputError("batch-size must be at least 1")
+            raise ConfigError("--batch-size must be at least 1")
 
 
 def mean_logprobs(model, tokenizer, prompts: list[str], responses: list[str], batch_size: int = 8) -> list[tuple[float, int]]:

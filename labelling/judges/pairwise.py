@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from itertools import combinations
 
-from preflab.errors import ConfigError, InputError
+from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
 from preflab.labelling.judges.forward import next_token_logprobs
 from preflab.labelling.judges.prompts import PAIRWISE_SYSTEM, PAIRWISE_USER
@@ -24,14 +24,17 @@ AGGREGATES = ("copeland", "bradley-terry")
 
 @dataclass
 class PairwiseConfig:
-    aggregate: str = field(default="copeland", metadata={"help": "Pair outcomes → ranking: copeland or bradley-terry."})
+    """How the pairwise judge asks and aggregates."""
+
+    aggregate: str = field(default="copeland", metadata={"help": "How pair outcomes become a ranking.",
+                                                         "choices": AGGREGATES})
     batch_size: int = field(default=8, metadata={"help": "Judge prompts per forward pass."})
 
     def __post_init__(self):
         if self.aggregate not in AGGREGATES:
-            raise InputError(f"unknown aggregate {self.aggregate!r} (expected one of {', '.join(AGGREGATES)})")
+            raise ConfigError(f"unknown aggregate {self.aggregate!r} (expected one of {', '.join(AGGREGATES)})")
         if self.batch_size < 1:
-            raise InputError("batch-size must be at least 1")
+            raise ConfigError("--batch-size must be at least 1")
 
 
 def letter_ids(tokenizer, letter: str) -> list[int]:

@@ -10,20 +10,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from preflab.errors import InputError
+from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
 from preflab.labelling.selection import PromptCandidates
 
 
 @dataclass
 class RewardModelConfig:
+    """How the reward-model judge reads its inputs."""
+
     conversational: bool = field(default=False, metadata={
         "help": "Format inputs as chat messages (for reward models trained on conversational exports)."})
     batch_size: int = field(default=8, metadata={"help": "Responses scored per forward pass."})
 
     def __post_init__(self):
         if self.batch_size < 1:
-            raise InputError("batch-size must be at least 1")
+            raise ConfigError("--batch-size must be at least 1")
 
 
 def make_judge(model, tokenizer, config: RewardModelConfig):

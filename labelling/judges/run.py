@@ -1,13 +1,20 @@
-"""Running a judge of any kind over the stored candidates."""
+"""Running a judge of any kind over the stored candidates: `judge_candidates`, and the `judge` job."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
 
+from sqlalchemy.orm import Session, sessionmaker
+
+from preflab.console import SILENT, Reporter
 from preflab.labelling.judges import likelihood, pairwise, prompts, reward_model, score
-from preflab.labelling.judges.base import JudgeRun, JudgeSummary, run_judge
+from preflab.labelling.judges.base import JudgeRun, JudgeSummary, judge_prompts
+from preflab.labelling.judges.report import judge_report
+from preflab.labelling.selection import prompts_from_file
+from preflab.training.models.names import ModelCache, load_named_model, resolve_model
 
 CONFIGS = {
     "pairwise": pairwise.PairwiseConfig,
@@ -23,17 +30,21 @@ _PROMPTS = {
 }
 # Settings that change how fast a judge runs, not what it decides: not part of its identity.
 SPEED_ONLY = {"batch_size"}
+# Settings stored under the name they had before the config took its field from SamplingConfig,
+# so a judge keeps its run id (and the rankings it wrote) across that change.
+STORED_NAMES = {"n": "samples"}
 
 
 def identity(kind: str, config) -> dict:
     """The configuration that names a judge: its settings and the hash of its prompt text."""
-    out = {k: v for k, v in asdict(config).items() if k not in SPEED_ONLY}
+    out = {STORED_NAMES.get(k, k): v for k, v in asdict(config).items() if k not in SPEED_ONLY}
     if kind in _PROMPTS:
         out["prompt_sha256"] = hashlib.sha256(_PROMPTS[kind].encode()).hexdigest()[:16]
     return out
 
 
 def make_judge(kind: str, model, tokenizer, config):
+    """The judge function of `kind`: a batch of prompts' candidates in, one judgement per prompt out."""
     if kind == "pairwise":
         return pairwise.make_judge(model, tokenizer, config)
     if kind in ("score", "reference"):
@@ -43,14 +54,13 @@ def make_judge(kind: str, model, tokenizer, config):
     return likelihood.make_judge(model, tokenizer, config)
 
 
-def judge_candidates(sessions, kind: str, model, tokenizer, model_name: str, config,
+def judge_candidates(sessions: sessionmaker[Session], kind: str, model, tokenizer, model_name: str, config,
                      prompt_ids: list[int] | None = None, candidate_model: str | None = None,
-                     progress: Callable[[int], None] | None = None,
-                     on_total: Callable[[int], None] | None = None) -> JudgeSummary:
+                     reporter: Reporter = SILENT) -> JudgeSummary:
     """Rank the candidates of every prompt this judge has not ranked yet.
 
     Args:
-        sessions: a session factory; rankings are written a batch of prompts per transaction.
+        sessions: rankings are written a batch of prompts per transaction.
         kind: one of `JUDGE_KINDS`.
         model, tokenizer: the loaded judge model (a causal LM, or a sequence classifier
             for `reward-model`).
@@ -59,5 +69,41 @@ def judge_candidates(sessions, kind: str, model, tokenizer, model_name: str, con
         candidate_model: judge only the candidates this model generated.
     """
     run = JudgeRun(kind, model_name, identity(kind, config))
-    return run_judge(sessions, run, make_judge(kind, model, tokenizer, config), prompt_ids, candidate_model,
-                     require_reference=kind == "reference", progress=progress, on_total=on_total)
+    return judge_prompts(sessions, run, make_judge(kind, model, tokenizer, config), prompt_ids, candidate_model,
+                         require_reference=kind == "reference", reporter=reporter)
+
+
+@dataclass
+class JudgeResult:
+    """What a judge run did and how far the judge can be trusted."""
+
+    model: str                 # the judge model's label
+    summary: JudgeSummary
+    measures: dict[str, Any]   # this judge's row of `judge_report`
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.summary.as_dict(), "report": self.measures}
+
+
+def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: str, *,
+              prompts: str | Path | None = None, candidates_from: str | None = None,
+              cache: ModelCache | None = None, reporter: Reporter = SILENT) -> JudgeResult:
+    """The `judge KIND` job: load the judge model, rank what it has not ranked, and report on it.
+
+    Args:
+        kind, config: the judge and its config dataclass (`CONFIGS[kind]`).
+        model_name: `--model NAME` of the judge (for `reward-model`, the reward model).
+        prompts: a JSON Lines prompts file: judge only its prompts (imported first).
+        candidates_from: judge only the candidates this model (any name it goes by) generated.
+        cache: models already loaded by the calling job (the pipeline loads its model once).
+    """
+    prompt_ids = prompts_from_file(sessions, prompts) if prompts else None
+    if candidates_from:
+        with sessions.begin() as session:
+            candidates_from = resolve_model(session, candidates_from, record=False)[0]
+    named = load_named_model(sessions, model_name, record=False, scorer=kind == "reward-model", cache=cache)
+    summary = judge_candidates(sessions, kind, named.model, named.tokenizer, named.label, config, prompt_ids,
+                               candidates_from, reporter)
+    with sessions.begin() as session:
+        (measures,) = judge_report(session, [summary.annotator_id])
+    return JudgeResult(named.label, summary, measures)

@@ -11,33 +11,35 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 
-from preflab.errors import InputError
+from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
 from preflab.labelling.judges.prompts import REFERENCE_PROMPT, SCORE_PROMPT, parse_score
 from preflab.labelling.selection import PromptCandidates
+from preflab.training.models.sampling import SamplingConfig
 
 KEEP_FAILED_REPLIES = 3
 
 
 @dataclass
-class ScoreConfig:
-    samples: int = field(default=3, metadata={"help": "Scores sampled and averaged per response."})
-    retries: int = field(default=2, metadata={"help": "Extra rounds for replies without a parseable score."})
-    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature of the judge."})
-    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling mass of the judge."})
-    max_new_tokens: int = field(default=192, metadata={"help": "Longest judge reply (justification + score)."})
-    batch_size: int = field(default=8, metadata={"help": "Judge replies sampled per batch."})
-    seed: int = field(default=0, metadata={"help": "Base random seed."})
+class ScoreConfig(SamplingConfig):
+    """How the score and reference judges sample their grades.
 
-    def __post_init__(self):
-        if self.samples < 1:
-            raise InputError("samples must be at least 1")
+    `n` (`--samples`) is how many grades are sampled and averaged per response;
+    the shorter default reply fits a justification and a score.
+    """
+
+    n: int = field(default=3, metadata={"help": "Scores sampled and averaged per response.",
+                                        "flags": ("--samples",)})
+    max_new_tokens: int = field(default=192, metadata={"help": "Longest judge reply (justification + score)."})
+    retries: int = field(default=2, metadata={"help": "Extra rounds for replies without a parseable score."})
+    batch_size: int = field(default=8, metadata={"help": "Judge replies sampled per batch."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
         if self.retries < 0:
-            raise InputError("retries cannot be negative")
-        if self.temperature <= 0 or not 0 < self.top_p <= 1:
-            raise InputError("temperature must be positive and top-p in (0, 1]")
-        if self.max_new_tokens < 1 or self.batch_size < 1:
-            raise InputError("max-new-tokens and batch-size must be at least 1")
+            raise ConfigError("--retries cannot be negative")
+        if self.batch_size < 1:
+            raise ConfigError("--batch-size must be at least 1")
 
 
 def grading_text(tokenizer, item: PromptCandidates, response: str, with_reference: bool) -> str:
@@ -66,7 +68,7 @@ def make_judge(model, tokenizer, config: ScoreConfig, with_reference: bool = Fal
         scores: dict[int, list[float]] = {cid: [] for cid in texts}
         failures: dict[int, list[str]] = {cid: [] for cid in texts}
         for round_ in range(config.retries + 1):
-            wanted = [cid for cid in texts for _ in range(config.samples - len(scores[cid]))]
+            wanted = [cid for cid in texts for _ in range(config.n - len(scores[cid]))]
             if not wanted:
                 break
             for start in range(0, len(wanted), config.batch_size):

@@ -11,10 +11,13 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session, sessionmaker
+
+from preflab.console import SILENT, Reporter
 from preflab.errors import InputError
 from preflab.labelling.studio.parse import TaskFields
 from preflab.labelling.studio.projects import CUSTOM, EXPORT_BASE_URL, ProjectInfo, ensure_project
@@ -87,12 +90,14 @@ def batches(tasks: Iterator[Any], size: int) -> Iterator[list[Any]]:
         yield batch
 
 
-def import_export(sessions, path: str | Path, *, base_url: str | None = None, project_id: int | None = None,
-                  fields: TaskFields = TaskFields(), buckets: list[str] | None = None,
-                  label_config: str | None = None, title: str | None = None,
-                  batch_tasks: int = BATCH_TASKS, progress: Callable[[int], None] | None = None
-                  ) -> tuple[ProjectInfo, SyncSummary]:
-    """Import every annotation of an export file; returns the project and a summary.
+def import_export(sessions: sessionmaker[Session], path: str | Path, *, base_url: str | None = None,
+                  project_id: int | None = None, fields: TaskFields = TaskFields(),
+                  buckets: list[str] | None = None, label_config: str | None = None, title: str | None = None,
+                  batch_tasks: int = BATCH_TASKS, reporter: Reporter = SILENT
+                  ) -> tuple[ProjectInfo | None, SyncSummary]:
+    """The `ls import` job: every annotation of an export file, a batch of tasks per transaction.
+
+    Returns the project (None for a file with no task) and a summary.
 
     Args:
         base_url, project_id: the project the export came from. The project id
@@ -119,10 +124,10 @@ def import_export(sessions, path: str | Path, *, base_url: str | None = None, pr
     total = SyncSummary()
     origin = str(path.resolve())
     received = (Received(text, count) for text, _, count in itertools.chain([first], tasks))
-    for batch in batches(received, batch_tasks):
-        with sessions.begin() as session:
-            total.add(store_tasks(session, project, batch, users={}, fields=fields, origin=origin))
-        if progress:
-            progress(len(batch))
+    with reporter.progress("importing tasks") as advance:
+        for batch in batches(received, batch_tasks):
+            with sessions.begin() as session:
+                total.add(store_tasks(session, project, batch, users={}, fields=fields, origin=origin))
+            advance(len(batch))
     return project, total
 

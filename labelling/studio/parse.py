@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from preflab.db.ingest import Invalid
 from preflab.db.store import content_hash
+from preflab.errors import ConfigError
 
 UNRANKED_BUCKET = "_"
 # Fields Label Studio recomputes on every request ("3 minutes ago"): not part of the payload.
@@ -31,13 +32,26 @@ VOLATILE = frozenset({"created_ago", "created_username"})
 
 @dataclass(frozen=True)
 class TaskFields:
-    """Where the prompt and the candidates are in a task's data."""
+    """Where the prompt and the candidates are in a task's data (preflab's templates: the defaults)."""
 
-    prompt: str = "prompt"
-    items: str = "items"
-    item_id: str = "id"
-    item_text: str = "body"
-    pair: tuple[str, str] | None = None  # e.g. ("answer1", "answer2") for a pairwise project without items
+    prompt_field: str = field(default="prompt", metadata={"help": "Task data field holding the prompt."})
+    items_field: str = field(default="items", metadata={"help": "Task data list of candidates."})
+    id_field: str = field(default="id", metadata={"help": "Candidate id field inside each item."})
+    text_field: str = field(default="body", metadata={"help": "Candidate text field inside each item."})
+    pair_fields: str | None = field(default=None, metadata={
+        "help": "LEFT,RIGHT: for pairwise projects without an items list, the two task data fields compared."})
+
+    def __post_init__(self) -> None:
+        if self.pair_fields is not None and self.pair is None:
+            raise ConfigError(f"--pair-fields takes two field names separated by a comma, not {self.pair_fields!r}")
+
+    @property
+    def pair(self) -> tuple[str, str] | None:
+        """The two fields of `pair_fields` (None when not given or malformed)."""
+        if self.pair_fields is None:
+            return None
+        pair = tuple(p.strip() for p in self.pair_fields.split(","))
+        return pair if len(pair) == 2 and all(pair) else None
 
 
 @dataclass(frozen=True)
@@ -72,22 +86,22 @@ def task_items(data: Any, fields: TaskFields = TaskFields()) -> TaskItems:
     """The prompt and candidates of a task's data; raises Invalid when they are not there."""
     if not isinstance(data, dict):
         raise Invalid("task data is not an object")
-    if fields.prompt not in data:
-        raise Invalid(f"task data has no '{fields.prompt}' field")
-    prompt = _text(data[fields.prompt], f"task data '{fields.prompt}'")
-    if fields.pair is not None and fields.items not in data:
+    if fields.prompt_field not in data:
+        raise Invalid(f"task data has no '{fields.prompt_field}' field")
+    prompt = _text(data[fields.prompt_field], f"task data '{fields.prompt_field}'")
+    if fields.pair is not None and fields.items_field not in data:
         left, right = fields.pair
         return TaskItems(prompt, ("left", "right"),
                          (_text(data.get(left), f"task data '{left}'"), _text(data.get(right), f"task data '{right}'")))
-    items = data.get(fields.items)
+    items = data.get(fields.items_field)
     if not isinstance(items, list) or len(items) < 2:
-        raise Invalid(f"task data '{fields.items}' is not a list of at least two items")
+        raise Invalid(f"task data '{fields.items_field}' is not a list of at least two items")
     ids, texts, seen = [], [], {}
     for n, item in enumerate(items):
-        if not isinstance(item, dict) or fields.item_id not in item:
-            raise Invalid(f"item {n} of task data has no '{fields.item_id}'")
-        item_id = str(item[fields.item_id])
-        text = _text(item.get(fields.item_text), f"item {item_id!r} '{fields.item_text}'")
+        if not isinstance(item, dict) or fields.id_field not in item:
+            raise Invalid(f"item {n} of task data has no '{fields.id_field}'")
+        item_id = str(item[fields.id_field])
+        text = _text(item.get(fields.text_field), f"item {item_id!r} '{fields.text_field}'")
         if item_id in ids:
             raise Invalid(f"item id {item_id!r} appears twice in the task data")
         h = content_hash(text)

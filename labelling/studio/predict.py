@@ -12,11 +12,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter
 from preflab.db.models import Annotator, AnnotatorKind, LSTask, Ranking, RankingItem, RankingStatus
 from preflab.errors import InputError
-from preflab.labelling.studio.projects import ProjectInfo
+from preflab.labelling.studio.client import LabelStudioClient
+from preflab.labelling.studio.projects import ProjectInfo, find_project
 from preflab.labelling.studio.push import item_id
 from preflab.templates import LIST, PAIRWISE, RANKER, TIE, TIE_VALUE
 
@@ -90,10 +92,20 @@ def _judge_rankings(session: Session, prompt_ids: set[int], judge: str | None) -
     return {key: [tiers[rid][t] for t in sorted(tiers[rid])] for key, rid in newest.items()}
 
 
-def predict(sessions, client, project: ProjectInfo, judge: str | None = None) -> PredictSummary:
-    """Upload the judges' rankings of the project's tasks as predictions."""
+def predict(sessions: sessionmaker[Session], client: LabelStudioClient, project_id: int | None,
+            judge: str | None = None, reporter: Reporter = SILENT) -> tuple[ProjectInfo, PredictSummary]:
+    """The `ls predict` job: upload the judges' rankings of the project's tasks as predictions.
+
+    The database is read in one short transaction before anything is uploaded,
+    so no transaction stays open while Label Studio is called.
+
+    Args:
+        project_id: the Label Studio project (default: the only one preflab knows on the server).
+        judge: only this judge's rankings (its annotator name); default: every AI judge's.
+    """
     summary = PredictSummary()
     with sessions.begin() as session:
+        project = find_project(session, client.base_url, project_id)
         tasks = session.execute(select(LSTask.task_id, LSTask.prompt_id, LSTask.shown_order)
                                 .where(LSTask.project_id == project.id).order_by(LSTask.task_id)).all()
         rankings = _judge_rankings(session, {pid for _, pid, _ in tasks}, judge)
@@ -116,7 +128,9 @@ def predict(sessions, client, project: ProjectInfo, judge: str | None = None) ->
                 continue
             uploads.append({"task": task_id, "model_version": name, "result": result})
             summary.judges[name] = summary.judges.get(name, 0) + 1
-    for start in range(0, len(uploads), BATCH):
-        client.import_predictions(project.project_id, uploads[start:start + BATCH])
-        summary.uploaded += len(uploads[start:start + BATCH])
-    return summary
+    with reporter.progress("uploading predictions", len(uploads)) as advance:
+        for start in range(0, len(uploads), BATCH):
+            client.import_predictions(project.project_id, uploads[start:start + BATCH])
+            summary.uploaded += len(uploads[start:start + BATCH])
+            advance(len(uploads[start:start + BATCH]))
+    return project, summary

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.db.models import LSProject
 from preflab.errors import InputError, NotFound
+from preflab.labelling.studio.client import LabelStudioClient
 from preflab.templates import TEMPLATES, bucket_names, label_config
 
 CUSTOM = "custom"  # a project preflab did not create: its template is whatever its owner wrote
@@ -73,9 +74,14 @@ def find_project(session: Session, base_url: str, project_id: int | None) -> Pro
     raise InputError(f"preflab knows several projects at {base_url} ({ids}); choose one with --project")
 
 
-def init_project(sessions, client, template: str, title: str, annotators_per_task: int = 3,
-                 show_predictions: bool = False, description: str | None = None) -> ProjectInfo:
-    """Create a Label Studio project from a preflab template and record it.
+def init_project(sessions: sessionmaker[Session], client: LabelStudioClient, template: str, title: str,
+                 annotators_per_task: int = 3, show_predictions: bool = False,
+                 description: str | None = None) -> ProjectInfo:
+    """The `ls init` job: create a Label Studio project from a preflab template and record it.
+
+    The row is written only once Label Studio has made the project (and the
+    project is deleted again if the row cannot be written), so the job owns
+    its one transaction.
 
     Several annotators see each task (`annotators_per_task`, overlap on every
     task); predictions (AI pre-annotations) stay hidden from annotators unless

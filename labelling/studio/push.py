@@ -12,15 +12,16 @@ from __future__ import annotations
 import hashlib
 import itertools
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, insert, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter
 from preflab.db.models import Candidate, LSTask
 from preflab.errors import InputError
-from preflab.labelling.studio.projects import CUSTOM, ProjectInfo
+from preflab.labelling.studio.client import LabelStudioClient
+from preflab.labelling.studio.projects import CUSTOM, ProjectInfo, find_project
 from preflab.labelling.selection import prompts_with_candidates
 
 KEY_FIELD = "preflab_task"  # in each task's data: lets a later push adopt tasks it created but did not record
@@ -104,7 +105,7 @@ def _record(session: Session, project: ProjectInfo, rows: list[tuple[int, int, s
             for tid, pid, h, order in rows])
 
 
-def adopt_unrecorded(sessions, client, project: ProjectInfo) -> int:
+def adopt_unrecorded(sessions: sessionmaker[Session], client: LabelStudioClient, project: ProjectInfo) -> int:
     """Record tasks a push created in Label Studio but could not record (it stopped in between)."""
     with sessions.begin() as session:
         recorded = set(session.scalars(select(LSTask.task_id).where(LSTask.project_id == project.id)))
@@ -133,21 +134,30 @@ def adopt_unrecorded(sessions, client, project: ProjectInfo) -> int:
     return len(rows)
 
 
-def push_tasks(sessions, client, project: ProjectInfo, seed: int = 0, limit: int | None = None,
-               batch_tasks: int = BATCH_TASKS, progress: Callable[[int], None] | None = None) -> PushSummary:
-    """Create the tasks the project lacks, a batch per request and transaction."""
+def push_tasks(sessions: sessionmaker[Session], client: LabelStudioClient, project_id: int | None, *,
+               seed: int = 0, limit: int | None = None, batch_tasks: int = BATCH_TASKS,
+               reporter: Reporter = SILENT) -> tuple[ProjectInfo, PushSummary]:
+    """The `ls push` job: create the tasks the project lacks, a batch per request and transaction.
+
+    Args:
+        project_id: the Label Studio project (default: the only one preflab knows on the server).
+        seed: seeds each task's shuffle of its candidates.
+        limit: push at most this many new tasks.
+    """
+    with sessions.begin() as session:
+        project = find_project(session, client.base_url, project_id)
     summary = PushSummary()
     summary.adopted = adopt_unrecorded(sessions, client, project)
     with sessions.begin() as session:
         planned = plan_tasks(session, project, seed, limit)
         summary.existing = session.scalar(select(func.count()).where(LSTask.project_id == project.id))
-    for start in range(0, len(planned), batch_tasks):
-        batch = planned[start:start + batch_tasks]
-        ids = client.import_tasks(project.project_id, [t.data for t in batch])
-        with sessions.begin() as session:
-            _record(session, project, [(tid, t.prompt_id, t.set_hash, t.order) for tid, t in zip(ids, batch)])
-        summary.created += len(ids)
-        summary.task_ids.extend(ids)
-        if progress:
-            progress(len(batch))
-    return summary
+    with reporter.progress("pushing tasks", len(planned)) as advance:
+        for start in range(0, len(planned), batch_tasks):
+            batch = planned[start:start + batch_tasks]
+            ids = client.import_tasks(project.project_id, [t.data for t in batch])
+            with sessions.begin() as session:
+                _record(session, project, [(tid, t.prompt_id, t.set_hash, t.order) for tid, t in zip(ids, batch)])
+            summary.created += len(ids)
+            summary.task_ids.extend(ids)
+            advance(len(batch))
+    return project, summary

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter
 from preflab.db.models import LSProject, Ranking, RankingStatus, utcnow
 from preflab.labelling.studio.annotations import LIVE, SOURCE, Received, SyncSummary, store_tasks
+from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.parse import TaskFields
 from preflab.labelling.studio.projects import ProjectInfo, ensure_project, find_project
 
@@ -32,9 +34,10 @@ def mark_deleted(session: Session, project: ProjectInfo, seen: set[int], exists)
     return len(gone)
 
 
-def sync_project(sessions, client, project_id: int | None, *, fields: TaskFields = TaskFields(),
-                 page_size: int = 100, progress=None) -> tuple[ProjectInfo, SyncSummary]:
-    """Pull every annotation of a Label Studio project into the database, a page per transaction.
+def sync_project(sessions: sessionmaker[Session], client: LabelStudioClient, project_id: int | None, *,
+                 fields: TaskFields = TaskFields(), page_size: int = 100,
+                 reporter: Reporter = SILENT) -> tuple[ProjectInfo, SyncSummary]:
+    """The `ls sync` job: pull every annotation of a Label Studio project, a page per transaction.
 
     Also works for a project preflab did not create (it is recorded on first
     sync). Annotations gone from the server are marked deleted once every page
@@ -49,11 +52,11 @@ def sync_project(sessions, client, project_id: int | None, *, fields: TaskFields
         project = ensure_project(session, client.base_url, project_id, title=remote.title or f"project {project_id}",
                                  label_config=remote.label_config or "")
     total, seen = SyncSummary(), set()
-    for page in client.iter_task_pages(project_id, page_size=page_size):
-        with sessions.begin() as session:
-            total.add(store_tasks(session, project, [Received.of(task) for task in page], users, fields, seen))
-        if progress:
-            progress(len(page))
+    with reporter.progress("syncing tasks") as advance:
+        for page in client.iter_task_pages(project_id, page_size=page_size):
+            with sessions.begin() as session:
+                total.add(store_tasks(session, project, [Received.of(task) for task in page], users, fields, seen))
+            advance(len(page))
     with sessions.begin() as session:
         total.deleted += mark_deleted(session, project, seen, client.annotation_exists)
         session.get(LSProject, project.id).synced_at = utcnow()

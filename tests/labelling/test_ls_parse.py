@@ -119,9 +119,10 @@ def test_bad_task_data_is_invalid(data, reason):
 
 def test_other_field_names():
     data = {"question": "q?", "answers": [{"key": "m1", "text": "one"}, {"key": "m2", "text": "two"}]}
-    items = task_items(data, TaskFields(prompt="question", items="answers", item_id="key", item_text="text"))
+    fields = TaskFields(prompt_field="question", items_field="answers", id_field="key", text_field="text")
+    items = task_items(data, fields)
     assert (items.prompt, items.ids, items.texts) == ("q?", ("m1", "m2"), ("one", "two"))
-    pair = task_items({"prompt": "q", "answer1": "a", "answer2": "b"}, TaskFields(pair=("answer1", "answer2")))
+    pair = task_items({"prompt": "q", "answer1": "a", "answer2": "b"}, TaskFields(pair_fields="answer1,answer2"))
     assert (pair.ids, pair.texts) == (("left", "right"), ("a", "b"))
 
 

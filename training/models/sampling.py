@@ -18,7 +18,7 @@ from preflab.errors import ConfigError
 class SamplingConfig:
     """How a model's replies are sampled."""
 
-    n: int = field(default=4, metadata={"help": "Samples per prompt."})
+    n: int = field(default=4, metadata={"help": "Samples per prompt.", "flags": ("-n",)})
     temperature: float = field(default=0.7, metadata={"help": "Sampling temperature."})
     top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling probability mass."})
     max_new_tokens: int = field(default=256, metadata={"help": "Longest reply, in tokens."})
