@@ -98,9 +98,8 @@ def train_once(sessions, base: Path, dataset: str, workdir: Path, grouped: bool,
                                per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.05, max_length=64,
                                logging_steps=10, save_steps=1_000_000, seed=seed, use_cpu=True)
     start = time.perf_counter()
-    result = train_reward(sessions, config, str(base), dataset, output_dir=str(workdir / ("grouped" if grouped
-                                                                                            else "pairwise")),
-                          callbacks=[clock], progress=False)
+    output_dir = workdir / ("grouped" if grouped else "pairwise")
+    result = train_reward(sessions, config, str(base), dataset, output_dir=str(output_dir), callbacks=[clock])
     return {"wall_s": time.perf_counter() - start, "train_s": result.metrics["train_runtime"], "cpu_s": clock.seconds,
             "steps": result.metrics["global_step"], "accuracy": result.metrics["heldout_accuracy"],
             "loss": result.metrics["last_loss"]}

@@ -47,11 +47,11 @@ SUMMARIES: dict[str, str] = {
     "judge": "Rank candidates with AI judges and report how far to trust them.",
     "ls": "Label Studio: projects, tasks, AI predictions and annotation sync.",
     "demo": "Self-contained demonstrations with a known answer.",
-    "bon": "Best-of-n analysis: reward against KL, exact KL and win rate, sampling.",
-    "train": "Train reward models and DPO policies; evaluate model versions.",
-    "self-reward": "Self-rewarding iterative DPO: the model writes, answers and judges its own prompts.",
-    "retrain": "The scheduled job: retrain on new comparisons, if enough have arrived.",
-    "schedule": "Run the retrain job on a cron schedule (a long-running scheduler).",
+    "bon": "Best-of-n analysis: how far the policy moved (KL) and whether the true reward followed.",
+    "train": "Train reward models and DPO policies from the stored preferences.",
+    "self-reward": "Self-rewarding iterative DPO: M_t writes prompts, samples, judges itself, and DPO gives M_{t+1}.",
+    "retrain": 'Retrain on the new comparisons if at least --min-new arrived; else say "nothing to do" (exit 0).',
+    "schedule": "Run `preflab retrain` on a cron schedule until stopped, logging each run.",
 }
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, summaries=SUMMARIES)

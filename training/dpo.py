@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy.orm import Session, sessionmaker
+
+from preflab.console import SILENT, Reporter
 from preflab.training.config import DPOTrainConfig
 from preflab.training.reward import load_tokenizer_for_training
 from preflab.training.runs import RunPlan, RunResult, execute, run_trainer, save_final, training_summary
@@ -42,9 +45,9 @@ def evaluate_policy_on_pairs(policy_path: str, reference_path: str, split, beta:
     return {f"heldout_{key}" if key != "pairs" else "heldout_pairs": value for key, value in result.items()}
 
 
-def train_dpo(sessions, config: DPOTrainConfig, model_name: str, dataset_version: str | None = None,
-              resume: bool = False, output_dir: str | None = None, callbacks: Sequence = (),
-              progress: bool = True) -> RunResult | None:
+def train_dpo(sessions: sessionmaker[Session] | None, config: DPOTrainConfig, model_name: str,
+              dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
+              callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
     """Train a policy with DPO and record it; returns the result on rank 0 (None on other ranks).
 
     Args are those of `preflab.training.reward.train_reward`.
@@ -53,7 +56,7 @@ def train_dpo(sessions, config: DPOTrainConfig, model_name: str, dataset_version
         from transformers import AutoModelForCausalLM
 
         trainer = build_dpo_trainer(plan, config)
-        output = run_trainer(trainer, plan, callbacks, progress)
+        output = run_trainer(trainer, plan, callbacks, reporter)
         save_final(trainer, plan, AutoModelForCausalLM)
         summary = training_summary(trainer, output)
         logged = [entry for entry in trainer.state.log_history if LOGGED[0] in entry]
@@ -69,4 +72,4 @@ def train_dpo(sessions, config: DPOTrainConfig, model_name: str, dataset_version
                                         config.beta, config.per_device_eval_batch_size)
 
     return execute("dpo", config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate,
-                   progress)
+                   reporter)

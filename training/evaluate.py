@@ -4,7 +4,8 @@ A reward model: its pairwise accuracy on a dataset version's test split. A
 policy: its win rate against the model it was trained from, on the held-out
 prompts (`Prompt.split == "test"`): both answer each prompt (greedy by default),
 a judge from `preflab.labelling.judges` compares the two answers, and a tie
-counts half.
+counts half. `evaluate_model_version` runs either and stores the report with
+the model version.
 """
 
 from __future__ import annotations
@@ -13,10 +14,44 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter
 from preflab.db.models import DatasetVersion, ModelVersion, Prompt, TrainingRun
-from preflab.errors import InputError, NotFound
+from preflab.errors import ConfigError, InputError, NotFound
+from preflab.labelling.judges.base import JUDGE_KINDS
+
+# Judges that compare answers on their own; the reference judge grades against a prompt's reference answer.
+ANSWER_JUDGES = tuple(kind for kind in JUDGE_KINDS if kind != "reference")
+
+
+@dataclass
+class EvalConfig:
+    """How `train eval` evaluates a model version (reward models use only the first and last fields)."""
+
+    dataset_version: str | None = field(default=None, metadata={
+        "help": "Reward models: the dataset version whose test split to use (default: the one trained on)."})
+    judge: str = field(default="pairwise", metadata={
+        "help": "Policies: the judge that compares the two answers.", "choices": ANSWER_JUDGES})
+    judge_model: str | None = field(default=None, metadata={
+        "help": "Policies: the judge's model (a reward model version for reward-model); default: the global --model."})
+    against: str | None = field(default=None, metadata={
+        "help": "Policies: compare with this model instead of the parent."})
+    limit: int | None = field(default=None, metadata={"help": "Policies: at most this many held-out prompts."})
+    max_new_tokens: int = field(default=128, metadata={"help": "Policies: longest answer, in tokens."})
+    sample: bool = field(default=False, metadata={
+        "help": "Policies: sample answers (temperature 0.7, top-p 0.9) instead of greedy decoding."})
+    seed: int = field(default=0, metadata={"help": "Policies: sampling seed."})
+    batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass."})
+
+    def __post_init__(self) -> None:
+        if self.judge not in ANSWER_JUDGES:
+            raise ConfigError(f"--judge must be one of {', '.join(ANSWER_JUDGES)} (the reference judge grades "
+                              f"against reference answers), got {self.judge!r}")
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"--limit must be at least 1, got {self.limit}")
+        if self.max_new_tokens < 1 or self.batch_size < 1:
+            raise ConfigError("--max-new-tokens and --batch-size must be at least 1")
 
 
 def find_model_version(session: Session, name_or_id: str) -> ModelVersion:
@@ -50,17 +85,17 @@ def dataset_for(session: Session, version: ModelVersion, name_or_id: str | None)
     return found
 
 
-def evaluate_reward_version(session: Session, version: ModelVersion, dataset_version: str | None = None,
+def evaluate_reward_version(version_name: str, dataset: DatasetVersion, model_path: str,
                             batch_size: int = 32) -> dict[str, Any]:
+    """Held-out pairwise accuracy of the reward model at `model_path` on `dataset`'s test split."""
     from preflab.training.data import load_splits
     from preflab.training.reward import evaluate_reward_model
 
-    dataset = dataset_for(session, version, dataset_version)
     splits = load_splits(dataset.path)
     if "test" not in splits:
         raise InputError(f"dataset version {dataset.name} has no test split to evaluate on")
-    metrics = evaluate_reward_model(version.path, splits["test"], batch_size)
-    return {"model_version": version.name, "kind": version.kind, "dataset_version": dataset.name, **metrics}
+    metrics = evaluate_reward_model(model_path, splits["test"], batch_size)
+    return {"model_version": version_name, "kind": "reward", "dataset_version": dataset.name, **metrics}
 
 
 @dataclass
@@ -152,24 +187,50 @@ def win_rate(plan: PolicyEval, judge, max_new_tokens: int = 128, do_sample: bool
             "identical_answers": len(items) - len(to_judge)}
 
 
-def judge_location(session: Session, kind: str, judge_model: str) -> tuple[str, str]:
-    """(label, where to load it) of the judge model; checked before anything is loaded."""
-    from preflab.labelling.judges.base import JUDGE_KINDS
-    from preflab.training.models.names import resolve_model
+def evaluate_model_version(sessions: sessionmaker[Session], name: str, config: EvalConfig,
+                           default_judge_model: str, reporter: Reporter = SILENT) -> dict[str, Any]:
+    """Evaluate a model version on held-out data and store the report in its metrics (under "eval").
 
-    if kind not in JUDGE_KINDS:
-        raise InputError(f"unknown judge {kind!r} (expected one of {', '.join(JUDGE_KINDS)})")
-    if kind == "reference":
-        raise InputError("the reference judge grades against a prompt's reference answer; choose another judge")
-    label, location, _ = resolve_model(session, judge_model, record=False)
-    return label, location
+    The database is read, then the models run with no transaction open, then the
+    report is written in a second, short transaction.
+
+    Args:
+        name: the model version's name or id.
+        default_judge_model: the policy judge's model when `config.judge_model` is not set.
+
+    Returns:
+        The report: held-out accuracy for a reward model, win rate for a policy.
+    """
+    from preflab.training.models.names import load_named_model
+
+    with sessions.begin() as session:
+        version = find_model_version(session, name)
+        version_id, kind = version.id, version.kind
+        if kind == "reward":
+            dataset = dataset_for(session, version, config.dataset_version)
+            model_path, version_name = version.path, version.name
+        else:
+            plan = plan_policy_eval(session, version, config.against, config.limit)
+    if kind == "reward":
+        reporter.note(f"scoring the test split of {dataset.name} with {version_name}")
+        report = evaluate_reward_version(version_name, dataset, model_path, config.batch_size)
+    else:
+        judge_model = load_named_model(sessions, config.judge_model or default_judge_model, record=False,
+                                       scorer=config.judge == "reward-model")
+        judge = make_policy_judge(config, judge_model)
+        reporter.note(f"{plan.policy} and {plan.baseline} answer {len(plan.prompts):,} held-out prompts; "
+                      f"the {config.judge} judge ({judge_model.label}) compares them")
+        report = win_rate(plan, judge, config.max_new_tokens, config.sample, config.seed, config.batch_size)
+        report |= {"judge": config.judge, "judge_model": judge_model.label}
+    with sessions.begin() as session:
+        row = session.get(ModelVersion, version_id)
+        row.metrics = {**(row.metrics or {}), "eval": report}
+    return report
 
 
-def load_judge(kind: str, location: str, batch_size: int = 8):
-    """A judge function (see `preflab.labelling.judges.run.make_judge`) on the model at `location`."""
+def make_policy_judge(config: EvalConfig, judge_model):
+    """The judge function (`preflab.labelling.judges.run.make_judge`) of `config.judge` on a loaded model."""
     from preflab.labelling.judges.run import CONFIGS, make_judge
-    from preflab.training.models.loading import load_causal_lm, load_sequence_scorer
 
-    load = load_sequence_scorer if kind == "reward-model" else load_causal_lm
-    model, tokenizer = load(location)
-    return make_judge(kind, model, tokenizer, CONFIGS[kind](batch_size=batch_size))
+    return make_judge(config.judge, judge_model.model, judge_model.tokenizer,
+                      CONFIGS[config.judge](batch_size=config.batch_size))

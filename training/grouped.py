@@ -9,6 +9,10 @@ by `prompt_id` and tokenized per candidate, the collator flattens the groups
 into one padded batch with pair indices, and `compute_loss` gathers the pairs'
 reward differences. Model loading, PEFT, dropout, logging, checkpointing and
 distributed training are RewardTrainer's and Trainer's own.
+
+`_prepare_dataset`, `_set_signature_columns_if_needed` and the metric state
+`compute_loss` fills are TRL internals: tests/training/test_trl_hooks.py checks
+them against the installed TRL, and pyproject.toml bounds trl to that minor version.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy.orm import Session, sessionmaker
+
+from preflab.console import SILENT, Reporter
 from preflab.training.config import RewardTrainConfig
 from preflab.training.runs import RunPlan, RunResult, execute, run_trainer, save_final, training_summary
 
@@ -55,9 +58,9 @@ def evaluate_reward_model(path: str, split, batch_size: int = 32) -> dict[str, A
             "heldout_mean_margin": result["mean_margin"]}
 
 
-def train_reward(sessions, config: RewardTrainConfig, model_name: str, dataset_version: str | None = None,
-                 resume: bool = False, output_dir: str | None = None, callbacks: Sequence = (),
-                 progress: bool = True) -> RunResult | None:
+def train_reward(sessions: sessionmaker[Session] | None, config: RewardTrainConfig, model_name: str,
+                 dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
+                 callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
     """Train a reward model and record it; returns the result on rank 0 (None on other ranks).
 
     Args:
@@ -66,12 +69,13 @@ def train_reward(sessions, config: RewardTrainConfig, model_name: str, dataset_v
         dataset_version: name or id; default the newest (exported first when out of date).
         resume: continue the newest unfinished run of this kind from its last checkpoint.
         callbacks: extra `transformers.TrainerCallback`s.
+        reporter: shows a progress bar while training (rank 0) when enabled.
     """
     def train(plan: RunPlan, config: RewardTrainConfig) -> dict[str, Any]:
         from transformers import AutoModelForSequenceClassification
 
         trainer = build_reward_trainer(plan, config)
-        output = run_trainer(trainer, plan, callbacks, progress)
+        output = run_trainer(trainer, plan, callbacks, reporter)
         save_final(trainer, plan, AutoModelForSequenceClassification)
         return training_summary(trainer, output)
 
@@ -84,4 +88,4 @@ def train_reward(sessions, config: RewardTrainConfig, model_name: str, dataset_v
 
     kind = "reward-grouped" if config.grouped else "reward"
     return execute(kind, config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate,
-                   progress)
+                   reporter)

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from preflab.errors import InputError, NotFound, TrainingError
 from preflab.settings import data_dir
@@ -211,9 +212,9 @@ def _share(value):
     return box[0]
 
 
-def execute(kind: str, config, sessions, model_name: str, dataset_version: str | None, resume: bool,
-            output_dir: str | None, train: Callable[[RunPlan, Any], dict[str, Any]],
-            evaluate: Callable[[RunPlan, Any], dict[str, Any]], progress: bool = True) -> RunResult | None:
+def execute(kind: str, config, sessions: sessionmaker[Session] | None, model_name: str, dataset_version: str | None,
+            resume: bool, output_dir: str | None, train: Callable[[RunPlan, Any], dict[str, Any]],
+            evaluate: Callable[[RunPlan, Any], dict[str, Any]], reporter: Reporter = SILENT) -> RunResult | None:
     """Plan (rank 0), train (all ranks), evaluate and record (rank 0).
 
     Args:
@@ -222,11 +223,12 @@ def execute(kind: str, config, sessions, model_name: str, dataset_version: str |
         train: trains, saves the final model to `plan.model_dir` and returns the training-loop
             numbers (called on every rank).
         evaluate: held-out metrics of the saved model (called on rank 0 only).
+        reporter: shows the training progress bar (and library bars) when enabled.
 
     Returns:
         The run's result on rank 0, None elsewhere.
     """
-    with quiet_libraries(progress):
+    with quiet_libraries(reporter.enabled):
         return _execute(kind, config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate)
 
 
@@ -283,7 +285,7 @@ def training_summary(trainer, output) -> dict[str, Any]:
             "world_size": trainer.args.world_size}  # what the Trainer really ran on, not what was asked
 
 
-def run_trainer(trainer, plan: RunPlan, callbacks: Sequence = (), progress: bool = True):
+def run_trainer(trainer, plan: RunPlan, callbacks: Sequence = (), reporter: Reporter = SILENT):
     """Train (from the plan's checkpoint, if resuming) with a progress bar on stderr on rank 0.
 
     transformers' own printers write log dicts to stdout, which would spoil `--json`: they go.
@@ -294,7 +296,7 @@ def run_trainer(trainer, plan: RunPlan, callbacks: Sequence = (), progress: bool
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    bar = RichProgress(f"training {plan.kind} run {plan.run_id}") if progress and is_main_process() else None
+    bar = RichProgress(f"training {plan.kind} run {plan.run_id}") if reporter.enabled and is_main_process() else None
     for callback in ([bar] if bar else []) + list(callbacks):
         trainer.add_callback(callback)
     try:

@@ -26,7 +26,7 @@ import pytest
 from click.testing import CliRunner
 
 LS_BIN_ENV = "PREFLAB_LABEL_STUDIO_BIN"
-DEFAULT_LS_BIN = "/root/.cache/ls-venv/bin/label-studio"
+DEFAULT_LS_BIN = Path.home() / ".cache" / "ls-venv" / "bin" / "label-studio"  # where `make test` puts it
 STARTUP_TIMEOUT = float(os.environ.get("PREFLAB_LABEL_STUDIO_STARTUP_TIMEOUT", "900"))
 CHROMIUM = os.environ.get("PREFLAB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from preflab.cli import cli as root
 from preflab.training.bestofn.estimator import estimate
 from preflab.training.bestofn.kl import theory
+from tests.training.pictures import assert_picture
 
 ESTIMATE_KEYS = ["n", "true", "proxy", "true_stderr", "groups", "kl_bound"]
 KL_KEYS = ["n", "kl_exact", "kl_bound", "kl_beirami", "win_rate", "win_rate_bound"]
-PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def run(*args, ok=True):
@@ -91,11 +91,12 @@ def test_plot_writes_the_picture(tmp_path, samples_file):
     path, _ = samples_file
     out = tmp_path / "plots" / "goodhart.png"
     result = json.loads(run("bon", "plot", path, "--out", out, "--json").stdout)
-    assert out.read_bytes().startswith(PNG) and result["out"] == str(out)
+    assert result["out"] == str(out)
+    assert assert_picture(out) == (1210, 495)  # two panels, 11 × 4.5 inches at 110 dpi
     assert result["n_max"] == 10 and set(result["fit"]) >= {"alpha", "beta", "kl_peak"}
     toy = tmp_path / "toy.png"
     assert "notebook toy" in run("bon", "plot", "--out", toy).stdout
-    assert toy.read_bytes().startswith(PNG)
+    assert_picture(toy)
 
 
 def test_demo_reproduces_the_notebook(tmp_path):
@@ -109,7 +110,8 @@ def test_demo_reproduces_the_notebook(tmp_path):
     assert np.all(np.diff(true) > 0) and proxy[-1] - true[-1] > 0.06      # the proxy overshoots
     assert np.abs(np.array(out["true_mc"]) - true).max() < 0.1
     assert out["kl"] == pytest.approx([math.log(n) - (n - 1) / n for n in out["n"]])
-    assert plot.read_bytes().startswith(PNG)
+    assert_picture(plot)
+    assert out["plot"] == str(plot) and set(out["fit"]) >= {"alpha", "beta", "kl_peak"}
     again = json.loads(run("demo", "bon", "--seed", "3", "--out", plot, "--json").stdout)
     assert again == out
     text = run("demo", "bon", "--samples", "500", "--trials", "10", "--out", plot).stdout
@@ -126,6 +128,8 @@ def test_demo_reproduces_the_notebook(tmp_path):
     (["bon", "kl", "--probs", "0.5,0.3", "--rewards", "1,2"], ["probabilities sum to 0.8, not 1"]),
     (["bon", "kl", "--probs", "0.5,0.5", "--rewards", "1"], ["2 probabilities but 1 rewards"]),
     (["bon", "kl", "--probs", "a,b", "--rewards", "1,2"], ["--probs must be comma-separated numbers"]),
+    (["demo", "bon", "--samples", "1"], ["--samples must be between 2 and 1,000,000"]),
+    (["bon", "sample", "--reward-model", "rm", "--top-p", "1.5"], ["--top-p must be in (0, 1]"]),
 ])
 def test_bad_input_is_one_line_and_non_zero(tmp_path, args, fragments):
     bad = tmp_path / "bad.jsonl"
@@ -143,15 +147,34 @@ def test_mixed_true_is_refused(tmp_path):
 
 
 def test_bon_help_imports_no_heavy_libraries():
-    code = ("import sys; from click.testing import CliRunner; from preflab.cli import cli; "
-            "[CliRunner().invoke(cli, args) for args in (['--help'], ['bon', '--help'], ['bon', 'estimate', '--help'],"
-            " ['demo', 'bon', '--help'])]; "
+    code = ("import sys; from click.testing import CliRunner; from preflab.cli import cli\n"
+            "for args in (['--help'], ['bon', '--help'], ['bon', 'estimate', '--help'], ['bon', 'sample', '--help'],"
+            " ['demo', 'bon', '--help']):\n"
+            "    r = CliRunner().invoke(cli, args); assert r.exit_code == 0 and 'Usage:' in r.output, (args, r.output)\n"
             "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'matplotlib') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
 
 def test_every_bon_command_has_help_with_an_example():
-    for command in ("estimate", "kl", "plot"):
+    for command in ("estimate", "kl", "plot", "sample"):
         assert "Example:" in run("bon", command, "--help").stdout
     assert "Example:" in run("demo", "bon", "--help").stdout
+
+
+def test_sample_options_are_the_sampling_config_with_best_of_n_defaults():
+    """`bon sample` takes n, temperature, top-p, max-new-tokens and seed from the one sampling config,
+    starting from the policy's own distribution (temperature 1, no truncation) and N = 8."""
+    import dataclasses
+
+    from preflab.training.bestofn.cli import sample_command
+    from preflab.training.models.sampling import SamplingConfig
+
+    defaults = {p.name: p.default for p in sample_command.params}
+    assert {f.name for f in dataclasses.fields(SamplingConfig)} <= set(defaults)
+    assert {k: defaults[k] for k in ("n", "temperature", "top_p", "max_new_tokens", "seed", "top_k", "batch_size",
+                                     "conversational")} == {"n": 8, "temperature": 1.0, "top_p": 1.0,
+                                                            "max_new_tokens": 128, "seed": 0, "top_k": 0,
+                                                            "batch_size": 8, "conversational": False}
+    assert "[default: 8]" in " ".join(run("bon", "sample", "--help").stdout.split())

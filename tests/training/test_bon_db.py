@@ -8,6 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from tests.training.pictures import assert_picture
+
 PROMPTS = 4
 
 
@@ -130,4 +132,4 @@ def test_plot_from_db(cli, world, tmp_path):
     cli("import", "rankings", path)
     out = tmp_path / "db.png"
     cli("bon", "plot", "--from-db", "--proxy", "rm-proxy", "--true", "gold-judge", "--out", out)
-    assert out.read_bytes().startswith(b"\x89PNG")
+    assert_picture(out)

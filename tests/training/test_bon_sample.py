@@ -42,7 +42,12 @@ def test_sample_stores_every_draw_and_the_estimate_reads_them(cli, sessions, set
                          "--prompts", prompts, "--max-new-tokens", 6, "--json").stdout)
     assert out["prompts"] == 3 and out["samples"] == 3 * n and out["kept"] == 0
     assert out["kl_bound"] == pytest.approx(math.log(n) - (n - 1) / n)
-    assert 0 <= out["kl_beirami"] <= out["kl_bound"] + 1e-9
+    # Beirami's estimate is read off the kept responses' own sampling probabilities.
+    from preflab.training.bestofn.kl import beirami_kl_log
+
+    kept = [s["logprob"] for s in out["selected"]]
+    assert len(kept) == 3 and all(lp < 0 for lp in kept)
+    assert out["kl_beirami"] == pytest.approx(float(np.mean(beirami_kl_log(kept, n))))
 
     from preflab.training.models.loading import load_sequence_scorer
     from preflab.training.models.scoring import reward_scores
@@ -67,6 +72,10 @@ def test_sample_stores_every_draw_and_the_estimate_reads_them(cli, sessions, set
             chosen = [i for i in items if i.details["selected"]]
             assert len(chosen) == 1 and chosen[0].score == max(i.score for i in items)
             assert chosen[0].tier == 0
+            kept = next(s for s in out["selected"] if s["candidate_id"] == chosen[0].candidate_id)
+            assert kept["logprob"] == pytest.approx(chosen[0].details["logprob"])
+            assert kept["mean_score"] == pytest.approx(
+                sum(i.score * i.details["copies"] for i in items) / n, abs=1e-5)
             for item in items:
                 sampling = candidates[item.candidate_id].sampling
                 assert sampling["best_of"] == n and sampling["temperature"] == 1.0
@@ -94,13 +103,15 @@ def test_logprob_is_the_sampling_probability(models):
     """With temperature 1 and no truncation, a draw's log-probability is the policy's own."""
     import torch
 
-    from preflab.training.bestofn.sample import BonSampleConfig, sample_sequences
+    from preflab.training.bestofn.config import BON_DEFAULTS, BonSampleConfig
+    from preflab.training.bestofn.sample import sample_sequences
     from preflab.training.models.loading import chat_text, load_causal_lm
 
     policy, _ = models
     model, tokenizer = load_causal_lm(str(policy), device="cpu")
     text = chat_text(tokenizer, PROMPTS[0])
-    (samples,) = sample_sequences(model, tokenizer, [text], BonSampleConfig(n=3, max_new_tokens=5), seed=0)
+    config = BonSampleConfig(**{**BON_DEFAULTS, "n": 3, "max_new_tokens": 5})  # temperature 1, no truncation
+    (samples,) = sample_sequences(model, tokenizer, [text], config, seed=0)
     prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     for sample in samples:
         ids = torch.tensor([prompt_ids + sample.token_ids])

@@ -16,6 +16,7 @@ from preflab.db.models import (
     SelfRewardIteration,
     TrainingRun,
 )
+from tests.training.pictures import assert_picture
 from tests.training.selfreward_world import human_rankings_of, one_torch_thread, toy_base, toy_world  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
@@ -78,7 +79,8 @@ def test_two_iterations_end_to_end_with_lineage_people_and_report(cli, sessions,
     assert it1["judge_agreement"]["shared_pairs"] > 20 and it1["judge_agreement"]["pairwise_agreement"] > 0.85
     assert it2["judge_agreement"]["pairwise_agreement"] is None  # nobody ranked iteration 2 yet
     assert it1["win_rate"] > 0.5 and it1["eval_prompts"] == 20, json.dumps([it1, it2])
-    assert (tmp_path / "loop.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert report["plot"] == str(tmp_path / "loop.png")
+    assert assert_picture(tmp_path / "loop.png") == (715, 440)  # 6.5 × 4 inches at 110 dpi
     table = cli("self-reward", "report", "--plot", tmp_path / "again.png").stdout
     assert "policy-" in table and "judge~people" in table
 

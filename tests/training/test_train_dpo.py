@@ -24,15 +24,21 @@ def run(url, *args, expect_ok=True):
     return result
 
 
-def chosen_minus_rejected(model_path, pairs) -> float:
-    """Mean log π(chosen) − log π(rejected) over the pairs."""
+def pair_gaps(model_path, pairs) -> list[float]:
+    """log π(chosen) − log π(rejected) of each pair."""
     from preflab.training.models.loading import load_causal_lm
     from preflab.training.models.scoring import completion_logprobs
 
     model, tokenizer = load_causal_lm(model_path)
     chosen = completion_logprobs(model, tokenizer, pairs["prompt"], pairs["chosen"])
     rejected = completion_logprobs(model, tokenizer, pairs["prompt"], pairs["rejected"])
-    return sum(c - r for c, r in zip(chosen, rejected)) / len(chosen)
+    return [c - r for c, r in zip(chosen, rejected)]
+
+
+def chosen_minus_rejected(model_path, pairs) -> float:
+    """Mean log π(chosen) − log π(rejected) over the pairs."""
+    gaps = pair_gaps(model_path, pairs)
+    return sum(gaps) / len(gaps)
 
 
 def test_dpo_raises_chosen_over_rejected_and_records_a_policy(toy_store, toy_base):
@@ -45,8 +51,13 @@ def test_dpo_raises_chosen_over_rejected_and_records_a_policy(toy_store, toy_bas
     metrics = report["metrics"]
     assert metrics["last_loss"] < metrics["first_loss"] and metrics["global_step"] == 16
     assert metrics["train_rewards_margins"] > 0 and metrics["train_rewards_accuracies"] > 0.5
-    # Held-out implicit-reward numbers are recorded (12 held-out pairs say little; the toy world test says more).
-    assert metrics["heldout_pairs"] > 0 and 0 <= metrics["heldout_reward_accuracy"] <= 1
+    # Held-out implicit-reward numbers are the saved policy's against its base on the run's test split:
+    # a pair's margin is β·[(log π − log π_ref)(chosen) − (log π − log π_ref)(rejected)].
+    test = load_from_disk(str(Path(report["path"]).parent / "data"))["test"][:]
+    margins = [0.1 * (p - b) for p, b in zip(pair_gaps(report["path"], test), pair_gaps(toy_base, test))]
+    assert metrics["heldout_pairs"] == len(margins) > 0
+    assert metrics["heldout_reward_margin"] == pytest.approx(sum(margins) / len(margins), abs=1e-4)
+    assert metrics["heldout_reward_accuracy"] == pytest.approx(sum(m > 0 for m in margins) / len(margins))
     assert metrics["heldout_chosen_reward"] - metrics["heldout_rejected_reward"] == pytest.approx(
         metrics["heldout_reward_margin"])
     with sessions.begin() as session:

@@ -50,7 +50,21 @@ def test_pairwise_run_records_run_dataset_and_model_version(db_url, toy_base, tm
         metrics = run_row.metrics
         assert metrics == version.metrics and metrics["global_step"] == 24
         assert metrics["last_loss"] < metrics["first_loss"]
-        assert metrics["heldout_pairs"] == dataset.n_test > 0 and 0 <= metrics["heldout_accuracy"] <= 1
+        assert metrics["heldout_pairs"] == dataset.n_test > 0
+    # The recorded held-out accuracy is the saved model's on the run's test split, pair by pair.
+    from datasets import load_from_disk
+
+    from preflab.training.models.loading import load_sequence_scorer
+    from preflab.training.models.scoring import reward_scores
+
+    test = load_from_disk(str(Path(report["path"]).parent / "data"))["test"]
+    model, tokenizer = load_sequence_scorer(report["path"])
+    chosen = reward_scores(model, tokenizer, test["prompt"], test["chosen"])
+    rejected = reward_scores(model, tokenizer, test["prompt"], test["rejected"])
+    assert len(chosen) == metrics["heldout_pairs"]
+    assert metrics["heldout_accuracy"] == pytest.approx(sum(c > r for c, r in zip(chosen, rejected)) / len(chosen))
+    assert metrics["heldout_mean_margin"] == pytest.approx(
+        sum(c - r for c, r in zip(chosen, rejected)) / len(chosen), abs=1e-4)
     # The backbone started from the base model's weights and moved.
     name = "model.layers.0.self_attn.q_proj.weight"
     assert not weight(toy_base, name).equal(weight(report["path"], name))
@@ -133,15 +147,14 @@ def test_a_crash_marks_the_run_failed_and_resume_continues_from_the_checkpoint(t
     config = RewardTrainConfig(max_steps=10, save_steps=4, per_device_train_batch_size=8, learning_rate=3e-3,
                                max_length=16, use_cpu=True, logging_steps=2)
     with pytest.raises(TrainingError, match="power cut") as failure:
-        train_reward(sessions, config, str(toy_base), callbacks=[PowerCut()], progress=False)
+        train_reward(sessions, config, str(toy_base), callbacks=[PowerCut()])
     assert str(failure.value).startswith("training run 1 failed: RuntimeError: power cut")
     with sessions.begin() as session:
         failed = session.scalars(select(TrainingRun)).one()
         assert failed.status == "failed" and failed.error.startswith("RuntimeError: power cut")
         assert failed.output_model_version_id is None and failed.finished_at is not None
 
-    result = train_reward(sessions, RewardTrainConfig(), "ignored on resume", resume=True, callbacks=[Steps()],
-                          progress=False)
+    result = train_reward(sessions, RewardTrainConfig(), "ignored on resume", resume=True, callbacks=[Steps()])
     assert result.run_id == failed.id and result.resumed
     assert Steps.taken == 6  # steps 5 … 10, after checkpoint-4
     assert result.metrics["global_step"] == 10
@@ -151,7 +164,7 @@ def test_a_crash_marks_the_run_failed_and_resume_continues_from_the_checkpoint(t
         assert session.scalar(select(func.count()).select_from(ModelVersion).where(ModelVersion.kind == "reward")) == 1
 
     with pytest.raises(Exception, match="no unfinished reward run to resume"):
-        train_reward(sessions, config, str(toy_base), resume=True, progress=False)
+        train_reward(sessions, config, str(toy_base), resume=True)
 
 
 def test_a_model_that_cannot_load_fails_the_run_with_one_line(toy_store):

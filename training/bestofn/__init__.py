@@ -5,6 +5,7 @@
   log n − (n−1)/n bound, Beirami et al.'s estimator.
 - `fit`: Gao et al.'s R(d) = d(α − βd) fit against d = √KL.
 - `sources`: samples from JSON Lines or from the database's scores and rankings.
-- `plot`, `demo`, `cli`, `sample`: the picture, the notebook's toy, the commands,
-  and best-of-n sampling with a trained reward model.
+- `plot`: the Goodhart picture.
+- `config`, `sample`: best-of-n sampling with a trained reward model, stored for estimation.
+- `jobs`: what the `preflab bon …` commands (`cli`) call.
 """

@@ -27,49 +27,22 @@ import hashlib
 import json
 import random
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 from sqlalchemy import insert, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter
 from preflab.db.models import Annotator, ModelVersion, Prompt, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs import tiers_from_scores
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
 from preflab.errors import InputError, NotFound
+from preflab.training.bestofn.config import BonSampleConfig
+from preflab.training.models.names import NamedModel
 
 SOURCE = "bon"
-
-
-@dataclass
-class BonSampleConfig:
-    """How best-of-n samples (defaults: the policy's own distribution, the reference of the KL)."""
-
-    n: int = field(default=8, metadata={"help": "Samples per prompt; the reward model keeps the best."})
-    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature."})
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling probability mass (1 = off)."})
-    top_k: int = field(default=0, metadata={"help": "Sample from the k likeliest tokens only (0 = off)."})
-    max_new_tokens: int = field(default=128, metadata={"help": "Longest response, in tokens."})
-    batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass (generation and scoring)."})
-    conversational: bool = field(default=False, metadata={
-        "help": "Score chat messages (for reward models trained on conversational exports)."})
-    seed: int = field(default=0, metadata={"help": "Random seed; each batch of prompts derives its own."})
-
-    def __post_init__(self):
-        if self.n < 1:
-            raise InputError("n must be at least 1")
-        if self.temperature <= 0:
-            raise InputError("temperature must be positive")
-        if not 0 < self.top_p <= 1:
-            raise InputError("top-p must be in (0, 1]")
-        if self.top_k < 0 or self.max_new_tokens < 1 or self.batch_size < 1:
-            raise InputError("top-k must be ≥ 0, max-new-tokens and batch-size ≥ 1")
-
-    def identity(self) -> dict[str, Any]:
-        """The settings that decide what is sampled (batch size only decides how fast)."""
-        return {k: v for k, v in asdict(self).items() if k != "batch_size"}
 
 
 @dataclass
@@ -93,16 +66,11 @@ def reward_model_version(session: Session, name: str) -> ModelVersion:
     return version
 
 
-def _stop_ids(model, tokenizer) -> set[int]:
-    ids = model.generation_config.eos_token_id
-    ids = set(ids if isinstance(ids, list) else [] if ids is None else [ids])
-    ids.update(i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None)
-    return ids
-
-
 def sample_sequences(model, tokenizer, texts: list[str], config: BonSampleConfig, seed: int) -> list[list[Sample]]:
     """`config.n` samples for each formatted text, in one batched `generate` call (left padding)."""
     import torch
+
+    from preflab.training.models.sampling import stop_ids
 
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     torch.manual_seed(seed)
@@ -114,7 +82,7 @@ def sample_sequences(model, tokenizer, texts: list[str], config: BonSampleConfig
         # log-softmax of the processed scores: each token's probability under what was sampled.
         steps = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).float().cpu()
     generated = out.sequences[:, enc["input_ids"].shape[1]:].tolist()
-    stop = _stop_ids(model, tokenizer)
+    stop = stop_ids(model, tokenizer)
     samples: list[Sample] = []
     for row, logps in zip(generated, steps.tolist()):
         end = next((i for i, t in enumerate(row) if t in stop), None)
@@ -223,52 +191,52 @@ def _store_prompt(session: Session, annotator_id: int, run: str, prompt_id: int,
                                      best["sample"].logprob, best["sample"].text))
 
 
-def best_of_n(sessions, policy, policy_tokenizer, policy_label: str, policy_version_id: int | None,
-              reward, reward_tokenizer, reward_name: str, reward_path: str, config: BonSampleConfig,
-              prompt_ids: list[int] | None = None, progress: Callable[[int], None] | None = None,
-              on_total: Callable[[int], None] | None = None) -> BonSampleSummary:
+def best_of_n(sessions: sessionmaker[Session], policy: NamedModel, reward: NamedModel, config: BonSampleConfig,
+              prompt_ids: list[int] | None = None, reporter: Reporter = SILENT) -> BonSampleSummary:
     """Sample N responses per prompt, score them, keep the best; store everything.
 
     Each batch of prompts is one transaction, so an interrupted run keeps what it
     finished and a re-run of the same settings samples only the prompts left.
+
+    Args:
+        policy: the loaded causal LM; its label and version are stored on the candidates.
+        reward: the loaded reward model; its label names the AI annotator of the rankings.
     """
     from preflab.training.models.loading import chat_text
     from preflab.training.models.scoring import reward_scores
 
     start = time.perf_counter()
-    summary = BonSampleSummary(reward_name, policy_label, config.n)
-    run = run_id(policy_label, reward_name, config)
+    summary = BonSampleSummary(reward.label, policy.label, config.n)
+    run = run_id(policy.label, reward.label, config)
     with sessions.begin() as session:
-        key = ("ai", reward_name)
-        known = session.scalar(select(Annotator.id).where(Annotator.kind == "ai", Annotator.name == reward_name))
+        key = ("ai", reward.label)
+        known = session.scalar(select(Annotator.id).where(Annotator.kind == "ai", Annotator.name == reward.label))
         annotator_id = ensure_annotators(session, {key: {"judge_kind": "reward-model",
-                                                         "model": reward_path[-300:]}})[key]
+                                                         "model": str(reward.location)[-300:]}})[key]
         if known is None:  # JSON through the ORM, as for candidates
             session.execute(update(Annotator), [{"id": annotator_id, "config": {
-                "model_version": reward_name, "use": "best-of-n"}}])
+                "model_version": reward.label, "use": "best-of-n"}}])
         todo, summary.kept = _prompts_to_sample(session, run, prompt_ids)
-    if on_total:
-        on_total(len(todo))
     per_batch = max(1, config.batch_size // config.n)
-    for batch in chunks(todo, per_batch):
-        seed = _batch_seed(config.seed, [pid for pid, _ in batch])
-        drawn = sample_sequences(policy, policy_tokenizer, [chat_text(policy_tokenizer, text) for _, text in batch],
-                                 config, seed)
-        prompts: list = [text for (_, text), samples in zip(batch, drawn) for _ in samples]
-        responses: list = [s.text for samples in drawn for s in samples]
-        if config.conversational:
-            prompts = [[{"role": "user", "content": p}] for p in prompts]
-            responses = [[{"role": "assistant", "content": r}] for r in responses]
-        values = iter(reward_scores(reward, reward_tokenizer, prompts, responses, config.batch_size))
-        rng = random.Random(seed)
-        with sessions.begin() as session:
-            for (prompt_id, _), samples in zip(batch, drawn):
-                scores = [round(next(values), 6) for _ in samples]
-                _store_prompt(session, annotator_id, run, prompt_id, samples, scores, policy_label,
-                              policy_version_id, config, seed, rng, summary)
-        summary.prompts += len(batch)
-        summary.samples += sum(len(s) for s in drawn)
-        if progress:
-            progress(len(batch))
+    with reporter.progress("best-of-n", len(todo)) as advance:
+        for batch in chunks(todo, per_batch):
+            seed = _batch_seed(config.seed, [pid for pid, _ in batch])
+            texts = [chat_text(policy.tokenizer, text) for _, text in batch]
+            drawn = sample_sequences(policy.model, policy.tokenizer, texts, config, seed)
+            prompts: list = [text for (_, text), samples in zip(batch, drawn) for _ in samples]
+            responses: list = [s.text for samples in drawn for s in samples]
+            if config.conversational:
+                prompts = [[{"role": "user", "content": p}] for p in prompts]
+                responses = [[{"role": "assistant", "content": r}] for r in responses]
+            values = iter(reward_scores(reward.model, reward.tokenizer, prompts, responses, config.batch_size))
+            rng = random.Random(seed)
+            with sessions.begin() as session:
+                for (prompt_id, _), samples in zip(batch, drawn):
+                    scores = [round(next(values), 6) for _ in samples]
+                    _store_prompt(session, annotator_id, run, prompt_id, samples, scores, policy.label,
+                                  policy.version_id, config, seed, rng, summary)
+            summary.prompts += len(batch)
+            summary.samples += sum(len(s) for s in drawn)
+            advance(len(batch))
     summary.seconds = time.perf_counter() - start
     return summary

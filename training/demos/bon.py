@@ -9,15 +9,15 @@ reward saturates at 5 while the proxy overshoots to ≈ 5.08 (the notebook repor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
-import click
 import numpy as np
 
-from preflab.console import echo_json
+from preflab.errors import ConfigError
 from preflab.settings import data_dir
 from preflab.training.bestofn.estimator import BonEstimate, estimate, geometric_ns
-from preflab.training.bestofn.fit import fit_gao
+from preflab.training.bestofn.fit import GaoFit, fit_gao
 from preflab.training.bestofn.kl import kl_bound
 
 NOTEBOOK_NS = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048]
@@ -30,12 +30,35 @@ def toy_samples(rng: np.random.Generator, shape) -> tuple[np.ndarray, np.ndarray
     return true, true + rng.uniform(-0.1, 0.1, shape)
 
 
+def toy_groups(samples: int = 10_000, seed: int = 0) -> list:
+    """The toy as one group of best-of-n samples: [("toy", proxy rewards, true rewards)]."""
+    true, proxy = toy_samples(np.random.default_rng(seed), samples)
+    return [("toy", proxy, true)]
+
+
 def monte_carlo(rng: np.random.Generator, n: int, trials: int) -> tuple[float, float]:
     """The notebook's naive estimate: `trials` fresh best-of-n draws; mean (true, proxy) of the picks."""
     true, proxy = toy_samples(rng, (trials, n))
     pick = proxy.argmax(axis=1)
     rows = np.arange(trials)
     return float(true[rows, pick].mean()), float(proxy[rows, pick].mean())
+
+
+@dataclass
+class BonDemoConfig:
+    """How big the toy experiment is."""
+
+    samples: int = field(default=10_000, metadata={
+        "help": "Samples the unbiased estimator reuses for every n.", "flags": ("-N",)})
+    trials: int = field(default=100, metadata={
+        "help": "Fresh best-of-n draws per n for the naive Monte Carlo (the notebook's 100)."})
+    seed: int = field(default=0, metadata={"help": "Random seed."})
+
+    def __post_init__(self) -> None:
+        if not 2 <= self.samples <= 1_000_000:
+            raise ConfigError(f"--samples must be between 2 and 1,000,000, got {self.samples:,}")
+        if not 1 <= self.trials <= 100_000:
+            raise ConfigError(f"--trials must be between 1 and 100,000, got {self.trials:,}")
 
 
 @dataclass
@@ -48,9 +71,12 @@ class DemoResult:
     no_noise: list[float]
     kl: list[float]
     curve: BonEstimate
+    fit: GaoFit | None = None
+    plot: Path | None = None
 
     def as_json(self) -> dict:
-        return {key: value for key, value in self.__dict__.items() if key != "curve"}
+        out = {key: value for key, value in self.__dict__.items() if key not in ("curve", "fit", "plot")}
+        return out | {"fit": self.fit.as_json() if self.fit else None, "plot": str(self.plot) if self.plot else None}
 
 
 def run_demo(samples: int = 10_000, trials: int = 100, seed: int = 0) -> DemoResult:
@@ -74,34 +100,11 @@ def run_demo(samples: int = 10_000, trials: int = 100, seed: int = 0) -> DemoRes
     )
 
 
-@click.command("bon")
-@click.option("--samples", "-N", default=10_000, show_default=True, type=click.IntRange(2, 1_000_000),
-              help="Samples the unbiased estimator reuses for every n.")
-@click.option("--trials", default=100, show_default=True, type=click.IntRange(1, 100_000),
-              help="Fresh best-of-n draws per n for the naive Monte Carlo (the notebook's 100).")
-@click.option("--seed", default=0, show_default=True, help="Random seed.")
-@click.option("--out", type=click.Path(dir_okay=False), help="Where to write the plot (default: DATA_DIR/bon-demo.png).")
-@click.option("--json", "as_json", is_flag=True, help="Print the numbers as JSON.")
-def demo_command(samples, trials, seed, out, as_json):
-    """The best-of-n notebook's toy: true vs proxy reward as n grows, and the plot.
-
-    Example: preflab demo bon --seed 1 --out bon.png
-    """
+def bon_demo(config: BonDemoConfig, out: str | Path | None = None) -> DemoResult:
+    """The demo: the numbers, Gao et al.'s fit of the true reward, and the plot (default DATA_DIR/bon-demo.png)."""
     from preflab.training.bestofn.plot import goodhart_plot
 
-    result = run_demo(samples, trials, seed)
-    curve = result.curve
-    fit = fit_gao(curve.kl_bound, curve.true)
-    path = goodhart_plot(curve, out or data_dir() / "bon-demo.png", fit, title="notebook toy")
-    if as_json:
-        echo_json(result.as_json() | {"samples": samples, "trials": trials, "seed": seed,
-                                      "fit": fit.as_json(), "plot": str(path)})
-        return
-    click.echo(f"{'n':>5}  {'true':>6}  {'proxy':>6}  {'true MC':>7}  {'proxy MC':>8}  {'no noise':>8}  {'KL':>6}")
-    for row in zip(result.n, result.true, result.proxy, result.true_mc, result.proxy_mc, result.no_noise, result.kl):
-        n, t, p, tm, pm, nn, kl = row
-        click.echo(f"{n:>5}  {t:>6.3f}  {p:>6.3f}  {tm:>7.3f}  {pm:>8.3f}  {nn:>8.3f}  {kl:>6.3f}")
-    click.echo(f"true/proxy: unbiased estimator over {samples:,} samples (every n-subset); "
-               f"MC: {trials} fresh best-of-n draws per n; no noise: 3 + 2n/(n+1); KL: log n − (n−1)/n")
-    click.echo(f"notebook: true 4.30 → 5.00, proxy 4.28 → 5.08; here: true {result.true[0]:.2f} → "
-               f"{result.true[-1]:.2f}, proxy {result.proxy[0]:.2f} → {result.proxy[-1]:.2f}; plot: {path}")
+    result = run_demo(config.samples, config.trials, config.seed)
+    result.fit = fit_gao(result.curve.kl_bound, result.curve.true)
+    result.plot = goodhart_plot(result.curve, out or data_dir() / "bon-demo.png", result.fit, title="notebook toy")
+    return result

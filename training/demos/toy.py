@@ -19,24 +19,39 @@ import json
 import random
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import click
+from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.console import echo_json, pass_settings
-from preflab.settings import Settings, data_dir
+from preflab.console import SILENT, Reporter
+from preflab.errors import ConfigError
+from preflab.settings import data_dir
 
 ANNOTATOR = "simulated-annotator"
 
 
 @dataclass
 class ToySettings:
-    prompts: int = 1000         # train and test together
-    candidates: int = 6         # sampled per prompt (the distinct ones are ranked)
-    test_size: float = 0.2
-    base_steps: int = 400       # SFT steps of the base model
-    seed: int = 0
+    """How big the digit world's experiment is."""
+
+    prompts: int = field(default=1000, metadata={
+        "help": "Prompts (train and test) the annotator ranks candidates for."})
+    candidates: int = field(default=6, metadata={
+        "help": "Candidates sampled per prompt (the distinct ones are ranked)."})
+    test_size: float = field(default=0.2, metadata={"help": "Share of the prompts held out."})
+    base_steps: int = field(default=400, metadata={"help": "Training steps of the base model on the digit language."})
+    seed: int = field(default=0, metadata={"help": "Seed of every random choice."})
+
+    def __post_init__(self) -> None:
+        if not 20 <= self.prompts <= 100_000:
+            raise ConfigError(f"--prompts must be between 20 and 100,000, got {self.prompts:,}")
+        if self.candidates < 2:
+            raise ConfigError(f"--candidates must be at least 2 (a ranking needs two), got {self.candidates}")
+        if not 0 < self.test_size < 1:
+            raise ConfigError(f"--test-size must be in (0, 1), got {self.test_size}")
+        if self.base_steps < 1:
+            raise ConfigError(f"--base-steps must be at least 1, got {self.base_steps}")
 
     def reward_config(self):
         from preflab.training.config import RewardTrainConfig
@@ -84,7 +99,8 @@ def toy_rankings(base_path: Path, settings: ToySettings, out: Path) -> int:
     return lines
 
 
-def run_toy(sessions, workdir: Path, settings: ToySettings, progress: bool = True) -> dict:
+def run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettings,
+            reporter: Reporter = SILENT) -> dict:
     """Run the whole toy pipeline on `sessions`' database; returns the numbers the demo prints."""
     import torch
 
@@ -93,13 +109,13 @@ def run_toy(sessions, workdir: Path, settings: ToySettings, progress: bool = Tru
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the models are tiny: more threads only add synchronisation
     try:
-        with quiet_libraries(progress):
-            return _run_toy(sessions, workdir, settings, progress)
+        with quiet_libraries(reporter.enabled):
+            return _run_toy(sessions, workdir, settings, reporter)
     finally:
         torch.set_num_threads(threads)
 
 
-def _run_toy(sessions, workdir: Path, settings: ToySettings, progress: bool) -> dict:
+def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettings, reporter: Reporter) -> dict:
     from sqlalchemy import select
     from transformers import AutoModelForCausalLM
 
@@ -124,6 +140,7 @@ def _run_toy(sessions, workdir: Path, settings: ToySettings, progress: bool) -> 
     base = toy.train_base_model(workdir / "base", steps=settings.base_steps, seed=settings.seed).resolve()
     n_rankings = toy_rankings(base, settings, workdir / "rankings.jsonl")
     lap("base_model")
+    reporter.note(f"trained the base model; the annotator ranked {n_rankings:,} prompts' candidates")
     imported = import_file(sessions, workdir / "rankings.jsonl", import_rankings_batch)
     with sessions.begin() as session:
         pairs = build_pairs(session)
@@ -133,10 +150,10 @@ def _run_toy(sessions, workdir: Path, settings: ToySettings, progress: bool) -> 
         dataset = {"name": version.name, "train": version.n_train, "test": version.n_test}
     lap("rankings_pairs_export")
     reward = train_reward(sessions, settings.reward_config(), str(base), dataset["name"],
-                          output_dir=str(workdir / "reward"), progress=progress)
+                          output_dir=str(workdir / "reward"), reporter=reporter)
     lap("reward_model")
     dpo = train_dpo(sessions, settings.dpo_config(), str(base), dataset["name"],
-                    output_dir=str(workdir / "dpo"), progress=progress)
+                    output_dir=str(workdir / "dpo"), reporter=reporter)
     lap("dpo")
     with sessions.begin() as session:
         test_prompts = [toy.parse_digits(text) for text in session.scalars(
@@ -162,42 +179,23 @@ def _run_toy(sessions, workdir: Path, settings: ToySettings, progress: bool) -> 
     }
 
 
-@click.command("toy")
-@click.option("--workdir", type=click.Path(file_okay=False),
-              help="Folder for the models, rankings and dataset (default: DATA_DIR/demo-toy).")
-@click.option("--prompts", type=click.IntRange(20, 100_000), default=ToySettings.prompts, show_default=True,
-              help="Prompts (train and test) the annotator ranks candidates for.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of every random choice.")
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
-@pass_settings
-def toy_command(settings: Settings, workdir, prompts, seed, as_json):
-    """The digit world of the minimal-RLHF notebook: reward model and DPO with a known answer.
+def toy_demo(settings: ToySettings, workdir: str | Path | None = None, database_url: str | None = None,
+             reporter: Reporter = SILENT) -> dict:
+    """The `demo toy` job: the toy pipeline in `workdir` (default DATA_DIR/demo-toy).
 
-    Uses the database given with --database-url (or PREFLAB_DATABASE_URL), else a
-    fresh SQLite file in the work folder, so the toy never mixes with real data.
+    Args:
+        database_url: the database to record everything in; default a fresh SQLite
+            file in the work folder, so the toy never mixes with real data.
 
-    Example: preflab demo toy --json
+    Returns:
+        `run_toy`'s numbers, with the settings used.
     """
-    from preflab.db.engine import open_database, session_factory
+    from preflab.db.engine import open_sessions
 
     workdir = Path(workdir) if workdir else data_dir() / "demo-toy"
-    explicit = click.get_current_context().find_root().params.get("database_url")
-    url = settings.database_url if explicit else f"sqlite:///{(workdir / 'toy.db').resolve()}"
-    if not explicit:
+    if database_url is None:
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "toy.db").unlink(missing_ok=True)
-    result = run_toy(session_factory(open_database(url)), workdir, ToySettings(prompts=prompts, seed=seed),
-                     progress=not as_json)
-    result["settings"] = asdict(ToySettings(prompts=prompts, seed=seed))
-    if as_json:
-        echo_json(result)
-        return
-    click.echo(f"{result['rankings']:,} rankings → {result['pairs']:,} pairs → {result['dataset']['name']} "
-               f"({result['dataset']['train']:,} train / {result['dataset']['test']:,} test pairs)")
-    click.echo(f"reward model {result['reward_model_version']}: held-out pairwise accuracy {result['rm_accuracy']:.3f}")
-    click.echo(f"policy {result['policy_model_version']}: P(preferred first digit) "
-               f"{result['p_preferred_before']:.3f} → {result['p_preferred_after']:.3f} on "
-               f"{result['held_out_prompts']} held-out prompts; KL to base {result['kl_to_base']:.3f} nats; "
-               f"base rule kept in {result['base_rule_rate_after']:.1%} of samples "
-               f"(base model {result['base_rule_rate_before']:.1%}); P(EOS after 4 digits) "
-               f"{result['stop_rate_before']:.3f} → {result['stop_rate_after']:.3f}")
+        database_url = f"sqlite:///{(workdir / 'toy.db').resolve()}"
+    result = run_toy(open_sessions(database_url), workdir, settings, reporter)
+    return result | {"settings": asdict(settings)}

@@ -2,30 +2,17 @@
 
 from __future__ import annotations
 
-import logging
 import signal
-import sys
 import threading
 from contextlib import contextmanager
-from pathlib import Path
 
 import click
 
-from preflab.console import echo_json, pass_settings
-from preflab.errors import ConfigError
-from preflab.settings import Settings, data_dir
+from preflab.console import Reporter, echo_json, json_option, pass_settings
+from preflab.settings import Settings
 
 CONFIG_HELP = ("Retrain config (TOML or JSON: what to train; see `preflab retrain --help`); "
                "default: PREFLAB_RETRAIN_CONFIG, else DATA_DIR/retrain.toml.")
-
-
-def _config_path(config_path: str | None) -> Path:
-    if config_path:
-        return Path(config_path)
-    default = data_dir() / "retrain.toml"
-    if not default.is_file():
-        raise ConfigError(f"no retrain config: pass --config FILE or write {default}")
-    return default
 
 
 @contextmanager
@@ -51,7 +38,7 @@ def _sigterm_exits():
               help=CONFIG_HELP)
 @click.option("--min-new", type=click.IntRange(min=0), help="New comparisons needed to retrain (default: the "
                                                              "config's min_new, else 100).")
-@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+@json_option
 @pass_settings
 def retrain_command(settings: Settings, config_path, min_new, as_json):
     """Retrain on the new comparisons if at least --min-new arrived; else say "nothing to do" (exit 0).
@@ -75,12 +62,12 @@ def retrain_command(settings: Settings, config_path, min_new, as_json):
     Example: preflab retrain --config retrain.toml --min-new 200
     """
     from preflab.db.engine import open_sessions
-    from preflab.training.retrain.job import load_retrain_config, retrain
+    from preflab.training.retrain.job import find_retrain_config, load_retrain_config, retrain
 
-    config = load_retrain_config(_config_path(config_path))
+    config = load_retrain_config(find_retrain_config(config_path))
     with _sigterm_exits():
         result = retrain(open_sessions(settings.database_url), config, settings.model, min_new,
-                         log=lambda message: click.echo(message, err=True), progress=not as_json)
+                         reporter=Reporter(not as_json))
     if as_json:
         echo_json(result.as_dict())
     else:
@@ -108,25 +95,9 @@ def schedule_command(settings: Settings, cron, config_path, min_new, timezone, r
 
     Example: preflab schedule --cron "0 3 * * *" --config retrain.toml --log-file retrain.log
     """
-    from preflab.training.retrain.job import load_retrain_config
-    from preflab.training.retrain.schedule import cron_trigger, retrain_job, run_scheduler
+    from preflab.training.retrain.job import find_retrain_config
+    from preflab.training.retrain.schedule import schedule_retrain
 
-    path = _config_path(config_path)
-    load_retrain_config(path)  # a broken config fails now, not at three in the morning
-    trigger = cron_trigger(cron, timezone)
-    logger = logging.getLogger("preflab.schedule")
-    handlers = [logging.StreamHandler(sys.stderr)] + ([logging.FileHandler(log_file)] if log_file else [])
-    for handler in handlers:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-        logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        logger.info("scheduling `preflab retrain --config %s` at %r (%s) on %s", path, cron, timezone,
-                    settings.redacted_url())
-        runs = run_scheduler(trigger, retrain_job(settings.database_url, settings.model, str(path), min_new, timeout),
-                             timezone, max_runs, run_now)
-    finally:
-        for handler in handlers:
-            logger.removeHandler(handler)
-            handler.close()
+    runs = schedule_retrain(settings.database_url, settings.model, find_retrain_config(config_path), cron, timezone,
+                            min_new, run_now, max_runs, timeout, log_file, described_url=settings.redacted_url())
     click.echo(f"scheduler stopped after {runs} run(s)")

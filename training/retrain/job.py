@@ -37,17 +37,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter
 from preflab.db.models import Annotator, DatasetVersion, ModelVersion, Ranking, RankingStatus, TrainingRun
-from preflab.errors import ConfigError, InputError, LockHeld, TrainingError
+from preflab.errors import ConfigError, LockHeld, TrainingError
 from preflab.settings import data_dir
 
 LOCK = "retrain"
@@ -115,7 +115,7 @@ def parse_retrain_config(data: dict, where: str = "the retrain config") -> Retra
     export_keys = {f.name for f in dataclasses.fields(ExportSettings)}
     try:
         export = ExportSettings(**_table(data, "export", export_keys, where))
-    except InputError as exc:
+    except ConfigError as exc:
         raise ConfigError(f"{where}: [export] {exc}") from None
     trains, models = {}, {}
     for kind, cls in (("reward", RewardTrainConfig), ("dpo", DPOTrainConfig)):
@@ -142,6 +142,16 @@ def _toml():
             raise ConfigError("reading a TOML config needs Python 3.11 or the tomli package; "
                               "or write the config as JSON") from None
     return tomllib
+
+
+def find_retrain_config(path: str | Path | None = None) -> Path:
+    """The retrain config file: `path`, else DATA_DIR/retrain.toml."""
+    if path:
+        return Path(path)
+    default = data_dir() / "retrain.toml"
+    if not default.is_file():
+        raise ConfigError(f"no retrain config: pass --config FILE or write {default}")
+    return default
 
 
 def load_retrain_config(path: str | Path) -> RetrainConfig:
@@ -216,9 +226,13 @@ def make_current(session: Session, version_id: int) -> None:
     version.is_current = True
 
 
-def retrain(sessions, config: RetrainConfig, default_model: str, min_new: int | None = None,
-            log: Callable[[str], None] = lambda m: None, progress: bool = True) -> RetrainResult:
+def retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_model: str, min_new: int | None = None,
+            reporter: Reporter = SILENT) -> RetrainResult:
     """Run the retrain job once; see the module docstring.
+
+    Args:
+        min_new: new comparisons needed to retrain; default the config's `min_new`.
+        reporter: notes each stage, and shows the training progress bars.
 
     Raises:
         TrainingError: a configured training failed (the previous model version stays current).
@@ -228,13 +242,14 @@ def retrain(sessions, config: RetrainConfig, default_model: str, min_new: int | 
     min_new = config.min_new if min_new is None else min_new
     try:
         with hold(sessions, LOCK, config.lock_ttl) as lease:
-            log(f"holding the {LOCK} lock as {lease.holder}")
-            return _retrain(sessions, config, default_model, min_new, log, progress)
+            reporter.note(f"holding the {LOCK} lock as {lease.holder}")
+            return _retrain(sessions, config, default_model, min_new, reporter)
     except LockHeld as exc:
         return RetrainResult("locked", f"skipped: {exc}", min_new=min_new)
 
 
-def _retrain(sessions, config: RetrainConfig, default_model: str, min_new: int, log, progress) -> RetrainResult:
+def _retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_model: str, min_new: int,
+             reporter: Reporter) -> RetrainResult:
     from preflab.db.export import export_dataset
     from preflab.db.pairs import build_pairs
     from preflab.db.locks import db_now
@@ -259,8 +274,8 @@ def _retrain(sessions, config: RetrainConfig, default_model: str, min_new: int, 
         version.settings = {**version.settings, "job": "retrain", "rankings_until": cutoff.isoformat(),
                             "trained": False}
         dataset = version.name
-    log(f"{new:,} new comparisons: rebuilt {build.pairs:,} pairs, exported dataset version {dataset}")
-    runs = [_train_one(sessions, config, kind, default_model, dataset, folder, log, progress)
+    reporter.note(f"{new:,} new comparisons: rebuilt {build.pairs:,} pairs, exported dataset version {dataset}")
+    runs = [_train_one(sessions, config, kind, default_model, dataset, folder, reporter)
             for kind in config.kinds()]
     failed = [r for r in runs if r["status"] == "failed"]
     if failed:
@@ -275,8 +290,8 @@ def _retrain(sessions, config: RetrainConfig, default_model: str, min_new: int, 
                          since_name, dataset, runs)
 
 
-def _train_one(sessions, config: RetrainConfig, kind: str, default_model: str, dataset: str, folder: Path,
-               log, progress) -> dict[str, Any]:
+def _train_one(sessions: sessionmaker[Session], config: RetrainConfig, kind: str, default_model: str, dataset: str,
+               folder: Path, reporter: Reporter) -> dict[str, Any]:
     from preflab.training.dpo import train_dpo
     from preflab.training.faults import trainer_callback
     from preflab.training.reward import train_reward
@@ -289,23 +304,23 @@ def _train_one(sessions, config: RetrainConfig, kind: str, default_model: str, d
     if config.start_from == "current" and current is not None and current.path:
         start = current_name
     train = train_reward if kind == "reward" else train_dpo
-    log(f"training {kind} from {start}")
+    reporter.note(f"training {kind} from {start}")
     try:
         result = train(sessions, getattr(config, kind), start, dataset, output_dir=str(folder / kind),
-                       callbacks=[trainer_callback("retrain")], progress=progress)
+                       callbacks=[trainer_callback("retrain")], reporter=reporter)
     except Exception as exc:  # the run is recorded as failed; the other kind may still train
         run_id = _failed_run_after(sessions, last_run)
-        log(f"{kind} training failed: {exc}")
+        reporter.note(f"{kind} training failed: {exc}")
         return {"kind": kind, "status": "failed", "run_id": run_id, "error": str(exc).splitlines()[0][:300],
                 "model_version": None, "current": current_name, "metrics": None}
     with sessions.begin() as session:
         make_current(session, result.model_version_id)
-    log(f"{result.model_version} is now the current {MODEL_KIND[kind]} model")
+    reporter.note(f"{result.model_version} is now the current {MODEL_KIND[kind]} model")
     return {"kind": kind, "status": "succeeded", "run_id": result.run_id, "error": None,
             "model_version": result.model_version, "current": result.model_version, "metrics": result.metrics}
 
 
-def _failed_run_after(sessions, last_run: int) -> int | None:
+def _failed_run_after(sessions: sessionmaker[Session], last_run: int) -> int | None:
     """The run this job recorded before it failed (None when it failed before recording one)."""
     with sessions.begin() as session:
         return session.scalar(select(TrainingRun.id).where(TrainingRun.id > last_run, TrainingRun.status == "failed")

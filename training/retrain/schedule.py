@@ -18,8 +18,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from preflab.errors import InputError
 
@@ -139,3 +141,41 @@ def run_scheduler(trigger, job: Callable[[], int], timezone: str = "UTC", max_ru
             signal.signal(sig, handler)
     log.info("scheduler stopped after %d run(s)", runs)
     return runs
+
+
+@contextmanager
+def logging_to(log_file: str | Path | None = None) -> Iterator[logging.Logger]:
+    """The scheduler's log on stderr (and appended to `log_file`), with timestamps, while the context lasts."""
+    handlers = [logging.StreamHandler(sys.stderr)] + ([logging.FileHandler(log_file)] if log_file else [])
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        yield log
+    finally:
+        for handler in handlers:
+            log.removeHandler(handler)
+            handler.close()
+
+
+def schedule_retrain(database_url: str, model: str, config_path: str | Path, cron: str, timezone: str = "UTC",
+                     min_new: int | None = None, run_now: bool = False, max_runs: int | None = None,
+                     timeout: float | None = None, log_file: str | Path | None = None,
+                     described_url: str | None = None) -> int:
+    """The `schedule` job: run `preflab retrain` on a cron schedule until stopped; returns the runs made.
+
+    The config is read (and checked) now, so a broken one fails at once rather than at three in the morning.
+
+    Args:
+        described_url: the database as the log may show it (a password redacted).
+    """
+    from preflab.training.retrain.job import load_retrain_config
+
+    load_retrain_config(config_path)
+    trigger = cron_trigger(cron, timezone)
+    with logging_to(log_file):
+        log.info("scheduling `preflab retrain --config %s` at %r (%s) on %s", config_path, cron, timezone,
+                 described_url or "the configured database")
+        job = retrain_job(database_url, model, str(config_path), min_new, timeout)
+        return run_scheduler(trigger, job, timezone, max_runs, run_now)

@@ -2,20 +2,38 @@
 
 from __future__ import annotations
 
-from functools import partial
+import dataclasses
 
 import click
 from click.core import ParameterSource
 
-from preflab.console import echo_json
+from preflab.console import Reporter, config_options, echo_json, json_option
 from preflab.settings import Settings
-from preflab.training.cli import config_options
 from preflab.training.config import DPOTrainConfig
-from preflab.training.selfreward.loop import SelfRewardConfig
+from preflab.training.selfreward.config import SelfRewardConfig
+
+# Both configs have a seed: DPO's is --seed (as in `train dpo`), the loop's sampling seed --sampling-seed.
+LOOP_RENAMED = {"seed": "sampling_seed"}
 
 
 def _rate(value, spec: str = ".3f") -> str:
     return "n/a" if value is None else format(value, spec)
+
+
+def _only(cls, names) -> tuple[str, ...]:
+    """Every field of `cls` except `names` (to give those an option of their own)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in names)
+
+
+def _given(ctx: click.Context, values: dict, cls, renamed: dict[str, str] | None = None) -> dict:
+    """The fields of `cls` set on the command line (not left at their defaults)."""
+    renamed = renamed or {}
+    out = {}
+    for f in dataclasses.fields(cls):
+        param = renamed.get(f.name, f.name)
+        if ctx.get_parameter_source(param) is not ParameterSource.DEFAULT:
+            out[f.name] = values[param]
+    return out
 
 
 @click.group("self-reward", invoke_without_command=True)
@@ -24,8 +42,9 @@ def _rate(value, spec: str = ".3f") -> str:
 @click.option("--loop", default="default", show_default=True, help="Name of the loop; one database can hold several.")
 @click.option("--output-dir", type=click.Path(file_okay=False),
               help="Folder for datasets and models (default: DATA_DIR/self-reward/LOOP).")
-@click.option("--json", "as_json", is_flag=True, help="Print a summary per iteration as JSON.")
-@config_options(SelfRewardConfig)
+@json_option
+@config_options(SelfRewardConfig, exclude=tuple(LOOP_RENAMED))
+@config_options(SelfRewardConfig, exclude=_only(SelfRewardConfig, LOOP_RENAMED), prefix="sampling_")
 @config_options(DPOTrainConfig)
 @click.pass_context
 def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
@@ -44,16 +63,15 @@ def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
     if iterations is None:
         raise click.UsageError("give --iterations T, or a subcommand (report)")
     from preflab.db.engine import open_sessions
-    from preflab.console import Reporter
-    from preflab.training.selfreward.loop import loop_settings, run_self_reward
+    from preflab.training.selfreward.config import loop_settings
+    from preflab.training.selfreward.loop import run_self_reward
 
     settings = ctx.find_object(Settings)
     sessions = open_sessions(settings.database_url)
-    given = {name for name in fields if ctx.get_parameter_source(name) is not ParameterSource.DEFAULT}
-    config, dpo = loop_settings(sessions, loop, fields, given, settings.model)
-    summaries = run_self_reward(sessions, config, dpo, iterations, loop, output_dir,
-                                log=lambda message: click.echo(message, err=True),
-                                bar=partial(progress_bar, enabled=not as_json), progress=not as_json)
+    with sessions.begin() as session:
+        config, dpo = loop_settings(session, loop, _given(ctx, fields, SelfRewardConfig, LOOP_RENAMED),
+                                    _given(ctx, fields, DPOTrainConfig), settings.model)
+    summaries = run_self_reward(sessions, config, dpo, iterations, loop, output_dir, reporter=Reporter(not as_json))
     if as_json:
         echo_json(summaries)
         return
@@ -70,7 +88,7 @@ def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
 @click.option("--loop", default="default", show_default=True, help="Name of the loop.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
               help="Where to write the PNG (default: self-reward-LOOP.png in the current folder).")
-@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@json_option
 @click.pass_context
 def report_command(ctx, loop, plot_path, as_json):
     """Each iteration's win rate against the previous model and its judge's agreement with people; a PNG plot.
@@ -78,11 +96,10 @@ def report_command(ctx, loop, plot_path, as_json):
     Example: preflab self-reward report --loop default --plot loop.png
     """
     from preflab.db.engine import open_sessions
-    from preflab.training.selfreward.report import loop_report, plot_report
+    from preflab.training.selfreward.report import write_loop_report
 
     with open_sessions(ctx.find_object(Settings).database_url).begin() as session:
-        rows = loop_report(session, loop)
-    path = plot_report(rows, plot_path or f"self-reward-{loop}.png", f"Self-rewarding loop {loop!r}")
+        rows, path = write_loop_report(session, loop, plot_path)
     if as_json:
         echo_json({"loop": loop, "plot": str(path), "iterations": rows})
         return

@@ -6,14 +6,13 @@ store): the judge's rankings of the iteration's own prompts, plus, with
 `--with-human`, people's rankings collected since the previous iteration. Per
 ranking either the highest-against-lowest pair (a ranking whose candidates all
 tie gives none) or every strict pair. The dataset is conversational (chat
-messages), as the candidates were sampled through the chat template, and split
-by prompt like every preflab export.
+messages), as the candidates were sampled through the chat template, split by
+prompt like every preflab export, and written by the same writer
+(`preflab.db.export.write_dataset`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 from collections import defaultdict
 from dataclasses import dataclass
@@ -23,8 +22,7 @@ from pathlib import Path
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from preflab.db.export import split_prompts
-from preflab.db.models import Annotator, Candidate, DatasetVersion, Prompt, Ranking, RankingItem, RankingStatus
+from preflab.db.models import Annotator, DatasetVersion, Prompt, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs import expand_tiers
 from preflab.db.store import chunks
 from preflab.errors import TrainingError
@@ -104,75 +102,41 @@ def human_pairs(session: Session, since: datetime | None, exclude: set[int], str
     return out
 
 
-def _texts(session: Session, model, ids: set[int]) -> dict[int, tuple[str, str]]:
-    out = {}
-    for part in chunks(sorted(ids)):
-        out.update((i, (t, h)) for i, t, h in session.execute(
-            select(model.id, model.text, model.content_hash).where(model.id.in_(part))))
-    return out
-
-
-def write_iteration_dataset(session: Session, pairs: list[Pair], out_dir: str | Path, name: str, iteration: int,
+def write_iteration_dataset(session: Session, pairs: list[Pair], out_dir: str | Path, prefix: str, iteration: int,
                             settings: dict, test_size: float, seed: int) -> DatasetVersion:
-    """Write the pairs as a `save_to_disk` DatasetDict (train/test by prompt) and record the version.
+    """Write the pairs as a conversational dataset version (train/test by prompt), named `PREFIX-HASH8`.
 
     A prompt that already has a split (from an earlier export) keeps it; the
     others are split as `preflab export` splits them, and their split is stored.
+
+    Args:
+        settings: stored with the version (the loop, its iteration and pair strategy).
     """
-    import datasets
-    from datasets import Dataset, DatasetDict
+    from preflab.db.export import ExportSettings, split_prompts, write_dataset
 
     if not pairs:
         raise TrainingError(f"iteration {iteration} has no preference pairs to train on")
-    prompts = _texts(session, Prompt, {p.prompt_id for p in pairs})
-    candidates = _texts(session, Candidate, {c for p in pairs for c in (p.chosen_id, p.rejected_id)})
-    pseudonyms = dict(session.execute(select(Annotator.id, Annotator.pseudonym).where(
-        Annotator.id.in_({p.annotator_id for p in pairs}))).all())
-    existing = {}
-    for part in chunks(sorted(prompts)):
-        existing.update(session.execute(select(Prompt.id, Prompt.split).where(
-            Prompt.id.in_(part), Prompt.split.is_not(None))).all())
-    fresh = {pid: h for pid, (_, h) in prompts.items() if pid not in existing}
-    splits = {**split_prompts(fresh, test_size, seed), **existing}
+    fresh: dict[int, str] = {}
+    splits: dict[int, str] = {}
+    for part in chunks(sorted({p.prompt_id for p in pairs})):
+        for pid, digest, split in session.execute(select(Prompt.id, Prompt.content_hash, Prompt.split)
+                                                  .where(Prompt.id.in_(part))):
+            if split is None:
+                fresh[pid] = digest
+            else:
+                splits[pid] = split
+    splits |= split_prompts(fresh, test_size, seed)
     if fresh:
         session.execute(update(Prompt), [{"id": pid, "split": splits[pid]} for pid in fresh])
-
-    rows: dict[str, list[dict]] = {"train": [], "test": []}
-    identity = []
-    for p in sorted(pairs, key=lambda p: (p.prompt_id, p.chosen_id, p.rejected_id, p.annotator_id)):
-        split = "test" if splits[p.prompt_id] == "test" else "train"
-        rows[split].append({
-            "prompt": [{"role": "user", "content": prompts[p.prompt_id][0]}],
-            "chosen": [{"role": "assistant", "content": candidates[p.chosen_id][0]}],
-            "rejected": [{"role": "assistant", "content": candidates[p.rejected_id][0]}],
-            "margin": p.margin, "prompt_id": p.prompt_id, "weight": 1.0, "annotator_kind": p.kind,
-            "annotator": pseudonyms[p.annotator_id]})
-        identity.append([split, prompts[p.prompt_id][1], candidates[p.chosen_id][1], candidates[p.rejected_id][1],
-                         round(p.margin, 6), p.kind, pseudonyms[p.annotator_id]])
-    if not rows["train"]:
+    if all(splits[p.prompt_id] == "test" for p in pairs):
         raise TrainingError(f"iteration {iteration}: every pair falls on a held-out prompt; nothing to train on")
-    digest = hashlib.sha256(json.dumps(identity).encode()).hexdigest()
-
-    out_dir = Path(out_dir)
+    kinds = sorted({p.kind for p in pairs})
+    rows = [(p.prompt_id, p.chosen_id, p.rejected_id, p.margin, 1.0, p.kind, p.annotator_id)
+            for p in sorted(pairs, key=lambda p: (p.prompt_id, p.chosen_id, p.rejected_id, p.annotator_id))]
     shutil.rmtree(out_dir, ignore_errors=True)  # what a crashed attempt left
-    bars = datasets.is_progress_bar_enabled()
-    datasets.disable_progress_bars()  # a few hundred rows need no bar on stderr
-    try:
-        DatasetDict({s: Dataset.from_list(r) for s, r in rows.items() if r}).save_to_disk(str(out_dir))
-    finally:
-        if bars:
-            datasets.enable_progress_bars()
-    version = DatasetVersion(
-        name=f"{name}-{digest[:8]}", build_id=None,
-        settings={"strategy": settings.get("pairs"), "aggregate": "none",
-                  "annotator_kind": "mixed" if len({p.kind for p in pairs}) > 1 else pairs[0].kind,
-                  "test_size": test_size, "seed": seed, "conversational": True, **settings},
-        n_train=len(rows["train"]), n_test=len(rows["test"]), n_prompts=len(prompts), content_hash=digest,
-        format="disk", path=str(out_dir.resolve()), iteration=iteration)
-    session.add(version)
-    session.flush()
-    (out_dir / "preflab.json").write_text(json.dumps({
-        "dataset_version": version.name, "content_hash": digest, "iteration": iteration,
-        "counts": {"train": version.n_train, "test": version.n_test}, "settings": version.settings}, indent=2),
-        encoding="utf-8")
-    return version
+    return write_dataset(
+        session, [rows], splits, out_dir, ExportSettings(format="disk", test_size=test_size, seed=seed,
+                                                         conversational=True),
+        prefix=prefix, iteration=iteration,
+        version_settings={"strategy": settings.get("pairs"), "aggregate": "none",
+                          "annotator_kind": "mixed" if len(kinds) > 1 else kinds[0], **settings})

@@ -23,110 +23,24 @@ candidates, judgements) keep what earlier attempts committed.
 
 from __future__ import annotations
 
-import dataclasses
-import gc
 import time
-from collections.abc import Callable
-from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter
 from preflab.db.models import Candidate, DatasetVersion, ModelVersion, Prompt, Ranking, SelfRewardIteration
 from preflab.db.store import chunks, content_hash, ensure_prompts
-from preflab.errors import ConfigError, InputError
+from preflab.errors import InputError
 from preflab.settings import data_dir
 from preflab.training.faults import fail_point
-from preflab.training.selfreward.data import PAIR_CHOICES
+from preflab.training.selfreward.config import SelfRewardConfig
 
 STEPS = ("prompts", "candidates", "judge", "pairs", "train", "evaluate", "done")
-JUDGES = ("score", "pairwise", "likelihood", "reward-model")
-
-
-@dataclass
-class SelfRewardConfig:
-    """One self-rewarding iteration's settings (stored with the iteration)."""
-
-    model: str | None = field(default=None, metadata={
-        "help": "M_0, the model the loop starts from (model version, embedded name, path or hub id); "
-                "default: the global --model. Later iterations start from the previous one's model."})
-    prompts_per_iteration: int = field(default=64, metadata={"help": "New prompts per iteration."})
-    prompt_pool: str | None = field(default=None, metadata={
-        "help": "Take new prompts from this JSON Lines file (the next ones not stored yet) instead of "
-                "having M_t write them."})
-    shots: int = field(default=8, metadata={"help": "Existing prompts shown per request when M_t writes prompts."})
-    prompt_max_new_tokens: int = field(default=128, metadata={"help": "Longest prompt M_t may write, in tokens."})
-    prompt_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature for writing prompts."})
-    n: int = field(default=4, metadata={"help": "Candidates sampled per prompt."})
-    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature of the candidates."})
-    top_p: float = field(default=0.9, metadata={"help": "Nucleus sampling mass (prompts and candidates)."})
-    max_new_tokens: int = field(default=256, metadata={"help": "Longest candidate, in tokens."})
-    batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass (generation, judging)."})
-    judge: str = field(default="score", metadata={"help": "Judge of the candidates.", "choices": JUDGES})
-    judge_model: str | None = field(default=None, metadata={
-        "help": "The judge's model (a reward model for reward-model); default: M_t itself (self-rewarding)."})
-    judge_samples: int = field(default=3, metadata={"help": "score judge: scores sampled and averaged (k)."})
-    judge_max_new_tokens: int = field(default=192, metadata={"help": "score judge: longest judge reply."})
-    judge_conversational: bool = field(default=False, metadata={
-        "help": "reward-model judge: chat-template its inputs (for reward models trained on conversational data)."})
-    pairs: str = field(default="best-vs-worst", metadata={
-        "help": "best-vs-worst: highest vs lowest per prompt (ties dropped); all: every strict pair.",
-        "choices": PAIR_CHOICES})
-    with_human: bool = field(default=False, metadata={
-        "help": "Mix in people's rankings collected since the last iteration (all of them at iteration 1)."})
-    eval_prompts: str | None = field(default=None, metadata={
-        "help": "JSON Lines file of held-out prompts for the evaluation (read once, at iteration 1); default: "
-                "stored prompts in the test split, else a share of the stored prompts."})
-    eval_limit: int = field(default=32, metadata={"help": "At most this many held-out prompts."})
-    eval_max_new_tokens: int = field(default=128, metadata={"help": "Longest answer in the evaluation."})
-    test_size: float = field(default=0.1, metadata={
-        "help": "Share of each iteration's prompts kept out of DPO training (held-out implicit-reward accuracy)."})
-    sampling_seed: int = field(default=0, metadata={"help": "Seed of prompt writing, sampling and judging."})
-
-    def __post_init__(self) -> None:
-        for name in ("prompts_per_iteration", "shots", "prompt_max_new_tokens", "n", "max_new_tokens", "batch_size",
-                     "judge_samples", "judge_max_new_tokens", "eval_max_new_tokens"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
-        if self.n < 2:
-            raise ConfigError("--n must be at least 2: a judge needs two candidates to prefer one")
-        if self.eval_limit < 0:
-            raise ConfigError("--eval-limit cannot be negative")
-        if self.temperature <= 0 or self.prompt_temperature <= 0 or not 0 < self.top_p <= 1:
-            raise ConfigError("temperatures must be positive and --top-p in (0, 1]")
-        if self.judge not in JUDGES:
-            raise ConfigError(f"--judge must be one of {', '.join(JUDGES)} (the reference judge needs reference "
-                              f"answers, which written prompts lack), got {self.judge!r}")
-        if self.judge == "reward-model" and not self.judge_model:
-            raise ConfigError("--judge reward-model needs --judge-model: the reward model to score with")
-        if self.pairs not in PAIR_CHOICES:
-            raise ConfigError(f"--pairs must be one of {', '.join(PAIR_CHOICES)}, got {self.pairs!r}")
-        if not 0 <= self.test_size < 1:
-            raise ConfigError(f"--test-size must be in [0, 1), got {self.test_size}")
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SelfRewardConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-    def judge_config(self):
-        """The judge's own config dataclass (`preflab.labelling.judges.run.CONFIGS`)."""
-        from preflab.labelling.judges.run import CONFIGS
-
-        values: dict[str, Any] = {"batch_size": self.batch_size}
-        if self.judge == "score":
-            values |= {"samples": self.judge_samples, "max_new_tokens": self.judge_max_new_tokens,
-                       "seed": self.sampling_seed}
-        elif self.judge == "reward-model":
-            values["conversational"] = self.judge_conversational
-        return CONFIGS[self.judge](**values)
 
 
 @dataclass
@@ -156,66 +70,19 @@ class Context:
         return Path(self.state["dir"]) / f"iter-{self.iteration}"
 
 
-Log = Callable[[str], None]
-Bar = Callable[[str, int | None], Any]  # a context manager yielding advance(n)
-
-
-def _no_bar(description: str, total: int | None):
-    return nullcontext(lambda n: None)
-
-
-class Models:
-    """The models an iteration loads, kept while its steps need them."""
-
-    def __init__(self) -> None:
-        self.loaded: dict[tuple[str, str], tuple[Any, Any]] = {}
-
-    def get(self, location: str, scorer: bool = False):
-        from preflab.training.models.loading import load_causal_lm, load_sequence_scorer
-
-        key = (location, "scorer" if scorer else "lm")
-        if key not in self.loaded:
-            self.loaded[key] = (load_sequence_scorer if scorer else load_causal_lm)(location)
-        return self.loaded[key]
-
-    def clear(self) -> None:
-        self.loaded.clear()
-        gc.collect()
-
-
 # --- the loop ------------------------------------------------------------------------------
 
-def loop_settings(sessions, loop: str, values: dict[str, Any], given: set[str] | None, default_model: str):
-    """(SelfRewardConfig, DPOTrainConfig) from option values: those in `given` as they are, the
-    others from the loop's last iteration when it has one (so re-running a bare command resumes or
-    extends a loop with its own settings), else the defaults.
-
-    Args:
-        values: every option value, loop and DPO fields together (their names do not overlap).
-        given: the names set explicitly (on the command line); None: all of them.
-    """
-    from preflab.training.config import DPOTrainConfig
-
-    with sessions.begin() as session:
-        last = session.scalars(select(SelfRewardIteration.config).where(SelfRewardIteration.loop == loop)
-                               .order_by(SelfRewardIteration.iteration.desc())).first()
-    stored = {**(last or {}).get("dpo", {}), **(last or {}).get("loop", {})}
-    merged = {k: v if given is None or k in given or k not in stored else stored[k] for k, v in values.items()}
-    loop_names = {f.name for f in dataclasses.fields(SelfRewardConfig)}
-    merged["model"] = merged.get("model") or default_model
-    return (SelfRewardConfig(**{k: v for k, v in merged.items() if k in loop_names}),
-            DPOTrainConfig(**{k: v for k, v in merged.items() if k not in loop_names}))
-
-
-def run_self_reward(sessions, config: SelfRewardConfig, dpo_config, iterations: int, loop: str = "default",
-                    output_dir: str | None = None, log: Log = lambda m: None, bar: Bar = _no_bar,
-                    progress: bool = True) -> list[dict[str, Any]]:
+def run_self_reward(sessions: sessionmaker[Session], config: SelfRewardConfig, dpo_config, iterations: int,
+                    loop: str = "default", output_dir: str | None = None,
+                    reporter: Reporter = SILENT) -> list[dict[str, Any]]:
     """Run (or resume) the loop until it has `iterations` finished iterations.
 
     An unfinished iteration is finished first, with these settings for the
-    steps it has still to run (see `loop_settings`). Returns a summary per
-    iteration run now.
+    steps it has still to run (see `preflab.training.selfreward.config.loop_settings`).
+    Every step commits its work before it is recorded as done, so a crash loses
+    at most the step in progress. Returns a summary per iteration run now.
     """
+    from preflab.training.models.names import ModelCache
     from preflab.training.selfreward.steps import STEP_FUNCTIONS
 
     if iterations < 1:
@@ -225,22 +92,23 @@ def run_self_reward(sessions, config: SelfRewardConfig, dpo_config, iterations: 
         row_id = _next_iteration(sessions, config, dpo_config.as_dict(), iterations, loop, output_dir)
         if row_id is None:
             break
-        models = Models()
+        models = ModelCache()  # an iteration's steps share M_{t-1} and its judge
         try:
             while True:
                 ctx = load_context(sessions, row_id)
                 if ctx.step == "done":
                     break
                 started = time.perf_counter()
-                STEP_FUNCTIONS[ctx.step](sessions, ctx, models, log, bar, progress)
-                log(f"iteration {ctx.iteration}: {ctx.step} step done in {time.perf_counter() - started:.1f} s")
+                STEP_FUNCTIONS[ctx.step](sessions, ctx, models, reporter)
+                reporter.note(f"iteration {ctx.iteration}: {ctx.step} step done in "
+                              f"{time.perf_counter() - started:.1f} s")
         finally:
             models.clear()
         done.append(iteration_summary(sessions, row_id))
     return done
 
 
-def _eval_prompt_ids(sessions, config: SelfRewardConfig) -> list[int]:
+def _eval_prompt_ids(sessions: sessionmaker[Session], config: SelfRewardConfig) -> list[int]:
     """The held-out prompts every iteration is evaluated on (chosen once, at iteration 1)."""
     from preflab.db.export import split_prompts
     from preflab.labelling.selection import prompts_from_file
@@ -260,10 +128,10 @@ def _eval_prompt_ids(sessions, config: SelfRewardConfig) -> list[int]:
     share = min(config.eval_limit, len(seeds) // 5) / len(seeds) if seeds else 0
     if share == 0:
         return []
-    return sorted(pid for pid, split in split_prompts(seeds, share, config.sampling_seed).items() if split == "test")
+    return sorted(pid for pid, split in split_prompts(seeds, share, config.seed).items() if split == "test")
 
 
-def _next_iteration(sessions, config: SelfRewardConfig, dpo: dict, iterations: int, loop: str,
+def _next_iteration(sessions: sessionmaker[Session], config: SelfRewardConfig, dpo: dict, iterations: int, loop: str,
                     output_dir: str | None) -> int | None:
     """The id of the iteration to work on: the unfinished one, else a new one; None when done."""
     with sessions.begin() as session:
@@ -302,7 +170,7 @@ def _as_utc(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
 
 
-def load_context(sessions, row_id: int) -> Context:
+def load_context(sessions: sessionmaker[Session], row_id: int) -> Context:
     from preflab.training.models.names import resolve_model
 
     with sessions.begin() as session:
@@ -348,7 +216,7 @@ def tag_iteration(session: Session, ctx: Context, prompt_ids: list[int], annotat
                                                   Ranking.iteration.is_(None)).values(iteration=ctx.iteration))
 
 
-def store_prompts(sessions, ctx: Context, items: list[tuple[str, str | None]], written: bool) -> None:
+def store_prompts(sessions: sessionmaker[Session], ctx: Context, items: list[tuple[str, str | None]], written: bool) -> None:
     """Store new prompts of this iteration (M_{t-1} as their author when it wrote them)."""
     with sessions.begin() as session:
         ensure_prompts(session, {content_hash(text): {
@@ -361,7 +229,7 @@ def count_iteration_prompts(session: Session, ctx: Context) -> int:
         Prompt.source == ctx.source, Prompt.iteration == ctx.iteration))
 
 
-def iteration_summary(sessions, row_id: int) -> dict[str, Any]:
+def iteration_summary(sessions: sessionmaker[Session], row_id: int) -> dict[str, Any]:
     with sessions.begin() as session:
         row = session.get(SelfRewardIteration, row_id)
         version = session.get(ModelVersion, row.model_version_id) if row.model_version_id else None

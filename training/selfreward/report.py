@@ -113,3 +113,9 @@ def plot_report(rows: list[dict[str, Any]], out: str | Path, title: str = "Self-
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     return out
+
+
+def write_loop_report(session: Session, loop: str, out: str | Path | None = None) -> tuple[list[dict[str, Any]], Path]:
+    """The loop's rows (`loop_report`) and their plot, written to `out` (default: self-reward-LOOP.png here)."""
+    rows = loop_report(session, loop)
+    return rows, plot_report(rows, out or f"self-reward-{loop}.png", f"Self-rewarding loop {loop!r}")

@@ -2,7 +2,8 @@
 
 Each step does its work in transactions of its own, then `advance` records it
 as done. A step run again after a crash finds what an earlier attempt committed
-and does only the rest.
+and does only the rest. Every step is `step(sessions, ctx, models, reporter)`:
+`models` is the iteration's `ModelCache`, so M_{t-1} and its judge load once.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import Reporter
 from preflab.db.models import Candidate, DatasetVersion, ModelVersion, Prompt, TrainingRun
 from preflab.db.store import content_hash
 from preflab.errors import InputError, TrainingError
+from preflab.training.models.names import ModelCache, NamedModel, load_named_model
 from preflab.training.selfreward.loop import (
     Context,
     advance,
@@ -30,7 +33,7 @@ from preflab.training.selfreward.loop import (
 EXAMPLE_POOL = 512  # prompts drawn from the store to show as examples; each request shows `shots` of them
 
 
-def _is_new(sessions):
+def _is_new(sessions: sessionmaker[Session]):
     from preflab.training.selfreward.prompts import stored_hashes
 
     def check(texts: list[str]) -> list[bool]:
@@ -47,12 +50,26 @@ def _examples(session: Session, ctx: Context) -> list[str]:
     ids = [pid for pid in session.scalars(select(Prompt.id).where(
         Prompt.source.is_(None) | ~Prompt.source.startswith("self-reward:")).order_by(Prompt.id))
         if pid not in held_out]
-    rng = random.Random(f"{ctx.config.sampling_seed}:{ctx.iteration}")
+    rng = random.Random(f"{ctx.config.seed}:{ctx.iteration}")
     chosen = sorted(rng.sample(ids, min(EXAMPLE_POOL, len(ids))))
     return list(session.scalars(select(Prompt.text).where(Prompt.id.in_(chosen)).order_by(Prompt.id))) if chosen else []
 
 
-def prompts_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+def _policy(ctx: Context, models: ModelCache) -> NamedModel:
+    """M_{t-1}, loaded once per iteration."""
+    return NamedModel(ctx.policy, ctx.policy_location, ctx.policy_id, *models.get(ctx.policy_location))
+
+
+def _judge(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) -> NamedModel:
+    """This iteration's judge model: the --judge-model, else M_{t-1} itself (self-rewarding)."""
+    cfg = ctx.config
+    if cfg.judge_model:
+        return load_named_model(sessions, cfg.judge_model, record=False, scorer=cfg.judge == "reward-model",
+                                cache=models)
+    return _policy(ctx, models)
+
+
+def prompts_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
     from preflab.training.selfreward.prompts import pool_prompts, write_prompts
 
     cfg = ctx.config
@@ -65,10 +82,10 @@ def prompts_step(sessions, ctx: Context, models, log, bar, progress) -> None:
         store_prompts(sessions, ctx, items, written=False)
         detail = f" from {cfg.prompt_pool}"
     elif missing > 0:
-        model, tokenizer = models.get(ctx.policy_location)
-        with bar(f"iteration {ctx.iteration}: writing prompts", missing) as step:
+        policy = _policy(ctx, models)
+        with reporter.progress(f"iteration {ctx.iteration}: writing prompts", missing) as step:
             written = write_prompts(
-                model, tokenizer, examples, missing, shots=cfg.shots, seed=cfg.sampling_seed,
+                policy.model, policy.tokenizer, examples, missing, shots=cfg.shots, seed=cfg.seed,
                 iteration=ctx.iteration, max_new_tokens=cfg.prompt_max_new_tokens,
                 temperature=cfg.prompt_temperature, top_p=cfg.top_p, batch_size=cfg.batch_size,
                 is_new=_is_new(sessions),
@@ -81,64 +98,53 @@ def prompts_step(sessions, ctx: Context, models, log, bar, progress) -> None:
         if have == 0:
             raise InputError(f"iteration {ctx.iteration} got no new prompts{detail or ''}; "
                              "give a prompt pool with more prompts, or more examples to show")
-        log(f"iteration {ctx.iteration}: {have} new prompts{detail}")
+        reporter.note(f"iteration {ctx.iteration}: {have} new prompts{detail}")
         advance(session, ctx, metrics={"prompts": have})
 
 
-def candidates_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+def candidates_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
     from preflab.labelling.generation import GenerateConfig, GenerateSummary, generate_candidates, prompts_needing
 
     cfg = ctx.config
-    gen = GenerateConfig(n=cfg.n, temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
-                         batch_size=cfg.batch_size, seed=cfg.sampling_seed)
+    gen = GenerateConfig(**cfg.sampling(), batch_size=cfg.batch_size)
     with sessions.begin() as session:
         ids = iteration_prompt_ids(session, ctx)
         todo = prompts_needing(session, ctx.policy, cfg.n, ids)
     summary = GenerateSummary()
     if todo:
-        model, tokenizer = models.get(ctx.policy_location)
-        with bar(f"iteration {ctx.iteration}: sampling candidates", sum(cfg.n - have for *_, have in todo)) as step:
-            summary = generate_candidates(sessions, model, tokenizer, ctx.policy, gen, ids, ctx.policy_id, step)
+        policy = _policy(ctx, models)
+        summary = generate_candidates(sessions, policy.model, policy.tokenizer, policy.label, gen, ids,
+                                      policy.version_id, reporter)
     with sessions.begin() as session:
         tag_iteration(session, ctx, ids)
         total = session.scalar(select(func.count()).select_from(Candidate).where(
             Candidate.model == ctx.policy, Candidate.iteration == ctx.iteration))
-        log(f"iteration {ctx.iteration}: {total} candidates from {ctx.policy} "
-            f"({summary.stored} new, {summary.duplicates} duplicates, {summary.short} prompts short of {cfg.n})")
+        reporter.note(f"iteration {ctx.iteration}: {total} candidates from {ctx.policy} "
+                      f"({summary.stored} new, {summary.duplicates} duplicates, "
+                      f"{summary.short} prompts short of {cfg.n})")
         advance(session, ctx, metrics={"candidates": total})
 
 
-def judge_location(session: Session, ctx: Context) -> tuple[str, str]:
-    """(label, location) of this iteration's judge: the --judge-model, else M_{t-1} itself."""
-    from preflab.training.models.names import resolve_model
-
-    if ctx.config.judge_model:
-        label, location, _ = resolve_model(session, ctx.config.judge_model, record=False)
-        return label, location
-    return ctx.policy, ctx.policy_location
-
-
-def judge_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+def judge_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
     from preflab.labelling.judges.run import judge_candidates
 
     cfg = ctx.config
     with sessions.begin() as session:
         ids = iteration_prompt_ids(session, ctx)
-        label, location = judge_location(session, ctx)
-    model, tokenizer = models.get(location, scorer=cfg.judge == "reward-model")
-    with bar(f"iteration {ctx.iteration}: judging ({cfg.judge})", len(ids)) as step:
-        summary = judge_candidates(sessions, cfg.judge, model, tokenizer, label, cfg.judge_config(), ids,
-                                   candidate_model=ctx.policy, progress=step)
+    judge = _judge(sessions, ctx, models)
+    summary = judge_candidates(sessions, cfg.judge, judge.model, judge.tokenizer, judge.label, cfg.judge_config(),
+                               ids, candidate_model=ctx.policy, reporter=reporter)
     with sessions.begin() as session:
         tag_iteration(session, ctx, ids, summary.annotator_id)
-        log(f"iteration {ctx.iteration}: {cfg.judge} judge ({label}) ranked {summary.ranked + summary.kept} prompts "
-            f"({summary.kept} already ranked), {summary.unscored} candidates unscored")
+        reporter.note(f"iteration {ctx.iteration}: {cfg.judge} judge ({judge.label}) ranked "
+                      f"{summary.ranked + summary.kept} prompts ({summary.kept} already ranked), "
+                      f"{summary.unscored} candidates unscored")
         advance(session, ctx, judge_annotator_id=summary.annotator_id,
-                metrics={"judge": {"kind": cfg.judge, "model": label, "run_id": summary.run_id,
+                metrics={"judge": {"kind": cfg.judge, "model": judge.label, "run_id": summary.run_id,
                                    "ranked": summary.ranked + summary.kept, "unscored": summary.unscored}})
 
 
-def pairs_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+def pairs_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
     from preflab.training.selfreward.data import human_pairs, judge_pairs, write_iteration_dataset
 
     cfg = ctx.config
@@ -157,11 +163,11 @@ def pairs_step(sessions, ctx: Context, models, log, bar, progress) -> None:
             session, pairs, ctx.folder / "dataset", f"self-reward-{ctx.loop}-{ctx.iteration}", ctx.iteration,
             {"job": "self-reward", "loop": ctx.loop, "iteration": ctx.iteration, "pairs": cfg.pairs,
              "with_human": cfg.with_human, "judge_annotator_id": ctx.judge_annotator_id},
-            cfg.test_size, cfg.sampling_seed)
+            cfg.test_size, cfg.seed)
         counts = {"judge": from_judge, "human": len(pairs) - from_judge, "train": version.n_train,
                   "test": version.n_test}
-        log(f"iteration {ctx.iteration}: dataset version {version.name}: {from_judge} judge pairs, "
-            f"{counts['human']} from people ({version.n_train} train, {version.n_test} test)")
+        reporter.note(f"iteration {ctx.iteration}: dataset version {version.name}: {from_judge} judge pairs, "
+                      f"{counts['human']} from people ({version.n_train} train, {version.n_test} test)")
         advance(session, ctx, dataset_version_id=version.id, metrics={"pairs": counts})
 
 
@@ -186,7 +192,7 @@ def _adopt_or_resume(session: Session, run_dir: Path) -> tuple[TrainingRun | Non
     return None, resumable
 
 
-def train_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+def train_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
     from preflab.training.config import DPOTrainConfig
     from preflab.training.dpo import train_dpo
 
@@ -198,7 +204,7 @@ def train_step(sessions, ctx: Context, models, log, bar, progress) -> None:
         parent_name = session.get(ModelVersion, ctx.policy_id).name
     if done is None:
         result = train_dpo(sessions, DPOTrainConfig.from_dict(ctx.dpo), parent_name, dataset_name, resume=resume,
-                           output_dir=str(run_dir), progress=progress)
+                           output_dir=str(run_dir), reporter=reporter)
         run_id = result.run_id
     else:
         run_id = done.id
@@ -209,11 +215,11 @@ def train_step(sessions, ctx: Context, models, log, bar, progress) -> None:
         version.parent_id = ctx.policy_id
         metrics = {k: v for k, v in (run.metrics or {}).items() if k.startswith(("heldout_", "train_", "first_",
                                                                                  "last_", "global_"))}
-        log(f"iteration {ctx.iteration}: trained {version.name} from {ctx.policy} (DPO run {run.id})")
+        reporter.note(f"iteration {ctx.iteration}: trained {version.name} from {ctx.policy} (DPO run {run.id})")
         advance(session, ctx, model_version_id=version.id, training_run_id=run.id, metrics={"dpo": metrics})
 
 
-def evaluate_step(sessions, ctx: Context, models, log, bar, progress) -> None:
+def evaluate_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
     from preflab.labelling.judges.run import make_judge
     from preflab.training.evaluate import PolicyEval, win_rate
     from preflab.training.models.loading import resolve_model_path
@@ -225,22 +231,21 @@ def evaluate_step(sessions, ctx: Context, models, log, bar, progress) -> None:
         held_out = ctx.state.get("eval_prompt_ids") or []
         prompts = [tuple(r) for r in session.execute(select(Prompt.id, Prompt.text, Prompt.reference).where(
             Prompt.id.in_(held_out)).order_by(Prompt.id))] if held_out else []
-        label, location = judge_location(session, ctx)
         plan = PolicyEval(version.name, version.path, ctx.policy, str(resolve_model_path(ctx.policy_location)),
                           True, prompts)
     report: dict[str, Any] = {"win_rate": None, "prompts": 0}
     if prompts:
-        model, tokenizer = models.get(location, scorer=cfg.judge == "reward-model")
-        judge = make_judge(cfg.judge, model, tokenizer, cfg.judge_config())
-        report = win_rate(plan, judge, cfg.eval_max_new_tokens, False, cfg.sampling_seed, cfg.batch_size)
-        report |= {"judge": cfg.judge, "judge_model": label}
+        judge = _judge(sessions, ctx, models)
+        compare = make_judge(cfg.judge, judge.model, judge.tokenizer, cfg.judge_config())
+        report = win_rate(plan, compare, cfg.eval_max_new_tokens, False, cfg.seed, cfg.batch_size)
+        report |= {"judge": cfg.judge, "judge_model": judge.label}
     with sessions.begin() as session:
         agreement = judge_agreement(session, ctx.judge_annotator_id, iteration_prompt_ids(session, ctx))
         version = session.get(ModelVersion, ctx.model_version_id)
         version.metrics = {**(version.metrics or {}), "self_reward_eval": report, "judge_agreement": agreement}
         rate = "n/a (no held-out prompts)" if report["win_rate"] is None else f"{report['win_rate']:.3f}"
-        log(f"iteration {ctx.iteration}: {version.name} vs {ctx.policy}: win rate {rate} "
-            f"on {report['prompts']} held-out prompts")
+        reporter.note(f"iteration {ctx.iteration}: {version.name} vs {ctx.policy}: win rate {rate} "
+                      f"on {report['prompts']} held-out prompts")
         advance(session, ctx, metrics={"eval": report, "judge_agreement": agreement})
 
 

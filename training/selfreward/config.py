@@ -1,0 +1,133 @@
+"""A self-rewarding loop's settings: what each iteration does, and where an unset option comes from.
+
+`SelfRewardConfig` extends the one sampling config (`SamplingConfig`: n,
+temperature, top-p, max-new-tokens, seed) with the loop's own fields; the DPO
+step's settings are a `DPOTrainConfig`. Both are stored with every iteration,
+and an option not given on the command line is the loop's last iteration's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from preflab.db.models import SelfRewardIteration
+from preflab.errors import ConfigError
+from preflab.training.evaluate import ANSWER_JUDGES
+from preflab.training.models.sampling import SamplingConfig
+from preflab.training.selfreward.data import PAIR_CHOICES
+
+# Stored configs from before the sampling fields came from SamplingConfig: old name -> field.
+RENAMED = {"sampling_seed": "seed"}
+
+
+@dataclass
+class SelfRewardConfig(SamplingConfig):
+    """One self-rewarding iteration's settings (stored with the iteration).
+
+    The sampling fields are the candidates' (`seed` also seeds prompt writing,
+    judging and the held-out split); `top_p` applies to prompt writing too.
+    """
+
+    model: str | None = field(default=None, metadata={
+        "help": "M_0, the model the loop starts from (model version, embedded name, path or hub id); "
+                "default: the global --model. Later iterations start from the previous one's model."})
+    prompts_per_iteration: int = field(default=64, metadata={"help": "New prompts per iteration."})
+    prompt_pool: str | None = field(default=None, metadata={
+        "help": "Take new prompts from this JSON Lines file (the next ones not stored yet) instead of "
+                "having M_t write them."})
+    shots: int = field(default=8, metadata={"help": "Existing prompts shown per request when M_t writes prompts."})
+    prompt_max_new_tokens: int = field(default=128, metadata={"help": "Longest prompt M_t may write, in tokens."})
+    prompt_temperature: float = field(default=1.0, metadata={"help": "Sampling temperature for writing prompts."})
+    batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass (generation, judging)."})
+    judge: str = field(default="score", metadata={"help": "Judge of the candidates.", "choices": ANSWER_JUDGES})
+    judge_model: str | None = field(default=None, metadata={
+        "help": "The judge's model (a reward model for reward-model); default: M_t itself (self-rewarding)."})
+    judge_samples: int = field(default=3, metadata={"help": "score judge: scores sampled and averaged (k)."})
+    judge_max_new_tokens: int = field(default=192, metadata={"help": "score judge: longest judge reply."})
+    judge_conversational: bool = field(default=False, metadata={
+        "help": "reward-model judge: chat-template its inputs (for reward models trained on conversational data)."})
+    pairs: str = field(default="best-vs-worst", metadata={
+        "help": "best-vs-worst: highest vs lowest per prompt (ties dropped); all: every strict pair.",
+        "choices": PAIR_CHOICES})
+    with_human: bool = field(default=False, metadata={
+        "help": "Mix in people's rankings collected since the last iteration (all of them at iteration 1)."})
+    eval_prompts: str | None = field(default=None, metadata={
+        "help": "JSON Lines file of held-out prompts for the evaluation (read once, at iteration 1); default: "
+                "stored prompts in the test split, else a share of the stored prompts."})
+    eval_limit: int = field(default=32, metadata={"help": "At most this many held-out prompts."})
+    eval_max_new_tokens: int = field(default=128, metadata={"help": "Longest answer in the evaluation."})
+    test_size: float = field(default=0.1, metadata={
+        "help": "Share of each iteration's prompts kept out of DPO training (held-out implicit-reward accuracy)."})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("prompts_per_iteration", "shots", "prompt_max_new_tokens", "batch_size", "judge_samples",
+                     "judge_max_new_tokens", "eval_max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
+        if self.n < 2:
+            raise ConfigError("--n must be at least 2: a judge needs two candidates to prefer one")
+        if self.eval_limit < 0:
+            raise ConfigError("--eval-limit cannot be negative")
+        if self.prompt_temperature <= 0:
+            raise ConfigError(f"--prompt-temperature must be positive, got {self.prompt_temperature}")
+        if self.judge not in ANSWER_JUDGES:
+            raise ConfigError(f"--judge must be one of {', '.join(ANSWER_JUDGES)} (the reference judge needs "
+                              f"reference answers, which written prompts lack), got {self.judge!r}")
+        if self.judge == "reward-model" and not self.judge_model:
+            raise ConfigError("--judge reward-model needs --judge-model: the reward model to score with")
+        if self.pairs not in PAIR_CHOICES:
+            raise ConfigError(f"--pairs must be one of {', '.join(PAIR_CHOICES)}, got {self.pairs!r}")
+        if not 0 <= self.test_size < 1:
+            raise ConfigError(f"--test-size must be in [0, 1), got {self.test_size}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SelfRewardConfig":
+        """Rebuild a stored config; unknown keys are ignored, old names read under their new ones."""
+        data = {RENAMED.get(k, k): v for k, v in data.items()}
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    def sampling(self) -> dict[str, Any]:
+        """The `SamplingConfig` fields, to build another sampler's config (candidate generation) from."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(SamplingConfig)}
+
+    def judge_config(self):
+        """The judge's own config dataclass (`preflab.labelling.judges.run.CONFIGS`)."""
+        from preflab.labelling.judges.run import CONFIGS
+
+        values: dict[str, Any] = {"batch_size": self.batch_size}
+        if self.judge == "score":
+            values |= {"n": self.judge_samples, "max_new_tokens": self.judge_max_new_tokens, "seed": self.seed}
+        elif self.judge == "reward-model":
+            values["conversational"] = self.judge_conversational
+        return CONFIGS[self.judge](**values)
+
+
+def loop_settings(session: Session, loop: str, loop_options: dict[str, Any], dpo_options: dict[str, Any],
+                  default_model: str):
+    """(SelfRewardConfig, DPOTrainConfig) for the next run of a loop.
+
+    An option set on the command line wins; the others are the loop's last
+    iteration's, so re-running a bare command resumes or extends a loop with its
+    own settings; a new loop takes the defaults.
+
+    Args:
+        loop_options, dpo_options: the fields set explicitly, by config.
+        default_model: M_0 when neither the options nor the loop name one.
+    """
+    from preflab.training.config import DPOTrainConfig
+
+    last = session.scalars(select(SelfRewardIteration.config).where(SelfRewardIteration.loop == loop)
+                           .order_by(SelfRewardIteration.iteration.desc())).first() or {}
+    values = {**{RENAMED.get(k, k): v for k, v in last.get("loop", {}).items()}, **loop_options}
+    values["model"] = values.get("model") or default_model
+    return SelfRewardConfig.from_dict(values), DPOTrainConfig.from_dict({**last.get("dpo", {}), **dpo_options})
