@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
 
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
 from preflab.db.engine import open_sessions
+from preflab.db.ingest import BATCH_LINES
 from preflab.db.export import ExportSettings
 from preflab.db.pairs import AGGREGATES, KINDS, STRATEGIES
 from preflab.settings import Settings, secret
@@ -61,43 +63,54 @@ def import_group():
     """
 
 
-def _run_import(settings: Settings, path: str, importer, what: str, as_json: bool):
+batch_lines_option = click.option(
+    "--batch-lines", type=click.IntRange(min=1), default=BATCH_LINES, show_default=True,
+    help="Lines per transaction: a crash loses, and a conflict with another writer redoes, at most this many.")
+
+
+def _run_import(settings: Settings, path: str, importer, what: str, as_json: bool, batch_lines: int):
     from preflab.db.ingest import import_file
 
-    summary = import_file(open_sessions(settings.database_url), path, importer, reporter=Reporter(not as_json))
+    summary = import_file(open_sessions(settings.database_url), path, importer, reporter=Reporter(not as_json),
+                          batch_lines=batch_lines)
     if as_json:
         echo_json(summary.as_dict() | {"reasons": summary.reasons})
         return
-    click.echo(f"imported {summary.imported:,} {what}, {summary.quarantined:,} quarantined, "
-               f"{summary.duplicates:,} duplicates ({summary.prompts:,} new prompts, "
-               f"{summary.candidates:,} new candidates)")
+    retried = f", {plural(summary.retried, 'batch', 'batches')} retried after a conflict" if summary.retried else ""
+    click.echo(f"read {plural(summary.read, 'line')}: imported {plural(summary.imported, what)}, "
+               f"{summary.quarantined:,} quarantined, {plural(summary.duplicates, 'duplicate')}, "
+               f"{summary.blank:,} blank ({plural(summary.prompts, 'new prompt')}, "
+               f"{plural(summary.candidates, 'new candidate')}{retried})")
     if summary.quarantined:
         click.echo("see them with: preflab quarantine list", err=True)
 
 
 @import_group.command("rankings")
 @click.argument("path", type=click.Path(dir_okay=False))
+@batch_lines_option
 @json_option
 @pass_settings
-def import_rankings(settings: Settings, path, as_json):
+def import_rankings(settings: Settings, path, batch_lines, as_json):
     """Import rankings from a JSON Lines file, one ranking per line.
 
     Each line: {"prompt": …, "responses": [...], "ranking": [[1], [0, 2]],
     "annotator": "alice", "annotator_kind": "human", "id": "batch7-0001"}.
-    Bad lines are quarantined with the reason; re-importing adds nothing twice.
+    Bad lines are quarantined with the reason and their exact bytes; re-importing
+    adds nothing twice. The file may be gzip-, bzip2- or xz-compressed.
 
     Example: preflab import rankings rankings.jsonl
     """
     from preflab.db.ingest import import_rankings_batch
 
-    _run_import(settings, path, import_rankings_batch, "rankings", as_json)
+    _run_import(settings, path, import_rankings_batch, "ranking", as_json, batch_lines)
 
 
 @import_group.command("prompts")
 @click.argument("path", type=click.Path(dir_okay=False))
+@batch_lines_option
 @json_option
 @pass_settings
-def import_prompts(settings: Settings, path, as_json):
+def import_prompts(settings: Settings, path, batch_lines, as_json):
     """Import prompts (optionally with unranked responses) from JSON Lines.
 
     Each line: {"prompt": …, "responses": [...], "reference": …}; responses and
@@ -107,7 +120,7 @@ def import_prompts(settings: Settings, path, as_json):
     """
     from preflab.db.ingest import import_prompts_batch
 
-    _run_import(settings, path, import_prompts_batch, "prompts", as_json)
+    _run_import(settings, path, import_prompts_batch, "prompt", as_json, batch_lines)
 
 
 # --- quarantine -------------------------------------------------------------------------
@@ -144,6 +157,39 @@ def quarantine_list(settings: Settings, source, limit, as_json):
         click.echo("nothing is quarantined")
 
 
+@quarantine_group.command("show")
+@click.argument("record_id", metavar="ID", type=int)
+@json_option
+@pass_settings
+def quarantine_show(settings: Settings, record_id, as_json):
+    """Print a raw record exactly as it was received (bytes, then a newline).
+
+    With --json: its details, the payload as text where it is UTF-8, else as base64.
+
+    Example: preflab quarantine show 17 > line17.bin
+    """
+    from preflab.db.store import raw_record
+
+    with open_sessions(settings.database_url).begin() as session:
+        record = raw_record(session, record_id)
+    if as_json:
+        echo_json(_payload_json(record))
+        return
+    sys.stdout.flush()
+    sys.stdout.buffer.write(record["payload"] + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _payload_json(record: dict) -> dict:
+    import base64
+
+    data = record.pop("payload")
+    try:
+        return record | {"payload": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return record | {"payload_base64": base64.b64encode(data).decode("ascii")}
+
+
 # --- pairs ------------------------------------------------------------------------------
 
 @click.group("pairs")
@@ -168,10 +214,15 @@ def pairs_build(settings: Settings, strategy, aggregate, annotator_kind, as_json
 
     Example: preflab pairs build --aggregate borda --annotator-kind human
     """
+    from preflab.db.engine import in_transaction
     from preflab.db.pairs import build_pairs
 
-    with open_sessions(settings.database_url).begin() as session:
-        summary = build_pairs(session, strategy, aggregate, annotator_kind)
+    # One snapshot of the rankings, whatever imports commit meanwhile. Two builds at once
+    # would each keep its own pairs: Postgres' serializable isolation fails one of them,
+    # which is then run again on the other's result.
+    summary = in_transaction(open_sessions(settings.database_url),
+                             lambda session: build_pairs(session, strategy, aggregate, annotator_kind),
+                             isolation="SERIALIZABLE")
     if as_json:
         echo_json(summary.as_dict())
     else:

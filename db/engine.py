@@ -5,23 +5,40 @@ directory and turns foreign keys on for every SQLite connection. A SQLite file i
 local and has one user, so it is created and migrated on first use. Any other
 database (a team's Postgres) is never migrated behind its users' backs: it must
 already be at the newest revision, and `preflab db upgrade` is the one way there.
+A URL preflab cannot use is refused here, in one sentence that never shows a password.
+
+`in_transaction` is how a job that checkpoints runs each of its transactions:
+one that lost a race with another writer (a serialization failure, a deadlock, a
+unique key the other got first) or its connection is rolled back and run again,
+a bounded number of times.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import TypeVar
 
-from sqlalchemy import create_engine, event, inspect
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, ProgrammingError
+from sqlalchemy.exc import DatabaseError as DriverDatabaseError
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.errors import DatabaseError
 
+log = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).with_name("migrations")
+DRIVERS = ("sqlite", "sqlite+pysqlite", "postgresql", "postgresql+psycopg", "postgresql+psycopg2")
+EXPECTED = "sqlite:///PATH or postgresql://USER@HOST/DATABASE"
+ATTEMPTS = 6  # tries of one transaction before `in_transaction` gives up
+T = TypeVar("T")
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -33,17 +50,46 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
+def masked(url: str) -> str:
+    """A URL string as a user may see it, password hidden, even where it cannot be parsed."""
+    return re.sub(r"(//[^/@]*?:)[^/@]*@", r"\1***@", url)
+
+
 def make_engine(url: str) -> Engine:
-    parsed = make_url(url)
+    """An engine for a SQLite or Postgres URL (the SQLite file's folder is created).
+
+    Raises:
+        DatabaseError: the URL is malformed, names another database, or the SQLite folder cannot be made.
+    """
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise DatabaseError(f"{masked(url)!r} is not a database URL: expected {EXPECTED}") from None
+    shown = parsed.render_as_string(hide_password=True)
+    if parsed.drivername not in DRIVERS:
+        raise DatabaseError(f"preflab stores its data in SQLite or PostgreSQL, and cannot use {shown}: "
+                            f"expected {EXPECTED}")
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            folder = Path(parsed.database).expanduser().parent
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise DatabaseError(f"cannot create the SQLite database {parsed.database}: "
+                                    f"{exc.strerror or exc} ({exc.filename or folder})") from None
         engine = create_engine(parsed, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     if parsed.drivername == "postgresql":  # prefer psycopg 3, which we depend on
         parsed = parsed.set(drivername="postgresql+psycopg")
-    return create_engine(parsed, pool_pre_ping=True)
+    # psycopg warns through logging when it closes a pipeline on a connection the server
+    # dropped; with no logging set up Python prints that on stderr, under a command whose
+    # retry has already recovered. An application that sets up logging still gets it.
+    logging.getLogger("psycopg").addHandler(logging.NullHandler())
+    try:
+        return create_engine(parsed, pool_pre_ping=True)
+    except (NoSuchModuleError, ImportError) as exc:
+        raise DatabaseError(f"cannot use {shown}: its driver is not installed ({exc})") from None
 
 
 def alembic_config(engine: Engine):
@@ -65,7 +111,7 @@ def _reachable(engine: Engine) -> Iterator[None]:
     """Turn "cannot connect" and "cannot read" driver errors into one DatabaseError sentence."""
     try:
         yield
-    except (OperationalError, ProgrammingError) as exc:
+    except (OperationalError, ProgrammingError, DriverDatabaseError) as exc:
         reason = str(getattr(exc, "orig", exc)).strip().splitlines()[0]
         raise DatabaseError(f"cannot open the database at {shown_url(engine)}: {reason}") from None
 
@@ -78,9 +124,43 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     """
     from alembic import command
 
-    with _reachable(engine):
+    with _reachable(engine), _migrating(engine):
         _check_known(engine, current_revision(engine))
         command.upgrade(alembic_config(engine), revision)
+
+
+MIGRATION_LOCK = 0x70726566  # Postgres advisory lock key: "pref"
+
+
+@contextmanager
+def _migrating(engine: Engine) -> Iterator[None]:
+    """Hold a lock that other processes migrating the same database wait on.
+
+    Two commands opening a fresh SQLite file at once would otherwise both create
+    the tables (SQLite runs DDL outside the migration's transaction) and one fail.
+    The lock is a file beside the database, never the database itself: closing any
+    descriptor of a SQLite file drops the locks SQLite holds on it, and corrupts it.
+    """
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": MIGRATION_LOCK})
+            try:
+                yield
+            finally:
+                conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": MIGRATION_LOCK})
+        return
+    database = engine.url.database
+    if not database or database == ":memory:":
+        yield
+        return
+    import fcntl
+
+    with open(f"{Path(database).expanduser()}.migrate-lock", "ab") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -181,3 +261,63 @@ def open_sessions(url: str) -> sessionmaker[Session]:
 
 def table_names(engine: Engine) -> set[str]:
     return set(inspect(engine).get_table_names())
+
+
+# --- transactions that may be retried -------------------------------------------------------
+
+_CONFLICTS = {"40001": "a serialization failure", "40P01": "a deadlock",
+              "23505": "another writer added the same row first"}
+
+
+def retry_reason(exc: DBAPIError) -> str | None:
+    """Why a transaction that failed with `exc` may be run again as a whole; None: it may not."""
+    orig = exc.orig
+    code = getattr(orig, "sqlstate", None)
+    if code in _CONFLICTS:
+        return _CONFLICTS[code]
+    if exc.connection_invalidated or (code or "").startswith("08") or code in ("57P01", "57P02", "57P03"):
+        return "the connection to the database was lost"
+    if isinstance(exc, OperationalError) and hasattr(orig, "sqlstate") and code is None:
+        return "the database server could not be reached"  # psycopg: no answer from a server at all
+    message = str(orig)
+    if message.startswith("database is locked"):  # SQLite: another process held the write lock too long
+        return "the database was locked by another writer"
+    if message.startswith("UNIQUE constraint failed"):  # SQLite's unique violation
+        return _CONFLICTS["23505"]
+    return None
+
+
+def in_transaction(sessions: sessionmaker[Session], work: Callable[[Session], T], *, attempts: int = ATTEMPTS,
+                   isolation: str | None = None) -> T:
+    """Run `work(session)` in one transaction, running it again if it lost a race or its connection.
+
+    `work` must be idempotent (its writes look up what exists first), so that the
+    attempt that commits gives the answer a lone writer would have got. An error
+    at COMMIT leaves unknown whether it committed; idempotence makes that safe too.
+
+    Args:
+        isolation: an isolation level for Postgres (e.g. "REPEATABLE READ", so a
+            job reading several tables sees one snapshot); SQLite is serializable anyway.
+
+    Raises:
+        DatabaseError: every attempt failed for a retryable reason.
+    """
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            with sessions.begin() as session:
+                if isolation and session.get_bind().dialect.name == "postgresql":
+                    session.connection(execution_options={"isolation_level": isolation})
+                return work(session)
+        except DBAPIError as exc:
+            why = retry_reason(exc)
+            if why is None:
+                raise
+            detail = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+            if attempt == attempts:
+                raise DatabaseError(f"a write to the database failed {attempts} times ({why}: {detail}); "
+                                    f"what was saved before it is kept: run the command again to resume") from None
+            log.info("transaction attempt %d of %d failed (%s); retrying", attempt, attempts, why)
+            # Back off, with jitter, so the writers that collided do not collide again at once.
+            time.sleep(min(0.05 * 2 ** attempt, 2.0) * random.uniform(0.5, 1.5))

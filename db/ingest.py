@@ -1,246 +1,104 @@
 """Import rankings and prompts from JSON Lines, a batch per transaction.
 
-Each line is stored raw first; then parsed; a line that cannot be used is
-quarantined with the reason and the rest of the batch still imports. A ranking
-is identified by its `id` (or, without one, the line's hash) and its annotator,
-so importing a file twice, or an overlapping file, adds nothing twice.
+The file is read as bytes, a line at a time (`preflab.db.lines`). Each line is
+stored raw first, exactly as received; then parsed (`preflab.db.records`); a
+line that cannot be used is quarantined with the reason and the rest of the
+batch still imports. A ranking is identified by its `id` (or, without one, the
+line's hash) and its annotator, so importing a file twice, or an overlapping
+file, adds nothing twice. Every line read is counted once: imported, duplicate,
+quarantined or blank.
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
 import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import orjson
 from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.console import SILENT, Reporter, plural
 from preflab.db.bulk import insert_rows, lookup
-from preflab.db.models import AnnotatorKind, Ranking, RankingItem, RawStatus
-from preflab.db.store import (
-    content_hash,
-    ensure_annotators,
-    ensure_candidates,
-    ensure_prompts,
-    payload_hash,
-    quarantine,
-    store_raw,
-)
-from preflab.console import SILENT, Reporter
+from preflab.db.engine import in_transaction
+from preflab.db.lines import Invalid, Line, count_lines, open_input, read_lines
+from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawStatus
+from preflab.db.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
+from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts, quarantine, store_raw
 from preflab.errors import InputError
 
+__all__ = ["BATCH_LINES", "ImportSummary", "Invalid", "PromptRecord", "RankingRecord", "import_file",
+           "import_prompts_batch", "import_rankings_batch", "open_jsonl", "parse_prompt", "parse_ranking"]
+
 BATCH_LINES = 5000
-
-
-class Invalid(ValueError):
-    """A record that cannot be imported; the message is the quarantine reason."""
+BATCH_BYTES = 64 * 2**20  # a batch of long lines is cut short: memory stays bounded
 
 
 @dataclass
 class ImportSummary:
+    """What an import did with each line it read: read = imported + duplicates + quarantined + blank."""
+
     read: int = 0
     imported: int = 0
     duplicates: int = 0
     quarantined: int = 0
+    blank: int = 0
     prompts: int = 0
     candidates: int = 0
+    retried: int = 0  # transactions run again after losing a race with another writer
     reasons: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: "ImportSummary") -> None:
-        for name in ("read", "imported", "duplicates", "quarantined", "prompts", "candidates"):
+        for name in ("read", "imported", "duplicates", "quarantined", "blank", "prompts", "candidates", "retried"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for reason, n in other.reasons.items():
             self.reasons[reason] = self.reasons.get(reason, 0) + n
 
     def as_dict(self) -> dict[str, Any]:
         return {"read": self.read, "imported": self.imported, "duplicates": self.duplicates,
-                "quarantined": self.quarantined, "new_prompts": self.prompts,
-                "new_candidates": self.candidates}
-
-
-@dataclass
-class RankingRecord:
-    prompt: str
-    responses: list[str]
-    tiers: list[list[int]]
-    annotator: str
-    kind: str
-    external_id: str | None
-    reference: str | None = None
-    models: list[str | None] = field(default_factory=list)
-    scores: list[float | None] | None = None
-    source: str | None = None
-    prompt_hash: str = ""
-    response_hashes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class PromptRecord:
-    prompt: str
-    responses: list[str]
-    reference: str | None = None
-    models: list[str | None] = field(default_factory=list)
-    source: str | None = None
-    prompt_hash: str = ""
-    response_hashes: list[str] = field(default_factory=list)
-
-
-# --- parsing ---------------------------------------------------------------------------
-
-def _load_object(line: str) -> dict[str, Any]:
-    try:
-        data = orjson.loads(line)
-    except orjson.JSONDecodeError as exc:
-        raise Invalid(f"not valid JSON ({str(exc).split(':')[0]})") from None
-    if not isinstance(data, dict):
-        raise Invalid(f"expected a JSON object, got {type(data).__name__}")
-    return data
-
-
-def _text(data: dict, key: str, required: bool = True) -> str | None:
-    value = data.get(key)
-    if value is None:
-        if required:
-            raise Invalid(f"missing '{key}'")
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise Invalid(f"'{key}' must be a non-empty string")
-    return value
-
-
-def _responses(data: dict, minimum: int) -> tuple[list[str], list[str]]:
-    """The responses and their content hashes."""
-    responses = data.get("responses", [] if minimum == 0 else None)
-    if not isinstance(responses, list):
-        raise Invalid("missing 'responses' (a list of strings)")
-    if len(responses) < minimum:
-        raise Invalid(f"fewer than two responses ({len(responses)})")
-    for i, r in enumerate(responses):
-        if not isinstance(r, str) or not r.strip():
-            raise Invalid(f"response {i} is not a non-empty string")
-    hashes = [content_hash(r) for r in responses]
-    seen: dict[str, int] = {}
-    for i, h in enumerate(hashes):
-        if h in seen:
-            raise Invalid(f"responses {seen[h]} and {i} are identical")
-        seen[h] = i
-    return responses, hashes
-
-
-def _models(data: dict, n: int) -> list[str | None]:
-    model = data.get("model")
-    if model is None:
-        return [None] * n
-    if isinstance(model, str):
-        return [model] * n
-    if isinstance(model, list) and len(model) == n and all(m is None or isinstance(m, str) for m in model):
-        return model
-    raise Invalid(f"'model' must be a string or a list of {n} strings")
-
-
-def _tiers(data: dict, n: int) -> list[list[int]]:
-    ranking = data.get("ranking")
-    if not isinstance(ranking, list) or not ranking:
-        raise Invalid("missing 'ranking' (a list of tiers of response indices, best first)")
-    seen: dict[int, int] = {}
-    tiers: list[list[int]] = []
-    for t, tier in enumerate(ranking):
-        if isinstance(tier, int) and not isinstance(tier, bool):
-            tier = [tier]  # a bare index is a tier of one
-        if not isinstance(tier, list) or not tier:
-            raise Invalid(f"tier {t} must be a non-empty list of indices")
-        for index in tier:
-            if not isinstance(index, int) or isinstance(index, bool):
-                raise Invalid(f"tier {t} holds {index!r}, not an index")
-            if not 0 <= index < n:
-                raise Invalid(f"index {index} out of range for {n} responses")
-            if index in seen:
-                raise Invalid(f"index {index} appears in tiers {seen[index]} and {t}")
-            seen[index] = t
-        tiers.append(list(tier))
-    return tiers
-
-
-def _scores(data: dict, n: int) -> list[float | None] | None:
-    scores = data.get("scores")
-    if scores is None:
-        return None
-    if (not isinstance(scores, list) or len(scores) != n
-            or not all(s is None or (isinstance(s, (int, float)) and not isinstance(s, bool)) for s in scores)):
-        raise Invalid(f"'scores' must be a list of {n} numbers")
-    return [None if s is None else float(s) for s in scores]
-
-
-def parse_ranking(line: str) -> RankingRecord:
-    """Parse one JSON Lines ranking; raises Invalid with the quarantine reason."""
-    data = _load_object(line)
-    prompt = _text(data, "prompt")
-    responses, hashes = _responses(data, minimum=2)
-    n = len(responses)
-    kind = data.get("annotator_kind", "human")
-    if kind not in {k.value for k in AnnotatorKind}:
-        raise Invalid(f"unknown annotator_kind {kind!r} (expected 'human' or 'ai')")
-    external_id = data.get("id")
-    if external_id is not None and not isinstance(external_id, (str, int)):
-        raise Invalid("'id' must be a string or an integer")
-    return RankingRecord(
-        prompt=prompt, responses=responses, tiers=_tiers(data, n),
-        annotator=_text(data, "annotator"), kind=kind,
-        external_id=None if external_id is None else str(external_id),
-        reference=_text(data, "reference", required=False), models=_models(data, n),
-        scores=_scores(data, n), source=_text(data, "source", required=False),
-        prompt_hash=content_hash(prompt), response_hashes=hashes,
-    )
-
-
-def parse_prompt(line: str) -> PromptRecord:
-    data = _load_object(line)
-    prompt = _text(data, "prompt")
-    responses, hashes = _responses(data, minimum=0)
-    return PromptRecord(prompt=prompt, responses=responses, reference=_text(data, "reference", required=False),
-                        models=_models(data, len(responses)), source=_text(data, "source", required=False),
-                        prompt_hash=content_hash(prompt), response_hashes=hashes)
+                "quarantined": self.quarantined, "blank": self.blank, "new_prompts": self.prompts,
+                "new_candidates": self.candidates, "retried": self.retried}
 
 
 # --- reading files ----------------------------------------------------------------------
 
-def read_lines(handle: TextIO, batch: int = BATCH_LINES) -> Iterator[list[tuple[str, str]]]:
-    """Yield batches of (line number, line) without holding the whole file."""
-    out: list[tuple[str, str]] = []
-    for number, line in enumerate(handle, start=1):
-        line = line.rstrip("\r\n")
-        if not line.strip():
-            continue
-        out.append((str(number), line))
-        if len(out) >= batch:
+def batches(lines: Iterable[Line], max_lines: int = BATCH_LINES, max_bytes: int = BATCH_BYTES) -> Iterator[list[Line]]:
+    """Group lines into batches of at most `max_lines` lines and about `max_bytes` bytes."""
+    out: list[Line] = []
+    size = 0
+    try:
+        for line in lines:
+            out.append(line)
+            size += len(line.data)
+            if len(out) >= max_lines or size >= max_bytes:
+                yield out
+                out, size = [], 0
+    except InputError:  # damaged part-way: the lines read before the damage still count
+        if out:
             yield out
-            out = []
+        raise
     if out:
         yield out
 
 
 def open_jsonl(path: str | Path) -> TextIO:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path} is not a file")
-    return path.open(encoding="utf-8", errors="surrogateescape")
+    """A text handle on a JSON Lines file: decompressed, without its byte-order mark.
 
-
-def count_lines(path: str | Path) -> int:
-    """The non-blank lines of a JSON Lines file (the total of a progress bar)."""
-    with open_jsonl(path) as handle:
-        return sum(1 for line in handle if line.strip())
+    Bytes that are not UTF-8 come through surrogate-escaped (parsing such a line fails).
+    """
+    return io.TextIOWrapper(open_input(path), encoding="utf-8-sig", errors="surrogateescape")
 
 
 # --- writing ----------------------------------------------------------------------------
 
-def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, str, int]],
+def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...]],
                                   summary: ImportSummary):
     """Get or create the prompts and candidates of parsed records; returns the id maps."""
     prompt_rows: dict[str, dict[str, Any]] = {}
-    for rec, _, _ in records:
+    for rec, *_ in records:
         h = rec.prompt_hash
         row = prompt_rows.setdefault(h, {"text": rec.prompt, "source": rec.source, "reference": rec.reference})
         if row["reference"] is None and rec.reference:
@@ -249,7 +107,7 @@ def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, str
     summary.prompts += prompt_ids.created
 
     cand_rows: dict[tuple[int, str], dict[str, Any]] = {}
-    for rec, _, _ in records:
+    for rec, *_ in records:
         pid = prompt_ids[rec.prompt_hash]
         for text, h, model in zip(rec.responses, rec.response_hashes, rec.models):
             cand_rows.setdefault((pid, h), {"text": text, "model": model})
@@ -258,22 +116,27 @@ def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, str
     return prompt_ids, cand_ids
 
 
-def _parse_batch(session: Session, batch: list[tuple[str, str]], source: str, origin: str,
-                 parse: Callable[[str], Any], summary: ImportSummary) -> list[tuple[Any, str, int]]:
+def _parse_batch(session: Session, batch: list[Line], source: str, origin: str,
+                 parse: Callable[[str], Any], summary: ImportSummary) -> list[tuple[Any, str, int, bool]]:
     """Store the batch raw, parse it, quarantine what fails.
 
-    Returns (record, payload hash, raw record id) for every line that parsed.
+    Returns (record, payload hash, raw record id, stored before) for every line that parsed.
     """
-    raw = store_raw(session, source, origin, batch)
-    reasons: dict[int, str] = {}
-    parsed: list[tuple[Any, str, int]] = []
-    seen: set[str] = set()
-    for _, line in batch:
-        h = payload_hash(line)
-        raw_id, status = raw[h]
+    lines = []
+    for line in batch:
         summary.read += 1
+        if line.blank:
+            summary.blank += 1
+        else:
+            lines.append((line, line.payload(), line.digest or hashlib.sha256(line.data).hexdigest()))
+    raw = store_raw(session, source, origin, [(str(line.number), payload, h) for line, payload, h in lines])
+    reasons: dict[int, str] = {}
+    parsed: list[tuple[Any, str, int, bool]] = []
+    seen: set[str] = set()
+    for line, payload, h in lines:
+        raw_id, status = raw[h]
         try:
-            record = parse(line)
+            record = parse(payload if isinstance(payload, str) else line.text())
         except Invalid as exc:
             if status == RawStatus.ok.value:
                 reasons[raw_id] = str(exc)
@@ -284,12 +147,12 @@ def _parse_batch(session: Session, batch: list[tuple[str, str]], source: str, or
             summary.duplicates += 1
             continue
         seen.add(h)
-        parsed.append((record, h, raw_id))
+        parsed.append((record, h, raw_id, h not in raw.new))
     quarantine(session, reasons)
     return parsed
 
 
-def import_rankings_batch(session: Session, batch: list[tuple[str, str]], origin: str,
+def import_rankings_batch(session: Session, batch: list[Line], origin: str,
                           source: str = "import") -> ImportSummary:
     """Import one batch of JSON Lines rankings inside the caller's transaction."""
     summary = ImportSummary()
@@ -298,11 +161,11 @@ def import_rankings_batch(session: Session, batch: list[tuple[str, str]], origin
         return summary
     prompt_ids, cand_ids = _store_prompts_and_candidates(session, parsed, summary)
     annotator_ids = ensure_annotators(session, {
-        (rec.kind, rec.annotator): ({"judge_kind": "import"} if rec.kind == "ai" else {}) for rec, _, _ in parsed
+        (rec.kind, rec.annotator): ({"judge_kind": "import"} if rec.kind == "ai" else {}) for rec, *_ in parsed
     })
 
     keyed: dict[tuple[int, str], tuple[RankingRecord, int]] = {}
-    for rec, h, raw_id in parsed:
+    for rec, h, raw_id, _ in parsed:
         key = (annotator_ids[(rec.kind, rec.annotator)], rec.external_id or h)
         if key in keyed:
             summary.duplicates += 1
@@ -346,29 +209,82 @@ def import_rankings_batch(session: Session, batch: list[tuple[str, str]], origin
     return summary
 
 
-def import_prompts_batch(session: Session, batch: list[tuple[str, str]], origin: str) -> ImportSummary:
-    """Import one batch of JSON Lines prompts (optionally with unranked responses)."""
+def import_prompts_batch(session: Session, batch: list[Line], origin: str) -> ImportSummary:
+    """Import one batch of JSON Lines prompts (optionally with unranked responses).
+
+    A line that adds nothing is a duplicate: the same bytes stored before, or a
+    prompt whose responses (and reference) are all stored already, however the
+    line is spelled (other spacing, key order, escapes), here or earlier in the file.
+    """
     summary = ImportSummary()
     parsed = _parse_batch(session, batch, "import:prompts", origin, parse_prompt, summary)
-    if parsed:
-        _store_prompts_and_candidates(session, parsed, summary)
-        summary.imported += len(parsed)
+    if not parsed:
+        return summary
+    stored = _stored_before(session, [rec for rec, *_ in parsed])
+    _store_prompts_and_candidates(session, parsed, summary)
+    duplicates = 0
+    for rec, _, _, same_bytes in parsed:
+        news = {("prompt", rec.prompt_hash)} | {(rec.prompt_hash, h) for h in rec.response_hashes}
+        if rec.reference:
+            news.add(("reference", rec.prompt_hash))
+        if same_bytes or news <= stored:
+            duplicates += 1
+        stored |= news  # a later line holding only these adds nothing either
+    summary.duplicates += duplicates
+    summary.imported += len(parsed) - duplicates
     return summary
 
 
+def _stored_before(session: Session, records: list[Any]) -> set[tuple[str, str]]:
+    """What the database holds of these records: ("prompt", hash), ("reference", hash), (prompt hash, response hash)."""
+    prompts = {h: (pid, reference) for h, pid, reference in lookup(
+        session, Prompt.__table__, ("content_hash", "id", "reference"), "content_hash",
+        [rec.prompt_hash for rec in records])}
+    out = {("prompt", h) for h in prompts} | {("reference", h) for h, (_, ref) in prompts.items() if ref}
+    hash_of = {pid: h for h, (pid, _) in prompts.items()}
+    out |= {(hash_of[pid], h) for pid, h in lookup(session, Candidate.__table__, ("prompt_id", "content_hash"),
+                                                   "prompt_id", list(hash_of))}
+    return out
+
+
 def import_file(sessions: sessionmaker[Session], path: str | Path,
-                importer: Callable[[Session, list[tuple[str, str]], str], ImportSummary],
+                importer: Callable[[Session, list[Line], str], ImportSummary],
                 reporter: Reporter = SILENT, batch_lines: int = BATCH_LINES) -> ImportSummary:
-    """Import a JSON Lines file a batch per transaction; a crash keeps the batches done."""
+    """Import a JSON Lines file (plain or compressed) a batch per transaction.
+
+    A crash keeps the batches done; a batch that loses a race with another writer
+    is run again (`in_transaction`).
+
+    Raises:
+        InputError: the file cannot be read, or its compressed data is damaged part-way.
+    """
     total = ImportSummary()
-    origin = str(Path(path).resolve())
+    origin = str(Path(path).resolve())[-500:]  # raw_records.origin holds 500 characters
     lines = count_lines(path) if reporter.enabled else None  # a second read, only for the bar
-    with open_jsonl(path) as handle, reporter.progress(f"importing {Path(path).name}", lines) as advance:
-        for batch in read_lines(handle, batch_lines):
-            with sessions.begin() as session:
-                total.add(importer(session, batch, origin))
-            advance(len(batch))
+    with open_input(path) as handle, reporter.progress(f"importing {Path(path).name}", lines) as advance:
+        try:
+            for batch in _import_batches(sessions, read_lines(handle, path), importer, origin, batch_lines):
+                total.add(batch)
+                advance(batch.read)
+        except InputError as exc:
+            raise InputError(f"{exc}; the {plural(total.read, 'line')} before the damage are stored") from None
     return total
+
+
+def _import_batches(sessions: sessionmaker[Session], lines: Iterable[Line], importer, origin: str,
+                    batch_lines: int) -> Iterator[ImportSummary]:
+    """Import the lines a batch per transaction; yields each batch's summary once committed."""
+    for batch in batches(lines, batch_lines):
+        attempts = 0
+
+        def attempt(session: Session) -> ImportSummary:
+            nonlocal attempts
+            attempts += 1
+            return importer(session, batch, origin)
+
+        summary = in_transaction(sessions, attempt)
+        summary.retried = attempts - 1
+        yield summary
 
 
 def iter_jsonl(records: Iterable[dict[str, Any]]) -> Iterator[str]:

@@ -21,6 +21,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -130,7 +131,11 @@ class RawRecord(Base):
     source: Mapped[str] = mapped_column(String(40))        # "import:rankings", "label-studio", ...
     origin: Mapped[str | None] = mapped_column(String(500))  # file path, project id
     locator: Mapped[str | None] = mapped_column(String(200))  # line number, annotation id
+    # What was received, as text. Bytes that text cannot hold (not UTF-8, a NUL, a line
+    # too long to keep whole) are kept exactly in `payload_bytes`; `payload` then shows them
+    # escaped. `payload_hash` is the SHA-256 of all the bytes received.
     payload: Mapped[str] = mapped_column(Text)
+    payload_bytes: Mapped[bytes | None] = mapped_column(LargeBinary)
     payload_hash: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(12), default=RawStatus.ok.value)
     reason: Mapped[str | None] = mapped_column(Text)

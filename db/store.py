@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from preflab.db.bulk import insert_rows, lookup
 from preflab.db.models import Annotator, Candidate, Prompt, RawRecord, RawStatus
+from preflab.errors import NotFound
 
 # Keep every IN (...) well under SQLite's bound-parameter limit.
 IN_CHUNK = 4000
@@ -31,8 +32,14 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(unicodedata.normalize("NFC", text).strip().encode("utf-8")).hexdigest()
 
 
-def payload_hash(payload: str) -> str:
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+def payload_hash(payload: str | bytes) -> str:
+    """The identity of a payload: SHA-256 of the bytes received (text is hashed as UTF-8)."""
+    return hashlib.sha256(payload if isinstance(payload, bytes) else payload.encode("utf-8")).hexdigest()
+
+
+def shown_payload(data: bytes) -> str:
+    """Text standing in for bytes that text cannot hold (the bytes themselves are kept too)."""
+    return data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
 
 
 def insert_ignore(session: Session, table: Table, rows: Sequence[dict[str, Any]],
@@ -133,32 +140,47 @@ def ensure_annotators(session: Session, annotators: dict[tuple[str, str], dict[s
     return {k: r[0] for k, r in found.items()}
 
 
+class RawMap(dict):
+    """payload hash -> (raw record id, status), plus the hashes this call stored for the first time."""
+
+    new: frozenset[str] = frozenset()
+
+
+def _raw_row(source: str, origin: str | None, locator: str, payload: str | bytes, digest: str) -> dict[str, Any]:
+    text, data = (payload, None) if isinstance(payload, str) else (shown_payload(payload), payload)
+    return {"source": source, "origin": origin, "locator": locator, "payload": text, "payload_bytes": data,
+            "payload_hash": digest, "status": RawStatus.ok.value}
+
+
 def store_raw(session: Session, source: str, origin: str | None,
-              payloads: Sequence[tuple[str, str]]) -> dict[str, tuple[int, str]]:
+              payloads: Sequence[tuple[str, str | bytes] | tuple[str, str | bytes, str]]) -> RawMap:
     """Store payloads as received, before parsing; returns payload hash -> (id, status).
 
-    `payloads` holds (locator, payload text). A payload stored before keeps its
-    row (and its status): storing is idempotent.
+    `payloads` holds (locator, payload) or (locator, payload, hash): text, or bytes
+    where text cannot hold what was received (kept exactly, in `payload_bytes`);
+    the hash is given where the payload is only the start of what was received.
+    A payload stored before keeps its row (and its status): storing is idempotent.
     """
     rows = {}
-    for locator, payload in payloads:
-        h = payload_hash(payload)
-        rows.setdefault(h, {"source": source, "origin": origin, "locator": locator,
-                            "payload": payload, "payload_hash": h, "status": RawStatus.ok.value})
+    for locator, payload, *given in payloads:
+        h = given[0] if given else payload_hash(payload)
+        if h not in rows:
+            rows[h] = _raw_row(source, origin, locator, payload, h)
     if not rows:
-        return {}
-    found = {}
-    for rid, h, status, src in lookup(session, RawRecord.__table__, ("id", "payload_hash", "status", "source"),
-                                      "payload_hash", rows):
+        return RawMap()
+    columns = ("id", "payload_hash", "status", "source")
+    found = RawMap()
+    for rid, h, status, src in lookup(session, RawRecord.__table__, columns, "payload_hash", rows):
         if src == source:
             found[h] = (rid, status)
     missing = [row for h, row in rows.items() if h not in found]
     if missing:
         insert_rows(session, RawRecord.__table__, missing, ["source", "payload_hash"])
-        for rid, h, status, src in lookup(session, RawRecord.__table__, ("id", "payload_hash", "status", "source"),
-                                          "payload_hash", [row["payload_hash"] for row in missing]):
+        for rid, h, status, src in lookup(session, RawRecord.__table__, columns, "payload_hash",
+                                          [row["payload_hash"] for row in missing]):
             if src == source:
                 found[h] = (rid, status)
+    found.new = frozenset(row["payload_hash"] for row in missing)
     return found
 
 
@@ -179,3 +201,18 @@ def quarantined_records(session: Session, source: str | None = None, limit: int 
         query = query.where(RawRecord.source == source)
     return [{"id": r.id, "source": r.source, "origin": r.origin, "locator": r.locator, "reason": r.reason}
             for r in session.scalars(query)]
+
+
+def raw_record(session: Session, record_id: int) -> dict[str, Any]:
+    """One raw record with its payload exactly as received (`payload`: bytes).
+
+    Raises:
+        NotFound: no raw record has this id.
+    """
+    record = session.get(RawRecord, record_id)
+    if record is None:
+        raise NotFound(f"there is no raw record #{record_id} (see `preflab quarantine list`)")
+    data = record.payload_bytes if record.payload_bytes is not None else record.payload.encode("utf-8")
+    return {"id": record.id, "source": record.source, "origin": record.origin, "locator": record.locator,
+            "status": record.status, "reason": record.reason, "received_at": record.received_at.isoformat(),
+            "payload": data}

@@ -39,8 +39,8 @@ def count(session, model):
 def test_import_stores_prompts_candidates_rankings(cli, sessions, tmp_path):
     path = write_lines(tmp_path / "r.jsonl", GOOD)
     out = json.loads(cli("import", "rankings", path, "--json").stdout)
-    assert out == {"read": 3, "imported": 3, "duplicates": 0, "quarantined": 0, "new_prompts": 2,
-                   "new_candidates": 7, "reasons": {}}
+    assert out == {"read": 3, "imported": 3, "duplicates": 0, "quarantined": 0, "blank": 0, "new_prompts": 2,
+                   "new_candidates": 7, "retried": 0, "reasons": {}}
     with sessions.begin() as s:
         assert count(s, Prompt) == 2 and count(s, Candidate) == 7 and count(s, Ranking) == 3
         assert count(s, RawRecord) == 3

@@ -58,10 +58,12 @@ def test_sqlite_enforces_foreign_keys(sqlite_url):
 
 # --- Postgres is migrated only by `preflab db upgrade` ----------------------------------------
 
-NEXT_REVISION = '''"""A later migration, as a newer preflab would ship it."""
+OURS = head_revision()
+NEXT = f"{int(OURS) + 1:04d}"
+NEXT_REVISION = f'''"""A later migration, as a newer preflab would ship it."""
 
-revision = "0002"
-down_revision = "0001"
+revision = "{NEXT}"
+down_revision = "{OURS}"
 branch_labels = None
 depends_on = None
 
@@ -77,17 +79,17 @@ def downgrade():
 
 @pytest.fixture
 def newer_preflab(tmp_path, monkeypatch):
-    """`newer_preflab(True)` makes this process a preflab with one more migration (0002); False undoes it."""
+    """`newer_preflab(True)` makes this process a preflab with one more migration (NEXT); False undoes it."""
     import preflab.db.engine as engine_module
 
     ours = engine_module.MIGRATIONS
     folder = tmp_path / "migrations"
     shutil.copytree(ours, folder, ignore=shutil.ignore_patterns("__pycache__"))
-    (folder / "versions" / "0002_next.py").write_text(NEXT_REVISION, encoding="utf-8")
+    (folder / "versions" / f"{NEXT}_next.py").write_text(NEXT_REVISION, encoding="utf-8")
 
     def switch(newer: bool) -> None:
         monkeypatch.setattr(engine_module, "MIGRATIONS", folder if newer else ours)
-        assert head_revision() == ("0002" if newer else "0001")
+        assert head_revision() == (NEXT if newer else OURS)
 
     return switch
 
@@ -129,19 +131,19 @@ def test_fresh_postgres_is_not_migrated_on_open_and_db_upgrade_migrates_it(empty
 @pytest.mark.postgres
 def test_older_postgres_revision_is_named_and_left_alone(empty_postgres_url, newer_preflab):
     engine = make_engine(empty_postgres_url)
-    upgrade(engine)  # what this preflab made: 0001
+    upgrade(engine)  # what this preflab made: OURS
     engine.dispose()
     newer_preflab(True)
 
     result = run(empty_postgres_url, "stats")
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert result.output.count("\n") == 1
-    assert 'is at revision 0001; this preflab needs 0002: run "preflab db upgrade"' in result.output
-    assert stored_revision(empty_postgres_url) == "0001"  # not upgraded behind the team's back
+    assert f'is at revision {OURS}; this preflab needs {NEXT}: run "preflab db upgrade"' in result.output
+    assert stored_revision(empty_postgres_url) == OURS  # not upgraded behind the team's back
 
     upgraded = run(empty_postgres_url, "db", "upgrade")
-    assert upgraded.exit_code == 0 and "is at revision 0002" in upgraded.output
-    assert stored_revision(empty_postgres_url) == "0002"
+    assert upgraded.exit_code == 0 and f"is at revision {NEXT}" in upgraded.output
+    assert stored_revision(empty_postgres_url) == NEXT
     assert run(empty_postgres_url, "stats").exit_code == 0
 
 
@@ -153,13 +155,13 @@ def test_postgres_migrated_by_a_newer_preflab_says_so(postgres_url, newer_prefla
     for args in (["stats"], ["db", "upgrade"]):
         result = run(postgres_url, *args)
         assert result.exit_code == 1 and "Traceback" not in result.output
-        assert "is at revision 0002, which a newer preflab made" in result.output
-    assert stored_revision(postgres_url) == "0002"
+        assert f"is at revision {NEXT}, which a newer preflab made" in result.output
+    assert stored_revision(postgres_url) == NEXT
 
 
 def test_sqlite_is_migrated_on_open_by_a_newer_preflab(sqlite_url, newer_preflab):
-    assert current_revision(open_database(sqlite_url)) == "0001"
+    assert current_revision(open_database(sqlite_url)) == OURS
     newer_preflab(True)
     result = run(sqlite_url, "stats")
     assert result.exit_code == 0, result.output
-    assert stored_revision(sqlite_url) == "0002"
+    assert stored_revision(sqlite_url) == NEXT

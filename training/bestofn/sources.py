@@ -47,24 +47,28 @@ def read_jsonl(path: str | Path) -> list[Group]:
     """Groups from JSON Lines: {"group": "prompt-17", "proxy": 0.83, "true": 1.0} per sample.
 
     `group` is optional (one group), `true` is optional but then absent from every line.
+    The file is read as every preflab reader reads one (`preflab.db.lines`: gzip read
+    through, a byte-order mark and CRLF endings ignored); an analysis needs every
+    sample, so a line that cannot be used stops it with one sentence naming the line.
     """
+    from preflab.db.lines import Invalid, open_input, read_lines
+    from preflab.db.records import load_object
+
     path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path} is not a file")
     proxies: dict[str, list[float]] = defaultdict(list)
     trues: dict[str, list[float]] = defaultdict(list)
     with_true: bool | None = None
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
+    with open_input(path) as handle:
+        for line in read_lines(handle, path):
+            if line.blank:
                 continue
-            where = f"{path.name}, line {number}"
+            where = f"{path.name}, line {line.number}"
             try:
-                data = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{where} is not valid JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(data, dict):
-                raise InputError(f"{where}: expected a JSON object like {{\"group\": …, \"proxy\": …}}")
+                data = load_object(line.text())
+            except Invalid as exc:
+                reason = str(exc)
+                raise InputError(f"{where} is {reason}" if reason.startswith("not ") else f"{where}: {reason}") \
+                    from None
             if "proxy" not in data:
                 raise InputError(f"{where} has no 'proxy'")
             group = data.get("group", "")

@@ -35,7 +35,7 @@ The config file (TOML, or JSON with the same keys):
 from __future__ import annotations
 
 import dataclasses
-import json
+import math
 import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -154,21 +154,62 @@ def find_retrain_config(path: str | Path | None = None) -> Path:
     return default
 
 
+MAX_CONFIG_BYTES = 1 << 20  # a config is a page of settings: anything this large is some other file
+
+
+def _config_text(path: Path) -> str:
+    """The text of a config file, by the rules every preflab reader follows (`preflab.db.lines`)."""
+    from preflab.db.lines import open_input
+
+    with open_input(path) as handle:  # gzip read through; UTF-16, zip and the like refused
+        data = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path} is over {MAX_CONFIG_BYTES:,} bytes: not a retrain config")
+    try:
+        return data.decode("utf-8-sig")  # a byte-order mark is not part of the config
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
+def _check_values(data: dict, where: str) -> None:
+    """Refuse what no setting can be: NaN or infinity (TOML allows them), and text holding a NUL."""
+    stack: list[tuple[str, Any]] = [(str(k), v) for k, v in data.items()]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where}: {key} is {value}, not a finite number")
+        if isinstance(value, str) and "\x00" in value:
+            raise ConfigError(f"{where}: {key} holds a NUL character")
+        if isinstance(value, dict):
+            stack.extend((f"{key}.{k}", v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
+
+
 def load_retrain_config(path: str | Path) -> RetrainConfig:
     """Read a TOML (or, by its suffix, JSON) retrain config file."""
+    from preflab.db.lines import Invalid
+    from preflab.db.records import load_object
+
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"the retrain config {path} does not exist")
-    text = path.read_text(encoding="utf-8")
-    try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
+    text = _config_text(path)
+    if path.suffix.lower() == ".json":
+        try:
+            data = load_object(text)  # NaN, Infinity and deep nesting refused with the reason
+        except Invalid as exc:
+            raise ConfigError(f"{path} is {exc}" if str(exc).startswith("not ") else f"{path}: {exc}") from None
+    else:
+        try:
             data = _toml().loads(text)
-    except (ValueError, json.JSONDecodeError) as exc:  # tomllib.TOMLDecodeError is a ValueError
-        raise ConfigError(f"{path} is not valid {'JSON' if path.suffix.lower() == '.json' else 'TOML'}: {exc}") from None
+        except ValueError as exc:  # tomllib.TOMLDecodeError is a ValueError
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{path} is not valid TOML: nested too deeply") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a table of settings")
+    _check_values(data, str(path))
     return parse_retrain_config(data, str(path))
 
 
