@@ -32,6 +32,7 @@ COMMANDS: dict[str, str] = {
     "self-reward": "preflab.training.selfreward.cli:self_reward_group",
     "retrain": "preflab.training.retrain.cli:retrain_command",
     "schedule": "preflab.training.retrain.cli:schedule_command",
+    "report": "preflab.report.cli:report_command",
 }
 
 # One-line help for each lazy command, so `preflab --help` lists them without importing.
@@ -52,6 +53,7 @@ SUMMARIES: dict[str, str] = {
     "self-reward": "Self-rewarding iterative DPO: M_t writes prompts, samples, judges itself, and DPO gives M_{t+1}.",
     "retrain": 'Retrain on the new comparisons if at least --min-new arrived; else say "nothing to do" (exit 0).',
     "schedule": "Run `preflab retrain` on a cron schedule until stopped, logging each run.",
+    "report": "Write one self-contained HTML page: data, agreement, judges, models and optimisation.",
 }
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, summaries=SUMMARIES)

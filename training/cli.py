@@ -1,4 +1,4 @@
-"""`preflab train …`: reward models, DPO and evaluation of the results.
+"""`preflab train …`: reward models, DPO, SimPO, RL against a reward model, and evaluation of the results.
 
 The options are generated from the config dataclasses (`preflab.training.config`,
 `preflab.training.evaluate.EvalConfig`), so every field and its help text is an
@@ -12,10 +12,12 @@ import dataclasses
 
 import click
 
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
 from preflab.settings import Settings
 from preflab.training.config import DPOTrainConfig, RewardTrainConfig
 from preflab.training.evaluate import EvalConfig
+from preflab.training.rl import RLTrainConfig
+from preflab.training.simpo import SimPOTrainConfig
 
 
 def run_options(func):
@@ -39,6 +41,12 @@ def run_options(func):
 
 
 def _heldout(metrics: dict) -> str:
+    if "heldout_reward_policy" in metrics:  # RL: fresh samples scored by the reward model
+        return (f"reward of fresh samples {metrics['heldout_reward_start']:.3f} → "
+                f"{metrics['heldout_reward_policy']:.3f} on {metrics['heldout_prompts']:,} held-out prompts, "
+                f"KL {metrics['heldout_kl']:.3f} ± {metrics['heldout_kl_stderr']:.3f} nats")
+    if "heldout_prompts" in metrics:
+        return "no held-out prompts scored"
     if "heldout_accuracy" in metrics:
         return ("no test split" if metrics["heldout_accuracy"] is None else
                 f"held-out accuracy {metrics['heldout_accuracy']:.3f} on {metrics['heldout_pairs']:,} pairs")
@@ -49,7 +57,7 @@ def _heldout(metrics: dict) -> str:
 
 def _train(settings: Settings, train, config, model_name, dataset_version, output_dir, resume, as_json):
     from preflab.db.engine import open_sessions
-    from preflab.training.runs import is_main_process
+    from preflab.training.runs import disk_note, is_main_process
 
     sessions = open_sessions(settings.database_url) if is_main_process() else None
     result = train(sessions, config, model_name or settings.model, dataset_version, resume, output_dir,
@@ -62,8 +70,9 @@ def _train(settings: Settings, train, config, model_name, dataset_version, outpu
     m = result.metrics
     loss = "" if m.get("first_loss") is None else f", loss {m['first_loss']:.4f} → {m['last_loss']:.4f}"
     click.echo(f"{result.kind} run {result.run_id}{' (resumed)' if result.resumed else ''}: "
-               f"{m['global_step']:,} steps on {result.dataset_version} (world size {result.world_size}){loss}; "
-               f"{_heldout(m)}; saved model version {result.model_version} to {result.path}")
+               f"{plural(m['global_step'], 'step')} on {result.dataset_version} (world size {result.world_size})"
+               f"{loss}; {_heldout(m)}; saved model version {result.model_version} to {result.path}; "
+               f"{disk_note(result)}")
 
 
 @click.group("train")
@@ -101,6 +110,40 @@ def dpo_command(settings: Settings, model_name, dataset_version, output_dir, res
     from preflab.training.dpo import train_dpo
 
     _train(settings, train_dpo, build_config(DPOTrainConfig, fields), model_name, dataset_version, output_dir,
+           resume, as_json)
+
+
+@train_group.command("simpo")
+@run_options
+@config_options(SimPOTrainConfig)
+@pass_settings
+def simpo_command(settings: Settings, model_name, dataset_version, output_dir, resume, as_json, **fields):
+    """Train a policy with SimPO (TRL's CPO trainer, loss simpo): no reference model, and record it.
+
+    Example: preflab train simpo --model policy-3 --beta 2.0 --simpo-gamma 0.5 --learning-rate 5e-7
+    """
+    from preflab.training.simpo import train_simpo
+
+    _train(settings, train_simpo, build_config(SimPOTrainConfig, fields), model_name, dataset_version, output_dir,
+           resume, as_json)
+
+
+@train_group.command("rl")
+@run_options
+@config_options(RLTrainConfig)
+@pass_settings
+def rl_command(settings: Settings, model_name, dataset_version, output_dir, resume, as_json, **fields):
+    """Optimise a policy against a reward model with RL (TRL's RLOOTrainer, or GRPO), and record it.
+
+    The reward is R_RM − β·KL(π‖π_ref); prompts are the dataset version's training
+    prompts (or --prompts-file's). TRL 1.x has no PPO trainer: RLOO is the critic-free
+    PPO of the minimal-RLHF notebook, with a leave-one-out baseline.
+
+    Example: preflab train rl --model policy-3 --reward-model reward-2 --beta 0.05 --max-steps 200
+    """
+    from preflab.training.rl import train_rl
+
+    _train(settings, train_rl, build_config(RLTrainConfig, fields), model_name, dataset_version, output_dir,
            resume, as_json)
 
 

@@ -18,8 +18,37 @@ from typing import Any
 
 from preflab.errors import ConfigError
 
-DPO_LOSS_TYPES = ("sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard",
-                  "aot", "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm")
+
+
+def installed_dpo_losses() -> tuple[str, ...]:
+    """The DPO losses the installed TRL offers, read from its `DPOConfig.loss_type` help.
+
+    TRL keeps no list of them in code (its trainer branches on the names), so the
+    help text it writes for users is the list. It is read from the source file with
+    `ast` rather than imported: importing TRL loads torch, and this module builds
+    the `train dpo` options. A test holds every name here to a branch of TRL's loss.
+    """
+    import ast
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("trl")
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    source = Path(next(iter(spec.submodule_search_locations))) / "trainer" / "dpo_config.py"
+    if not source.is_file():
+        return ()
+    for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == "loss_type":
+            for keyword in getattr(node.value, "keywords", []):
+                if keyword.arg == "metadata":
+                    help_text = ast.literal_eval(keyword.value).get("help", "")
+                    return tuple(dict.fromkeys(re.findall(r"`'(\w+)'`", help_text)))
+    return ()
+
+
+DPO_LOSS_TYPES = installed_dpo_losses()
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup", "cosine_with_restarts", "polynomial")
 
 
@@ -61,7 +90,11 @@ class TrainConfig:
         "help": "Comma-separated module names for LoRA, or 'all-linear'."})
     logging_steps: int = field(default=10, metadata={"help": "Log the loss every N steps."})
     save_steps: int = field(default=500, metadata={"help": "Save a checkpoint (for --resume) every N steps."})
-    save_total_limit: int | None = field(default=2, metadata={"help": "Keep at most this many checkpoints."})
+    save_total_limit: int | None = field(default=1, metadata={
+        "help": "Keep at most this many checkpoints while training (the newest is what --resume continues from)."})
+    keep_checkpoints: bool = field(default=False, metadata={
+        "help": "Keep the checkpoints once the run succeeds (they hold the optimizer state, often twice the "
+                "model's size; by default they are deleted, and a failed run keeps them for --resume)."})
     report_to: str = field(default="none", metadata={"help": "Experiment trackers (wandb, tensorboard…), or none."})
 
     def __post_init__(self) -> None:
@@ -163,8 +196,10 @@ class DPOTrainConfig(TrainConfig):
     beta: float = field(default=0.1, metadata={
         "help": "Strength of the pull towards the reference model (higher: stay closer)."})
     loss_type: str = field(default="sigmoid", metadata={
-        "help": "DPO loss, or several joined by commas and summed (e.g. sigmoid,sft: DPO plus the chosen "
-                f"responses' NLL, as in RPO). One of: {', '.join(DPO_LOSS_TYPES)}."})
+        "flags": ("--loss",),
+        "help": "DPO loss, or several joined by commas and summed with --loss-weights (e.g. sigmoid,sft: DPO "
+                "plus the chosen responses' NLL, as in RPO). One of the installed TRL's: "
+                f"{', '.join(DPO_LOSS_TYPES) or 'none (TRL is not installed)'}."})
     loss_weights: str | None = field(default=None, metadata={
         "help": "Comma-separated weights of the losses in --loss-type (default: 1 each)."})
     label_smoothing: float = field(default=0.0, metadata={
@@ -183,7 +218,7 @@ class DPOTrainConfig(TrainConfig):
         if not self.losses:
             raise ConfigError("--loss-type names no loss")
         for loss in self.losses:
-            if loss not in DPO_LOSS_TYPES:
+            if DPO_LOSS_TYPES and loss not in DPO_LOSS_TYPES:
                 raise ConfigError(f"unknown --loss-type {loss!r} (expected one of {', '.join(DPO_LOSS_TYPES)})")
         if self.loss_weights is not None:
             try:

@@ -6,6 +6,10 @@ plan. All ranks train. Rank 0 then scores the saved model on the held-out split
 and records the metrics and a new model version; a crash marks the run `failed`
 with the error. Under `torchrun`/`accelerate launch` the ranks read RANK and
 WORLD_SIZE from the environment; a plain process is rank 0 of 1.
+
+A run that succeeds deletes its checkpoints (unless `keep_checkpoints`): they
+exist for `--resume`, and their optimizer state is often twice the model's
+size. A failed run keeps them. The result says how much the run left on disk.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from preflab.errors import InputError, NotFound, TrainingError
 from preflab.settings import data_dir
 
-MODEL_KIND = {"reward": "reward", "reward-grouped": "reward", "dpo": "policy"}
+MODEL_KIND = {"reward": "reward", "reward-grouped": "reward", "dpo": "policy", "simpo": "policy", "rl": "policy"}
 
 
 def rank() -> int:
@@ -81,6 +85,8 @@ class RunResult:
     metrics: dict[str, Any]
     world_size: int
     resumed: bool = False
+    disk_bytes: int = 0  # what the run folder holds once the run is done
+    freed_bytes: int = 0  # the checkpoints deleted when the run succeeded
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -272,8 +278,37 @@ def _execute(kind, config, sessions, model_name, dataset_version, resume, output
         return None
     with sessions.begin() as session:
         version = record_success(session, plan, metrics)
-        return RunResult(plan.run_id, kind, version.name, version.id, version.path, plan.dataset_version,
-                         metrics, world_size(), resumed=plan.resume_from is not None)
+        result = RunResult(plan.run_id, kind, version.name, version.id, version.path, plan.dataset_version,
+                           metrics, world_size(), resumed=plan.resume_from is not None)
+    # Only once the success is recorded: a crash while deleting loses nothing the run needs.
+    if not getattr(config, "keep_checkpoints", False):
+        result.freed_bytes = folder_bytes(plan.checkpoint_dir)
+        shutil.rmtree(plan.checkpoint_dir, ignore_errors=True)
+    result.disk_bytes = folder_bytes(plan.run_dir)
+    return result
+
+
+def folder_bytes(path: str | Path) -> int:
+    """The bytes of the files under `path` (0 when it does not exist)."""
+    root = Path(path)
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file() and not f.is_symlink()) if root.is_dir() else 0
+
+
+def disk_size(n: int) -> str:
+    """`517 MB`, `1.1 GB`: a size for people (decimal units, as `du -h --si` and file managers show)."""
+    for unit, scale in (("GB", 10 ** 9), ("MB", 10 ** 6), ("kB", 10 ** 3)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:,.0f} {unit}"
+    return f"{n:,} bytes"
+
+
+def disk_note(result: RunResult) -> str:
+    """`the run left 517 MB on disk (1.1 GB of checkpoints deleted; …)`, for a run's summary."""
+    note = f"the run left {disk_size(result.disk_bytes)} on disk"
+    if result.freed_bytes:
+        note += f" ({disk_size(result.freed_bytes)} of checkpoints deleted; --keep-checkpoints keeps them)"
+    return note
 
 
 def training_summary(trainer, output) -> dict[str, Any]:

@@ -42,7 +42,9 @@ def test_retrain_trains_when_enough_is_new_and_a_failure_keeps_the_current_model
         assert current(session) == {"reward": reward, "policy": policy}
         version = session.scalars(select(DatasetVersion).where(DatasetVersion.name == trained["dataset_version"])).one()
         assert version.settings["job"] == "retrain" and version.settings["trained"] is True
-        assert version.n_train + version.n_test == trained["new_comparisons"]
+        # The export keeps people's pairs first: a judge's pairs on prompts people ranked are left out.
+        left_out = sum(version.settings["left_out_by_kind"].values())
+        assert version.n_train + version.n_test + left_out == trained["new_comparisons"]
         assert [r.status for r in session.scalars(select(TrainingRun))] == ["succeeded", "succeeded"]
 
     # Nothing new since that dataset version: nothing to do.
@@ -105,3 +107,18 @@ def test_a_run_with_nothing_to_do_stays_light(tmp_path):
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_the_retrain_job_writes_the_report_page_after_each_run(cli, tmp_path, sample_rankings):
+    """`report = "path"` in the config: the scheduled job leaves an up-to-date page behind, even idle."""
+    page = tmp_path / "team" / "report.html"
+    config = tmp_path / "retrain.toml"
+    config.write_text(f'min_new = 1000000\nreport = "{page}"\n[dpo]\nbeta = 0.1\n', encoding="utf-8")
+    cli("import", "rankings", sample_rankings)
+    result = cli("retrain", "--config", config)
+    assert "nothing to do" in result.stdout
+    html = page.read_text(encoding="utf-8")
+    assert 'id="data"' in html and 'id="agreement"' in html
+    bad = tmp_path / "bad.toml"
+    bad.write_text('report = ""\n[dpo]\nbeta = 0.1\n', encoding="utf-8")
+    assert "report must be the path of an HTML file" in cli("retrain", "--config", bad, expect_ok=False).output

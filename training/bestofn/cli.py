@@ -194,3 +194,47 @@ def sample_command(settings: Settings, reward_model, policy, prompts_file, as_js
                f"draws, {report['kept']:,} prompts already done")
     click.echo(f"estimate every n ≤ {report['estimate']['largest_group']} with: "
                f"preflab bon estimate --from-db --proxy {reward_model}")
+
+
+@bon_group.command("frontier")
+@click.option("--policy", required=True, metavar="MODEL_VERSION",
+              help="The last model version of the lineage (its parents, up to the base model, come with it).")
+@click.option("--proxy", required=True, metavar="NAME",
+              help="The AI annotator (the reward model's judge) whose reward the lineage optimised.")
+@click.option("--true", "true_name", default="human", show_default=True, metavar="NAME|human",
+              help="The truth: held-out human rankings ('human') or another annotator's scores.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The chart to write (.png, .svg, .pdf).")
+@click.option("--chat/--plain", default=True, show_default=True,
+              help="Whether the samples were written through the chat template (as `preflab generate` does).")
+@click.option("--n", "ns", default="pow2", show_default=True,
+              help="Best-of-n on the root's samples: comma-separated n values, 'pow2' or 'all'.")
+@click.option("--limit", type=click.IntRange(1), default=2000, show_default=True,
+              help="At most this many samples per model version.")
+@json_option
+@pass_settings
+def frontier_command(settings: Settings, policy, proxy, true_name, out, chat, ns, limit, as_json):
+    """The Goodhart frontier of real data: each model version of a lineage, and best-of-n, on one chart.
+
+    Each version's stored samples give its mean proxy reward, its mean true reward,
+    its true-reward win rate over the root's samples, and KL to the root estimated
+    from its own samples (with the error). Best-of-n uses the root's samples.
+
+    Example: preflab bon frontier --policy policy-7 --proxy reward-3 --true human --out frontier.png
+    """
+    from preflab.db.engine import open_sessions
+    from preflab.training.goodhart.frontier import describe
+    from preflab.training.goodhart.lineage import lineage_frontier
+
+    report = lineage_frontier(open_sessions(settings.database_url), policy, proxy, true_name, out, chat, ns, limit,
+                              reporter=Reporter(not as_json))
+    if as_json:
+        echo_json(report)
+        return
+    click.echo(f"{'method':<10} {'setting':<14} {'KL':>13} {'proxy':>8} {'true':>8} {'win':>6}")
+    for p in report["points"]:
+        kl = f"{p['kl']:.3f} ± {p['kl_stderr']:.3f}" if p["kl_stderr"] else f"{p['kl']:.3f}"
+        click.echo(f"{p['method']:<10} {p['setting']:<14} {kl:>13} {_fmt(p['proxy'], '.3f'):>8} "
+                   f"{_fmt(p['true'], '.3f'):>8} {_fmt(p['win_rate'], '.3f'):>6}")
+    for line in describe(report["findings"]):
+        click.echo(line)
+    click.echo(f"chart: {report['chart']}")

@@ -1,7 +1,8 @@
 """`preflab demo …`: self-contained demonstrations with a known answer.
 
 The commands parse options and print; the demos themselves are library jobs
-(`preflab.training.demos.bon.bon_demo`, `preflab.training.demos.toy.toy_demo`).
+(`preflab.training.demos.bon.bon_demo`, `preflab.training.demos.toy.toy_demo`,
+`preflab.training.goodhart.job.goodhart_demo`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from preflab.console import Reporter, build_config, config_options, echo_json, j
 from preflab.settings import Settings
 from preflab.training.demos.bon import BonDemoConfig
 from preflab.training.demos.toy import ToySettings
+from preflab.training.goodhart.job import GoodhartSettings
 
 
 @click.group("demo")
@@ -58,12 +60,12 @@ def bon_command(out, as_json, **fields):
 @json_option
 @pass_settings
 def toy_command(settings: Settings, workdir, as_json, **fields):
-    """The digit world of the minimal-RLHF notebook: reward model and DPO with a known answer.
+    """The digit world of the minimal-RLHF notebook: reward model and DPO (or RL) with a known answer.
 
     Uses the database given with --database-url (or PREFLAB_DATABASE_URL), else a
     fresh SQLite file in the work folder, so the toy never mixes with real data.
 
-    Example: preflab demo toy --json
+    Example: preflab demo toy --method rl --json
     """
     from preflab.training.demos.toy import toy_demo
 
@@ -76,9 +78,45 @@ def toy_command(settings: Settings, workdir, as_json, **fields):
     click.echo(f"{result['rankings']:,} rankings → {result['pairs']:,} pairs → {result['dataset']['name']} "
                f"({result['dataset']['train']:,} train / {result['dataset']['test']:,} test pairs)")
     click.echo(f"reward model {result['reward_model_version']}: held-out pairwise accuracy {result['rm_accuracy']:.3f}")
-    click.echo(f"policy {result['policy_model_version']}: P(preferred first digit) "
+    click.echo(f"{result['method']} policy {result['policy_model_version']}: P(preferred first digit) "
                f"{result['p_preferred_before']:.3f} → {result['p_preferred_after']:.3f} on "
                f"{result['held_out_prompts']} held-out prompts; KL to base {result['kl_to_base']:.3f} nats; "
                f"base rule kept in {result['base_rule_rate_after']:.1%} of samples "
                f"(base model {result['base_rule_rate_before']:.1%}); P(EOS after 4 digits) "
                f"{result['stop_rate_before']:.3f} → {result['stop_rate_after']:.3f}")
+
+
+@demo_group.command("goodhart")
+@click.option("--workdir", type=click.Path(file_okay=False),
+              help="Folder for the models, rankings, datasets and chart (default: DATA_DIR/demo-goodhart).")
+@config_options(GoodhartSettings)
+@json_option
+@pass_settings
+def goodhart_command(settings: Settings, workdir, as_json, **fields):
+    """Best-of-n, DPO, SimPO and RL against one imperfect proxy, on a world whose true reward is known.
+
+    The counting world's annotator ranks base samples for a limited number of
+    prompts; a reward model fitted to them is the proxy. Each method optimises the
+    base policy against that preference; every policy is scored exactly: KL to the
+    base, proxy and true reward, true-reward win rate. Writes goodhart.png (reward
+    against √KL with Gao et al.'s fit per method, and win rates) and says what it
+    shows. Uses --database-url if given, else a fresh SQLite file in the work folder.
+
+    Example: preflab demo goodhart --rl-betas 0.01,0.05,0.2 --json
+    """
+    from preflab.training.goodhart.frontier import describe
+    from preflab.training.goodhart.job import goodhart_demo
+
+    explicit = click.get_current_context().find_root().params.get("database_url")
+    result = goodhart_demo(build_config(GoodhartSettings, fields), workdir, settings.database_url if explicit else None,
+                           reporter=Reporter(not as_json))
+    if as_json:
+        echo_json(result)
+        return
+    click.echo(f"{'method':<10} {'setting':<11} {'KL':>6} {'proxy':>7} {'true':>7} {'win':>6}")
+    for p in [result["reference"], *result["points"]]:
+        click.echo(f"{p['method']:<10} {p['setting']:<11} {p['kl']:>6.3f} {p['proxy']:>7.3f} {p['true']:>7.3f} "
+                   f"{p['win_rate']:>6.3f}")
+    for line in describe(result["findings"], result["comparisons_sweep"]):
+        click.echo(line)
+    click.echo(f"chart: {result['chart']}")

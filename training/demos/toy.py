@@ -5,12 +5,14 @@
 3. a simulated annotator ranks them by its hidden preference (the first output
    digit is the last input digit + 1) and the rankings are imported as JSON Lines;
 4. pairs are built, a dataset version exported (split by prompt);
-5. a reward model (`train reward`) and a DPO policy (`train dpo`) are trained on it;
+5. a reward model (`train reward`) and a policy are trained on it: DPO on the
+   pairs (`train dpo`), or, with `--method rl`, RL against the reward model
+   (`train rl`: RLOO with R = R_RM − β·KL, the notebook's own last step);
 6. the policy is compared with the base model on the held-out prompts.
 
 The answer is known: the reward model should rank held-out pairs almost
-perfectly, and DPO should move the preferred first digit from ≈ 1/4 to ≥ 0.9
-while the later digits keep following the base rule.
+perfectly, and the policy should move the preferred first digit from ≈ 1/4 to
+≥ 0.9 while the later digits keep following the base rule.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from preflab.errors import ConfigError
 from preflab.settings import data_dir
 
 ANNOTATOR = "simulated-annotator"
+TOY_METHODS = ("dpo", "rl")
 
 
 @dataclass
@@ -42,8 +45,13 @@ class ToySettings:
     test_size: float = field(default=0.2, metadata={"help": "Share of the prompts held out."})
     base_steps: int = field(default=400, metadata={"help": "Training steps of the base model on the digit language."})
     seed: int = field(default=0, metadata={"help": "Seed of every random choice."})
+    method: str = field(default="dpo", metadata={
+        "help": "How the policy learns the preference: dpo (from the pairs) or rl (RLOO against the reward "
+                "model, with a KL penalty).", "choices": TOY_METHODS})
 
     def __post_init__(self) -> None:
+        if self.method not in TOY_METHODS:
+            raise ConfigError(f"unknown --method {self.method!r} (expected one of {', '.join(TOY_METHODS)})")
         if not 20 <= self.prompts <= 100_000:
             raise ConfigError(f"--prompts must be between 20 and 100,000, got {self.prompts:,}")
         if self.candidates < 2:
@@ -68,6 +76,14 @@ class ToySettings:
         return DPOTrainConfig(loss_type="sigmoid,sft", beta=0.1, learning_rate=5e-4, num_train_epochs=1,
                               per_device_train_batch_size=32, precompute_ref_batch_size=256, warmup_steps=0.1,
                               **self._common())
+
+    def rl_config(self, reward_model: str):
+        from preflab.training.rl import RLTrainConfig
+
+        # 80 steps of 8 prompts × 4 completions; β = 0.1 keeps the later digits on the base rule.
+        return RLTrainConfig(reward_model=reward_model, beta=0.1, learning_rate=5e-4, max_steps=80,
+                             per_device_train_batch_size=32, n=4, max_new_tokens=5, eval_prompts=64,
+                             **self._common())
 
     def _common(self) -> dict:
         return dict(logging_steps=5, save_steps=10_000, seed=self.seed, max_length=16, use_cpu=True)
@@ -116,6 +132,7 @@ def run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySetting
 
 
 def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettings, reporter: Reporter) -> dict:
+    from datasets import load_from_disk
     from sqlalchemy import select
     from transformers import AutoModelForCausalLM
 
@@ -124,8 +141,9 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
     from preflab.db.models import Prompt
     from preflab.db.pairs import build_pairs
     from preflab.training.demos import toy_world as toy
-    from preflab.training.dpo import train_dpo
+    from preflab.training.dpo import evaluate_policy_on_pairs, train_dpo
     from preflab.training.reward import train_reward
+    from preflab.training.rl import train_rl
 
     workdir.mkdir(parents=True, exist_ok=True)
     for part in ("base", "dataset"):  # a previous demo's (the run folders are cleared by the runs)
@@ -152,14 +170,23 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
     reward = train_reward(sessions, settings.reward_config(), str(base), dataset["name"],
                           output_dir=str(workdir / "reward"), reporter=reporter)
     lap("reward_model")
-    dpo = train_dpo(sessions, settings.dpo_config(), str(base), dataset["name"],
-                    output_dir=str(workdir / "dpo"), reporter=reporter)
-    lap("dpo")
+    if settings.method == "rl":
+        policy = train_rl(sessions, settings.rl_config(reward.model_version), str(base), dataset["name"],
+                          output_dir=str(workdir / "rl"), reporter=reporter)
+        # The same held-out number as DPO reports: does the policy raise β·log(π/π_ref) of the chosen answer?
+        test_pairs = load_from_disk(str(Path(policy.path).parent / "data"))["test"]
+        implicit = evaluate_policy_on_pairs(policy.path, str(base), test_pairs,
+                                            settings.dpo_config().beta)["heldout_reward_accuracy"]
+    else:
+        policy = train_dpo(sessions, settings.dpo_config(), str(base), dataset["name"],
+                           output_dir=str(workdir / "dpo"), reporter=reporter)
+        implicit = policy.metrics["heldout_reward_accuracy"]
+    lap(settings.method)
     with sessions.begin() as session:
         test_prompts = [toy.parse_digits(text) for text in session.scalars(
             select(Prompt.text).where(Prompt.split == "test").order_by(Prompt.id))]
     base_model = AutoModelForCausalLM.from_pretrained(base)
-    after = toy.policy_report(AutoModelForCausalLM.from_pretrained(dpo.path), base_model, test_prompts,
+    after = toy.policy_report(AutoModelForCausalLM.from_pretrained(policy.path), base_model, test_prompts,
                               seed=settings.seed)
     before = toy.policy_report(base_model, base_model, test_prompts, seed=settings.seed)
     lap("evaluation")
@@ -172,10 +199,12 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
         "base_rule_rate_before": before["base_rule_rate"],
         "stop_rate_after": after["stop_rate"],
         "stop_rate_before": before["stop_rate"],
-        "dpo_heldout_reward_accuracy": dpo.metrics["heldout_reward_accuracy"],
+        "dpo_heldout_reward_accuracy": implicit,
         "rankings": n_rankings, "imported": imported.imported, "pairs": pairs.pairs, "dataset": dataset,
         "held_out_prompts": len(test_prompts), "reward_model_version": reward.model_version,
-        "policy_model_version": dpo.model_version, "workdir": str(workdir), "seconds": seconds,
+        "policy_model_version": policy.model_version, "method": settings.method,
+        "policy_metrics": {k: v for k, v in policy.metrics.items() if k != "history"},
+        "workdir": str(workdir), "seconds": seconds,
     }
 
 

@@ -11,8 +11,10 @@ import click
 from preflab.console import Reporter, echo_json, json_option, pass_settings
 from preflab.settings import Settings
 
-CONFIG_HELP = ("Retrain config (TOML or JSON: what to train; see `preflab retrain --help`); "
-               "default: PREFLAB_RETRAIN_CONFIG, else DATA_DIR/retrain.toml.")
+CONFIG_DEFAULT = "default: PREFLAB_RETRAIN_CONFIG, else DATA_DIR/retrain.toml."
+# `retrain --help` shows the file's keys itself; the scheduler's help points there.
+CONFIG_HELP = f"Retrain config (TOML or JSON: what to train, as described above); {CONFIG_DEFAULT}"
+SCHEDULE_CONFIG_HELP = f"Retrain config (TOML or JSON; its keys: `preflab retrain --help`); {CONFIG_DEFAULT}"
 
 
 @contextmanager
@@ -47,16 +49,23 @@ def retrain_command(settings: Settings, config_path, min_new, as_json):
     training and renewed in the background, makes the second one skip (exit 0);
     a crashed run's lease expires after `lock_ttl` seconds. A model version that
     trains becomes the current one of its kind; a failed run (exit 1) leaves the
-    previous one current. The config file (TOML) names what to train:
+    previous one current. The config file (TOML, or JSON with the same keys)
+    names what to train; each table takes the options of the command named,
+    with underscores (num_train_epochs for --num-train-epochs):
 
     \b
-        min_new = 100
-        model = "smollm2-135m-instruct"
-        [pairs]
+        min_new = 100                    # new comparisons needed to retrain
+        model = "smollm2-135m-instruct"  # starting model (default: the global --model)
+        start_from = "base"              # or "current": go on from the current model version
+        lock_ttl = 600                   # seconds a crashed run's lease outlives it
+        report = "report.html"           # write `preflab report` here after every run
+        [pairs]                          # `preflab pairs build`: strategy, aggregate, annotator_kind
         strategy = "all"
-        [reward]
+        [export]                         # `preflab export`: test_size, annotators, format, ...
+        test_size = 0.1
+        [reward]                         # a reward model: `preflab train reward` (+ model)
         grouped = true
-        [dpo]
+        [dpo]                            # a DPO policy: `preflab train dpo` (+ model)
         beta = 0.1
 
     Example: preflab retrain --config retrain.toml --min-new 200
@@ -65,20 +74,37 @@ def retrain_command(settings: Settings, config_path, min_new, as_json):
     from preflab.training.retrain.job import find_retrain_config, load_retrain_config, retrain
 
     config = load_retrain_config(find_retrain_config(config_path))
+    reporter = Reporter(not as_json)
     with _sigterm_exits():
         result = retrain(open_sessions(settings.database_url), config, settings.model, min_new,
-                         reporter=Reporter(not as_json))
+                         reporter=reporter, after_run=_report_writer(config.report, reporter))
     if as_json:
         echo_json(result.as_dict())
     else:
         click.echo(result.message)
 
 
+def _report_writer(path: str | None, reporter: Reporter):
+    """Write `preflab report` to `path` after the run (the config's `report = "path"`)."""
+    if not path:
+        return None
+
+    def write(sessions) -> None:
+        # The page sits above every library layer; only this command joins it to the job.
+        from preflab.report.build import write_report
+
+        with sessions.begin() as session:
+            write_report(session, path, reporter=reporter)
+        reporter.note(f"wrote the report to {path}")
+
+    return write
+
+
 @click.command("schedule")
 @click.option("--cron", required=True, metavar="EXPR",
               help='When to run, as a crontab line: "0 3 * * *" is 03:00 every day (6 fields: seconds first).')
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="PREFLAB_RETRAIN_CONFIG",
-              help=CONFIG_HELP)
+              help=SCHEDULE_CONFIG_HELP)
 @click.option("--min-new", type=click.IntRange(min=0), help="Passed to each `preflab retrain` run.")
 @click.option("--timezone", default="UTC", show_default=True, help="Time zone the cron expression is read in.")
 @click.option("--run-now", is_flag=True, help="Also run once immediately.")

@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -51,7 +52,8 @@ from preflab.errors import ConfigError, LockHeld, TrainingError
 from preflab.settings import data_dir
 
 LOCK = "retrain"
-TOP_LEVEL = {"min_new", "model", "start_from", "lock_ttl", "output_dir", "pairs", "export", "reward", "dpo"}
+TOP_LEVEL = {"min_new", "model", "start_from", "lock_ttl", "output_dir", "report", "pairs", "export", "reward",
+             "dpo"}
 PAIRS_KEYS = {"strategy", "aggregate", "annotator_kind"}
 MODEL_KIND = {"reward": "reward", "dpo": "policy"}
 
@@ -65,6 +67,7 @@ class RetrainConfig:
     start_from: str = "base"
     lock_ttl: float = 600.0
     output_dir: str | None = None
+    report: str | None = None  # write `preflab report` here after every run
     pairs: dict[str, str] = field(default_factory=lambda: {"strategy": "all", "aggregate": "none",
                                                            "annotator_kind": "any"})
     export: Any = None       # preflab.db.export.ExportSettings
@@ -79,6 +82,8 @@ class RetrainConfig:
             raise ConfigError(f"start_from must be 'base' or 'current', got {self.start_from!r}")
         if self.lock_ttl <= 0:
             raise ConfigError(f"lock_ttl must be a positive number of seconds, got {self.lock_ttl}")
+        if self.report is not None and (not isinstance(self.report, str) or not self.report.strip()):
+            raise ConfigError(f"report must be the path of an HTML file, got {self.report!r}")
         if self.reward is None and self.dpo is None:
             raise ConfigError("the retrain config trains nothing: add a [reward] and/or a [dpo] table")
         if self.export is None:
@@ -128,7 +133,8 @@ def parse_retrain_config(data: dict, where: str = "the retrain config") -> Retra
             trains[kind] = cls(**section)
         except (ConfigError, TypeError) as exc:
             raise ConfigError(f"{where}: [{kind}] {exc}") from None
-    scalars = {k: data[k] for k in ("min_new", "model", "start_from", "lock_ttl", "output_dir") if k in data}
+    scalars = {k: data[k] for k in ("min_new", "model", "start_from", "lock_ttl", "output_dir", "report")
+               if k in data}
     return RetrainConfig(pairs=pairs, export=export, models=models, **trains, **scalars)
 
 
@@ -268,12 +274,15 @@ def make_current(session: Session, version_id: int) -> None:
 
 
 def retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_model: str, min_new: int | None = None,
-            reporter: Reporter = SILENT) -> RetrainResult:
+            reporter: Reporter = SILENT,
+            after_run: Callable[[sessionmaker[Session]], None] | None = None) -> RetrainResult:
     """Run the retrain job once; see the module docstring.
 
     Args:
         min_new: new comparisons needed to retrain; default the config's `min_new`.
         reporter: notes each stage, and shows the training progress bars.
+        after_run: called while the lock is still held, after every run that held it (trained,
+            nothing to do, or failed), e.g. to write the report page.
 
     Raises:
         TrainingError: a configured training failed (the previous model version stays current).
@@ -284,7 +293,11 @@ def retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_mode
     try:
         with hold(sessions, LOCK, config.lock_ttl) as lease:
             reporter.note(f"holding the {LOCK} lock as {lease.holder}")
-            return _retrain(sessions, config, default_model, min_new, reporter)
+            try:
+                return _retrain(sessions, config, default_model, min_new, reporter)
+            finally:
+                if after_run is not None:
+                    after_run(sessions)
     except LockHeld as exc:
         return RetrainResult("locked", f"skipped: {exc}", min_new=min_new)
 

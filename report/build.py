@@ -1,0 +1,58 @@
+"""`build_report` gathers the page's data; `write_report` builds and renders it in one call.
+
+The data is plain JSON-able numbers and short strings, one entry per section;
+a section with nothing to show is None, and the page leaves it out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from preflab import __version__
+from preflab.console import SILENT, Reporter
+
+SECTIONS = {"data": "Data", "agreement": "Agreement", "judges": "Judges", "models": "Datasets and models",
+            "optimisation": "Optimisation"}
+
+
+def build_report(session: Session, *, no_text: bool = False, reporter: Reporter = SILENT) -> dict[str, Any]:
+    """Everything the page shows, by section (None where the store holds nothing for it).
+
+    Args:
+        no_text: leave out every excerpt of a prompt or response text.
+    """
+    from preflab.report.agreement import agreement_section
+    from preflab.report.data import data_section
+    from preflab.report.judges import judges_section
+    from preflab.report.models import models_section
+    from preflab.report.optimisation import optimisation_section
+
+    builders = {"data": data_section, "agreement": lambda s: agreement_section(s, no_text=no_text),
+                "judges": judges_section, "models": models_section, "optimisation": optimisation_section}
+    report: dict[str, Any] = {"generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                              "preflab_version": __version__, "database": session.get_bind().dialect.name,
+                              "no_text": no_text}
+    for name, build in builders.items():
+        reporter.note(f"report: {SECTIONS[name].lower()}")
+        report[name] = build(session)
+    report["sections"] = [name for name in SECTIONS if report[name]]
+    return report
+
+
+def write_report(session: Session, out: str | Path, *, no_text: bool = False,
+                 reporter: Reporter = SILENT) -> dict[str, Any]:
+    """Build the report from the store and write it as one self-contained HTML file.
+
+    Returns:
+        The report's data (as `build_report`), with "path": the file written.
+    """
+    from preflab.report.render import render_report
+
+    report = build_report(session, no_text=no_text, reporter=reporter)
+    reporter.note("report: charts and page")
+    report["path"] = str(render_report(report, out))
+    return report

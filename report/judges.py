@@ -1,0 +1,46 @@
+"""The Judges section: how far each AI judge can be trusted, from `preflab judge report`.
+
+The measures are `preflab.labelling.judges.report.judge_report`'s; this module
+only relabels them for the page (pseudonym and judge kind, never the judge's
+configuration name) and leaves out judges that ranked nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from preflab.db.models import Annotator
+from preflab.labelling.judges.report import judge_report
+from preflab.report.privacy import model_label
+
+MEASURES = ("swap_consistency", "first_position_rate", "longer_wins", "length_correlation", "parse_failure_rate")
+# Measures `judge_report` gives where the judges record them (newer judges); shown when any judge has one.
+OPTIONAL = ("method", "score_mass", "seconds_per_candidate")
+
+
+def judges_section(session: Session) -> list[dict[str, Any]] | None:
+    """One row per judge that ranked something; None when there is none."""
+    rows = [row for row in judge_report(session) if row["rankings"]]
+    if not rows:
+        return None
+    known = {aid: (pseudonym, config or {}) for aid, pseudonym, config in session.execute(
+        select(Annotator.id, Annotator.pseudonym, Annotator.config)
+        .where(Annotator.id.in_([r["annotator_id"] for r in rows])))}
+    out = []
+    for row in rows:
+        agreement = row["human_agreement"]
+        pseudonym, config = known[row["annotator_id"]]
+        # A reward model is named by its model version where the judge recorded it (best-of-n does).
+        model = config.get("model_version") or model_label(row["model"])
+        out.append({
+            "judge": pseudonym, "kind": row["kind"], "model": model,
+            "rankings": row["rankings"], "prompts": row["prompts"], "pairs_judged": row["pairs_judged"],
+            "score_attempts": row["score_attempts"], "length_pairs": row["length_pairs"],
+            **{name: row[name] for name in MEASURES}, **{name: row.get(name) for name in OPTIONAL},
+            "human_prompts": agreement["prompts"], "human_shared_pairs": agreement["shared_pairs"],
+            "human_agreement": agreement["pairwise_agreement"], "human_kendall_tau": agreement["kendall_tau"],
+        })
+    return out

@@ -1,0 +1,90 @@
+"""The Optimisation section: best-of-n curves from `bon sample`'s draws, and self-rewarding iterations.
+
+Best-of-n: for each reward model whose draws are stored (rankings of source
+"bon"), the unbiased estimator of `preflab bon estimate` gives the expected
+proxy reward of the best of n draws for every n up to the draws per prompt, and,
+where people ranked the same candidates, the true reward (their mean Borda
+score). Self-rewarding: `preflab self-reward report`'s rows, one per iteration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import exists, func, select
+from sqlalchemy.orm import Session, aliased
+
+from preflab.db.models import Annotator, Ranking, RankingStatus, SelfRewardIteration
+from preflab.errors import InputError
+from preflab.report.privacy import model_label
+from preflab.training.bestofn.estimator import estimate
+from preflab.training.bestofn.sample import SOURCE as BON_SOURCE
+from preflab.training.bestofn.sources import HUMAN, db_groups
+from preflab.training.selfreward.report import loop_report
+
+
+def _ns(largest: int) -> list[int]:
+    """1, 2, 4, … and the largest n itself."""
+    ns = [1 << i for i in range(largest.bit_length()) if 1 << i <= largest]
+    return ns if ns[-1] == largest else [*ns, largest]
+
+
+def _people_ranked(session: Session, annotator_id: int) -> bool:
+    """Did a person rank any prompt this reward model drew best-of-n samples for?"""
+    bon, person = aliased(Ranking), aliased(Ranking)
+    valid = RankingStatus.valid.value
+    return bool(session.scalar(select(exists().where(
+        bon.annotator_id == annotator_id, bon.source == BON_SOURCE, bon.status == valid,
+        person.prompt_id == bon.prompt_id, person.status == valid, person.annotator_id == Annotator.id,
+        Annotator.kind == "human"))))
+
+
+def bon_curves(session: Session) -> list[dict[str, Any]]:
+    """One curve per reward model with stored best-of-n draws."""
+    drawn = session.execute(
+        select(Ranking.annotator_id, func.count())
+        .where(Ranking.source == BON_SOURCE, Ranking.status == RankingStatus.valid.value)
+        .group_by(Ranking.annotator_id).order_by(Ranking.annotator_id)).all()
+    out = []
+    for annotator_id, _ in drawn:
+        annotator = session.get(Annotator, annotator_id)
+        truth = HUMAN if _people_ranked(session, annotator_id) else None
+        try:
+            groups, summary = db_groups(session, annotator.name, truth)
+        except InputError:  # people ranked other candidates of those prompts than the draws
+            groups, summary = db_groups(session, annotator.name)
+            truth = None
+        largest = max(proxy.size for _, proxy, _ in groups)
+        result = estimate([(proxy, true) for _, proxy, true in groups], _ns(largest))
+        label = (annotator.config or {}).get("model_version") or annotator.pseudonym
+        out.append({"reward_model": model_label(label), "prompts": summary.prompts, "samples": summary.samples,
+                    "draws_per_prompt": largest, "true": "people (mean Borda)" if truth else None,
+                    "n": result.n, "proxy": result.proxy, "proxy_stderr": result.proxy_stderr,
+                    "true_values": result.true if truth else None, "kl_bound": result.kl_bound})
+    return out
+
+
+def self_reward_loops(session: Session) -> list[dict[str, Any]]:
+    """Every loop's iterations: win rate against the parent, the judge's agreement with people."""
+    loops = []
+    for loop in session.scalars(select(SelfRewardIteration.loop).distinct().order_by(SelfRewardIteration.loop)):
+        rows = []
+        for r in loop_report(session, loop):
+            pairs = r["pairs"] or {}
+            agreement = r["judge_agreement"]
+            rows.append({
+                "iteration": r["iteration"], "step": r["step"], "parent": model_label(r["parent"]),
+                "model": model_label(r["model_version"]) if r["model_version"] else None,
+                "dataset": r["dataset_version"], "prompts": r["prompts"], "candidates": r["candidates"],
+                "judge_pairs": pairs.get("judge", 0), "human_pairs": pairs.get("human", 0),
+                "win_rate": r["win_rate"], "wins": r["wins"], "losses": r["losses"], "ties": r["ties"],
+                "eval_prompts": r["eval_prompts"], "dpo_accuracy": r["dpo_heldout_reward_accuracy"],
+                "judge_agreement": agreement["pairwise_agreement"], "judge_shared_pairs": agreement["shared_pairs"],
+            })
+        loops.append({"loop": loop, "iterations": rows})
+    return loops
+
+
+def optimisation_section(session: Session) -> dict[str, Any] | None:
+    bon, loops = bon_curves(session), self_reward_loops(session)
+    return {"bon": bon, "self_reward": loops} if bon or loops else None

@@ -1,0 +1,159 @@
+"""`preflab report`: one offline page, checked in real chromium; pseudonyms only; a section only where there is data."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from preflab.db.models import Annotator, Candidate, Prompt
+from tests.labelling.browser import browser_page
+from tests.labelling.ls_fixtures import ARTIFACTS
+from tests.report.store import (  # noqa: F401 (fixtures)
+    EMAIL,
+    full_store,
+    run_report,
+    sample_rankings_path,
+    toy_base,
+    toy_world,
+)
+
+SECTIONS = ["data", "agreement", "judges", "models", "optimisation"]
+CHARTS = 6  # weekly arrivals, agreement heatmap, judges, lineage, best-of-n, self-rewarding
+
+
+@pytest.fixture(scope="module")
+def page(full_store, tmp_path_factory) -> tuple[Path, dict, str]:  # noqa: F811 (fixture)
+    """The report of the full store: (HTML file, its data as `--json` printed it, that JSON text)."""
+    out = tmp_path_factory.mktemp("report") / "report.html"
+    printed = run_report(full_store.url, out, "--json")
+    return out, json.loads(printed), printed
+
+
+@pytest.mark.slow
+def test_the_page_opens_offline_in_chromium_with_every_section_and_chart(page):
+    path, report, _ = page
+    assert report["sections"] == SECTIONS
+    errors, requests = [], []
+    with browser_page() as tab:
+        tab.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        tab.on("pageerror", lambda error: errors.append(str(error)))
+        tab.on("request", lambda request: requests.append(request.url))
+        tab.goto(path.resolve().as_uri())
+        tab.wait_for_load_state("load")
+        for section in SECTIONS:
+            assert tab.locator(f"section#{section} h2").is_visible(), section
+            assert tab.locator(f"nav a[href='#{section}']").count() == 1
+        charts = tab.eval_on_selector_all(
+            "figure.chart svg, figure.chart img",
+            "els => els.map(e => e.tagName.toLowerCase() === 'img' ? {drawn: e.naturalWidth, width: e.width} :"
+            " {drawn: e.querySelectorAll('path, use, text').length, width: e.getBoundingClientRect().width,"
+            "  height: e.getBoundingClientRect().height, section: e.closest('section').id})")
+        ARTIFACTS.mkdir(exist_ok=True)
+        tab.set_viewport_size({"width": 1280, "height": 900})
+        tab.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
+    assert errors == []
+    assert set(requests) <= {path.resolve().as_uri(), "about:blank"}, requests
+    assert len(charts) == CHARTS, charts
+    assert all(c["drawn"] > 20 and c["width"] > 200 for c in charts), charts
+    assert {c["section"] for c in charts} == set(SECTIONS)
+    assert (ARTIFACTS / "report.png").stat().st_size > 50_000
+
+
+@pytest.mark.slow
+def test_every_section_reads_what_the_store_holds(page, full_store):  # noqa: F811 (fixture)
+    _, report, _ = page
+    data = report["data"]
+    assert data["quarantine"]["total"] == 1
+    assert "out of range" in data["quarantine"]["by_reason"][0]["name"]
+    assert {s["source"] for s in data["rankings_by_source"]} == {"import", "judge", "bon"}
+    assert sum(data["weekly"]["rankings"]["import"]) == data["counts"]["rankings"]["total"] - sum(
+        sum(v) for k, v in data["weekly"]["rankings"].items() if k != "import")
+    agreement = report["agreement"]["categories"]
+    assert agreement["human-human"]["ranking_pairs"] > 0 and agreement["human-ai"]["ranking_pairs"] > 0
+    assert agreement["ai-ai"]["ranking_pairs"] > 0
+    heatmap = report["agreement"]["heatmap"]
+    assert set(heatmap["kinds"]) == {"human", "ai"} and all(label.startswith(("human-", "ai-"))
+                                                           for label in heatmap["labels"])
+    # The loop's reward-model judge, checked against the simulated person who ranked its iteration.
+    judge = next(j for j in report["judges"] if j["human_shared_pairs"])
+    assert judge["kind"] == "reward-model" and judge["human_agreement"] > 0.6
+    models = report["models"]
+    kinds = {n["id"]: n["kind"] for n in models["lineage"]["nodes"]}
+    edges = {(kinds[e["from"]], kinds[e["to"]], e["label"], e["iteration"]) for e in models["lineage"]["edges"]}
+    assert edges == {("base", "policy", "dpo", 1), ("base", "reward", "reward", None), ("base", "policy", "dpo", None)}
+    assert [(r["kind"], r["status"]) for r in models["runs"]] == [("dpo", "succeeded"), ("reward", "succeeded"),
+                                                                   ("dpo", "succeeded")]
+    assert {d["iteration"] for d in models["datasets"]} == {1, None}
+    assert {c["kind"] for c in models["current"]} == {"base", "policy", "reward"}
+    (curve,) = report["optimisation"]["bon"]
+    assert curve["reward_model"] == full_store.reward_model and curve["n"] == [1, 2, 4]
+    assert curve["proxy"] == sorted(curve["proxy"])  # the best of more draws scores no lower
+    ((iteration,),) = [loop["iterations"] for loop in report["optimisation"]["self_reward"]]
+    assert iteration["step"] == "done" and iteration["win_rate"] is not None
+    assert iteration["judge_agreement"] is not None
+
+
+def _texts(sessions) -> list[str]:
+    """The opening of every stored prompt and response long enough to be recognised, one line each."""
+    with sessions.begin() as session:
+        texts = list(session.scalars(select(Prompt.text))) + list(session.scalars(select(Candidate.text)))
+    return [" ".join(t.split())[:24] for t in texts if len(t) >= 20 and re.search("[a-z]", t)]
+
+
+@pytest.mark.slow
+def test_the_page_names_no_person_and_shows_no_text_with_no_text(page, full_store, tmp_path, monkeypatch):  # noqa: F811
+    path, _, printed = page
+    html = path.read_text(encoding="utf-8")
+    with full_store.sessions.begin() as session:
+        people = list(session.scalars(select(Annotator.name).where(Annotator.kind == "human")))
+    assert EMAIL in people and "alice" in people
+    for text in (html, printed):
+        for name in people:
+            assert not re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text), name
+    # Excerpts are there by default (the prompts people disagree on most), and cut short.
+    openings = _texts(full_store.sessions)
+    assert any(opening in html for opening in openings)
+    assert all(len(h["prompt"]) <= 80 for h in json.loads(printed)["agreement"]["hot_spots"])
+
+    monkeypatch.setenv("HF_TOKEN", "hf_do_not_print_this_token")
+    monkeypatch.setenv("LABEL_STUDIO_API_KEY", "ls-do-not-print-this-key")
+    bare = tmp_path / "bare.html"
+    printed = run_report(full_store.url, bare, "--no-text", "--json")
+    html = bare.read_text(encoding="utf-8")
+    for text in (html, printed):
+        assert not [opening for opening in openings if opening in text]
+        assert "do_not_print" not in text and "do-not-print" not in text and EMAIL not in text
+    assert json.loads(printed)["sections"] == SECTIONS and "texts left out" in html
+
+
+def test_an_empty_store_gives_a_page_with_no_section(db_url, tmp_path):
+    out = tmp_path / "empty.html"
+    report = json.loads(run_report(db_url, out, "--json"))
+    html = out.read_text(encoding="utf-8")
+    assert report["sections"] == [] and "The store holds no prompts" in html
+    assert "<section" not in html and "<figure" not in html
+
+
+def test_rankings_alone_give_data_and_agreement_as_stats_counts_it(cli, db_url, sessions, sample_rankings, tmp_path):
+    from preflab.db.agreement import agreement
+
+    cli("import", "rankings", sample_rankings)
+    out = tmp_path / "report.html"
+    printed = run_report(db_url, out)
+    assert printed.startswith(f"wrote {out} (2 sections: Data, Agreement)")
+    html = out.read_text(encoding="utf-8")
+    for absent in ("judges", "models", "optimisation"):
+        assert f'id="{absent}"' not in html and f'href="#{absent}"' not in html
+    report = json.loads(html.split('<script type="application/json" id="report-data">')[1].split("</script>")[0])
+    with sessions.begin() as session:
+        expected = agreement(session)
+    for name, row in expected.items():
+        got = report["agreement"]["categories"][name]
+        assert {k: got[k] for k in ("ranking_pairs", "shared_pairs")} == \
+            {k: row[k] for k in ("ranking_pairs", "shared_pairs")}, name
+        for key in ("pairwise_agreement", "kendall_tau"):
+            assert (got[key] is None) == (row[key] is None) and (row[key] is None or abs(got[key] - row[key]) < 1e-9)
+    assert report["agreement"]["categories"]["all"]["prompts"] == expected["all"]["prompts"]
+    assert report["data"]["counts"]["rankings"]["valid"] == 107
