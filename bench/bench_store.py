@@ -1,7 +1,7 @@
 """Import + pairs build + export of many rankings: preflab's path against a row-by-row baseline.
 
 Usage: python bench/bench_store.py [--rankings 100000] [--baseline-rankings 3000]
-                                   [--database sqlite|postgres|both]
+                                   [--database sqlite|postgres|both] [--bulk core driver] [--repeat 1]
 
 The fast path is preflab's own library (batched INSERT … ON CONFLICT, pairs
 expanded by one INSERT … SELECT, export streamed to Parquet). The baseline is
@@ -10,13 +10,23 @@ candidate, and pairs expanded in a Python loop and added one by one. The
 baseline runs on fewer rankings (it is slow); rates are compared per second.
 Peak RSS is the process's high-water mark after each fast stage (the fast path
 runs first, in a fresh process per database).
+
+The fast path runs with each implementation of bulk inserts and lookups named
+by `--bulk` (`--repeat` times each, alternating), each in a fresh process on a
+fresh database and the same file: `core` is preflab.db.bulk (SQLAlchemy Core
+executemany), `driver` the driver-level path bulk.py had before (kept in
+driver_bulk.py to measure against). The time spent in `insert_rows` and
+`lookup` is added up per stage (import: inserts and lookups; export: lookups;
+pairs: neither, a control for the load on the machine).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -58,29 +68,80 @@ def write_rankings(path: Path, n_rankings: int, seed: int = 0) -> int:
     return n_rankings
 
 
+def time_bulk_calls(implementation: str) -> dict[str, dict[str, float]]:
+    """Put `implementation` into preflab.db.bulk, adding up the seconds, calls and rows spent in it.
+
+    `implementation`: core (preflab.db.bulk's own functions) or driver
+    (driver_bulk.py's). Seconds are wall and this process's CPU: CPU seconds
+    leave out the Postgres server's work (the same SQL either way) and most of
+    the waiting when other jobs share the cores. The store modules bind
+    `insert_rows` and `lookup` when they are imported, so this must run before
+    they are.
+    """
+    from driver_bulk import driver_insert_rows, driver_lookup
+
+    from preflab.db import bulk
+
+    assert "preflab.db.store" not in sys.modules, "time_bulk_calls() must run before the store is imported"
+    spent = {name: {"seconds": 0.0, "cpu_seconds": 0.0, "calls": 0, "rows": 0} for name in ("insert_rows", "lookup")}
+    insert_rows, lookup = {"core": (bulk.insert_rows, bulk.lookup),
+                           "driver": (driver_insert_rows, driver_lookup)}[implementation]
+
+    def add(name: str, started: tuple[float, float], rows: int) -> None:
+        spent[name]["seconds"] += time.perf_counter() - started[0]
+        spent[name]["cpu_seconds"] += time.process_time() - started[1]
+        spent[name]["calls"] += 1
+        spent[name]["rows"] += rows
+
+    def timed_insert_rows(session, table, rows, conflict=None):
+        t = time.perf_counter(), time.process_time()
+        insert_rows(session, table, rows, conflict)
+        add("insert_rows", t, len(rows))
+
+    def timed_lookup(session, table, columns, key, values):
+        values = list(values)
+        t = time.perf_counter(), time.process_time()
+        found = lookup(session, table, columns, key, values)
+        add("lookup", t, len(values))
+        return found
+
+    bulk.insert_rows, bulk.lookup = timed_insert_rows, timed_lookup
+    return spent
 
 
-def fast_path(url: str, path: Path, out_dir: Path) -> dict:
+def snapshot(spent: dict) -> dict:
+    """The totals so far; a stage's share is the difference of two snapshots."""
+    return {name: dict(totals) for name, totals in spent.items()}
+
+
+def since(before: dict, spent: dict) -> dict:
+    return {name: {k: spent[name][k] - before[name][k] for k in totals} for name, totals in spent.items()}
+
+
+def fast_path(url: str, path: Path, out_dir: Path, bulk: str = "core") -> dict:
+    spent = time_bulk_calls(bulk)
     from preflab.db.engine import open_database, session_factory
     from preflab.db.export import ExportSettings, export_dataset
     from preflab.db.ingest import import_file, import_rankings_batch
     from preflab.db.pairs import build_pairs
 
     sessions = session_factory(open_database(url))
-    result = {}
-    t = time.perf_counter()
+    result = {"bulk": bulk, "load_before": os.getloadavg()[0]}
+    t, before = time.perf_counter(), snapshot(spent)
     summary = import_file(sessions, path, import_rankings_batch)
     result["import"] = {"seconds": time.perf_counter() - t, "rankings": summary.imported,
-                        "peak_rss_mb": peak_rss_mb()}
-    t = time.perf_counter()
+                        "peak_rss_mb": peak_rss_mb(), "in_bulk": since(before, spent)}
+    t, before = time.perf_counter(), snapshot(spent)
     with sessions.begin() as session:
         built = build_pairs(session)
-    result["pairs"] = {"seconds": time.perf_counter() - t, "pairs": built.pairs, "peak_rss_mb": peak_rss_mb()}
-    t = time.perf_counter()
+    result["pairs"] = {"seconds": time.perf_counter() - t, "pairs": built.pairs, "peak_rss_mb": peak_rss_mb(),
+                       "in_bulk": since(before, spent)}
+    t, before = time.perf_counter(), snapshot(spent)
     with sessions.begin() as session:
         version = export_dataset(session, out_dir, ExportSettings(format="parquet"))
     result["export"] = {"seconds": time.perf_counter() - t, "pairs": version.n_train + version.n_test,
-                        "peak_rss_mb": peak_rss_mb()}
+                        "peak_rss_mb": peak_rss_mb(), "in_bulk": since(before, spent)}
+    result["load_after"] = os.getloadavg()[0]
     return result
 
 
@@ -170,7 +231,7 @@ def run_one(database: str, kind: str, path: Path, limit: int, work: Path) -> dic
     else:
         url, drop = postgres_schema_url()
     try:
-        result = fast_path(url, path, work / "export") if kind == "fast" else baseline(url, path, limit)
+        result = baseline(url, path, limit) if kind == "baseline" else fast_path(url, path, work / "export", kind)
     finally:
         from preflab.db.engine import dispose_all
 
@@ -180,11 +241,27 @@ def run_one(database: str, kind: str, path: Path, limit: int, work: Path) -> dic
     return result
 
 
+def child(database: str, kind: str, work: Path, path: Path, limit: int) -> dict:
+    """Run one measurement (`kind`: core, driver or baseline) in a fresh process."""
+    work.mkdir()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--child", database, kind, str(work), "--input", str(path),
+         "--baseline-rankings", str(limit)],
+        capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(proc.stderr)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rankings", type=int, default=100_000)
-    parser.add_argument("--baseline-rankings", type=int, default=3_000)
+    parser.add_argument("--baseline-rankings", type=int, default=3_000, help="0 skips the baseline")
     parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--bulk", nargs="+", choices=["core", "driver"], default=["core", "driver"],
+                        help="bulk insert/lookup implementations to run the fast path with (core: preflab.db.bulk; "
+                             "driver: the driver-level path it replaced); the first is reported against the baseline")
+    parser.add_argument("--repeat", type=int, default=1, help="fast-path runs per implementation, alternating")
     parser.add_argument("--child", nargs=3, metavar=("DATABASE", "KIND", "WORKDIR"), help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -203,41 +280,68 @@ def main() -> None:
         databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
         report = {}
         for database in databases:
-            runs = {}
-            for kind in ("fast", "baseline"):
-                work = tmp / f"{database}-{kind}"
-                work.mkdir()
-                proc = subprocess.run(
-                    [sys.executable, __file__, "--child", database, kind, str(work), "--input", str(path),
-                     "--baseline-rankings", str(args.baseline_rankings)],
-                    capture_output=True, text=True)
-                if proc.returncode:
-                    sys.exit(proc.stderr)
-                runs[kind] = json.loads(proc.stdout.strip().splitlines()[-1])
+            runs = {bulk: [] for bulk in args.bulk}
+            for attempt in range(args.repeat):
+                for bulk in args.bulk:
+                    work = tmp / f"{database}-{bulk}-{attempt}"
+                    runs[bulk].append(child(database, bulk, work, path, args.baseline_rankings))
+            if args.baseline_rankings:
+                runs["baseline"] = child(database, "baseline", tmp / f"{database}-baseline", path,
+                                         args.baseline_rankings)
             report[database] = runs
-            print_report(database, runs)
+            print_report(database, runs[args.bulk[0]][0], runs.get("baseline"))
+            if len(args.bulk) > 1:
+                print_bulk_comparison(runs, args.bulk)
         Path(tmp, "report.json").write_text(json.dumps(report))
         print(json.dumps(report))
 
 
-def print_report(database: str, runs: dict) -> None:
-    fast, base = runs["fast"], runs["baseline"]
+def print_report(database: str, fast: dict, base: dict | None) -> None:
     imp_rate = fast["import"]["rankings"] / fast["import"]["seconds"]
-    base_imp_rate = base["import"]["rankings"] / base["import"]["seconds"]
     pair_rate = fast["pairs"]["pairs"] / fast["pairs"]["seconds"]
-    base_pair_rate = base["pairs"]["pairs"] / base["pairs"]["seconds"]
     export_rate = fast["export"]["pairs"] / fast["export"]["seconds"]
     total = sum(fast[s]["seconds"] for s in ("import", "pairs", "export"))
-    print(f"\n== {database} ==")
+    if base:
+        base_imp_rate = base["import"]["rankings"] / base["import"]["seconds"]
+        base_pair_rate = base["pairs"]["pairs"] / base["pairs"]["seconds"]
+        vs_import = (f" (baseline {base_imp_rate:,.0f}/s on {base['import']['rankings']:,}; "
+                     f"{imp_rate / base_imp_rate:.1f}x)")
+        vs_pairs = f" (baseline {base_pair_rate:,.0f}/s; {pair_rate / base_pair_rate:.1f}x)"
+    else:
+        vs_import = vs_pairs = ""
+    print(f"\n== {database} (bulk: {fast['bulk']}) ==")
     print(f"import : {fast['import']['rankings']:,} rankings in {fast['import']['seconds']:.1f} s = "
-          f"{imp_rate:,.0f} rankings/s (baseline {base_imp_rate:,.0f}/s on {base['import']['rankings']:,}; "
-          f"{imp_rate / base_imp_rate:.1f}x) peak RSS {fast['import']['peak_rss_mb']:.0f} MB")
-    print(f"pairs  : {fast['pairs']['pairs']:,} pairs in {fast['pairs']['seconds']:.1f} s = {pair_rate:,.0f} pairs/s "
-          f"(baseline {base_pair_rate:,.0f}/s; {pair_rate / base_pair_rate:.1f}x) "
-          f"peak RSS {fast['pairs']['peak_rss_mb']:.0f} MB")
+          f"{imp_rate:,.0f} rankings/s{vs_import} peak RSS {fast['import']['peak_rss_mb']:.0f} MB")
+    print(f"pairs  : {fast['pairs']['pairs']:,} pairs in {fast['pairs']['seconds']:.1f} s = {pair_rate:,.0f} pairs/s"
+          f"{vs_pairs} peak RSS {fast['pairs']['peak_rss_mb']:.0f} MB")
     print(f"export : {fast['export']['pairs']:,} pairs in {fast['export']['seconds']:.1f} s = "
           f"{export_rate:,.0f} pairs/s, peak RSS {fast['export']['peak_rss_mb']:.0f} MB")
     print(f"total  : {total:.1f} s for the whole path")
+
+
+def print_bulk_comparison(runs: dict, sides: list[str]) -> None:
+    """Median seconds per stage and inside the bulk functions, per implementation; ratio = first / second."""
+    first, second = sides[:2]
+
+    def median(side: str, stage: str, op: str | None = None, key: str = "seconds") -> float:
+        return statistics.median(r[stage]["in_bulk"][op][key] if op else r[stage][key] for r in runs[side])
+
+    loads = [r[k] for side in sides for r in runs[side] for k in ("load_before", "load_after")]
+    print(f"bulk, {first} vs {second} (median of {len(runs[first])} each; ratio = {first} / {second}, "
+          f"> 1: {second} faster; load average {min(loads):.1f}–{max(loads):.1f})")
+    for stage in ("import", "pairs", "export"):
+        a, b = median(first, stage), median(second, stage)
+        print(f"  {stage:<6} stage: {first} {a:6.2f} s, {second} {b:6.2f} s, ratio {a / b:.2f}")
+        for op in ("insert_rows", "lookup"):
+            done = runs[first][0][stage]["in_bulk"][op]
+            if not done["calls"]:
+                continue
+            a, b = median(first, stage, op), median(second, stage, op)
+            ca, cb = median(first, stage, op, "cpu_seconds"), median(second, stage, op, "cpu_seconds")
+            unit = "rows" if op == "insert_rows" else "values"
+            print(f"    {op:<11}: {first} {a:6.2f} s, {second} {b:6.2f} s, ratio {a / b:.2f}; "
+                  f"CPU {ca:.2f} s vs {cb:.2f} s, ratio {ca / cb:.2f} "
+                  f"({done['rows']:,} {unit} in {done['calls']:,} calls)")
 
 
 if __name__ == "__main__":

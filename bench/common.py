@@ -14,8 +14,14 @@ def peak_rss_mb() -> float:
 
 
 def postgres_schema_url() -> tuple[str, Callable[[], None]]:
-    """A fresh schema on the local Postgres server: (URL using it, function dropping it)."""
+    """A fresh schema on the local Postgres server, migrated to head: (URL using it, function dropping it).
+
+    preflab never migrates Postgres when it opens it, so this upgrades the schema
+    as `preflab db upgrade` does.
+    """
     from sqlalchemy import create_engine, text
+
+    from preflab.db.engine import make_engine, upgrade
 
     base = os.environ.get("PREFLAB_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
     schema = f"bench_{uuid.uuid4().hex[:10]}"
@@ -28,4 +34,8 @@ def postgres_schema_url() -> tuple[str, Callable[[], None]]:
             conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
 
-    return f"{base}?options=-csearch_path%3D{schema}", drop
+    url = f"{base}?options=-csearch_path%3D{schema}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    return url, drop

@@ -1,87 +1,41 @@
-"""Bulk statements with the per-row cost of the database driver, not of the ORM.
+"""Bulk inserts and lookups through SQLAlchemy Core, a batch per statement.
 
-SQLAlchemy builds every statement here (nothing is assembled from strings); it is
-compiled once per shape and dialect and then handed to the driver's
-`executemany` through `Connection.exec_driver_sql`. Python-side column defaults
-(timestamps, statuses) are filled in here and each value goes through its
-type's bind processor (JSON, SQLite datetimes), as SQLAlchemy itself would do.
+`insert_rows` is one Core executemany: SQLAlchemy fills the Python-side column
+defaults (timestamps, statuses) and runs each value through its type (JSON,
+SQLite datetimes), then hands all rows to the driver's `executemany` at once.
+`lookup` reads rows by a key column, IN_CHUNK values per statement, bound as
+one parameter (a Postgres array, a JSON list that SQLite's `json_each` unpacks).
+
+This replaced a driver-level path (statements compiled once, then
+`Connection.exec_driver_sql` with SQLAlchemy's private bind processors): measured
+in bench/bench_store.py it was never 1.5x faster than this (bench/README.md,
+"db/bulk.py: Core executemany vs driver-level executemany"); the benchmark keeps
+it as its baseline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
-from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import JSON, Table, any_, bindparam, func, insert, select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
-IN_CHUNK = 500  # values per lookup statement: well under every driver's parameter limit
-
-
-def _defaults(table: Table, columns: Sequence[str]) -> dict[str, Any]:
-    """Values for the Python-side defaults of `table` that the rows do not carry."""
-    out = {}
-    for column in table.columns:
-        if column.name in columns or column.primary_key and column.autoincrement:
-            continue
-        default = column.default
-        if default is None:
-            continue
-        out[column.name] = default.arg(None) if default.is_callable else default.arg
-    return out
-
-
-@lru_cache(maxsize=256)
-def _insert_sql(table: Table, columns: tuple[str, ...], dialect_name: str, dialect, conflict: tuple[str, ...] | None):
-    values = {c: bindparam(c) for c in columns}
-    if conflict is None:
-        from sqlalchemy import insert
-
-        stmt = insert(table).values(values)
-    else:
-        if dialect_name == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert
-        else:
-            from sqlalchemy.dialects.postgresql import insert
-        stmt = insert(table).values(values).on_conflict_do_nothing(index_elements=list(conflict))
-    compiled = stmt.compile(dialect=dialect)
-    order = compiled.positiontup if compiled.positional else None
-    return str(compiled), order
+IN_CHUNK = 500  # values per lookup statement (SQLite took longer with 5,000: bench/README.md)
 
 
 def insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]],
                 conflict: Sequence[str] | None = None) -> None:
-    """INSERT many rows (all with the same keys); with `conflict`, skip rows that collide."""
+    """INSERT many rows (all with the same keys); with `conflict`, skip rows that collide on those columns."""
     if not rows:
         return
-    conn = session.connection()
-    extra = _defaults(table, tuple(rows[0]))
-    columns = tuple(rows[0]) + tuple(extra)
-    sql, order = _insert_sql(table, columns, conn.dialect.name, conn.dialect,
-                             tuple(conflict) if conflict is not None else None)
-    if extra:
-        rows = [{**row, **extra} for row in rows]
-    # What SQLAlchemy would do to each value on the way in (JSON → text, datetimes on SQLite).
-    processors = {c: p for c in columns if (p := table.c[c].type._cached_bind_processor(conn.dialect))}
-    if processors:
-        rows = [{**row, **{c: p(row[c]) for c, p in processors.items()}} for row in rows]
-    if order is not None:
-        getter = itemgetter(*order)
-        params = [getter(row) if len(order) > 1 else (getter(row),) for row in rows]
+    if conflict is None:
+        stmt = insert(table)
     else:
-        params = list(rows)
-    conn.exec_driver_sql(sql, params)
-
-
-@lru_cache(maxsize=256)
-def _lookup_sql(table: Table, columns: tuple[str, ...], key: str, dialect, size: int):
-    stmt = select(*(table.c[c] for c in columns)).where(
-        table.c[key].in_([bindparam(f"v{i}") for i in range(size)]))
-    compiled = stmt.compile(dialect=dialect)
-    order = compiled.positiontup if compiled.positional else None
-    return str(compiled), order
+        dialect = sqlite if session.connection().dialect.name == "sqlite" else postgresql
+        stmt = dialect.insert(table).on_conflict_do_nothing(index_elements=list(conflict))
+    session.execute(stmt, list(rows))
 
 
 def lookup(session: Session, table: Table, columns: Sequence[str], key: str, values: Iterable) -> list[tuple]:
@@ -89,15 +43,23 @@ def lookup(session: Session, table: Table, columns: Sequence[str], key: str, val
     values = list(dict.fromkeys(values))
     if not values:
         return []
-    conn = session.connection()
+    stmt = select(*(table.c[c] for c in columns)).where(_is_in(table.c[key], session.connection().dialect.name))
     out: list[tuple] = []
     for start in range(0, len(values), IN_CHUNK):
-        part = values[start:start + IN_CHUNK]
-        size = IN_CHUNK if len(values) > IN_CHUNK else len(part)
-        part = part + [part[-1]] * (size - len(part))  # pad: one compiled shape per size
-        sql, order = _lookup_sql(table, tuple(columns), key, conn.dialect, size)
-        params = dict(zip((f"v{i}" for i in range(size)), part))
-        if order is not None:
-            params = tuple(params[name] for name in order)
-        out.extend(map(tuple, conn.exec_driver_sql(sql, params).fetchall()))
+        # .all() fetches the chunk's rows at once; iterating the result would fetch them one by one.
+        out.extend(map(tuple, session.execute(stmt, {"values": values[start:start + IN_CHUNK]}).all()))
     return out
+
+
+def _is_in(column, dialect_name: str):
+    """`column` is one of the list bound to "values", passed as one parameter.
+
+    `column.in_(values)` renders a placeholder per value on every execution and
+    the driver parses that long statement again each time; with one parameter the
+    statement stays short and the same (measured in bench/README.md: 1.3x less CPU
+    than `IN` on SQLite, 3x less time on Postgres).
+    """
+    if dialect_name == "postgresql":
+        return column == any_(bindparam("values", type_=postgresql.ARRAY(column.type)))
+    values = func.json_each(bindparam("values", type_=JSON)).table_valued("value")  # SQLite's JSON1, built in
+    return column.in_(select(values.c.value))

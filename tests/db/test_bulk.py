@@ -1,0 +1,69 @@
+"""preflab.db.bulk on SQLite and Postgres: defaults, JSON, timestamps, conflicts and lookups."""
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from preflab.db.bulk import IN_CHUNK, insert_rows, lookup
+from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RawRecord
+
+
+def utc(moment: datetime) -> datetime:
+    """SQLite hands timestamps back naive (they are stored in UTC)."""
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def test_rows_get_python_defaults_and_keep_json_and_timestamps(sessions):
+    received = datetime(2025, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
+    before = datetime.now(timezone.utc) - timedelta(seconds=1)
+    with sessions.begin() as s:
+        insert_rows(s, Prompt.__table__, [{"text": "P", "content_hash": "p"}])
+        pid = s.scalar(select(Prompt.id))
+        insert_rows(s, Candidate.__table__, [
+            {"prompt_id": pid, "text": "A", "content_hash": "a", "sampling": {"temperature": 0.7, "stop": ["\n"]}},
+            {"prompt_id": pid, "text": "B", "content_hash": "b", "sampling": None}])
+        insert_rows(s, Annotator.__table__, [{"kind": "human", "name": "alice", "pseudonym": "human-1"}])
+        insert_rows(s, RawRecord.__table__, [
+            {"source": "test", "payload": "{}", "payload_hash": "x", "received_at": received}])
+        insert_rows(s, Ranking.__table__, [
+            {"prompt_id": pid, "annotator_id": s.scalar(select(Annotator.id)), "source": "test", "external_id": "r1"}])
+        insert_rows(s, Prompt.__table__, [])
+    with sessions.begin() as s:
+        a, b = s.scalars(select(Candidate).order_by(Candidate.content_hash))
+        assert a.sampling == {"temperature": 0.7, "stop": ["\n"]} and b.sampling is None
+        assert before <= utc(a.created_at) <= datetime.now(timezone.utc)
+        raw = s.scalar(select(RawRecord))
+        assert raw.status == "ok" and utc(raw.received_at) == received
+        ranking = s.scalar(select(Ranking))
+        assert (ranking.version, ranking.status, ranking.n_tiers, ranking.same_as_shown) == (1, "valid", 0, False)
+        assert utc(ranking.created_at) >= before and s.scalar(select(Prompt.text)) == "P"
+
+
+def test_conflict_skips_rows_that_exist_and_a_plain_insert_refuses_them(sessions):
+    with sessions.begin() as s:
+        insert_rows(s, Prompt.__table__, [{"text": "first", "content_hash": "h"}], ["content_hash"])
+        insert_rows(s, Prompt.__table__, [{"text": "second", "content_hash": "h"},
+                                          {"text": "other", "content_hash": "k"}], ["content_hash"])
+    with sessions.begin() as s:
+        assert dict(s.execute(select(Prompt.content_hash, Prompt.text)).all()) == {"h": "first", "k": "other"}
+    with pytest.raises(IntegrityError), sessions.begin() as s:
+        insert_rows(s, Prompt.__table__, [{"text": "again", "content_hash": "h"}])
+    with sessions.begin() as s:
+        assert s.scalar(select(Prompt.text).where(Prompt.content_hash == "h")) == "first"
+
+
+def test_lookup_finds_each_row_once_across_chunks(sessions):
+    n = 2 * IN_CHUNK + 7
+    with sessions.begin() as s:
+        insert_rows(s, Prompt.__table__, [{"text": f"p{i}", "content_hash": f"h{i}"} for i in range(n)])
+    with sessions.begin() as s:
+        wanted = (f"h{i}" for i in [*range(n), 0, 1, n + 5])  # any iterable; repeats and misses are fine
+        found = lookup(s, Prompt.__table__, ("content_hash", "text"), "content_hash", wanted)
+        assert sorted(found) == sorted((f"h{i}", f"p{i}") for i in range(n))
+        assert all(type(row) is tuple for row in found)
+        ids = {text: pid for pid, text in lookup(s, Prompt.__table__, ("id", "text"), "content_hash", ["h3", "h700"])}
+        by_id = lookup(s, Prompt.__table__, ("text",), "id", [ids["p700"], ids["p3"], -1])
+        assert sorted(by_id) == [("p3",), ("p700",)]
+        assert lookup(s, Prompt.__table__, ("id",), "content_hash", set()) == []
