@@ -45,17 +45,12 @@ def evaluate_policy_on_pairs(policy_path: str, reference_path: str, split, beta:
     return {f"heldout_{key}" if key != "pairs" else "heldout_pairs": value for key, value in result.items()}
 
 
-def train_dpo(sessions: sessionmaker[Session] | None, config: DPOTrainConfig, model_name: str,
-              dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
-              callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
-    """Train a policy with DPO and record it; returns the result on rank 0 (None on other ranks).
-
-    Args are those of `preflab.training.reward.train_reward`.
-    """
-    def train(plan: RunPlan, config: DPOTrainConfig) -> dict[str, Any]:
+def policy_train_step(build_trainer, callbacks: Sequence, reporter: Reporter):
+    """The train step of the preference-loss trainers (DPO, SimPO): build, run, save, summarise."""
+    def train(plan: RunPlan, config) -> dict[str, Any]:
         from transformers import AutoModelForCausalLM
 
-        trainer = build_dpo_trainer(plan, config)
+        trainer = build_trainer(plan, config)
         output = run_trainer(trainer, plan, callbacks, reporter)
         save_final(trainer, plan, AutoModelForCausalLM)
         summary = training_summary(trainer, output)
@@ -63,6 +58,18 @@ def train_dpo(sessions: sessionmaker[Session] | None, config: DPOTrainConfig, mo
         if logged:
             summary.update({f"train_{key.replace('/', '_')}": logged[-1][key] for key in LOGGED})
         return summary
+
+    return train
+
+
+def train_dpo(sessions: sessionmaker[Session] | None, config: DPOTrainConfig, model_name: str,
+              dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
+              callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
+    """Train a policy with DPO and record it; returns the result on rank 0 (None on other ranks).
+
+    Args are those of `preflab.training.reward.train_reward`.
+    """
+    train = policy_train_step(build_dpo_trainer, callbacks, reporter)
 
     def evaluate(plan: RunPlan, config: DPOTrainConfig) -> dict[str, Any]:
         from datasets import load_from_disk

@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.errors import ConfigError
 from preflab.training.config import TrainConfig
-from preflab.training.dpo import LOGGED
-from preflab.training.runs import RunPlan, RunResult, execute, run_trainer, save_final, training_summary
+from preflab.training.dpo import policy_train_step
+from preflab.training.runs import RunPlan, RunResult, execute
 
 
 @dataclass
@@ -110,17 +110,7 @@ def train_simpo(sessions: sessionmaker[Session] | None, config: SimPOTrainConfig
 
     Args are those of `preflab.training.reward.train_reward`.
     """
-    def train(plan: RunPlan, config: SimPOTrainConfig) -> dict[str, Any]:
-        from transformers import AutoModelForCausalLM
-
-        trainer = build_simpo_trainer(plan, config)
-        output = run_trainer(trainer, plan, callbacks, reporter)
-        save_final(trainer, plan, AutoModelForCausalLM)
-        summary = training_summary(trainer, output)
-        logged = [entry for entry in trainer.state.log_history if LOGGED[0] in entry]
-        if logged:
-            summary.update({f"train_{key.replace('/', '_')}": logged[-1][key] for key in LOGGED})
-        return summary
+    train = policy_train_step(build_simpo_trainer, callbacks, reporter)
 
     def evaluate(plan: RunPlan, config: SimPOTrainConfig) -> dict[str, Any]:
         from datasets import load_from_disk
