@@ -17,6 +17,7 @@ from itertools import combinations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from preflab.console import plural
 from preflab.db.models import (
     Annotator,
     Candidate,
@@ -29,6 +30,16 @@ from preflab.db.models import (
     RawStatus,
 )
 from preflab.db.pairs import RankedView, iter_prompt_rankings
+
+
+def same_as_shown_text(n: int) -> str:
+    """What `stats` and `ls sync` both count, said the same way: `3 valid rankings identical to the order shown`.
+
+    A valid ranking whose order is the order the candidates were shown in (its
+    annotator may have submitted without ranking); one later superseded or
+    deleted no longer counts.
+    """
+    return f"{plural(n, 'valid ranking')} identical to the order shown"
 
 
 @dataclass
@@ -132,7 +143,7 @@ def stats_text(report: dict) -> str:
         f" · quarantined {c['quarantined']:,}",
         "rankings: " + ", ".join(f"{k} {v:,}" for k, v in c["rankings"].items()),
         "annotators: " + (", ".join(f"{k} {v:,}" for k, v in c["annotators"].items()) or "none"),
-        f"rankings identical to the order shown: {c['same_as_shown']:,}",
+        same_as_shown_text(c["same_as_shown"]),
     ]
     for name, a in report["agreement"].items():
         if not a["ranking_pairs"]:

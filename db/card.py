@@ -1,42 +1,73 @@
-"""The dataset card (README.md) written beside every export."""
+"""What an export says of itself: its dataset card (README.md), true for its format and indexable by the
+Hub, and the one-line summary `preflab export` prints."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
 from preflab.db.models import DatasetVersion
+
+LICENSE_UNKNOWN = "unknown"
+# The Hub's task category for preference pairs that train generators (DPO) and reward models.
+TASK_CATEGORIES = ("text-generation",)
+TAGS = ("preference", "rlhf", "dpo", "reward-modeling", "preflab")
+# Where each format's splits lie, relative to the export folder (`disk` is `save_to_disk`'s layout).
+DATA_FILES = {"parquet": "data/{split}.parquet", "jsonl": "{split}.jsonl", "disk": "{split}/*.arrow"}
+KIND_NAMES = {"human": "people", "ai": "AI judges", "mixed": "aggregates of people and judges"}
+ANNOTATORS = {
+    "human-first": "people's pairs, and an AI judge's only on prompts no person gave a pair for",
+    "human": "people's pairs only",
+    "ai": "AI judges' pairs only",
+    "any": "every pair, from people and AI judges alike",
+}
+
+
+def size_category(n: int) -> str:
+    """The Hub's `size_categories` value for a dataset of n rows."""
+    bounds = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
+              (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]
+    return next((name for bound, name in bounds if n < bound), "n>1B")
+
+
+def _yaml(value) -> str:
+    return json.dumps(value)  # JSON strings are valid YAML scalars, quoted where they must be
 
 
 def dataset_card(version: DatasetVersion, prompts: dict[str, int]) -> str:
     """The Hub dataset card of `version`; `prompts` counts the prompts of each split."""
     settings = version.settings
+    splits = [s for s in ("train", "test") if getattr(version, f"n_{s}")]
     lines = [
         "---",
-        "tags: [preference, rlhf, dpo, reward-modeling, preflab]",
+        f"license: {_yaml(settings.get('license', LICENSE_UNKNOWN))}",
+        "task_categories:", *(f"- {t}" for t in TASK_CATEGORIES),
+        "size_categories:", f"- {_yaml(size_category(version.n_train + version.n_test))}",
+        "tags:", *(f"- {t}" for t in TAGS),
         "configs:",
         "- config_name: default",
         "  data_files:",
     ]
-    ext = "jsonl" if version.format == "jsonl" else "parquet"
-    prefix = "data/" if version.format == "parquet" else ""
-    for s in ("train", "test"):
-        if getattr(version, f"n_{s}"):
-            lines += [f"  - split: {s}", f"    path: {prefix}{s}.{ext}"]
+    for s in splits:
+        lines += [f"  - split: {s}", f"    path: {_yaml(DATA_FILES[version.format].format(split=s))}"]
     lines += [
         "---",
         "",
         f"# {version.name}",
         "",
-        "Pairwise preferences exported by [preflab](https://pypi.org/project/preflab/): each row says",
-        "that `chosen` was preferred to `rejected` as a response to `prompt`.",
+        "Pairwise preferences exported by preflab: each row says that `chosen` was preferred",
+        "to `rejected` as a response to `prompt`.",
         "",
         "| split | pairs | prompts |",
         "|---|---|---|",
-        f"| train | {version.n_train:,} | {prompts.get('train', 0):,} |",
-        f"| test | {version.n_test:,} | {prompts.get('test', 0):,} |",
+        *(f"| {s} | {getattr(version, f'n_{s}'):,} | {prompts.get(s, 0):,} |" for s in ("train", "test")),
         "",
+        *_annotators(settings),
         "## How it was made",
         "",
         f"- pair strategy: `{settings.get('strategy')}`; aggregation: `{settings.get('aggregate')}`;"
-        f" annotators: `{settings.get('annotator_kind')}`",
+        f" rankings expanded: `{settings.get('annotator_kind')}`",
         f"- split by prompt with seed {settings['seed']} and test size {settings['test_size']}"
         " (a prompt's pairs never straddle the splits)",
         f"- conversational format: {'yes' if settings['conversational'] else 'no'}",
@@ -46,9 +77,63 @@ def dataset_card(version: DatasetVersion, prompts: dict[str, int]) -> str:
         lines.append(f"- self-rewarding iteration: {version.iteration}")
     lines += [
         "",
+        "## Loading it",
+        "",
+        "```python",
+        *_loading(version.format),
+        "```",
+        "",
         "Columns: `prompt`, `chosen`, `rejected`, `margin` (tier gap, or score gap for judges),",
         "`prompt_id` (group a prompt's comparisons), `weight`, `annotator_kind` (human / ai / mixed),",
         "`annotator` (a stable pseudonym for people; never a name or an email).",
         "",
     ]
     return "\n".join(lines)
+
+
+def _annotators(settings: dict) -> list[str]:
+    """The card's section on whose pairs these are and how many contradict each other."""
+    kept = settings.get("pairs_by_kind")
+    if kept is None:  # pairs that did not come from the comparisons table (a self-rewarding iteration)
+        return []
+    lines = ["## Whose preferences", ""]
+    if settings.get("annotators") in ANNOTATORS:
+        lines += [f"Annotators: `{settings['annotators']}`: {ANNOTATORS[settings['annotators']]}.", ""]
+    lines += ["| annotators | pairs |", "|---|---|"]
+    lines += [f"| {KIND_NAMES.get(kind, kind)} | {n:,} |" for kind, n in sorted(kept.items())]
+    lines.append("")
+    left_out = settings.get("left_out_by_kind") or {}
+    if left_out:
+        lines += ["Left out: " + ", ".join(f"{n:,} pairs by {KIND_NAMES.get(k, k)}" for k, n in
+                                           sorted(left_out.items())) + ".", ""]
+    n = settings.get("contradicting_pairs", 0)
+    if n:
+        by_split = settings.get("contradicting_by_split") or {}
+        where = ", ".join(f"{by_split[s]:,} in {s}" for s in ("train", "test") if by_split.get(s))
+        lines += [f"{n:,} pairs contradict another pair of the same prompt (the same two responses in the "
+                  f"opposite order){f': {where}' if where else ''}. They are annotators who disagree; "
+                  "`preflab pairs build --aggregate majority` keeps one verdict per pair.", ""]
+    else:
+        lines += ["No pair contradicts another (no prompt has the same two responses in both orders).", ""]
+    return lines
+
+
+def _loading(fmt: str) -> list[str]:
+    if fmt == "disk":
+        return ["from datasets import load_from_disk", "", "pairs = load_from_disk(\"path/to/this/folder\")"]
+    return ["from datasets import load_dataset", "", "pairs = load_dataset(\"path/to/this/folder\")"]
+
+
+def export_summary(info: dict[str, Any], out_dir: str | Path) -> str:
+    """The line `preflab export` prints: what was written, whose pairs, and how many contradict."""
+    line = (f"exported {info['train']:,} train and {info['test']:,} test pairs from {info['prompts']:,} prompts"
+            f" to {out_dir} as dataset version {info['name']}")
+    if "pairs_by_kind" not in info:
+        return line
+    kinds = ", ".join(f"{n:,} {kind}" for kind, n in sorted(info["pairs_by_kind"].items()))
+    line += f" ({kinds}; annotators {info['annotators']}"
+    left_out = info.get("left_out_by_kind") or {}
+    if left_out:
+        line += "; left out " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(left_out.items()))
+    n = info.get("contradicting_pairs", 0)
+    return line + f"); {n:,} {'pair contradicts' if n == 1 else 'pairs contradict'} another pair of the same prompt"

@@ -269,6 +269,7 @@ def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **optio
 
     Example: preflab export out/prefs --format parquet --test-size 0.1
     """
+    from preflab.db.card import export_summary
     from preflab.db.export import export_and_push, version_info
 
     version = export_and_push(open_sessions(settings.database_url), out_dir, build_config(ExportSettings, options),
@@ -277,5 +278,4 @@ def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **optio
     if as_json:
         echo_json(info)
     else:
-        click.echo(f"exported {info['train']:,} train and {info['test']:,} test pairs from {info['prompts']:,} prompts"
-                   f" to {out_dir} as dataset version {info['name']}")
+        click.echo(export_summary(info, out_dir))

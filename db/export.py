@@ -22,8 +22,9 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.card import dataset_card
+from preflab.db.card import LICENSE_UNKNOWN, dataset_card
 from preflab.db.models import Annotator, Candidate, Comparison, DatasetVersion, PairBuild, Prompt, Ranking
+from preflab.db.pairs import EXPORT_KINDS, kept_comparisons, pair_mix
 from preflab.errors import ConfigError, HubError, InputError
 
 FORMATS = ("disk", "parquet", "jsonl")
@@ -46,10 +47,20 @@ class ExportSettings:
     seed: int = field(default=0, metadata={"help": "Seed of the split by prompt."})
     conversational: bool = field(default=False, metadata={
         "help": "Chat-message lists (as TRL expects) instead of plain text."})
+    annotators: str = field(default="human-first", metadata={
+        "help": "Whose pairs: human-first (people's, and a judge's only on prompts no person ranked, so the "
+                "two never contradict), human, ai, or any (every pair `pairs build` made).",
+        "choices": EXPORT_KINDS})
+    license: str = field(default=LICENSE_UNKNOWN, metadata={
+        "help": "The dataset's license on its card, as a Hub license id (e.g. cc-by-4.0)."})
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
             raise ConfigError(f"unknown format {self.format!r} (expected one of {', '.join(FORMATS)})")
+        if self.annotators not in EXPORT_KINDS:
+            raise ConfigError(f"unknown --annotators {self.annotators!r} (expected one of {', '.join(EXPORT_KINDS)})")
+        if not self.license.strip() or any(c.isspace() for c in self.license):
+            raise ConfigError(f"--license must be one Hub license id such as cc-by-4.0, got {self.license!r}")
         if not 0 <= self.test_size < 1:
             raise ConfigError(f"--test-size must be in [0, 1), got {self.test_size}")
 
@@ -245,7 +256,8 @@ def write_dataset(session: Session, rows: Iterable[Sequence[PairRow]], splits: d
         version = DatasetVersion(
             name=name, build_id=build_id,
             settings={"test_size": settings.test_size, "seed": settings.seed,
-                      "conversational": settings.conversational, **(version_settings or {})},
+                      "conversational": settings.conversational, "license": settings.license,
+                      **(version_settings or {})},
             n_train=counts["train"], n_test=counts["test"], n_prompts=sum(prompts.values()),
             content_hash=digest, format=settings.format, path=str(out_dir.resolve()), iteration=iteration,
         )
@@ -263,11 +275,12 @@ def write_dataset(session: Session, rows: Iterable[Sequence[PairRow]], splits: d
     return version
 
 
-def comparison_rows(session: Session) -> Iterator[Sequence[PairRow]]:
-    """The comparisons as `PairRow` batches, in the order they were built, streamed from the database."""
+def comparison_rows(session: Session, annotators: str = "any") -> Iterator[Sequence[PairRow]]:
+    """The comparisons an export of `annotators` keeps, as `PairRow` batches in build order, streamed."""
     query = (select(Comparison.prompt_id, Comparison.chosen_id, Comparison.rejected_id, Comparison.margin,
                     Comparison.weight, Comparison.annotator_kind, Ranking.annotator_id)
              .outerjoin(Ranking, Ranking.id == Comparison.ranking_id)
+             .where(kept_comparisons(annotators))
              .order_by(Comparison.id)
              .execution_options(yield_per=BATCH_ROWS))
     yield from session.connection().execute(query).partitions(BATCH_ROWS)
@@ -275,21 +288,35 @@ def comparison_rows(session: Session) -> Iterator[Sequence[PairRow]]:
 
 def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettings,
                    name: str | None = None) -> DatasetVersion:
-    """Write the current comparisons to `out_dir` and record a dataset version; the split is stored per prompt."""
+    """Write the current comparisons to `out_dir` and record a dataset version; the split is stored per prompt.
+
+    Only the pairs of `settings.annotators` are written; the version's settings
+    (and its card) count them by annotator kind, with those left out and those
+    that contradict another pair of the same prompt.
+    """
     build = session.scalar(select(PairBuild).order_by(PairBuild.id.desc()).limit(1))
+    mix = pair_mix(session, settings.annotators)
+    if not mix.kept:
+        if not mix.left_out:
+            raise InputError("there are no comparisons to export; run `preflab pairs build` first")
+        held = ", ".join(f"{n:,} {kind}" for kind, n in mix.left_out.items())
+        raise InputError(f"no pairs to export with --annotators {settings.annotators}: the comparisons hold "
+                         f"{held} pairs (choose them with --annotators any, human or ai)")
     prompt_hashes = dict(session.execute(
         select(Prompt.id, Prompt.content_hash).where(
-            Prompt.id.in_(select(Comparison.prompt_id).distinct()))).all())
-    if not prompt_hashes:
-        raise InputError("there are no comparisons to export; run `preflab pairs build` first")
+            Prompt.id.in_(select(Comparison.prompt_id).where(kept_comparisons(settings.annotators)).distinct()))
+    ).all())
     splits = split_prompts(prompt_hashes, settings.test_size, settings.seed)
     session.execute(update(Prompt), [{"id": pid, "split": split} for pid, split in splits.items()])
+    by_split = {s: sum(n for pid, n in mix.contradicting.items() if splits.get(pid, "train") == s) for s in SPLITS}
     return write_dataset(
-        session, comparison_rows(session), splits, out_dir, settings, name=name,
+        session, comparison_rows(session, settings.annotators), splits, out_dir, settings, name=name,
         build_id=build.id if build else None,
         version_settings={"strategy": build.strategy if build else None,
                           "aggregate": build.aggregate if build else None,
-                          "annotator_kind": build.annotator_kind if build else None})
+                          "annotator_kind": build.annotator_kind if build else None,
+                          "annotators": settings.annotators, **mix.as_dict(),
+                          "contradicting_by_split": by_split})
 
 
 def export_and_push(sessions: sessionmaker[Session], out_dir: str | Path, settings: ExportSettings, *,
@@ -321,6 +348,10 @@ def version_info(version: DatasetVersion) -> dict[str, Any]:
     info = {"id": version.id, "name": version.name, "path": version.path, "format": version.format,
             "train": version.n_train, "test": version.n_test, "prompts": version.n_prompts,
             "content_hash": version.content_hash}
+    kept = version.settings or {}
+    for key in ("annotators", "pairs_by_kind", "left_out_by_kind", "contradicting_pairs", "contradicting_by_split"):
+        if key in kept:
+            info[key] = kept[key]
     if version.hub_repo:
         info |= {"hub_repo": version.hub_repo, "hub_revision": version.hub_revision}
     return info

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Float, and_, cast, delete, func, insert, literal, select
+from sqlalchemy import Float, Numeric, and_, case, cast, delete, func, insert, literal, or_, select, true
 from sqlalchemy.orm import Session, aliased
 
 from preflab.db.models import Annotator, Comparison, PairBuild, Ranking, RankingItem, RankingStatus
@@ -24,6 +24,7 @@ STRATEGIES = ("all", "adjacent", "best-vs-rest", "best-vs-worst")
 AGGREGATES = ("none", "majority", "borda", "bradley-terry")
 KINDS = ("human", "ai", "any")
 INSERT_BATCH = 20_000
+MARGIN_DIGITS = 12  # decimals a margin keeps: enough for any score, none of a float's noise
 
 
 # --- the pure part: tiers in, pairs out -------------------------------------------------
@@ -165,24 +166,45 @@ def build_pairs(session: Session, strategy: str = "all", aggregate: str = "none"
     return BuildSummary(build.id, n_rankings, n_pairs, strategy, aggregate, annotator_kind)
 
 
+def _ranked_items(strategy: str):
+    """`ranking_items` as the expansion reads it, with each item's `place` among its ranking's used tiers.
+
+    A tier number is the template's position of the tier (Tier 1 and Tier 3 of
+    four stay 0 and 2, so their margin is 2), so strategies that name tiers by
+    order (adjacent, best, worst) go by place, counted over the non-empty tiers
+    only. `all` needs no place: the plain table keeps the hot path a plain join.
+    """
+    items = RankingItem.__table__
+    if strategy == "all":
+        return items.alias("a"), items.alias("b")
+    place = func.dense_rank().over(partition_by=items.c.ranking_id, order_by=items.c.tier) - 1
+    ranked = (select(items.c.ranking_id, items.c.candidate_id, items.c.tier, items.c.score, place.label("place"))
+              .where(items.c.tier.is_not(None)).subquery())
+    return ranked.alias("a"), ranked.alias("b")
+
+
 def _insert_expanded(session: Session, build_id: int, strategy: str, annotator_kind: str) -> int:
-    a, b = aliased(RankingItem), aliased(RankingItem)
+    ta, tb = _ranked_items(strategy)
+    a, b = ta.c, tb.c
     condition = [b.tier > a.tier]
     if strategy == "adjacent":
-        condition = [b.tier == a.tier + 1]
+        condition = [b.place == a.place + 1]
     elif strategy == "best-vs-rest":
-        condition = [a.tier == 0, b.tier > 0]
-    elif strategy == "best-vs-worst":
-        condition = [a.tier == 0, b.tier == Ranking.n_tiers - 1, b.tier > 0]
-    margin = func.coalesce(a.score - b.score, cast(b.tier - a.tier, Float))
+        condition = [a.place == 0, b.place > 0]
+    elif strategy == "best-vs-worst":  # n_tiers counts the tiers used: the worst one's place is n_tiers - 1
+        condition = [a.place == 0, b.place == Ranking.n_tiers - 1, b.place > 0]
+    # A score gap is rounded as the aggregated margins are: 0.6 - 0.2923 is stored as 0.3077, not
+    # 0.30769999999999997 (Postgres rounds only NUMERIC, so through it on both databases).
+    gap = cast(func.round(cast(a.score - b.score, Numeric), MARGIN_DIGITS), Float)
+    margin = func.coalesce(gap, cast(b.tier - a.tier, Float))
     query = (
         select(
             literal(build_id), Ranking.prompt_id, a.candidate_id, b.candidate_id, Ranking.id,
             Annotator.kind, margin, literal(1.0),
         )
         .join(Annotator, Annotator.id == Ranking.annotator_id)
-        .join(a, a.ranking_id == Ranking.id)
-        .join(b, and_(b.ranking_id == Ranking.id, *condition))
+        .join(ta, a.ranking_id == Ranking.id)
+        .join(tb, and_(b.ranking_id == Ranking.id, *condition))
         .where(Ranking.status == RankingStatus.valid.value, a.tier.is_not(None), b.tier.is_not(None))
         .order_by(Ranking.id, a.tier, b.tier, a.candidate_id, b.candidate_id)
     )
@@ -259,7 +281,8 @@ def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate
         for chosen, rejected, margin, weight in aggregate_prompt([v.tiers for v in views], strategy, aggregate):
             rows.append({"build_id": build_id, "prompt_id": prompt_id, "chosen_id": chosen,
                          "rejected_id": rejected, "ranking_id": None,
-                         "annotator_kind": kind, "margin": round(margin, 12) if math.isfinite(margin) else 0.0,
+                         "annotator_kind": kind,
+                         "margin": round(margin, MARGIN_DIGITS) if math.isfinite(margin) else 0.0,
                          "weight": weight})
         if len(rows) >= INSERT_BATCH:
             session.execute(insert(Comparison), rows)
@@ -269,3 +292,63 @@ def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate
         session.execute(insert(Comparison), rows)
         total += len(rows)
     return total
+
+
+# --- which comparisons an export keeps, and what they hold -----------------------------------
+
+# `human-first`: people's pairs, and a judge's only on prompts no person gave a pair for, so
+# a person and a judge never contradict each other in one dataset. `any` keeps every pair.
+EXPORT_KINDS = ("human-first", "human", "ai", "any")
+
+
+def kept_comparisons(kind: str):
+    """The WHERE clause on `Comparison` of an export's `kind` (one of EXPORT_KINDS)."""
+    if kind not in EXPORT_KINDS:
+        raise InputError(f"unknown annotator kind {kind!r} (expected one of {', '.join(EXPORT_KINDS)})")
+    if kind == "any":
+        return true()
+    if kind in ("human", "ai"):
+        return Comparison.annotator_kind == kind
+    human = aliased(Comparison)
+    by_people = select(human.id).where(human.prompt_id == Comparison.prompt_id, human.annotator_kind == "human")
+    return or_(Comparison.annotator_kind != "ai", ~by_people.exists())
+
+
+@dataclass
+class PairMix:
+    """What an export holds: pairs by annotator kind, those left out, and the contradicting ones."""
+
+    kept: dict[str, int]  # annotator kind (human, ai, mixed) -> pairs exported
+    left_out: dict[str, int]  # annotator kind -> pairs of the comparisons the export leaves out
+    contradicting: dict[int, int]  # prompt id -> exported pairs whose opposite pair is exported too
+
+    @property
+    def n_contradicting(self) -> int:
+        return sum(self.contradicting.values())
+
+    def as_dict(self) -> dict:
+        return {"pairs_by_kind": self.kept, "left_out_by_kind": self.left_out,
+                "contradicting_pairs": self.n_contradicting}
+
+
+def pair_mix(session: Session, kind: str = "any") -> PairMix:
+    """Count the comparisons an export of `kind` keeps, by annotator kind, and those that contradict.
+
+    A pair contradicts when the same prompt also has the opposite pair (b over
+    a): two annotators who disagree, or a person and a judge. One GROUP BY on
+    the unordered pair, so it scales with the comparisons, not their square.
+    """
+    keep = kept_comparisons(kind)
+    by_kind = dict(session.execute(select(Comparison.annotator_kind, func.count())
+                                   .group_by(Comparison.annotator_kind)).all())
+    kept = dict(session.execute(select(Comparison.annotator_kind, func.count()).where(keep)
+                                .group_by(Comparison.annotator_kind)).all())
+    low = case((Comparison.chosen_id < Comparison.rejected_id, Comparison.chosen_id), else_=Comparison.rejected_id)
+    high = case((Comparison.chosen_id < Comparison.rejected_id, Comparison.rejected_id), else_=Comparison.chosen_id)
+    groups = (select(Comparison.prompt_id, func.count().label("n"))
+              .where(keep).group_by(Comparison.prompt_id, low, high)
+              .having(func.min(Comparison.chosen_id) != func.max(Comparison.chosen_id)).subquery())
+    contradicting = dict(session.execute(select(groups.c.prompt_id, func.sum(groups.c.n))
+                                         .group_by(groups.c.prompt_id)).all())
+    left_out = {k: n - kept.get(k, 0) for k, n in by_kind.items() if n - kept.get(k, 0)}
+    return PairMix(kept, left_out, {int(p): int(n) for p, n in contradicting.items()})

@@ -7,6 +7,7 @@ import click
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
 from preflab.labelling.generation import GenerateConfig
 from preflab.labelling.pipeline import GENERATE_DEFAULTS, PipelineConfig
+from preflab.labelling.selection import PromptSelection
 from preflab.settings import Settings
 
 
@@ -16,27 +17,31 @@ from preflab.settings import Settings
 @config_options(GenerateConfig)
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
               help="JSON Lines prompts to import and generate for (default: every stored prompt).")
+@config_options(PromptSelection)
 @json_option
 @pass_settings
 def generate_command(settings: Settings, model_name, prompts_file, as_json, **options):
     """Sample N candidate responses per prompt with a causal LM.
 
     Each response is stored as a candidate; a re-run tops every prompt up to N.
+    --limit, --prompt-id and --split choose among the stored prompts (or the file's).
 
-    Example: preflab generate -n 4 --prompts prompts.jsonl --max-new-tokens 128
+    Example: preflab generate -n 4 --limit 10 --split train --max-new-tokens 128
     """
     from preflab.db.engine import open_sessions
     from preflab.labelling.generation import run_generation
 
     config = build_config(GenerateConfig, options)
+    selection = build_config(PromptSelection, options)
     summary = run_generation(open_sessions(settings.database_url), model_name or settings.model, config,
-                             prompts=prompts_file, reporter=Reporter(not as_json))
+                             prompts=prompts_file, selection=selection, reporter=Reporter(not as_json))
     if as_json:
         echo_json(summary.as_dict())
         return
+    waiting = f"; {plural(summary.waiting, 'more prompt')} left by --limit" if summary.waiting else ""
     click.echo(f"generated {plural(summary.stored, 'candidate')} for {plural(summary.prompts, 'prompt')} with "
                f"{summary.model} ({summary.duplicates:,} duplicates, {summary.empty:,} empty, "
-               f"{plural(summary.short, 'prompt')} short of {config.n})")
+               f"{plural(summary.short, 'prompt')} short of {config.n}{waiting})")
 
 
 @click.command("pipeline")
@@ -82,5 +87,8 @@ def pipeline_command(settings: Settings, as_json, **options):
     if agree["pairwise_agreement"] is not None:
         click.echo(f"agreement: {agree['pairwise_agreement']:.3f} on {agree['shared_pairs']:,} shared pairs "
                    f"(Kendall tau-b {agree['kendall_tau']:.3f}) over {agree['prompts']:,} prompts")
-    click.echo(f"export: {report['export']['train']:,} train / {report['export']['test']:,} test pairs "
-               f"→ {config.out_dir} ({report['export']['name']})")
+    export = report["export"]
+    left_out = sum(export.get("left_out_by_kind", {}).values())
+    click.echo(f"export: {export['train']:,} train / {export['test']:,} test pairs → {config.out_dir} "
+               f"({export['name']}; annotators {export.get('annotators', 'any')}, "
+               f"{plural(left_out, 'judge pair')} left out, {export.get('contradicting_pairs', 0):,} contradicting)")

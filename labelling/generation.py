@@ -24,7 +24,7 @@ from preflab.console import SILENT, Reporter
 from preflab.db.models import Candidate, Prompt
 from preflab.db.store import chunks, content_hash, ensure_candidates
 from preflab.errors import ConfigError
-from preflab.labelling.selection import prompts_from_file
+from preflab.labelling.selection import PromptSelection, prompts_from_file, selected_prompt_ids
 from preflab.training.models.names import ModelCache, load_named_model, resolve_model
 from preflab.training.models.sampling import Generation, SamplingConfig, sample_texts
 
@@ -50,6 +50,7 @@ class GenerateSummary:
     duplicates: int = 0       # samples identical to a stored candidate
     empty: int = 0            # samples with no text
     short: int = 0            # prompts still below N after every round
+    waiting: int = 0          # selected prompts below N left for a later run by the limit
     tokens: int = 0
     seconds: float = 0.0
 
@@ -131,6 +132,7 @@ def generate_candidates(sessions: sessionmaker[Session], model, tokenizer, model
 
 def run_generation(sessions: sessionmaker[Session], model_name: str, config: GenerateConfig, *,
                    prompts: str | Path | None = None, max_prompts: int | None = None,
+                   selection: PromptSelection = PromptSelection(),
                    cache: ModelCache | None = None, reporter: Reporter = SILENT) -> GenerateSummary:
     """The `generate` job: load `model_name` and top every prompt up to `config.n` candidates.
 
@@ -139,16 +141,29 @@ def run_generation(sessions: sessionmaker[Session], model_name: str, config: Gen
             a model seen for the first time is recorded as a base model version.
         prompts: a JSON Lines prompts file to import and generate for (default: every stored prompt).
         max_prompts: generate for the first this many prompts of the file only.
+        selection: which stored prompts (by id, split), and at most how many of those still short
+            of N (in id order, or the file's): a re-run goes on with the next ones.
         cache: models already loaded by the calling job (the pipeline loads its model once).
     """
     prompt_ids = prompts_from_file(sessions, prompts)[:max_prompts] if prompts else None
+    waiting = 0
     with sessions.begin() as session:
+        prompt_ids = selected_prompt_ids(session, selection, prompt_ids)
         label = resolve_model(session, model_name)[0]
-        if not prompts_needing(session, label, config.n, prompt_ids):
-            return GenerateSummary(model=label)  # every prompt has its candidates: no model to load
+        needing = [pid for pid, _, _ in prompts_needing(session, label, config.n, prompt_ids)]
+    if selection.limit is not None:
+        if prompt_ids is not None:  # the file's order, or the order the ids were given in
+            position = {pid: n for n, pid in enumerate(prompt_ids)}
+            needing.sort(key=position.__getitem__)
+        waiting = max(len(needing) - selection.limit, 0)
+        needing = prompt_ids = needing[:selection.limit]
+    if not needing:
+        return GenerateSummary(model=label)  # every prompt has its candidates: no model to load
     named = load_named_model(sessions, model_name, cache=cache)
-    return generate_candidates(sessions, named.model, named.tokenizer, named.label, config, prompt_ids,
-                               named.version_id, reporter)
+    summary = generate_candidates(sessions, named.model, named.tokenizer, named.label, config, prompt_ids,
+                                  named.version_id, reporter)
+    summary.waiting = waiting
+    return summary
 
 
 def _store(session: Session, batch, results: list[Generation], model_name: str, model_version_id: int | None,

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.db.export import SPLITS
 from preflab.db.models import Candidate, Prompt
 from preflab.db.store import IN_CHUNK, chunks, content_hash
-from preflab.errors import InputError
+from preflab.errors import ConfigError, InputError
 
 
 def prompts_from_file(sessions: sessionmaker[Session], path: str | Path) -> list[int]:
@@ -78,3 +79,61 @@ def prompts_with_candidates(session: Session, prompt_ids: list[int] | None = Non
         item.candidate_ids.append(cid)
         item.texts.append(ctext)
     return [item for item in out.values() if len(item.candidate_ids) >= min_candidates]
+
+
+@dataclass
+class PromptSelection:
+    """Which stored prompts a job works on: by id, by dataset split, and at most how many."""
+
+    limit: int | None = field(default=None, metadata={
+        "help": "At most this many prompts that still need candidates (a re-run goes on with the next ones)."})
+    prompt_id: str | None = field(default=None, metadata={
+        "help": "Only these prompts: ids, comma-separated (e.g. 3,7,12)."})
+    split: str | None = field(default=None, metadata={
+        "help": "Only the prompts of this split, as the last export assigned them.", "choices": SPLITS})
+
+    def __post_init__(self) -> None:
+        if self.limit is not None and self.limit < 1:
+            raise ConfigError(f"--limit must be at least 1, got {self.limit}")
+        if self.split is not None and self.split not in SPLITS:
+            raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if self.prompt_id is not None:
+            parts = [p.strip() for p in str(self.prompt_id).split(",") if p.strip()]
+            if not parts or not all(p.isdigit() for p in parts):
+                raise ConfigError(f"--prompt-id takes prompt ids separated by commas, got {self.prompt_id!r}")
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return [int(p) for p in str(self.prompt_id or "").split(",") if p.strip()]
+
+
+def selected_prompt_ids(session: Session, selection: PromptSelection,
+                        among: list[int] | None = None) -> list[int] | None:
+    """The ids of the prompts `selection` names (in `among`'s order when given); None: every prompt.
+
+    The limit is not applied here: it counts prompts that still need work, which only the job knows.
+
+    Raises:
+        InputError: a prompt id that is not stored, or a selection that names no prompt.
+    """
+    if selection.prompt_ids:
+        wanted = list(dict.fromkeys(selection.prompt_ids))
+        found = set()
+        for part in chunks(wanted):
+            found.update(session.scalars(select(Prompt.id).where(Prompt.id.in_(part))))
+        missing = [pid for pid in wanted if pid not in found]
+        if missing:
+            raise InputError(f"no stored prompt has id {', '.join(map(str, missing))} (see `preflab stats`)")
+        among = wanted if among is None else [pid for pid in among if pid in found]
+    if selection.split is not None:
+        in_split = set(session.scalars(select(Prompt.id).where(Prompt.split == selection.split)))
+        if among is None:
+            among = sorted(in_split)
+        else:
+            among = [pid for pid in among if pid in in_split]
+        if not in_split:
+            raise InputError(f"no stored prompt is in the {selection.split} split; a prompt gets its split "
+                             "when a dataset is exported (`preflab export`)")
+    if among is not None and not among:
+        raise InputError("the selection names no prompt")
+    return among

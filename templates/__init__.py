@@ -18,6 +18,11 @@ TEMPLATES = ("ranking", "ranking_tiers", "pairwise")
 RANKER = "rank"
 LIST = "responses"
 PAIRWISE = "compare"
+# The `to_name` of a Pairwise result preflab writes: the first object the Pairwise compares.
+# Label Studio checks predictions with label-studio-sdk's LabelInterface, which knows only
+# object tags as targets (not the Pairwise tag's own name, which its editor writes); the
+# editor finds a Pairwise result by its from_name, so it shows this one all the same.
+PAIRWISE_TARGET = "left"
 TIE = "tie"
 TIE_VALUE = "Tie"
 

@@ -85,17 +85,51 @@ def dataset_for(session: Session, version: ModelVersion, name_or_id: str | None)
     return found
 
 
+def contradictions(split) -> tuple[int, float | None]:
+    """(pairs whose opposite pair is in `split` too, the best accuracy any model can reach on it).
+
+    Two rows of one prompt with the same two responses in opposite orders (two
+    annotators who disagree, or a person and a judge) cannot both be scored
+    right: at best the majority order of each such pair is.
+    """
+    from collections import Counter
+
+    rows = Counter(zip(split["prompt_id"], split["chosen"], split["rejected"]))
+    contradicting = best = 0
+    for (p, c, r), n in rows.items():
+        opposite = rows.get((p, r, c), 0)
+        contradicting += n if opposite else 0
+        if not opposite:
+            best += n
+        elif c < r:  # each opposed pair once: its majority order is the most a model can get right
+            best += max(n, opposite)
+    return contradicting, (best / len(split) if len(split) else None)
+
+
 def evaluate_reward_version(version_name: str, dataset: DatasetVersion, model_path: str,
-                            batch_size: int = 32) -> dict[str, Any]:
-    """Held-out pairwise accuracy of the reward model at `model_path` on `dataset`'s test split."""
+                            batch_size: int = 32, reporter: Reporter = SILENT) -> dict[str, Any]:
+    """Held-out pairwise accuracy of the reward model at `model_path` on `dataset`'s test split.
+
+    Warns (through `reporter`) when the split contradicts itself, which caps the
+    accuracy any model can reach: a held-out set of a person's pairs and a judge's
+    opposite ones pins a perfect model at 0.5.
+    """
     from preflab.training.data import load_splits
     from preflab.training.reward import evaluate_reward_model
 
     splits = load_splits(dataset.path)
     if "test" not in splits:
         raise InputError(f"dataset version {dataset.name} has no test split to evaluate on")
-    metrics = evaluate_reward_model(model_path, splits["test"], batch_size)
-    return {"model_version": version_name, "kind": "reward", "dataset_version": dataset.name, **metrics}
+    test = splits["test"]
+    contradicting, ceiling = contradictions(test)
+    if contradicting:
+        reporter.note(f"warning: {contradicting:,} of the {len(test):,} held-out pairs of {dataset.name} contradict "
+                      f"another (the same two responses in the opposite order), so no model scores above "
+                      f"{ceiling:.3f}; export with --annotators human-first (the default) or aggregate with "
+                      "`preflab pairs build --aggregate majority`")
+    metrics = evaluate_reward_model(model_path, test, batch_size)
+    return {"model_version": version_name, "kind": "reward", "dataset_version": dataset.name, **metrics,
+            "heldout_contradicting_pairs": contradicting, "heldout_accuracy_ceiling": ceiling}
 
 
 @dataclass
@@ -213,7 +247,7 @@ def evaluate_model_version(sessions: sessionmaker[Session], name: str, config: E
             plan = plan_policy_eval(session, version, config.against, config.limit)
     if kind == "reward":
         reporter.note(f"scoring the test split of {dataset.name} with {version_name}")
-        report = evaluate_reward_version(version_name, dataset, model_path, config.batch_size)
+        report = evaluate_reward_version(version_name, dataset, model_path, config.batch_size, reporter)
     else:
         judge_model = load_named_model(sessions, config.judge_model or default_judge_model, record=False,
                                        scorer=config.judge == "reward-model")

@@ -8,6 +8,11 @@ nothing. A new annotation becomes a ranking (version 1); an edited one
 supersedes its previous version (kept, marked superseded) unless its ranking
 did not change; a skipped one is recorded with no tiers, so it yields no
 pairs. What cannot be parsed is quarantined with the reason.
+
+The summary counts what happened to each annotation read (new, updated,
+unchanged, quarantined), then what the project holds once the sync is done:
+its skipped annotations, old and new, and its valid rankings identical to the
+order shown (counted as `preflab stats` counts them).
 """
 
 from __future__ import annotations
@@ -17,16 +22,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
+from preflab.console import plural
+from preflab.db.agreement import same_as_shown_text
 from preflab.db.bulk import insert_rows, lookup
 from preflab.db.ingest import Invalid
 from preflab.db.models import AnnotatorKind, Ranking, RankingItem, RankingStatus, RawRecord, utcnow
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates, ensure_prompts, \
     payload_hash, quarantine, store_raw
-from preflab.labelling.studio.parse import VOLATILE, Parsed, TaskFields, TaskItems, parse_annotation, payload, \
-    same_as_shown, task_items, task_json
+from preflab.labelling.studio.parse import VOLATILE, Parsed, TaskFields, TaskItems, ls_id, parse_annotation, \
+    payload, same_as_shown, task_items, task_json
 from preflab.labelling.studio.projects import ProjectInfo
 
 SOURCE = "label-studio"  # raw records of annotations, and the rankings made from them
@@ -38,18 +45,19 @@ LIVE = (RankingStatus.valid.value, RankingStatus.skipped.value)
 class SyncSummary:
     tasks: int = 0
     annotations: int = 0
-    new: int = 0          # annotations seen for the first time that became rankings
+    # What happened to each annotation read: new + updated + unchanged + quarantined = annotations.
+    new: int = 0          # annotations seen for the first time (skipped ones included)
     updated: int = 0      # edited annotations: a new version superseded the old one
-    skipped: int = 0      # of new + updated: skipped (cancelled) annotations, recorded without tiers
     unchanged: int = 0    # stored before, or edited without changing the ranking
     quarantined: int = 0
-    deleted: int = 0
-    same_as_shown: int = 0
+    deleted: int = 0      # annotations gone from Label Studio: their rankings are marked deleted
+    # What the project holds once the sync is done (see `project_state`), old and new alike.
+    skipped: int = 0        # skipped (cancelled) annotations, recorded without tiers
+    same_as_shown: int = 0  # valid rankings identical to the order shown, as `preflab stats` counts them
     reasons: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: "SyncSummary") -> None:
-        for name in ("tasks", "annotations", "new", "updated", "skipped", "unchanged", "quarantined", "deleted",
-                     "same_as_shown"):
+        for name in ("tasks", "annotations", "new", "updated", "unchanged", "quarantined", "deleted"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for reason, n in other.reasons.items():
             self.reasons[reason] = self.reasons.get(reason, 0) + n
@@ -58,9 +66,20 @@ class SyncSummary:
         return dict(self.__dict__)
 
     def line(self) -> str:
-        return (f"{self.tasks:,} tasks, {self.annotations:,} annotations: {self.new:,} new, {self.updated:,} updated, "
-                f"{self.unchanged:,} unchanged, {self.skipped:,} skipped, {self.deleted:,} deleted, "
-                f"{self.quarantined:,} quarantined ({self.same_as_shown:,} identical to the order shown)")
+        return (f"{plural(self.tasks, 'task')}, {plural(self.annotations, 'annotation')}: {self.new:,} new, "
+                f"{self.updated:,} updated, {self.unchanged:,} unchanged, {self.quarantined:,} quarantined, "
+                f"{self.deleted:,} deleted; the project holds {plural(self.skipped, 'skipped annotation')} and "
+                f"{same_as_shown_text(self.same_as_shown)}")
+
+
+def project_state(session: Session, project: ProjectInfo, summary: SyncSummary) -> None:
+    """Set the summary's counts of what the project holds: its skipped annotations and untouched rankings."""
+    def count(*where) -> int:
+        return session.scalar(select(func.count()).select_from(Ranking).where(
+            Ranking.ls_project_id == project.id, Ranking.source == SOURCE, *where))
+
+    summary.skipped = count(Ranking.status == RankingStatus.skipped.value)
+    summary.same_as_shown = count(Ranking.status == RankingStatus.valid.value, Ranking.same_as_shown.is_(True))
 
 
 @dataclass
@@ -83,14 +102,36 @@ def _annotator(annotation: dict, users: dict[int, str]) -> tuple[tuple[str, str]
         email, who = who.get("email"), who.get("id")
     if not isinstance(who, int) or isinstance(who, bool):
         raise Invalid("annotation has no completed_by user id")
+    ls_id(who, "completed_by user id")
     name = users.get(who) or email or f"label-studio-user-{who}"
+    if not isinstance(name, str) or "\x00" in name or len(name) > 300:
+        raise Invalid("the annotator's email is not text the database can store (a NUL, or over 300 characters)")
     return (AnnotatorKind.human.value, name), who
+
+
+LONE_SURROGATE = "holds a lone UTF-16 surrogate (a \\udXXX escape on its own), which is not text"
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def as_received(text: str) -> str | bytes:
+    """What a task's text is stored as: the bytes received where they were not UTF-8 text."""
+    if _encodable(text):
+        return text
+    return text.encode("utf-8", "surrogateescape")  # read with surrogateescape: give back the very bytes
 
 
 def _quarantine_task(session: Session, origin: str, locator: str, text: str, reason: str,
                      summary: SyncSummary) -> None:
-    raw = store_raw(session, SOURCE, origin, [(locator, text)])
-    rid, status = raw[payload_hash(text)]
+    received = as_received(text)
+    raw = store_raw(session, SOURCE, origin, [(locator, received)])
+    rid, status = raw[payload_hash(received)]
     if status == "ok":  # new: quarantine it; one quarantined before is not counted twice
         quarantine(session, {rid: reason})
         _count_reason(summary, reason)
@@ -101,8 +142,9 @@ def _count_reason(summary: SyncSummary, reason: str) -> None:
     summary.reasons[reason] = summary.reasons.get(reason, 0) + 1
 
 
-def _tiers_key(tiers: Iterable[Iterable[int]]) -> tuple[tuple[int, ...], ...]:
-    return tuple(tuple(sorted(t)) for t in tiers)
+def _tiers_key(tiers: Iterable[tuple[int, Iterable[int]]]) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """(position, candidate ids) per tier: moving a tier to another bucket is a change too."""
+    return tuple((position, tuple(sorted(t))) for position, t in tiers)
 
 
 def task_text(task: dict) -> str:
@@ -132,11 +174,14 @@ class Received:
     text: str
     count: int
     task: Any = None
+    unusable: str | None = None  # why the task cannot be read at all (it is quarantined whole)
 
     @classmethod
     def of(cls, task: Any) -> "Received":
         """A task decoded already (from the API)."""
         text = task_text(task) if isinstance(task, dict) else json.dumps(task, default=str)
+        if not text.isascii() and not _encodable(text):  # it came as \\udXXX escapes: keep them so
+            return cls(json.dumps(task, sort_keys=True, default=str), annotation_count(task), task, LONE_SURROGATE)
         return cls(text, annotation_count(task), task)
 
     def decoded(self) -> Any:
@@ -162,9 +207,9 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
     buckets = project.buckets
     by_hash: dict[str, Received] = {}
     for n, r in enumerate(received):
-        if r.count < 0:
+        if r.unusable is not None or r.count < 0:
             _quarantine_task(session, origin, f"task #{n + 1} of the batch", r.text,
-                             "task is not an object with an annotations list", summary)
+                             r.unusable or "task is not an object with an annotations list", summary)
             continue
         summary.tasks += 1
         summary.annotations += r.count
@@ -215,7 +260,9 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
             aid = ann.get("id")
             if not isinstance(aid, int) or isinstance(aid, bool):
                 raise Invalid("annotation has no integer id")
-            entry.annotation_id = aid
+            entry.annotation_id = ls_id(aid, "annotation id")
+            if task.get("id") is not None:
+                ls_id(task.get("id"), "task id")
             key = id(task)
             if key not in item_cache:
                 try:
@@ -279,7 +326,7 @@ def _stored_tiers(session: Session, ranking_ids: list[int]) -> dict[int, tuple[t
                                  "ranking_id", ranking_ids):
         if tier is not None:
             tiers[rid].setdefault(tier, []).append(cid)
-    return {rid: _tiers_key(by_tier[t] for t in sorted(by_tier)) for rid, by_tier in tiers.items()}
+    return {rid: _tiers_key((t, by_tier[t]) for t in sorted(by_tier)) for rid, by_tier in tiers.items()}
 
 
 def _write_rankings(session: Session, project: ProjectInfo, entries: list[_Entry],
@@ -302,12 +349,13 @@ def _write_rankings(session: Session, project: ProjectInfo, entries: list[_Entry
         pid = prompt_ids[content_hash(e.items.prompt)]
         cid_of = {iid: candidate_ids[(pid, content_hash(text))] for iid, text in zip(e.items.ids, e.items.texts)}
         tiers = [[cid_of[i] for i in tier] for tier in e.parsed.tiers]
+        positions = e.parsed.tier_positions()
         status = RankingStatus.skipped.value if e.parsed.skipped else RankingStatus.valid.value
         version = 1
         if e.annotation_id in previous:
             old_id, old_version, old_status = previous[e.annotation_id]
             old_skipped = old_status == RankingStatus.skipped.value
-            if stored.get(old_id) == _tiers_key(tiers) and old_skipped == e.parsed.skipped:
+            if stored.get(old_id) == _tiers_key(zip(positions, tiers)) and old_skipped == e.parsed.skipped:
                 summary.unchanged += 1  # e.g. the same annotation read from an export and from the API
                 continue
             version = old_version + 1
@@ -316,16 +364,14 @@ def _write_rankings(session: Session, project: ProjectInfo, entries: list[_Entry
             summary.updated += 1
         else:
             summary.new += 1
-        summary.skipped += e.parsed.skipped
         flag = same_as_shown(e.parsed, e.items.ids)
-        summary.same_as_shown += flag
         rows.append({
             "prompt_id": pid, "annotator_id": annotator_ids[e.annotator], "source": SOURCE,
             "external_id": f"{project.id}:{e.annotation_id}", "version": version, "status": status,
             "n_tiers": len(tiers), "same_as_shown": flag, "raw_record_id": e.raw_id,
             "ls_project_id": project.id, "ls_task_id": e.task.get("id"), "ls_annotation_id": e.annotation_id,
         })
-        tier_of = {cid: t for t, tier in enumerate(tiers) for cid in tier}
+        tier_of = {cid: position for position, tier in zip(positions, tiers) for cid in tier}
         items_per_row.append([{"candidate_id": cid, "tier": tier_of.get(cid), "shown_position": pos}
                               for pos, cid in enumerate(cid_of[i] for i in e.items.ids)])
     if not rows:

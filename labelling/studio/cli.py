@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
 from preflab.labelling.studio.parse import TaskFields
 from preflab.settings import Settings
 from preflab.templates import TEMPLATES
@@ -21,7 +21,8 @@ project_option = click.option(
 def _client(settings: Settings):
     from preflab.labelling.studio.client import LabelStudioClient
 
-    return LabelStudioClient.connect(settings.label_studio_url)
+    # Retries are said on stderr whatever the output format: a wait is never silent.
+    return LabelStudioClient.connect(settings.label_studio_url, reporter=Reporter())
 
 
 def _sessions(settings: Settings):
@@ -93,9 +94,26 @@ def ls_push(settings: Settings, project_id, seed, limit, as_json):
                                   reporter=Reporter(not as_json))
     if as_json:
         echo_json(summary.as_dict() | {"project": project.project_id})
-    else:
-        click.echo(f"created {summary.created:,} tasks in project {project.project_id} "
-                   f"({summary.existing:,} already there, {summary.adopted:,} recovered)")
+        return
+    waiting = f"; {plural(summary.waiting, 'more task')} left by --limit" if summary.waiting else ""
+    click.echo(f"created {plural(summary.created, 'task')} in project {project.project_id} "
+               f"({summary.existing:,} already there, {summary.adopted:,} recovered{waiting})")
+    if summary.skipped:
+        click.echo(skipped_line(summary.skipped))
+
+
+def skipped_line(skipped: dict[str, list[int]]) -> str:
+    """`skipped 21 prompts: 20 with no candidates (ids 4, 5, 6, …), …`."""
+    from preflab.labelling.studio.push import SKIP_REASONS
+
+    def ids(values: list[int]) -> str:
+        shown = ", ".join(map(str, values[:5])) + (", …" if len(values) > 5 else "")
+        return f"{'id' if len(values) == 1 else 'ids'} {shown}"
+
+    parts = [f"{len(v):,} with {SKIP_REASONS[reason]} ({ids(v)})" for reason, v in skipped.items()]
+    total = sum(map(len, skipped.values()))
+    return (f"skipped {plural(total, 'prompt')}: {', '.join(parts)}; a task needs two or more candidates "
+            "(make them with `preflab generate`)")
 
 
 @ls_group.command("predict")
@@ -108,6 +126,7 @@ def ls_predict(settings: Settings, project_id, judge, as_json):
 
     Example: preflab ls predict --project 3 --judge judge:pairwise:1f0c2b7a9d3e4c5f:smollm2-135m-instruct
     """
+    from preflab.errors import LabelStudioError
     from preflab.labelling.studio.predict import predict
 
     project, summary = predict(_sessions(settings), _client(settings), project_id, judge,
@@ -115,8 +134,17 @@ def ls_predict(settings: Settings, project_id, judge, as_json):
     if as_json:
         echo_json(summary.as_dict() | {"project": project.project_id})
     else:
-        click.echo(f"uploaded {summary.uploaded:,} predictions to project {project.project_id} "
+        click.echo(f"uploaded {plural(summary.uploaded, 'prediction')} to project {project.project_id} "
                    f"({summary.existing:,} already there, {summary.unfit:,} the template cannot show)")
+    if summary.invalid or summary.refused:
+        problems = []
+        if summary.invalid:
+            problems.append(f"{plural(summary.invalid, 'prediction')} did not fit the project's labelling config "
+                            f"and were not sent ({'; '.join(summary.reasons)})")
+        if summary.refused:
+            problems.append(f"Label Studio refused {summary.refused:,} of the "
+                            f"{plural(summary.uploaded + summary.refused, 'prediction')} sent")
+        raise LabelStudioError("; ".join(problems))
 
 
 @ls_group.command("sync")

@@ -4,7 +4,9 @@ Every call goes through `LabelStudioClient.call`, which retries transient
 failures (connection refused or reset, timeouts, HTTP 408/429/5xx) with
 exponential backoff and turns what is left into a `LabelStudioError` a user can
 act on. A request that may already have reached the server (a POST that timed
-out) is not repeated, so a retry never creates a task twice. The token comes
+out) is not repeated, so a retry never creates a task twice. Each retry is
+said on stderr (through the caller's Reporter), so a server that is down is
+not a silent wait. The token comes
 from LABEL_STUDIO_API_KEY only and appears in no message.
 """
 
@@ -14,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from preflab.console import SILENT, Reporter
 from preflab.errors import ConfigError, LabelStudioError
 from preflab.settings import secret
 
@@ -47,12 +50,13 @@ class LabelStudioClient:
     """A Label Studio server at `base_url`, driven through the SDK."""
 
     def __init__(self, base_url: str, token: str, *, timeout: float = 60.0, retries: int = 4,
-                 backoff: float = 0.5):
+                 backoff: float = 0.5, reporter: Reporter = SILENT):
         from label_studio_sdk import LabelStudio
 
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff = backoff
+        self.reporter = reporter
         # The SDK's own retries are off: `call` owns them, so it can refuse to repeat a POST.
         self.sdk = LabelStudio(base_url=self.base_url, api_key=token, timeout=timeout, max_retries=0)
 
@@ -91,11 +95,13 @@ class LabelStudioClient:
                 if attempt >= self.retries:
                     raise LabelStudioError(
                         f"cannot reach Label Studio at {self.base_url} ({_reason(exc)}); is it running?") from None
+                why = _reason(exc)
             except httpx.TransportError as exc:
                 if not idempotent or attempt >= self.retries:
                     raise LabelStudioError(
                         f"lost the connection to Label Studio at {self.base_url} while trying to {what} "
                         f"({_reason(exc)})") from None
+                why = _reason(exc)
             except ApiError as exc:
                 status = exc.status_code or 0
                 retry = status in (TRANSIENT_STATUS if idempotent else NOT_PROCESSED_STATUS)
@@ -103,8 +109,12 @@ class LabelStudioClient:
                     error = self._api_error(what, status, exc.body)
                     error.status = status
                     raise error from None
-            time.sleep(self.backoff * 2 ** attempt)
+                why = f"HTTP {status}"
+            delay = self.backoff * 2 ** attempt
             attempt += 1
+            self.reporter.note(f"retrying Label Studio at {self.base_url} in {delay:g}s "
+                               f"(attempt {attempt + 1}/{self.retries + 1}): {why}…")
+            time.sleep(delay)
 
     def _api_error(self, what: str, status: int, body: Any) -> LabelStudioError:
         detail = _detail(body)
@@ -172,9 +182,16 @@ class LabelStudioClient:
         return list(self.call(f"list the predictions of project {project_id}", self.sdk.predictions.list,
                               project=project_id))
 
-    def import_predictions(self, project_id: int, predictions: list[dict]) -> None:
-        self.call(f"upload predictions to project {project_id}", self.sdk.projects.import_predictions,
-                  project_id, request=predictions, idempotent=False)
+    def import_predictions(self, project_id: int, predictions: list[dict]) -> int | None:
+        """Upload predictions; returns how many Label Studio says it created (None if it does not say).
+
+        Label Studio drops a prediction that does not fit the project's labelling
+        config and still answers 201, so only this count says what was stored.
+        """
+        response = self.call(f"upload predictions to project {project_id}", self.sdk.projects.import_predictions,
+                             project_id, request=predictions, idempotent=False)
+        created = getattr(response, "created", None)
+        return created if isinstance(created, int) else None
 
 
 def _reason(exc: Exception) -> str:

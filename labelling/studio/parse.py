@@ -7,7 +7,10 @@ Label Studio has written:
 
 - Ranker: `{"ranker": {"<ranker name>": [ids]}}`, the pre-2023 `{"ranker": [ids]}`,
   and bucket mode `{"ranker": {"<bucket>": [ids], …, "_": [unranked]}}` where the
-  buckets are tiers in the template's order;
+  buckets are tiers in the template's order (never in the order written: without
+  the template, a bucket ranking is refused, not guessed). Each tier keeps its
+  bucket's position: Tier 1 and Tier 3 with Tier 2 left empty are two tiers
+  apart, as the annotator placed them (their pair's margin is 2, not 1);
 - Pairwise: `{"selected": "left" | "right"}`, with an optional "Tie" choice;
 - a skipped (cancelled) annotation.
 
@@ -70,6 +73,12 @@ class Parsed:
     tiers: tuple[tuple[str, ...], ...]
     skipped: bool = False
     shape: str = "ranker"  # ranker | ranker-legacy | buckets | pairwise | skipped
+    # Buckets: each tier's position among the template's buckets (0 = best), gaps kept; else None.
+    positions: tuple[int, ...] | None = None
+
+    def tier_positions(self) -> tuple[int, ...]:
+        """The position to store each tier at: its bucket's, or its rank among the tiers."""
+        return self.positions if self.positions is not None else tuple(range(len(self.tiers)))
 
     @property
     def ranked(self) -> set[str]:
@@ -79,6 +88,18 @@ class Parsed:
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise Invalid(f"{what} is not a non-empty string")
+    if "\x00" in value:
+        raise Invalid(f"{what} holds a NUL character (\\u0000), which the database cannot store")
+    return value
+
+
+MAX_ID = 2**31 - 1  # Label Studio's ids, and the integer columns that keep them
+
+
+def ls_id(value: Any, what: str) -> int:
+    """A Label Studio id (task, annotation, user): a positive integer the database can hold."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= MAX_ID:
+        raise Invalid(f"{what} {str(value)[:40]!r} is not a Label Studio id")
     return value
 
 
@@ -135,6 +156,26 @@ def _check_ids(ids: Any, known: Sequence[str], seen: set[str], where: str) -> tu
     return tuple(out)
 
 
+def bucket_keys(ranker: Any, buckets: Sequence[str] = ()) -> list[str] | None:
+    """The bucket names a ranker value ranks with, in the order written; None for a plain ranking.
+
+    A value with a single key is a plain ranking named by that key, unless `buckets`
+    (the template's) holds it; several keys, or the unranked column `_`, are buckets.
+    """
+    if not isinstance(ranker, dict) or not ranker:
+        return None
+    keys = list(ranker)
+    if len(keys) == 1 and keys[0] != UNRANKED_BUCKET and keys[0] not in buckets:
+        return None
+    return [str(k) for k in keys if k != UNRANKED_BUCKET]
+
+
+def unknown_bucket_order(names: Sequence[str]) -> str:
+    """Why bucket tiers cannot be read without the template: the order Label Studio writes them in is not theirs."""
+    return (f"the ranker's buckets ({', '.join(names)}) are tiers whose order only the labelling config "
+            f"knows: pass --buckets BEST,…,WORST or --label-config")
+
+
 def _ranker(result: dict, known: Sequence[str], buckets: Sequence[str] | None) -> Parsed:
     ranker = _value(result).get("ranker")
     seen: set[str] = set()
@@ -142,26 +183,28 @@ def _ranker(result: dict, known: Sequence[str], buckets: Sequence[str] | None) -
         order = _check_ids(ranker, known, seen, "list")
         return Parsed(tuple((i,) for i in order), shape="ranker-legacy")
     if not isinstance(ranker, dict) or not ranker:
-        raise Invalid(f"unrecognised ranker value {json.dumps(ranker)[:80]}")
-    keys = list(ranker)
+        raise Invalid(f"unrecognised ranker value {json.dumps(ranker, default=str)[:80]}")
     bucket_order = list(buckets or [])
-    plain = len(keys) == 1 and keys[0] != UNRANKED_BUCKET and keys[0] not in bucket_order
-    if plain:
-        order = _check_ids(ranker[keys[0]], known, seen, repr(keys[0]))
+    names = bucket_keys(ranker, bucket_order)
+    if names is None:
+        (name,) = ranker
+        order = _check_ids(ranker[name], known, seen, repr(name))
         return Parsed(tuple((i,) for i in order), shape="ranker")
-    if bucket_order:
-        unknown = [k for k in keys if k != UNRANKED_BUCKET and k not in bucket_order]
-        if unknown:
-            raise Invalid(f"unknown bucket {unknown[0]!r} (the template's buckets: {', '.join(bucket_order)})")
-    else:  # a project whose template is unknown: buckets in the order Label Studio wrote them
-        bucket_order = [k for k in keys if k != UNRANKED_BUCKET]
-    tiers = []
-    for name in bucket_order:
+    if not bucket_order:
+        # Label Studio writes buckets in no meaningful order (alphabetical, in its exports):
+        # taking them as written would record preferences backwards. Never guess.
+        raise Invalid(unknown_bucket_order(names))
+    unknown = [k for k in names if k not in bucket_order]
+    if unknown:
+        raise Invalid(f"unknown bucket {unknown[0]!r} (the template's buckets: {', '.join(bucket_order)})")
+    tiers, positions = [], []
+    for position, name in enumerate(bucket_order):
         ids = _check_ids(ranker.get(name, []), known, seen, f"bucket {name!r}")
         if ids:
             tiers.append(ids)
+            positions.append(position)
     _check_ids(ranker.get(UNRANKED_BUCKET, []), known, seen, "unranked column")
-    return Parsed(tuple(tiers), shape="buckets")
+    return Parsed(tuple(tiers), shape="buckets", positions=tuple(positions))
 
 
 def _pairwise(pairwise: dict | None, tie: bool, known: Sequence[str]) -> Parsed:

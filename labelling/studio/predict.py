@@ -4,6 +4,11 @@ Each judge's newest valid ranking of a task's prompt becomes one prediction on
 the task, written in the result shape of the project's template, with the
 judge's name as `model_version`. A (task, judge) pair that already has a
 prediction is left alone, so predicting again uploads only what is new.
+
+Label Studio answers 201 even when it drops predictions that do not fit the
+labelling config, so each one is checked first with label-studio-sdk's own
+validator (the one the server uses), and only the count the server reports
+as created is reported as uploaded.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from preflab.errors import InputError
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.projects import ProjectInfo, find_project
 from preflab.labelling.studio.push import item_id
-from preflab.templates import LIST, PAIRWISE, RANKER, TIE, TIE_VALUE
+from preflab.templates import LIST, PAIRWISE, PAIRWISE_TARGET, RANKER, TIE, TIE_VALUE
 
 BATCH = 500
 
@@ -54,19 +59,33 @@ def prediction_result(template: str, tiers: Sequence[Sequence[int]], shown: Sequ
         if len(tiers) == 1:
             return [{"from_name": TIE, "to_name": "prompt", "type": "choices", "value": {"choices": [TIE_VALUE]}}]
         selected = "left" if tiers[0][0] == shown[0] else "right"
-        return [{"from_name": PAIRWISE, "to_name": "left,right", "type": "pairwise", "value": {"selected": selected}}]
+        return [{"from_name": PAIRWISE, "to_name": PAIRWISE_TARGET, "type": "pairwise",
+                 "value": {"selected": selected}}]
     raise InputError(f"predictions need a project made from a preflab template, not {template!r}")
 
 
 @dataclass
 class PredictSummary:
-    uploaded: int = 0
+    uploaded: int = 0  # predictions Label Studio says it created
     existing: int = 0
     unfit: int = 0  # rankings the template cannot show (too many tiers, too few candidates ranked)
-    judges: dict[str, int] = field(default_factory=dict)
+    invalid: int = 0  # predictions the labelling config's validator rejects: not sent
+    refused: int = 0  # predictions sent that Label Studio did not create
+    judges: dict[str, int] = field(default_factory=dict)  # created per judge (as sent, when all were created)
+    reasons: list[str] = field(default_factory=list)  # why predictions were invalid (first few)
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
+
+
+def prediction_errors(label_config: str):
+    """A function: prediction -> the reasons label-studio-sdk's validator rejects it ([] when it fits)."""
+    if not label_config.strip():
+        return lambda prediction: []
+    from label_studio_sdk.label_interface import LabelInterface
+
+    interface = LabelInterface(label_config)
+    return lambda prediction: list(interface.validate_prediction(prediction, return_errors=True) or [])
 
 
 def _judge_rankings(session: Session, prompt_ids: set[int], judge: str | None) -> dict[tuple[int, str], list[list[int]]]:
@@ -115,6 +134,7 @@ def predict(sessions: sessionmaker[Session], client: LabelStudioClient, project_
     by_prompt: dict[int, list[tuple[str, list[list[int]]]]] = {}
     for (pid, name), tiers in rankings.items():
         by_prompt.setdefault(pid, []).append((name, tiers))
+    errors = prediction_errors(project.label_config)
     uploads = []
     for task_id, pid, shown in tasks:
         for name, tiers in by_prompt.get(pid, []):
@@ -126,11 +146,38 @@ def predict(sessions: sessionmaker[Session], client: LabelStudioClient, project_
             if result is None:
                 summary.unfit += 1
                 continue
-            uploads.append({"task": task_id, "model_version": name, "result": result})
+            prediction = {"task": task_id, "model_version": name, "result": result}
+            problems = errors(prediction)
+            if problems:
+                summary.invalid += 1
+                if len(summary.reasons) < 5 and problems[0] not in summary.reasons:
+                    summary.reasons.append(problems[0])
+                continue
+            uploads.append(prediction)
             summary.judges[name] = summary.judges.get(name, 0) + 1
     with reporter.progress("uploading predictions", len(uploads)) as advance:
         for start in range(0, len(uploads), BATCH):
-            client.import_predictions(project.project_id, uploads[start:start + BATCH])
-            summary.uploaded += len(uploads[start:start + BATCH])
-            advance(len(uploads[start:start + BATCH]))
+            batch = uploads[start:start + BATCH]
+            created = client.import_predictions(project.project_id, batch)
+            if created is None:  # a server that does not say: count what it holds now
+                created = _stored(client, project.project_id, batch)
+            summary.uploaded += created
+            summary.refused += len(batch) - created
+            advance(len(batch))
+    if summary.refused:
+        summary.judges = _stored_by_judge(client, project.project_id, uploads)
     return project, summary
+
+
+def _stored_by_judge(client: LabelStudioClient, project_id: int, sent: list[dict]) -> dict[str, int]:
+    """Of the predictions `sent`, how many of each judge Label Studio now holds."""
+    wanted = {(p["task"], p["model_version"]) for p in sent}
+    counts: dict[str, int] = {}
+    for p in client.predictions(project_id):
+        if (p.task, p.model_version) in wanted:
+            counts[p.model_version] = counts.get(p.model_version, 0) + 1
+    return counts
+
+
+def _stored(client: LabelStudioClient, project_id: int, sent: list[dict]) -> int:
+    return sum(_stored_by_judge(client, project_id, sent).values())

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
@@ -42,10 +44,39 @@ def info(row: LSProject) -> ProjectInfo:
     return ProjectInfo(row.id, row.base_url, row.project_id, row.title, row.template, row.label_config)
 
 
+def server_key(base_url: str) -> str:
+    """The server a URL names, whatever its spelling: one key for one Label Studio.
+
+    Scheme and host are case-insensitive, a default port (80, 443) may be left
+    out, and every loopback name (localhost, 127.0.0.1, [::1]) is this machine.
+    """
+    parts = urlsplit(base_url.strip())
+    if not parts.scheme or not parts.hostname:
+        return base_url.strip().rstrip("/")  # "file:" (an export), or something that is no URL
+    scheme, host = parts.scheme.lower(), parts.hostname.lower()
+    try:
+        port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    except ValueError:  # a port that is no number: compare the text as it is
+        return base_url.strip().rstrip("/").lower()
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            host = "localhost"
+    except ValueError:
+        if host == "localhost" or host.endswith(".localhost"):
+            host = "localhost"
+    return f"{scheme}://{host}:{port}{parts.path.rstrip('/')}"
+
+
+def _rows_at(session: Session, base_url: str) -> list[LSProject]:
+    # A handful of rows: compared in Python, so old rows written under another spelling match too.
+    key = server_key(base_url)
+    return [row for row in session.scalars(select(LSProject).order_by(LSProject.id)) if server_key(row.base_url) == key]
+
+
 def ensure_project(session: Session, base_url: str, project_id: int, *, title: str, template: str = CUSTOM,
                    label_config: str = "") -> ProjectInfo:
-    """The row of Label Studio project `project_id` at `base_url`, created if new."""
-    row = session.scalar(select(LSProject).where(LSProject.base_url == base_url, LSProject.project_id == project_id))
+    """The row of Label Studio project `project_id` at `base_url` (under any spelling), created if new."""
+    row = next((r for r in _rows_at(session, base_url) if r.project_id == project_id), None)
     if row is None:
         row = LSProject(base_url=base_url, project_id=project_id, title=title[:300], template=template,
                         label_config=label_config)
@@ -56,20 +87,32 @@ def ensure_project(session: Session, base_url: str, project_id: int, *, title: s
     return info(row)
 
 
+def _known_elsewhere(session: Session, base_url: str) -> str:
+    """What to do when no project matches: the projects preflab knows on other servers, or `ls init`."""
+    rows = [r for r in session.scalars(select(LSProject).order_by(LSProject.id))
+            if r.base_url != EXPORT_BASE_URL and server_key(r.base_url) != server_key(base_url)]
+    if not rows:
+        return "create one with `preflab ls init`"
+    known = "; ".join(f'project {r.project_id} "{r.title}" at {r.base_url}' for r in rows[:10])
+    more = f" and {len(rows) - 10:,} more" if len(rows) > 10 else ""
+    return (f"it knows {known}{more}. If one of these servers is this one under another address, "
+            "set LABEL_STUDIO_URL (or --label-studio-url) to that address; else create a project with "
+            "`preflab ls init`")
+
+
 def find_project(session: Session, base_url: str, project_id: int | None) -> ProjectInfo:
     """The project `project_id` on `base_url`; without an id, the only one preflab knows there."""
-    query = select(LSProject).where(LSProject.base_url == base_url)
+    rows = _rows_at(session, base_url)
     if project_id is not None:
-        row = session.scalar(query.where(LSProject.project_id == project_id))
+        row = next((r for r in rows if r.project_id == project_id), None)
         if row is None:
             raise NotFound(f"preflab has no Label Studio project {project_id} at {base_url}; "
-                           "create one with `preflab ls init`")
+                           f"{_known_elsewhere(session, base_url)}")
         return info(row)
-    rows = session.scalars(query.order_by(LSProject.id)).all()
     if len(rows) == 1:
         return info(rows[0])
     if not rows:
-        raise NotFound(f"preflab has no Label Studio project at {base_url}; create one with `preflab ls init`")
+        raise NotFound(f"preflab has no Label Studio project at {base_url}; {_known_elsewhere(session, base_url)}")
     ids = ", ".join(str(r.project_id) for r in rows)
     raise InputError(f"preflab knows several projects at {base_url} ({ids}); choose one with --project")
 

@@ -18,7 +18,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.models import Candidate, LSTask
+from preflab.db.models import Candidate, LSTask, Prompt
 from preflab.errors import InputError
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.projects import CUSTOM, ProjectInfo, find_project
@@ -64,24 +64,48 @@ class PlannedTask:
     data: dict
 
 
+# Why a prompt gets no task: the reason as `--json` names it, and as the summary says it.
+SKIP_REASONS = {"no_candidates": "no candidates", "one_candidate": "only one candidate"}
+
+
 @dataclass
 class PushSummary:
     created: int = 0
     existing: int = 0
     adopted: int = 0
+    waiting: int = 0  # new tasks left for a later push by --limit
     task_ids: list[int] = field(default_factory=list)
+    skipped: dict[str, list[int]] = field(default_factory=dict)  # reason -> prompt ids given no task
 
     def as_dict(self) -> dict:
-        return {"created": self.created, "existing": self.existing, "adopted": self.adopted}
+        return {"created": self.created, "existing": self.existing, "adopted": self.adopted,
+                "waiting": self.waiting, "skipped": {reason: len(ids) for reason, ids in self.skipped.items()},
+                "skipped_prompt_ids": self.skipped}
 
 
-def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int | None = None) -> list[PlannedTask]:
-    """The tasks the project lacks: one per prompt (ranking) or per pair of candidates (pairwise)."""
+def skipped_prompts(session: Session) -> dict[str, list[int]]:
+    """Prompts that cannot become a task (fewer than two candidates), by reason, in id order."""
+    n = func.count(Candidate.id)
+    rows = session.execute(select(Prompt.id, n).outerjoin(Candidate, Candidate.prompt_id == Prompt.id)
+                           .group_by(Prompt.id).having(n < 2).order_by(Prompt.id))
+    out: dict[str, list[int]] = {}
+    for pid, count in rows:
+        out.setdefault("no_candidates" if count == 0 else "one_candidate", []).append(pid)
+    return out
+
+
+def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0,
+               limit: int | None = None) -> tuple[list[PlannedTask], int]:
+    """The tasks the project lacks (one per prompt, or per pair of candidates for pairwise).
+
+    Returns the first `limit` of them and how many more there are.
+    """
     if project.template == CUSTOM:
         raise InputError(f"project {project.project_id} was not created by preflab; push needs a preflab template")
     known = {(pid, h) for pid, h in session.execute(
         select(LSTask.prompt_id, LSTask.candidate_set_hash).where(LSTask.project_id == project.id))}
     planned: list[PlannedTask] = []
+    more = 0
     for pc in prompts_with_candidates(session, min_candidates=2):
         texts = dict(zip(pc.candidate_ids, pc.texts))
         sets = (itertools.combinations(pc.candidate_ids, 2) if project.template == "pairwise"
@@ -90,12 +114,13 @@ def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int
             h = candidate_set_hash(ids)
             if (pc.prompt_id, h) in known:
                 continue
+            if limit is not None and len(planned) >= limit:
+                more += 1  # counted, not built: a small --limit stays cheap
+                continue
             order = shown_order(ids, seed, project.project_id, pc.prompt_id)
             key = f"{pc.prompt_id}:{h}"
             planned.append(PlannedTask(pc.prompt_id, h, order, task_data(project.template, pc.prompt, order, texts, key)))
-            if limit is not None and len(planned) >= limit:
-                return planned
-    return planned
+    return planned, more
 
 
 def _record(session: Session, project: ProjectInfo, rows: list[tuple[int, int, str, list[int]]]) -> None:
@@ -149,7 +174,8 @@ def push_tasks(sessions: sessionmaker[Session], client: LabelStudioClient, proje
     summary = PushSummary()
     summary.adopted = adopt_unrecorded(sessions, client, project)
     with sessions.begin() as session:
-        planned = plan_tasks(session, project, seed, limit)
+        planned, summary.waiting = plan_tasks(session, project, seed, limit)
+        summary.skipped = skipped_prompts(session)
         summary.existing = session.scalar(select(func.count()).where(LSTask.project_id == project.id))
     with reporter.progress("pushing tasks", len(planned)) as advance:
         for start in range(0, len(planned), batch_tasks):

@@ -6,8 +6,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
+from preflab.db.engine import in_transaction
 from preflab.db.models import LSProject, Ranking, RankingStatus, utcnow
-from preflab.labelling.studio.annotations import LIVE, SOURCE, Received, SyncSummary, store_tasks
+from preflab.labelling.studio.annotations import LIVE, SOURCE, Received, SyncSummary, project_state, store_tasks
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.parse import TaskFields
 from preflab.labelling.studio.projects import ProjectInfo, ensure_project, find_project
@@ -48,16 +49,23 @@ def sync_project(sessions: sessionmaker[Session], client: LabelStudioClient, pro
             project_id = find_project(session, client.base_url, None).project_id
     remote = client.get_project(project_id)  # fails before anything is written
     users = client.users()
-    with sessions.begin() as session:
-        project = ensure_project(session, client.base_url, project_id, title=remote.title or f"project {project_id}",
-                                 label_config=remote.label_config or "")
+    # Each transaction may lose a race with another sync of the project (the same new
+    # annotation, a deadlock): it is then run again, and finds what the other wrote.
+    project = in_transaction(sessions, lambda session: ensure_project(
+        session, client.base_url, project_id, title=remote.title or f"project {project_id}",
+        label_config=remote.label_config or ""))
     total, seen = SyncSummary(), set()
     with reporter.progress("syncing tasks") as advance:
         for page in client.iter_task_pages(project_id, page_size=page_size):
-            with sessions.begin() as session:
-                total.add(store_tasks(session, project, [Received.of(task) for task in page], users, fields, seen))
+            received = [Received.of(task) for task in page]
+            total.add(in_transaction(sessions, lambda session: store_tasks(
+                session, project, received, users, fields, seen)))
             advance(len(page))
-    with sessions.begin() as session:
-        total.deleted += mark_deleted(session, project, seen, client.annotation_exists)
+
+    def finish(session: Session) -> None:
+        total.deleted = mark_deleted(session, project, seen, client.annotation_exists)
         session.get(LSProject, project.id).synced_at = utcnow()
+        project_state(session, project, total)
+
+    in_transaction(sessions, finish)
     return project, total

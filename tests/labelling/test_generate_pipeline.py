@@ -25,7 +25,10 @@ def test_pipeline_generates_judges_and_exports(cli, tiny_lm, tmp_path):
     # The judge also ranked the prompts people ranked, so the report can say how far it agrees.
     assert judge["report"]["human_agreement"]["prompts"] > 0
     assert report["pairs"]["rankings"] == report["import"]["imported"] + judge["ranked"]
-    assert report["export"]["train"] + report["export"]["test"] == report["pairs"]["pairs"]
+    # The export keeps people's pairs first: the judge's pairs on prompts people ranked are left out.
+    left_out = sum(report["export"]["left_out_by_kind"].values())
+    assert left_out > 0 and report["export"]["annotators"] == "human-first"
+    assert report["export"]["train"] + report["export"]["test"] + left_out == report["pairs"]["pairs"]
 
     again = json.loads(cli(*args).stdout)
     assert again["generate"]["stored"] == 0 and again["judge"]["ranked"] == 0

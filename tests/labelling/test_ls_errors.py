@@ -22,10 +22,12 @@ def written(sqlite_url: str) -> int:
 
 
 def one_error_line(result) -> str:
+    """The one error line; before it only the retries, said on stderr while they wait."""
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    return lines[0]
+    assert lines[-1].startswith("Error: "), result.output
+    assert all(line.startswith("retrying Label Studio at ") for line in lines[:-1]), result.output
+    return lines[-1]
 
 
 def test_unreachable_server(lcli, sqlite_url, monkeypatch):
@@ -33,9 +35,14 @@ def test_unreachable_server(lcli, sqlite_url, monkeypatch):
     monkeypatch.setenv("LABEL_STUDIO_URL", url)
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", "some-token-value")
     for args in (("ls", "init", "--title", "nowhere"), ("ls", "sync", "--project", "1")):
-        line = one_error_line(lcli(*args, expect_ok=False))
+        result = lcli(*args, expect_ok=False)
+        line = one_error_line(result)
         assert line.startswith(f"Error: cannot reach Label Studio at {url}") and "is it running?" in line
-        assert "some-token-value" not in line
+        assert "some-token-value" not in result.output
+        # The wait is not silent: each retry is said on stderr, numbered.
+        retries = [x for x in result.stderr.splitlines() if x.startswith("retrying")]
+        assert [r.split("(attempt ")[1].split(")")[0] for r in retries] == ["2/5", "3/5", "4/5", "5/5"]
+        assert all(r.startswith(f"retrying Label Studio at {url} in ") for r in retries)
     assert written(sqlite_url) == 0
 
 

@@ -52,9 +52,12 @@ def test_buckets_are_tiers_in_template_order_and_underscore_is_unranked():
     assert parsed.shape == "buckets"
 
 
-def test_buckets_without_a_known_template_keep_written_order():
+def test_buckets_without_a_known_template_are_never_guessed():
+    # Label Studio writes bucket keys in no meaningful order: taken as written, "bad" could come first.
     value = {"good": ["c1", "c2"], "bad": ["c3"], "_": ["c4"]}
-    assert tiers(parse_annotation(ann(ranker(value)), IDS)) == [["c1", "c2"], ["c3"]]
+    with pytest.raises(Invalid, match=r"the ranker's buckets \(good, bad\) are tiers whose order only the "
+                                      r"labelling config knows: pass --buckets"):
+        parse_annotation(ann(ranker(value)), IDS)
 
 
 def test_pairwise_left_right_and_tie():

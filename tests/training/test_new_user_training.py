@@ -1,0 +1,113 @@
+"""A new user's first training runs: the disk they leave, a held-out set that contradicts itself, retrain's help."""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import select
+
+from preflab.cli import cli
+from preflab.db.models import TrainingRun
+from tests.toy_data import one_thread, toy_base, toy_store  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.slow
+
+ONE_STEP = ["--max-steps", 1, "--save-steps", 1, "--per-device-train-batch-size", 8, "--learning-rate", 3e-3,
+            "--max-length", 16, "--use-cpu", "--seed", 0]
+
+
+def run(url, *args, expect_ok=True):
+    result = CliRunner().invoke(cli, ["--database-url", url, *map(str, args)], catch_exceptions=False)
+    if expect_ok:
+        assert result.exit_code == 0, result.output
+    return result
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def test_a_successful_run_deletes_its_checkpoints_and_says_what_it_left(toy_store, toy_base, tmp_path):
+    url, _ = toy_store
+    out = tmp_path / "run"
+    line = run(url, "train", "reward", "--model", toy_base, *ONE_STEP, "--output-dir", out).output.strip()
+    assert ": 1 step on " in line  # not "1 steps"
+    assert not (out / "checkpoints").exists() and (out / "model").is_dir()
+    left = folder_bytes(out)
+    assert line.endswith("of checkpoints deleted; --keep-checkpoints keeps them)")
+    assert "; the run left " in line
+
+    kept = tmp_path / "kept"
+    report = json.loads(run(url, "train", "reward", "--model", toy_base, *ONE_STEP, "--output-dir", kept,
+                            "--keep-checkpoints", "--json").stdout)
+    assert list((kept / "checkpoints").glob("checkpoint-*"))
+    assert report["freed_bytes"] == 0 and report["disk_bytes"] == folder_bytes(kept)
+    assert left < report["disk_bytes"]  # what the checkpoints would have kept on disk
+
+
+def test_a_failed_run_keeps_its_checkpoint_for_resume(toy_store, toy_base, tmp_path):
+    from transformers import TrainerCallback
+
+    from preflab.errors import TrainingError
+    from preflab.training.config import RewardTrainConfig
+    from preflab.training.reward import train_reward
+
+    class PowerCut(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 3:
+                raise RuntimeError("power cut")
+
+    url, sessions = toy_store
+    config = RewardTrainConfig(max_steps=4, save_steps=2, per_device_train_batch_size=8, learning_rate=3e-3,
+                               max_length=16, use_cpu=True)
+    with pytest.raises(TrainingError, match="power cut"):
+        train_reward(sessions, config, str(toy_base), output_dir=str(tmp_path / "run"), callbacks=[PowerCut()])
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint-*")] == ["checkpoint-2"]
+
+    report = json.loads(run(url, "train", "reward", "--resume", "--json").stdout)
+    assert report["resumed"] and report["freed_bytes"] > 0
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    with sessions.begin() as session:
+        assert session.scalars(select(TrainingRun.status)).all() == ["succeeded"]
+
+
+def test_eval_warns_when_the_held_out_set_contradicts_itself(sqlite_url, toy_base, tmp_path):
+    # People and a judge ranking the same responses in opposite orders, all exported together.
+    lines = []
+    for i in range(6):
+        responses = [f"{i} 1 2 3", f"{i} 4 5 6"]
+        lines.append({"prompt": f"{i} 9 9 9 =", "responses": responses, "ranking": [[0], [1]],
+                      "annotator": "alice", "annotator_kind": "human", "id": f"h{i}"})
+        lines.append({"prompt": f"{i} 9 9 9 =", "responses": responses, "ranking": [[1], [0]],
+                      "annotator": "judge", "annotator_kind": "ai", "id": f"a{i}"})
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    run(sqlite_url, "import", "rankings", path)
+    run(sqlite_url, "pairs", "build")
+    run(sqlite_url, "export", tmp_path / "mixed", "--annotators", "any", "--test-size", "0.5")
+    trained = json.loads(run(sqlite_url, "train", "reward", "--model", toy_base, *ONE_STEP, "--json").stdout)
+
+    result = run(sqlite_url, "train", "eval", trained["model_version"])
+    warning = next(x for x in result.stderr.splitlines() if x.startswith("warning:"))
+    assert warning.startswith("warning: 6 of the 6 held-out pairs of ")
+    assert "contradict another (the same two responses in the opposite order), so no model scores above 0.500" \
+        in warning
+    report = json.loads(run(sqlite_url, "train", "eval", trained["model_version"], "--json").stdout)
+    assert (report["heldout_contradicting_pairs"], report["heldout_accuracy_ceiling"]) == (6, 0.5)
+
+    # The default export keeps people's pairs first: nothing to warn about.
+    run(sqlite_url, "export", tmp_path / "people", "--test-size", "0.5", "--name", "people")
+    result = run(sqlite_url, "train", "eval", trained["model_version"], "--dataset-version", "people")
+    assert "warning:" not in result.stderr
+
+
+def test_retrain_help_describes_the_config_instead_of_pointing_to_itself():
+    def help_text(command):  # one line: the help wraps where the terminal ends
+        return " ".join(CliRunner().invoke(cli, [command, "--help"]).output.split())
+
+    text = help_text("retrain")
+    assert "preflab retrain --help" not in text
+    for table in ("[pairs]", "[export]", "[reward]", "[dpo]", "min_new", "start_from", "lock_ttl"):
+        assert table in text
+    assert "its keys: `preflab retrain --help`" in help_text("schedule")
