@@ -169,6 +169,8 @@ class Ranking(Base):
     ls_annotation_id: Mapped[int | None] = mapped_column(Integer)
     judge_run: Mapped[str | None] = mapped_column(String(100))
     iteration: Mapped[int | None] = mapped_column(Integer)
+    # Seconds the annotator spent on the task, as Label Studio recorded it (`lead_time`).
+    lead_time: Mapped[float | None] = mapped_column(Float)
     created_at: Mapped[datetime] = _ts()
     updated_at: Mapped[datetime] = _ts()
 
@@ -218,6 +220,8 @@ class PairBuild(Base):
     annotator_kind: Mapped[str] = mapped_column(String(10))
     n_rankings: Mapped[int] = mapped_column(Integer, default=0)
     n_pairs: Mapped[int] = mapped_column(Integer, default=0)
+    # Annotators whose rankings this build left out, by pseudonym, with the reasons.
+    excluded: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     created_at: Mapped[datetime] = _ts()
 
 
@@ -369,4 +373,22 @@ class LSTask(Base):
     prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"))
     candidate_set_hash: Mapped[str] = mapped_column(String(64))
     shown_order: Mapped[list[Any]] = mapped_column(JSON)  # candidate ids, top to bottom
+    # Why `ls push --select` chose this task: {"strategy": ..., "score": ...}; NULL when unselected.
+    selection: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = _ts()
+
+
+class GoldAnswer(Base):
+    """The known ranking of a gold task's prompt, stored apart from the rankings.
+
+    Annotators' rankings of gold prompts are measured against it and never become
+    training pairs.
+    """
+
+    __tablename__ = "gold_answers"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"), unique=True)
+    tiers: Mapped[list[Any]] = mapped_column(JSON)  # candidate ids by tier, best first
+    origin: Mapped[str | None] = mapped_column(String(500))  # the gold file
     created_at: Mapped[datetime] = _ts()
