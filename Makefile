@@ -55,6 +55,7 @@ test: test-setup postgres
 	$(BIN)/python -m pytest -q
 
 bench: test-setup postgres
+	$(BIN)/pip install -q -e '.[ml,test,bench]'
 	for b in bench/bench_*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
