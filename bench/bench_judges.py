@@ -1,16 +1,31 @@
-"""The one-forward-pass pairwise judge against a judge that decodes its verdict as text.
+"""The judges' one-forward-pass fast paths against judges that decode text, on the same inputs.
 
-Usage: python bench/bench_judges.py [--model smollm2-135m-instruct] [--pairs 16] [--batch-size 8]
-                                    [--max-new-tokens 8] [--threads N]
+Usage: python bench/bench_judges.py [--model smollm2-135m-instruct] [--only pairwise|score]
+                                    [--pairs 16] [--batch-size 8] [--max-new-tokens 8]
+                                    [--score-prompts 4] [--samples 3] [--judge-max-new-tokens 192]
+                                    [--threads N]
 
-Both judges see the same judge prompts (every pair in both orders, batched the
-same way) on the same model:
+Pairwise (every pair in both orders, batched the same way, same model):
 - fast path: `prob_first_better` reads P("A") vs P("B") from one forward pass
   per batch (`logits_to_keep=1`, no decoding);
 - baseline: `verdicts_by_generation` decodes up to `--max-new-tokens` tokens
   greedily and reads the first "A" or "B" in the text.
 Prints pairs/s (a pair = both orders) for each, the ratio, and how often the two
-verdicts agree. Runs on the GPU when there is one, else on the CPU.
+verdicts agree.
+
+Score (the additive 5-point prompt), on the candidates of the first
+`--score-prompts` prompts of the bundled sample rankings (imported into a fresh
+SQLite file with `preflab import rankings`'s code), both judged by the real job:
+- fast path: `--method expected`, the probability-weighted mean of the score
+  tokens 0-5 after "Score: ", one forward pass per candidate (the rubric every
+  prompt shares is run once and cached);
+- baseline: `--method sampled`, k = `--samples` sampled replies per candidate
+  (with the judge's default retries for replies without a score);
+- and the expected judge's forward pass without the shared-rubric cache.
+Prints, side by side from `judge_report`: time per candidate, agreement with the
+people who ranked those prompts, candidates left unscored, parse failures, and
+the probability mass on the score tokens. Runs on the GPU when there is one,
+else on the CPU.
 """
 
 from __future__ import annotations
@@ -30,26 +45,9 @@ FACTS = [
 ]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="smollm2-135m-instruct")
-    parser.add_argument("--pairs", type=int, default=16)
-    parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--max-new-tokens", type=int, default=8)
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    args = parser.parse_args()
-
-    import torch
-
+def pairwise_bench(args, model, tokenizer) -> None:
     from preflab.labelling.judges.pairwise import judge_text, prob_first_better, verdicts_by_generation
-    from preflab.training.models.loading import load_causal_lm
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    start = time.perf_counter()
-    model, tokenizer = load_causal_lm(args.model)
-    print(f"model {args.model} loaded in {time.perf_counter() - start:.1f} s on {model.device} "
-          f"({torch.get_num_threads()} CPU threads, torch {torch.__version__})")
     pairs = [FACTS[i % len(FACTS)] for i in range(args.pairs)]
     texts = [judge_text(tokenizer, q, a, b) for q, a, b in pairs] + [judge_text(tokenizer, q, b, a) for q, a, b in pairs]
     prob_first_better(model, tokenizer, texts[:2], args.batch_size)  # warm-up
@@ -70,6 +68,98 @@ def main() -> None:
           f"{unparsed} decoded verdicts had no letter")
     first = sum(p > 0.5 for p in probs) / len(probs)
     print(f"position bias: the first answer is preferred in {first:.0%} of orders")
+
+
+def score_bench(args, model, tokenizer, label: str) -> None:
+    import tempfile
+    from importlib.resources import files
+    from pathlib import Path
+
+    from preflab.db.engine import open_database, session_factory
+    from preflab.db.ingest import import_file, import_rankings_batch
+    from preflab.labelling.judges.forward import next_token_logprobs
+    from preflab.labelling.judges.report import judge_report
+    from preflab.labelling.judges.run import judge_candidates
+    from preflab.labelling.judges.score import ScoreConfig, grading_text, score_tokens
+    from preflab.labelling.selection import prompts_with_candidates
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-judges-"))
+    sessions = session_factory(open_database(f"sqlite:///{folder / 'bench.db'}"))
+    imported = import_file(sessions, Path(str(files("preflab.db.samples") / "rankings.jsonl")), import_rankings_batch)
+    with sessions.begin() as session:
+        items = prompts_with_candidates(session)[:args.score_prompts]
+    ids = [item.prompt_id for item in items]
+    candidates = sum(len(item.candidate_ids) for item in items)
+    print(f"sample rankings: {imported.read} rankings imported; judging {candidates} candidates "
+          f"of {len(items)} prompts")
+
+    rows = {}
+    for method in ("expected", "sampled"):
+        config = ScoreConfig(method=method, n=args.samples, max_new_tokens=args.judge_max_new_tokens,
+                             batch_size=args.batch_size)
+        summary = judge_candidates(sessions, "score", model, tokenizer, label, config, ids)
+        with sessions.begin() as session:
+            (rows[method],) = judge_report(session, [summary.annotator_id])
+        rows[method]["wall"] = summary.seconds
+        rows[method]["unscored"] = summary.unscored
+
+    # The expected judge's forward pass again, every text in full (no cache of the shared rubric).
+    start_ids, variants = score_tokens(tokenizer)
+    wanted = [i for options in variants for i in options]
+    texts = [grading_text(tokenizer, item, text, False) for item in items for text in item.texts]
+    timings = {}
+    for share in (True, False):
+        start = time.perf_counter()
+        next_token_logprobs(model, tokenizer, texts, wanted, args.batch_size, then=start_ids, share_prefix=share)
+        timings[share] = (time.perf_counter() - start) / len(texts)
+
+    print(f"{'method':<34} {'s/candidate':>11} {'agrees with people':>22} {'tau':>6} {'unscored':>8} "
+          f"{'parse failures':>14} {'score mass':>10}")
+    for method, title in (("expected", "expected (one forward pass)"),
+                          ("sampled", f"sampled (k = {args.samples}, <= {args.judge_max_new_tokens} tokens)")):
+        m = rows[method]
+        agree = m["human_agreement"]
+        share = "n/a" if agree["pairwise_agreement"] is None else \
+            f"{agree['pairwise_agreement']:.2f} of {agree['shared_pairs']} pairs"
+        print(f"{title:<34} {m['seconds_per_candidate']:>11.2f} {share:>22} {_fmt(agree['kendall_tau']):>6} "
+              f"{m['unscored']:>8} {_fmt(m['parse_failure_rate']):>14} {_fmt(m['score_mass']):>10}")
+    fast, slow = rows["expected"]["seconds_per_candidate"], rows["sampled"]["seconds_per_candidate"]
+    print(f"ratio: expected {slow / fast:.1f}x faster per candidate than sampled (k = {args.samples})")
+    print(f"expected, forward pass only: {timings[True]:.2f} s/candidate with the shared rubric cached, "
+          f"{timings[False]:.2f} s/candidate in full ({timings[False] / timings[True]:.1f}x)")
+
+
+def _fmt(value, spec: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument("--only", choices=("pairwise", "score"), help="Run one of the two benchmarks.")
+    parser.add_argument("--pairs", type=int, default=16)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=8, help="pairwise baseline: decoded verdict length")
+    parser.add_argument("--score-prompts", type=int, default=4, help="score: sample prompts whose candidates to judge")
+    parser.add_argument("--samples", type=int, default=3, help="score baseline: sampled replies per candidate (k)")
+    parser.add_argument("--judge-max-new-tokens", type=int, default=192, help="score baseline: longest reply")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    args = parser.parse_args()
+
+    import torch
+
+    from preflab.training.models.loading import load_causal_lm, model_label
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    start = time.perf_counter()
+    model, tokenizer = load_causal_lm(args.model)
+    print(f"model {args.model} loaded in {time.perf_counter() - start:.1f} s on {model.device} "
+          f"({torch.get_num_threads()} CPU threads, torch {torch.__version__})")
+    if args.only in (None, "pairwise"):
+        pairwise_bench(args, model, tokenizer)
+    if args.only in (None, "score"):
+        score_bench(args, model, tokenizer, model_label(args.model))
     if not torch.cuda.is_available():
         print("GPU: not measured (no CUDA device here)")
 

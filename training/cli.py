@@ -1,4 +1,4 @@
-"""`preflab train …`: reward models, DPO, SimPO, RL against a reward model, and evaluation of the results.
+"""`preflab train …`: reward models, pair rankers, DPO, SimPO, RL against a reward model, and evaluation.
 
 The options are generated from the config dataclasses (`preflab.training.config`,
 `preflab.training.evaluate.EvalConfig`), so every field and its help text is an
@@ -16,6 +16,7 @@ from preflab.console import Reporter, build_config, config_options, echo_json, j
 from preflab.settings import Settings
 from preflab.training.config import DPOTrainConfig, RewardTrainConfig
 from preflab.training.evaluate import EvalConfig
+from preflab.training.pair_ranker import PairRankerTrainConfig
 from preflab.training.rl import RLTrainConfig
 from preflab.training.simpo import SimPOTrainConfig
 
@@ -147,6 +148,24 @@ def rl_command(settings: Settings, model_name, dataset_version, output_dir, resu
            resume, as_json)
 
 
+@train_group.command("pair-ranker")
+@run_options
+@config_options(PairRankerTrainConfig)
+@pass_settings
+def pair_ranker_command(settings: Settings, model_name, dataset_version, output_dir, resume, as_json, **fields):
+    """Train a pairwise ranker (PairRM-style: reads the prompt and both responses at once) and record it.
+
+    Trained on each comparison in both orders; P(A ≻ B) = σ(s(A,B) − s(B,A)), so
+    P(A ≻ B) = 1 − P(B ≻ A). Judge with it: `preflab judge pair-ranker VERSION`.
+
+    Example: preflab train pair-ranker --model smollm2-135m-instruct --learning-rate 2e-5 --num-train-epochs 2
+    """
+    from preflab.training.pair_ranker import train_pair_ranker
+
+    _train(settings, train_pair_ranker, build_config(PairRankerTrainConfig, fields), model_name, dataset_version,
+           output_dir, resume, as_json)
+
+
 @train_group.command("eval")
 @click.argument("model_version", metavar="MODEL_VERSION")
 @config_options(EvalConfig)
@@ -166,9 +185,10 @@ def eval_command(settings: Settings, model_version, as_json, **fields):
     if as_json:
         echo_json(report)
     elif "heldout_accuracy" in report:
+        confidence = (f"mean reward gap {report['heldout_mean_margin']:.3f}" if "heldout_mean_margin" in report else
+                      f"mean P(chosen ≻ rejected) {report['heldout_mean_probability']:.3f}")  # a pair ranker
         click.echo(f"{report['model_version']}: held-out accuracy {report['heldout_accuracy']:.3f} on "
-                   f"{report['heldout_pairs']:,} pairs of {report['dataset_version']} "
-                   f"(mean reward gap {report['heldout_mean_margin']:.3f})")
+                   f"{report['heldout_pairs']:,} pairs of {report['dataset_version']} ({confidence})")
     else:
         click.echo(f"{report['model_version']} vs {report['against']}: win rate {report['win_rate']:.3f} over "
                    f"{report['prompts']:,} held-out prompts ({report['wins']} wins, {report['losses']} losses, "

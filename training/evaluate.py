@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.db.models import DatasetVersion, ModelVersion, Prompt, TrainingRun
 from preflab.errors import ConfigError, InputError, NotFound
-from preflab.labelling.judges.base import JUDGE_KINDS
+from preflab.labelling.judges.base import JUDGE_KINDS, SCORER_JUDGES
 
 # Judges that compare answers on their own; the reference judge grades against a prompt's reference answer.
 ANSWER_JUDGES = tuple(kind for kind in JUDGE_KINDS if kind != "reference")
@@ -107,15 +107,18 @@ def contradictions(split) -> tuple[int, float | None]:
 
 
 def evaluate_reward_version(version_name: str, dataset: DatasetVersion, model_path: str,
-                            batch_size: int = 32, reporter: Reporter = SILENT) -> dict[str, Any]:
-    """Held-out pairwise accuracy of the reward model at `model_path` on `dataset`'s test split.
+                            batch_size: int = 32, reporter: Reporter = SILENT, kind: str = "reward") -> dict[str, Any]:
+    """Held-out pairwise accuracy of the reward model (or pair ranker) at `model_path` on `dataset`'s test split.
 
     Warns (through `reporter`) when the split contradicts itself, which caps the
     accuracy any model can reach: a held-out set of a person's pairs and a judge's
     opposite ones pins a perfect model at 0.5.
     """
     from preflab.training.data import load_splits
-    from preflab.training.reward import evaluate_reward_model
+    if kind == "pair-ranker":
+        from preflab.training.pair_ranker import evaluate_pair_ranker as evaluate_saved
+    else:
+        from preflab.training.reward import evaluate_reward_model as evaluate_saved
 
     splits = load_splits(dataset.path)
     if "test" not in splits:
@@ -127,8 +130,8 @@ def evaluate_reward_version(version_name: str, dataset: DatasetVersion, model_pa
                       f"another (the same two responses in the opposite order), so no model scores above "
                       f"{ceiling:.3f}; export with --annotators human-first (the default) or aggregate with "
                       "`preflab pairs build --aggregate majority`")
-    metrics = evaluate_reward_model(model_path, test, batch_size)
-    return {"model_version": version_name, "kind": "reward", "dataset_version": dataset.name, **metrics,
+    metrics = evaluate_saved(model_path, test, batch_size)
+    return {"model_version": version_name, "kind": kind, "dataset_version": dataset.name, **metrics,
             "heldout_contradicting_pairs": contradicting, "heldout_accuracy_ceiling": ceiling}
 
 
@@ -240,17 +243,17 @@ def evaluate_model_version(sessions: sessionmaker[Session], name: str, config: E
     with sessions.begin() as session:
         version = find_model_version(session, name)
         version_id, kind = version.id, version.kind
-        if kind == "reward":
+        if kind in ("reward", "pair-ranker"):
             dataset = dataset_for(session, version, config.dataset_version)
             model_path, version_name = version.path, version.name
         else:
             plan = plan_policy_eval(session, version, config.against, config.limit)
-    if kind == "reward":
+    if kind in ("reward", "pair-ranker"):
         reporter.note(f"scoring the test split of {dataset.name} with {version_name}")
-        report = evaluate_reward_version(version_name, dataset, model_path, config.batch_size, reporter)
+        report = evaluate_reward_version(version_name, dataset, model_path, config.batch_size, reporter, kind)
     else:
         judge_model = load_named_model(sessions, config.judge_model or default_judge_model, record=False,
-                                       scorer=config.judge == "reward-model")
+                                       scorer=config.judge in SCORER_JUDGES)
         judge = make_policy_judge(config, judge_model)
         reporter.note(f"{plan.policy} and {plan.baseline} answer {len(plan.prompts):,} held-out prompts; "
                       f"the {config.judge} judge ({judge_model.label}) compares them")

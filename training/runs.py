@@ -33,7 +33,8 @@ from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from preflab.errors import InputError, NotFound, TrainingError
 from preflab.settings import data_dir
 
-MODEL_KIND = {"reward": "reward", "reward-grouped": "reward", "dpo": "policy", "simpo": "policy", "rl": "policy"}
+MODEL_KIND = {"reward": "reward", "reward-grouped": "reward", "dpo": "policy", "simpo": "policy", "rl": "policy",
+              "pair-ranker": "pair-ranker"}
 
 
 def rank() -> int:

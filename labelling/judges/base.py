@@ -25,7 +25,9 @@ from preflab.db.pairs import tiers_from_scores
 from preflab.db.store import chunks, ensure_annotators
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 
-JUDGE_KINDS = ("pairwise", "score", "reference", "reward-model", "likelihood")
+JUDGE_KINDS = ("pairwise", "score", "reference", "reward-model", "likelihood", "pair-ranker")
+# Judges whose model is a one-label sequence classifier (loaded with `scorer=True`), not a causal LM.
+SCORER_JUDGES = ("reward-model", "pair-ranker")
 # The judges a causal LM runs on any prompt's candidates (no reward model, no reference answer needed).
 LM_JUDGES = ("likelihood", "pairwise", "score")
 
@@ -103,6 +105,12 @@ def write_ranking(session: Session, annotator_id: int, run: JudgeRun, item: Prom
     return ranking_id, old
 
 
+def timed(judgement: Judgement, seconds: float) -> Judgement:
+    """The judgement with each candidate's share of the judging time in its details (for the report)."""
+    scores, details = judgement
+    return scores, {c: {**(details.get(c) or {}), "seconds": round(seconds, 4)} for c in {*scores, *details}}
+
+
 def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
                   judge: Callable[[list[PromptCandidates]], list[Judgement]], prompt_ids: list[int] | None = None,
                   candidate_model: str | None = None, require_reference: bool = False, prompts_per_batch: int = 8,
@@ -110,7 +118,8 @@ def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
     """Judge every prompt with two or more candidates that this run has not ranked yet.
 
     `judge` turns a batch of prompts into one judgement per prompt; each batch's
-    rankings are written in their own transaction, so a crash keeps them.
+    rankings are written in their own transaction, so a crash keeps them. Each
+    candidate's details record its share of its batch's judging time.
     """
     start = time.perf_counter()
     with sessions.begin() as session:
@@ -126,7 +135,10 @@ def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
     summary.kept = len(items) - len(todo)
     with reporter.progress(f"judging ({run.kind})", len(todo)) as advance:
         for batch in chunks(todo, prompts_per_batch):
+            began = time.perf_counter()
             judgements = judge(list(batch))
+            per_candidate = (time.perf_counter() - began) / max(1, sum(len(i.candidate_ids) for i in batch))
+            judgements = [timed(judgement, per_candidate) for judgement in judgements]
             with sessions.begin() as session:
                 for item, judgement in zip(batch, judgements):
                     _, old = write_ranking(session, annotator_id, run, item, judgement)

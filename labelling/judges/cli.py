@@ -6,7 +6,9 @@ import click
 
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
 from preflab.labelling.judges.likelihood import LikelihoodConfig
+from preflab.labelling.judges.pair_ranker import PairRankerConfig
 from preflab.labelling.judges.pairwise import PairwiseConfig
+from preflab.labelling.judges.report import LOW_MASS
 from preflab.labelling.judges.reward_model import RewardModelConfig
 from preflab.labelling.judges.score import ScoreConfig
 from preflab.settings import Settings
@@ -52,7 +54,8 @@ def judge_and_print(settings: Settings, kind: str, config, model_name: str | Non
         echo_json(result.as_dict())
         return
     s = result.summary
-    click.echo(f"{kind} judge {s.run_id} ({result.model}): ranked {s.ranked:,} prompts, "
+    click.echo(f"{judge_label(kind, result.measures['method'])} judge {s.run_id} ({result.model}): "
+               f"ranked {s.ranked:,} prompts, "
                f"kept {s.kept:,} already ranked, superseded {s.superseded:,}, {s.unscored:,} candidates unscored")
     line = measures_line(result.measures)
     if line:
@@ -63,6 +66,11 @@ def _fmt(value, spec=".2f") -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def judge_label(kind: str, method: str | None) -> str:
+    """`pairwise`, `score (expected)`: the kind, and the method where a kind has several."""
+    return f"{kind} ({method})" if method else kind
+
+
 def measures_line(m: dict) -> str:
     """One line of a judge's trust measures (those it has)."""
     parts = []
@@ -71,6 +79,12 @@ def measures_line(m: dict) -> str:
                      f"{_fmt(m['first_position_rate'])}) on {m['pairs_judged']:,} pairs")
     if m["parse_failure_rate"] is not None:
         parts.append(f"parse failures {_fmt(m['parse_failure_rate'])} of {m['score_attempts']:,} replies")
+    if m["score_mass"] is not None:
+        mass = f"score tokens take {_fmt(m['score_mass'])} of the next-token probability"
+        below = f"{_fmt(m['low_mass_rate'], '.0%')} of candidates below {LOW_MASS}"
+        parts.append(f"{mass}, {below}: the judge is guessing" if m["guessing"] else f"{mass} ({below})")
+    if m["seconds_per_candidate"] is not None:
+        parts.append(f"{_fmt(m['seconds_per_candidate'], '.3f')} s per candidate")
     if m["longer_wins"] is not None:
         parts.append(f"longer response ranked higher {_fmt(m['longer_wins'])}")
     agree = m["human_agreement"]
@@ -97,9 +111,14 @@ def pairwise_command(settings, model_name, prompts_file, candidate_model, as_jso
 @config_options(ScoreConfig)
 @target_options
 def score_command(settings, model_name, prompts_file, candidate_model, as_json, **options):
-    """Grade each response with the additive 5-point prompt, k samples averaged.
+    """Grade each response with the additive 5-point prompt: k sampled replies, or the expected score.
 
-    Example: preflab judge score --samples 3 --max-new-tokens 160
+    --method sampled samples k replies and averages their "Score: n"; --method
+    expected starts the answer with "Score: " and reads the probability-weighted
+    mean of the tokens 0-5 from one forward pass per response: it always yields a
+    score, and `preflab judge report` says when the judge is guessing.
+
+    Example: preflab judge score --method expected
     """
     judge_and_print(settings, "score", build_config(ScoreConfig, options), model_name, prompts_file,
                     candidate_model, as_json)
@@ -112,7 +131,9 @@ def score_command(settings, model_name, prompts_file, candidate_model, as_json, 
 def reference_command(settings, model_name, prompts_file, candidate_model, as_json, **options):
     """Grade each response against the prompt's reference answer (prompts with one only).
 
-    Example: preflab judge reference --samples 3
+    The same two methods as `preflab judge score` (--method sampled or expected).
+
+    Example: preflab judge reference --method expected
     """
     judge_and_print(settings, "reference", build_config(ScoreConfig, options), model_name, prompts_file,
                     candidate_model, as_json)
@@ -129,6 +150,23 @@ def reward_model_command(settings, reward_model, prompts_file, candidate_model, 
     """
     judge_and_print(settings, "reward-model", build_config(RewardModelConfig, options), reward_model,
                     prompts_file, candidate_model, as_json)
+
+
+@judge_group.command("pair-ranker")
+@click.argument("ranker", metavar="VERSION")
+@config_options(PairRankerConfig)
+@target_options
+def pair_ranker_command(settings, ranker, prompts_file, candidate_model, as_json, **options):
+    """Rank candidates from a trained pair ranker's P(A ≻ B) for every pair; the probabilities are stored.
+
+    VERSION is a `preflab train pair-ranker` model version (or its folder). Each
+    candidate's details keep P(it ≻ each other candidate); the ranking is their
+    Copeland score (wins − losses) or --aggregate bradley-terry.
+
+    Example: preflab judge pair-ranker pair-ranker-4 --aggregate bradley-terry
+    """
+    judge_and_print(settings, "pair-ranker", build_config(PairRankerConfig, options), ranker, prompts_file,
+                    candidate_model, as_json)
 
 
 @judge_group.command("likelihood")
@@ -148,7 +186,7 @@ def likelihood_command(settings, model_name, prompts_file, candidate_model, as_j
 @json_option
 @pass_settings
 def report_command(settings, as_json):
-    """Per judge: swap consistency, parse failures, length bias, agreement with humans.
+    """Per judge: agreement with humans, swap consistency, parse failures, guessing, time, length bias.
 
     Example: preflab judge report --json
     """
@@ -164,9 +202,27 @@ def report_command(settings, as_json):
         click.echo("no judge has ranked anything yet (see `preflab judge --help`)")
         return
     for m in report:
-        click.echo(f"{m['kind']} {m['run_id']} ({m['model']}): {m['rankings']:,} rankings over {m['prompts']:,} prompts")
+        click.echo(f"{judge_label(m['kind'], m['method'])} {m['run_id']} ({m['model']}): "
+                   f"{m['rankings']:,} rankings over {m['prompts']:,} prompts")
         line = measures_line(m)
         if line:
             click.echo(f"  {line}")
         if m["length_correlation"] is not None:
             click.echo(f"  score–length correlation {_fmt(m['length_correlation'])}")
+    ranked = [m for m in report if m["rankings"]]
+    if len(ranked) > 1:
+        click.echo("\nside by side:")
+        click.echo(side_by_side(ranked))
+
+
+def side_by_side(report: list[dict]) -> str:
+    """One row per judge: agreement with people, swap consistency, time per candidate, score mass."""
+    rows = [("judge", "run", "agrees with people", "swap consistency", "s/candidate", "score mass")]
+    for m in report:
+        agree = m["human_agreement"]
+        rows.append((judge_label(m["kind"], m["method"]), m["run_id"] or "",
+                     f"{_fmt(agree['pairwise_agreement'])} of {agree['shared_pairs']:,} pairs",
+                     _fmt(m["swap_consistency"]), _fmt(m["seconds_per_candidate"], ".3f"),
+                     _fmt(m["score_mass"]) + (" (guessing)" if m["guessing"] else "")))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -69,6 +69,9 @@ After comparing the response with the reference answer:
 - Briefly justify your total score, up to 100 words.
 - Conclude with the score using the format: "Score: <total points>\""""
 
+# Where the expected-score judge starts the assistant's answer: the next token is the score.
+ANSWER_START = "Score: "
+
 _SCORE = re.compile(r"score\s*[:：]?\s*\**\s*(\d+(?:\.\d+)?)(?:\s*/\s*5)?", re.IGNORECASE)
 
 

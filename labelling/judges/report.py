@@ -1,10 +1,13 @@
 """`preflab judge report`: how far each judge can be trusted.
 
 Per judge (AI annotator): swap consistency and first-position preference
-(pairwise judges), parse-failure rate (score and reference judges), length bias
-(correlation of score with response length; how often the longer response is
-ranked above the shorter), and agreement with human rankings on the prompts
-both ranked.
+(pairwise judges), parse-failure rate (sampled score and reference judges), the
+probability mass the score tokens take (expected score judges: a low mass means
+the judge is guessing), time per candidate, length bias (correlation of score
+with response length; how often the longer response is ranked above the
+shorter), and agreement with human rankings on the prompts both ranked. Judges
+of one kind run by different methods on the same rankings (the sample rankings
+of `preflab import rankings`) line up side by side.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from preflab.db.models import Annotator, Candidate, Ranking, RankingItem, Rankin
 from preflab.db.pairs import iter_prompt_rankings
 from preflab.labelling.judges.base import JUDGE_KINDS
 
+# Below this share of the next-token probability on the score tokens, an expected-score judge
+# would mostly not have answered with a score at all: its score is a guess.
+LOW_MASS = 0.5
+
 
 @dataclass
 class _Tally:
@@ -35,6 +42,19 @@ class _Tally:
     first_won: int = 0
     attempts: int = 0
     failures: int = 0
+    masses: list = field(default_factory=list)                      # expected score: mass on the score tokens
+    seconds: list = field(default_factory=list)                     # judging time per candidate
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _method(judge: Annotator) -> str | None:
+    """How a score or reference judge graded (judges from before `method` existed sampled)."""
+    if judge.judge_kind not in ("score", "reference"):
+        return None
+    return (judge.config or {}).get("method", "sampled")
 
 
 def _pearson(points: list[tuple[float, float]]) -> float | None:
@@ -73,6 +93,10 @@ def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
             t.first_won += entry.get("p_as_a", 0.5) > 0.5
         t.attempts += details.get("attempts", 0)
         t.failures += details.get("parse_failures", 0)
+        if "mass" in details:
+            t.masses.append(details["mass"])
+        if "seconds" in details:
+            t.seconds.append(details["seconds"])
     return tallies
 
 
@@ -138,6 +162,11 @@ def judge_report(session: Session, annotator_ids: list[int] | None = None) -> li
             "pairs_judged": t.pair_entries // 2,
             "parse_failure_rate": t.failures / t.attempts if t.attempts else None,
             "score_attempts": t.attempts,
+            "method": _method(judge),
+            "seconds_per_candidate": _mean(t.seconds),
+            "score_mass": _mean(t.masses),
+            "low_mass_rate": sum(m < LOW_MASS for m in t.masses) / len(t.masses) if t.masses else None,
+            "guessing": None if not t.masses else _mean(t.masses) < LOW_MASS,
             "length_correlation": _pearson(t.scored),
             "longer_wins": longer, "length_pairs": n_longer,
             "human_agreement": agreement.get(judge.id, {"prompts": 0, "shared_pairs": 0,

@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.labelling.judges import likelihood, pairwise, prompts, reward_model, score
-from preflab.labelling.judges.base import JudgeRun, JudgeSummary, judge_prompts
+from preflab.labelling.judges import likelihood, pair_ranker, pairwise, prompts, reward_model, score
+from preflab.labelling.judges.base import SCORER_JUDGES, JudgeRun, JudgeSummary, judge_prompts
 from preflab.labelling.judges.report import judge_report
 from preflab.labelling.selection import prompts_from_file
 from preflab.training.models.names import ModelCache, load_named_model, resolve_model
@@ -22,6 +22,7 @@ CONFIGS = {
     "reference": score.ScoreConfig,
     "reward-model": reward_model.RewardModelConfig,
     "likelihood": likelihood.LikelihoodConfig,
+    "pair-ranker": pair_ranker.PairRankerConfig,
 }
 _PROMPTS = {
     "pairwise": prompts.PAIRWISE_SYSTEM + prompts.PAIRWISE_USER,
@@ -36,10 +37,16 @@ STORED_NAMES = {"n": "samples"}
 
 
 def identity(kind: str, config) -> dict:
-    """The configuration that names a judge: its settings and the hash of its prompt text."""
-    out = {STORED_NAMES.get(k, k): v for k, v in asdict(config).items() if k not in SPEED_ONLY}
+    """The configuration that names a judge: the settings it reads and the hash of its prompt text.
+
+    An expected-score judge's prompt includes the answer start it reads the score after.
+    """
+    graded = isinstance(config, score.ScoreConfig)
+    skip = SPEED_ONLY | (config.unused() if graded else set())
+    out = {STORED_NAMES.get(k, k): v for k, v in asdict(config).items() if k not in skip}
     if kind in _PROMPTS:
-        out["prompt_sha256"] = hashlib.sha256(_PROMPTS[kind].encode()).hexdigest()[:16]
+        text = _PROMPTS[kind] + (prompts.ANSWER_START if graded and config.method == "expected" else "")
+        out["prompt_sha256"] = hashlib.sha256(text.encode()).hexdigest()[:16]
     return out
 
 
@@ -51,6 +58,8 @@ def make_judge(kind: str, model, tokenizer, config):
         return score.make_judge(model, tokenizer, config, with_reference=kind == "reference")
     if kind == "reward-model":
         return reward_model.make_judge(model, tokenizer, config)
+    if kind == "pair-ranker":
+        return pair_ranker.make_judge(model, tokenizer, config)
     return likelihood.make_judge(model, tokenizer, config)
 
 
@@ -101,7 +110,7 @@ def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: st
     if candidates_from:
         with sessions.begin() as session:
             candidates_from = resolve_model(session, candidates_from, record=False)[0]
-    named = load_named_model(sessions, model_name, record=False, scorer=kind == "reward-model", cache=cache)
+    named = load_named_model(sessions, model_name, record=False, scorer=kind in SCORER_JUDGES, cache=cache)
     summary = judge_candidates(sessions, kind, named.model, named.tokenizer, named.label, config, prompt_ids,
                                candidates_from, reporter)
     with sessions.begin() as session:

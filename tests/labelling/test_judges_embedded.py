@@ -73,3 +73,34 @@ def sessions_sqlite(sqlite_url):
     from preflab.db.engine import open_database, session_factory
 
     return session_factory(open_database(sqlite_url))
+
+
+def test_embedded_expected_score_judge_always_yields_a_score(embedded_model_cache, sqlite_url, sessions_sqlite,
+                                                              tmp_path):
+    """The sampled score judge gets no parseable "Score: n" from this model; the expected one always scores."""
+    from preflab.db.models import RankingItem
+    from preflab.labelling.judges.score import score_tokens
+    from preflab.training.models.loading import load_tokenizer
+
+    # SmolLM2 spells digits apart: the answer starts "Score", ":", " " and a digit follows.
+    tokenizer = load_tokenizer("smollm2-135m-instruct")
+    start, variants = score_tokens(tokenizer)
+    assert tokenizer.convert_ids_to_tokens(start) == ["Score", ":", "Ġ"]
+    assert [tokenizer.decode(options) for options in variants] == ["0", "1", "2", "3", "4", "5"]
+
+    rankings = tmp_path / "rankings.jsonl"
+    rankings.write_text("".join(
+        json.dumps({"prompt": q, "responses": [right, wrong], "ranking": [[0], [1]], "annotator": "alice"}) + "\n"
+        for q, right, wrong in FACTS[:3]), encoding="utf-8")
+    run(sqlite_url, "import", "rankings", rankings)
+    out = json.loads(run(sqlite_url, "judge", "score", "--method", "expected", "--json").stdout)
+    assert out["ranked"] == 3 and out["unscored"] == 0
+    with sessions_sqlite.begin() as session:
+        items = session.execute(select(RankingItem.score, RankingItem.details)).all()
+    judged = [(score, details) for score, details in items if details and "mass" in details]
+    assert len(judged) == 6
+    for score, details in judged:
+        assert 0 <= score <= 5 and 0 < details["mass"] <= 1 and sum(details["probs"]) == pytest.approx(1, abs=1e-3)
+    report = out["report"]
+    assert report["method"] == "expected" and report["score_mass"] is not None
+    assert report["human_agreement"]["shared_pairs"] == 3

@@ -99,3 +99,26 @@ def test_bad_settings_are_one_clear_sentence(cli):
     assert "--n must be at least 2" in result.output
     result = cli("self-reward", "report", expect_ok=False)
     assert result.exit_code == 1 and "there is no self-reward loop named 'default'" in result.output
+
+
+def test_a_new_loop_reads_expected_scores_and_an_older_loop_keeps_sampling(sessions):
+    from preflab.labelling.judges.run import identity
+    from preflab.training.selfreward.config import loop_settings
+
+    with sessions.begin() as session:
+        config, _ = loop_settings(session, "new", {}, {}, "smollm2-135m-instruct")
+        assert config.judge_method == "expected" and config.judge_config().method == "expected"
+        # The judge's identity ignores the sampling settings the expected method does not read.
+        assert "samples" not in identity("score", config.judge_config())
+
+        # A loop stored before the score judge had methods sampled its scores; resumed, it still does.
+        base = ModelVersion(name="m0", kind="base")
+        session.add(base)
+        session.flush()
+        session.add(SelfRewardIteration(loop="old", iteration=1, step="done", policy_id=base.id,
+                                        config={"loop": {"model": "m0", "judge": "score", "judge_samples": 3}}))
+        session.flush()
+        old, _ = loop_settings(session, "old", {}, {}, "smollm2-135m-instruct")
+        assert old.judge_method == "sampled" and old.judge_config().n == 3
+        chosen, _ = loop_settings(session, "old", {"judge_method": "expected"}, {}, "smollm2-135m-instruct")
+        assert chosen.judge_method == "expected"

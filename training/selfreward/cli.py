@@ -20,6 +20,14 @@ def _rate(value, spec: str = ".3f") -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def _people(agreement: dict | None) -> str:
+    """"; the judge agrees with people on 0.56 of 84 pairs (8 prompts they ranked)", or nothing."""
+    if not agreement or agreement["pairwise_agreement"] is None:
+        return ""
+    return (f"; the judge agrees with people on {agreement['pairwise_agreement']:.2f} of "
+            f"{agreement['shared_pairs']:,} pairs ({agreement['prompts']} prompts they ranked)")
+
+
 def _only(cls, names) -> tuple[str, ...]:
     """Every field of `cls` except `names` (to give those an option of their own)."""
     return tuple(f.name for f in dataclasses.fields(cls) if f.name not in names)
@@ -50,6 +58,13 @@ def _given(ctx: click.Context, values: dict, cls, renamed: dict[str, str] | None
 def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
     """Self-rewarding iterative DPO: M_t writes prompts, samples, judges itself, and DPO gives M_{t+1}.
 
+    The judge is M_t itself by default, with the additive 5-point score prompt
+    read as an expected score from one forward pass (--judge-method expected,
+    always, whatever the model's size: it always yields a score, where a small
+    model rarely writes "Score: n"); --judge-method sampled averages k sampled
+    replies as the paper does. Each evaluation also has the judge rank up to
+    --agreement-prompts prompts people ranked, and records its agreement with them.
+
     Everything is stored with its iteration and lineage (M_0 → M_1 → …); a
     stopped run resumes at the step it reached when run again. Options not
     given are those of the loop's last iteration, so `--iterations 5` alone
@@ -79,9 +94,16 @@ def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
         pairs = s["pairs"] or {}
         click.echo(f"iteration {s['iteration']}: {s['model_version']} from {s['parent']}: "
                    f"{s['prompts']} prompts, {s['candidates']} candidates, {pairs.get('judge', 0)} judge pairs"
-                   f" + {pairs.get('human', 0)} from people; win rate {_rate(s['win_rate'])} against {s['parent']}")
+                   f" + {pairs.get('human', 0)} from people; win rate {_rate(s['win_rate'])} against {s['parent']}"
+                   f"{_people(s['judge_agreement_ranked'])}")
     click.echo(f"loop {loop}: ran {len(summaries)} iteration(s)" if summaries else
                f"loop {loop} already has {iterations} finished iteration(s); nothing to do")
+
+
+def _agreement(agree: dict | None) -> str:
+    if not agree or agree["pairwise_agreement"] is None:
+        return "n/a"
+    return f"{agree['pairwise_agreement']:.2f} ({agree['shared_pairs']})"
 
 
 @self_reward_group.command("report")
@@ -92,6 +114,9 @@ def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
 @click.pass_context
 def report_command(ctx, loop, plot_path, as_json):
     """Each iteration's win rate against the previous model and its judge's agreement with people; a PNG plot.
+
+    judge~people: on the iteration's own prompts, once people rank them;
+    judge~ranked: on the prompts people had ranked when the iteration was evaluated.
 
     Example: preflab self-reward report --loop default --plot loop.png
     """
@@ -104,14 +129,13 @@ def report_command(ctx, loop, plot_path, as_json):
         echo_json({"loop": loop, "plot": str(path), "iterations": rows})
         return
     click.echo(f"{'iter':>4}  {'model':<14} {'parent':<24} {'prompts':>7} {'pairs':>7} {'win rate':>8} "
-               f"{'W/L/T':>9} {'judge~people':>12} {'step':<10}")
+               f"{'W/L/T':>9} {'judge~people':>12} {'judge~ranked':>12} {'step':<10}")
     for r in rows:
         pairs = r["pairs"] or {}
         agree = r["judge_agreement"]
         wlt = "-" if r["wins"] is None else f"{r['wins']}/{r['losses']}/{r['ties']}"
-        agreement = "n/a" if agree["pairwise_agreement"] is None else \
-            f"{agree['pairwise_agreement']:.2f} ({agree['shared_pairs']})"
         click.echo(f"{r['iteration']:>4}  {r['model_version'] or '-':<14} {r['parent'][-24:]:<24} "
                    f"{r['prompts'] or 0:>7} {pairs.get('judge', 0) + pairs.get('human', 0):>7} "
-                   f"{_rate(r['win_rate']):>8} {wlt:>9} {agreement:>12} {r['step']:<10}")
+                   f"{_rate(r['win_rate']):>8} {wlt:>9} {_agreement(agree):>12} "
+                   f"{_agreement(r['judge_agreement_ranked']):>12} {r['step']:<10}")
     click.echo(f"plot written to {path}")

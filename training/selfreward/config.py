@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from preflab.db.models import SelfRewardIteration
 from preflab.errors import ConfigError
+from preflab.labelling.judges.score import SCORE_METHODS
 from preflab.training.evaluate import ANSWER_JUDGES
 from preflab.training.models.sampling import SamplingConfig
 from preflab.training.selfreward.data import PAIR_CHOICES
@@ -47,8 +48,13 @@ class SelfRewardConfig(SamplingConfig):
     judge: str = field(default="score", metadata={"help": "Judge of the candidates.", "choices": ANSWER_JUDGES})
     judge_model: str | None = field(default=None, metadata={
         "help": "The judge's model (a reward model for reward-model); default: M_t itself (self-rewarding)."})
-    judge_samples: int = field(default=3, metadata={"help": "score judge: scores sampled and averaged (k)."})
-    judge_max_new_tokens: int = field(default=192, metadata={"help": "score judge: longest judge reply."})
+    judge_method: str = field(default="expected", metadata={
+        "help": "score judge, always: expected (the probability-weighted mean of the score tokens 0-5 after "
+                "\"Score: \", one forward pass per candidate; always yields a score, so it works on small "
+                "models such as the embedded 135M one, which rarely write \"Score: n\") or sampled (the "
+                "paper's k sampled replies, --judge-samples).", "choices": SCORE_METHODS})
+    judge_samples: int = field(default=3, metadata={"help": "score judge, sampled: scores sampled and averaged (k)."})
+    judge_max_new_tokens: int = field(default=192, metadata={"help": "score judge, sampled: longest judge reply."})
     judge_conversational: bool = field(default=False, metadata={
         "help": "reward-model judge: chat-template its inputs (for reward models trained on conversational data)."})
     pairs: str = field(default="best-vs-worst", metadata={
@@ -61,6 +67,9 @@ class SelfRewardConfig(SamplingConfig):
                 "stored prompts in the test split, else a share of the stored prompts."})
     eval_limit: int = field(default=32, metadata={"help": "At most this many held-out prompts."})
     eval_max_new_tokens: int = field(default=128, metadata={"help": "Longest answer in the evaluation."})
+    agreement_prompts: int = field(default=8, metadata={
+        "help": "At each evaluation the judge also ranks this many prompts that people ranked (the first by id; "
+                "its rankings are stored as the judge's) and its agreement with them is recorded; 0: none."})
     test_size: float = field(default=0.1, metadata={
         "help": "Share of each iteration's prompts kept out of DPO training (held-out implicit-reward accuracy)."})
 
@@ -74,6 +83,10 @@ class SelfRewardConfig(SamplingConfig):
             raise ConfigError("--n must be at least 2: a judge needs two candidates to prefer one")
         if self.eval_limit < 0:
             raise ConfigError("--eval-limit cannot be negative")
+        if self.agreement_prompts < 0:
+            raise ConfigError("--agreement-prompts cannot be negative")
+        if self.judge_method not in SCORE_METHODS:
+            raise ConfigError(f"--judge-method must be one of {', '.join(SCORE_METHODS)}, got {self.judge_method!r}")
         if self.prompt_temperature <= 0:
             raise ConfigError(f"--prompt-temperature must be positive, got {self.prompt_temperature}")
         if self.judge not in ANSWER_JUDGES:
@@ -106,7 +119,8 @@ class SelfRewardConfig(SamplingConfig):
 
         values: dict[str, Any] = {"batch_size": self.batch_size}
         if self.judge == "score":
-            values |= {"n": self.judge_samples, "max_new_tokens": self.judge_max_new_tokens, "seed": self.seed}
+            values |= {"n": self.judge_samples, "max_new_tokens": self.judge_max_new_tokens, "seed": self.seed,
+                       "method": self.judge_method}
         elif self.judge == "reward-model":
             values["conversational"] = self.judge_conversational
         return CONFIGS[self.judge](**values)
@@ -128,6 +142,9 @@ def loop_settings(session: Session, loop: str, loop_options: dict[str, Any], dpo
 
     last = session.scalars(select(SelfRewardIteration.config).where(SelfRewardIteration.loop == loop)
                            .order_by(SelfRewardIteration.iteration.desc())).first() or {}
-    values = {**{RENAMED.get(k, k): v for k, v in last.get("loop", {}).items()}, **loop_options}
+    stored = last.get("loop", {})
+    # A loop from before the score judge had methods sampled its scores: it keeps doing so.
+    before_methods = {"judge_method": "sampled"} if stored and "judge_method" not in stored else {}
+    values = {**before_methods, **{RENAMED.get(k, k): v for k, v in stored.items()}, **loop_options}
     values["model"] = values.get("model") or default_model
     return SelfRewardConfig.from_dict(values), DPOTrainConfig.from_dict({**last.get("dpo", {}), **dpo_options})

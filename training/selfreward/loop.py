@@ -7,13 +7,16 @@ Iteration t turns M_{t-1} into M_t in six steps, each recorded in
                 (or they come from a pool file), de-duplicated against the store;
 2. `candidates` M_{t-1} samples N candidates per prompt (temperature 0.7, top-p 0.9);
 3. `judge`      a judge ranks them: by default M_{t-1} itself with the additive
-                5-point prompt, k = 3 samples averaged (the `score` judge);
+                5-point prompt, read as the expected score from one forward
+                pass (the `score` judge, `--judge-method expected`; `sampled`
+                averages k = 3 sampled replies as the paper does);
 4. `pairs`      highest vs lowest score per prompt (ties dropped) or every strict
                 pair, plus people's rankings since the last iteration, become a
                 dataset version;
 5. `train`      DPO from M_{t-1} gives M_t (a model version whose parent is M_{t-1});
 6. `evaluate`   M_t against M_{t-1} on held-out prompts by the same judge, and the
-                judge's agreement with people where they ranked the same prompts.
+                judge's agreement with people where they ranked the same prompts
+                (the iteration's, and up to `agreement_prompts` that people ranked).
 
 Everything made carries the iteration (prompts, candidates, rankings, dataset
 version, training run, model version). A stopped loop resumes at the step it
@@ -239,4 +242,5 @@ def iteration_summary(sessions: sessionmaker[Session], row_id: int) -> dict[str,
                 "model_version": version.name if version else None,
                 "win_rate": (metrics.get("eval") or {}).get("win_rate"),
                 "judge_agreement": (metrics.get("judge_agreement") or {}).get("pairwise_agreement"),
+                "judge_agreement_ranked": metrics.get("judge_agreement_ranked"),
                 **{k: metrics.get(k) for k in ("prompts", "candidates", "pairs")}}

@@ -81,6 +81,8 @@ def loop_report(session: Session, loop: str) -> list[dict[str, Any]]:
             "losses": evaluation.get("losses"), "ties": evaluation.get("ties"),
             "eval_prompts": evaluation.get("prompts"),
             "judge_agreement": judge_agreement(session, row.judge_annotator_id, prompt_ids),
+            # Measured when the iteration was evaluated, on prompts people had ranked by then.
+            "judge_agreement_ranked": metrics.get("judge_agreement_ranked"),
         })
     return out
 
@@ -90,7 +92,11 @@ def _value(value) -> float:
 
 
 def plot_report(rows: list[dict[str, Any]], out: str | Path, title: str = "Self-rewarding loop") -> Path:
-    """A PNG of the win rate against the previous model and the judge's agreement with people, by iteration."""
+    """A PNG of the win rate against the previous model and the judge's agreement with people, by iteration.
+
+    Agreement is drawn twice: on the iteration's own prompts (once people rank
+    them) and on prompts people had ranked when the iteration was evaluated.
+    """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -103,6 +109,8 @@ def plot_report(rows: list[dict[str, Any]], out: str | Path, title: str = "Self-
             label=r"win rate of $M_t$ against $M_{t-1}$")
     ax.plot(x, [_value(r["judge_agreement"]["pairwise_agreement"]) for r in rows], "s-", color="tab:orange",
             label="judge agreement with people")
+    ax.plot(x, [_value((r["judge_agreement_ranked"] or {}).get("pairwise_agreement")) for r in rows], "^--",
+            color="tab:green", label="judge agreement with people, on prompts they had ranked")
     ax.set_xticks(x)
     ax.set_xlabel("iteration t")
     ax.set_ylim(0, 1)

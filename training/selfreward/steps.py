@@ -239,6 +239,7 @@ def evaluate_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCa
         compare = make_judge(cfg.judge, judge.model, judge.tokenizer, cfg.judge_config())
         report = win_rate(plan, compare, cfg.eval_max_new_tokens, False, cfg.seed, cfg.batch_size)
         report |= {"judge": cfg.judge, "judge_model": judge.label}
+    people = check_with_people(sessions, ctx, models, reporter)
     with sessions.begin() as session:
         agreement = judge_agreement(session, ctx.judge_annotator_id, iteration_prompt_ids(session, ctx))
         version = session.get(ModelVersion, ctx.model_version_id)
@@ -246,7 +247,41 @@ def evaluate_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCa
         rate = "n/a (no held-out prompts)" if report["win_rate"] is None else f"{report['win_rate']:.3f}"
         reporter.note(f"iteration {ctx.iteration}: {version.name} vs {ctx.policy}: win rate {rate} "
                       f"on {report['prompts']} held-out prompts")
-        advance(session, ctx, metrics={"eval": report, "judge_agreement": agreement})
+        advance(session, ctx, metrics={"eval": report, "judge_agreement": agreement,
+                                       "judge_agreement_ranked": people})
+
+
+def check_with_people(sessions: sessionmaker[Session], ctx: Context, models: ModelCache,
+                      reporter: Reporter) -> dict[str, Any]:
+    """The iteration's judge ranks prompts people ranked (`agreement_prompts` of them); its agreement with them.
+
+    The loop's own prompts are new, so nobody has ranked them when the iteration
+    ends; prompts people ranked before (the bundled sample rankings, say) show how
+    far the judge that made this iteration's pairs can be trusted.
+    """
+    from preflab.db.models import Annotator, Ranking, RankingStatus
+    from preflab.labelling.judges.run import judge_candidates
+    from preflab.training.selfreward.report import judge_agreement
+
+    cfg = ctx.config
+    with sessions.begin() as session:
+        ranked = list(session.scalars(
+            select(Ranking.prompt_id).join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(Annotator.kind == "human", Ranking.status == RankingStatus.valid.value)
+            .group_by(Ranking.prompt_id).order_by(Ranking.prompt_id).limit(cfg.agreement_prompts)))
+    if not ranked:
+        with sessions.begin() as session:
+            return judge_agreement(session, None, [])
+    judge = _judge(sessions, ctx, models)
+    summary = judge_candidates(sessions, cfg.judge, judge.model, judge.tokenizer, judge.label, cfg.judge_config(),
+                               ranked, reporter=reporter)
+    with sessions.begin() as session:
+        agreement = judge_agreement(session, summary.annotator_id, ranked)
+    share = agreement["pairwise_agreement"]
+    reporter.note(f"iteration {ctx.iteration}: the judge agrees with people on "
+                  f"{'n/a' if share is None else format(share, '.2f')} of {agreement['shared_pairs']} pairs "
+                  f"of {agreement['prompts']} prompts they ranked")
+    return agreement
 
 
 STEP_FUNCTIONS = {"prompts": prompts_step, "candidates": candidates_step, "judge": judge_step,
