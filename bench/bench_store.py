@@ -1,13 +1,18 @@
-"""Import + pairs build + export of many rankings: preflab's path against a row-by-row baseline.
+"""Import + pairs build + export of many rankings: preflab's path against a row-by-row baseline and a peer.
 
-Usage: python bench/bench_store.py [--rankings 100000] [--baseline-rankings 3000]
-                                   [--database sqlite|postgres|both] [--bulk core driver] [--repeat 1]
+Usage: python bench/bench_store.py [--rankings 100000] [--baseline-rankings 3000] [--more 1000]
+                                   [--database sqlite|postgres|both] [--bulk core [driver]] [--repeat 1]
 
-The fast path is preflab's own library (batched INSERT … ON CONFLICT, pairs
-expanded by one INSERT … SELECT, export streamed to Parquet). The baseline is
+The fast path is preflab's own library (new rows appended in batches: COPY on
+Postgres; pairs expanded by one INSERT … SELECT, export streamed to Parquet).
+After it, `--more` rankings are imported into the same store and the pairs
+built again (incrementally, then in full for comparison). The baseline is
 what one writes first: an ORM object per row with a lookup per prompt and
 candidate, and pairs expanded in a Python loop and added one by one. The
 baseline runs on fewer rankings (it is slow); rates are compared per second.
+The peer is a one-shot DuckDB query on the same file (read_json, a self-join
+over tier positions, COPY to Parquet): no provenance, quarantine, de-duplication
+or splits; preflab's whole path is printed as a multiple of it.
 Peak RSS is the process's high-water mark after each fast stage (the fast path
 runs first, in a fresh process per database).
 
@@ -44,8 +49,12 @@ def sentence(rng: random.Random, n_words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n_words)).capitalize() + "."
 
 
-def write_rankings(path: Path, n_rankings: int, seed: int = 0) -> int:
-    """n rankings of 4–9 candidates over n/2.5 prompts (several annotators per prompt)."""
+def write_rankings(path: Path, n_rankings: int, seed: int = 0, prefix: str = "bench") -> int:
+    """n rankings of 4–9 candidates over n/2.5 prompts (several annotators per prompt).
+
+    The prompts depend only on their number, so a second file (another seed and
+    `prefix`) ranks the first file's first prompts again.
+    """
     rng = random.Random(seed)
     n_prompts = max(1, int(n_rankings / 2.5))
     with path.open("w", encoding="utf-8") as out:
@@ -64,7 +73,7 @@ def write_rankings(path: Path, n_rankings: int, seed: int = 0) -> int:
             out.write(json.dumps({
                 "prompt": f"Prompt {p}: " + sentence(prng, prng.randint(8, 20)), "responses": responses,
                 "ranking": tiers, "annotator": f"annotator-{i // n_prompts}", "annotator_kind": "human",
-                "id": f"bench-{i}"}) + "\n")
+                "id": f"{prefix}-{i}"}) + "\n")
     return n_rankings
 
 
@@ -83,7 +92,8 @@ def time_bulk_calls(implementation: str) -> dict[str, dict[str, float]]:
     from preflab.db import bulk
 
     assert "preflab.db.store" not in sys.modules, "time_bulk_calls() must run before the store is imported"
-    spent = {name: {"seconds": 0.0, "cpu_seconds": 0.0, "calls": 0, "rows": 0} for name in ("insert_rows", "lookup")}
+    spent = {name: {"seconds": 0.0, "cpu_seconds": 0.0, "calls": 0, "rows": 0}
+             for name in ("insert_rows", "append_rows", "lookup")}
     insert_rows, lookup = {"core": (bulk.insert_rows, bulk.lookup),
                            "driver": (driver_insert_rows, driver_lookup)}[implementation]
 
@@ -98,6 +108,14 @@ def time_bulk_calls(implementation: str) -> dict[str, dict[str, float]]:
         insert_rows(session, table, rows, conflict)
         add("insert_rows", t, len(rows))
 
+    append_rows = bulk.append_rows
+
+    def timed_append_rows(session, table, rows, **options):
+        t = time.perf_counter(), time.process_time()
+        ids = append_rows(session, table, rows, **options)
+        add("append_rows", t, len(rows))
+        return ids
+
     def timed_lookup(session, table, columns, key, values):
         values = list(values)
         t = time.perf_counter(), time.process_time()
@@ -105,7 +123,7 @@ def time_bulk_calls(implementation: str) -> dict[str, dict[str, float]]:
         add("lookup", t, len(values))
         return found
 
-    bulk.insert_rows, bulk.lookup = timed_insert_rows, timed_lookup
+    bulk.insert_rows, bulk.append_rows, bulk.lookup = timed_insert_rows, timed_append_rows, timed_lookup
     return spent
 
 
@@ -118,7 +136,7 @@ def since(before: dict, spent: dict) -> dict:
     return {name: {k: spent[name][k] - before[name][k] for k in totals} for name, totals in spent.items()}
 
 
-def fast_path(url: str, path: Path, out_dir: Path, bulk: str = "core") -> dict:
+def fast_path(url: str, path: Path, out_dir: Path, bulk: str = "core", more: Path | None = None) -> dict:
     spent = time_bulk_calls(bulk)
     from preflab.db.engine import open_database, session_factory
     from preflab.db.export import ExportSettings, export_dataset
@@ -127,22 +145,72 @@ def fast_path(url: str, path: Path, out_dir: Path, bulk: str = "core") -> dict:
 
     sessions = session_factory(open_database(url))
     result = {"bulk": bulk, "load_before": os.getloadavg()[0]}
-    t, before = time.perf_counter(), snapshot(spent)
+    t, cpu, before = time.perf_counter(), time.process_time(), snapshot(spent)
     summary = import_file(sessions, path, import_rankings_batch)
-    result["import"] = {"seconds": time.perf_counter() - t, "rankings": summary.imported,
+    result["import"] = {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
+                        "rankings": summary.imported,
                         "peak_rss_mb": peak_rss_mb(), "in_bulk": since(before, spent)}
-    t, before = time.perf_counter(), snapshot(spent)
+    t, cpu, before = time.perf_counter(), time.process_time(), snapshot(spent)
     with sessions.begin() as session:
         built = build_pairs(session)
-    result["pairs"] = {"seconds": time.perf_counter() - t, "pairs": built.pairs, "peak_rss_mb": peak_rss_mb(),
+    result["pairs"] = {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
+                       "pairs": built.pairs, "peak_rss_mb": peak_rss_mb(),
                        "in_bulk": since(before, spent)}
-    t, before = time.perf_counter(), snapshot(spent)
+    t, cpu, before = time.perf_counter(), time.process_time(), snapshot(spent)
     with sessions.begin() as session:
         version = export_dataset(session, out_dir, ExportSettings(format="parquet"))
-    result["export"] = {"seconds": time.perf_counter() - t, "pairs": version.n_train + version.n_test,
+    result["export"] = {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
+                        "pairs": version.n_train + version.n_test,
                         "peak_rss_mb": peak_rss_mb(), "in_bulk": since(before, spent)}
+    if more is not None:
+        result["more"] = add_more(sessions, more)
     result["load_after"] = os.getloadavg()[0]
     return result
+
+
+def add_more(sessions, path: Path) -> dict:
+    """Import more rankings into the store, then build the pairs incrementally, and in full to compare."""
+    from preflab.db.ingest import import_file, import_rankings_batch
+    from preflab.db.pairs import build_pairs
+
+    t = time.perf_counter()
+    imported = import_file(sessions, path, import_rankings_batch).imported
+    out = {"rankings": imported, "import_seconds": time.perf_counter() - t}
+    for mode in ("incremental", "full"):
+        t, cpu = time.perf_counter(), time.process_time()
+        with sessions.begin() as session:
+            built = build_pairs(session, full=mode == "full")
+        out[mode] = {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
+                     "pairs": built.pairs, "changed": built.changed, "mode": built.mode}
+    assert out["incremental"]["pairs"] == out["full"]["pairs"]
+    out["peak_rss_mb"] = peak_rss_mb()
+    return out
+
+
+PEER_QUERY = """
+COPY (
+  WITH r AS (SELECT row_number() OVER () AS rid, prompt, responses, ranking
+             FROM read_json(?, format = 'newline_delimited',
+                            columns = {prompt: 'VARCHAR', responses: 'VARCHAR[]', ranking: 'INTEGER[][]'})),
+  tiers AS (SELECT rid, unnest(ranking) AS tier, generate_subscripts(ranking, 1) AS pos FROM r),
+  items AS (SELECT rid, pos, unnest(tier) AS idx FROM tiers)
+  SELECT r.prompt, r.responses[a.idx + 1] AS chosen, r.responses[b.idx + 1] AS rejected,
+         (b.pos - a.pos)::DOUBLE AS margin
+  FROM items a JOIN items b ON a.rid = b.rid AND a.pos < b.pos JOIN r ON r.rid = a.rid
+) TO '{out}' (FORMAT parquet)
+"""
+
+
+def peer(path: Path, out: Path) -> dict:
+    """The one-shot DuckDB query a user might write instead: JSONL in, every tier pair out as Parquet."""
+    import duckdb
+
+    t, cpu = time.perf_counter(), time.process_time()
+    con = duckdb.connect()
+    con.execute(PEER_QUERY.replace("{out}", str(out)), [str(path)])  # our own temporary path
+    seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
+    pairs = con.execute("SELECT count(*) FROM read_parquet(?)", [str(out)]).fetchone()[0]
+    return {"seconds": seconds, "cpu_seconds": cpu, "pairs": pairs, "peak_rss_mb": peak_rss_mb(), "duckdb": duckdb.__version__}
 
 
 def baseline(url: str, path: Path, limit: int) -> dict:
@@ -223,15 +291,18 @@ def baseline(url: str, path: Path, limit: int) -> dict:
 
 
 
-def run_one(database: str, kind: str, path: Path, limit: int, work: Path) -> dict:
+def run_one(database: str, kind: str, path: Path, limit: int, work: Path, more: Path | None) -> dict:
     """One measurement in this (fresh) process: prints JSON."""
+    if kind == "peer":
+        return peer(path, work / "pairs.parquet")
     drop = None
     if database == "sqlite":
         url = f"sqlite:///{work / f'{kind}.db'}"
     else:
         url, drop = postgres_schema_url()
     try:
-        result = baseline(url, path, limit) if kind == "baseline" else fast_path(url, path, work / "export", kind)
+        result = (baseline(url, path, limit) if kind == "baseline"
+                  else fast_path(url, path, work / "export", kind, more))
     finally:
         from preflab.db.engine import dispose_all
 
@@ -241,12 +312,12 @@ def run_one(database: str, kind: str, path: Path, limit: int, work: Path) -> dic
     return result
 
 
-def child(database: str, kind: str, work: Path, path: Path, limit: int) -> dict:
-    """Run one measurement (`kind`: core, driver or baseline) in a fresh process."""
+def child(database: str, kind: str, work: Path, path: Path, limit: int, more: Path | None = None) -> dict:
+    """Run one measurement (`kind`: core, driver, baseline or peer) in a fresh process."""
     work.mkdir()
     proc = subprocess.run(
         [sys.executable, __file__, "--child", database, kind, str(work), "--input", str(path),
-         "--baseline-rankings", str(limit)],
+         "--baseline-rankings", str(limit), *(["--more-input", str(more)] if more else [])],
         capture_output=True, text=True)
     if proc.returncode:
         sys.exit(proc.stderr)
@@ -257,17 +328,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rankings", type=int, default=100_000)
     parser.add_argument("--baseline-rankings", type=int, default=3_000, help="0 skips the baseline")
+    parser.add_argument("--more", type=int, default=1_000,
+                        help="rankings added to the store afterwards, then pairs rebuilt incrementally (0: none)")
     parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
-    parser.add_argument("--bulk", nargs="+", choices=["core", "driver"], default=["core", "driver"],
+    parser.add_argument("--bulk", nargs="+", choices=["core", "driver"], default=["core"],
                         help="bulk insert/lookup implementations to run the fast path with (core: preflab.db.bulk; "
                              "driver: the driver-level path it replaced); the first is reported against the baseline")
     parser.add_argument("--repeat", type=int, default=1, help="fast-path runs per implementation, alternating")
     parser.add_argument("--child", nargs=3, metavar=("DATABASE", "KIND", "WORKDIR"), help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
+    parser.add_argument("--more-input", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         database, kind, work = args.child
-        print(json.dumps(run_one(database, kind, Path(args.input), args.baseline_rankings, Path(work))))
+        more = Path(args.more_input) if args.more_input else None
+        print(json.dumps(run_one(database, kind, Path(args.input), args.baseline_rankings, Path(work), more)))
         return
 
     with tempfile.TemporaryDirectory(prefix="preflab-bench-") as tmp:
@@ -275,32 +350,51 @@ def main() -> None:
         path = tmp / "rankings.jsonl"
         t = time.perf_counter()
         write_rankings(path, args.rankings)
+        more = None
+        if args.more:
+            more = tmp / "more.jsonl"
+            write_rankings(more, args.more, seed=1, prefix="more")
         print(f"generated {args.rankings:,} rankings ({path.stat().st_size / 1e6:.0f} MB) "
-              f"in {time.perf_counter() - t:.1f} s")
+              f"in {time.perf_counter() - t:.1f} s; load average {os.getloadavg()[0]:.1f}")
+        report = {"peer": child("none", "peer", tmp / "peer", path, 0)}
+        print_peer(report["peer"])
         databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
-        report = {}
         for database in databases:
             runs = {bulk: [] for bulk in args.bulk}
             for attempt in range(args.repeat):
                 for bulk in args.bulk:
                     work = tmp / f"{database}-{bulk}-{attempt}"
-                    runs[bulk].append(child(database, bulk, work, path, args.baseline_rankings))
+                    runs[bulk].append(child(database, bulk, work, path, args.baseline_rankings, more))
             if args.baseline_rankings:
                 runs["baseline"] = child(database, "baseline", tmp / f"{database}-baseline", path,
                                          args.baseline_rankings)
             report[database] = runs
-            print_report(database, runs[args.bulk[0]][0], runs.get("baseline"))
+            print_report(database, runs[args.bulk[0]][0], runs.get("baseline"), report["peer"])
             if len(args.bulk) > 1:
                 print_bulk_comparison(runs, args.bulk)
+        if len(databases) == 2:
+            totals = {d: whole_path(report[d][args.bulk[0]][0]) for d in databases}
+            print(f"\npostgres whole path / sqlite whole path: {totals['postgres'] / totals['sqlite']:.2f}x")
+        print(f"load average now {os.getloadavg()[0]:.1f}")
         Path(tmp, "report.json").write_text(json.dumps(report))
         print(json.dumps(report))
 
 
-def print_report(database: str, fast: dict, base: dict | None) -> None:
+def whole_path(fast: dict) -> float:
+    return sum(fast[s]["seconds"] for s in ("import", "pairs", "export"))
+
+
+def print_peer(result: dict) -> None:
+    print(f"peer (DuckDB {result['duckdb']}, one query: read_json, self-join, COPY to Parquet): "
+          f"{result['pairs']:,} pairs in {result['seconds']:.2f} s ({result['cpu_seconds']:.2f} s CPU), peak RSS {result['peak_rss_mb']:.0f} MB")
+
+
+def print_report(database: str, fast: dict, base: dict | None, peer_result: dict) -> None:
     imp_rate = fast["import"]["rankings"] / fast["import"]["seconds"]
     pair_rate = fast["pairs"]["pairs"] / fast["pairs"]["seconds"]
     export_rate = fast["export"]["pairs"] / fast["export"]["seconds"]
-    total = sum(fast[s]["seconds"] for s in ("import", "pairs", "export"))
+    total = whole_path(fast)
+    total_cpu = sum(fast[s]["cpu_seconds"] for s in ("import", "pairs", "export"))
     if base:
         base_imp_rate = base["import"]["rankings"] / base["import"]["seconds"]
         base_pair_rate = base["pairs"]["pairs"] / base["pairs"]["seconds"]
@@ -310,13 +404,23 @@ def print_report(database: str, fast: dict, base: dict | None) -> None:
     else:
         vs_import = vs_pairs = ""
     print(f"\n== {database} (bulk: {fast['bulk']}) ==")
-    print(f"import : {fast['import']['rankings']:,} rankings in {fast['import']['seconds']:.1f} s = "
+    cpu = {stage: f" ({fast[stage]['cpu_seconds']:.1f} s CPU)" for stage in ("import", "pairs", "export")}
+    print(f"import : {fast['import']['rankings']:,} rankings in {fast['import']['seconds']:.1f} s{cpu['import']} = "
           f"{imp_rate:,.0f} rankings/s{vs_import} peak RSS {fast['import']['peak_rss_mb']:.0f} MB")
-    print(f"pairs  : {fast['pairs']['pairs']:,} pairs in {fast['pairs']['seconds']:.1f} s = {pair_rate:,.0f} pairs/s"
-          f"{vs_pairs} peak RSS {fast['pairs']['peak_rss_mb']:.0f} MB")
-    print(f"export : {fast['export']['pairs']:,} pairs in {fast['export']['seconds']:.1f} s = "
+    print(f"pairs  : {fast['pairs']['pairs']:,} pairs in {fast['pairs']['seconds']:.1f} s{cpu['pairs']} = "
+          f"{pair_rate:,.0f} pairs/s{vs_pairs} peak RSS {fast['pairs']['peak_rss_mb']:.0f} MB")
+    print(f"export : {fast['export']['pairs']:,} pairs in {fast['export']['seconds']:.1f} s{cpu['export']} = "
           f"{export_rate:,.0f} pairs/s, peak RSS {fast['export']['peak_rss_mb']:.0f} MB")
-    print(f"total  : {total:.1f} s for the whole path")
+    print(f"total  : {total:.1f} s for the whole path ({total_cpu:.1f} s CPU) = {total / peer_result['seconds']:.1f}x "
+          f"the peer's {peer_result['seconds']:.2f} s (load average {fast['load_before']:.1f} before, "
+          f"{fast['load_after']:.1f} after)")
+    if "more" in fast:
+        more = fast["more"]
+        inc, full = more["incremental"], more["full"]
+        print(f"more   : {more['rankings']:,} rankings imported in {more['import_seconds']:.2f} s; pairs rebuilt "
+              f"incrementally in {inc['seconds']:.2f} s ({inc['cpu_seconds']:.2f} s CPU; {inc['changed']:,} rankings "
+              f"changed), in full in {full['seconds']:.2f} s ({full['cpu_seconds']:.2f} s CPU): "
+              f"{inc['pairs']:,} pairs both ways; peak RSS {more['peak_rss_mb']:.0f} MB")
 
 
 def print_bulk_comparison(runs: dict, sides: list[str]) -> None:

@@ -16,10 +16,12 @@ it as its baseline.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import JSON, Table, any_, bindparam, func, insert, select
+from sqlalchemy import JSON, DateTime, Table, any_, bindparam, func, insert, select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 IN_CHUNK = 500  # values per lookup statement (SQLite took longer with 5,000: bench/README.md)
@@ -38,6 +40,88 @@ def insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]],
     session.execute(stmt, list(rows))
 
 
+def append_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]] | Sequence[tuple], *,
+                columns: Sequence[str] | None = None, new_ids: bool = True) -> list[int]:
+    """INSERT rows (all with the same keys) that take new ids, fast; returns the ids, in order.
+
+    For writers whose transaction is run again when another writer adds the same
+    row first (`preflab.db.engine.in_transaction`): a row that collides with a
+    unique key fails the whole statement. Rows go to the driver as plain tuples,
+    with the columns' Python-side defaults filled once per call (one timestamp for
+    the batch). Postgres: ids drawn from the table's sequence in one query, rows
+    sent by COPY. SQLite: one executemany; the transaction then holds the write
+    lock, so the rows took the consecutive ids that end at max(id).
+
+    Args:
+        rows: dicts with the same keys, or tuples of the values of `columns`.
+        new_ids: False for a table without an `id` column (returns []).
+    """
+    if not rows:
+        return []
+    dialect = session.connection().dialect
+    given = list(columns or rows[0])
+    defaults = {}  # the Python-side defaults of the columns not given: a value, or a function called once
+    for column in table.c:
+        if column.name not in given and column.default is not None and (column.default.is_scalar
+                                                                          or column.default.is_callable):
+            arg = column.default.arg
+            defaults[column.name] = arg(None) if column.default.is_callable else arg
+    if columns:
+        values = rows
+    else:
+        values = [itemgetter(*given)(row) for row in rows] if len(given) > 1 else [(row[given[0]],) for row in rows]
+    steps = [(i, f) for i, f in enumerate(_processor(table.c[name], dialect) for name in given) if f]
+    if steps:
+        values = [list(v) for v in values]
+        for v in values:
+            for i, f in steps:
+                if v[i] is not None:
+                    v[i] = f(v[i])
+    constants = tuple(_converted(table.c[name], dialect, value) for name, value in defaults.items())
+    columns = [*given, *defaults]
+    if dialect.name == "postgresql":
+        ids = session.scalars(select(func.nextval(func.pg_get_serial_sequence(table.name, "id")))
+                              .select_from(func.generate_series(1, len(rows)))).all() if new_ids else []
+        _copy(session, table, (["id"] if new_ids else []) + columns,
+              ([i, *v, *constants] for i, v in zip(ids, values)) if new_ids else ([*v, *constants] for v in values))
+        return list(ids)
+    statement = insert(table).values({c: bindparam(c) for c in columns}).compile(dialect=dialect)
+    order = itemgetter(*(columns.index(name) for name in statement.positiontup))  # the table's column order
+    # The compiled text, executed as is: SQLAlchemy passes the tuples to the driver untouched.
+    session.connection().exec_driver_sql(str(statement), [order((*v, *constants)) for v in values])
+    if not new_ids:
+        return []
+    last = session.scalar(select(func.max(table.c.id)))
+    return list(range(last - len(rows) + 1, last + 1))
+
+
+def _processor(column, dialect):
+    """How a value of `column` goes to the driver, where the driver cannot take the Python value itself."""
+    if isinstance(column.type, (JSON, DateTime)):
+        return column.type.dialect_impl(dialect).bind_processor(dialect)
+    return None
+
+
+def _converted(column, dialect, value):
+    convert = _processor(column, dialect)
+    return convert(value) if convert and value is not None else value
+
+
+def _copy(session: Session, table: Table, columns: list[str], rows: Iterable[Sequence]) -> None:
+    """COPY rows into `table`; a driver error is raised as SQLAlchemy's (so a unique-key race is retried)."""
+    import psycopg
+    from psycopg import sql
+
+    statement = sql.SQL("COPY {} ({}) FROM STDIN").format(
+        sql.Identifier(table.name), sql.SQL(", ").join(map(sql.Identifier, columns)))
+    try:
+        with session.connection().connection.dbapi_connection.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in rows:
+                copy.write_row(row)
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(f"COPY {table.name}", None, exc, psycopg.Error) from exc
+
+
 def lookup(session: Session, table: Table, columns: Sequence[str], key: str, values: Iterable) -> list[tuple]:
     """Rows of `table`'s `columns` whose `key` column is in `values`, IN_CHUNK values at a time."""
     values = list(dict.fromkeys(values))
@@ -49,6 +133,18 @@ def lookup(session: Session, table: Table, columns: Sequence[str], key: str, val
         # .all() fetches the chunk's rows at once; iterating the result would fetch them one by one.
         out.extend(map(tuple, session.execute(stmt, {"values": values[start:start + IN_CHUNK]}).all()))
     return out
+
+
+def in_values(session: Session, column):
+    """A WHERE clause: `column` is one of the values `for_values` binds, a chunk at a time."""
+    return _is_in(column, session.connection().dialect.name)
+
+
+def for_values(session: Session, statement, values: Iterable) -> int:
+    """Run an UPDATE or DELETE whose WHERE holds `in_values`, IN_CHUNK values at a time; rows affected."""
+    values = list(dict.fromkeys(values))
+    return sum(session.execute(statement, {"values": values[start:start + IN_CHUNK]}).rowcount
+               for start in range(0, len(values), IN_CHUNK))
 
 
 def _is_in(column, dialect_name: str):

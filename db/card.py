@@ -106,6 +106,7 @@ def _annotators(settings: dict) -> list[str]:
     if left_out:
         lines += ["Left out: " + ", ".join(f"{n:,} pairs by {KIND_NAMES.get(k, k)}" for k, n in
                                            sorted(left_out.items())) + ".", ""]
+    lines += _excluded(settings)
     n = settings.get("contradicting_pairs", 0)
     if n:
         by_split = settings.get("contradicting_by_split") or {}
@@ -116,6 +117,19 @@ def _annotators(settings: dict) -> list[str]:
     else:
         lines += ["No pair contradicts another (no prompt has the same two responses in both orders).", ""]
     return lines
+
+
+def _excluded(settings: dict) -> list[str]:
+    """Which annotators `pairs build` left out of these pairs, and why (by pseudonym)."""
+    excluded = settings.get("excluded_annotators")
+    if excluded is None:  # exported before annotator quality was recorded
+        return []
+    if not excluded:
+        return ["No annotator was left out (see `preflab annotators`).", ""]
+    lines = [f"Left out {len(excluded)} annotator{'s' if len(excluded) != 1 else ''} flagged by "
+             "`preflab annotators` (their rankings gave no pairs):", ""]
+    lines += [f"- `{pseudonym}`: {'; '.join(reasons)}" for pseudonym, reasons in sorted(excluded.items())]
+    return lines + [""]
 
 
 def _loading(fmt: str) -> list[str]:
@@ -135,5 +149,8 @@ def export_summary(info: dict[str, Any], out_dir: str | Path) -> str:
     left_out = info.get("left_out_by_kind") or {}
     if left_out:
         line += "; left out " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(left_out.items()))
+    excluded = info.get("excluded_annotators") or {}
+    if excluded:
+        line += f"; {len(excluded):,} flagged annotator{'s' if len(excluded) != 1 else ''} left out"
     n = info.get("contradicting_pairs", 0)
     return line + f"); {n:,} {'pair contradicts' if n == 1 else 'pairs contradict'} another pair of the same prompt"

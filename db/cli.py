@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from preflab.db.engine import open_sessions
 from preflab.db.ingest import BATCH_LINES
 from preflab.db.export import ExportSettings
 from preflab.db.pairs import AGGREGATES, KINDS, STRATEGIES
+from preflab.db.quality import QualityConfig
 from preflab.settings import Settings, secret
 
 # --- db ---------------------------------------------------------------------------------
@@ -207,27 +209,50 @@ def pairs_group():
               help="Combine several annotators' rankings of a prompt.")
 @click.option("--annotator-kind", type=click.Choice(KINDS), default="any", show_default=True,
               help="Only rankings by people (human), by judges (ai), or by anyone.")
+@click.option("--full", is_flag=True,
+              help="Rewrite every comparison, not only those of the rankings that changed since the last build.")
+@click.option("--exclude-flagged", is_flag=True,
+              help="Leave out the rankings of annotators `preflab annotators` flags (the thresholds below).")
+@click.option("--min-agreement", type=float, metavar="TAU",
+              help="Leave out annotators whose Kendall tau-b with gold or with the others' consensus is below TAU.")
+@config_options(QualityConfig)
 @json_option
 @pass_settings
-def pairs_build(settings: Settings, strategy, aggregate, annotator_kind, as_json):
-    """Rebuild the comparisons from every valid ranking (deterministic).
+def pairs_build(settings: Settings, strategy, aggregate, annotator_kind, full, exclude_flagged, min_agreement,
+                as_json, **options):
+    """Bring the comparisons up to date with the valid rankings (deterministic).
 
-    Example: preflab pairs build --aggregate borda --annotator-kind human
+    Only the rankings that changed since the last build are expanded again; the
+    result is the same as a full rebuild's. A first build, other settings than
+    the last build's, or --full rebuild everything.
+
+    Rankings of gold prompts never become pairs. Annotators left out, and why,
+    are recorded on the build and on every export made from it.
+
+    Example: preflab pairs build --aggregate borda --annotator-kind human --exclude-flagged
     """
     from preflab.db.engine import in_transaction
     from preflab.db.pairs import build_pairs
+    from preflab.db.quality import excluded_annotators
+
+    config = build_config(QualityConfig, options)
 
     # One snapshot of the rankings, whatever imports commit meanwhile. Two builds at once
     # would each keep its own pairs: Postgres' serializable isolation fails one of them,
     # which is then run again on the other's result.
     summary = in_transaction(open_sessions(settings.database_url),
-                             lambda session: build_pairs(session, strategy, aggregate, annotator_kind),
+                             lambda session: build_pairs(session, strategy, aggregate, annotator_kind, full=full,
+                                                         excluded=excluded_annotators(
+                                                             session, config, exclude_flagged, min_agreement)),
                              isolation="SERIALIZABLE")
     if as_json:
         echo_json(summary.as_dict())
     else:
-        click.echo(f"built {summary.pairs:,} comparisons from {summary.rankings:,} rankings "
-                   f"(strategy {strategy}, aggregate {aggregate}, annotators {annotator_kind})")
+        how = "rebuilt in full" if summary.mode == "full" else f"{plural(summary.changed, 'ranking')} changed"
+        click.echo(f"built {summary.pairs:,} comparisons from {summary.rankings:,} rankings ({how}; "
+                   f"strategy {strategy}, aggregate {aggregate}, annotators {annotator_kind})")
+        for pseudonym, reasons in (summary.excluded or {}).items():
+            click.echo(f"left out {pseudonym}: {'; '.join(reasons)}")
 
 
 # --- stats ------------------------------------------------------------------------------
@@ -251,6 +276,31 @@ def stats_command(settings: Settings, as_json):
         echo_json(report)
     else:
         click.echo(stats_text(report))
+
+
+# --- annotators --------------------------------------------------------------------------
+
+@click.command("annotators")
+@config_options(QualityConfig)
+@json_option
+@pass_settings
+def annotators_command(settings: Settings, as_json, **options):
+    """Annotator quality: agreement with gold and with the others, untouched orders, time per task.
+
+    One row per person, by pseudonym, with the flags the thresholds raise;
+    `preflab pairs build --exclude-flagged` leaves the flagged ones out.
+
+    Example: preflab annotators --min-gold-tau 0.5 --json
+    """
+    from preflab.db.quality import annotator_quality, quality_text
+
+    config = build_config(QualityConfig, options)
+    with open_sessions(settings.database_url).begin() as session:
+        qualities = annotator_quality(session, config)
+    if as_json:
+        echo_json({"annotators": [q.as_dict() for q in qualities], "thresholds": dataclasses.asdict(config)})
+    else:
+        click.echo(quality_text(qualities))
 
 
 # --- export -----------------------------------------------------------------------------

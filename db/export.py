@@ -316,7 +316,9 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
                           "aggregate": build.aggregate if build else None,
                           "annotator_kind": build.annotator_kind if build else None,
                           "annotators": settings.annotators, **mix.as_dict(),
-                          "contradicting_by_split": by_split})
+                          "contradicting_by_split": by_split,
+                          # pseudonym -> why `pairs build` left their rankings out (empty: nobody)
+                          "excluded_annotators": (build.excluded if build else None) or {}})
 
 
 def export_and_push(sessions: sessionmaker[Session], out_dir: str | Path, settings: ExportSettings, *,
@@ -349,7 +351,8 @@ def version_info(version: DatasetVersion) -> dict[str, Any]:
             "train": version.n_train, "test": version.n_test, "prompts": version.n_prompts,
             "content_hash": version.content_hash}
     kept = version.settings or {}
-    for key in ("annotators", "pairs_by_kind", "left_out_by_kind", "contradicting_pairs", "contradicting_by_split"):
+    for key in ("annotators", "pairs_by_kind", "left_out_by_kind", "contradicting_pairs", "contradicting_by_split",
+                "excluded_annotators"):
         if key in kept:
             info[key] = kept[key]
     if version.hub_repo:

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
-from preflab.db.bulk import insert_rows, lookup
+from preflab.db.bulk import append_rows, lookup
 from preflab.db.engine import in_transaction
 from preflab.db.lines import Invalid, Line, count_lines, open_input, read_lines
 from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawStatus
@@ -103,7 +103,7 @@ def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...
         row = prompt_rows.setdefault(h, {"text": rec.prompt, "source": rec.source, "reference": rec.reference})
         if row["reference"] is None and rec.reference:
             row["reference"] = rec.reference
-    prompt_ids = ensure_prompts(session, prompt_rows)
+    prompt_ids = ensure_prompts(session, prompt_rows, append=True)
     summary.prompts += prompt_ids.created
 
     cand_rows: dict[tuple[int, str], dict[str, Any]] = {}
@@ -111,7 +111,7 @@ def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...
         pid = prompt_ids[rec.prompt_hash]
         for text, h, model in zip(rec.responses, rec.response_hashes, rec.models):
             cand_rows.setdefault((pid, h), {"text": text, "model": model})
-    cand_ids = ensure_candidates(session, cand_rows)
+    cand_ids = ensure_candidates(session, cand_rows, append=True)
     summary.candidates += cand_ids.created
     return prompt_ids, cand_ids
 
@@ -129,7 +129,8 @@ def _parse_batch(session: Session, batch: list[Line], source: str, origin: str,
             summary.blank += 1
         else:
             lines.append((line, line.payload(), line.digest or hashlib.sha256(line.data).hexdigest()))
-    raw = store_raw(session, source, origin, [(str(line.number), payload, h) for line, payload, h in lines])
+    raw = store_raw(session, source, origin, [(str(line.number), payload, h) for line, payload, h in lines],
+                    append=True)
     reasons: dict[int, str] = {}
     parsed: list[tuple[Any, str, int, bool]] = []
     seen: set[str] = set()
@@ -181,30 +182,24 @@ def import_rankings_batch(session: Session, batch: list[Line], origin: str,
         return summary
 
     ranking_rows = []
-    items_per_ranking = []
+    items_per_ranking = []  # (candidate id, tier, shown position, score) per response, in shown order
     for (annotator_id, external_id), rec, raw_id in new:
         pid = prompt_ids[rec.prompt_hash]
         cids = [cand_ids[(pid, h)] for h in rec.response_hashes]
-        items = {}
-        for position, cid in enumerate(cids):
-            items[cid] = {"candidate_id": cid, "tier": None, "shown_position": position,
-                          "score": rec.scores[position] if rec.scores else None}
+        tier_of: list[int | None] = [None] * len(cids)
         for t, tier in enumerate(rec.tiers):
             for index in tier:
-                items[cids[index]]["tier"] = t
+                tier_of[index] = t
+        items_per_ranking.append(list(zip(cids, tier_of, range(len(cids)), rec.scores or [None] * len(cids))))
         ranking_rows.append({
             "prompt_id": pid, "annotator_id": annotator_id, "source": source, "external_id": external_id,
             "version": 1, "status": "valid", "n_tiers": len(rec.tiers), "same_as_shown": False,
             "raw_record_id": raw_id,
         })
-        items_per_ranking.append(list(items.values()))
-    insert_rows(session, Ranking.__table__, ranking_rows)
-    ids = {(aid, ext): rid for rid, aid, ext, src, version in lookup(
-        session, Ranking.__table__, ("id", "annotator_id", "external_id", "source", "version"), "external_id",
-        [row["external_id"] for row in ranking_rows]) if src == source and version == 1}
-    item_rows = [dict(item, ranking_id=ids[(row["annotator_id"], row["external_id"])])
-                 for row, items in zip(ranking_rows, items_per_ranking) for item in items]
-    insert_rows(session, RankingItem.__table__, item_rows)
+    ids = append_rows(session, Ranking.__table__, ranking_rows)
+    append_rows(session, RankingItem.__table__,
+                [(rid, *item) for rid, items in zip(ids, items_per_ranking) for item in items],
+                columns=("ranking_id", "candidate_id", "tier", "shown_position", "score"), new_ids=False)
     summary.imported += len(ranking_rows)
     return summary
 

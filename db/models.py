@@ -26,6 +26,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -171,6 +172,9 @@ class Ranking(Base):
     iteration: Mapped[int | None] = mapped_column(Integer)
     # Seconds the annotator spent on the task, as Label Studio recorded it (`lead_time`).
     lead_time: Mapped[float | None] = mapped_column(Float)
+    # Whether the comparisons hold this ranking's pairs (as of the last `pairs build`): a
+    # build rewrites only the rankings where this differs from what the build would take.
+    in_pairs: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = _ts()
     updated_at: Mapped[datetime] = _ts()
 
@@ -222,15 +226,18 @@ class PairBuild(Base):
     n_pairs: Mapped[int] = mapped_column(Integer, default=0)
     # Annotators whose rankings this build left out, by pseudonym, with the reasons.
     excluded: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    mode: Mapped[str | None] = mapped_column(String(12))  # full | incremental
+    n_changed: Mapped[int | None] = mapped_column(Integer)  # rankings that came in or went out
     created_at: Mapped[datetime] = _ts()
 
 
 class Comparison(Base):
     """A derived pair: `chosen` was preferred to `rejected` for the prompt.
 
-    Comparisons are a disposable materialisation: `pairs build` deletes and
-    rewrites all of them in one transaction, by an INSERT … SELECT over rankings
-    whose own foreign keys are enforced. They carry no foreign keys themselves:
+    Comparisons are a disposable materialisation: `pairs build` rewrites them (those
+    of the rankings that changed, or all) in one transaction, by an INSERT … SELECT
+    over rankings whose own foreign keys are enforced; `build_id` is the build that
+    wrote the pair. They carry no foreign keys themselves:
     on Postgres each one is a trigger per row, and with them writing two million
     pairs took 10× as long (see bench/README.md).
     """
@@ -239,7 +246,7 @@ class Comparison(Base):
     __table_args__ = (Index("ix_comparisons_prompt", "prompt_id"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    build_id: Mapped[int] = mapped_column(Integer, index=True)  # pair_builds.id
+    build_id: Mapped[int] = mapped_column(Integer)  # pair_builds.id (not indexed: nothing looks pairs up by it)
     prompt_id: Mapped[int] = mapped_column(Integer)  # prompts.id
     chosen_id: Mapped[int] = mapped_column(Integer)  # candidates.id
     rejected_id: Mapped[int] = mapped_column(Integer)  # candidates.id

@@ -4,20 +4,22 @@ A ranking with tiers T0 > T1 > … yields every (a, b) with a in an earlier tier
 than b. Without aggregation the expansion is one `INSERT … SELECT` self-join of
 `ranking_items`, so millions of pairs are written without leaving the database.
 With aggregation, each prompt's valid rankings are combined in Python (streamed
-a prompt at a time) into a consensus and expanded the same way.
+a prompt at a time) into a consensus and expanded the same way. A build rewrites
+only what changed since the last one (`preflab.db.pairs_update`).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Float, Numeric, and_, case, cast, delete, func, insert, literal, or_, select, true
+from sqlalchemy import Float, Numeric, and_, case, cast, func, insert, literal, or_, select, true
 from sqlalchemy.orm import Session, aliased
 
 from preflab.db.models import Annotator, Comparison, PairBuild, Ranking, RankingItem, RankingStatus
+from preflab.db.pairs_update import excluded_record, mark_and_clear, needs_full
 from preflab.errors import InputError
 
 STRATEGIES = ("all", "adjacent", "best-vs-rest", "best-vs-worst")
@@ -125,6 +127,9 @@ class BuildSummary:
     strategy: str
     aggregate: str
     annotator_kind: str
+    mode: str = "full"  # full | incremental
+    changed: int = 0  # rankings whose pairs came in or went out
+    excluded: dict[str, list[str]] | None = None  # pseudonym -> reasons
 
     def as_dict(self) -> dict:
         return dict(self.__dict__)
@@ -141,32 +146,42 @@ def _check(strategy: str, aggregate: str, annotator_kind: str) -> None:
         raise InputError("majority aggregation votes on every pair; use it with --strategy all")
 
 
-def _valid_rankings(annotator_kind: str):
-    query = select(Ranking.id).join(Annotator, Annotator.id == Ranking.annotator_id).where(
-        Ranking.status == RankingStatus.valid.value)
-    if annotator_kind != "any":
-        query = query.where(Annotator.kind == annotator_kind)
-    return query
+def build_pairs(session: Session, strategy: str = "all", aggregate: str = "none", annotator_kind: str = "any",
+                excluded: Mapping[int, Sequence[str]] | None = None, full: bool = False) -> BuildSummary:
+    """Bring the comparisons up to date with the rankings; the result equals a full rebuild's, row for row.
 
+    Only the rankings that changed since the last build are expanded again; a
+    first build, changed settings (strategy, aggregate, annotator kind, the set of
+    excluded annotators) or `full` rebuild everything. Rankings of gold prompts
+    never become pairs.
 
-def build_pairs(session: Session, strategy: str = "all", aggregate: str = "none",
-                annotator_kind: str = "any") -> BuildSummary:
-    """Replace the comparisons with those of every valid ranking; deterministic."""
+    Args:
+        excluded: annotator id -> reasons: their rankings are left out, and the
+            build records them by pseudonym.
+
+    Raises:
+        InputError: unknown settings, or an excluded annotator that does not exist.
+    """
     _check(strategy, aggregate, annotator_kind)
-    session.execute(delete(Comparison))
-    build = PairBuild(strategy=strategy, aggregate=aggregate, annotator_kind=annotator_kind)
+    left_out = excluded_record(session, excluded)
+    previous = session.scalar(select(PairBuild).order_by(PairBuild.id.desc()).limit(1))
+    full = full or needs_full(previous, strategy, aggregate, annotator_kind, left_out)
+    tail = mark_and_clear(session, aggregate != "none", annotator_kind, sorted(excluded or ()), full)
+    build = PairBuild(strategy=strategy, aggregate=aggregate, annotator_kind=annotator_kind, excluded=left_out,
+                      mode=tail.mode, n_changed=tail.changed)
     session.add(build)
     session.flush()
-    n_rankings = session.scalar(select(func.count()).select_from(_valid_rankings(annotator_kind).subquery()))
-    if aggregate == "none":
-        n_pairs = _insert_expanded(session, build.id, strategy, annotator_kind)
-    else:
-        n_pairs = _insert_aggregated(session, build.id, strategy, aggregate, annotator_kind)
-    build.n_rankings, build.n_pairs = n_rankings, n_pairs
-    return BuildSummary(build.id, n_rankings, n_pairs, strategy, aggregate, annotator_kind)
+    if aggregate == "none" and tail.ranking_from is not None:
+        _insert_expanded(session, build.id, strategy, tail.ranking_from)
+    elif aggregate != "none" and tail.prompt_from is not None:
+        _insert_aggregated(session, build.id, strategy, aggregate, tail.prompt_from)
+    build.n_rankings = session.scalar(select(func.count()).where(Ranking.in_pairs))
+    build.n_pairs = session.scalar(select(func.count()).select_from(Comparison))
+    return BuildSummary(build.id, build.n_rankings, build.n_pairs, strategy, aggregate, annotator_kind, tail.mode,
+                        tail.changed, left_out)
 
 
-def _ranked_items(strategy: str):
+def _ranked_items(strategy: str, ranking_from: int):
     """`ranking_items` as the expansion reads it, with each item's `place` among its ranking's used tiers.
 
     A tier number is the template's position of the tier (Tier 1 and Tier 3 of
@@ -179,12 +194,13 @@ def _ranked_items(strategy: str):
         return items.alias("a"), items.alias("b")
     place = func.dense_rank().over(partition_by=items.c.ranking_id, order_by=items.c.tier) - 1
     ranked = (select(items.c.ranking_id, items.c.candidate_id, items.c.tier, items.c.score, place.label("place"))
-              .where(items.c.tier.is_not(None)).subquery())
+              .where(items.c.tier.is_not(None), items.c.ranking_id >= ranking_from).subquery())
     return ranked.alias("a"), ranked.alias("b")
 
 
-def _insert_expanded(session: Session, build_id: int, strategy: str, annotator_kind: str) -> int:
-    ta, tb = _ranked_items(strategy)
+def _insert_expanded(session: Session, build_id: int, strategy: str, ranking_from: int) -> None:
+    """Write the pairs of the rankings the comparisons hold, from id `ranking_from` on."""
+    ta, tb = _ranked_items(strategy, ranking_from)
     a, b = ta.c, tb.c
     condition = [b.tier > a.tier]
     if strategy == "adjacent":
@@ -205,16 +221,12 @@ def _insert_expanded(session: Session, build_id: int, strategy: str, annotator_k
         .join(Annotator, Annotator.id == Ranking.annotator_id)
         .join(ta, a.ranking_id == Ranking.id)
         .join(tb, and_(b.ranking_id == Ranking.id, *condition))
-        .where(Ranking.status == RankingStatus.valid.value, a.tier.is_not(None), b.tier.is_not(None))
+        .where(Ranking.in_pairs, Ranking.id >= ranking_from, a.tier.is_not(None), b.tier.is_not(None))
         .order_by(Ranking.id, a.tier, b.tier, a.candidate_id, b.candidate_id)
     )
-    if annotator_kind != "any":
-        query = query.where(Annotator.kind == annotator_kind)
     columns = ["build_id", "prompt_id", "chosen_id", "rejected_id", "ranking_id", "annotator_kind", "margin",
                "weight"]
     session.execute(insert(Comparison).from_select(columns, query))
-    # rowcount of INSERT … SELECT is not reported by every driver: count what was written.
-    return session.scalar(select(func.count()).where(Comparison.build_id == build_id))
 
 
 @dataclass
@@ -227,14 +239,20 @@ class RankedView:
     tiers: list[list[int]]
 
 
-def iter_prompt_rankings(session: Session, annotator_kind: str = "any") -> Iterator[tuple[int, list[RankedView]]]:
-    """Stream each prompt's valid rankings, a prompt at a time, in id order."""
+def iter_prompt_rankings(session: Session, annotator_kind: str = "any", *,
+                         in_pairs_from: int | None = None) -> Iterator[tuple[int, list[RankedView]]]:
+    """Stream each prompt's valid rankings, a prompt at a time, in id order.
+
+    With `in_pairs_from`: instead, the rankings the comparisons hold, of prompts from that id on.
+    """
+    chosen = ((Ranking.status == RankingStatus.valid.value) if in_pairs_from is None
+              else and_(Ranking.in_pairs, Ranking.prompt_id >= in_pairs_from))
     query = (
         select(Ranking.prompt_id, Ranking.id, Ranking.annotator_id, Annotator.kind,
                RankingItem.candidate_id, RankingItem.tier)
         .join(Annotator, Annotator.id == Ranking.annotator_id)
         .join(RankingItem, RankingItem.ranking_id == Ranking.id)
-        .where(Ranking.status == RankingStatus.valid.value, RankingItem.tier.is_not(None))
+        .where(chosen, RankingItem.tier.is_not(None))
         .order_by(Ranking.prompt_id, Ranking.id, RankingItem.tier, RankingItem.candidate_id)
         .execution_options(yield_per=INSERT_BATCH)
     )
@@ -273,9 +291,10 @@ def aggregate_prompt(rankings: list[list[list[int]]], strategy: str, aggregate: 
     return [(a, b, scores[a] - scores[b], 1.0) for a, b, _ in expand_tiers(consensus, strategy)]
 
 
-def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate: str, annotator_kind: str) -> int:
-    rows, total = [], 0
-    for prompt_id, views in iter_prompt_rankings(session, annotator_kind):
+def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate: str, prompt_from: int) -> None:
+    """Write the consensus pairs of the prompts from id `prompt_from` on, from the rankings the comparisons hold."""
+    rows = []
+    for prompt_id, views in iter_prompt_rankings(session, in_pairs_from=prompt_from):
         kinds = {v.kind for v in views}
         kind = kinds.pop() if len(kinds) == 1 else "mixed"
         for chosen, rejected, margin, weight in aggregate_prompt([v.tiers for v in views], strategy, aggregate):
@@ -286,12 +305,9 @@ def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate
                          "weight": weight})
         if len(rows) >= INSERT_BATCH:
             session.execute(insert(Comparison), rows)
-            total += len(rows)
             rows = []
     if rows:
         session.execute(insert(Comparison), rows)
-        total += len(rows)
-    return total
 
 
 # --- which comparisons an export keeps, and what they hold -----------------------------------

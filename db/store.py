@@ -4,7 +4,10 @@ Everything here works a batch at a time: one lookup of what exists, one
 `INSERT … ON CONFLICT DO NOTHING` of what is missing, one `SELECT` to read the
 new ids back. Both SQLite and Postgres do this natively, so re-running an import
 never adds a row twice and never fails on a unique constraint, even when two
-importers run at once.
+importers run at once. With `append=True` the missing rows are appended instead
+(COPY on Postgres, with their ids drawn beforehand, so nothing is read back):
+for callers whose transaction is run again when another writer added the same
+row first (`preflab.db.engine.in_transaction`).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from sqlalchemy import Table, select, update
 from sqlalchemy.orm import Session
 
-from preflab.db.bulk import insert_rows, lookup
+from preflab.db.bulk import append_rows, insert_rows, lookup
 from preflab.db.models import Annotator, Candidate, Prompt, RawRecord, RawStatus
 from preflab.errors import NotFound
 
@@ -66,22 +69,28 @@ def _ids(found: dict, created: int, index: int = 0) -> IdMap:
 
 
 def _get_or_create(session: Session, table: Table, rows: dict[Any, dict[str, Any]], key: str,
-                   columns: tuple[str, ...], row_key, conflict: Sequence[str]) -> tuple[dict[Any, tuple], int]:
+                   columns: tuple[str, ...], row_key, conflict: Sequence[str],
+                   append: bool = False) -> tuple[dict[Any, tuple], int]:
     """Look up `rows` (keyed by their natural key) by the `key` column, insert the missing
     ones (skipping any a concurrent writer added), read their ids back.
 
+    With `append`, the missing rows are appended (`bulk.append_rows`) and not read back.
     Returns (natural key -> the looked-up row, number of rows this call created).
     """
     wanted = {row[key] for row in rows.values()}
     found = {row_key(r): r for r in lookup(session, table, columns, key, wanted)}
-    missing = [row for k, row in rows.items() if k not in found]
-    if missing:
+    new_keys = [k for k in rows if k not in found]
+    missing = [rows[k] for k in new_keys]
+    if missing and append:
+        for rid, k in zip(append_rows(session, table, missing), new_keys):
+            found[k] = (rid, *(rows[k][c] for c in columns[1:]))
+    elif missing:
         insert_rows(session, table, missing, conflict)
         found.update({row_key(r): r for r in lookup(session, table, columns, key, {row[key] for row in missing})})
     return {k: found[k] for k in rows}, len(missing)
 
 
-def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]]) -> IdMap:
+def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]], append: bool = False) -> IdMap:
     """Get or create prompts keyed by content hash; returns hash -> id (`.created`: how many are new).
 
     `prompts` maps hash -> column values (text, source, reference). An existing
@@ -93,7 +102,7 @@ def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]]) -> IdMa
     rows = {h: {"content_hash": h, "text": v["text"], **{c: v.get(c) for c in optional}}
             for h, v in prompts.items()}
     found, created = _get_or_create(session, Prompt.__table__, rows, "content_hash",
-                                    ("id", "content_hash", "reference"), itemgetter(1), ["content_hash"])
+                                    ("id", "content_hash", "reference"), itemgetter(1), ["content_hash"], append)
     missing_reference = [{"id": r[0], "reference": rows[h]["reference"]}
                          for h, r in found.items() if r[2] is None and rows[h]["reference"]]
     if missing_reference:
@@ -101,7 +110,8 @@ def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]]) -> IdMa
     return _ids(found, created)
 
 
-def ensure_candidates(session: Session, candidates: dict[tuple[int, str], dict[str, Any]]) -> IdMap:
+def ensure_candidates(session: Session, candidates: dict[tuple[int, str], dict[str, Any]],
+                      append: bool = False) -> IdMap:
     """Get or create candidates keyed by (prompt id, content hash); returns key -> id (`.created`: new ones).
 
     Each value holds the candidate's columns: text, and optionally model,
@@ -114,7 +124,7 @@ def ensure_candidates(session: Session, candidates: dict[tuple[int, str], dict[s
             for (pid, h), v in candidates.items()}
     found, created = _get_or_create(session, Candidate.__table__, rows, "prompt_id",
                                     ("id", "prompt_id", "content_hash"), itemgetter(1, 2),
-                                    ["prompt_id", "content_hash"])
+                                    ["prompt_id", "content_hash"], append)
     return _ids(found, created)
 
 
@@ -148,18 +158,21 @@ class RawMap(dict):
 
 def _raw_row(source: str, origin: str | None, locator: str, payload: str | bytes, digest: str) -> dict[str, Any]:
     text, data = (payload, None) if isinstance(payload, str) else (shown_payload(payload), payload)
+    # Cut to the columns' widths: a locator or origin only points to where the payload came from.
+    origin, locator = (origin[-500:] if origin else origin), (locator[:200] if locator else locator)
     return {"source": source, "origin": origin, "locator": locator, "payload": text, "payload_bytes": data,
             "payload_hash": digest, "status": RawStatus.ok.value}
 
 
 def store_raw(session: Session, source: str, origin: str | None,
-              payloads: Sequence[tuple[str, str | bytes] | tuple[str, str | bytes, str]]) -> RawMap:
+              payloads: Sequence[tuple[str, str | bytes] | tuple[str, str | bytes, str]], append: bool = False) -> RawMap:
     """Store payloads as received, before parsing; returns payload hash -> (id, status).
 
     `payloads` holds (locator, payload) or (locator, payload, hash): text, or bytes
     where text cannot hold what was received (kept exactly, in `payload_bytes`);
     the hash is given where the payload is only the start of what was received.
     A payload stored before keeps its row (and its status): storing is idempotent.
+    `append`: the new rows are appended (see the module's docstring).
     """
     rows = {}
     for locator, payload, *given in payloads:
@@ -174,7 +187,10 @@ def store_raw(session: Session, source: str, origin: str | None,
         if src == source:
             found[h] = (rid, status)
     missing = [row for h, row in rows.items() if h not in found]
-    if missing:
+    if missing and append:
+        found.update({row["payload_hash"]: (rid, row["status"])
+                      for rid, row in zip(append_rows(session, RawRecord.__table__, missing), missing)})
+    elif missing:
         insert_rows(session, RawRecord.__table__, missing, ["source", "payload_hash"])
         for rid, h, status, src in lookup(session, RawRecord.__table__, columns, "payload_hash",
                                           [row["payload_hash"] for row in missing]):

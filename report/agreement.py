@@ -213,7 +213,10 @@ def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any]
     by_pair: dict[int, Tally] = defaultdict(Tally)
     spots: list[tuple[float, int, int]] = []  # (disagreement, shared pairs, prompt): the worst HOT_SPOTS
     prompts_compared = 0
+    quality = annotator_tally(session)
     for block in item_blocks(session):
+        if quality is not None:  # the annotator table reads the same blocks: no second pass over the items
+            quality.add(block)
         tallies, prompts, counts = compare_block(block)
         for key, tally in tallies.items():
             by_pair[key].add(tally)
@@ -225,8 +228,9 @@ def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any]
                     item = (d / s, int(s), pid)
                     (heapq.heappush if len(spots) < HOT_SPOTS else heapq.heappushpop)(spots, item)
         prompts_compared += _prompts_with_two_annotators(block)
+    annotators = annotator_table(quality)
     if not by_pair:
-        return None
+        return {"categories": None, "heatmap": None, "hot_spots": [], "annotators": annotators} if annotators else None
     people = _annotators(session)
     categories = {name: Tally() for name in CATEGORIES}
     pairs = {}
@@ -241,7 +245,27 @@ def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any]
         "categories": table,
         "heatmap": heatmap(people, pairs),
         "hot_spots": [] if no_text else hot_spots(session, sorted(spots, reverse=True)),
+        "annotators": annotators,
     }
+
+
+def annotator_tally(session: Session):
+    """A `QualityTally` to feed the item blocks to; None without gold answers or two people to measure."""
+    from preflab.db.quality import QualityTally, quality_exists
+
+    return QualityTally(session) if quality_exists(session) else None
+
+
+def annotator_table(tally) -> dict[str, Any] | None:
+    """`preflab annotators` with its default thresholds, by pseudonym (pseudonyms only)."""
+    from dataclasses import asdict
+
+    from preflab.db.quality import QualityConfig
+
+    if tally is None or not tally.people:
+        return None
+    rows = [q.as_dict() for q in tally.result()]
+    return {"rows": rows, "flagged": sum(bool(r["flags"]) for r in rows), "thresholds": asdict(QualityConfig())}
 
 
 def _prompts_with_two_annotators(block: np.ndarray) -> int:

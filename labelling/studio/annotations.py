@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from preflab.console import plural
 from preflab.db.agreement import same_as_shown_text
-from preflab.db.bulk import insert_rows, lookup
+from preflab.db.bulk import append_rows, lookup
 from preflab.db.ingest import Invalid
 from preflab.db.models import AnnotatorKind, Ranking, RankingItem, RankingStatus, RawRecord, utcnow
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates, ensure_prompts, \
@@ -107,6 +107,14 @@ def _annotator(annotation: dict, users: dict[int, str]) -> tuple[tuple[str, str]
     if not isinstance(name, str) or "\x00" in name or len(name) > 300:
         raise Invalid("the annotator's email is not text the database can store (a NUL, or over 300 characters)")
     return (AnnotatorKind.human.value, name), who
+
+
+def _lead_time(annotation: dict) -> float | None:
+    """Seconds Label Studio says the annotator spent (`lead_time`); None when absent or not a sane number."""
+    value = annotation.get("lead_time")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if 0 <= value < 1e9 else None  # NaN and infinities fail the comparison
 
 
 LONE_SURROGATE = "holds a lone UTF-16 surrogate (a \\udXXX escape on its own), which is not text"
@@ -229,8 +237,10 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
     fresh_tasks = [r.decoded() for h, r in by_hash.items() if h not in known]
     if not fresh_tasks:
         return summary
+    # Appended (COPY on Postgres): a race with another writer fails the transaction, which the
+    # caller runs again (`in_transaction`), and so below.
     store_raw(session, TASK_SOURCE, origin, [(f"task {r.decoded().get('id')}", r.text)
-                                             for h, r in by_hash.items() if h not in known])
+                                             for h, r in by_hash.items() if h not in known], append=True)
 
     pending: list[tuple[dict, dict, str, str]] = []
     for task in fresh_tasks:
@@ -248,7 +258,8 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
     fresh = {h: v for h, v in hashes.items() if h not in known}
     if not fresh:
         return summary
-    raw = store_raw(session, SOURCE, origin, [(locator, text) for _, _, locator, text in fresh.values()])
+    raw = store_raw(session, SOURCE, origin, [(locator, text) for _, _, locator, text in fresh.values()],
+                    append=True)
 
     entries: list[_Entry] = []
     reasons: dict[int, str] = {}
@@ -333,13 +344,13 @@ def _write_rankings(session: Session, project: ProjectInfo, entries: list[_Entry
                     previous: dict[int, tuple[int, int, str]], summary: SyncSummary) -> list[int]:
     """Insert the rankings of parsed annotations; returns the ids of the versions they supersede."""
     prompt_ids = ensure_prompts(session, {content_hash(e.items.prompt): {"text": e.items.prompt, "source": SOURCE}
-                                          for e in entries})
+                                          for e in entries}, append=True)
     candidates = {}
     for e in entries:
         pid = prompt_ids[content_hash(e.items.prompt)]
         for text in e.items.texts:
             candidates.setdefault((pid, content_hash(text)), {"text": text})
-    candidate_ids = ensure_candidates(session, candidates)
+    candidate_ids = ensure_candidates(session, candidates, append=True)
     annotator_ids = ensure_annotators(session, {e.annotator: {"ls_user_id": e.ls_user_id} for e in entries})
 
     stored = _stored_tiers(session, [previous[e.annotation_id][0] for e in entries if e.annotation_id in previous])
@@ -370,19 +381,14 @@ def _write_rankings(session: Session, project: ProjectInfo, entries: list[_Entry
             "external_id": f"{project.id}:{e.annotation_id}", "version": version, "status": status,
             "n_tiers": len(tiers), "same_as_shown": flag, "raw_record_id": e.raw_id,
             "ls_project_id": project.id, "ls_task_id": e.task.get("id"), "ls_annotation_id": e.annotation_id,
+            "lead_time": _lead_time(e.annotation),
         })
         tier_of = {cid: position for position, tier in zip(positions, tiers) for cid in tier}
         items_per_row.append([{"candidate_id": cid, "tier": tier_of.get(cid), "shown_position": pos}
                               for pos, cid in enumerate(cid_of[i] for i in e.items.ids)])
     if not rows:
         return superseded
-    insert_rows(session, Ranking.__table__, rows)
-    ids = {}
-    for part in chunks([r["ls_annotation_id"] for r in rows], 500):
-        ids.update({(aid, v): rid for rid, aid, v in session.execute(
-            select(Ranking.id, Ranking.ls_annotation_id, Ranking.version)
-            .where(Ranking.ls_project_id == project.id, Ranking.ls_annotation_id.in_(part)))})
-    insert_rows(session, RankingItem.__table__, [
-        dict(item, ranking_id=ids[(row["ls_annotation_id"], row["version"])])
-        for row, items in zip(rows, items_per_row) for item in items])
+    ids = append_rows(session, Ranking.__table__, rows)
+    append_rows(session, RankingItem.__table__,
+                [dict(item, ranking_id=rid) for rid, items in zip(ids, items_per_row) for item in items], new_ids=False)
     return superseded

@@ -156,13 +156,18 @@ def consistent(url: str) -> dict[str, int]:
 
 
 def pairs_consistent(url: str) -> int:
-    """The comparisons are exactly those of the newest build, and that build's counts describe them."""
+    """The comparisons are exactly those the newest build leaves, and that build's counts describe them."""
     builds = counts(url, (PairBuild, Comparison))
     assert builds["pair_builds"] >= 1
     [(latest, n_rankings, n_pairs)] = rows(url, "SELECT id, n_rankings, n_pairs FROM pair_builds "
                                                 "ORDER BY id DESC LIMIT 1")
     assert builds["comparisons"] == n_pairs
-    assert scalar(url, f"SELECT count(*) FROM comparisons WHERE build_id <> {int(latest)}") == 0
+    # Incremental builds keep unchanged rankings' pairs: every pair is of a ranking the
+    # comparisons hold (rankings.in_pairs), written by the newest build or an earlier one.
+    assert scalar(url, f"SELECT count(*) FROM comparisons WHERE build_id > {int(latest)}") == 0
+    assert scalar(url, "SELECT count(*) FROM comparisons WHERE ranking_id NOT IN "
+                       "(SELECT id FROM rankings WHERE in_pairs)") == 0
+    assert scalar(url, "SELECT count(*) FROM rankings WHERE in_pairs") == n_rankings
     assert scalar(url, "SELECT count(DISTINCT ranking_id) FROM comparisons") == n_rankings
     # each ranking of the files above yields 2 pairs ([[0], [1, 2]]) or 3 ([[2], [0], [1]])
     assert scalar(url, "SELECT count(*) FROM (SELECT ranking_id FROM comparisons GROUP BY ranking_id "

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from preflab.db.models import Annotator, Candidate, Prompt
+from preflab.db.models import Annotator, Candidate, Prompt, Ranking
 from tests.labelling.browser import browser_page
 from tests.labelling.ls_fixtures import ARTIFACTS
 from tests.report.store import (  # noqa: F401 (fixtures)
@@ -45,6 +45,9 @@ def test_the_page_opens_offline_in_chromium_with_every_section_and_chart(page):
         for section in SECTIONS:
             assert tab.locator(f"section#{section} h2").is_visible(), section
             assert tab.locator(f"nav a[href='#{section}']").count() == 1
+        people = tab.locator("section#agreement table.annotators tbody tr")  # the people, by pseudonym
+        assert people.count() == len(report["agreement"]["annotators"]["rows"]) >= 3
+        assert all(name.startswith("human-") for name in people.locator("td.id").all_inner_texts())
         charts = tab.eval_on_selector_all(
             "figure.chart svg, figure.chart img",
             "els => els.map(e => e.tagName.toLowerCase() === 'img' ? {drawn: e.naturalWidth, width: e.width} :"
@@ -76,6 +79,13 @@ def test_every_section_reads_what_the_store_holds(page, full_store):  # noqa: F8
     heatmap = report["agreement"]["heatmap"]
     assert set(heatmap["kinds"]) == {"human", "ai"} and all(label.startswith(("human-", "ai-"))
                                                            for label in heatmap["labels"])
+    # Several people: the annotator table, one row per person by pseudonym (no judge), as `preflab annotators`.
+    with full_store.sessions.begin() as session:
+        people = set(session.scalars(select(Annotator.pseudonym).join(Ranking, Ranking.annotator_id == Annotator.id)
+                                     .where(Annotator.kind == "human", Ranking.status == "valid")))
+    table = report["agreement"]["annotators"]
+    assert {r["annotator"] for r in table["rows"]} == people and len(people) >= 3
+    assert sum(r["consensus_rankings"] > 0 for r in table["rows"]) >= 3  # the sample's three people share prompts
     # The loop's reward-model judge, checked against the simulated person who ranked its iteration.
     judge = next(j for j in report["judges"] if j["human_shared_pairs"])
     assert judge["kind"] == "reward-model" and judge["human_agreement"] > 0.6

@@ -1,0 +1,329 @@
+"""Active selection: which prompts people should rank next.
+
+Four strategies, each returning the chosen prompts with a score and the reason:
+
+- `random`: a seeded sample (every prompt equally likely).
+- `disagreement`: the AI judges (and, given one, the reward model) rank the
+  prompt's candidates most differently: 1 − mean Kendall tau-b over every pair
+  of rankings, halved, so 0 is full agreement and 1 is reversed orders.
+- `uncertainty`: with one reward model, its score gaps between the candidates are
+  smallest (the mean Bradley–Terry entropy of the candidate pairs, in bits); with
+  an ensemble, the members' score gaps vary most (their mean standard deviation).
+- `diversity`: a greedy D-optimal pick on the reward model's last-layer features.
+  A ranking of candidates with features φ teaches a Bradley–Terry head about the
+  pair differences φᵢ − φⱼ, weighted by p(1 − p) (the head's Fisher information);
+  each pick adds the most log-determinant to the information gathered so far, so
+  the batch spreads over directions the labelled data has not covered.
+
+The pickers (`pick_*`) work on plain numbers, so a simulation can drive them
+(`bench/bench_active.py`); `select_prompts` gathers those numbers from the store
+and the reward model(s) for `preflab ls push --select`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from preflab.console import SILENT, Reporter
+from preflab.db.agreement import compare_rankings
+from preflab.db.models import Annotator, Ranking, RankingStatus
+from preflab.db.pairs import iter_prompt_rankings
+from preflab.errors import ConfigError, InputError
+from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
+
+STRATEGIES = ("random", "disagreement", "uncertainty", "diversity")
+NEEDS_REWARD_MODEL = ("uncertainty", "diversity")
+Tiers = list[list[int]]
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One chosen prompt: its score under the strategy (higher: more worth ranking) and why."""
+
+    prompt_id: int
+    score: float
+    reason: str
+
+    def record(self, strategy: str) -> dict:
+        """What `ls_tasks.selection` stores for the task made from this prompt."""
+        return {"strategy": strategy, "score": round(self.score, 6), "reason": self.reason}
+
+
+@dataclass
+class SelectConfig:
+    """How `ls push --select` chooses the prompts people rank next."""
+
+    select: str | None = field(default=None, metadata={
+        "help": "Choose the prompts to push by a strategy (with --limit K: the K best): random, disagreement "
+                "(AI judges rank most differently), uncertainty (reward-model score gaps smallest, or an "
+                "ensemble varies most), diversity (greedy D-optimal on the reward model's last-layer features).",
+        "choices": STRATEGIES})
+    reward_model: str | None = field(default=None, metadata={
+        "help": "Reward model for --select uncertainty/diversity (and a voice in disagreement): a model version, "
+                "path or hub id; several, comma-separated, make an ensemble."})
+    select_batch_size: int = field(default=8, metadata={"help": "Responses the reward model scores per forward pass."})
+
+    def __post_init__(self) -> None:
+        if self.select is not None and self.select not in STRATEGIES:
+            raise ConfigError(f"--select must be one of {', '.join(STRATEGIES)}, got {self.select!r}")
+        if self.select in NEEDS_REWARD_MODEL and not self.reward_models:
+            raise ConfigError(f"--select {self.select} needs --reward-model")
+        if self.select == "diversity" and len(self.reward_models) > 1:
+            raise ConfigError("--select diversity takes one --reward-model (its last-layer features)")
+        if self.select_batch_size < 1:
+            raise ConfigError("--select-batch-size must be at least 1")
+
+    @property
+    def reward_models(self) -> list[str]:
+        return [name.strip() for name in (self.reward_model or "").split(",") if name.strip()]
+
+
+def _top(scored: list[Choice], k: int) -> list[Choice]:
+    # Ties go to the lower prompt id, so a selection is reproducible.
+    return sorted(scored, key=lambda c: (-c.score, c.prompt_id))[:k]
+
+
+def pick_random(prompt_ids: Sequence[int], k: int, seed: int = 0) -> list[Choice]:
+    """K prompts drawn uniformly without replacement, seeded."""
+    chosen = random.Random(seed).sample(sorted(prompt_ids), min(k, len(prompt_ids)))
+    return [Choice(pid, 1.0 / len(prompt_ids), f"random draw (seed {seed})") for pid in chosen]
+
+
+def pick_disagreement(rankings: Mapping[int, Sequence[Tiers]], k: int) -> list[Choice]:
+    """The K prompts whose rankings (tiers of candidate ids, best first) disagree most.
+
+    Prompts with fewer than two rankings that share two ranked candidates have no score and are not chosen.
+    """
+    scored = []
+    for pid, views in rankings.items():
+        taus = [tau for a, b in combinations(views, 2) if (tau := compare_rankings(a, b)[2]) is not None]
+        if taus:
+            mean = sum(taus) / len(taus)
+            scored.append(Choice(pid, (1 - mean) / 2, f"{len(views)} rankings agree at mean Kendall tau-b {mean:.3f}"))
+    return _top(scored, k)
+
+
+def ranking_from_scores(candidate_ids: Sequence[int], scores: Sequence[float]) -> Tiers:
+    """Tiers, best first, from a scorer's scores (equal scores share a tier)."""
+    tiers: dict[float, list[int]] = {}
+    for cid, s in sorted(zip(candidate_ids, scores), key=lambda cs: (-cs[1], cs[0])):
+        tiers.setdefault(s, []).append(cid)
+    return list(tiers.values())
+
+
+def _entropy_bits(gap: float) -> float:
+    p = 1.0 / (1.0 + math.exp(-abs(gap)))
+    return 0.0 if p >= 1.0 else -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+
+
+def uncertainty_score(members: Sequence[Sequence[float]]) -> tuple[float, str]:
+    """(score, reason) of one prompt from its candidates' scores by each ensemble member."""
+    n = len(members[0])
+    pairs = list(combinations(range(n), 2))
+    if len(members) == 1:
+        gaps = [abs(members[0][i] - members[0][j]) for i, j in pairs]
+        score = sum(map(_entropy_bits, gaps)) / len(pairs)
+        return score, f"reward-model score gaps as small as {min(gaps):.4f} (mean pair entropy {score:.3f} bits)"
+    spreads = []
+    for i, j in pairs:
+        diffs = [m[i] - m[j] for m in members]
+        mean = sum(diffs) / len(diffs)
+        spreads.append(math.sqrt(sum((d - mean) ** 2 for d in diffs) / (len(diffs) - 1)))
+    score = sum(spreads) / len(spreads)
+    return score, f"{len(members)} reward models' score gaps vary by {score:.4f} (mean std over candidate pairs)"
+
+
+def pick_uncertainty(scores: Mapping[int, Sequence[Sequence[float]]], k: int) -> list[Choice]:
+    """The K prompts the reward model (or ensemble) is least sure how to order.
+
+    Args:
+        scores: prompt id -> one list per ensemble member of its candidates' scores.
+    """
+    scored = []
+    for pid, members in scores.items():
+        if len(members[0]) >= 2:
+            scored.append(Choice(pid, *uncertainty_score(members)))
+    return _top(scored, k)
+
+
+def _pair_rows(features, scores):
+    """Pair differences √w·(φᵢ − φⱼ) of one prompt, w = p(1 − p) under the scores (1 without)."""
+    import numpy as np
+
+    rows = []
+    for i, j in combinations(range(len(features)), 2):
+        w = 1.0
+        if scores is not None:
+            p = 1.0 / (1.0 + math.exp(-abs(scores[i] - scores[j])))
+            w = p * (1 - p)
+        rows.append(math.sqrt(w) * (features[i] - features[j]))
+    return np.asarray(rows, dtype=np.float64)
+
+
+def pick_diversity(features: Mapping[int, object], k: int, *, scores: Mapping[int, Sequence[float]] | None = None,
+                   labelled: Mapping[int, object] | None = None, ridge: float = 1.0,
+                   max_dim: int = 64) -> list[Choice]:
+    """Greedy D-optimal: K prompts that add most to log det of the last-layer information.
+
+    Args:
+        features: prompt id -> its candidates' last-layer features (n × d).
+        scores: prompt id -> its candidates' reward-model scores; weights each pair by p(1 − p).
+        labelled: prompt id -> features of a prompt already ranked: the information the batch starts from.
+        ridge: the prior information (ridge · I) before anything is ranked.
+        max_dim: wider features are projected on their top principal pair directions first.
+    """
+    import numpy as np
+
+    def pair_rows(pid, table):
+        return _pair_rows(np.asarray(table[pid], dtype=np.float64), None if scores is None else scores[pid])
+
+    ids = [pid for pid in features if len(features[pid]) >= 2]
+    rows = {pid: pair_rows(pid, features) for pid in ids}
+    known = [pair_rows(pid, labelled) for pid in (labelled or {}) if len(labelled[pid]) >= 2]
+    if not ids:
+        return []
+    width = next(iter(rows.values())).shape[1]
+    if width > max_dim:  # log det in a few hundred dimensions is slow and mostly noise
+        stacked = np.concatenate(list(rows.values()) + known)
+        basis = np.linalg.svd(stacked[:: max(1, len(stacked) // 20000)], full_matrices=False)[2][:max_dim].T
+        rows = {pid: r @ basis for pid, r in rows.items()}
+        known = [r @ basis for r in known]
+        width = max_dim
+    info = ridge * np.eye(width) + sum((r.T @ r for r in known), np.zeros((width, width)))
+
+    def gain(pid: int, inverse) -> float:
+        r = rows[pid]
+        return float(np.linalg.slogdet(np.eye(len(r)) + r @ inverse @ r.T)[1])
+
+    inverse = np.linalg.inv(info)
+    # Log det is submodular, so a gain only shrinks as picks are made: the lazy greedy
+    # re-scores only the head of the queue, with the same picks as the plain greedy.
+    queue = [(-gain(pid, inverse), pid) for pid in ids]
+    heapq.heapify(queue)
+    chosen: list[Choice] = []
+    fresh = set(ids)
+    while queue and len(chosen) < k:
+        stale, pid = heapq.heappop(queue)
+        if pid not in fresh:
+            heapq.heappush(queue, (-gain(pid, inverse), pid))
+            fresh.add(pid)
+            continue
+        value = -stale
+        chosen.append(Choice(pid, value, f"adds {value:.4f} nats to log det of the reward model's "
+                                         f"last-layer information (pick {len(chosen) + 1})"))
+        info = info + rows[pid].T @ rows[pid]
+        inverse = np.linalg.inv(info)
+        fresh = set()
+    return chosen
+
+
+# --- from the store -------------------------------------------------------------------------
+
+
+def last_layer_features(model, tokenizer, prompts: Sequence[str], responses: Sequence[str],
+                        batch_size: int = 8) -> list[list[float]]:
+    """The hidden state the reward model's scoring head reads (last token, last layer) per response."""
+    import torch
+
+    from preflab.training.models.scoring import pad_id, sequence_ids
+
+    rows = [sequence_ids(tokenizer, p, r) for p, r in zip(prompts, responses)]
+    out: list[list[float]] = [[] for _ in rows]
+    device = next(model.parameters()).device
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start:start + batch_size]
+            width = max(map(len, batch))
+            ids = torch.full((len(batch), width), pad_id(tokenizer), dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for i, row in enumerate(batch):  # right padding, as scoring pads
+                ids[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
+            hidden = model(input_ids=ids.to(device), attention_mask=mask.to(device),
+                           output_hidden_states=True).hidden_states[-1]
+            for i, row in enumerate(batch):
+                out[start + i] = hidden[i, len(row) - 1].float().cpu().tolist()
+    return out
+
+
+def _judge_rankings(session: Session, wanted: set[int]) -> dict[int, list[Tiers]]:
+    return {pid: [v.tiers for v in views] for pid, views in iter_prompt_rankings(session, annotator_kind="ai")
+            if pid in wanted}
+
+
+def _human_ranked(session: Session) -> set[int]:
+    return set(session.scalars(select(Ranking.prompt_id).join(Annotator, Annotator.id == Ranking.annotator_id)
+                               .where(Annotator.kind == "human", Ranking.status == RankingStatus.valid.value)
+                               .distinct()))
+
+
+def select_prompts(sessions: sessionmaker[Session], among: Sequence[int], config: SelectConfig, k: int, *,
+                   seed: int = 0, reporter: Reporter = SILENT) -> list[Choice]:
+    """The K prompts of `among` that `config.select` chooses, best first, with score and reason.
+
+    Reads the store in short transactions; the reward models are loaded and run
+    outside them. `diversity` counts the prompts people have ranked already as
+    information it starts from.
+
+    Raises:
+        InputError: the strategy has nothing to score (no AI rankings to compare, no candidates).
+    """
+    strategy = config.select or "random"
+    if strategy == "random":
+        return pick_random(among, k, seed)
+    wanted = set(among)
+    with sessions.begin() as session:
+        items: list[PromptCandidates] = prompts_with_candidates(session, sorted(wanted), min_candidates=2)
+        judged = _judge_rankings(session, wanted) if strategy == "disagreement" else {}
+        ranked = sorted(_human_ranked(session) - wanted) if strategy == "diversity" else []
+        context = prompts_with_candidates(session, ranked, min_candidates=2) if ranked else []
+    if not items:
+        raise InputError("none of the prompts to choose from has two or more candidates")
+    members = [_run_reward_model(sessions, name, items + context, strategy, config, reporter)
+               for name in config.reward_models]
+    if strategy == "disagreement":
+        for scores, _ in members:
+            for item in items:
+                judged.setdefault(item.prompt_id, []).append(ranking_from_scores(item.candidate_ids,
+                                                                                 scores[item.prompt_id]))
+        if not any(len(v) >= 2 for v in judged.values()):
+            raise InputError("no prompt to choose from has two AI rankings to compare; run two judges "
+                             "(`preflab judge …`) or give --reward-model")
+        return pick_disagreement(judged, k)
+    if strategy == "uncertainty":
+        return pick_uncertainty({item.prompt_id: [scores[item.prompt_id] for scores, _ in members]
+                                 for item in items}, k)
+    scores, features = members[0]
+    return pick_diversity({item.prompt_id: features[item.prompt_id] for item in items}, k, scores=scores,
+                          labelled={item.prompt_id: features[item.prompt_id] for item in context})
+
+
+def _run_reward_model(sessions, name: str, items: list[PromptCandidates], strategy: str, config: SelectConfig,
+                      reporter: Reporter):
+    """(scores, features) of every candidate, by prompt id; features only for `diversity`."""
+    from preflab.training.models.names import load_named_model
+    from preflab.training.models.scoring import reward_scores
+
+    named = load_named_model(sessions, name, record=False, scorer=True)
+    prompts = [item.prompt for item in items for _ in item.texts]
+    responses = [text for item in items for text in item.texts]
+    reporter.note(f"scoring {len(responses):,} candidates with {named.label}")
+    flat = reward_scores(named.model, named.tokenizer, prompts, responses, config.select_batch_size)
+    embedded = (last_layer_features(named.model, named.tokenizer, prompts, responses, config.select_batch_size)
+                if strategy == "diversity" else None)
+    scores, features, at = {}, {}, 0
+    for item in items:
+        n = len(item.texts)
+        scores[item.prompt_id] = flat[at:at + n]
+        if embedded is not None:
+            features[item.prompt_id] = embedded[at:at + n]
+        at += n
+    return scores, features
