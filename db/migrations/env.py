@@ -13,12 +13,27 @@ if engine is None:  # plain `alembic` invocation: PREFLAB_DATABASE_URL or the de
     engine = make_engine(Settings.resolve().database_url)
 
 with engine.connect() as connection:
-    context.configure(
-        connection=connection,
-        target_metadata=Base.metadata,
-        render_as_batch=True,
-        compare_type=True,
-    )
-    with context.begin_transaction():
-        context.run_migrations()
-    connection.commit()
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        # A batch migration may recreate a table (copy, drop, rename). With foreign keys on,
+        # dropping the old table would cascade-delete every row that references it, so they
+        # are off while migrating, and checked before the migration commits.
+        connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
+    try:
+        context.configure(
+            connection=connection,
+            target_metadata=Base.metadata,
+            render_as_batch=True,
+            compare_type=True,
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+            if sqlite:
+                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"the migration left {len(broken)} rows whose foreign keys point nowhere, "
+                                       f"first {broken[0]}; it was rolled back")
+        connection.commit()
+    finally:
+        if sqlite:
+            connection.exec_driver_sql("PRAGMA foreign_keys=ON")

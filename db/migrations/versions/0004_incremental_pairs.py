@@ -18,8 +18,10 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # A constant default (not an expression) lets SQLite add the column in place, without
+    # recreating `rankings` (whose items reference it) and copying every row.
     with op.batch_alter_table('rankings', schema=None) as batch_op:
-        batch_op.add_column(sa.Column('in_pairs', sa.Boolean(), server_default=sa.false(), nullable=False))
+        batch_op.add_column(sa.Column('in_pairs', sa.Boolean(), server_default='0', nullable=False))
     with op.batch_alter_table('pair_builds', schema=None) as batch_op:
         batch_op.add_column(sa.Column('mode', sa.String(length=12), nullable=True))
         batch_op.add_column(sa.Column('n_changed', sa.Integer(), nullable=True))
