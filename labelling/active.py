@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.db.agreement import compare_rankings
 from preflab.db.models import Annotator, Ranking, RankingStatus
-from preflab.db.pairs import iter_prompt_rankings
+from preflab.db.pairs import iter_prompt_rankings, tiers_from_scores
 from preflab.errors import ConfigError, InputError
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 
@@ -112,11 +112,8 @@ def pick_disagreement(rankings: Mapping[int, Sequence[Tiers]], k: int) -> list[C
 
 
 def ranking_from_scores(candidate_ids: Sequence[int], scores: Sequence[float]) -> Tiers:
-    """Tiers, best first, from a scorer's scores (equal scores share a tier)."""
-    tiers: dict[float, list[int]] = {}
-    for cid, s in sorted(zip(candidate_ids, scores), key=lambda cs: (-cs[1], cs[0])):
-        tiers.setdefault(s, []).append(cid)
-    return list(tiers.values())
+    """Tiers, best first, from a scorer's scores (exactly equal scores share a tier)."""
+    return tiers_from_scores(dict(zip(candidate_ids, scores)), tolerance=0.0)
 
 
 def _entropy_bits(gap: float) -> float:

@@ -71,6 +71,14 @@ def load_splits(version_path: str):
     return dataset
 
 
+def run_test_split(data_dir: str):
+    """The held-out split of a run's copy of its dataset version, or None when it has none."""
+    from datasets import load_from_disk
+
+    splits = load_from_disk(data_dir)
+    return splits["test"] if "test" in splits else None
+
+
 def group_by_prompt(split):
     """One row per prompt: its distinct responses and every comparison among them.
 

@@ -72,10 +72,9 @@ def train_dpo(sessions: sessionmaker[Session] | None, config: DPOTrainConfig, mo
     train = policy_train_step(build_dpo_trainer, callbacks, reporter)
 
     def evaluate(plan: RunPlan, config: DPOTrainConfig) -> dict[str, Any]:
-        from datasets import load_from_disk
+        from preflab.training.data import run_test_split
 
-        splits = load_from_disk(plan.data_dir)
-        return evaluate_policy_on_pairs(plan.model_dir, plan.model_path, splits["test"] if "test" in splits else None,
+        return evaluate_policy_on_pairs(plan.model_dir, plan.model_path, run_test_split(plan.data_dir),
                                         config.beta, config.per_device_eval_batch_size)
 
     return execute("dpo", config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate,

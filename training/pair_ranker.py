@@ -166,10 +166,8 @@ def train_pair_ranker(sessions: sessionmaker[Session] | None, config: PairRanker
         return training_summary(trainer, output)
 
     def evaluate(plan: RunPlan, config: PairRankerTrainConfig) -> dict[str, Any]:
-        from datasets import load_from_disk
+        from preflab.training.data import run_test_split
 
-        splits = load_from_disk(plan.data_dir)
-        return evaluate_pair_ranker(plan.model_dir, splits["test"] if "test" in splits else None,
-                                    config.per_device_eval_batch_size)
+        return evaluate_pair_ranker(plan.model_dir, run_test_split(plan.data_dir), config.per_device_eval_batch_size)
 
     return execute(KIND, config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate, reporter)

@@ -80,11 +80,9 @@ def train_reward(sessions: sessionmaker[Session] | None, config: RewardTrainConf
         return training_summary(trainer, output)
 
     def evaluate(plan: RunPlan, config: RewardTrainConfig) -> dict[str, Any]:
-        from datasets import load_from_disk
+        from preflab.training.data import run_test_split
 
-        splits = load_from_disk(plan.data_dir)
-        return evaluate_reward_model(plan.model_dir, splits["test"] if "test" in splits else None,
-                                     config.per_device_eval_batch_size)
+        return evaluate_reward_model(plan.model_dir, run_test_split(plan.data_dir), config.per_device_eval_batch_size)
 
     kind = "reward-grouped" if config.grouped else "reward"
     return execute(kind, config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate,

@@ -150,10 +150,8 @@ def mix_gold(session: Session, project: ProjectInfo, planned: list[PlannedTask],
 
     Enough gold tasks are added that about `rate` of the project's tasks (those
     there and those planned) are gold, as far as the gold prompts not yet in the
-    project allow.
+    project allow. `rate` is in [0, 1): `push_tasks` checks it before anything is stored.
     """
-    if not 0 <= rate < 1:
-        raise InputError(f"--gold-rate must be at least 0 and below 1, not {rate}")
     golden = gold_prompt_ids(session)
     if not golden:
         raise InputError("no gold answers are stored: give them with --gold FILE")
