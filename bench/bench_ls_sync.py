@@ -1,7 +1,7 @@
 """Label Studio sync from an export file: preflab's streamed, batched path against a naive baseline.
 
 Usage: python bench/bench_ls_sync.py [--tasks 10000] [--annotations-per-task 2]
-                                     [--baseline-tasks 2000] [--database sqlite|postgres]
+                                     [--baseline-tasks 2000] [--database sqlite|postgres|both] [--repeat 1]
 
 A Label Studio JSON export of N annotated tasks (4–6 candidates each, the
 annotations in the shapes Label Studio writes) is generated, then synced into a
@@ -13,13 +13,17 @@ first: `json.load` of the whole file and an ORM object per row with a SELECT per
 prompt, candidate, annotator and annotation; it runs on the first
 --baseline-tasks tasks of the same file (it is slow) and rates are compared per
 second. Each path runs in a fresh process; peak RSS is that process's high-water
-mark.
+mark. With `--database both` the fast path runs on each database in turn
+(`--repeat` times, alternating, on the same file) and Postgres's first-sync rate
+is printed as a share of SQLite's, each run's and the median.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import uuid
 import random
 import subprocess
@@ -184,7 +188,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=10_000)
     parser.add_argument("--annotations-per-task", type=int, default=2)
     parser.add_argument("--baseline-tasks", type=int, default=2_000)
-    parser.add_argument("--database", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="sqlite")
+    parser.add_argument("--repeat", type=int, default=1, help="fast-path runs per database (with both), alternating")
     parser.add_argument("--child", nargs=3, metavar=("DATABASE", "KIND", "WORKDIR"), help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -200,18 +205,30 @@ def main() -> None:
         write_export(path, args.tasks, args.annotations_per_task)
         print(f"generated an export of {args.tasks:,} tasks × {args.annotations_per_task} annotations "
               f"({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s")
-        runs = {}
+        databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
+        runs = {database: {"fast": [], "baseline": []} for database in databases}
         for kind in ("fast", "baseline"):
-            work = tmp / kind
-            work.mkdir()
-            proc = subprocess.run([sys.executable, __file__, "--child", args.database, kind, str(work),
-                                   "--input", str(path), "--baseline-tasks", str(args.baseline_tasks)],
-                                  capture_output=True, text=True)
-            if proc.returncode:
-                sys.exit(proc.stderr)
-            runs[kind] = json.loads(proc.stdout.strip().splitlines()[-1])
-        report(args.database, runs)
+            for _ in range(args.repeat if kind == "fast" else 1):
+                for database in databases:  # alternating, so a change of load hits both
+                    runs[database][kind].append(child(database, kind, tmp, path, args.baseline_tasks))
+        for database in databases:
+            report(database, {kind: found[0] for kind, found in runs[database].items()})
+        if len(databases) > 1:
+            shares = [sq["first"]["seconds"] / pg["first"]["seconds"]  # same tasks: the ratio of the rates
+                      for sq, pg in zip(runs["sqlite"]["fast"], runs["postgres"]["fast"])]
+            print(f"\npostgres first-sync rate / sqlite's: {statistics.median(shares):.2f}x "
+                  f"(runs: {', '.join(f'{x:.2f}' for x in shares)}); load average now {os.getloadavg()[0]:.1f}")
         print(json.dumps(runs))
+
+
+def child(database: str, kind: str, tmp: Path, path: Path, limit: int) -> dict:
+    """One run of `kind` (fast or baseline) on `database`, in a fresh process."""
+    work = Path(tempfile.mkdtemp(prefix=f"{database}-{kind}-", dir=tmp))
+    proc = subprocess.run([sys.executable, __file__, "--child", database, kind, str(work),
+                           "--input", str(path), "--baseline-tasks", str(limit)], capture_output=True, text=True)
+    if proc.returncode:
+        sys.exit(proc.stderr)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def report(database: str, runs: dict) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Table, any_, bindparam, func, insert, select
+from sqlalchemy import JSON, DateTime, Table, bindparam, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -147,15 +147,34 @@ def for_values(session: Session, statement, values: Iterable) -> int:
                for start in range(0, len(values), IN_CHUNK))
 
 
+def refresh_statistics(session: Session, table: Table) -> None:
+    """Have Postgres sample `table` again after a bulk write changed much of it (SQLite: nothing).
+
+    Autovacuum analyzes a table only some time after a bulk write; until then the
+    planner believes it is as small as it was. An export right after the first
+    pairs build then chose a nested loop over 1.9 M pairs: 84 s for one query,
+    1 s once analyzed (bench/README.md, issue 15).
+    """
+    dialect = session.connection().dialect
+    if dialect.name == "postgresql":
+        # The name comes from preflab's own table metadata, quoted by the dialect.
+        session.execute(text(f"ANALYZE {dialect.identifier_preparer.format_table(table)}"))
+
+
 def _is_in(column, dialect_name: str):
     """`column` is one of the list bound to "values", passed as one parameter.
 
     `column.in_(values)` renders a placeholder per value on every execution and
     the driver parses that long statement again each time; with one parameter the
     statement stays short and the same (measured in bench/README.md: 1.3x less CPU
-    than `IN` on SQLite, 3x less time on Postgres).
+    than `IN` on SQLite, 3x less time on Postgres). The values are a semi-join
+    (`IN (SELECT unnest(...))` on Postgres), not `= ANY(...)`: so the column is an
+    index condition even before the table has statistics (on a table that had
+    grown from empty in the same sync, `= ANY` of 500 values filtered every row
+    of the project instead: 93 ms a lookup, bench/README.md, issue 15).
     """
     if dialect_name == "postgresql":
-        return column == any_(bindparam("values", type_=postgresql.ARRAY(column.type)))
+        values = func.unnest(bindparam("values", type_=postgresql.ARRAY(column.type)))
+        return column.in_(select(values.table_valued("value").render_derived().c.value))
     values = func.json_each(bindparam("values", type_=JSON)).table_valued("value")  # SQLite's JSON1, built in
     return column.in_(select(values.c.value))

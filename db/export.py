@@ -1,9 +1,10 @@
 """Export comparisons as a Hugging Face dataset (prompt / chosen / rejected).
 
-`write_dataset` is the one writer: rows (ids) come in batches and are written
-split by split with pyarrow, so memory stays flat however many pairs there are.
-`export_dataset` feeds it the comparisons table; the self-rewarding loop feeds it
-an iteration's own pairs. Splits are made by prompt: every pair of a prompt lands
+`write_batches` is the one writer: pairs (ids) come in Arrow batches and are
+written split by split with pyarrow, so memory stays flat however many pairs
+there are. `export_dataset` feeds it the comparisons table (read as Arrow,
+`preflab.db.arrow`); the self-rewarding loop feeds it an iteration's own pairs
+(`write_dataset`). Splits are made by prompt: every pair of a prompt lands
 in the same split. Human annotators appear only by their stored pseudonym.
 """
 
@@ -22,18 +23,17 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.db.arrow import arrow_batches
+from preflab.db.bulk import for_values, in_values
 from preflab.db.card import LICENSE_UNKNOWN, dataset_card
-from preflab.db.models import Annotator, Candidate, Comparison, DatasetVersion, PairBuild, Prompt, Ranking
-from preflab.db.pairs import EXPORT_KINDS, kept_comparisons, pair_mix
+from preflab.db.models import Comparison, DatasetVersion, PairBuild, Prompt, Ranking
+from preflab.db.pair_tables import PairRow, features, id_batches, id_schema, text_tables
+from preflab.db.pairs import EXPORT_KINDS, kept_comparisons, kept_prompts, pair_mix
 from preflab.errors import ConfigError, HubError, InputError
 
 FORMATS = ("disk", "parquet", "jsonl")
 SPLITS = ("train", "test")
 BATCH_ROWS = 20_000
-
-# One row of `write_dataset`: (prompt_id, chosen_id, rejected_id, margin, weight, annotator_kind, annotator_id);
-# annotator_id is None for an aggregate of several annotators.
-PairRow = tuple[int, int, int, float, float, str, int | None]
 
 
 @dataclass
@@ -82,95 +82,6 @@ def split_prompts(hashes: dict[int, str], test_size: float, seed: int) -> dict[i
     return {pid: ("test" if i < n_test else "train") for i, pid in enumerate(order)}
 
 
-def _features(conversational: bool):
-    import pyarrow as pa
-
-    message = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-    text = message if conversational else pa.string()
-    return pa.schema([
-        ("prompt", text), ("chosen", text), ("rejected", text), ("margin", pa.float64()),
-        ("prompt_id", pa.int64()), ("weight", pa.float64()), ("annotator_kind", pa.string()),
-        ("annotator", pa.string()),
-    ])
-
-
-def _as_messages(texts, role: str):
-    """A column of strings as one-message chat lists, without leaving Arrow."""
-    import numpy as np
-    import pyarrow as pa
-
-    roles = pa.array(np.full(len(texts), role, dtype=object), pa.string())
-    messages = pa.StructArray.from_arrays([roles, texts], names=["role", "content"])
-    return pa.ListArray.from_arrays(pa.array(np.arange(len(texts) + 1, dtype=np.int32)), messages)
-
-
-def _tables(session: Session, rows: Iterable[Sequence[PairRow]], splits: dict[int, str], conversational: bool):
-    """Yield (split, Arrow table, identity bytes) for each batch of id rows.
-
-    The texts of just the prompts and candidates in a batch are looked up and
-    gathered with Arrow's `take`, so memory holds one batch, never the whole
-    export. The identity bytes (content hashes, not database ids) feed the
-    dataset version's content hash.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from preflab.db.bulk import lookup
-
-    annotators = session.execute(select(Annotator.id, Annotator.pseudonym)).all()
-    annotator_ids = pa.array([a for a, _ in annotators], pa.int64())
-    annotator_names = pa.array([n for _, n in annotators], pa.string())
-    test_ids = pa.array([p for p, split in splits.items() if split == "test"], pa.int64())
-    for batch in rows:
-        if not batch:
-            continue
-        prompt_ids, chosen, rejected, margin, weight, kind, annotator = (
-            pa.array(column) for column in zip(*batch))
-        prompts = lookup(session, Prompt.__table__, ("id", "text", "content_hash"), "id", prompt_ids.to_pylist())
-        candidates = lookup(session, Candidate.__table__, ("id", "text", "content_hash"), "id",
-                            chosen.to_pylist() + rejected.to_pylist())
-        # ids → positions in the looked-up rows, in Arrow's C++ (no Python loop per pair)
-        prompt_idx = pc.index_in(prompt_ids, value_set=pa.array([p[0] for p in prompts], pa.int64()))
-        cand_ids = pa.array([c[0] for c in candidates], pa.int64())
-        chosen_idx = pc.index_in(chosen, value_set=cand_ids)
-        rejected_idx = pc.index_in(rejected, value_set=cand_ids)
-        cand_text = pa.array([c[1] for c in candidates], pa.string())
-        cand_hash = pa.array([c[2] for c in candidates], pa.string())
-        public = pc.fill_null(annotator_names.take(
-            pc.index_in(annotator.cast(pa.int64()), value_set=annotator_ids)), "aggregate")
-        columns = {
-            "prompt": pa.array([p[1] for p in prompts], pa.string()).take(prompt_idx),
-            "chosen": cand_text.take(chosen_idx), "rejected": cand_text.take(rejected_idx),
-            "margin": margin.cast(pa.float64()), "prompt_id": prompt_ids.cast(pa.int64()),
-            "weight": weight.cast(pa.float64()), "annotator_kind": kind.cast(pa.string()),
-            "annotator": public,
-        }
-        identity = pa.table({
-            "prompt": pa.array([p[2] for p in prompts], pa.string()).take(prompt_idx),
-            "chosen": cand_hash.take(chosen_idx), "rejected": cand_hash.take(rejected_idx),
-            "margin": columns["margin"], "weight": columns["weight"], "kind": columns["annotator_kind"],
-            "annotator": public})
-        if conversational:
-            columns["prompt"] = _as_messages(columns["prompt"], "user")
-            columns["chosen"] = _as_messages(columns["chosen"], "assistant")
-            columns["rejected"] = _as_messages(columns["rejected"], "assistant")
-        table = pa.table(columns, schema=_features(conversational))
-        is_test = pc.is_in(columns["prompt_id"], value_set=test_ids)
-        for split, mask in (("train", pc.invert(is_test)), ("test", is_test)):
-            part = table.filter(mask)
-            if part.num_rows:
-                yield split, part, _ipc_bytes(identity.filter(mask))
-
-
-def _ipc_bytes(table) -> bytes:
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
 class _SplitWriter:
     """Writes one split as JSON Lines, Parquet or an Arrow stream, a batch at a time, and hashes it."""
 
@@ -179,7 +90,7 @@ class _SplitWriter:
         self.count = 0
         self.prompts: set[int] = set()
         self.digest = hashlib.sha256()
-        schema = _features(conversational)
+        schema = features(conversational)
         self._handle = self._writer = None
         if fmt == "jsonl":
             self._handle = path.open("w", encoding="utf-8")
@@ -213,13 +124,19 @@ class _SplitWriter:
 
 
 def write_dataset(session: Session, rows: Iterable[Sequence[PairRow]], splits: dict[int, str], out_dir: str | Path,
+                  settings: ExportSettings, **version: Any) -> DatasetVersion:
+    """Write batches of `PairRow` tuples (ids, margin, weight, kind, annotator) as a dataset: see `write_batches`."""
+    return write_batches(session, id_batches(rows), splits, out_dir, settings, **version)
+
+
+def write_batches(session: Session, batches: Iterable, splits: dict[int, str], out_dir: str | Path,
                   settings: ExportSettings, *, name: str | None = None, prefix: str | None = None,
                   build_id: int | None = None, version_settings: dict[str, Any] | None = None,
                   iteration: int | None = None) -> DatasetVersion:
     """Write batches of pairs to `out_dir` as a dataset, with its card, and record its version (flushed).
 
     Args:
-        rows: batches of `PairRow` tuples (ids, margin, weight, kind, annotator).
+        batches: Arrow record batches of pairs by id (`id_schema()`).
         splits: prompt id -> "train" or "test", decided by the caller (a prompt missing from it trains).
         name: the version's name; else f"{prefix}-{content hash[:8]}"; else numbered, with the hash.
         version_settings: merged into the settings stored on the version (pair strategy, ...).
@@ -236,7 +153,7 @@ def write_dataset(session: Session, rows: Iterable[Sequence[PairRow]], splits: d
         # this one reads the next batch from the database.
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = []
-            for split, table, identity in _tables(session, rows, splits, settings.conversational):
+            for split, table, identity in text_tables(session, batches, splits, settings.conversational):
                 pending.append(pool.submit(writers[split].write, table, identity))
                 if len(pending) > 2:
                     pending.pop(0).result()
@@ -275,15 +192,14 @@ def write_dataset(session: Session, rows: Iterable[Sequence[PairRow]], splits: d
     return version
 
 
-def comparison_rows(session: Session, annotators: str = "any") -> Iterator[Sequence[PairRow]]:
-    """The comparisons an export of `annotators` keeps, as `PairRow` batches in build order, streamed."""
+def comparison_batches(session: Session, annotators: str = "any") -> Iterator:
+    """The comparisons an export of `annotators` keeps, as Arrow batches of ids in build order, streamed."""
     query = (select(Comparison.prompt_id, Comparison.chosen_id, Comparison.rejected_id, Comparison.margin,
                     Comparison.weight, Comparison.annotator_kind, Ranking.annotator_id)
              .outerjoin(Ranking, Ranking.id == Comparison.ranking_id)
              .where(kept_comparisons(annotators))
-             .order_by(Comparison.id)
-             .execution_options(yield_per=BATCH_ROWS))
-    yield from session.connection().execute(query).partitions(BATCH_ROWS)
+             .order_by(Comparison.id))
+    return arrow_batches(session, query, id_schema(), BATCH_ROWS)
 
 
 def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettings,
@@ -302,15 +218,14 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
         held = ", ".join(f"{n:,} {kind}" for kind, n in mix.left_out.items())
         raise InputError(f"no pairs to export with --annotators {settings.annotators}: the comparisons hold "
                          f"{held} pairs (choose them with --annotators any, human or ai)")
-    prompt_hashes = dict(session.execute(
-        select(Prompt.id, Prompt.content_hash).where(
-            Prompt.id.in_(select(Comparison.prompt_id).where(kept_comparisons(settings.annotators)).distinct()))
-    ).all())
+    kept = kept_prompts(settings.annotators)
+    prompt_hashes = dict(session.execute(select(Prompt.id, Prompt.content_hash).where(Prompt.id.in_(kept))).all())
     splits = split_prompts(prompt_hashes, settings.test_size, settings.seed)
-    session.execute(update(Prompt), [{"id": pid, "split": split} for pid, split in splits.items()])
     by_split = {s: sum(n for pid, n in mix.contradicting.items() if splits.get(pid, "train") == s) for s in SPLITS}
-    return write_dataset(
-        session, comparison_rows(session, settings.annotators), splits, out_dir, settings, name=name,
+    # The pairs are read before this transaction writes anything, so `arrow_batches` can read
+    # them on a second connection.
+    version = write_batches(
+        session, comparison_batches(session, settings.annotators), splits, out_dir, settings, name=name,
         build_id=build.id if build else None,
         version_settings={"strategy": build.strategy if build else None,
                           "aggregate": build.aggregate if build else None,
@@ -319,6 +234,11 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
                           "contradicting_by_split": by_split,
                           # pseudonym -> why `pairs build` left their rankings out (empty: nobody)
                           "excluded_annotators": (build.excluded if build else None) or {}})
+    # Two set-wise updates, not one per prompt: every kept prompt trains, then the test ones are marked.
+    session.execute(update(Prompt).where(Prompt.id.in_(kept)).values(split="train"))
+    for_values(session, update(Prompt).where(in_values(session, Prompt.id)).values(split="test"),
+               [pid for pid, split in splits.items() if split == "test"])
+    return version
 
 
 def export_and_push(sessions: sessionmaker[Session], out_dir: str | Path, settings: ExportSettings, *,

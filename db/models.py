@@ -179,7 +179,8 @@ class Ranking(Base):
     updated_at: Mapped[datetime] = _ts()
 
     items: Mapped[list["RankingItem"]] = relationship(
-        back_populates="ranking", cascade="all, delete-orphan", order_by="RankingItem.candidate_id"
+        back_populates="ranking", cascade="all, delete-orphan", order_by="RankingItem.candidate_id",
+        primaryjoin="Ranking.id == foreign(RankingItem.ranking_id)",
     )
     annotator: Mapped[Annotator] = relationship()
 
@@ -200,17 +201,20 @@ class RankingItem(Base):
     __tablename__ = "ranking_items"
     __table_args__ = (Index("ix_ranking_items_ranking_tier", "ranking_id", "tier"),)
 
-    ranking_id: Mapped[int] = mapped_column(
-        ForeignKey("rankings.id", ondelete="CASCADE"), primary_key=True
-    )
-    candidate_id: Mapped[int] = mapped_column(ForeignKey("candidates.id", ondelete="CASCADE"), primary_key=True)
+    # No foreign-key constraints: a ranking's items are written in the transaction that writes
+    # the ranking and finds or creates the candidates, and nothing deletes either, so the
+    # references hold by construction. On Postgres each constraint cost a trigger and a row
+    # lock per item: 15 s of a 100,000-ranking import (bench/README.md, issue 15).
+    ranking_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    candidate_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     tier: Mapped[int | None] = mapped_column(Integer)  # 0 = best; NULL = shown, not ranked
     shown_position: Mapped[int | None] = mapped_column(Integer)
     # The judge or reward-model score behind the tier (margins use it), and how it was got.
     score: Mapped[float | None] = mapped_column(Float)
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
-    ranking: Mapped[Ranking] = relationship(back_populates="items")
+    ranking: Mapped[Ranking] = relationship(back_populates="items",
+                                            primaryjoin="Ranking.id == foreign(RankingItem.ranking_id)")
 
 
 class PairBuild(Base):

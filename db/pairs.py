@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import Float, Numeric, and_, case, cast, func, insert, literal, or_, select, true
 from sqlalchemy.orm import Session, aliased
 
+from preflab.db.bulk import refresh_statistics
 from preflab.db.models import Annotator, Comparison, PairBuild, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs_update import excluded_record, mark_and_clear, needs_full
 from preflab.errors import InputError
@@ -167,6 +168,9 @@ def build_pairs(session: Session, strategy: str = "all", aggregate: str = "none"
     previous = session.scalar(select(PairBuild).order_by(PairBuild.id.desc()).limit(1))
     full = full or needs_full(previous, strategy, aggregate, annotator_kind, left_out)
     tail = mark_and_clear(session, aggregate != "none", annotator_kind, sorted(excluded or ()), full)
+    if tail.mode == "full":  # the plan of the expansion below reads every ranking
+        for table in (Ranking.__table__, RankingItem.__table__):
+            refresh_statistics(session, table)
     build = PairBuild(strategy=strategy, aggregate=aggregate, annotator_kind=annotator_kind, excluded=left_out,
                       mode=tail.mode, n_changed=tail.changed)
     session.add(build)
@@ -177,6 +181,8 @@ def build_pairs(session: Session, strategy: str = "all", aggregate: str = "none"
         _insert_aggregated(session, build.id, strategy, aggregate, tail.prompt_from)
     build.n_rankings = session.scalar(select(func.count()).where(Ranking.in_pairs))
     build.n_pairs = session.scalar(select(func.count()).select_from(Comparison))
+    if tail.mode == "full" or tail.changed > build.n_rankings // 10:  # much of the table is new
+        refresh_statistics(session, Comparison.__table__)
     return BuildSummary(build.id, build.n_rankings, build.n_pairs, strategy, aggregate, annotator_kind, tail.mode,
                         tail.changed, left_out)
 
@@ -330,6 +336,17 @@ def kept_comparisons(kind: str):
     return or_(Comparison.annotator_kind != "ai", ~by_people.exists())
 
 
+def kept_prompts(kind: str):
+    """A SELECT of the ids of the prompts an export of `kind` writes pairs of.
+
+    Every prompt with a comparison keeps some under `any` and `human-first` (a
+    judge's pairs go only where no person gave one), so those two need no
+    per-pair test here.
+    """
+    query = select(Comparison.prompt_id).distinct()
+    return query if kind in ("any", "human-first") else query.where(kept_comparisons(kind))
+
+
 @dataclass
 class PairMix:
     """What an export holds: pairs by annotator kind, those left out, and the contradicting ones."""
@@ -355,10 +372,10 @@ def pair_mix(session: Session, kind: str = "any") -> PairMix:
     the unordered pair, so it scales with the comparisons, not their square.
     """
     keep = kept_comparisons(kind)
-    by_kind = dict(session.execute(select(Comparison.annotator_kind, func.count())
-                                   .group_by(Comparison.annotator_kind)).all())
-    kept = dict(session.execute(select(Comparison.annotator_kind, func.count()).where(keep)
-                                .group_by(Comparison.annotator_kind)).all())
+    counted = session.execute(select(Comparison.annotator_kind, func.count(), func.sum(case((keep, 1), else_=0)))
+                              .group_by(Comparison.annotator_kind)).all()  # one pass for both counts
+    by_kind = {k: n for k, n, _ in counted}
+    kept = {k: int(n) for k, _, n in counted if n}
     low = case((Comparison.chosen_id < Comparison.rejected_id, Comparison.chosen_id), else_=Comparison.rejected_id)
     high = case((Comparison.chosen_id < Comparison.rejected_id, Comparison.rejected_id), else_=Comparison.chosen_id)
     groups = (select(Comparison.prompt_id, func.count().label("n"))

@@ -1,0 +1,106 @@
+"""A SELECT's rows as Arrow record batches, without a Python object per value where possible.
+
+The export reads millions of id rows. Fetched through the driver, each value
+becomes a Python object and is then copied into Arrow. On Postgres, ADBC (Arrow's
+database driver, over binary COPY) hands the rows over as Arrow arrays instead.
+
+ADBC reads on a second connection, which sees what is committed. So it is used
+only while the session's transaction has written nothing: then the second
+connection sees the same rows a statement in the session would (each statement
+of a transaction at READ COMMITTED sees the latest commit). Otherwise, and always
+on SQLite, the rows come through the session's own connection, a batch at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.dialects.postgresql import psycopg
+from sqlalchemy.orm import Session
+
+
+def arrow_batches(session: Session, query: Select, schema, batch_rows: int) -> Iterator:
+    """Yield the rows of `query` as `pyarrow.RecordBatch`es of at most `batch_rows` rows, cast to `schema`.
+
+    `schema` names the query's columns in order; every batch has exactly its types.
+    """
+    reader = _adbc_reader(session, query, batch_rows)
+    if reader is None:
+        yield from _driver_batches(session, query, schema, batch_rows)
+        return
+    with reader as batches:
+        for batch in batches:
+            for start in range(0, batch.num_rows, batch_rows):
+                yield _cast(batch.slice(start, batch_rows).columns, schema)
+
+
+def _cast(columns: Sequence, schema):
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(columns, schema)], schema=schema)
+
+
+def _driver_batches(session: Session, query: Select, schema, batch_rows: int) -> Iterator:
+    """Through the session's own connection: the driver's rows, a batch at a time, into Arrow."""
+    connection = session.connection()
+    if connection.dialect.name == "sqlite":
+        # The driver's own cursor steps through the rows as they are fetched; SQLAlchemy's
+        # rows around them cost a third more (bench/README.md, issue 15).
+        compiled = query.compile(dialect=connection.dialect)
+        cursor = connection.connection.dbapi_connection.cursor()
+        try:
+            cursor.execute(str(compiled), [compiled.params[name] for name in compiled.positiontup or ()])
+            for rows in iter(lambda: cursor.fetchmany(batch_rows), []):
+                yield rows_to_batch(rows, schema)
+        finally:
+            cursor.close()
+        return
+    # Postgres: a server-side cursor, so the rows come a batch at a time.
+    for rows in connection.execute(query.execution_options(yield_per=batch_rows)).partitions(batch_rows):
+        yield rows_to_batch(rows, schema)
+
+
+def rows_to_batch(rows: Sequence[Sequence], schema):
+    """Rows of Python values (in `schema`'s column order) as one Arrow record batch of `schema`."""
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays([pa.array(column, f.type) for column, f in zip(zip(*rows), schema)],
+                                      schema=schema)
+
+
+class _Reader:
+    """An ADBC connection and its cursor's batches; both are closed on exit."""
+
+    def __init__(self, connection, compiled, options: dict[str, str]):
+        self.connection, self.options = connection, options
+        self.sql, self.params = str(compiled), [compiled.params[name] for name in compiled.positiontup or ()]
+
+    def __enter__(self) -> Iterator:
+        self.cursor = self.connection.cursor()
+        self.cursor.adbc_statement.set_options(**self.options)
+        self.cursor.execute(self.sql, self.params or None)
+        return iter(self.cursor.fetch_record_batch())
+
+    def __exit__(self, *exc) -> None:
+        self.cursor.close()
+        self.connection.close()
+
+
+def _adbc_reader(session: Session, query: Select, batch_rows: int) -> _Reader | None:
+    """An ADBC reader of `query` when its connection sees what the session sees; else None."""
+    connection = session.connection()
+    if connection.dialect.name != "postgresql":
+        # Not SQLite: ADBC's driver links its own copy of the SQLite library, and two copies
+        # in one process break each other's file locks (sqlite.org/howtocorrupt.html, 2.2.1).
+        return None
+    if session.scalar(select(func.txid_current_if_assigned())) is not None:
+        return None  # this transaction has written: only its own connection sees that
+    import adbc_driver_postgresql.dbapi as adbc
+
+    libpq_url = connection.engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    # ADBC streams by COPY only a statement without parameters (with them it holds the whole
+    # result in memory: 600 MB for 1.9 M pairs), so the values are rendered into it, quoted by
+    # SQLAlchemy's literal processors for their types.
+    compiled = query.compile(dialect=psycopg.dialect(), compile_kwargs={"literal_binds": True})
+    return _Reader(adbc.connect(libpq_url), compiled, {"adbc.postgresql.batch_size_hint_bytes": str(64 * batch_rows)})
