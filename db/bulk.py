@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Table, bindparam, func, insert, select, text
+from sqlalchemy import JSON, DateTime, Table, any_, bindparam, cast, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -80,8 +80,7 @@ def append_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]] |
     constants = tuple(_converted(table.c[name], dialect, value) for name, value in defaults.items())
     columns = [*given, *defaults]
     if dialect.name == "postgresql":
-        ids = session.scalars(select(func.nextval(func.pg_get_serial_sequence(table.name, "id")))
-                              .select_from(func.generate_series(1, len(rows)))).all() if new_ids else []
+        ids = _draw_ids(session, table, len(rows)) if new_ids else []
         _copy(session, table, (["id"] if new_ids else []) + columns,
               ([i, *v, *constants] for i, v in zip(ids, values)) if new_ids else ([*v, *constants] for v in values))
         return list(ids)
@@ -93,6 +92,18 @@ def append_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]] |
         return []
     last = session.scalar(select(func.max(table.c.id)))
     return list(range(last - len(rows) + 1, last + 1))
+
+
+def _draw_ids(session: Session, table: Table, n: int) -> list[int]:
+    """n new ids from the Postgres sequence of `table.id`, in one query.
+
+    The sequence is named once, as its oid: `nextval(pg_get_serial_sequence(...))`
+    looked the name up for every id drawn (100 ms for 13,000 ids against 16 ms).
+    """
+    sequence = session.scalar(select(cast(cast(func.pg_get_serial_sequence(table.name, "id"),
+                                                 postgresql.REGCLASS), postgresql.OID)))
+    draw = func.nextval(cast(bindparam("sequence", sequence, type_=postgresql.OID), postgresql.REGCLASS))
+    return list(session.scalars(select(draw).select_from(func.generate_series(1, n))).all())
 
 
 def _processor(column, dialect):
@@ -135,9 +146,19 @@ def lookup(session: Session, table: Table, columns: Sequence[str], key: str, val
     return out
 
 
-def in_values(session: Session, column):
-    """A WHERE clause: `column` is one of the values `for_values` binds, a chunk at a time."""
-    return _is_in(column, session.connection().dialect.name)
+def in_values(session: Session, column, *, semi_join: bool = False):
+    """A WHERE clause: `column` is one of the values `for_values` binds, a chunk at a time.
+
+    `semi_join`: on Postgres, `column IN (SELECT unnest(...))` instead of
+    `column = ANY(...)`. The planner then probes an index on `column` per value,
+    even when the table has no statistics yet. `ls sync` finds earlier versions
+    of annotations this way: the index leads with the project, and on a table
+    grown from empty in the same sync `= ANY` of 500 values filtered every row of
+    the project (93 ms a lookup). Not the default: for candidates by prompt, the
+    semi-join was the slow one (8.5 s of a 100,000-ranking import against
+    about 2; bench/README.md, issue 15).
+    """
+    return _is_in(column, session.connection().dialect.name, semi_join)
 
 
 def for_values(session: Session, statement, values: Iterable) -> int:
@@ -161,20 +182,18 @@ def refresh_statistics(session: Session, table: Table) -> None:
         session.execute(text(f"ANALYZE {dialect.identifier_preparer.format_table(table)}"))
 
 
-def _is_in(column, dialect_name: str):
+def _is_in(column, dialect_name: str, semi_join: bool = False):
     """`column` is one of the list bound to "values", passed as one parameter.
 
     `column.in_(values)` renders a placeholder per value on every execution and
     the driver parses that long statement again each time; with one parameter the
     statement stays short and the same (measured in bench/README.md: 1.3x less CPU
-    than `IN` on SQLite, 3x less time on Postgres). The values are a semi-join
-    (`IN (SELECT unnest(...))` on Postgres), not `= ANY(...)`: so the column is an
-    index condition even before the table has statistics (on a table that had
-    grown from empty in the same sync, `= ANY` of 500 values filtered every row
-    of the project instead: 93 ms a lookup, bench/README.md, issue 15).
+    than `IN` on SQLite, 3x less time on Postgres).
     """
     if dialect_name == "postgresql":
-        values = func.unnest(bindparam("values", type_=postgresql.ARRAY(column.type)))
-        return column.in_(select(values.table_valued("value").render_derived().c.value))
+        values = bindparam("values", type_=postgresql.ARRAY(column.type))
+        if semi_join:
+            return column.in_(select(func.unnest(values).table_valued("value").render_derived().c.value))
+        return column == any_(values)
     values = func.json_each(bindparam("values", type_=JSON)).table_valued("value")  # SQLite's JSON1, built in
     return column.in_(select(values.c.value))

@@ -322,7 +322,7 @@ def _latest_versions(session: Session, project_id: int, annotation_ids: list[int
     """annotation id -> (ranking id, version, status) of its newest version in this project."""
     out: dict[int, tuple[int, int, str]] = {}
     query = (select(Ranking.id, Ranking.ls_annotation_id, Ranking.version, Ranking.status)
-             .where(Ranking.ls_project_id == project_id, in_values(session, Ranking.ls_annotation_id)))
+             .where(Ranking.ls_project_id == project_id, in_values(session, Ranking.ls_annotation_id, semi_join=True)))
     for part in chunks(sorted(set(annotation_ids)), 500):
         for rid, aid, version, status in session.execute(query, {"values": list(part)}):
             if aid not in out or version > out[aid][1]:
