@@ -22,10 +22,10 @@ from typing import Any, TextIO
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
-from preflab.db.bulk import append_rows, lookup, refresh_statistics
+from preflab.db.bulk import append_rows, lookup
 from preflab.db.engine import in_transaction
 from preflab.db.lines import Invalid, Line, count_lines, open_input, read_lines
-from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawRecord, RawStatus
+from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawStatus
 from preflab.db.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
 from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts, quarantine, store_raw
 from preflab.errors import InputError
@@ -35,7 +35,6 @@ __all__ = ["BATCH_LINES", "ImportSummary", "Invalid", "PromptRecord", "RankingRe
 
 BATCH_LINES = 5000
 BATCH_BYTES = 64 * 2**20  # a batch of long lines is cut short: memory stays bounded
-ANALYZE_AFTER = 1000  # records: an import this big has the planner sample the tables again
 
 
 @dataclass
@@ -264,10 +263,6 @@ def import_file(sessions: sessionmaker[Session], path: str | Path,
                 advance(batch.read)
         except InputError as exc:
             raise InputError(f"{exc}; the {plural(total.read, 'line')} before the damage are stored") from None
-    if total.imported >= ANALYZE_AFTER:
-        with sessions.begin() as session:
-            for table in (RawRecord, Prompt, Candidate, Ranking, RankingItem):
-                refresh_statistics(session, table.__table__)
     return total
 
 
