@@ -72,14 +72,13 @@ def rows_to_batch(rows: Sequence[Sequence], schema):
 class _Reader:
     """An ADBC connection and its cursor's batches; both are closed on exit."""
 
-    def __init__(self, connection, compiled, options: dict[str, str]):
-        self.connection, self.options = connection, options
-        self.sql, self.params = str(compiled), [compiled.params[name] for name in compiled.positiontup or ()]
+    def __init__(self, connection, sql: str, options: dict[str, str]):
+        self.connection, self.sql, self.options = connection, sql, options
 
     def __enter__(self) -> Iterator:
         self.cursor = self.connection.cursor()
         self.cursor.adbc_statement.set_options(**self.options)
-        self.cursor.execute(self.sql, self.params or None)
+        self.cursor.execute(self.sql)
         return iter(self.cursor.fetch_record_batch())
 
     def __exit__(self, *exc) -> None:
@@ -103,4 +102,5 @@ def _adbc_reader(session: Session, query: Select, batch_rows: int) -> _Reader | 
     # result in memory: 600 MB for 1.9 M pairs), so the values are rendered into it, quoted by
     # SQLAlchemy's literal processors for their types.
     compiled = query.compile(dialect=psycopg.dialect(), compile_kwargs={"literal_binds": True})
-    return _Reader(adbc.connect(libpq_url), compiled, {"adbc.postgresql.batch_size_hint_bytes": str(64 * batch_rows)})
+    return _Reader(adbc.connect(libpq_url), str(compiled),
+                   {"adbc.postgresql.batch_size_hint_bytes": str(64 * batch_rows)})  # ~batch_rows id rows
