@@ -31,27 +31,19 @@ from pathlib import Path
 from statistics import mean, stdev
 
 from bench_reward_grouped import build_store, initial_model
+from common import sqlite_dataset
 
 
 def toy_store(workdir: Path, prompts: int, candidates: int, base_steps: int, seed: int):
     """The toy world's store and dataset version; returns (sessions, dataset name, pairs, base model path)."""
-    from preflab.db.engine import open_database, session_factory
-    from preflab.db.export import ExportSettings, export_dataset
-    from preflab.db.ingest import import_file, import_rankings_batch
-    from preflab.db.pairs import build_pairs
     from preflab.training.demos.toy import ToySettings, toy_rankings
     from preflab.training.demos.toy_world import train_base_model
 
     base = train_base_model(workdir / "base", steps=base_steps, batch_size=64, seed=seed)
     rankings = workdir / "rankings.jsonl"
     toy_rankings(base, ToySettings(prompts=prompts, candidates=candidates, seed=seed), rankings)
-    sessions = session_factory(open_database(f"sqlite:///{workdir / 'bench.db'}"))
-    import_file(sessions, rankings, import_rankings_batch)
-    with sessions.begin() as session:
-        pairs = build_pairs(session).pairs
-    with sessions.begin() as session:
-        version = export_dataset(session, workdir / "dataset", ExportSettings(test_size=0.2, seed=seed))
-        return sessions, version.name, pairs, base
+    sessions, version, pairs = sqlite_dataset(workdir, rankings, seed)
+    return sessions, version.name, pairs, base
 
 
 def cpu_clock():

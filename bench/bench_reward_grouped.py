@@ -30,13 +30,15 @@ from math import comb
 from pathlib import Path
 from statistics import mean
 
+from common import sqlite_dataset
+
 
 def build_store(workdir: Path, k: int, prompts: int, seed: int):
-    """A database holding the rankings, pairs and an exported dataset version; returns (sessions, name)."""
-    from preflab.db.engine import open_database, session_factory
-    from preflab.db.export import ExportSettings, export_dataset
-    from preflab.db.ingest import import_file, import_rankings_batch
-    from preflab.db.pairs import build_pairs, tiers_from_scores
+    """A database holding the rankings, pairs and an exported dataset version.
+
+    Returns (sessions, dataset name, pairs, training pairs).
+    """
+    from preflab.db.pairs import tiers_from_scores
 
     rng = random.Random(seed)
     path = workdir / "rankings.jsonl"
@@ -51,13 +53,8 @@ def build_store(workdir: Path, k: int, prompts: int, seed: int):
             tiers = tiers_from_scores({j: float(responses[t]) for j, t in enumerate(texts)})
             handle.write(json.dumps({"prompt": prompt, "responses": texts, "ranking": tiers,
                                      "annotator": "digit-sum", "id": f"bench-{i}"}) + "\n")
-    sessions = session_factory(open_database(f"sqlite:///{workdir / 'bench.db'}"))
-    import_file(sessions, path, import_rankings_batch)
-    with sessions.begin() as session:
-        pairs = build_pairs(session).pairs
-    with sessions.begin() as session:
-        version = export_dataset(session, workdir / "dataset", ExportSettings(test_size=0.2, seed=seed))
-        return sessions, version.name, pairs, version.n_train
+    sessions, version, pairs = sqlite_dataset(workdir, path, seed)
+    return sessions, version.name, pairs, version.n_train
 
 
 def initial_model(path: Path, seed: int) -> Path:

@@ -8,6 +8,25 @@ import uuid
 from collections.abc import Callable
 
 
+def sqlite_dataset(workdir, rankings, seed: int):
+    """Import a rankings file into a fresh SQLite store in `workdir`, build its pairs and export them.
+
+    Returns (session factory, the exported dataset version, the number of pairs).
+    """
+    from preflab.db.engine import open_database, session_factory
+    from preflab.db.export import ExportSettings, export_dataset
+    from preflab.db.ingest import import_file, import_rankings_batch
+    from preflab.db.pairs import build_pairs
+
+    sessions = session_factory(open_database(f"sqlite:///{workdir / 'bench.db'}"))
+    import_file(sessions, rankings, import_rankings_batch)
+    with sessions.begin() as session:
+        pairs = build_pairs(session).pairs
+    with sessions.begin() as session:
+        version = export_dataset(session, workdir / "dataset", ExportSettings(test_size=0.2, seed=seed))
+    return sessions, version, pairs
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far, in MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
