@@ -218,8 +218,8 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
         held = ", ".join(f"{n:,} {kind}" for kind, n in mix.left_out.items())
         raise InputError(f"no pairs to export with --annotators {settings.annotators}: the comparisons hold "
                          f"{held} pairs (choose them with --annotators any, human or ai)")
-    kept = kept_prompts(settings.annotators)
-    prompt_hashes = dict(session.execute(select(Prompt.id, Prompt.content_hash).where(Prompt.id.in_(kept))).all())
+    prompt_hashes = dict(session.execute(select(Prompt.id, Prompt.content_hash)
+                                         .where(Prompt.id.in_(kept_prompts(settings.annotators)))).all())
     splits = split_prompts(prompt_hashes, settings.test_size, settings.seed)
     by_split = {s: sum(n for pid, n in mix.contradicting.items() if splits.get(pid, "train") == s) for s in SPLITS}
     # The pairs are read before this transaction writes anything, so `arrow_batches` can read
@@ -234,10 +234,10 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
                           "contradicting_by_split": by_split,
                           # pseudonym -> why `pairs build` left their rankings out (empty: nobody)
                           "excluded_annotators": (build.excluded if build else None) or {}})
-    # Two set-wise updates, not one per prompt: every kept prompt trains, then the test ones are marked.
-    session.execute(update(Prompt).where(Prompt.id.in_(kept)).values(split="train"))
-    for_values(session, update(Prompt).where(in_values(session, Prompt.id)).values(split="test"),
-               [pid for pid, split in splits.items() if split == "test"])
+    # A statement per split and chunk of ids, not one per prompt.
+    for name in SPLITS:
+        for_values(session, update(Prompt).where(in_values(session, Prompt.id)).values(split=name),
+                   [pid for pid, split in splits.items() if split == name])
     return version
 
 
