@@ -174,7 +174,7 @@ def refresh_statistics(session: Session, table: Table) -> None:
     Autovacuum analyzes a table only some time after a bulk write; until then the
     planner believes it is as small as it was. An export right after the first
     pairs build then chose a nested loop over 1.9 M pairs: 84 s for one query,
-    1 s once analyzed (bench/README.md, issue 15).
+    2 s once analyzed (bench/README.md, issue 15).
     """
     dialect = session.connection().dialect
     if dialect.name == "postgresql":
