@@ -98,6 +98,7 @@ def run_mode(mode: str, workdir: Path, steps: int, batch: int, smoke: bool) -> d
     from trl import DPOConfig, DPOTrainer
 
     from preflab.training.config import DPOTrainConfig
+    from preflab.training.models.loading import prefer_reusable_attention
 
     cuda = torch.cuda.is_available()
     device_overrides = {} if cuda else {"use_cpu": True, "bf16": False}
@@ -112,6 +113,7 @@ def run_mode(mode: str, workdir: Path, steps: int, batch: int, smoke: bool) -> d
                                 use_cpu=None if cuda else True)
         args = config.to_trl(common["output_dir"])
         args.save_strategy = "no"
+        prefer_reusable_attention()  # as `preflab train` does before it builds a trainer
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     tokenizer = AutoTokenizer.from_pretrained(workdir / "tokenizer")

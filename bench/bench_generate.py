@@ -56,7 +56,9 @@ def main() -> None:
     print(f"batched ({args.batch_size} per call): {batched_tokens:5d} tokens in {batched_s:7.2f} s   {fast:8.1f} tokens/s")
     print(f"one prompt at a time:    {single_tokens:5d} tokens in {single_s:7.2f} s   {slow:8.1f} tokens/s")
     print(f"ratio: batched {fast / slow:.1f}x the tokens/s")
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB ({torch.cuda.get_device_name()})")
+    else:
         print("GPU: not measured (no CUDA device here)")
 
 

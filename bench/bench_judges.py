@@ -160,7 +160,9 @@ def main() -> None:
         pairwise_bench(args, model, tokenizer)
     if args.only in (None, "score"):
         score_bench(args, model, tokenizer, model_label(args.model))
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB ({torch.cuda.get_device_name()})")
+    else:
         print("GPU: not measured (no CUDA device here)")
 
 

@@ -264,6 +264,9 @@ def _execute(kind, config, sessions, model_name, dataset_version, resume, output
         raise TrainingError(shared[1])
     plan = shared[0]
     config = type(config).from_dict(plan.config)
+    from preflab.training.models.loading import prefer_reusable_attention
+
+    prefer_reusable_attention()
     try:
         metrics = train(plan, config)
         if is_main_process():

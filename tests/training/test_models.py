@@ -10,6 +10,7 @@ from preflab.training.models.loading import (
     load_sequence_scorer,
     model_cache_dir,
     model_label,
+    prefer_reusable_attention,
     resolve_model_path,
 )
 from tests.tiny_models import tiny_causal_lm, tiny_reward_model, tiny_tokenizer
@@ -44,3 +45,25 @@ def test_a_reward_model_must_have_one_label(tmp_path):
     assert model.config.num_labels == 1
     with pytest.raises(ConfigError, match="has 3 labels"):
         load_sequence_scorer(tiny_reward_model(tmp_path / "cls", num_labels=3))
+
+
+@pytest.fixture
+def cudnn_attention_flag():
+    import torch
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    yield torch.backends.cuda.cudnn_sdp_enabled
+    torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_cudnn_attention_is_left_out_on_a_gpu_and_untouched_without_one(monkeypatch, cudnn_attention_flag):
+    # Its per-shape graph cost 30 ms of CPU per call on an H100 (bench/README.md, "On a GPU").
+    import torch
+
+    torch.backends.cuda.enable_cudnn_sdp(True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    prefer_reusable_attention()
+    assert cudnn_attention_flag()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    prefer_reusable_attention()
+    assert not cudnn_attention_flag()
