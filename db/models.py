@@ -82,7 +82,8 @@ class Prompt(Base):
     model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
     created_at: Mapped[datetime] = _ts()
 
-    candidates: Mapped[list["Candidate"]] = relationship(back_populates="prompt")
+    candidates: Mapped[list["Candidate"]] = relationship(
+        back_populates="prompt", primaryjoin="Prompt.id == foreign(Candidate.prompt_id)")
 
 
 class Candidate(Base):
@@ -90,7 +91,8 @@ class Candidate(Base):
     __table_args__ = (UniqueConstraint("prompt_id", "content_hash"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"), index=True)
+    # No foreign-key constraint to prompts, as for rankings below.
+    prompt_id: Mapped[int] = mapped_column(Integer, index=True)
     text: Mapped[str] = mapped_column(Text)
     content_hash: Mapped[str] = mapped_column(String(64))
     model: Mapped[str | None] = mapped_column(String(300))
@@ -99,7 +101,8 @@ class Candidate(Base):
     iteration: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = _ts()
 
-    prompt: Mapped[Prompt] = relationship(back_populates="candidates")
+    prompt: Mapped[Prompt] = relationship(back_populates="candidates",
+                                          primaryjoin="Prompt.id == foreign(Candidate.prompt_id)")
 
 
 class Annotator(Base):
@@ -156,15 +159,19 @@ class Ranking(Base):
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"))
-    annotator_id: Mapped[int] = mapped_column(ForeignKey("annotators.id"), index=True)
+    # No foreign-key constraints to prompts, annotators and raw records: a ranking is written
+    # in the transaction that finds or creates them, and nothing deletes them, so the references
+    # hold by construction (a candidate's prompt likewise). On Postgres each constraint cost a
+    # trigger per row written (bench/README.md, issue 15).
+    prompt_id: Mapped[int] = mapped_column(Integer)
+    annotator_id: Mapped[int] = mapped_column(Integer, index=True)
     source: Mapped[str] = mapped_column(String(20))  # import | label-studio | judge
     external_id: Mapped[str] = mapped_column(String(200))
     version: Mapped[int] = mapped_column(Integer, default=1)
     status: Mapped[str] = mapped_column(String(12), default=RankingStatus.valid.value)
     n_tiers: Mapped[int] = mapped_column(Integer, default=0)
     same_as_shown: Mapped[bool] = mapped_column(Boolean, default=False)
-    raw_record_id: Mapped[int | None] = mapped_column(ForeignKey("raw_records.id"))
+    raw_record_id: Mapped[int | None] = mapped_column(Integer)
     ls_project_id: Mapped[int | None] = mapped_column(Integer)
     ls_task_id: Mapped[int | None] = mapped_column(Integer)
     ls_annotation_id: Mapped[int | None] = mapped_column(Integer)
@@ -182,7 +189,7 @@ class Ranking(Base):
         back_populates="ranking", cascade="all, delete-orphan", order_by="RankingItem.candidate_id",
         primaryjoin="Ranking.id == foreign(RankingItem.ranking_id)",
     )
-    annotator: Mapped[Annotator] = relationship()
+    annotator: Mapped[Annotator] = relationship(primaryjoin="Annotator.id == foreign(Ranking.annotator_id)")
 
     def tiers(self) -> list[list[int]]:
         """Candidate ids by tier, best first."""
@@ -201,10 +208,8 @@ class RankingItem(Base):
     __tablename__ = "ranking_items"
     __table_args__ = (Index("ix_ranking_items_ranking_tier", "ranking_id", "tier"),)
 
-    # No foreign-key constraints: a ranking's items are written in the transaction that writes
-    # the ranking and finds or creates the candidates, and nothing deletes either, so the
-    # references hold by construction. On Postgres each constraint cost a trigger and a row
-    # lock per item: 15 s of a 100,000-ranking import (bench/README.md, issue 15).
+    # No foreign-key constraints, as for rankings: items are written with their ranking, in the
+    # transaction that finds or creates their candidates (15 s of a 100k-ranking Postgres import).
     ranking_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     candidate_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     tier: Mapped[int | None] = mapped_column(Integer)  # 0 = best; NULL = shown, not ranked

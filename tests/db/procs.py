@@ -139,9 +139,30 @@ def rankings_file(path: Path, numbers, bad: int = 0) -> Path:
     return write_lines(path, lines)
 
 
+# The references the schema holds without foreign-key constraints (migrations 0005 and 0007):
+# each query counts the rows whose reference leads nowhere.
+DANGLING = {
+    "rankings.prompt_id": "SELECT count(*) FROM rankings WHERE prompt_id NOT IN (SELECT id FROM prompts)",
+    "rankings.annotator_id": "SELECT count(*) FROM rankings WHERE annotator_id NOT IN (SELECT id FROM annotators)",
+    "rankings.raw_record_id": "SELECT count(*) FROM rankings WHERE raw_record_id IS NOT NULL "
+                              "AND raw_record_id NOT IN (SELECT id FROM raw_records)",
+    "candidates.prompt_id": "SELECT count(*) FROM candidates WHERE prompt_id NOT IN (SELECT id FROM prompts)",
+    "ranking_items.ranking_id": "SELECT count(*) FROM ranking_items WHERE ranking_id NOT IN (SELECT id FROM rankings)",
+    "ranking_items.candidate_id": "SELECT count(*) FROM ranking_items "
+                                  "WHERE candidate_id NOT IN (SELECT id FROM candidates)",
+}
+
+
+def dangling(url: str) -> dict[str, int]:
+    """References without a constraint that lead nowhere, by column; {} when every one holds."""
+    found = {column: scalar(url, query) for column, query in DANGLING.items()}
+    return {column: n for column, n in found.items() if n}
+
+
 def consistent(url: str) -> dict[str, int]:
     """Check what no crash or race may leave behind; returns the table counts."""
     n = counts(url)
+    assert dangling(url) == {}
     # every ranking is whole: one item per response, nothing half-written
     assert scalar(url, "SELECT count(*) FROM (SELECT ranking_id FROM ranking_items GROUP BY ranking_id "
                        "HAVING count(*) <> 3) AS t") == 0

@@ -44,11 +44,11 @@ def test_import_stores_prompts_candidates_rankings(cli, sessions, tmp_path):
     with sessions.begin() as s:
         assert count(s, Prompt) == 2 and count(s, Candidate) == 7 and count(s, Ranking) == 3
         assert count(s, RawRecord) == 3
-        alice = s.scalar(select(Ranking).join(Annotator).where(Annotator.name == "alice"))
+        alice = s.scalar(select(Ranking).join(Ranking.annotator).where(Annotator.name == "alice"))
         texts = {c.id: c.text for c in s.scalars(select(Candidate))}
         assert [[texts[c] for c in tier] for tier in alice.tiers()] == [["4"], ["22"], ["5"]]
         assert [texts[c] for c in alice.shown_order()] == ["4", "5", "22"]
-        judge = s.scalar(select(Ranking).join(Annotator).where(Annotator.kind == "ai"))
+        judge = s.scalar(select(Ranking).join(Ranking.annotator).where(Annotator.kind == "ai"))
         items = {texts[i.candidate_id]: (i.tier, i.score) for i in judge.items}
         assert items == {"Paris": (0, 9.0), "Lyon": (None, 1.0), "Nice": (None, None), "Marseille": (1, 4.0)}
         assert s.scalar(select(Candidate.model).where(Candidate.text == "Paris")) == "tiny"

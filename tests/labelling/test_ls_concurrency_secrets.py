@@ -14,7 +14,7 @@ import sys
 from click.testing import CliRunner
 
 from preflab.cli import cli as root
-from tests.db.procs import counts, finish, rows, writes_held
+from tests.db.procs import counts, dangling, finish, rows, writes_held
 from tests.labelling.ls_helpers import item, ranker_result, tasks, unique, write_prompts
 
 N_TASKS = 12
@@ -70,7 +70,9 @@ def test_two_syncs_of_one_project_at_once(cli, db_url, ls_env, tmp_path):
 
 
 def consistent_ls(url: str) -> dict:
-    """No annotation twice, every ranking whole, every stored annotation turned into its ranking."""
+    """No annotation twice, every ranking whole, every stored annotation turned into its ranking,
+    and every reference without a constraint leads to its row."""
+    assert dangling(url) == {}
     assert rows(url, "SELECT ls_annotation_id FROM rankings GROUP BY ls_project_id, ls_annotation_id "
                      "HAVING count(*) > 1") == []
     assert rows(url, "SELECT ranking_id FROM ranking_items GROUP BY ranking_id HAVING count(*) <> 3") == []

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from preflab.cli import cli as root
 
 from preflab.db.models import Candidate
-from tests.db.procs import TABLES, counts, rows, scalar
+from tests.db.procs import TABLES, counts, dangling, rows, scalar
 from tests.labelling.ls_helpers import session
 
 # The labelling config of Label Studio's gallery template "LLM Ranker" (generative-ai/llm-ranker), its
@@ -237,6 +237,7 @@ def test_ls_import_on_anything_exits_cleanly_and_is_idempotent(db_url, tmp_path,
     before = counts(db_url, TABLES)
     second = run()
     assert counts(db_url, TABLES) == before  # importing again changes nothing
+    assert dangling(db_url) == {}
     if isinstance(first, dict):
         assert isinstance(second, dict) and (second["new"], second["updated"]) == (0, 0)
     else:

@@ -49,7 +49,7 @@ def version_samples(session: Session, version: ModelVersion, limit: int) -> Vers
     """The candidates a model version wrote (by version id, or by the name or path stored with them)."""
     labels = [label for label in (version.name, version.path) if label]
     rows = session.execute(
-        select(Candidate.prompt_id, Candidate.id, Prompt.text, Candidate.text).join(Prompt)
+        select(Candidate.prompt_id, Candidate.id, Prompt.text, Candidate.text).join(Candidate.prompt)
         .where(or_(Candidate.model_version_id == version.id, Candidate.model.in_(labels)))
         .order_by(Candidate.id).limit(limit)).all()
     return VersionSamples(version.name, version.path or version.base_model or version.name, [tuple(r) for r in rows])
