@@ -62,11 +62,16 @@ def _driver_batches(session: Session, query: Select, schema, batch_rows: int) ->
 
 
 def rows_to_batch(rows: Sequence[Sequence], schema):
-    """Rows of Python values (in `schema`'s column order) as one Arrow record batch of `schema`."""
+    """Rows of Python values (in `schema`'s column order) as one Arrow record batch of `schema`.
+
+    Arrow reads tuples as structs in C: a quarter of the time of transposing the rows into
+    columns in Python first (5.5 ms against 21 ms per 20,000 pairs; bench/README.md, issue 15).
+    """
     import pyarrow as pa
 
-    return pa.RecordBatch.from_arrays([pa.array(column, f.type) for column, f in zip(zip(*rows), schema)],
-                                      schema=schema)
+    if rows and not isinstance(rows[0], tuple):  # SQLAlchemy's rows are sequences, not tuples
+        rows = [tuple(row) for row in rows]
+    return pa.RecordBatch.from_struct_array(pa.array(rows, type=pa.struct(list(schema))))
 
 
 class _Reader:
