@@ -245,7 +245,7 @@ class Comparison(Base):
 
     Comparisons are a disposable materialisation: `pairs build` rewrites them (those
     of the rankings that changed, or all) in one transaction, by an INSERT … SELECT
-    over rankings whose own foreign keys are enforced; `build_id` is the build that
+    over the rankings and their items; `build_id` is the build that
     wrote the pair. They carry no foreign keys themselves:
     on Postgres each one is a trigger per row, and with them writing two million
     pairs took 10× as long (see bench/README.md).
