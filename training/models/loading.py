@@ -126,7 +126,7 @@ def prefer_reusable_attention() -> None:
     their longest sequence, and every decoded token, bring a new shape: on an H100
     (torch 2.11) each call then spent about 30 ms on the CPU for 0.3 ms on the GPU, and a
     DPO step of 275 ms was 110 ms of GPU work. The flash and memory-efficient kernels
-    PyTorch falls back to need no graph (bench/README.md, "GPU").
+    PyTorch falls back to need no graph (bench/README.md, "On a GPU (issue 15)").
     """
     import torch
 
