@@ -29,7 +29,7 @@ from preflab.db.card import LICENSE_UNKNOWN, dataset_card
 from preflab.db.models import Comparison, DatasetVersion, PairBuild, Prompt, Ranking
 from preflab.db.pair_tables import PairRow, features, id_batches, id_schema, text_tables
 from preflab.db.pairs import EXPORT_KINDS, kept_comparisons, kept_prompts, pair_mix
-from preflab.errors import ConfigError, HubError, InputError
+from preflab.errors import ConfigError, DatabaseError, HubError, InputError
 
 FORMATS = ("disk", "parquet", "jsonl")
 SPLITS = ("train", "test")
@@ -235,9 +235,11 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
                           # pseudonym -> why `pairs build` left their rankings out (empty: nobody)
                           "excluded_annotators": (build.excluded if build else None) or {}})
     # A statement per split and chunk of ids, not one per prompt.
-    for name in SPLITS:
-        for_values(session, update(Prompt).where(in_values(session, Prompt.id)).values(split=name),
-                   [pid for pid, split in splits.items() if split == name])
+    stored = sum(for_values(session, update(Prompt).where(in_values(session, Prompt.id)).values(split=part),
+                            [pid for pid, split in splits.items() if split == part]) for part in SPLITS)
+    if stored != len(splits):
+        raise DatabaseError(f"the database stored the split of {stored:,} of the export's {len(splits):,} "
+                            f"prompts; the export was not recorded")
     return version
 
 

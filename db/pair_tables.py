@@ -75,6 +75,7 @@ def text_tables(session: Session, batches: Iterable, splits: dict[int, str], con
     annotator_ids = pa.array([a for a, _ in annotators], pa.int64())
     annotator_names = pa.array([n for _, n in annotators], pa.string())
     test_ids = pa.array([p for p, split in splits.items() if split == "test"], pa.int64())
+    schema = features(conversational)
     for batch in batches:
         if not batch.num_rows:
             continue
@@ -105,7 +106,7 @@ def text_tables(session: Session, batches: Iterable, splits: dict[int, str], con
             columns["prompt"] = _as_messages(columns["prompt"], "user")
             columns["chosen"] = _as_messages(columns["chosen"], "assistant")
             columns["rejected"] = _as_messages(columns["rejected"], "assistant")
-        table = pa.table(columns, schema=features(conversational))
+        table = pa.table(columns, schema=schema)
         is_test = pc.is_in(prompt_ids, value_set=test_ids)
         for split, mask in (("train", pc.invert(is_test)), ("test", is_test)):
             part = table.filter(mask)

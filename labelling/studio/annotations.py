@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from preflab.console import plural
 from preflab.db.agreement import same_as_shown_text
-from preflab.db.bulk import append_rows, in_values, lookup
+from preflab.db.bulk import IN_CHUNK, append_rows, in_values, lookup
 from preflab.db.ingest import Invalid
 from preflab.db.models import AnnotatorKind, Ranking, RankingItem, RankingStatus, RawRecord, utcnow
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates, ensure_prompts, \
@@ -323,7 +323,7 @@ def _latest_versions(session: Session, project_id: int, annotation_ids: list[int
     out: dict[int, tuple[int, int, str]] = {}
     query = (select(Ranking.id, Ranking.ls_annotation_id, Ranking.version, Ranking.status)
              .where(Ranking.ls_project_id == project_id, in_values(session, Ranking.ls_annotation_id, semi_join=True)))
-    for part in chunks(sorted(set(annotation_ids)), 500):
+    for part in chunks(sorted(set(annotation_ids)), IN_CHUNK):
         for rid, aid, version, status in session.execute(query, {"values": list(part)}):
             if aid not in out or version > out[aid][1]:
                 out[aid] = (rid, version, status)

@@ -83,6 +83,22 @@ def test_nothing_to_export_is_one_sentence(cli, tmp_path):
                                      "run `preflab pairs build` first")
 
 
+def test_an_export_whose_splits_the_database_did_not_store_is_not_recorded(populated, sessions, tmp_path,
+                                                                             monkeypatch):
+    from preflab.db import export
+
+    stored = export.for_values
+    monkeypatch.setattr(export, "for_values", lambda session, statement, values: stored(session, statement,
+                                                                                       list(values)[1:]))
+    result = populated("export", tmp_path / "short", expect_ok=False)
+    assert result.exit_code == 1
+    assert result.output.strip() == ("Error: the database stored the split of 18 of the export's 20 prompts; "
+                                     "the export was not recorded")
+    with sessions() as s:
+        assert s.scalars(select(DatasetVersion)).all() == []
+        assert s.scalars(select(Prompt.split).where(Prompt.split.is_not(None))).all() == []
+
+
 def test_hub_push_without_token_is_a_clear_error(populated, tmp_path):
     result = populated("export", tmp_path / "h", "--hub", "someone/prefs", expect_ok=False)
     assert result.exit_code == 1
