@@ -99,9 +99,10 @@ def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...
     """Get or create the prompts and candidates of parsed records; returns the id maps."""
     prompt_rows: dict[str, dict[str, Any]] = {}
     for rec, *_ in records:
-        h = rec.prompt_hash
-        row = prompt_rows.setdefault(h, {"text": rec.prompt, "source": rec.source, "reference": rec.reference})
-        if row["reference"] is None and rec.reference:
+        row = prompt_rows.get(rec.prompt_hash)
+        if row is None:
+            prompt_rows[rec.prompt_hash] = {"text": rec.prompt, "source": rec.source, "reference": rec.reference}
+        elif row["reference"] is None and rec.reference:
             row["reference"] = rec.reference
     prompt_ids = ensure_prompts(session, prompt_rows, append=True)
     summary.prompts += prompt_ids.created
@@ -110,8 +111,10 @@ def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...
     for rec, *_ in records:
         pid = prompt_ids[rec.prompt_hash]
         for text, h, model in zip(rec.responses, rec.response_hashes, rec.models):
-            cand_rows.setdefault((pid, h), {"text": text, "model": model})
-    cand_ids = ensure_candidates(session, cand_rows, append=True)
+            if (pid, h) not in cand_rows:
+                cand_rows[pid, h] = {"text": text, "model": model}
+    cand_ids = ensure_candidates(session, cand_rows, append=True,
+                                 fresh_prompts={prompt_ids[h] for h in prompt_ids.fresh})
     summary.candidates += cand_ids.created
     return prompt_ids, cand_ids
 

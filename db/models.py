@@ -92,7 +92,7 @@ class Candidate(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     # No foreign-key constraint to prompts, as for rankings below.
-    prompt_id: Mapped[int] = mapped_column(Integer, index=True)
+    prompt_id: Mapped[int] = mapped_column(Integer)  # looked up through the unique key it leads
     text: Mapped[str] = mapped_column(Text)
     content_hash: Mapped[str] = mapped_column(String(64))
     model: Mapped[str | None] = mapped_column(String(300))
@@ -206,7 +206,8 @@ class Ranking(Base):
 
 class RankingItem(Base):
     __tablename__ = "ranking_items"
-    __table_args__ = (Index("ix_ranking_items_ranking_tier", "ranking_id", "tier"),)
+    # Read by ranking only: the primary key serves it; on SQLite the rows are stored in its order.
+    __table_args__ = {"sqlite_with_rowid": False}
 
     # No foreign-key constraints, as for rankings: items are written with their ranking, in the
     # transaction that finds or creates their candidates (15 s of a 100k-ranking Postgres import).

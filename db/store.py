@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -57,75 +57,86 @@ def chunks(items: Sequence, size: int = IN_CHUNK) -> Iterable[Sequence]:
 
 
 class IdMap(dict):
-    """natural key -> id, plus how many of those rows this call created."""
+    """natural key -> id, plus how many of those rows this call created (`fresh`: their keys, when appended)."""
 
     created: int = 0
+    fresh: frozenset = frozenset()
 
 
-def _ids(found: dict, created: int, index: int = 0) -> IdMap:
-    out = IdMap({k: r[index] for k, r in found.items()})
-    out.created = created
-    return out
+def _get_or_create(session: Session, table: Table, wanted: Mapping[Any, Any], key: str, key_of,
+                   columns: tuple[str, ...], row_key, conflict: Sequence[str], row_columns: tuple[str, ...],
+                   make_row, append: bool = False, skip: Collection = ()) -> tuple[IdMap, dict[Any, tuple]]:
+    """Look up rows by their natural keys and insert the missing ones.
 
+    `wanted` maps each natural key to what the caller gave for it; `key_of(natural key)`
+    is its value in the `key` column the lookup goes by, and `row_key(looked-up row)`
+    its natural key; `columns` names what the lookup reads, id first. Only a missing
+    key gets a row built (`make_row(natural key, given)`: a tuple of `row_columns`).
+    The missing rows are inserted, skipping any a concurrent writer added, and their
+    ids read back; with `append` they are appended (`bulk.append_rows`) and not read
+    back. `skip`: values of the `key` column that cannot have rows yet (created in
+    this transaction), so are not looked up.
 
-def _get_or_create(session: Session, table: Table, rows: dict[Any, dict[str, Any]], key: str,
-                   columns: tuple[str, ...], row_key, conflict: Sequence[str],
-                   append: bool = False) -> tuple[dict[Any, tuple], int]:
-    """Look up `rows` (keyed by their natural key) by the `key` column, insert the missing
-    ones (skipping any a concurrent writer added), read their ids back.
-
-    With `append`, the missing rows are appended (`bulk.append_rows`) and not read back.
-    Returns (natural key -> the looked-up row, number of rows this call created).
+    Returns natural key -> id, and natural key -> looked-up row (all but the appended ones).
     """
-    wanted = {row[key] for row in rows.values()}
-    found = {row_key(r): r for r in lookup(session, table, columns, key, wanted)}
-    new_keys = [k for k in rows if k not in found]
-    missing = [rows[k] for k in new_keys]
+    looked_up = {key_of(k) for k in wanted}.difference(skip)
+    found = {row_key(r): r for r in lookup(session, table, columns, key, looked_up)}
+    missing = [k for k in wanted if k not in found]
+    appended = {}
     if missing and append:
-        for rid, k in zip(append_rows(session, table, missing), new_keys):
-            found[k] = (rid, *(rows[k][c] for c in columns[1:]))
+        rows = [make_row(k, wanted[k]) for k in missing]
+        appended = dict(zip(missing, append_rows(session, table, rows, columns=row_columns)))
     elif missing:
-        insert_rows(session, table, missing, conflict)
-        found.update({row_key(r): r for r in lookup(session, table, columns, key, {row[key] for row in missing})})
-    return {k: found[k] for k in rows}, len(missing)
+        insert_rows(session, table, [dict(zip(row_columns, make_row(k, wanted[k]))) for k in missing], conflict)
+        # Read back: rows this call inserted, and any a concurrent writer inserted first.
+        found.update((row_key(r), r) for r in lookup(session, table, columns, key, {key_of(k) for k in missing}))
+    existing = {k: found[k] for k in wanted if k in found}
+    ids = IdMap((k, r[0]) for k, r in existing.items())
+    ids.update(appended)
+    ids.created, ids.fresh = len(missing), frozenset(appended)
+    return ids, existing
+
+
+_PROMPT_COLUMNS = ("content_hash", "text", "source", "reference", "iteration", "model_version_id")
 
 
 def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]], append: bool = False) -> IdMap:
     """Get or create prompts keyed by content hash; returns hash -> id (`.created`: how many are new).
 
-    `prompts` maps hash -> column values (text, source, reference). An existing
-    prompt without a reference gains one when the new record carries it.
+    `prompts` maps hash -> column values (text, source, reference, iteration,
+    model_version_id). An existing prompt without a reference gains one when the
+    new record carries it.
     """
     if not prompts:
         return IdMap()
-    optional = ("source", "reference", "iteration", "model_version_id")
-    rows = {h: {"content_hash": h, "text": v["text"], **{c: v.get(c) for c in optional}}
-            for h, v in prompts.items()}
-    found, created = _get_or_create(session, Prompt.__table__, rows, "content_hash",
-                                    ("id", "content_hash", "reference"), itemgetter(1), ["content_hash"], append)
-    missing_reference = [{"id": r[0], "reference": rows[h]["reference"]}
-                         for h, r in found.items() if r[2] is None and rows[h]["reference"]]
+    ids, existing = _get_or_create(session, Prompt.__table__, prompts, "content_hash", lambda h: h,
+                                   ("id", "content_hash", "reference"), itemgetter(1), ["content_hash"],
+                                   _PROMPT_COLUMNS, lambda h, v: (h, v["text"], *map(v.get, _PROMPT_COLUMNS[2:])),
+                                   append)
+    missing_reference = [{"id": r[0], "reference": prompts[h]["reference"]}
+                         for h, r in existing.items() if r[2] is None and prompts[h].get("reference")]
     if missing_reference:
         session.execute(update(Prompt), missing_reference)
-    return _ids(found, created)
+    return ids
+
+
+_CANDIDATE_COLUMNS = ("prompt_id", "content_hash", "text", "model", "model_version_id", "sampling", "iteration")
 
 
 def ensure_candidates(session: Session, candidates: dict[tuple[int, str], dict[str, Any]],
-                      append: bool = False) -> IdMap:
+                      append: bool = False, fresh_prompts: Collection[int] = ()) -> IdMap:
     """Get or create candidates keyed by (prompt id, content hash); returns key -> id (`.created`: new ones).
 
     Each value holds the candidate's columns: text, and optionally model,
-    model_version_id, sampling, iteration.
+    model_version_id, sampling, iteration. `fresh_prompts`: ids of prompts this
+    transaction created, which have no candidates to look up yet.
     """
     if not candidates:
         return IdMap()
-    optional = ("model", "model_version_id", "sampling", "iteration")
-    rows = {(pid, h): {"prompt_id": pid, "content_hash": h, "text": v["text"], **{c: v.get(c) for c in optional}}
-            for (pid, h), v in candidates.items()}
-    found, created = _get_or_create(session, Candidate.__table__, rows, "prompt_id",
-                                    ("id", "prompt_id", "content_hash"), itemgetter(1, 2),
-                                    ["prompt_id", "content_hash"], append)
-    return _ids(found, created)
+    return _get_or_create(session, Candidate.__table__, candidates, "prompt_id", itemgetter(0),
+                          ("id", "prompt_id", "content_hash"), itemgetter(1, 2), ["prompt_id", "content_hash"],
+                          _CANDIDATE_COLUMNS, lambda k, v: (*k, v["text"], *map(v.get, _CANDIDATE_COLUMNS[3:])),
+                          append, fresh_prompts)[0]
 
 
 def new_pseudonym(kind: str) -> str:
@@ -141,13 +152,13 @@ def ensure_annotators(session: Session, annotators: dict[tuple[str, str], dict[s
     """
     if not annotators:
         return {}
-    columns = ("judge_kind", "model", "config", "ls_user_id")
-    rows = {(kind, name): {"kind": kind, "name": name, "pseudonym": new_pseudonym(kind),
-                           **{c: values.get(c) for c in columns}}
-            for (kind, name), values in annotators.items()}
-    found, _ = _get_or_create(session, Annotator.__table__, rows, "name", ("id", "kind", "name"),
-                              itemgetter(1, 2), ["kind", "name"])
-    return {k: r[0] for k, r in found.items()}
+    ids, _ = _get_or_create(session, Annotator.__table__, annotators, "name", itemgetter(1), ("id", "kind", "name"),
+                            itemgetter(1, 2), ["kind", "name"], _ANNOTATOR_COLUMNS,
+                            lambda k, v: (*k, new_pseudonym(k[0]), *map(v.get, _ANNOTATOR_COLUMNS[3:])))
+    return dict(ids)
+
+
+_ANNOTATOR_COLUMNS = ("kind", "name", "pseudonym", "judge_kind", "model", "config", "ls_user_id")
 
 
 class RawMap(dict):
