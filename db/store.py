@@ -63,22 +63,25 @@ class IdMap(dict):
     fresh: frozenset = frozenset()
 
 
-def _get_or_create(session: Session, table: Table, wanted: Mapping[Any, Any], key: str, key_of,
-                   columns: tuple[str, ...], row_key, conflict: Sequence[str], row_columns: tuple[str, ...],
-                   make_row, append: bool = False, skip: Collection = ()) -> tuple[IdMap, dict[Any, tuple]]:
+def _get_or_create(session: Session, table: Table, wanted: Mapping[Any, Any], natural: tuple[str, ...], key: str,
+                   row_columns: tuple[str, ...], make_row, extra: tuple[str, ...] = (), append: bool = False,
+                   skip: Collection = ()) -> tuple[IdMap, dict[Any, tuple]]:
     """Look up rows by their natural keys and insert the missing ones.
 
-    `wanted` maps each natural key to what the caller gave for it; `key_of(natural key)`
-    is its value in the `key` column the lookup goes by, and `row_key(looked-up row)`
-    its natural key; `columns` names what the lookup reads, id first. Only a missing
-    key gets a row built (`make_row(natural key, given)`: a tuple of `row_columns`).
-    The missing rows are inserted, skipping any a concurrent writer added, and their
-    ids read back; with `append` they are appended (`bulk.append_rows`) and not read
-    back. `skip`: values of the `key` column that cannot have rows yet (created in
-    this transaction), so are not looked up.
+    `wanted` maps each natural key to what the caller gave for it. `natural` names
+    the key's columns (its unique constraint; a key of one column is the bare value),
+    and `key` the one of them the lookup goes by; the lookup reads the id, the
+    natural key, then `extra`. Only a missing key gets a row built
+    (`make_row(natural key, given)`: a tuple of `row_columns`, which start with the
+    natural key's). The missing rows are inserted, skipping any a concurrent writer
+    added, and their ids read back; with `append` they are appended
+    (`bulk.append_rows`) and not read back. `skip`: values of the `key` column that
+    cannot have rows yet (created in this transaction), so are not looked up.
 
     Returns natural key -> id, and natural key -> looked-up row (all but the appended ones).
     """
+    columns, row_key = ("id", *natural, *extra), itemgetter(*range(1, len(natural) + 1))
+    key_of = (lambda k: k) if len(natural) == 1 else itemgetter(natural.index(key))
     looked_up = {key_of(k) for k in wanted}.difference(skip)
     found = {row_key(r): r for r in lookup(session, table, columns, key, looked_up)}
     missing = [k for k in wanted if k not in found]
@@ -87,7 +90,7 @@ def _get_or_create(session: Session, table: Table, wanted: Mapping[Any, Any], ke
         rows = [make_row(k, wanted[k]) for k in missing]
         appended = dict(zip(missing, append_rows(session, table, rows, columns=row_columns)))
     elif missing:
-        insert_rows(session, table, [dict(zip(row_columns, make_row(k, wanted[k]))) for k in missing], conflict)
+        insert_rows(session, table, [dict(zip(row_columns, make_row(k, wanted[k]))) for k in missing], natural)
         # Read back: rows this call inserted, and any a concurrent writer inserted first.
         found.update((row_key(r), r) for r in lookup(session, table, columns, key, {key_of(k) for k in missing}))
     existing = {k: found[k] for k in wanted if k in found}
@@ -109,10 +112,9 @@ def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]], append:
     """
     if not prompts:
         return IdMap()
-    ids, existing = _get_or_create(session, Prompt.__table__, prompts, "content_hash", lambda h: h,
-                                   ("id", "content_hash", "reference"), itemgetter(1), ["content_hash"],
+    ids, existing = _get_or_create(session, Prompt.__table__, prompts, ("content_hash",), "content_hash",
                                    _PROMPT_COLUMNS, lambda h, v: (h, v["text"], *map(v.get, _PROMPT_COLUMNS[2:])),
-                                   append)
+                                   ("reference",), append)
     missing_reference = [{"id": r[0], "reference": prompts[h]["reference"]}
                          for h, r in existing.items() if r[2] is None and prompts[h].get("reference")]
     if missing_reference:
@@ -133,10 +135,9 @@ def ensure_candidates(session: Session, candidates: dict[tuple[int, str], dict[s
     """
     if not candidates:
         return IdMap()
-    return _get_or_create(session, Candidate.__table__, candidates, "prompt_id", itemgetter(0),
-                          ("id", "prompt_id", "content_hash"), itemgetter(1, 2), ["prompt_id", "content_hash"],
+    return _get_or_create(session, Candidate.__table__, candidates, ("prompt_id", "content_hash"), "prompt_id",
                           _CANDIDATE_COLUMNS, lambda k, v: (*k, v["text"], *map(v.get, _CANDIDATE_COLUMNS[3:])),
-                          append, fresh_prompts)[0]
+                          append=append, skip=fresh_prompts)[0]
 
 
 def new_pseudonym(kind: str) -> str:
@@ -152,8 +153,7 @@ def ensure_annotators(session: Session, annotators: dict[tuple[str, str], dict[s
     """
     if not annotators:
         return {}
-    ids, _ = _get_or_create(session, Annotator.__table__, annotators, "name", itemgetter(1), ("id", "kind", "name"),
-                            itemgetter(1, 2), ["kind", "name"], _ANNOTATOR_COLUMNS,
+    ids, _ = _get_or_create(session, Annotator.__table__, annotators, ("kind", "name"), "name", _ANNOTATOR_COLUMNS,
                             lambda k, v: (*k, new_pseudonym(k[0]), *map(v.get, _ANNOTATOR_COLUMNS[3:])))
     return dict(ids)
 
