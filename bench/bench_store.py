@@ -17,8 +17,9 @@ Peak RSS is the process's high-water mark after each fast stage (the fast path
 runs first, in a fresh process per database).
 
 The fast path runs with each implementation of bulk inserts and lookups named
-by `--bulk` (`--repeat` times each, alternating), each in a fresh process on a
-fresh database and the same file: `core` is preflab.db.bulk (SQLAlchemy Core
+by `--bulk`, each in a fresh process on a fresh database and the same file,
+in `--repeat` rounds that each run every database and implementation once (the
+median run of each is reported, and Postgres / SQLite as the ratio of medians): `core` is preflab.db.bulk (SQLAlchemy Core
 executemany), `driver` the driver-level path bulk.py had before (kept in
 driver_bulk.py to measure against). The time spent in `insert_rows` and
 `lookup` is added up per stage (import: inserts and lookups; export: lookups;
@@ -334,7 +335,8 @@ def main() -> None:
     parser.add_argument("--bulk", nargs="+", choices=["core", "driver"], default=["core"],
                         help="bulk insert/lookup implementations to run the fast path with (core: preflab.db.bulk; "
                              "driver: the driver-level path it replaced); the first is reported against the baseline")
-    parser.add_argument("--repeat", type=int, default=1, help="fast-path runs per implementation, alternating")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of fast-path runs, each running every database and implementation once")
     parser.add_argument("--child", nargs=3, metavar=("DATABASE", "KIND", "WORKDIR"), help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
     parser.add_argument("--more-input", help=argparse.SUPPRESS)
@@ -359,22 +361,35 @@ def main() -> None:
         report = {"peer": child("none", "peer", tmp / "peer", path, 0)}
         print_peer(report["peer"])
         databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
-        for database in databases:
-            runs = {bulk: [] for bulk in args.bulk}
-            for attempt in range(args.repeat):
+        runs = {database: {bulk: [] for bulk in args.bulk} for database in databases}
+        # Each round runs every database and implementation once, so a machine that speeds up or
+        # slows down over the run (it does: the same import varied by a third in CPU seconds)
+        # weighs on each side alike.
+        for attempt in range(args.repeat):
+            for database in databases:
                 for bulk in args.bulk:
                     work = tmp / f"{database}-{bulk}-{attempt}"
-                    runs[bulk].append(child(database, bulk, work, path, args.baseline_rankings, more))
+                    runs[database][bulk].append(child(database, bulk, work, path, args.baseline_rankings, more))
+        for database in databases:
             if args.baseline_rankings:
-                runs["baseline"] = child(database, "baseline", tmp / f"{database}-baseline", path,
-                                         args.baseline_rankings)
-            report[database] = runs
-            print_report(database, runs[args.bulk[0]][0], runs.get("baseline"), report["peer"])
+                runs[database]["baseline"] = child(database, "baseline", tmp / f"{database}-baseline", path,
+                                                   args.baseline_rankings)
+            report[database] = runs[database]
+            fast = runs[database][args.bulk[0]]
+            print_report(database, median_run(fast), runs[database].get("baseline"), report["peer"])
+            if len(fast) > 1:
+                print(f"whole path of each run: {', '.join(f'{whole_path(r):.1f} s' for r in fast)} "
+                      f"(the median run is shown)")
             if len(args.bulk) > 1:
-                print_bulk_comparison(runs, args.bulk)
+                print_bulk_comparison(runs[database], args.bulk)
         if len(databases) == 2:
-            totals = {d: whole_path(report[d][args.bulk[0]][0]) for d in databases}
-            print(f"\npostgres whole path / sqlite whole path: {totals['postgres'] / totals['sqlite']:.2f}x")
+            pairs = [(whole_path(p), whole_path(s)) for p, s in zip(runs["postgres"][args.bulk[0]],
+                                                                      runs["sqlite"][args.bulk[0]])]
+            ratios = [p / q for p, q in pairs]
+            medians = [statistics.median(side) for side in zip(*pairs)]
+            print(f"\npostgres whole path / sqlite whole path: {statistics.median(ratios):.2f}x"
+                  + (f" (median of the rounds' ratios {', '.join(f'{r:.2f}x' for r in ratios)}; ratio of the "
+                     f"medians {medians[0] / medians[1]:.2f}x)" if len(pairs) > 1 else ""))
         print(f"load average now {os.getloadavg()[0]:.1f}")
         Path(tmp, "report.json").write_text(json.dumps(report))
         print(json.dumps(report))
@@ -382,6 +397,12 @@ def main() -> None:
 
 def whole_path(fast: dict) -> float:
     return sum(fast[s]["seconds"] for s in ("import", "pairs", "export"))
+
+
+def median_run(runs: list[dict]) -> dict:
+    """The run whose whole path is the median (the lower middle one of an even count)."""
+    ordered = sorted(runs, key=whole_path)
+    return ordered[(len(ordered) - 1) // 2]
 
 
 def print_peer(result: dict) -> None:

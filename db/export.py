@@ -192,14 +192,17 @@ def write_batches(session: Session, batches: Iterable, splits: dict[int, str], o
     return version
 
 
-def comparison_batches(session: Session, annotators: str = "any") -> Iterator:
-    """The comparisons an export of `annotators` keeps, as Arrow batches of ids in build order, streamed."""
+def comparison_batches(session: Session, annotators: str = "any", expected: int = 0) -> Iterator:
+    """The comparisons an export of `annotators` keeps, as Arrow batches of ids in build order, streamed.
+
+    `expected`: about how many there are (a big read may go to another process: `preflab.db.arrow`).
+    """
     query = (select(Comparison.prompt_id, Comparison.chosen_id, Comparison.rejected_id, Comparison.margin,
                     Comparison.weight, Comparison.annotator_kind, Ranking.annotator_id)
              .outerjoin(Ranking, Ranking.id == Comparison.ranking_id)
              .where(kept_comparisons(annotators))
              .order_by(Comparison.id))
-    return arrow_batches(session, query, id_schema(), BATCH_ROWS)
+    return arrow_batches(session, query, id_schema(), BATCH_ROWS, rows_hint=expected)
 
 
 def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettings,
@@ -225,7 +228,8 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
     # The pairs are read before this transaction writes anything, so `arrow_batches` can read
     # them on a second connection.
     version = write_batches(
-        session, comparison_batches(session, settings.annotators), splits, out_dir, settings, name=name,
+        session, comparison_batches(session, settings.annotators, sum(mix.kept.values())), splits, out_dir,
+        settings, name=name,
         build_id=build.id if build else None,
         version_settings={"strategy": build.strategy if build else None,
                           "aggregate": build.aggregate if build else None,

@@ -22,6 +22,7 @@ from preflab.db.store import content_hash
 
 # The widths of the String columns these fields are stored in (db/models.py).
 LIMITS = {"annotator": 300, "model": 300, "source": 200, "id": 200}
+KINDS = frozenset(kind.value for kind in AnnotatorKind)
 
 
 @dataclass
@@ -198,7 +199,7 @@ def parse_ranking(line: str | bytes) -> RankingRecord:
     responses, hashes = _responses(data, minimum=2)
     n = len(responses)
     kind = data.get("annotator_kind", "human")
-    if not isinstance(kind, str) or kind not in {k.value for k in AnnotatorKind}:
+    if not isinstance(kind, str) or kind not in KINDS:
         raise Invalid(f"unknown annotator_kind {shown(kind)} (expected 'human' or 'ai')")
     return RankingRecord(
         prompt=prompt, responses=responses, tiers=_tiers(data, n),

@@ -1,18 +1,23 @@
-"""Reading a query as Arrow: through ADBC on Postgres when that sees what the session sees, else the session."""
+"""Reading a query as Arrow: through ADBC on Postgres, or a child process on SQLite, when that sees what the
+session sees; else through the session."""
+
+import subprocess
 
 import pytest
 from sqlalchemy import func, select, text
 
-from preflab.db import arrow, export
+from preflab.db import arrow, export, sqlite_reader
 from preflab.db.export import ExportSettings, comparison_batches, export_dataset
 from preflab.db.ingest import import_file, import_rankings_batch
 from preflab.db.models import Comparison
 from preflab.db.pair_tables import id_schema
 from preflab.db.pairs import build_pairs
+from preflab.errors import DatabaseError
 
 from .helpers import ranking_line, write_lines
 
 ADBC_READER = arrow._adbc_reader
+CHILD_REQUEST = arrow._child_request
 
 
 @pytest.fixture
@@ -75,6 +80,93 @@ def test_an_export_reads_uncommitted_pairs_and_equals_a_committed_export(store, 
     assert first.content_hash == second.content_hash
     batches = list(comparison_batches(store(), "human-first"))
     assert sum(b.num_rows for b in batches) == 30 * 5  # the judge's pair is of a prompt people ranked
+
+
+@pytest.fixture
+def sqlite_store(sqlite_url, tmp_path):
+    from preflab.db.engine import open_database, session_factory
+
+    sessions = session_factory(open_database(sqlite_url))
+    lines = [ranking_line(f"prompt {i}", [f"answer {i}.{j}" for j in range(4)], [[0], [1, 2], [3]], "ann", id=f"r{i}")
+             for i in range(30)]
+    import_file(sessions, write_lines(tmp_path / "r.jsonl", lines), import_rankings_batch)
+    with sessions.begin() as s:
+        build_pairs(s)
+    return sessions
+
+
+def _child_spy(monkeypatch) -> list[str]:
+    """Big reads from the first row, and which reader each read took."""
+    chose = []
+
+    def spy(*args):
+        request = CHILD_REQUEST(*args)
+        chose.append("child" if request is not None else "session")
+        return request
+
+    monkeypatch.setattr(arrow, "_child_request", spy)
+    monkeypatch.setattr(arrow, "CHILD_MIN_ROWS", 1)
+    monkeypatch.setattr(export, "BATCH_ROWS", 7)
+    return chose
+
+
+def test_a_child_process_reads_the_same_batches_as_the_session(sqlite_store, monkeypatch):
+    with sqlite_store() as s:
+        via_session = list(comparison_batches(s, "any"))  # no size given: a small read, in this process
+        chose = _child_spy(monkeypatch)
+        via_child = list(comparison_batches(s, "any", expected=150))
+    assert chose == ["child"]
+    assert all(b.num_rows <= 7 and b.schema == id_schema() for b in via_child)
+    assert [r for b in via_child for r in b.to_pylist()] == [r for b in via_session for r in b.to_pylist()]
+    assert sum(b.num_rows for b in via_child) == 30 * 5
+
+
+def test_an_export_read_by_a_child_process_equals_one_read_in_process(sqlite_store, tmp_path, monkeypatch):
+    chose = _child_spy(monkeypatch)
+    with sqlite_store.begin() as s:
+        by_child = export_dataset(s, tmp_path / "b", ExportSettings(format="parquet"))
+    monkeypatch.setattr(arrow, "CHILD_MIN_ROWS", 10**9)
+    with sqlite_store.begin() as s:
+        in_process = export_dataset(s, tmp_path / "a", ExportSettings(format="parquet"))
+    assert chose == ["child"]  # the second export did not ask: too small
+    assert (by_child.n_train, by_child.n_test, by_child.content_hash) == (
+        in_process.n_train, in_process.n_test, in_process.content_hash)
+
+
+def test_a_sqlite_transaction_that_wrote_reads_in_process(sqlite_store, monkeypatch):
+    """The child would not see this transaction's uncommitted pairs: the session reads them."""
+    chose = _child_spy(monkeypatch)
+    with sqlite_store.begin() as s:
+        s.execute(text("DELETE FROM comparisons WHERE id % 2 = 0"))
+        batches = list(comparison_batches(s, "any", expected=150))
+        s.rollback()
+    assert chose == ["session"] and sum(b.num_rows for b in batches) == 75
+
+
+def test_a_failing_child_raises_one_sentence(sqlite_url):
+    from preflab.db.engine import open_database
+
+    open_database(sqlite_url)
+    path = sqlite_url.removeprefix("sqlite:///")
+    with pytest.raises(DatabaseError, match=r"^reading .* in a child process failed: .*no such table: nowhere$"):
+        list(sqlite_reader.child_batches(path, "SELECT id FROM nowhere", [], id_schema(), 10))
+
+
+def test_a_reader_stopped_early_stops_its_child(sqlite_store, monkeypatch):
+    started = []
+    popen = subprocess.Popen
+
+    def spy(*args, **kwargs):
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(sqlite_reader.subprocess, "Popen", spy)
+    _child_spy(monkeypatch)
+    with sqlite_store() as s:
+        batches = comparison_batches(s, "any", expected=150)
+        assert next(batches).num_rows == 7
+        batches.close()
+    assert len(started) == 1 and started[0].poll() is not None
 
 
 @pytest.mark.postgres
