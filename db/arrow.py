@@ -44,8 +44,7 @@ def arrow_batches(session: Session, query: Select, schema, batch_rows: int, rows
     reader = _adbc_reader(session, query, batch_rows)
     if reader is not None:
         with reader as batches:
-            yield from _read_ahead(_cast(batch.slice(start, batch_rows).columns, schema)
-                                   for batch in batches for start in range(0, batch.num_rows, batch_rows))
+            yield from _read_ahead(_cut(batches, schema, batch_rows))
         return
     child = _child_request(session, query) if rows_hint >= CHILD_MIN_ROWS else None
     if child is not None:
@@ -66,9 +65,31 @@ def _read_ahead(batches: Iterator) -> Iterator:
         batches.close()  # a caller that stopped early: the reader stops too (with the pool idle)
 
 
+def _cut(batches: Iterator, schema, batch_rows: int) -> Iterator:
+    """`batches` of any sizes as batches of exactly `batch_rows` rows (the last one fewer), cast to `schema`.
+
+    Every reader cuts the rows alike: an export's content hash is taken a batch at a time.
+    """
+    import pyarrow as pa
+
+    held: list = []
+    for batch in batches:
+        held.append(batch)
+        rows = sum(b.num_rows for b in held)
+        if rows >= batch_rows:
+            table = pa.Table.from_batches(held)
+            whole = rows - rows % batch_rows
+            for start in range(0, whole, batch_rows):
+                yield _cast(table.slice(start, batch_rows).combine_chunks().columns, schema)
+            held = [b for b in table.slice(whole).to_batches() if b.num_rows]
+    if held:
+        yield _cast(pa.Table.from_batches(held).combine_chunks().columns, schema)
+
+
 def _cast(columns: Sequence, schema):
     import pyarrow as pa
 
+    columns = [c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in columns]
     return pa.RecordBatch.from_arrays([c.cast(f.type) for c, f in zip(columns, schema)], schema=schema)
 
 
