@@ -19,7 +19,8 @@ runs first, in a fresh process per database).
 The fast path runs with each implementation of bulk inserts and lookups named
 by `--bulk`, each in a fresh process on a fresh database and the same file,
 in `--repeat` rounds that each run every database and implementation once (the
-median run of each is reported, and Postgres / SQLite as the ratio of medians): `core` is preflab.db.bulk (SQLAlchemy Core
+median run of each is reported, and Postgres / SQLite as the median of the
+rounds' ratios): `core` is preflab.db.bulk (SQLAlchemy Core
 executemany), `driver` the driver-level path bulk.py had before (kept in
 driver_bulk.py to measure against). The time spent in `insert_rows` and
 `lookup` is added up per stage (import: inserts and lookups; export: lookups;
@@ -39,7 +40,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import peak_rss_mb, postgres_schema_url
+from common import cpu_seconds, peak_rss_mb, postgres_schema_url
 
 WORDS = ("the model answer prompt reward policy gradient token river mountain quick brown fox "
          "jumps over lazy dog data train test split human judge rank prefer better worse "
@@ -146,21 +147,21 @@ def fast_path(url: str, path: Path, out_dir: Path, bulk: str = "core", more: Pat
 
     sessions = session_factory(open_database(url))
     result = {"bulk": bulk, "load_before": os.getloadavg()[0]}
-    t, cpu, before = time.perf_counter(), time.process_time(), snapshot(spent)
+    t, cpu, before = time.perf_counter(), cpu_seconds(), snapshot(spent)
     summary = import_file(sessions, path, import_rankings_batch)
-    result["import"] = {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
+    result["import"] = {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_seconds() - cpu,
                         "rankings": summary.imported,
                         "peak_rss_mb": peak_rss_mb(), "in_bulk": since(before, spent)}
-    t, cpu, before = time.perf_counter(), time.process_time(), snapshot(spent)
+    t, cpu, before = time.perf_counter(), cpu_seconds(), snapshot(spent)
     with sessions.begin() as session:
         built = build_pairs(session)
-    result["pairs"] = {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
+    result["pairs"] = {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_seconds() - cpu,
                        "pairs": built.pairs, "peak_rss_mb": peak_rss_mb(),
                        "in_bulk": since(before, spent)}
-    t, cpu, before = time.perf_counter(), time.process_time(), snapshot(spent)
+    t, cpu, before = time.perf_counter(), cpu_seconds(), snapshot(spent)
     with sessions.begin() as session:
         version = export_dataset(session, out_dir, ExportSettings(format="parquet"))
-    result["export"] = {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
+    result["export"] = {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_seconds() - cpu,
                         "pairs": version.n_train + version.n_test,
                         "peak_rss_mb": peak_rss_mb(), "in_bulk": since(before, spent)}
     if more is not None:
@@ -178,10 +179,10 @@ def add_more(sessions, path: Path) -> dict:
     imported = import_file(sessions, path, import_rankings_batch).imported
     out = {"rankings": imported, "import_seconds": time.perf_counter() - t}
     for mode in ("incremental", "full"):
-        t, cpu = time.perf_counter(), time.process_time()
+        t, cpu = time.perf_counter(), cpu_seconds()
         with sessions.begin() as session:
             built = build_pairs(session, full=mode == "full")
-        out[mode] = {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
+        out[mode] = {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_seconds() - cpu,
                      "pairs": built.pairs, "changed": built.changed, "mode": built.mode}
     assert out["incremental"]["pairs"] == out["full"]["pairs"]
     out["peak_rss_mb"] = peak_rss_mb()

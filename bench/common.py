@@ -27,6 +27,12 @@ def sqlite_dataset(workdir, rankings, seed: int):
     return sessions, version, pairs
 
 
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have ended (the export's reader is one)."""
+    spent = os.times()
+    return spent.user + spent.system + spent.children_user + spent.children_system
+
+
 def peak_rss_mb() -> float:
     """This process's peak resident memory so far, in MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

@@ -30,7 +30,7 @@ from preflab.db.sqlite_reader import child_batches, rows_to_batch
 __all__ = ["CHILD_MIN_ROWS", "arrow_batches", "rows_to_batch"]
 
 # A SQLite read of fewer rows stays in this process: starting the child (Python and pyarrow) took
-# 0.5 s on a busy 2-core machine.
+# 0.5 s on a busy 2-core machine (bench/README.md, issue 15).
 CHILD_MIN_ROWS = 200_000
 
 
@@ -74,6 +74,8 @@ def _cut(batches: Iterator, schema, batch_rows: int) -> Iterator:
 
     held: list = []
     for batch in batches:
+        if not batch.num_rows:
+            continue
         held.append(batch)
         rows = sum(b.num_rows for b in held)
         if rows >= batch_rows:
@@ -115,19 +117,24 @@ def _driver_batches(session: Session, query: Select, schema, batch_rows: int) ->
 
 def _child_request(session: Session, query: Select) -> tuple[str, str, list] | None:
     """(file, SQL, parameters) for a child process to read `query` with, when it sees what the session sees."""
+    if session.autoflush:
+        session.flush()  # pending objects are written, as a query in the session would (then it has written)
     connection = session.connection()
-    url = connection.engine.url
-    if connection.dialect.name != "sqlite" or not url.database or url.database == ":memory:" or url.query:
+    if connection.dialect.name != "sqlite":
         return None
     if connection.connection.dbapi_connection.in_transaction:
         return None  # this transaction has written: only its own connection sees that
+    # The file the connection opened, by its absolute path ("" for a database in memory).
+    files = {name: file for _, name, file in connection.exec_driver_sql("PRAGMA database_list")}
+    if not files.get("main"):
+        return None
     compiled = query.compile(dialect=connection.dialect)
     params = [compiled.params[name] for name in compiled.positiontup or ()]
     try:
         json.dumps(params)
     except TypeError:
         return None  # a parameter the request cannot carry
-    return url.database, str(compiled), params
+    return files["main"], str(compiled), params
 
 
 class _Reader:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Table, any_, bindparam, cast, func, insert, select, text
+from sqlalchemy import JSON, DateTime, Enum, Integer, String, Table, any_, bindparam, cast, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -137,9 +137,11 @@ def _copy(session: Session, table: Table, columns: list[str], rows: Iterable[Seq
 def lookup(session: Session, table: Table, columns: Sequence[str], key: str, values: Iterable) -> list[tuple]:
     """Rows of `table`'s `columns` whose `key` column is in `values`, IN_CHUNK values at a time.
 
-    Where SQLAlchemy would hand the driver's values back unchanged (ids, text), the
-    rows come from the driver's own cursor: SQLAlchemy's rows around them took 40 %
-    of the time of reading an export's texts (bench/README.md, issue 15).
+    Where every column is an integer or a string, which the drivers hand back as
+    SQLAlchemy would, the rows come from the driver's own cursor: SQLAlchemy's rows
+    around them took about a third of the time of reading an export's texts
+    (bench/README.md, issue 15). Objects pending in the session are flushed first,
+    as `session.execute` would.
     """
     values = list(dict.fromkeys(values))
     if not values:
@@ -149,11 +151,13 @@ def lookup(session: Session, table: Table, columns: Sequence[str], key: str, val
     stmt = select(*(table.c[c] for c in columns)).where(_is_in(table.c[key], dialect.name))
     out: list[tuple] = []
     chunks = (values[start:start + IN_CHUNK] for start in range(0, len(values), IN_CHUNK))
-    if any(table.c[c].type.dialect_impl(dialect).result_processor(dialect, None) for c in columns):
+    if not all(_plain(table.c[c].type) for c in columns):
         for chunk in chunks:
             # .all() fetches the chunk's rows at once; iterating the result would fetch them one by one.
             out.extend(map(tuple, session.execute(stmt, {"values": chunk}).all()))
         return out
+    if session.autoflush:
+        session.flush()
     compiled = stmt.compile(dialect=dialect)
     # The one parameter, bound as `_is_in` declares it: a JSON list on SQLite, an array on Postgres.
     bind = ((lambda chunk: (json.dumps(chunk),)) if dialect.name == "sqlite" else (lambda chunk: {"values": chunk}))
@@ -167,6 +171,11 @@ def lookup(session: Session, table: Table, columns: Sequence[str], key: str, val
     finally:
         cursor.close()
     return out
+
+
+def _plain(column_type) -> bool:
+    """An integer or a string: a value both drivers return as SQLAlchemy would (an Enum converts)."""
+    return isinstance(column_type, (Integer, String)) and not isinstance(column_type, Enum)
 
 
 def in_values(session: Session, column, *, semi_join: bool = False):

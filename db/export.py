@@ -192,17 +192,18 @@ def write_batches(session: Session, batches: Iterable, splits: dict[int, str], o
     return version
 
 
-def comparison_batches(session: Session, annotators: str = "any", expected: int = 0) -> Iterator:
+def comparison_batches(session: Session, annotators: str = "any", rows_hint: int = 0) -> Iterator:
     """The comparisons an export of `annotators` keeps, as Arrow batches of ids in build order, streamed.
 
-    `expected`: about how many there are (a big read may go to another process: `preflab.db.arrow`).
+    Args:
+        rows_hint: about how many there are (a big read may go to another process: `preflab.db.arrow`).
     """
     query = (select(Comparison.prompt_id, Comparison.chosen_id, Comparison.rejected_id, Comparison.margin,
                     Comparison.weight, Comparison.annotator_kind, Ranking.annotator_id)
              .outerjoin(Ranking, Ranking.id == Comparison.ranking_id)
              .where(kept_comparisons(annotators))
              .order_by(Comparison.id))
-    return arrow_batches(session, query, id_schema(), BATCH_ROWS, rows_hint=expected)
+    return arrow_batches(session, query, id_schema(), BATCH_ROWS, rows_hint=rows_hint)
 
 
 def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettings,

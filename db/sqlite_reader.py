@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from preflab.errors import DatabaseError
 
@@ -39,7 +40,7 @@ def rows_to_batch(rows: Sequence[Sequence], schema):
 
 
 def child_batches(path: str, sql: str, params: list, schema, batch_rows: int) -> Iterator:
-    """Yield the rows of `sql` on the SQLite file `path` as record batches of `schema`, read by a child process.
+    """Yield the rows of `sql` on the SQLite file `path` (absolute) as record batches of `schema`, read by a child.
 
     Raises:
         DatabaseError: the child could not read them (its last error line says why).
@@ -52,8 +53,11 @@ def child_batches(path: str, sql: str, params: list, schema, batch_rows: int) ->
         child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  stderr=errors)
         try:
-            child.stdin.write(json.dumps(request).encode() + b"\n")
-            child.stdin.close()
+            try:
+                child.stdin.write(json.dumps(request).encode() + b"\n")
+                child.stdin.close()
+            except OSError:
+                pass  # the child ended at once: its exit status and message, below, say why
             broken = None
             try:
                 yield from pa.ipc.open_stream(child.stdout)
@@ -76,12 +80,17 @@ def _serve() -> None:
 
     request = json.loads(sys.stdin.buffer.readline())
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(request["schema"])))
-    connection = sqlite3.connect(request["path"], timeout=30)
-    connection.execute("PRAGMA query_only=ON")
-    cursor = connection.execute(request["sql"], request["params"])
-    with pa.ipc.new_stream(sys.stdout.buffer, schema) as writer:
-        for rows in iter(lambda: cursor.fetchmany(request["batch_rows"]), []):
-            writer.write_batch(rows_to_batch(rows, schema))
+    try:
+        # The file must exist: the parent has it open (mode=rw does not create one).
+        connection = sqlite3.connect(f"{Path(request['path']).as_uri()}?mode=rw", uri=True, timeout=30)
+        connection.execute("PRAGMA query_only=ON")
+        cursor = connection.execute(request["sql"], request["params"])
+        with pa.ipc.new_stream(sys.stdout.buffer, schema) as writer:
+            for rows in iter(lambda: cursor.fetchmany(request["batch_rows"]), []):
+                writer.write_batch(rows_to_batch(rows, schema))
+    except sqlite3.Error as exc:
+        sys.stderr.write(f"{exc}\n")  # the parent's message ends with this line
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -113,14 +113,33 @@ def _child_spy(monkeypatch) -> list[str]:
 
 
 def test_a_child_process_reads_the_same_batches_as_the_session(sqlite_store, monkeypatch):
+    chose = _child_spy(monkeypatch)
     with sqlite_store() as s:
         via_session = list(comparison_batches(s, "any"))  # no size given: a small read, in this process
-        chose = _child_spy(monkeypatch)
-        via_child = list(comparison_batches(s, "any", expected=150))
+        via_child = list(comparison_batches(s, "any", rows_hint=150))
     assert chose == ["child"]
     assert all(b.num_rows <= 7 and b.schema == id_schema() for b in via_child)
+    assert [b.num_rows for b in via_child] == [b.num_rows for b in via_session]  # the content hash goes by batch
     assert [r for b in via_child for r in b.to_pylist()] == [r for b in via_session for r in b.to_pylist()]
     assert sum(b.num_rows for b in via_child) == 30 * 5
+
+
+def test_the_child_reads_the_file_the_session_opened_after_a_change_of_directory(tmp_path, monkeypatch):
+    """A relative SQLite URL names a file from the directory the engine was made in, not the current one."""
+    from preflab.db.engine import open_database, session_factory
+
+    monkeypatch.chdir(tmp_path)
+    sessions = session_factory(open_database("sqlite:///relative.db"))
+    lines = [ranking_line(f"p {i}", ["a", "b", "c"], [[0], [1], [2]], "ann", id=f"r{i}") for i in range(4)]
+    import_file(sessions, write_lines(tmp_path / "r.jsonl", lines), import_rankings_batch)
+    with sessions.begin() as s:
+        build_pairs(s)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    chose = _child_spy(monkeypatch)
+    with sessions() as s:
+        assert sum(b.num_rows for b in comparison_batches(s, "any", rows_hint=12)) == 4 * 3
+    assert chose == ["child"] and not (tmp_path / "elsewhere" / "relative.db").exists()
 
 
 def test_an_export_read_by_a_child_process_equals_one_read_in_process(sqlite_store, tmp_path, monkeypatch):
@@ -140,7 +159,7 @@ def test_a_sqlite_transaction_that_wrote_reads_in_process(sqlite_store, monkeypa
     chose = _child_spy(monkeypatch)
     with sqlite_store.begin() as s:
         s.execute(text("DELETE FROM comparisons WHERE id % 2 = 0"))
-        batches = list(comparison_batches(s, "any", expected=150))
+        batches = list(comparison_batches(s, "any", rows_hint=150))
         s.rollback()
     assert chose == ["session"] and sum(b.num_rows for b in batches) == 75
 
@@ -150,7 +169,7 @@ def test_a_failing_child_raises_one_sentence(sqlite_url):
 
     open_database(sqlite_url)
     path = sqlite_url.removeprefix("sqlite:///")
-    with pytest.raises(DatabaseError, match=r"^reading .* in a child process failed: .*no such table: nowhere$"):
+    with pytest.raises(DatabaseError, match=r"^reading .* in a child process failed: no such table: nowhere$"):
         list(sqlite_reader.child_batches(path, "SELECT id FROM nowhere", [], id_schema(), 10))
 
 
@@ -164,11 +183,12 @@ def test_a_reader_stopped_early_stops_its_child(sqlite_store, monkeypatch):
 
     monkeypatch.setattr(sqlite_reader.subprocess, "Popen", spy)
     _child_spy(monkeypatch)
+    monkeypatch.setattr(export, "BATCH_ROWS", 1)  # 150 batches: more than the pipe holds, so the child waits
     with sqlite_store() as s:
-        batches = comparison_batches(s, "any", expected=150)
-        assert next(batches).num_rows == 7
+        batches = comparison_batches(s, "any", rows_hint=150)
+        assert next(batches).num_rows == 1
         batches.close()
-    assert len(started) == 1 and started[0].poll() is not None
+    assert len(started) == 1 and started[0].returncode < 0  # killed, not finished
 
 
 @pytest.mark.postgres

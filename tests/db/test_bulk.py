@@ -67,3 +67,15 @@ def test_lookup_finds_each_row_once_across_chunks(sessions):
         by_id = lookup(s, Prompt.__table__, ("text",), "id", [ids["p700"], ids["p3"], -1])
         assert sorted(by_id) == [("p3",), ("p700",)]
         assert lookup(s, Prompt.__table__, ("id",), "content_hash", set()) == []
+
+
+def test_lookup_sees_pending_objects_and_converts_what_sqlalchemy_converts(sessions):
+    """The driver's rows are used only where SQLAlchemy would not change them; pending objects are flushed first."""
+    received = datetime(2025, 3, 4, 5, 6, 7, tzinfo=timezone.utc)
+    with sessions.begin() as s:
+        s.add(RawRecord(source="test", payload="{}", payload_hash="x", received_at=received))
+        # Integers and strings: from the driver's cursor, after the pending row is flushed.
+        (rid, payload_hash), = lookup(s, RawRecord.__table__, ("id", "payload_hash"), "payload_hash", ["x"])
+        # A timestamp: through SQLAlchemy, which turns SQLite's text into a datetime.
+        (when,) = lookup(s, RawRecord.__table__, ("received_at",), "id", [rid])[0]
+        assert payload_hash == "x" and isinstance(rid, int) and utc(when) == received
