@@ -73,19 +73,21 @@ def _cut(batches: Iterator, schema, batch_rows: int) -> Iterator:
     import pyarrow as pa
 
     held: list = []
+    rows = 0
     for batch in batches:
         if not batch.num_rows:
             continue
         held.append(batch)
-        rows = sum(b.num_rows for b in held)
+        rows += batch.num_rows
         if rows >= batch_rows:
             table = pa.Table.from_batches(held)
             whole = rows - rows % batch_rows
             for start in range(0, whole, batch_rows):
-                yield _cast(table.slice(start, batch_rows).combine_chunks().columns, schema)
+                yield _cast(table.slice(start, batch_rows).columns, schema)
             held = [b for b in table.slice(whole).to_batches() if b.num_rows]
+            rows -= whole
     if held:
-        yield _cast(pa.Table.from_batches(held).combine_chunks().columns, schema)
+        yield _cast(pa.Table.from_batches(held).columns, schema)
 
 
 def _cast(columns: Sequence, schema):
@@ -101,10 +103,9 @@ def _driver_batches(session: Session, query: Select, schema, batch_rows: int) ->
     if connection.dialect.name == "sqlite":
         # The driver's own cursor steps through the rows as they are fetched; SQLAlchemy's
         # rows around them cost a third more (bench/README.md, issue 15).
-        compiled = query.compile(dialect=connection.dialect)
         cursor = connection.connection.dbapi_connection.cursor()
         try:
-            cursor.execute(str(compiled), [compiled.params[name] for name in compiled.positiontup or ()])
+            cursor.execute(*_sqlite_statement(connection, query))
             for rows in iter(lambda: cursor.fetchmany(batch_rows), []):
                 yield rows_to_batch(rows, schema)
         finally:
@@ -128,13 +129,18 @@ def _child_request(session: Session, query: Select) -> tuple[str, str, list] | N
     files = {name: file for _, name, file in connection.exec_driver_sql("PRAGMA database_list")}
     if not files.get("main"):
         return None
-    compiled = query.compile(dialect=connection.dialect)
-    params = [compiled.params[name] for name in compiled.positiontup or ()]
+    sql, params = _sqlite_statement(connection, query)
     try:
         json.dumps(params)
     except TypeError:
         return None  # a parameter the request cannot carry
-    return files["main"], str(compiled), params
+    return files["main"], sql, params
+
+
+def _sqlite_statement(connection, query: Select) -> tuple[str, list]:
+    """`query` as SQLite's driver takes it: the SQL text and its positional parameters."""
+    compiled = query.compile(dialect=connection.dialect)
+    return str(compiled), [compiled.params[name] for name in compiled.positiontup or ()]
 
 
 class _Reader:

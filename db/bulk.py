@@ -158,16 +158,16 @@ def lookup(session: Session, table: Table, columns: Sequence[str], key: str, val
         return out
     if session.autoflush:
         session.flush()
-    compiled = stmt.compile(dialect=dialect)
+    sql = str(stmt.compile(dialect=dialect))
     # The one parameter, bound as `_is_in` declares it: a JSON list on SQLite, an array on Postgres.
     bind = ((lambda chunk: (json.dumps(chunk),)) if dialect.name == "sqlite" else (lambda chunk: {"values": chunk}))
     cursor = connection.connection.dbapi_connection.cursor()
     try:
         for chunk in chunks:
-            cursor.execute(str(compiled), bind(chunk))
+            cursor.execute(sql, bind(chunk))
             out.extend(cursor.fetchall())
     except dialect.loaded_dbapi.Error as exc:  # raised as SQLAlchemy's, as `session.execute` would
-        raise DBAPIError.instance(str(compiled), None, exc, dialect.loaded_dbapi.Error) from exc
+        raise DBAPIError.instance(sql, None, exc, dialect.loaded_dbapi.Error) from exc
     finally:
         cursor.close()
     return out
