@@ -239,6 +239,12 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
                           "contradicting_by_split": by_split,
                           # pseudonym -> why `pairs build` left their rankings out (empty: nobody)
                           "excluded_annotators": (build.excluded if build else None) or {}})
+    # The pairs may be read on a second connection, which sees the latest commit: a pairs build that
+    # committed since `pair_mix` counted would leave the version's counts wrong.
+    written, counted = version.n_train + version.n_test, sum(mix.kept.values())
+    if written != counted:
+        raise DatabaseError(f"the export read {written:,} pairs where the database counted {counted:,} (a pairs "
+                            f"build committed meanwhile?); the export was not recorded: run it again")
     # A statement per split and chunk of ids, not one per prompt.
     stored = sum(for_values(session, update(Prompt).where(in_values(session, Prompt.id)).values(split=part),
                             [pid for pid, split in splits.items() if split == part]) for part in SPLITS)

@@ -99,6 +99,33 @@ def test_an_export_whose_splits_the_database_did_not_store_is_not_recorded(popul
         assert s.scalars(select(Prompt.split).where(Prompt.split.is_not(None))).all() == []
 
 
+def test_an_export_whose_pairs_changed_while_it_read_them_is_not_recorded(populated, sessions, tmp_path,
+                                                                          monkeypatch):
+    """The pairs are read on a second connection (a child process on SQLite, ADBC on Postgres), which sees a
+    pairs build that commits after the export counted them: the counts would no longer match the data."""
+    from sqlalchemy import delete, func
+
+    from preflab.db import arrow, export
+    from preflab.db.models import Comparison
+
+    counted = export.pair_mix
+
+    def then_a_commit(session, kind):
+        mix = counted(session, kind)
+        with sessions.begin() as other:  # another writer, in its own transaction
+            other.execute(delete(Comparison).where(Comparison.prompt_id == other.scalar(select(func.min(Prompt.id)))))
+        return mix
+
+    monkeypatch.setattr(export, "pair_mix", then_a_commit)
+    monkeypatch.setattr(arrow, "CHILD_MIN_ROWS", 1)
+    result = populated("export", tmp_path / "moved", expect_ok=False)
+    assert result.exit_code == 1
+    assert result.output.strip() == ("Error: the export read 125 pairs where the database counted 130 (a pairs "
+                                     "build committed meanwhile?); the export was not recorded: run it again")
+    with sessions() as s:
+        assert s.scalars(select(DatasetVersion)).all() == []
+
+
 def test_hub_push_without_token_is_a_clear_error(populated, tmp_path):
     result = populated("export", tmp_path / "h", "--hub", "someone/prefs", expect_ok=False)
     assert result.exit_code == 1
