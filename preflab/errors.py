@@ -35,3 +35,9 @@ class TrainingError(PreflabError):
 
 class LockHeld(PreflabError):
     """Another process holds the lock for this job."""
+
+
+# The exit status of an import that read records but could use none of them (every one
+# quarantined): a scheduled import can tell a wrong file from a good one. The summary is
+# still printed. A partly bad file exits 0; a file preflab cannot read at all exits 1.
+EXIT_ALL_QUARANTINED = 3
