@@ -13,7 +13,7 @@ export PREFLAB_LABEL_STUDIO_BIN ?= $(LS_VENV)/bin/label-studio
 # The embedded model is converted from GGUF once (about a minute) and cached here.
 export PREFLAB_MODEL_CACHE ?= $(HOME)/.cache/preflab/models
 
-.PHONY: setup test-setup run test bench system postgres clean
+.PHONY: setup test-setup run test fuzz bench system postgres clean
 
 # `make run` sets up only the main job; `make test` adds chromium, Label Studio and the test tools.
 setup: $(RUN_STAMP)
@@ -51,8 +51,14 @@ postgres:
 run: setup
 	$(BIN)/preflab pipeline
 
+# Property tests are derandomised here and in CI (tests/properties.py): the same examples every run.
 test: test-setup postgres
-	$(BIN)/python -m pytest -q
+	PREFLAB_HYPOTHESIS_PROFILE=deterministic $(BIN)/python -m pytest -q
+
+# The same properties with fresh random examples, FUZZ_SCALE times as many (not part of CI).
+FUZZ_SCALE ?= 20
+fuzz: test-setup postgres
+	PREFLAB_HYPOTHESIS_PROFILE=fuzz PREFLAB_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -q -m property
 
 bench: test-setup postgres
 	$(BIN)/pip install -q -e '.[ml,test,bench]'

@@ -2,7 +2,9 @@
 
 `open_database(url)` is what every command uses: it creates the SQLite file's
 directory and turns foreign keys on for every SQLite connection. A SQLite file is
-local and has one user, so it is created and migrated on first use. Any other
+local and has one user, so it is created and migrated on first use by a command
+that writes; a command that only reads (`existing=True`) stops instead, so that a
+typo in a path does not look like an empty project. Any other
 database (a team's Postgres) is never migrated behind its users' backs: it must
 already be at the newest revision, and `preflab db upgrade` is the one way there.
 A URL preflab cannot use is refused here, in one sentence that never shows a password.
@@ -60,16 +62,35 @@ def masked(url: str) -> str:
     return re.sub(r"(//[^/@]*?:)[^/@]*@", r"\1***@", url)
 
 
+def _parse(url: str):
+    """The URL parsed, `postgres://` read as `postgresql://` (libpq's and most hosts' spelling)."""
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise DatabaseError(f"{masked(url)!r} is not a database URL: expected {EXPECTED}") from None
+    if parsed.drivername.split("+")[0] == "postgres":
+        parsed = parsed.set(drivername="postgresql" + parsed.drivername[len("postgres"):])
+    return parsed
+
+
+def _require_file(url: str) -> None:
+    """Stop, naming the path, when a SQLite URL names a file that does not exist."""
+    parsed = _parse(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return
+    path = Path(parsed.database).expanduser()
+    if not path.is_file():
+        raise DatabaseError(f"there is no preflab database at {path.absolute()}: check --database-url or "
+                            f"PREFLAB_DATABASE_URL (commands that write, such as `preflab import`, create it)")
+
+
 def make_engine(url: str) -> Engine:
     """An engine for a SQLite or Postgres URL (the SQLite file's folder is created).
 
     Raises:
         DatabaseError: the URL is malformed, names another database, or the SQLite folder cannot be made.
     """
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
-        raise DatabaseError(f"{masked(url)!r} is not a database URL: expected {EXPECTED}") from None
+    parsed = _parse(url)
     shown = parsed.render_as_string(hide_password=True)
     if parsed.drivername not in DRIVERS:
         raise DatabaseError(f"preflab stores its data in SQLite or PostgreSQL, and cannot use {shown}: "
@@ -145,6 +166,8 @@ def _migrating(engine: Engine) -> Iterator[None]:
     the tables (SQLite runs DDL outside the migration's transaction) and one fail.
     The lock is a file beside the database, never the database itself: closing any
     descriptor of a SQLite file drops the locks SQLite holds on it, and corrupts it.
+    The holder removes the file before it lets go, so none is left in the user's folder;
+    a waiter that then wakes on the removed file opens a new one and waits again.
     """
     if engine.dialect.name == "postgresql":
         with engine.connect() as conn:
@@ -160,12 +183,21 @@ def _migrating(engine: Engine) -> Iterator[None]:
         return
     import fcntl
 
-    with open(f"{Path(database).expanduser()}.migrate-lock", "ab") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    lock = Path(f"{Path(database).expanduser()}.migrate-lock")
+    while True:
+        with open(lock, "ab") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                held = os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino
+            except FileNotFoundError:  # the holder before us removed it: lock a new one
+                held = False
+            if not held:
+                continue
+            try:
+                yield
+            finally:
+                lock.unlink(missing_ok=True)  # still locked: a waiter sees it gone and starts over
+            return
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -227,16 +259,20 @@ def _opened(url: str, ensure_schema: bool) -> Engine:
     return engine
 
 
-def open_database(url: str, ensure_schema: bool = True) -> Engine:
+def open_database(url: str, ensure_schema: bool = True, *, existing: bool = False) -> Engine:
     """An engine for `url` whose schema is at the newest revision (checked once per process).
 
     A SQLite file is created and migrated on first use; any other database must
     already be migrated (`preflab db upgrade`). With `ensure_schema=False` the
-    engine comes as it is, for `db upgrade` and `db current`.
+    engine comes as it is, for `db upgrade` and `db current`. With `existing=True`
+    a SQLite file that does not exist is an error, not a new empty store.
 
     Raises:
-        DatabaseError: unreachable, not migrated (not SQLite), or migrated by a newer preflab.
+        DatabaseError: unreachable, missing (`existing`), not migrated (not SQLite), or
+            migrated by a newer preflab.
     """
+    if existing:
+        _require_file(url)
     return _opened(url, ensure_schema)
 
 
@@ -259,9 +295,14 @@ def session_factory(engine: Engine) -> sessionmaker[Session]:
     return sessionmaker(engine, expire_on_commit=False)
 
 
-def open_sessions(url: str) -> sessionmaker[Session]:
-    """A session factory on the database at `url` (what every command opens)."""
-    return session_factory(open_database(url))
+def open_sessions(url: str, *, existing: bool = False) -> sessionmaker[Session]:
+    """A session factory on the database at `url` (what every command opens).
+
+    Args:
+        existing: for commands that only read: a SQLite file that does not exist is an
+            error naming its path, not a new empty store.
+    """
+    return session_factory(open_database(url, existing=existing))
 
 
 def table_names(engine: Engine) -> set[str]:

@@ -26,7 +26,7 @@ def report_command(settings: Settings, out, open_page, no_text, as_json):
     from preflab.db.engine import open_sessions
     from preflab.report.build import SECTIONS, write_report
 
-    with open_sessions(settings.database_url).begin() as session:
+    with open_sessions(settings.database_url, existing=True).begin() as session:
         report = write_report(session, out, no_text=no_text, reporter=Reporter(settings.verbose and not as_json))
     if open_page:
         import webbrowser

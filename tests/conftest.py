@@ -15,8 +15,21 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import tests.properties  # noqa: F401  (loads the Hypothesis profile before any test module is imported)
+
 POSTGRES_URL = os.environ.get("PREFLAB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 SECRETS = ("LABEL_STUDIO_API_KEY", "HF_TOKEN", "PREFLAB_DATABASE_URL", "LABEL_STUDIO_URL", "PREFLAB_MODEL")
+
+
+def pytest_collection_modifyitems(items):
+    # `make fuzz` selects the property tests with `-m property`.
+    for item in items:
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)
+
+
+def pytest_report_header(config):
+    return f"hypothesis profile: {tests.properties.PROFILE}"
 
 
 @pytest.fixture(autouse=True)

@@ -193,7 +193,7 @@ def report_command(settings, as_json):
     from preflab.db.engine import open_sessions
     from preflab.labelling.judges.report import judge_report
 
-    with open_sessions(settings.database_url).begin() as session:
+    with open_sessions(settings.database_url, existing=True).begin() as session:
         report = judge_report(session)
     if as_json:
         echo_json(report)

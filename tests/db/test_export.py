@@ -77,6 +77,7 @@ def test_conversational_export(populated, tmp_path):
 
 
 def test_nothing_to_export_is_one_sentence(cli, tmp_path):
+    cli("db", "upgrade")  # an empty store (export never creates one)
     result = cli("export", tmp_path / "x", expect_ok=False)
     assert result.exit_code == 1
     assert result.output.strip() == ("Error: there are no comparisons to export; "

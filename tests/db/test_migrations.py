@@ -27,7 +27,7 @@ def test_default_sqlite_database_is_created_on_first_use(tmp_path, monkeypatch):
     from preflab.cli import cli
 
     monkeypatch.setenv("PREFLAB_HOME", str(tmp_path / "state"))
-    result = CliRunner().invoke(cli, ["stats", "--json"])
+    result = CliRunner().invoke(cli, ["pairs", "build", "--json"])
     assert result.exit_code == 0, result.output
     db = tmp_path / "state" / "preflab.db"
     assert db.exists()

@@ -70,7 +70,7 @@ def test_other_database_errors_are_not_retried(sessions):
     ("not a url", "'not a url' is not a database URL"),
     ("postgresql://admin:hunter2@localhost:port/prefs", "'postgresql://admin:***@localhost:port/prefs' is not a database URL"),
     ("postgresql://admin:hunter2@127.0.0.1:1/prefs", "cannot open the database at postgresql://admin:***@127.0.0.1:1/prefs"),
-    ("sqlite:////proc/preflab/db.sqlite", "cannot create the SQLite database /proc/preflab/db.sqlite"),
+    ("sqlite:////proc/preflab/db.sqlite", "there is no preflab database at /proc/preflab/db.sqlite"),
 ])
 def test_a_database_url_preflab_cannot_use_is_one_sentence(url, message, monkeypatch):
     for args, env in (((["--database-url", url]), {}), ([], {"PREFLAB_DATABASE_URL": url})):
@@ -94,6 +94,6 @@ def test_two_processes_opening_a_fresh_sqlite_file_migrate_it_once(tmp_path):
     from .procs import finish, start
 
     url = f"sqlite:///{tmp_path / 'fresh.db'}"
-    procs = [start(url, "stats", "--json") for _ in range(3)]
+    procs = [start(url, "pairs", "build", "--json") for _ in range(3)]
     for code, _, err in (finish(p) for p in procs):
         assert code == 0 and not err.strip(), err

@@ -78,10 +78,37 @@ def label_studio_bin() -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+SERVER_PORTS = range(20000, 32000)  # below Linux's ephemeral range: no outgoing connection takes one
+
+
+def server_port() -> int:
+    """A free loopback port for Label Studio, outside the range the kernel gives outgoing connections.
+
+    Two test runs at once may still pick the same one: Label Studio then moves to the
+    next free port itself and says so in its log, which `_wait_ready` follows.
+    """
+    start = SERVER_PORTS.start + os.getpid() % len(SERVER_PORTS)
+    for offset in range(len(SERVER_PORTS)):
+        port = SERVER_PORTS.start + (start - SERVER_PORTS.start + offset) % len(SERVER_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free loopback port for Label Studio")
+
+
+def reserved_port() -> socket.socket:
+    """A loopback socket bound to a port and not listening: connections to it are refused, and no
+    other process can take the port until the socket is closed or starts listening.
+
+    Tests use it for "nothing listens there" and for a server that comes up later, so no
+    race with another process decides them.
+    """
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def _tail(path: Path, n: int = 30) -> str:
@@ -106,7 +133,7 @@ def start_server() -> _Started:
     if _started is not None:
         return _started
     binary = label_studio_bin()
-    port = free_port()
+    port = server_port()
     data_dir = Path(tempfile.mkdtemp(prefix="preflab-label-studio-"))
     log = data_dir / "server.log"
     token = secrets.token_hex(20)
@@ -179,9 +206,23 @@ def _own_session_dying_with_parent() -> None:
         pass
 
 
+def _moved(url: str, log: Path) -> str:
+    """The URL Label Studio listens on: it takes the next port by itself when its own is busy."""
+    try:
+        found = re.findall(r"Trying to start at (\d+)", log.read_text(errors="replace"))
+    except OSError:
+        return url
+    if not found or _started is None:
+        return url
+    moved = f"{url.rsplit(':', 1)[0]}:{found[-1]}"
+    _started.server.url = moved
+    return moved
+
+
 def _wait_ready(proc: subprocess.Popen, url: str, token: str, log: Path) -> None:
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
+        url = _moved(url, log)
         if proc.poll() is not None:
             pytest.fail(f"Label Studio exited with status {proc.returncode} while starting:\n{_tail(log)}",
                         pytrace=False)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import json
-import uuid
+import os
 from pathlib import Path
 
 from sqlalchemy import select
@@ -19,9 +21,19 @@ def write_prompts(path: Path, prompts: dict[str, list[str]]) -> Path:
     return path
 
 
+_calls: dict[str, itertools.count] = {}
+
+
 def unique(word: str) -> str:
-    """Texts unique to one test: the Label Studio server is shared by the whole run."""
-    return f"{word} [{uuid.uuid4().hex[:6]}]"
+    """Texts unique to one test: the Label Studio server is shared by the whole run.
+
+    Derived from the test's id and a count, not drawn at random: the same test gets the
+    same texts on every run, so nothing that depends on a text (its hash, a split) varies.
+    """
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+    n = next(_calls.setdefault(test, itertools.count()))
+    tag = hashlib.sha256(f"{test}\0{word}\0{n}".encode()).hexdigest()[:6]
+    return f"{word} [{tag}]"
 
 
 def session(database_url: str) -> Session:

@@ -9,7 +9,7 @@ from pathlib import Path
 from sqlalchemy import func, select
 
 from preflab.db.models import LSProject, LSTask
-from tests.labelling.ls_fixtures import free_port
+from tests.labelling.ls_fixtures import reserved_port
 from tests.labelling.ls_helpers import session, unique, write_prompts
 
 
@@ -31,7 +31,8 @@ def one_error_line(result) -> str:
 
 
 def test_unreachable_server(lcli, sqlite_url, monkeypatch):
-    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    nobody = reserved_port()  # bound, never listening: connections are refused
+    url = f"http://127.0.0.1:{nobody.getsockname()[1]}"
     monkeypatch.setenv("LABEL_STUDIO_URL", url)
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", "some-token-value")
     for args in (("ls", "init", "--title", "nowhere"), ("ls", "sync", "--project", "1")):
@@ -61,9 +62,9 @@ def test_wrong_or_missing_token(lcli, sqlite_url, ls_server, monkeypatch, tmp_pa
     assert written(sqlite_url) == 0
 
 
-def forward_later(port: int, target: tuple[str, int], delay: float) -> threading.Thread:
-    """A TCP forwarder to `target` that starts listening on `port` only after `delay` seconds:
-    a server restarting, as clients see it (connections refused, then accepted)."""
+def forward_later(listener: socket.socket, target: tuple[str, int], delay: float) -> threading.Thread:
+    """A TCP forwarder to `target` that starts listening on the bound socket `listener` only after
+    `delay` seconds: a server restarting, as clients see it (connections refused, then accepted)."""
 
     def pipe(src, dst):
         try:
@@ -80,7 +81,7 @@ def forward_later(port: int, target: tuple[str, int], delay: float) -> threading
 
     def serve():
         time.sleep(delay)
-        listener = socket.create_server(("127.0.0.1", port))
+        listener.listen()
         listener.settimeout(1.0)
         end = time.monotonic() + 120
         while time.monotonic() < end:
@@ -99,9 +100,10 @@ def forward_later(port: int, target: tuple[str, int], delay: float) -> threading
 
 
 def test_a_server_that_comes_back_is_retried(lcli, sqlite_url, ls_server, monkeypatch):
-    port = free_port()
+    listener = reserved_port()
+    port = listener.getsockname()[1]
     host, target_port = ls_server.url.removeprefix("http://").split(":")
-    forward_later(port, (host, int(target_port)), delay=1.5)
+    forward_later(listener, (host, int(target_port)), delay=1.5)
     monkeypatch.setenv("LABEL_STUDIO_URL", f"http://127.0.0.1:{port}")
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", ls_server.token)
     project = json.loads(lcli("ls", "init", "--title", unique("comes back"), "--json").stdout)

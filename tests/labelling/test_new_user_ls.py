@@ -5,7 +5,7 @@ import json
 from sqlalchemy import func, select
 
 from preflab.db.models import LSProject
-from tests.labelling.ls_fixtures import free_port
+from tests.labelling.ls_fixtures import reserved_port
 from tests.labelling.ls_helpers import session, unique, write_prompts
 from tests.labelling.test_ls_errors import forward_later
 
@@ -32,9 +32,10 @@ def test_an_unknown_server_lists_the_projects_preflab_knows(lcli, sqlite_url, ls
     title = unique("known")
     pid = json.loads(lcli("ls", "init", "--title", title, "--json").stdout)["project_id"]
     # The same Label Studio reached through another address preflab cannot tell is the same.
-    other = free_port()
+    listener = reserved_port()
+    other = listener.getsockname()[1]
     host, port = server.url.removeprefix("http://").split(":")
-    forward_later(other, (host, int(port)), delay=0)
+    forward_later(listener, (host, int(port)), delay=0)
     monkeypatch.setenv("LABEL_STUDIO_URL", f"http://127.0.0.1:{other}")
     result = lcli("ls", "push", expect_ok=False)
     assert result.exit_code == 1

@@ -11,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.properties import examples
+
 from preflab.errors import InputError
 from preflab.training.bestofn.estimator import (
     bon_expectations,
@@ -38,7 +40,7 @@ samples = st.integers(1, 8).flatmap(lambda size: st.tuples(
 ))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(samples)
 def test_matches_every_subset(data):
     proxy, true = data

@@ -10,6 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.properties import examples
+
 from preflab.errors import InputError
 from preflab.training.bestofn.kl import (
     beirami_expected,
@@ -47,7 +49,7 @@ distributions = st.integers(1, 4).flatmap(lambda k: st.tuples(
 ))
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(distributions)
 def test_matches_enumeration(case):
     weights, rewards, n = case
@@ -58,7 +60,7 @@ def test_matches_enumeration(case):
     assert win_rate_exact(probs, rewards, [n])[0] == pytest.approx(win, abs=1e-12)
 
 
-@settings(max_examples=120, deadline=None)
+@settings(max_examples=examples(120), deadline=None)
 @given(st.lists(st.floats(0.001, 1.0), min_size=1, max_size=30), st.integers(1, 5000), st.randoms())
 def test_bounds_hold_for_any_reference(weights, n, rnd):
     probs = np.array(weights) / sum(weights)

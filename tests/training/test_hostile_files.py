@@ -13,6 +13,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.properties import examples
+
 from preflab.cli import cli as root
 
 SAMPLES = [{"group": g, "proxy": p, "true": p / 2} for g in ("a", "b") for p in (1.0, 2.0, 3.0, 4.0)]
@@ -79,7 +81,7 @@ def test_a_bon_file_preflab_cannot_read_is_one_sentence(tmp_path, content, fragm
     one_sentence(run("bon", "estimate", path, "--n", "1"), fragment)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(noise=st.lists(st.binary(max_size=30) | st.sampled_from([b"", b"NaN", b"[" * 2000, b"\x00", b"{}"]),
                       max_size=6))
 def test_bon_estimate_on_anything_exits_cleanly(tmp_path, noise):

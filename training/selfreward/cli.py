@@ -123,7 +123,7 @@ def report_command(ctx, loop, plot_path, as_json):
     from preflab.db.engine import open_sessions
     from preflab.training.selfreward.report import write_loop_report
 
-    with open_sessions(ctx.find_object(Settings).database_url).begin() as session:
+    with open_sessions(ctx.find_object(Settings).database_url, existing=True).begin() as session:
         rows, path = write_loop_report(session, loop, plot_path)
     if as_json:
         echo_json({"loop": loop, "plot": str(path), "iterations": rows})
