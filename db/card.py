@@ -142,6 +142,10 @@ def export_summary(info: dict[str, Any], out_dir: str | Path) -> str:
     """The line `preflab export` prints: what was written, whose pairs, and how many contradict."""
     line = (f"exported {info['train']:,} train and {info['test']:,} test pairs from {info['prompts']:,} prompts"
             f" to {out_dir} as dataset version {info['name']}")
+    build = info.get("pairs_build")
+    if build:  # export takes whatever the last `pairs build` made: say which, so nobody is surprised
+        line = (f"{line}, from the last pairs build (#{build['id']}: strategy {build['strategy']}, "
+                f"aggregate {build['aggregate']}, annotators {build['annotator_kind']})")
     if "pairs_by_kind" not in info:
         return line
     kinds = ", ".join(f"{n:,} {kind}" for kind, n in sorted(info["pairs_by_kind"].items()))

@@ -288,6 +288,9 @@ def version_info(version: DatasetVersion) -> dict[str, Any]:
                 "excluded_annotators"):
         if key in kept:
             info[key] = kept[key]
+    if version.build_id is not None:  # which `pairs build` the pairs came from: the last one before the export
+        info["pairs_build"] = {"id": version.build_id, "strategy": kept.get("strategy"),
+                               "aggregate": kept.get("aggregate"), "annotator_kind": kept.get("annotator_kind")}
     if version.hub_repo:
         info |= {"hub_repo": version.hub_repo, "hub_revision": version.hub_revision}
     return info

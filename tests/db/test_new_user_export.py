@@ -107,8 +107,20 @@ def test_the_export_summary_line(people_and_judge, tmp_path):
 
     info = json.loads(people_and_judge("export", tmp_path / "out", "--test-size", "0", "--json").stdout)
     assert export_summary(info, tmp_path / "out") == (
-        f"exported 9 train and 0 test pairs from 3 prompts to {tmp_path / 'out'} as dataset version {info['name']} "
+        f"exported 9 train and 0 test pairs from 3 prompts to {tmp_path / 'out'} as dataset version {info['name']}, "
+        f"from the last pairs build (#{info['pairs_build']['id']}: strategy all, aggregate none, annotators any) "
         "(3 ai, 6 human; annotators human-first; left out 6 ai); 0 pairs contradict another pair of the same prompt")
+
+
+def test_export_says_which_pairs_build_it_exports(people_and_judge, tmp_path):
+    """The README's walk: a Borda build of people's rankings, then `export`, which takes that last build."""
+    cli = people_and_judge
+    cli("pairs", "build", "--aggregate", "borda", "--annotator-kind", "human")
+    info = json.loads(cli("export", tmp_path / "json", "--test-size", "0", "--json").stdout)
+    assert info["pairs_build"] == {"id": info["pairs_build"]["id"], "strategy": "all", "aggregate": "borda",
+                                   "annotator_kind": "human"}
+    line = cli("export", tmp_path / "text", "--test-size", "0").stdout
+    assert "from the last pairs build (#" in line and "strategy all, aggregate borda, annotators human)" in line
 
 
 def test_score_margins_carry_no_floating_point_noise(cli, tmp_path):
