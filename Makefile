@@ -13,7 +13,7 @@ export PREFLAB_LABEL_STUDIO_BIN ?= $(LS_VENV)/bin/label-studio
 # The embedded model is converted from GGUF once (about a minute) and cached here.
 export PREFLAB_MODEL_CACHE ?= $(HOME)/.cache/preflab/models
 
-.PHONY: setup test-setup run test fuzz bench system postgres clean
+.PHONY: setup test-setup run test fuzz bench system postgres label-studio clean
 
 # `make run` sets up only the main job; `make test` adds chromium, Label Studio and the test tools.
 setup: $(RUN_STAMP)
@@ -43,6 +43,19 @@ $(TEST_STAMP): $(RUN_STAMP)
 $(PREFLAB_LABEL_STUDIO_BIN):
 	test -x $(LS_VENV)/bin/python || $(PYTHON) -m venv $(LS_VENV)
 	$(LS_VENV)/bin/pip install -q label-studio
+
+# Label Studio beside preflab, the one `make test` installs: http://127.0.0.1:$(LS_PORT), its data in
+# $(LS_DATA). LABEL_STUDIO_USERNAME, _PASSWORD and _USER_TOKEN, when set, create the admin and its
+# token on first start, with no browser (the README's Label Studio section shows how).
+LS_PORT ?= 8080
+LS_DATA ?= $(HOME)/.local/share/preflab/label-studio
+label-studio: $(PREFLAB_LABEL_STUDIO_BIN)
+	mkdir -p $(LS_DATA)
+	cd $(LS_DATA) && LABEL_STUDIO_BASE_DATA_DIR=$(LS_DATA) LATEST_VERSION_CHECK=false COLLECT_ANALYTICS=false \
+	  SENTRY_DSN= FRONTEND_SENTRY_DSN= \
+	  LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN=$${LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN:-$${LABEL_STUDIO_USER_TOKEN:+true}} \
+	  $(PREFLAB_LABEL_STUDIO_BIN) start --no-browser --internal-host 127.0.0.1 --port $(LS_PORT) \
+	  --host http://127.0.0.1:$(LS_PORT)
 
 postgres:
 	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start
