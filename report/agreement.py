@@ -208,8 +208,12 @@ def _annotators(session: Session) -> dict[int, dict[str, Any]]:
     return out
 
 
-def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any] | None:
-    """Agreement by category and by annotator pair, and the prompts annotators disagree on most."""
+def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any]:
+    """Agreement by category and by annotator pair, and the prompts annotators disagree on most.
+
+    No two annotators ranked one prompt: no categories and no heatmap (None); the
+    annotator table is there wherever `preflab annotators` has people to measure.
+    """
     by_pair: dict[int, Tally] = defaultdict(Tally)
     spots: list[tuple[float, int, int]] = []  # (disagreement, shared pairs, prompt): the worst HOT_SPOTS
     prompts_compared = 0
@@ -230,7 +234,7 @@ def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any]
         prompts_compared += _prompts_with_two_annotators(block)
     annotators = annotator_table(quality)
     if not by_pair:
-        return {"categories": None, "heatmap": None, "hot_spots": [], "annotators": annotators} if annotators else None
+        return {"categories": None, "heatmap": None, "hot_spots": [], "annotators": annotators}
     people = _annotators(session)
     categories = {name: Tally() for name in CATEGORIES}
     pairs = {}

@@ -1,7 +1,9 @@
 """`build_report` gathers the page's data; `write_report` builds and renders it in one call.
 
-The data is plain JSON-able numbers and short strings, one entry per section;
-a section with nothing to show is None, and the page leaves it out.
+The data is plain JSON-able numbers and short strings, one entry per section.
+Every section is built whatever the store holds, with every key (empty lists
+and None where there is nothing), and the page says in each section what it
+lacks; "sections" names those that hold something.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ SECTIONS = {"data": "Data", "agreement": "Agreement", "judges": "Judges", "model
 
 
 def build_report(session: Session, *, no_text: bool = False, reporter: Reporter = SILENT) -> dict[str, Any]:
-    """Everything the page shows, by section (None where the store holds nothing for it).
+    """Everything the page shows, by section; "sections" lists those the store holds something for.
 
     Args:
         no_text: leave out every excerpt of a prompt or response text.
@@ -39,8 +41,20 @@ def build_report(session: Session, *, no_text: bool = False, reporter: Reporter 
     for name, build in builders.items():
         reporter.note(f"report: {SECTIONS[name].lower()}")
         report[name] = build(session)
-    report["sections"] = [name for name in SECTIONS if report[name]]
+    report["sections"] = [name for name in SECTIONS if holds_data(name, report[name])]
     return report
+
+
+def holds_data(name: str, section: Any) -> bool:
+    """Whether a section has anything to show beyond what it lacks."""
+    if name == "data":
+        counts = section["counts"]
+        return bool(counts["prompts"] or counts["rankings"]["total"] or counts["quarantined"])
+    if name == "agreement":
+        return bool(section["categories"] or section["annotators"])
+    if name == "judges":
+        return bool(section)
+    return any(section.values())
 
 
 def write_report(session: Session, out: str | Path, *, no_text: bool = False,

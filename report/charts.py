@@ -92,7 +92,10 @@ def weekly_chart(weekly: dict[str, Any]) -> str:
                  color=SOURCE_COLOURS[i % len(SOURCE_COLOURS)])
         bottom = [b + v for b, v in zip(bottom, values)]
     left.set_title("Rankings added per week, by source")
-    left.legend(fontsize=8, loc="upper left")
+    if weekly["rankings"]:
+        left.legend(fontsize=8, loc="upper left")
+    else:  # prompts imported, nothing ranked yet
+        left.text(0.5, 0.5, "no rankings yet", transform=left.transAxes, ha="center", va="center", color="#616e7c")
     width = 0.38
     right.bar([i - width / 2 for i in range(len(weeks))], weekly["prompts"], width, label="prompts", color="#5bb6c9")
     right.bar([i + width / 2 for i in range(len(weeks))], weekly["candidates"], width, label="candidates",

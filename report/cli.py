@@ -19,7 +19,8 @@ def report_command(settings: Settings, out, open_page, no_text, as_json):
 
     The page loads nothing from the network (styles, charts and data are inside
     it), names annotators by pseudonym only and shows texts as short excerpts
-    (none with --no-text). Sections the store has no data for are left out.
+    (none with --no-text). A section, or part of one, the store has nothing for
+    says what it lacks and which command adds it.
 
     Example: preflab report report.html --open
     """
@@ -36,5 +37,6 @@ def report_command(settings: Settings, out, open_page, no_text, as_json):
     if as_json:
         echo_json(report)
         return
-    shown = ", ".join(SECTIONS[name] for name in report["sections"]) or "no sections: the store is empty"
-    click.echo(f"wrote {report['path']} ({plural(len(report['sections']), 'section')}: {shown})")
+    holding = ", ".join(SECTIONS[name] for name in report["sections"])
+    with_data = f"{len(report['sections'])} with data: {holding}" if holding else "none with data: the store is empty"
+    click.echo(f"wrote {report['path']} ({plural(len(SECTIONS), 'section')}, {with_data})")

@@ -110,11 +110,9 @@ def quarantine(session: Session) -> dict[str, Any] | None:
             "by_reason": _top(list(by_reason.items()))}
 
 
-def data_section(session: Session) -> dict[str, Any] | None:
-    """Counts, sources, weekly arrivals and quarantine; None for an empty store."""
+def data_section(session: Session) -> dict[str, Any]:
+    """Counts, sources, weekly arrivals and quarantine (zeros and empty lists for an empty store)."""
     totals = counts(session)
-    if not (totals["prompts"] or totals["rankings"]["total"] or totals["quarantined"]):
-        return None
     prompts_by_source = session.execute(select(Prompt.source, func.count()).group_by(Prompt.source)).all()
     candidates_by_model = session.execute(select(Candidate.model, func.count()).group_by(Candidate.model)).all()
     return {

@@ -21,11 +21,11 @@ MEASURES = ("swap_consistency", "first_position_rate", "longer_wins", "length_co
 OPTIONAL = ("method", "score_mass", "seconds_per_candidate")
 
 
-def judges_section(session: Session) -> list[dict[str, Any]] | None:
-    """One row per judge that ranked something; None when there is none."""
+def judges_section(session: Session) -> list[dict[str, Any]]:
+    """One row per judge that ranked something (none: an empty list)."""
     rows = [row for row in judge_report(session) if row["rankings"]]
     if not rows:
-        return None
+        return []
     known = {aid: (pseudonym, config or {}) for aid, pseudonym, config in session.execute(
         select(Annotator.id, Annotator.pseudonym, Annotator.config)
         .where(Annotator.id.in_([r["annotator_id"] for r in rows])))}

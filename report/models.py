@@ -110,8 +110,7 @@ def current_models(session: Session) -> list[dict[str, Any]]:
     return out
 
 
-def models_section(session: Session) -> dict[str, Any] | None:
-    """Datasets, runs, lineage and current models; None when the store has none of them."""
-    section = {"datasets": datasets(session), "runs": training_runs(session), "lineage": lineage(session),
-               "current": current_models(session)}
-    return section if any(section.values()) else None
+def models_section(session: Session) -> dict[str, Any]:
+    """Datasets, runs, lineage and current models (empty lists, and no lineage, where there are none)."""
+    return {"datasets": datasets(session), "runs": training_runs(session), "lineage": lineage(session),
+            "current": current_models(session)}

@@ -85,6 +85,6 @@ def self_reward_loops(session: Session) -> list[dict[str, Any]]:
     return loops
 
 
-def optimisation_section(session: Session) -> dict[str, Any] | None:
-    bon, loops = bon_curves(session), self_reward_loops(session)
-    return {"bon": bon, "self_reward": loops} if bon or loops else None
+def optimisation_section(session: Session) -> dict[str, Any]:
+    """Best-of-n curves and self-rewarding loops (empty lists where there are none)."""
+    return {"bon": bon_curves(session), "self_reward": self_reward_loops(session)}

@@ -4,6 +4,11 @@ The page loads nothing: its stylesheet is inlined from `page.css`, its charts
 are `<svg>` elements, and its data rides along as a JSON script block for
 anyone who wants the numbers. Autoescaping is on; only the charts (made here
 by matplotlib) are marked safe.
+
+Undefined names are errors (`StrictUndefined`): every section's data carries
+every key the template reads, whatever the store holds, and every chart is
+named (None where there is nothing to draw), so a key left out fails in the
+tests rather than on a user's store.
 """
 
 from __future__ import annotations
@@ -12,29 +17,24 @@ from pathlib import Path
 from typing import Any
 
 from preflab.report import charts
+from preflab.report.build import SECTIONS
 
 HERE = Path(__file__).parent
 
 
-def make_charts(report: dict[str, Any]) -> dict[str, str]:
-    """The page's charts by name, each only where its section has the data to draw."""
+def make_charts(report: dict[str, Any]) -> dict[str, str | None]:
+    """The page's charts by name: an `<svg>` where its section has the data to draw, else None."""
     charts.require_matplotlib()
-    out: dict[str, str] = {}
-    data, agreement, judges, models, optimisation = (report.get(k) for k in
-                                                     ("data", "agreement", "judges", "models", "optimisation"))
-    if data and data["weekly"]["weeks"]:
-        out["weekly"] = charts.weekly_chart(data["weekly"])
-    if agreement and agreement["heatmap"]:
-        out["heatmap"] = charts.heatmap_chart(agreement["heatmap"])
-    if judges and charts.judges_has_chart(judges):
-        out["judges"] = charts.judges_chart(judges)
-    if models and models["lineage"]:
-        out["lineage"] = charts.lineage_chart(models["lineage"])
-    if optimisation and optimisation["bon"]:
-        out["bon"] = charts.bon_chart(optimisation["bon"])
-    if optimisation and optimisation["self_reward"]:
-        out["self_reward"] = charts.self_reward_chart(optimisation["self_reward"])
-    return out
+    data, agreement, judges, models, optimisation = (report[name] for name in SECTIONS)
+    bon, loops = optimisation["bon"], optimisation["self_reward"]
+    return {
+        "weekly": charts.weekly_chart(data["weekly"]) if data["weekly"]["weeks"] else None,
+        "heatmap": charts.heatmap_chart(agreement["heatmap"]) if agreement["heatmap"] else None,
+        "judges": charts.judges_chart(judges) if charts.judges_has_chart(judges) else None,
+        "lineage": charts.lineage_chart(models["lineage"]) if models["lineage"] else None,
+        "bon": charts.bon_chart(bon) if bon else None,
+        "self_reward": charts.self_reward_chart(loops) if loops else None,
+    }
 
 
 def _rate(value, digits: int = 2) -> str:
@@ -81,13 +81,11 @@ def render_html(report: dict[str, Any]) -> str:
     """The page as a string."""
     from markupsafe import Markup
 
-    from preflab.report.build import SECTIONS
-
-    svgs = {name: Markup(svg) for name, svg in make_charts(report).items()}
+    svgs = {name: Markup(svg) if svg else None for name, svg in make_charts(report).items()}
     data = {k: v for k, v in report.items() if k != "path"}
     return _environment().get_template("page.html.j2").render(
         report=report, data=data, charts=svgs, css=Markup((HERE / "page.css").read_text(encoding="utf-8")),
-        sections=[(name, SECTIONS[name]) for name in report["sections"]])
+        sections=[(name, title, name in report["sections"]) for name, title in SECTIONS.items()])
 
 
 def render_report(report: dict[str, Any], out: str | Path) -> Path:

@@ -49,4 +49,6 @@ def test_one_person_without_gold_gives_no_annotator_table(cli, db_url, tmp_path)
     world = make_world(n_prompts=4, n_candidates=3, n_gold=0)
     cli("ls", "import", export_file(world, {1: "careful"}, tmp_path / "export.json"))
     report = json.loads(run_report(db_url, tmp_path / "r.html", "--json"))
-    assert report["agreement"] is None and report["sections"] == ["data"]
+    assert report["agreement"]["annotators"] is None and report["agreement"]["categories"] is None
+    assert report["sections"] == ["data"]
+    assert "No annotator table yet" in (tmp_path / "r.html").read_text(encoding="utf-8")
