@@ -14,6 +14,7 @@ from preflab.db.ingest import BATCH_LINES
 from preflab.db.export import ExportSettings
 from preflab.db.pairs import AGGREGATES, KINDS, STRATEGIES
 from preflab.db.quality import QualityConfig
+from preflab.errors import EXIT_ALL_QUARANTINED
 from preflab.settings import Settings, secret
 
 # --- db ---------------------------------------------------------------------------------
@@ -61,6 +62,10 @@ def db_current(settings: Settings):
 def import_group():
     """Import rankings or prompts from JSON Lines files.
 
+    Exit status: 0, also when some lines are quarantined; 3 when every record
+    read was quarantined (the summary is still printed); 1 when the file cannot
+    be read or is not JSON Lines (nothing is written).
+
     Example: preflab import rankings rankings.jsonl
     """
 
@@ -77,14 +82,17 @@ def _run_import(settings: Settings, path: str, importer, what: str, as_json: boo
                           batch_lines=batch_lines)
     if as_json:
         echo_json(summary.as_dict() | {"reasons": summary.reasons})
-        return
-    retried = f", {plural(summary.retried, 'batch', 'batches')} retried after a conflict" if summary.retried else ""
-    click.echo(f"read {plural(summary.read, 'line')}: imported {plural(summary.imported, what)}, "
-               f"{summary.quarantined:,} quarantined, {plural(summary.duplicates, 'duplicate')}, "
-               f"{summary.blank:,} blank ({plural(summary.prompts, 'new prompt')}, "
-               f"{plural(summary.candidates, 'new candidate')}{retried})")
-    if summary.quarantined:
-        click.echo("see them with: preflab quarantine list", err=True)
+    else:
+        retried = (f", {plural(summary.retried, 'batch', 'batches')} retried after a conflict"
+                   if summary.retried else "")
+        click.echo(f"read {plural(summary.read, 'line')}: imported {plural(summary.imported, what)}, "
+                   f"{summary.quarantined:,} quarantined, {plural(summary.duplicates, 'duplicate')}, "
+                   f"{summary.blank:,} blank ({plural(summary.prompts, 'new prompt')}, "
+                   f"{plural(summary.candidates, 'new candidate')}{retried})")
+        if summary.quarantined:
+            click.echo("see them with: preflab quarantine list", err=True)
+    if summary.all_quarantined:
+        sys.exit(EXIT_ALL_QUARANTINED)
 
 
 @import_group.command("rankings")
@@ -98,7 +106,13 @@ def import_rankings(settings: Settings, path, batch_lines, as_json):
     Each line: {"prompt": …, "responses": [...], "ranking": [[1], [0, 2]],
     "annotator": "alice", "annotator_kind": "human", "id": "batch7-0001"}.
     Bad lines are quarantined with the reason and their exact bytes; re-importing
-    adds nothing twice. The file may be gzip-, bzip2- or xz-compressed.
+    adds nothing twice. The file may be gzip-, bzip2- or xz-compressed. A JSON
+    array (one document, e.g. a Label Studio export) is refused before anything
+    is written.
+
+    Exit status: 0, also when some lines are quarantined; 3 when every record
+    was quarantined (the summary is still printed); 1 when the file cannot be read
+    or is not JSON Lines (nothing is written).
 
     Example: preflab import rankings rankings.jsonl
     """
@@ -116,7 +130,11 @@ def import_prompts(settings: Settings, path, batch_lines, as_json):
     """Import prompts (optionally with unranked responses) from JSON Lines.
 
     Each line: {"prompt": …, "responses": [...], "reference": …}; responses and
-    reference are optional.
+    reference are optional. Bad lines are quarantined as for `import rankings`.
+
+    Exit status: 0, also when some lines are quarantined; 3 when every record
+    was quarantined (the summary is still printed); 1 when the file cannot be read
+    or is not JSON Lines (nothing is written).
 
     Example: preflab import prompts prompts.jsonl
     """
@@ -147,7 +165,7 @@ def quarantine_list(settings: Settings, source, limit, as_json):
     """
     from preflab.db.store import quarantined_records
 
-    with open_sessions(settings.database_url).begin() as session:
+    with open_sessions(settings.database_url, existing=True).begin() as session:
         rows = quarantined_records(session, source, limit)
     if as_json:
         echo_json(rows)
@@ -172,7 +190,7 @@ def quarantine_show(settings: Settings, record_id, as_json):
     """
     from preflab.db.store import raw_record
 
-    with open_sessions(settings.database_url).begin() as session:
+    with open_sessions(settings.database_url, existing=True).begin() as session:
         record = raw_record(session, record_id)
     if as_json:
         echo_json(_payload_json(record))
@@ -270,7 +288,7 @@ def stats_command(settings: Settings, as_json):
     """
     from preflab.db.agreement import stats, stats_text
 
-    with open_sessions(settings.database_url).begin() as session:
+    with open_sessions(settings.database_url, existing=True).begin() as session:
         report = stats(session)
     if as_json:
         echo_json(report)
@@ -295,7 +313,7 @@ def annotators_command(settings: Settings, as_json, **options):
     from preflab.db.quality import annotator_quality, quality_text
 
     config = build_config(QualityConfig, options)
-    with open_sessions(settings.database_url).begin() as session:
+    with open_sessions(settings.database_url, existing=True).begin() as session:
         qualities = annotator_quality(session, config)
     if as_json:
         echo_json({"annotators": [q.as_dict() for q in qualities], "thresholds": dataclasses.asdict(config)})
@@ -322,8 +340,9 @@ def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **optio
     from preflab.db.card import export_summary
     from preflab.db.export import export_and_push, version_info
 
-    version = export_and_push(open_sessions(settings.database_url), out_dir, build_config(ExportSettings, options),
-                              name=name, hub_repo=hub_repo, token=secret("HF_TOKEN") if hub_repo else None)
+    version = export_and_push(open_sessions(settings.database_url, existing=True), out_dir,
+                              build_config(ExportSettings, options), name=name, hub_repo=hub_repo,
+                              token=secret("HF_TOKEN") if hub_repo else None)
     info = version_info(version)
     if as_json:
         echo_json(info)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +25,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter, plural
 from preflab.db.bulk import append_rows, lookup
 from preflab.db.engine import in_transaction
-from preflab.db.lines import Invalid, Line, count_lines, open_input, read_lines
+from preflab.db.lines import Invalid, Line, count_lines, open_input, read_lines, refuse_json_document
 from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawStatus
 from preflab.db.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
-from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts, quarantine, store_raw
+from preflab.db.store import (ensure_annotators, ensure_candidates, ensure_prompts, quarantine, shown_payload,
+                              store_raw)
 from preflab.errors import InputError
 
 __all__ = ["BATCH_LINES", "ImportSummary", "Invalid", "PromptRecord", "RankingRecord", "import_file",
@@ -50,6 +52,11 @@ class ImportSummary:
     candidates: int = 0
     retried: int = 0  # transactions run again after losing a race with another writer
     reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def all_quarantined(self) -> bool:
+        """Records were read and every one was quarantined: the exit status is `EXIT_ALL_QUARANTINED`."""
+        return self.quarantined > 0 and self.imported == 0 and self.duplicates == 0
 
     def add(self, other: "ImportSummary") -> None:
         for name in ("read", "imported", "duplicates", "quarantined", "blank", "prompts", "candidates", "retried"):
@@ -254,10 +261,13 @@ def import_file(sessions: sessionmaker[Session], path: str | Path,
     is run again (`in_transaction`).
 
     Raises:
-        InputError: the file cannot be read, or its compressed data is damaged part-way.
+        InputError: the file cannot be read, is one JSON document rather than JSON Lines,
+            or its compressed data is damaged part-way.
     """
+    refuse_json_document(path)
     total = ImportSummary()
-    origin = str(Path(path).resolve())[-500:]  # raw_records.origin holds 500 characters
+    # A file name is bytes: those that are not UTF-8 would reach the database as lone surrogates.
+    origin = shown_payload(os.fsencode(Path(path).resolve()))[-500:]  # raw_records.origin holds 500 characters
     lines = count_lines(path) if reporter.enabled else None  # a second read, only for the bar
     with open_input(path) as handle, reporter.progress(f"importing {Path(path).name}", lines) as advance:
         try:

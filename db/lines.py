@@ -5,7 +5,8 @@ everywhere: a gzip, bzip2 or xz file is decompressed on the fly; a UTF-8
 byte-order mark and the `\\r` of CRLF line endings are not part of a record; a
 line that is not UTF-8 text, or holds a NUL, is still a line (its exact bytes are
 what gets stored); a line past `MAX_LINE_BYTES` is never held whole in memory.
-A file in a format preflab cannot read (UTF-16, zip, zstd) is refused with one
+A file in a format preflab cannot read (UTF-16, zip, zstd), or that is one JSON
+document rather than JSON Lines (`refuse_json_document`), is refused with one
 sentence before anything is written.
 """
 
@@ -14,12 +15,16 @@ from __future__ import annotations
 import bz2
 import gzip
 import hashlib
+import json
 import lzma
+import shlex
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+import orjson
 
 from preflab.errors import InputError
 
@@ -171,3 +176,84 @@ def count_lines(path: str | Path) -> int:
         except _DAMAGED:
             pass  # read_lines reports it, with the line it reached
     return lines + (last != b"\n")
+
+
+_UNPARSED = object()
+_DOCUMENT_BYTES = MAX_LINE_BYTES  # a file up to this size is parsed whole to tell whether it is one document
+
+
+def refuse_json_document(path: str | Path) -> None:
+    """Stop when the file is one JSON document (an array, a pretty-printed object), not JSON Lines.
+
+    In JSON Lines every record is an object on a line of its own, so the first
+    non-blank line parses alone. The file is one JSON document when that line starts
+    with `[` or `{` and: it is an array with nothing after it (`[{…}, {…}]` on one
+    line); or it does not parse alone but the whole file does; or it is nothing but
+    the `[` or `{` a pretty-printer opens with (a file too large to parse whole, or
+    a document cut short). An array on line 1 with more lines after it is JSON Lines
+    with a bad record, and is quarantined as one.
+
+    Raises:
+        InputError: the file is one JSON document; the sentence points to
+            `preflab ls import` when it looks like a Label Studio export.
+    """
+    with open_input(path) as handle:
+        lines = (line for line in read_lines(handle, path) if not line.blank)
+        try:
+            first = next(lines, None)
+            head = first.data.strip() if first else b""
+            if head[:1] not in (b"[", b"{"):
+                return
+            value = _UNPARSED if first.cut else _parsed(first.data)
+            if value is not _UNPARSED and (isinstance(value, dict) or next(lines, None) is not None):
+                return
+        except InputError:
+            return  # compressed data damaged early: the import reports it, with the line it reached
+    if value is _UNPARSED:
+        value, start = _whole(path)
+        if value is _UNPARSED:
+            if head not in (b"[", b"{") and not (first.cut and head.startswith(b"[")):
+                return
+            value = _first_item(start)
+    raise InputError(_document_sentence(path, value))
+
+
+def _parsed(data: bytes) -> Any:
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _UNPARSED
+
+
+def _whole(path: str | Path) -> tuple[Any, bytes]:
+    """The file parsed as one JSON value (`_UNPARSED` when it is not one, or too large), and its first bytes."""
+    try:
+        with open_input(path) as handle:
+            data = handle.read(_DOCUMENT_BYTES + 1).removeprefix(BOM)
+    except _DAMAGED:
+        return _UNPARSED, b""
+    return (_parsed(data) if len(data) <= _DOCUMENT_BYTES else _UNPARSED), data
+
+
+def _first_item(start: bytes) -> list | None:
+    """An array too large (or too broken) to parse whole, as its first item alone; None for an object."""
+    text = start.decode("utf-8", "replace").lstrip()
+    if not text.startswith("["):
+        return None
+    try:
+        return [json.JSONDecoder().raw_decode(text, len(text) - len(text[1:].lstrip()))[0]]
+    except (ValueError, RecursionError):
+        return []
+
+
+def _document_sentence(path: str | Path, value: Any) -> str:
+    items = value if isinstance(value, list) else [value]
+    quoted = shlex.quote(str(path))
+    sentence = f"{path} is one JSON document, not JSON Lines (one record per line)"
+    if items and all(isinstance(t, dict) and "data" in t and ("annotations" in t or "id" in t) for t in items):
+        return f"{sentence}; it looks like a Label Studio export: import it with `preflab ls import {quoted}`"
+    if isinstance(value, list):
+        return f"{sentence}: `jq -c '.[]' {quoted}` writes its items one per line"
+    if isinstance(value, dict):
+        return f"{sentence}: `jq -c . {quoted}` writes it on one line"
+    return sentence

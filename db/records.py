@@ -3,14 +3,16 @@
 A record that cannot be stored raises `Invalid` with the reason it is
 quarantined for. Everything the database could refuse is caught here, so a bad
 record never fails the batch around it: NaN and Infinity (not JSON), JSON nested
-deeper than the parser allows, text holding a NUL (Postgres text cannot), and
-names longer than their columns.
+deeper than the parser allows, text the database cannot hold anywhere in the
+record (a NUL, which Postgres text refuses, or a lone UTF-16 surrogate, which is
+not text at all: see `unstorable`), and names longer than their columns.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +68,55 @@ def _refuse_constant(name: str):
     raise _Constant(name)
 
 
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _unstorable_text(text: str) -> str | None:
+    if "\x00" in text:
+        return "holds a NUL character (\\u0000), which the database cannot store"
+    if not text.isascii() and (found := _SURROGATE.search(text)):
+        return (f"holds a lone UTF-16 surrogate (\\u{ord(found.group()):04x}), which is not text "
+                "the database can store")
+    return None
+
+
+def _field(where: str, path: tuple[str | int, ...]) -> str:
+    parts = [shown(p) if i == 0 and isinstance(p, str) else f"[{shown(p)}]" for i, p in enumerate(path)]
+    return " ".join(filter(None, (where, "".join(parts)))) or "the value"
+
+
+def unstorable(value: Any, where: str = "") -> str | None:
+    """Why a parsed JSON value cannot be stored, naming the field; None when every string in it can be.
+
+    Every string at any depth, object keys included, is checked for a NUL (Postgres
+    text cannot hold one) and for a lone UTF-16 surrogate ("\\ud800" alone: Python's
+    json accepts it, but it cannot be encoded as UTF-8, so neither database can
+    store it). A valid pair ("\\ud83d\\ude00") is one character and passes.
+
+    Args:
+        value: what `json.loads` (or an HTTP client's `.json()`) returned.
+        where: names the value in the reason; the path inside it follows, e.g.
+            `unstorable(task["data"], "task data")` -> "task data 'prompt' holds a NUL …".
+
+    Returns:
+        The quarantine reason, e.g. "'responses'[2] holds a NUL character (\\u0000),
+        which the database cannot store", or None.
+    """
+    stack: list[tuple[Any, tuple[str | int, ...], bool]] = [(value, (), False)]
+    while stack:  # depth-first in document order, without recursion (the value may be deeply nested)
+        item, path, is_key = stack.pop()
+        if isinstance(item, str):
+            problem = _unstorable_text(item)
+            if problem:
+                return f"{'the key ' if is_key else ''}{_field(where, path)} {problem}"
+        elif isinstance(item, dict):
+            for key, inner in reversed(item.items()):  # a key is checked before its value
+                stack += [(inner, (*path, key), False), (key, (*path, key), True)]
+        elif isinstance(item, list):
+            stack.extend((inner, (*path, i), False) for i, inner in reversed(list(enumerate(item))))
+    return None
+
+
 def _json_reason(text: str, exc: Exception) -> str:
     message = str(exc).split(":")[0]
     if "depth limit" in message:
@@ -79,14 +130,18 @@ def _json_reason(text: str, exc: Exception) -> str:
     return f"not valid JSON ({message})"
 
 
-def load_object(text: str | bytes) -> dict[str, Any]:
-    """A JSON object from one line; raises Invalid with the reason it is not one."""
+def _decoded(text: str | bytes) -> str:
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise Invalid(f"not valid UTF-8 (byte 0x{text[exc.start]:02x} at offset {exc.start})") from None
-    text = text.removeprefix("\ufeff")  # a byte-order mark mid-file: files joined with cat
+    return text.removeprefix("\ufeff")  # a byte-order mark mid-file: files joined with cat
+
+
+def load_object(text: str | bytes) -> dict[str, Any]:
+    """A JSON object from one line; raises Invalid with the reason it is not one."""
+    text = _decoded(text)
     try:
         data = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
@@ -96,9 +151,28 @@ def load_object(text: str | bytes) -> dict[str, Any]:
     return data
 
 
-def _storable(key: str, value: str) -> str:
-    if "\x00" in value:
-        raise Invalid(f"'{key}' holds a NUL character (\\u0000), which the database cannot store")
+def load_record(line: str | bytes) -> dict[str, Any]:
+    """A JSON object every string of which the database can store; raises Invalid naming the field that cannot be."""
+    text = _decoded(line)
+    try:
+        data = load_object(text)
+    except Invalid:
+        # orjson refuses a lone surrogate and a raw NUL byte without saying where they are: the
+        # standard library's parser takes both (not strict: raw control characters), so the field can be named.
+        try:
+            reason = unstorable(json.loads(text, parse_constant=_refuse_constant, strict=False))
+        except (_Constant, ValueError, RecursionError):
+            reason = None
+        if reason:
+            raise Invalid(reason) from None
+        raise
+    # orjson never returns a lone surrogate, and returns a NUL only from this escape: most lines skip the walk.
+    if "\\u0000" in text and (reason := unstorable(data)):
+        raise Invalid(reason)
+    return data
+
+
+def _fits(key: str, value: str) -> str:
     limit = LIMITS.get(key)
     if limit and len(value) > limit:
         raise Invalid(f"'{key}' is {len(value):,} characters long, over the limit of {limit}")
@@ -113,7 +187,7 @@ def _text(data: dict, key: str, required: bool = True) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip():
         raise Invalid(f"'{key}' must be a non-empty string")
-    return _storable(key, value)
+    return _fits(key, value)
 
 
 def _responses(data: dict, minimum: int) -> tuple[list[str], list[str]]:
@@ -126,7 +200,6 @@ def _responses(data: dict, minimum: int) -> tuple[list[str], list[str]]:
     for i, r in enumerate(responses):
         if not isinstance(r, str) or not r.strip():
             raise Invalid(f"response {i} is not a non-empty string")
-        _storable(f"response {i}", r)
     hashes = [content_hash(r) for r in responses]
     seen: dict[str, int] = {}
     for i, h in enumerate(hashes):
@@ -141,9 +214,9 @@ def _models(data: dict, n: int) -> list[str | None]:
     if model is None:
         return [None] * n
     if isinstance(model, str):
-        return [_storable("model", model)] * n
+        return [_fits("model", model)] * n
     if isinstance(model, list) and len(model) == n and all(m is None or isinstance(m, str) for m in model):
-        return [m if m is None else _storable("model", m) for m in model]
+        return [m if m is None else _fits("model", m) for m in model]
     raise Invalid(f"'model' must be a string or a list of {n} strings")
 
 
@@ -189,12 +262,12 @@ def _external_id(data: dict) -> str | None:
         return None
     if not isinstance(value, (str, int)) or isinstance(value, bool):
         raise Invalid("'id' must be a string or an integer")
-    return _storable("id", str(value))
+    return _fits("id", str(value))
 
 
 def parse_ranking(line: str | bytes) -> RankingRecord:
     """Parse one JSON Lines ranking; raises Invalid with the quarantine reason."""
-    data = load_object(line)
+    data = load_record(line)
     prompt = _text(data, "prompt")
     responses, hashes = _responses(data, minimum=2)
     n = len(responses)
@@ -212,7 +285,7 @@ def parse_ranking(line: str | bytes) -> RankingRecord:
 
 def parse_prompt(line: str | bytes) -> PromptRecord:
     """Parse one JSON Lines prompt (optionally with unranked responses); raises Invalid."""
-    data = load_object(line)
+    data = load_record(line)
     prompt = _text(data, "prompt")
     responses, hashes = _responses(data, minimum=0)
     return PromptRecord(prompt=prompt, responses=responses, reference=_text(data, "reference", required=False),

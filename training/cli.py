@@ -180,8 +180,8 @@ def eval_command(settings: Settings, model_version, as_json, **fields):
     from preflab.training.evaluate import evaluate_model_version
 
     config = build_config(EvalConfig, fields)
-    report = evaluate_model_version(open_sessions(settings.database_url), model_version, config, settings.model,
-                                    reporter=Reporter(not as_json))
+    report = evaluate_model_version(open_sessions(settings.database_url, existing=True), model_version, config,
+                                    settings.model, reporter=Reporter(not as_json))
     if as_json:
         echo_json(report)
     elif "heldout_accuracy" in report:

@@ -10,6 +10,7 @@ import bz2
 import gzip
 import json
 import lzma
+import os
 
 import pytest
 from sqlalchemy import select
@@ -74,7 +75,8 @@ def test_bom_and_crlf_are_not_part_of_a_record(cli, sessions, tmp_path):
     (b"[" * 100_000 + b"]" * 100_000, "not valid JSON (nested more than 1,024 levels deep)"),
     (b'{"prompt": "p\\u0000", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x"}',
      "'prompt' holds a NUL character (\\u0000), which the database cannot store"),
-    (b'{"prompt": "p", "responses": ["a\x00", "b"]}', "not valid JSON (unexpected control character in string)"),
+    (b'{"prompt": "p", "responses": ["a\x00", "b"]}',  # a raw NUL byte: not JSON either, but named the same
+     "'responses'[0] holds a NUL character (\\u0000), which the database cannot store"),
     (b'{"prompt": "p"}\x00', "not valid JSON (unexpected content after document)"),
     (b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "' + b"x" * 301 + b'"}',
      "'annotator' is 301 characters long, over the limit of 300"),
@@ -165,4 +167,74 @@ def test_text_summary_names_every_kind_of_line(cli, tmp_path):
 
 
 def test_stats_ends_with_a_newline(cli):
+    cli("db", "upgrade")
     assert cli("stats").stdout.endswith("\n")
+
+
+RECORDS = [json.loads(g) for g in GOOD]
+LS_TASKS = [{"id": i, "data": {"prompt": f"p{i}", "a": "x", "b": "y"}, "annotations": [{"id": 7, "result": []}]}
+            for i in range(3)]
+DOCUMENTS = {  # name: (bytes, looks like a Label Studio export)
+    "an array on one line": (json.dumps(RECORDS).encode() + b"\n", False),
+    "a pretty-printed array": (json.dumps(RECORDS, indent=2).encode(), False),
+    "a pretty-printed object": (json.dumps(RECORDS[0], indent=2).encode(), False),
+    "a pretty-printed array cut short": (json.dumps(RECORDS, indent=2).encode()[:-40], False),
+    "a Label Studio export": (json.dumps(LS_TASKS, indent=2).encode(), True),
+    "a Label Studio export on one line, after a BOM and blank lines": (
+        b"\xef\xbb\xbf\n  \r\n" + json.dumps(LS_TASKS).encode(), True),
+}
+
+
+@pytest.mark.parametrize("what", ["rankings", "prompts"])
+@pytest.mark.parametrize("name", DOCUMENTS)
+def test_one_json_document_is_refused_before_anything_is_written(cli, db_url, tmp_path, what, name):
+    data, label_studio = DOCUMENTS[name]
+    path = tmp_path / "export.json.gz"
+    path.write_bytes(gzip.compress(data))
+    cli("db", "upgrade")
+    result = cli("import", what, path, expect_ok=False)
+    assert result.exit_code == 1 and result.output.count("\n") == 1 and "Traceback" not in result.output
+    assert result.output.startswith(f"Error: {path} is one JSON document, not JSON Lines (one record per line)")
+    assert (f"it looks like a Label Studio export: import it with `preflab ls import {path}`"
+            in result.output) == label_studio
+    assert sum(counts(db_url, TABLES).values()) == 0  # not one raw record
+
+
+def test_an_array_alone_is_a_document_and_followed_by_records_is_a_bad_record(cli, tmp_path):
+    """Records are objects: an array on line 1 that parses alone, with records after it, is JSON Lines."""
+    alone = write(tmp_path / "alone.jsonl", b'["a list"]')
+    assert cli("import", "rankings", alone, expect_ok=False).output.startswith(
+        f"Error: {alone} is one JSON document, not JSON Lines")
+    lines = write(tmp_path / "lines.jsonl", b'["a list"]', *GOOD[:2])
+    out = imported(cli, lines)
+    assert (out["imported"], out["quarantined"]) == (2, 1)
+    assert quarantined(cli)["1"]["reason"] == "expected a JSON object, got list"
+    broken = write(tmp_path / "broken.jsonl", b'{"prompt": "cut', GOOD[2])  # not one value either: JSON Lines
+    out = imported(cli, broken)
+    assert (out["imported"], out["quarantined"]) == (1, 1)
+
+
+def test_a_file_name_that_is_not_utf8_is_stored_as_text(cli, tmp_path):
+    path = write(tmp_path / os.fsdecode(b"caf\xe9 \x01.jsonl"), GOOD[0], b"nope")
+    out = imported(cli, path)
+    assert (out["imported"], out["quarantined"]) == (1, 1)
+    assert quarantined(cli)["2"]["origin"] == str(tmp_path / "caf\\xe9 \x01.jsonl")
+    assert imported(cli, path)["duplicates"] == 1
+
+
+def test_a_document_too_large_to_parse_whole_is_told_by_its_first_line(cli, tmp_path, monkeypatch):
+    import preflab.db.lines as lines
+
+    monkeypatch.setattr(lines, "_DOCUMENT_BYTES", 200)  # smaller than every file below
+    export = write(tmp_path / "export.json", json.dumps(LS_TASKS, indent=2).encode())
+    result = cli("import", "rankings", export, expect_ok=False)
+    assert result.exit_code == 1 and "import it with `preflab ls import" in result.output
+    records = write(tmp_path / "records.json", json.dumps(RECORDS, indent=2).encode())
+    assert "`jq -c '.[]'" in cli("import", "rankings", records, expect_ok=False).output
+    monkeypatch.setattr(lines, "MAX_LINE_BYTES", 250)  # an array on one line, too long to be a record
+    monkeypatch.setattr(lines, "KEPT_BYTES", 100)
+    one_line = write(tmp_path / "export1.json", json.dumps(LS_TASKS).encode())
+    assert "import it with `preflab ls import" in cli("import", "rankings", one_line, expect_ok=False).output
+    jsonl = write(tmp_path / "r.jsonl", b'{"prompt": "cut', *GOOD)  # a broken first line, then records
+    out = imported(cli, jsonl)
+    assert (out["imported"], out["quarantined"]) == (3, 1)

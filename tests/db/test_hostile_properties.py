@@ -1,8 +1,9 @@
 """Property-based: `import rankings` and `import prompts` on arbitrary bytes and JSON, with valid records mixed in.
 
-Whatever the file holds, the command exits 0 or 1 with no traceback; every line
-read is counted once (imported + duplicates + quarantined + blank); and importing
-the same file again changes nothing in the database.
+Whatever the file holds, the command exits 0, 1 (a file it refuses whole: a format
+it cannot read, one JSON document) or 3 (every record quarantined) with no
+traceback; every line read is counted once (imported + duplicates + quarantined +
+blank); and importing the same file again changes nothing in the database.
 """
 
 import gzip
@@ -14,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from preflab.cli import cli
+from preflab.errors import EXIT_ALL_QUARANTINED
 
 from .procs import TABLES, counts, scalar
 
@@ -78,7 +80,8 @@ def dumped(value, ensure_ascii: bool) -> bytes:
 
 
 SPECIAL = [b"", b"   ", b"\t", b"NaN", b'{"prompt": Infinity}', b"[" * 3000 + b"]" * 3000, b"\x00",
-           b'{"prompt": "a\x00b"}', b"\xef\xbb\xbf{}", b"\xff\xfe\xfd", b"\xed\xa0\x80", b"{", b"null", b"[]"]
+           b'{"prompt": "a\x00b"}', b"\xef\xbb\xbf{}", b"\xff\xfe\xfd", b"\xed\xa0\x80", b"{", b"null", b"[]", b"[",
+           b'["a list"]', b'{"prompt": "\\ud800"}']
 
 
 def lines_of(records):
@@ -113,11 +116,13 @@ def check_import(url, path, what, data):
     def run():
         result = runner.invoke(cli, ["--database-url", url, "import", what, str(path), "--json"])
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exc_info
-        assert result.exit_code in (0, 1) and "Traceback" not in result.output
-        if result.exit_code == 1:  # refused (a format preflab cannot read): one sentence
+        assert result.exit_code in (0, 1, EXIT_ALL_QUARANTINED) and "Traceback" not in result.output
+        if result.exit_code == 1:  # refused (a format preflab cannot read, one JSON document): one sentence
             assert result.stdout == "" and result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
             return None
         summary = json.loads(result.stdout)
+        assert (result.exit_code == EXIT_ALL_QUARANTINED) == (
+            summary["quarantined"] > 0 and summary["imported"] == summary["duplicates"] == 0)
         assert summary["read"] == line_count(data)
         assert summary["read"] == (summary["imported"] + summary["duplicates"] + summary["quarantined"]
                                    + summary["blank"])

@@ -9,6 +9,7 @@ from sqlalchemy import func, select
 from preflab.console import Reporter
 from preflab.db.ingest import import_file, import_rankings_batch
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RawRecord
+from preflab.errors import EXIT_ALL_QUARANTINED
 
 from .helpers import ranking_line, write_lines
 
@@ -169,3 +170,20 @@ def test_bulk_rows_round_trip_json_and_timestamps(sessions):
         created = judge.created_at if judge.created_at.tzinfo else judge.created_at.replace(tzinfo=timezone.utc)
         assert created.year >= 2024 and created.second is not None
         assert s.get(Prompt, pid).created_at.hour == created.hour
+
+
+@pytest.mark.parametrize("what, good", [("rankings", GOOD[0]), ("prompts", json.dumps({"prompt": "Say hi."}))])
+def test_exit_status_3_when_every_record_is_quarantined_and_0_when_some_are(cli, tmp_path, what, good):
+    assert f"{EXIT_ALL_QUARANTINED} when every record" in " ".join(cli("import", what, "--help").stdout.split())
+    bad = write_lines(tmp_path / "bad.jsonl", ["not json", "", '{"prompt": 7}'])
+    text = cli("import", what, bad, expect_ok=False)
+    assert text.exit_code == EXIT_ALL_QUARANTINED and "Traceback" not in text.output
+    assert text.stdout.startswith(f"read 3 lines: imported 0 {what}, 2 quarantined, 0 duplicates, 1 blank")
+    as_json = cli("import", what, bad, "--json", expect_ok=False)  # again: the same status
+    assert as_json.exit_code == EXIT_ALL_QUARANTINED
+    summary = json.loads(as_json.stdout)
+    assert (summary["read"], summary["imported"], summary["quarantined"], summary["blank"]) == (3, 0, 2, 1)
+    mixed = write_lines(tmp_path / "mixed.jsonl", ["not json", good])
+    assert json.loads(cli("import", what, mixed, "--json").stdout)["imported"] == 1  # exit 0
+    assert json.loads(cli("import", what, mixed, "--json").stdout)["duplicates"] == 1  # exit 0: nothing new, not wrong
+    assert cli("import", what, write_lines(tmp_path / "blank.jsonl", ["", "  "])).exit_code == 0  # no record read
