@@ -56,6 +56,18 @@ def test_the_layer_contract_names_every_training_module_above_the_leaf():
     assert set(contract["forbidden_modules"]) == children
 
 
+def test_the_wheel_lists_every_package():
+    """setuptools installs only the packages pyproject lists: a package missing there is missing
+    from every wheel (`preflab demo goodhart` failed with ModuleNotFoundError on an install)."""
+    found = set()
+    for name, folder in source_folders().items():
+        for init in folder.rglob("__init__.py"):
+            if "__pycache__" not in init.parts:
+                relative = init.parent.relative_to(folder).parts
+                found.add(".".join((name, *relative)))
+    assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == found
+
+
 def test_no_module_is_past_about_400_lines():
     too_long = []
     for folder in source_folders().values():
