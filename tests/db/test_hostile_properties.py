@@ -14,12 +14,14 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.properties import examples
+
 from preflab.cli import cli
 from preflab.errors import EXIT_ALL_QUARANTINED
 
 from .procs import TABLES, counts, scalar
 
-EXAMPLES = 30
+EXAMPLES = examples(30)
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                            HealthCheck.data_too_large])

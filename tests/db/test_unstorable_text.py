@@ -16,6 +16,8 @@ import json
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+
+from tests.properties import examples
 from sqlalchemy import select
 
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RawRecord
@@ -36,7 +38,7 @@ KINDS = {
     "low surrogate": ("\udfff", "holds a lone UTF-16 surrogate (\\udfff), which is not text the database can store"),
     "surrogate pair": ("\U0001f600", None),  # written "\ud83d\ude00": one character, stored as such
 }
-SETTINGS = settings(max_examples=4, deadline=None,
+SETTINGS = settings(max_examples=examples(4), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 
