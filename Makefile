@@ -10,8 +10,8 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.preflab-run
 TEST_STAMP := $(VENV)/.preflab-test
 export PREFLAB_LABEL_STUDIO_BIN ?= $(LS_VENV)/bin/label-studio
-# The embedded model is converted from GGUF once (about a minute) and cached here.
-export PREFLAB_MODEL_CACHE ?= $(HOME)/.cache/preflab/models
+# The embedded model is converted from GGUF once (about a minute) and cached in the user cache
+# folder (~/.cache/preflab/models; PREFLAB_MODEL_CACHE moves it), however preflab is started.
 
 .PHONY: setup test-setup run test fuzz bench system postgres label-studio clean
 

@@ -24,6 +24,21 @@ def data_dir() -> Path:
     return Path(platformdirs.user_data_dir("preflab", appauthor=False))
 
 
+def model_cache_dir() -> Path:
+    """Where converted models live: `PREFLAB_MODEL_CACHE`, else the user cache dir's `models`.
+
+    That is `~/.cache/preflab/models` on Linux, whatever `PREFLAB_HOME` says: one
+    conversion (517 MB for the embedded SmolLM2) serves every store on the machine,
+    however preflab is started.
+    """
+    cache = os.environ.get("PREFLAB_MODEL_CACHE", "").strip()
+    if cache:
+        return Path(cache).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("preflab", appauthor=False)) / "models"
+
+
 def default_database_url() -> str:
     return f"sqlite:///{data_dir() / 'preflab.db'}"
 

@@ -48,6 +48,7 @@ def resolve_dataset_version(session: Session, name_or_id: str | None = None) -> 
 def export_for_training(session: Session, previous: DatasetVersion | None) -> DatasetVersion:
     """Export the current comparisons, with the previous export's split settings if any."""
     from preflab.db.export import ExportSettings, export_dataset
+    from preflab.training.models.loading import umask
 
     settings = ExportSettings()
     if previous is not None:
@@ -58,7 +59,9 @@ def export_for_training(session: Session, previous: DatasetVersion | None) -> Da
     exports = data_dir() / "exports"
     exports.mkdir(parents=True, exist_ok=True)
     # The version's name is known only once it is written, so the folder gets a unique name of its own.
-    return export_dataset(session, tempfile.mkdtemp(prefix="for-training-", dir=exports), settings)
+    folder = Path(tempfile.mkdtemp(prefix="for-training-", dir=exports))
+    folder.chmod(0o777 & ~umask())  # mkdtemp's folder is private; an export is read like any other
+    return export_dataset(session, folder, settings)
 
 
 def load_splits(version_path: str):

@@ -21,12 +21,35 @@ from preflab.training.runs import RunPlan, RunResult, execute, run_trainer, save
 LOGGED = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
 
 
+def rows_reached(split, config: DPOTrainConfig, processes: int):
+    """The rows a run stopped by --max-steps trains on: that many, drawn with the run's seed; else the whole split.
+
+    TRL tokenizes every row it is given and, before the first step, computes their
+    reference log-probabilities: `train dpo --max-steps 10` on the embedded model spent
+    4 of its 10 minutes on the 45 batches of a split it would train 10 of
+    (bench/README.md, "DPO: reference log-probabilities for the rows trained on").
+    """
+    needed = rows_needed(config, processes)
+    if needed is None or needed >= len(split):
+        return split
+    # Indices in memory: every rank draws the same rows, and none races the others to write them to a file.
+    return split.shuffle(seed=config.seed, keep_in_memory=True).select(range(needed))
+
+
+def rows_needed(config: DPOTrainConfig, processes: int) -> int | None:
+    """Rows that --max-steps optimizer steps take on `processes` processes (None: no --max-steps)."""
+    if config.max_steps <= 0:
+        return None
+    return config.max_steps * config.per_device_train_batch_size * config.gradient_accumulation_steps * processes
+
+
 def build_dpo_trainer(plan: RunPlan, config: DPOTrainConfig):
     from datasets import load_from_disk
     from trl import DPOTrainer
 
     train_split = load_from_disk(plan.data_dir)["train"].select_columns(["prompt", "chosen", "rejected"])
-    return DPOTrainer(plan.model_path, args=config.to_trl(plan.checkpoint_dir), train_dataset=train_split,
+    args = config.to_trl(plan.checkpoint_dir)
+    return DPOTrainer(plan.model_path, args=args, train_dataset=rows_reached(train_split, config, args.world_size),
                       processing_class=load_tokenizer_for_training(plan.model_path),
                       peft_config=config.peft_config("CAUSAL_LM"))
 
@@ -69,7 +92,17 @@ def train_dpo(sessions: sessionmaker[Session] | None, config: DPOTrainConfig, mo
 
     Args are those of `preflab.training.reward.train_reward`.
     """
-    train = policy_train_step(build_dpo_trainer, callbacks, reporter)
+    train_step = policy_train_step(build_dpo_trainer, callbacks, reporter)
+
+    def train(plan: RunPlan, config: DPOTrainConfig) -> dict[str, Any]:
+        from datasets import load_from_disk
+
+        summary = train_step(plan, config)
+        # The trainer was given only the rows it reached (`rows_reached`): count passes over the whole split.
+        rows, needed = len(load_from_disk(plan.data_dir)["train"]), rows_needed(config, summary["world_size"])
+        if needed is not None and needed < rows:
+            summary["epochs"] = summary["epochs"] * needed / rows
+        return summary
 
     def evaluate(plan: RunPlan, config: DPOTrainConfig) -> dict[str, Any]:
         from preflab.training.data import run_test_split

@@ -1,44 +1,123 @@
-"""A rich progress bar for transformers' Trainer, on stderr so stdout stays clean for --json."""
+"""What a training run shows on stderr (stdout stays clean for --json): its progress, and no library chatter.
+
+On a terminal the progress is a rich bar. Anywhere else (a log file, a scheduler,
+`preflab retrain` under cron) a bar shows nothing until the end, so the run says
+one line per logging step instead:
+
+    training reward run 3: step 20/45, loss 0.6412, 1m 05s elapsed, about 1m 21s left
+
+Importing this module imports neither transformers nor torch (`preflab --help` reaches it).
+"""
 
 from __future__ import annotations
 
-from transformers import TrainerCallback
+import os
+import time
+import warnings
+from contextlib import contextmanager
+
+from preflab.console import Reporter
 
 
-class RichProgress(TrainerCallback):
-    """Steps done, time left and the last logged loss; shown by the world's main process only."""
+def clock(seconds: float) -> str:
+    """`42s`, `8m 31s`, `1h 02m`."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
 
-    def __init__(self, description: str = "training"):
-        self.description = description
-        self.progress = None
-        self.task = None
 
-    def on_train_begin(self, args, state, control, **kwargs):
-        if not state.is_world_process_zero:
-            return
-        from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+def training_progress(description: str, reporter: Reporter):
+    """A TrainerCallback showing steps done, time left and the last logged loss (the world's main process only)."""
+    from transformers import TrainerCallback
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[loss]}"),
-                                 console=Console(stderr=True), transient=True)
-        self.progress.start()
-        self.task = self.progress.add_task(self.description, total=state.max_steps, completed=state.global_step,
-                                           loss="")
+    class TrainingProgress(TrainerCallback):
+        def __init__(self):
+            self.bar = self.task = None
+            self.lines = False
+            self.started, self.first_step = 0.0, 0
 
-    def on_step_end(self, args, state, control, **kwargs):
-        if self.progress is not None:
-            self.progress.update(self.task, completed=state.global_step)
+        def on_train_begin(self, args, state, control, **kwargs):
+            if not state.is_world_process_zero:
+                return
+            from rich.console import Console
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if self.progress is not None and logs and "loss" in logs:
-            self.progress.update(self.task, loss=f"loss {float(logs['loss']):.4f}")
+            self.started, self.first_step = time.monotonic(), state.global_step
+            console = Console(stderr=True)
+            if not console.is_terminal:
+                self.lines = True
+                resumed = f", resuming after step {state.global_step:,}" if state.global_step else ""
+                reporter.note(f"{description}: {state.max_steps:,} steps{resumed}")
+                return
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
 
-    def on_train_end(self, args, state, control, **kwargs):
-        self.close()
+            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[loss]}"),
+                                console=console, transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task(description, total=state.max_steps, completed=state.global_step, loss="")
 
-    def close(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
+        def on_step_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.update(self.task, completed=state.global_step)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "loss" not in logs:
+                return
+            if self.bar is not None:
+                self.bar.update(self.task, loss=f"loss {float(logs['loss']):.4f}")
+            elif self.lines:
+                reporter.note(self.line(state, float(logs["loss"])))
+
+        def line(self, state, loss: float) -> str:
+            elapsed, done = time.monotonic() - self.started, state.global_step - self.first_step
+            left = f", about {clock(elapsed / done * (state.max_steps - state.global_step))} left" if done else ""
+            return (f"{description}: step {state.global_step:,}/{state.max_steps:,}, loss {loss:.4f}, "
+                    f"{clock(elapsed)} elapsed{left}")
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.close()
+
+        def close(self) -> None:
+            if self.bar is not None:
+                self.bar.stop()
+                self.bar = None
+
+    return TrainingProgress()
+
+
+@contextmanager
+def quiet_libraries(progress: bool = True):
+    """Keep library chatter (weight-loading bars, dataset map bars, warnings) off the terminal.
+
+    TRL's bar for precomputing reference log-probabilities stays when `progress`
+    is on: it can be a long step of its own.
+    """
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    datasets_bars = datasets.is_progress_bar_enabled()
+    tqdm = os.environ.get("TQDM_DISABLE")
+    datasets.disable_progress_bars()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    if not progress:
+        os.environ["TQDM_DISABLE"] = "1"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
+        if datasets_bars:
+            datasets.enable_progress_bars()
+        hf_logging.set_verbosity(verbosity)
+        if tqdm is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = tqdm

@@ -9,7 +9,9 @@ WORLD_SIZE from the environment; a plain process is rank 0 of 1.
 
 A run that succeeds deletes its checkpoints (unless `keep_checkpoints`): they
 exist for `--resume`, and their optimizer state is often twice the model's
-size. A failed run keeps them. The result says how much the run left on disk.
+size. A failed run keeps them. The result says how much the run left on disk,
+counting what it wrote elsewhere: the embedded model converted on its first use,
+a dataset version exported for it.
 """
 
 from __future__ import annotations
@@ -17,21 +19,20 @@ from __future__ import annotations
 import os
 import shutil
 import traceback
-import warnings
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from preflab.errors import InputError, NotFound, TrainingError
 from preflab.settings import data_dir
+from preflab.training.progress import quiet_libraries
 
 MODEL_KIND = {"reward": "reward", "reward-grouped": "reward", "dpo": "policy", "simpo": "policy", "rl": "policy",
               "pair-ranker": "pair-ranker"}
@@ -61,6 +62,7 @@ class RunPlan:
     run_dir: str
     resume_from: str | None = None
     export_path: str | None = None  # a new run's dataset export, copied into the run folder before training
+    elsewhere: list[dict[str, Any]] = field(default_factory=list)  # what planning wrote outside run_dir
 
     @property
     def data_dir(self) -> str:
@@ -86,7 +88,8 @@ class RunResult:
     metrics: dict[str, Any]
     world_size: int
     resumed: bool = False
-    disk_bytes: int = 0  # what the run folder holds once the run is done
+    disk_bytes: int = 0  # what the run left on disk: its folder once done, and `elsewhere`
+    elsewhere: list[dict[str, Any]] = field(default_factory=list)  # {"path", "what", "bytes"} outside the run folder
     freed_bytes: int = 0  # the checkpoints deleted when the run succeeded
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -98,13 +101,24 @@ def one_line(exc: BaseException) -> str:
 
 # --- rank 0: planning and recording ------------------------------------------------------
 
-def _starting_model(session: Session, model_name: str) -> tuple[str, str, int | None]:
-    """(label, from_pretrained location, model version id) for the model a run starts from."""
+def _starting_model(session: Session, model_name: str) -> tuple[str, str, int | None, list[dict[str, Any]]]:
+    """(label, from_pretrained location, model version id, what was written) for the model a run starts from.
+
+    The embedded model is converted into the model cache on its first use: that run wrote it.
+    """
+    from preflab.training.models.loading import EMBEDDED, embedded_model, resolve_model_path
     from preflab.training.models.names import resolve_model
-    from preflab.training.models.loading import resolve_model_path
 
     label, location, version_id = resolve_model(session, model_name)
-    return label, str(resolve_model_path(location)), version_id
+    if location not in EMBEDDED:
+        return label, str(resolve_model_path(location)), version_id, []
+    folder, converted = embedded_model(location)
+    return label, str(folder), version_id, [written(folder, f"{location} converted for it")] if converted else []
+
+
+def written(path: str | Path, what: str) -> dict[str, Any]:
+    """A folder a run wrote outside its own, measured now."""
+    return {"path": str(path), "what": what, "bytes": folder_bytes(path)}
 
 
 def plan_run(session: Session, kind: str, config: dict[str, Any], model_name: str,
@@ -112,15 +126,19 @@ def plan_run(session: Session, kind: str, config: dict[str, Any], model_name: st
     """Record a new run (status running); its data is copied by `copy_data` once this is committed."""
     from preflab.training.data import resolve_dataset_version
 
+    newest = session.scalar(select(func.max(DatasetVersion.id)))
     version = resolve_dataset_version(session, dataset_version)
-    label, location, version_id = _starting_model(session, model_name)
+    label, location, version_id, elsewhere = _starting_model(session, model_name)
+    if newest is None or version.id > newest:  # exported for this run: the pairs had changed
+        elsewhere.append(written(version.path, f"dataset version {version.name} exported for it"))
     run = TrainingRun(kind=kind, status="running", config=config, dataset_version_id=version.id,
                       base_model=label, base_model_version_id=version_id, world_size=world_size())
     session.add(run)
     session.flush()
     run_dir = _fresh_run_dir(session, Path(output_dir) if output_dir else None, f"{kind}-{run.id}")
     run.output_path = str(run_dir.resolve())
-    return RunPlan(run.id, kind, config, version.name, location, run.output_path, export_path=version.path)
+    return RunPlan(run.id, kind, config, version.name, location, run.output_path, export_path=version.path,
+                   elsewhere=elsewhere)
 
 
 def copy_data(plan: RunPlan) -> None:
@@ -166,9 +184,10 @@ def plan_resume(session: Session, kind: str) -> RunPlan:
     if run is None or not run.output_path or not (Path(run.output_path) / "data").exists():
         raise NotFound(f"there is no unfinished {kind} run to resume")
     version = session.get(DatasetVersion, run.dataset_version_id)
-    label, location, _ = _starting_model(session, _model_name(session, run))
+    label, location, _, elsewhere = _starting_model(session, _model_name(session, run))
     run.status, run.error, run.world_size, run.finished_at = "running", None, world_size(), None
-    plan = RunPlan(run.id, kind, run.config, version.name if version else "?", location, run.output_path)
+    plan = RunPlan(run.id, kind, run.config, version.name if version else "?", location, run.output_path,
+                   elsewhere=elsewhere)
     checkpoints = Path(plan.checkpoint_dir)
     plan.resume_from = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
     return plan
@@ -283,12 +302,12 @@ def _execute(kind, config, sessions, model_name, dataset_version, resume, output
     with sessions.begin() as session:
         version = record_success(session, plan, metrics)
         result = RunResult(plan.run_id, kind, version.name, version.id, version.path, plan.dataset_version,
-                           metrics, world_size(), resumed=plan.resume_from is not None)
+                           metrics, world_size(), resumed=plan.resume_from is not None, elsewhere=plan.elsewhere)
     # Only once the success is recorded: a crash while deleting loses nothing the run needs.
     if not getattr(config, "keep_checkpoints", False):
         result.freed_bytes = folder_bytes(plan.checkpoint_dir)
         shutil.rmtree(plan.checkpoint_dir, ignore_errors=True)
-    result.disk_bytes = folder_bytes(plan.run_dir)
+    result.disk_bytes = folder_bytes(plan.run_dir) + sum(w["bytes"] for w in plan.elsewhere)
     return result
 
 
@@ -308,11 +327,11 @@ def disk_size(n: int) -> str:
 
 
 def disk_note(result: RunResult) -> str:
-    """`the run left 517 MB on disk (1.1 GB of checkpoints deleted; …)`, for a run's summary."""
-    note = f"the run left {disk_size(result.disk_bytes)} on disk"
+    """`the run left 530 MB on disk (517 MB in ~/.cache/…, smollm2-135m-instruct converted for it; …)`."""
+    details = [f"{disk_size(w['bytes'])} in {w['path']}, {w['what']}" for w in result.elsewhere]
     if result.freed_bytes:
-        note += f" ({disk_size(result.freed_bytes)} of checkpoints deleted; --keep-checkpoints keeps them)"
-    return note
+        details.append(f"{disk_size(result.freed_bytes)} of checkpoints deleted; --keep-checkpoints keeps them")
+    return f"the run left {disk_size(result.disk_bytes)} on disk" + (f" ({'; '.join(details)})" if details else "")
 
 
 def training_summary(trainer, output) -> dict[str, Any]:
@@ -325,24 +344,28 @@ def training_summary(trainer, output) -> dict[str, Any]:
 
 
 def run_trainer(trainer, plan: RunPlan, callbacks: Sequence = (), reporter: Reporter = SILENT):
-    """Train (from the plan's checkpoint, if resuming) with a progress bar on stderr on rank 0.
+    """Train (from the plan's checkpoint, if resuming) with its progress on stderr on rank 0.
 
     transformers' own printers write log dicts to stdout, which would spoil `--json`: they go.
     """
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from preflab.training.progress import RichProgress
+    from preflab.training.models.loading import open_to_umask
+    from preflab.training.progress import training_progress
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    bar = RichProgress(f"training {plan.kind} run {plan.run_id}") if reporter.enabled and is_main_process() else None
-    for callback in ([bar] if bar else []) + list(callbacks):
+    progress = (training_progress(f"training {plan.kind} run {plan.run_id}", reporter)
+                if reporter.enabled and is_main_process() else None)
+    for callback in ([progress] if progress else []) + list(callbacks):
         trainer.add_callback(callback)
     try:
         return trainer.train(resume_from_checkpoint=plan.resume_from)
     finally:
-        if bar is not None:
-            bar.close()
+        if progress is not None:
+            progress.close()
+        if is_main_process() and Path(plan.checkpoint_dir).is_dir():  # kept for --resume, or asked for
+            open_to_umask(plan.checkpoint_dir)
 
 
 def save_final(trainer, plan: RunPlan, auto_class) -> None:
@@ -355,8 +378,12 @@ def save_final(trainer, plan: RunPlan, auto_class) -> None:
     """
     from accelerate.utils import is_peft_model
 
+    from preflab.training.models.loading import open_to_umask
+
     if not is_peft_model(trainer.accelerator.unwrap_model(trainer.model)):
         trainer.save_model(plan.model_dir)
+        if trainer.accelerator.is_main_process:
+            open_to_umask(plan.model_dir)
         trainer.accelerator.wait_for_everyone()
         return
     adapter = str(Path(plan.run_dir) / "adapter")
@@ -370,38 +397,6 @@ def save_final(trainer, plan: RunPlan, auto_class) -> None:
         merged.config.pad_token_id = trainer.processing_class.pad_token_id
         merged.save_pretrained(plan.model_dir)
         trainer.processing_class.save_pretrained(plan.model_dir)
+        open_to_umask(adapter)
+        open_to_umask(plan.model_dir)
     trainer.accelerator.wait_for_everyone()
-
-
-@contextmanager
-def quiet_libraries(progress: bool = True):
-    """Keep library chatter (weight-loading bars, dataset map bars, warnings) off the terminal.
-
-    TRL's bar for precomputing reference log-probabilities stays when `progress`
-    is on: it can be a long step of its own.
-    """
-    import datasets
-    from transformers.utils import logging as hf_logging
-
-    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
-    datasets_bars = datasets.is_progress_bar_enabled()
-    tqdm = os.environ.get("TQDM_DISABLE")
-    datasets.disable_progress_bars()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    if not progress:
-        os.environ["TQDM_DISABLE"] = "1"
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            yield
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
-        if datasets_bars:
-            datasets.enable_progress_bars()
-        hf_logging.set_verbosity(verbosity)
-        if tqdm is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = tqdm

@@ -26,8 +26,8 @@ def write_config(folder: Path, reward: bool = True, dpo: bool = True, min_new: i
         text += f"[reward]\nmodel = \"{rm}\"\ngrouped = true\nmax_steps = {max_steps}\n{TRAIN}\n"
     if dpo:
         lm = folder / "lm0" if (folder / "lm0").exists() else tiny_causal_lm(folder / "lm0", tokenizer=tokenizer)
-        # No precomputed reference log-probs: two steps need not score every training pair first.
-        text += f"[dpo]\nmodel = \"{lm}\"\nbeta = 0.1\nprecompute_ref_log_probs = false\nmax_steps = {max_steps}\n{TRAIN}\n"
+        # Reference log-probs precomputed (the default): for the max_steps × batch rows trained on only.
+        text += f"[dpo]\nmodel = \"{lm}\"\nbeta = 0.1\nmax_steps = {max_steps}\n{TRAIN}\n"
     path = folder / "retrain.toml"
     path.write_text(text, encoding="utf-8")
     return path

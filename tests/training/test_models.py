@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
 from preflab.errors import ConfigError
@@ -14,6 +18,7 @@ from preflab.training.models.loading import (
     resolve_model_path,
 )
 from tests.tiny_models import tiny_causal_lm, tiny_reward_model, tiny_tokenizer
+from tests.training.tiny_gguf import tiny_embedded_model  # noqa: F401 (fixture)
 
 
 def test_names_resolve_to_folders_hub_ids_or_the_model_cache(tmp_path, monkeypatch):
@@ -23,8 +28,20 @@ def test_names_resolve_to_folders_hub_ids_or_the_model_cache(tmp_path, monkeypat
     (tmp_path / "empty").mkdir()
     with pytest.raises(ConfigError, match="not a model folder"):
         resolve_model_path(tmp_path / "empty")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the user cache dir is ~/.cache on Linux")
+def test_one_model_cache_however_preflab_is_started(tmp_path, monkeypatch, tiny_embedded_model):
+    # Run directly (not by `make`), `preflab train` converted the embedded model again under
+    # PREFLAB_HOME: 517 MB more. The cache is the user's, whatever PREFLAB_HOME says.
     monkeypatch.delenv("PREFLAB_MODEL_CACHE", raising=False)  # `make test` sets it to share one conversion
-    assert model_cache_dir() == tmp_path / "home" / "models"  # PREFLAB_HOME from the autouse fixture
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # so the conversion below stays out of the real ~/.cache
+    home = Path(os.environ["PREFLAB_HOME"])  # set by the autouse fixture
+    assert model_cache_dir() == tmp_path / "user" / ".cache" / "preflab" / "models"
+    assert resolve_model_path(tiny_embedded_model) == model_cache_dir() / tiny_embedded_model
+    assert (model_cache_dir() / tiny_embedded_model / "model.safetensors").is_file()
+    assert not (home / "models").exists()
     monkeypatch.setenv("PREFLAB_MODEL_CACHE", str(tmp_path / "shared"))
     assert model_cache_dir() == tmp_path / "shared"
 

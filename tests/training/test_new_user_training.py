@@ -8,8 +8,9 @@ from click.testing import CliRunner
 from sqlalchemy import select
 
 from preflab.cli import cli
-from preflab.db.models import TrainingRun
+from preflab.db.models import DatasetVersion, TrainingRun
 from tests.toy_data import one_thread, toy_base, toy_store  # noqa: F401 (fixtures)
+from tests.training.tiny_gguf import tiny_embedded_model  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
@@ -44,6 +45,39 @@ def test_a_successful_run_deletes_its_checkpoints_and_says_what_it_left(toy_stor
     assert list((kept / "checkpoints").glob("checkpoint-*"))
     assert report["freed_bytes"] == 0 and report["disk_bytes"] == folder_bytes(kept)
     assert left < report["disk_bytes"]  # what the checkpoints would have kept on disk
+
+
+def test_what_the_run_left_counts_the_model_it_converted_and_the_dataset_it_exported(toy_store, tmp_path, monkeypatch,
+                                                                                   tiny_embedded_model):
+    # `train reward` run directly converted the embedded model (517 MB), uncounted by "the run left … on disk".
+    import shutil
+
+    from preflab.training.runs import disk_size
+
+    url, sessions = toy_store
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PREFLAB_MODEL_CACHE", str(cache))
+    first = json.loads(run(url, "train", "reward", "--model", tiny_embedded_model, *ONE_STEP, "--output-dir",
+                           tmp_path / "first", "--json").stdout)
+    with sessions.begin() as session:
+        (export,) = session.scalars(select(DatasetVersion.path)).all()  # no version existed: made for the run
+    converted = cache / tiny_embedded_model
+    assert folder_bytes(converted) > 0 and folder_bytes(Path(export)) > 0
+    assert first["disk_bytes"] == (folder_bytes(tmp_path / "first") + folder_bytes(converted)
+                                   + folder_bytes(Path(export)))
+    assert {(e["path"], e["bytes"]) for e in first["elsewhere"]} == {
+        (str(converted), folder_bytes(converted)), (export, folder_bytes(Path(export)))}
+
+    shutil.rmtree(cache)  # converted again by the next run, which says so
+    line = run(url, "train", "reward", "--model", tiny_embedded_model, *ONE_STEP, "--output-dir",
+               tmp_path / "second").stdout.strip()
+    total = folder_bytes(tmp_path / "second") + folder_bytes(converted)
+    assert f"; the run left {disk_size(total)} on disk ({disk_size(folder_bytes(converted))} in {converted}, " \
+           f"{tiny_embedded_model} converted for it; " in line
+
+    third = json.loads(run(url, "train", "reward", "--model", tiny_embedded_model, *ONE_STEP, "--output-dir",
+                           tmp_path / "third", "--json").stdout)
+    assert third["elsewhere"] == [] and third["disk_bytes"] == folder_bytes(tmp_path / "third")
 
 
 def test_a_failed_run_keeps_its_checkpoint_for_resume(toy_store, toy_base, tmp_path):

@@ -1,6 +1,7 @@
 """`preflab train reward`: TRL's pairwise RewardTrainer and preflab's grouped trainer, on real data."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,18 @@ def test_lora_reward_model_is_saved_merged_with_its_trained_head(toy_store, toy_
     # The recorded held-out accuracy was measured on the merged model, which `train eval` reloads.
     again = json.loads(run(url, "train", "eval", report["model_version"], "--json").stdout)
     assert again["heldout_accuracy"] == pytest.approx(report["metrics"]["heldout_accuracy"])
+
+
+def test_a_run_whose_stderr_is_a_log_file_says_its_progress_at_each_logging_step(toy_store, toy_base, monkeypatch):
+    # A bar shows nothing in a log file: `train reward` under a scheduler was silent for 8½ minutes.
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)  # CliRunner's stderr is no terminal: keep rich agreeing
+    url, _ = toy_store
+    result = run(url, "train", "reward", "--model", toy_base, "--max-steps", 8, *FAST[2:])  # logs every 4 steps
+    lines = [line for line in result.stderr.splitlines() if line.startswith("training reward run 1:")]
+    assert lines[0] == "training reward run 1: 8 steps"
+    assert re.fullmatch(r"training reward run 1: step 4/8, loss \d\.\d{4}, \d+s elapsed, about \d+s left", lines[1])
+    assert re.fullmatch(r"training reward run 1: step 8/8, loss \d\.\d{4}, \d+s elapsed, about 0s left", lines[2])
+    assert len(lines) == 3
+    assert result.stdout.startswith("reward run 1: 8 steps on ")  # stdout holds the summary alone
+    assert len(result.stdout.splitlines()) == 1

@@ -16,12 +16,11 @@ import importlib.util
 import os
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from preflab.errors import ConfigError
-from preflab.settings import DEFAULT_MODEL, data_dir
+from preflab.settings import DEFAULT_MODEL, model_cache_dir
 
 # Embedded name -> (Python package that ships the file, GGUF file name).
 EMBEDDED: dict[str, tuple[str, str]] = {
@@ -35,10 +34,36 @@ PLAIN_CHAT_TEMPLATE = (
 )
 
 
-def model_cache_dir() -> Path:
-    """Where converted models live: `PREFLAB_MODEL_CACHE`, else DATA_DIR/models."""
-    cache = os.environ.get("PREFLAB_MODEL_CACHE", "").strip()
-    return Path(cache).expanduser() if cache else data_dir() / "models"
+def umask() -> int:
+    """The process's umask, read without changing it where Linux shows it."""
+    try:
+        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def open_to_umask(folder: str | Path) -> None:
+    """Give `folder` and all it holds the modes `mkdir` and `open` give: 0777 and 0666 less the umask.
+
+    Two writers make private files whatever the umask says. `tempfile.mkdtemp`
+    makes 0700 folders; safetensors (0.8) writes weights to a temporary file, created
+    0600, and renames it into place (safetensors#782), so `model.safetensors` alone
+    was `-rw-------` in runs and in the model cache. Called on what preflab saves,
+    once it is written.
+    """
+    mask = umask()
+    root = Path(folder)
+    for path in (root, *root.rglob("*")):
+        try:
+            if not path.is_symlink():
+                path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
+        except FileNotFoundError:  # a checkpoint rotated away meanwhile
+            continue
 
 
 def embedded_gguf(name: str) -> Path:
@@ -55,16 +80,19 @@ def embedded_gguf(name: str) -> Path:
     return path
 
 
-def convert_gguf(gguf: Path, target: Path) -> float:
-    """Convert a GGUF checkpoint into a plain transformers folder; returns seconds taken.
+def convert_gguf(gguf: Path, target: Path) -> bool:
+    """Convert a GGUF checkpoint into a plain transformers folder at `target`.
 
     Written to a temporary folder beside `target` and renamed into place, so two
     processes converting at once never leave a half-written model behind.
+
+    Returns:
+        True when this call's copy was put in place; False when another process
+        finished first (this one's copy is removed).
     """
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    start = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config
@@ -77,19 +105,28 @@ def convert_gguf(gguf: Path, target: Path) -> float:
     plain.generation_config = loaded.generation_config
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    staging.chmod(0o755)  # mkdtemp makes it private; the cache may be shared (CI, a team)
     try:
         plain.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         (staging / "CONVERTED_FROM").write_text(f"{gguf}\n", encoding="utf-8")
+        open_to_umask(staging)  # the cache may be shared (CI, a team)
         try:
             staging.rename(target)
         except OSError:
             if not (target / "config.json").is_file():  # nobody else finished it first
                 raise
+            return False
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    return time.perf_counter() - start
+    return True
+
+
+def embedded_model(name: str) -> tuple[Path, bool]:
+    """The converted folder of an embedded model, and whether this call converted it (its first use)."""
+    target = model_cache_dir() / name
+    if (target / "config.json").is_file():
+        return target, False
+    return target, convert_gguf(embedded_gguf(name), target)
 
 
 def resolve_model_path(name_or_path: str | Path | None = None) -> Path | str:
@@ -101,10 +138,7 @@ def resolve_model_path(name_or_path: str | Path | None = None) -> Path | str:
     """
     name = str(name_or_path or DEFAULT_MODEL)
     if name in EMBEDDED:
-        target = model_cache_dir() / name
-        if not (target / "config.json").is_file():
-            convert_gguf(embedded_gguf(name), target)
-        return target
+        return embedded_model(name)[0]
     path = Path(name).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():

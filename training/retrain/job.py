@@ -307,6 +307,7 @@ def _retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_mod
     from preflab.db.export import export_dataset
     from preflab.db.pairs import build_pairs
     from preflab.db.locks import db_now
+    from preflab.training.models.loading import umask
 
     with sessions.begin() as session:
         baseline = last_trained_dataset(session)
@@ -321,6 +322,7 @@ def _retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_mod
     root = Path(config.output_dir) if config.output_dir else data_dir() / "retrain"
     root.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp(prefix=f"{cutoff:%Y%m%dT%H%M%S}-", dir=root))
+    folder.chmod(0o777 & ~umask())  # mkdtemp's folder is private; the runs and dataset in it are not
     with sessions.begin() as session:
         build = build_pairs(session, **config.pairs)
     with sessions.begin() as session:
