@@ -52,7 +52,7 @@ def db_current(settings: Settings):
     """
     from preflab.db.engine import current_revision, head_revision, open_database
 
-    engine = open_database(settings.database_url, ensure_schema=False)
+    engine = open_database(settings.database_url, ensure_schema=False, existing=True)
     click.echo(f"{settings.redacted_url()}: revision {current_revision(engine)} (newest {head_revision()})")
 
 

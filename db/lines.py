@@ -214,6 +214,9 @@ def refuse_json_document(path: str | Path) -> None:
         if value is _UNPARSED:
             if head not in (b"[", b"{") and not (first.cut and head.startswith(b"[")):
                 return
+            if head == b"{":  # `jq .` output: objects pretty-printed one after another, or one cut short
+                raise InputError(f"{path} holds JSON written across several lines, not JSON Lines (one record "
+                                 f"per line): `jq -c . {shlex.quote(str(path))}` writes one record per line")
             value = _first_item(start)
     raise InputError(_document_sentence(path, value))
 
@@ -246,11 +249,19 @@ def _first_item(start: bytes) -> list | None:
         return []
 
 
+def _label_studio_task(item: Any) -> bool:
+    """A task of a Label Studio JSON export (data and annotations), or of its flat JSON_MIN export."""
+    if not isinstance(item, dict):
+        return False
+    return ("data" in item and ("annotations" in item or "id" in item)) or (
+        "annotation_id" in item and ("annotator" in item or "lead_time" in item))
+
+
 def _document_sentence(path: str | Path, value: Any) -> str:
     items = value if isinstance(value, list) else [value]
     quoted = shlex.quote(str(path))
     sentence = f"{path} is one JSON document, not JSON Lines (one record per line)"
-    if items and all(isinstance(t, dict) and "data" in t and ("annotations" in t or "id" in t) for t in items):
+    if items and all(_label_studio_task(t) for t in items):
         return f"{sentence}; it looks like a Label Studio export: import it with `preflab ls import {quoted}`"
     if isinstance(value, list):
         return f"{sentence}: `jq -c '.[]' {quoted}` writes its items one per line"

@@ -174,6 +174,9 @@ def test_stats_ends_with_a_newline(cli):
 RECORDS = [json.loads(g) for g in GOOD]
 LS_TASKS = [{"id": i, "data": {"prompt": f"p{i}", "a": "x", "b": "y"}, "annotations": [{"id": 7, "result": []}]}
             for i in range(3)]
+LS_MIN_TASKS = [{"id": i, "prompt": f"p{i}", "items": [{"id": "a", "html": "x"}, {"id": "b", "html": "y"}],
+                 "rank": {"rank": ["b", "a"]}, "annotator": 1, "annotation_id": 7 + i, "lead_time": 3.5,
+                 "created_at": "2026-11-25T10:00:00Z", "updated_at": "2026-11-25T10:00:00Z"} for i in range(3)]
 DOCUMENTS = {  # name: (bytes, looks like a Label Studio export)
     "an array on one line": (json.dumps(RECORDS).encode() + b"\n", False),
     "a pretty-printed array": (json.dumps(RECORDS, indent=2).encode(), False),
@@ -182,6 +185,7 @@ DOCUMENTS = {  # name: (bytes, looks like a Label Studio export)
     "a Label Studio export": (json.dumps(LS_TASKS, indent=2).encode(), True),
     "a Label Studio export on one line, after a BOM and blank lines": (
         b"\xef\xbb\xbf\n  \r\n" + json.dumps(LS_TASKS).encode(), True),
+    "a Label Studio JSON_MIN export": (json.dumps(LS_MIN_TASKS, indent=2).encode(), True),
 }
 
 
@@ -198,6 +202,17 @@ def test_one_json_document_is_refused_before_anything_is_written(cli, db_url, tm
     assert (f"it looks like a Label Studio export: import it with `preflab ls import {path}`"
             in result.output) == label_studio
     assert sum(counts(db_url, TABLES).values()) == 0  # not one raw record
+
+
+def test_pretty_printed_objects_one_after_another_are_not_json_lines(cli, db_url, tmp_path):
+    """`jq . records.jsonl` output: every object spread over several lines."""
+    path = write(tmp_path / "pretty.jsonl", *(json.dumps(r, indent=2).encode() for r in RECORDS))
+    cli("db", "upgrade")
+    result = cli("import", "rankings", path, expect_ok=False)
+    assert result.exit_code == 1
+    assert result.output == (f"Error: {path} holds JSON written across several lines, not JSON Lines (one record "
+                             f"per line): `jq -c . {path}` writes one record per line\n")
+    assert sum(counts(db_url, TABLES).values()) == 0
 
 
 def test_an_array_alone_is_a_document_and_followed_by_records_is_a_bad_record(cli, tmp_path):

@@ -24,6 +24,9 @@ READ_ONLY = [
     ["judge", "report"],
     ["train", "eval", "reward-1"],
     ["self-reward", "report"],
+    ["db", "current"],
+    ["bon", "estimate", "--from-db", "--proxy", "judge-1"],
+    ["bon", "frontier", "--policy", "policy-1", "--proxy", "reward-1", "--out", "OUT/frontier.png"],
 ]
 
 

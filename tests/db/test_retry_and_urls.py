@@ -82,6 +82,14 @@ def test_a_database_url_preflab_cannot_use_is_one_sentence(url, message, monkeyp
         assert "hunter2" not in result.output and "Traceback" not in result.output
 
 
+def test_an_unwritable_sqlite_path_is_one_sentence_for_a_command_that_writes(sample_rankings):
+    url = "sqlite:////proc/preflab/db.sqlite"
+    result = CliRunner().invoke(cli, ["--database-url", url, "import", "rankings", str(sample_rankings)])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: cannot create the SQLite database /proc/preflab/db.sqlite")
+    assert result.output.count("\n") == 1 and "Traceback" not in result.output
+
+
 def test_a_file_that_is_not_a_database_is_one_sentence(tmp_path):
     path = tmp_path / "rankings.jsonl"
     path.write_text('{"prompt": "not a database"}\n' * 100)

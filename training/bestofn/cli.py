@@ -35,7 +35,7 @@ def load_groups(settings: Settings, path, from_db: bool, proxy, true):
         from preflab.db.engine import open_sessions
         from preflab.training.bestofn.jobs import db_samples
 
-        with open_sessions(settings.database_url).begin() as session:
+        with open_sessions(settings.database_url, existing=True).begin() as session:
             return db_samples(session, proxy, true)
     if proxy or true:
         raise InputError("--proxy and --true name annotators in the database: add --from-db")
@@ -225,8 +225,8 @@ def frontier_command(settings: Settings, policy, proxy, true_name, out, chat, ns
     from preflab.training.goodhart.frontier import describe
     from preflab.training.goodhart.lineage import lineage_frontier
 
-    report = lineage_frontier(open_sessions(settings.database_url), policy, proxy, true_name, out, chat, ns, limit,
-                              reporter=Reporter(not as_json))
+    report = lineage_frontier(open_sessions(settings.database_url, existing=True), policy, proxy, true_name, out,
+                              chat, ns, limit, reporter=Reporter(not as_json))
     if as_json:
         echo_json(report)
         return
