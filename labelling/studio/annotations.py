@@ -4,52 +4,60 @@ Shared by `ls sync` (tasks paged from the server) and `ls import` (tasks
 streamed from an export file). Each task is stored raw as it came, and each of
 its annotations too, before anything is parsed. A task stored before is
 skipped at the cost of a hash lookup, so a re-sync with nothing new writes
-nothing. A new annotation becomes a ranking (version 1); an edited one
-supersedes its previous version (kept, marked superseded) unless its ranking
-did not change; a skipped one is recorded with no tiers, so it yields no
-pairs. What cannot be parsed is quarantined with the reason.
+nothing; a task that held an annotation that could not be used is read again,
+so a re-sync says it is still quarantined. A new annotation becomes a ranking
+(version 1); an edited one supersedes its previous version (kept, marked
+superseded) unless its ranking did not change; a skipped one is recorded with
+no tiers, so it yields no pairs (`versions.py`). What cannot be used is
+quarantined with the reason; text the database cannot store (a NUL, a lone
+surrogate) anywhere in a task or an annotation is refused first, naming the
+field, as every reader refuses it (`preflab.db.records.unstorable`).
 
 The summary counts what happened to each annotation read (new, updated,
-unchanged, quarantined), then what the project holds once the sync is done:
-its skipped annotations, old and new, and its valid rankings identical to the
-order shown (counted as `preflab stats` counts them).
+unchanged, quarantined now, still quarantined from before), then what the
+project holds once the sync is done: its skipped annotations, old and new, and
+its valid rankings identical to the order shown (counted as `preflab stats`
+counts them).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from preflab.console import plural
 from preflab.db.agreement import same_as_shown_text
-from preflab.db.bulk import IN_CHUNK, append_rows, in_values, lookup
+from preflab.db.bulk import lookup
 from preflab.db.ingest import Invalid
-from preflab.db.models import AnnotatorKind, Ranking, RankingItem, RankingStatus, RawRecord, utcnow
-from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates, ensure_prompts, \
-    payload_hash, quarantine, store_raw
-from preflab.labelling.studio.parse import VOLATILE, Parsed, TaskFields, TaskItems, ls_id, parse_annotation, \
-    payload, same_as_shown, task_items, task_json
+from preflab.db.models import AnnotatorKind, Ranking, RankingStatus, RawRecord, RawStatus
+from preflab.db.records import unstorable  # the rule of every reader: any field, any depth, keys too
+from preflab.db.store import payload_hash, quarantine, store_raw
+from preflab.labelling.studio.parse import MAX_ID, VOLATILE, TaskFields, TaskItems, encodable, ls_id, \
+    may_hold_flaws, parse_annotation, payload, task_items, task_json
 from preflab.labelling.studio.projects import ProjectInfo
+from preflab.labelling.studio.versions import SOURCE, Entry, write_rankings
 
-SOURCE = "label-studio"  # raw records of annotations, and the rankings made from them
 TASK_SOURCE = "label-studio:task"  # raw records of whole tasks: a task seen before is skipped unparsed
-LIVE = (RankingStatus.valid.value, RankingStatus.skipped.value)
+# Raw records of whole tasks that hold a quarantined annotation: read again on each sync, so
+# what is still unusable is said again (not skipped as nothing new).
+HELD_SOURCE = "label-studio:task-held"
 
 
 @dataclass
 class SyncSummary:
     tasks: int = 0
     annotations: int = 0
-    # What happened to each annotation read: new + updated + unchanged + quarantined = annotations.
+    # What happened to each annotation read:
+    # new + updated + unchanged + quarantined + still_quarantined = annotations.
     new: int = 0          # annotations seen for the first time (skipped ones included)
     updated: int = 0      # edited annotations: a new version superseded the old one
     unchanged: int = 0    # stored before, or edited without changing the ranking
-    quarantined: int = 0
+    quarantined: int = 0  # quarantined now (tasks that are no task object included)
+    still_quarantined: int = 0  # read again, and quarantined before: still unusable
     deleted: int = 0      # annotations gone from Label Studio: their rankings are marked deleted
     # What the project holds once the sync is done (see `project_state`), old and new alike.
     skipped: int = 0        # skipped (cancelled) annotations, recorded without tiers
@@ -57,17 +65,29 @@ class SyncSummary:
     reasons: dict[str, int] = field(default_factory=dict)
 
     def add(self, other: "SyncSummary") -> None:
-        for name in ("tasks", "annotations", "new", "updated", "unchanged", "quarantined", "deleted"):
+        for name in ("tasks", "annotations", "new", "updated", "unchanged", "quarantined", "still_quarantined",
+                     "deleted"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for reason, n in other.reasons.items():
             self.reasons[reason] = self.reasons.get(reason, 0) + n
+
+    @property
+    def all_quarantined(self) -> bool:
+        """Whether records were read and none of them could be used (every one quarantined, now or before)."""
+        return self.quarantined + self.still_quarantined > 0 and self.new + self.updated + self.unchanged == 0
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
     def line(self) -> str:
+        if not self.still_quarantined:
+            bad = f"{self.quarantined:,} quarantined"
+        elif not self.quarantined:
+            bad = f"{self.still_quarantined:,} still quarantined"
+        else:
+            bad = f"{self.quarantined:,} newly quarantined, {self.still_quarantined:,} still quarantined"
         return (f"{plural(self.tasks, 'task')}, {plural(self.annotations, 'annotation')}: {self.new:,} new, "
-                f"{self.updated:,} updated, {self.unchanged:,} unchanged, {self.quarantined:,} quarantined, "
+                f"{self.updated:,} updated, {self.unchanged:,} unchanged, {bad}, "
                 f"{self.deleted:,} deleted; the project holds {plural(self.skipped, 'skipped annotation')} and "
                 f"{same_as_shown_text(self.same_as_shown)}")
 
@@ -82,55 +102,28 @@ def project_state(session: Session, project: ProjectInfo, summary: SyncSummary) 
     summary.same_as_shown = count(Ranking.status == RankingStatus.valid.value, Ranking.same_as_shown.is_(True))
 
 
-@dataclass
-class _Entry:
-    task: dict
-    annotation: dict
-    raw_id: int
-    annotation_id: int | None = None
-    items: TaskItems | None = None
-    parsed: Parsed | None = None
-    annotator: tuple[str, str] | None = None
-    ls_user_id: int | None = None
-
-
-def _annotator(annotation: dict, users: dict[int, str]) -> tuple[tuple[str, str], int]:
-    """(("human", name), Label Studio user id): the name is the user's email when known."""
+def _annotator(annotation: dict, users: dict[int, str]) -> tuple[tuple[str, str], int | None]:
+    """(("human", name), Label Studio user id or None): the name is the user's email when known."""
     who = annotation.get("completed_by")
     email = None
-    if isinstance(who, dict):  # older exports expand the user
+    if isinstance(who, dict):  # some exports expand the user: its id and email, or (JSON_MIN) the email alone
         email, who = who.get("email"), who.get("id")
-    if not isinstance(who, int) or isinstance(who, bool):
+    if who is None and isinstance(email, str) and email.strip():
+        name = email
+    elif isinstance(who, int) and not isinstance(who, bool):
+        ls_id(who, "completed_by user id")
+        name = users.get(who) or email or f"label-studio-user-{who}"
+    else:
         raise Invalid("annotation has no completed_by user id")
-    ls_id(who, "completed_by user id")
-    name = users.get(who) or email or f"label-studio-user-{who}"
-    if not isinstance(name, str) or "\x00" in name or len(name) > 300:
-        raise Invalid("the annotator's email is not text the database can store (a NUL, or over 300 characters)")
+    if not isinstance(name, str) or unstorable(name) or len(name) > 300:
+        raise Invalid("the annotator's email is not text the database can store (a NUL, a lone surrogate, "
+                      "or over 300 characters)")
     return (AnnotatorKind.human.value, name), who
-
-
-def _lead_time(annotation: dict) -> float | None:
-    """Seconds Label Studio says the annotator spent (`lead_time`); None when absent or not a sane number."""
-    value = annotation.get("lead_time")
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if 0 <= value < 1e9 else None  # NaN and infinities fail the comparison
-
-
-LONE_SURROGATE = "holds a lone UTF-16 surrogate (a \\udXXX escape on its own), which is not text"
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def as_received(text: str) -> str | bytes:
     """What a task's text is stored as: the bytes received where they were not UTF-8 text."""
-    if _encodable(text):
+    if encodable(text):
         return text
     return text.encode("utf-8", "surrogateescape")  # read with surrogateescape: give back the very bytes
 
@@ -140,9 +133,11 @@ def _quarantine_task(session: Session, origin: str, locator: str, text: str, rea
     received = as_received(text)
     raw = store_raw(session, SOURCE, origin, [(locator, received)])
     rid, status = raw[payload_hash(received)]
-    if status == "ok":  # new: quarantine it; one quarantined before is not counted twice
+    if status == RawStatus.ok.value:  # new: quarantine it
         quarantine(session, {rid: reason})
         _count_reason(summary, reason)
+    else:  # read again: said again, not counted as new
+        summary.still_quarantined += 1
 
 
 def _count_reason(summary: SyncSummary, reason: str) -> None:
@@ -150,9 +145,12 @@ def _count_reason(summary: SyncSummary, reason: str) -> None:
     summary.reasons[reason] = summary.reasons.get(reason, 0) + 1
 
 
-def _tiers_key(tiers: Iterable[tuple[int, Iterable[int]]]) -> tuple[tuple[int, tuple[int, ...]], ...]:
-    """(position, candidate ids) per tier: moving a tier to another bucket is a change too."""
-    return tuple((position, tuple(sorted(t))) for position, t in tiers)
+def shown_id(value: Any) -> str:
+    """An id for a raw record's locator: as it came when an integer, else escaped and cut short."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
 
 
 def task_text(task: dict) -> str:
@@ -161,7 +159,9 @@ def task_text(task: dict) -> str:
     if isinstance(annotations, list):
         task = dict(task, annotations=[{k: v for k, v in a.items() if k not in VOLATILE} if isinstance(a, dict) else a
                                        for a in annotations])
-    return json.dumps(task, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = json.dumps(task, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    # A lone surrogate (sent as a \\udXXX escape): kept as that escape, which the database can store.
+    return text if encodable(text) else json.dumps(task, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def annotation_count(task: Any) -> int:
@@ -188,14 +188,47 @@ class Received:
     def of(cls, task: Any) -> "Received":
         """A task decoded already (from the API)."""
         text = task_text(task) if isinstance(task, dict) else json.dumps(task, default=str)
-        if not text.isascii() and not _encodable(text):  # it came as \\udXXX escapes: keep them so
-            return cls(json.dumps(task, sort_keys=True, default=str), annotation_count(task), task, LONE_SURROGATE)
         return cls(text, annotation_count(task), task)
 
     def decoded(self) -> Any:
         if self.task is None:
             self.task = json.loads(self.text)
         return self.task
+
+
+@dataclass
+class _Pending:
+    """One annotation of a task read for the first time, stored raw before it is parsed."""
+
+    task_hash: str
+    task: dict
+    annotation: Any
+    text: str
+    flaw: str | None  # why the database cannot store what it holds (a NUL, a lone surrogate)
+
+
+def _parse(task: dict, ann: Any, users: dict[int, str], fields: TaskFields, buckets: list[str] | None,
+           items: dict[int, TaskItems | Invalid], raw_id: int) -> Entry:
+    """The entry of one annotation; raises Invalid with the reason it is quarantined."""
+    if not isinstance(ann, dict):
+        raise Invalid("annotation is not an object")
+    aid = ann.get("id")
+    if not isinstance(aid, int) or isinstance(aid, bool):
+        raise Invalid("annotation has no integer id")
+    ls_id(aid, "annotation id")
+    if task.get("id") is not None:
+        ls_id(task.get("id"), "task id")
+    key = id(task)
+    if key not in items:  # a task's data is read once for all its annotations
+        try:
+            items[key] = task_items(task.get("data"), fields)
+        except Invalid as exc:
+            items[key] = exc
+    if isinstance(items[key], Invalid):
+        raise items[key]
+    annotator, user = _annotator(ann, users)
+    parsed = parse_annotation(ann, items[key].ids, buckets)
+    return Entry(task, ann, raw_id, aid, items[key], parsed, annotator, user)
 
 
 def store_tasks(session: Session, project: ProjectInfo, received: list[Received], users: dict[int, str],
@@ -212,7 +245,6 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
     """
     summary = SyncSummary()
     origin = origin or f"{project.base_url}/projects/{project.project_id}"
-    buckets = project.buckets
     by_hash: dict[str, Received] = {}
     for n, r in enumerate(received):
         if r.unusable is not None or r.count < 0:
@@ -230,164 +262,75 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
                 summary.unchanged += r.count
                 continue
             by_hash[h] = r
-    # A task stored exactly so before was fully handled then: skip it without decoding it.
+    # A task stored exactly so before was fully handled then: skip it without decoding it. One
+    # that held annotations the database could not use (HELD) is read again, to say so again.
     known = {h for h, src in lookup(session, RawRecord.__table__, ("payload_hash", "source"), "payload_hash",
                                     list(by_hash)) if src == TASK_SOURCE}
     summary.unchanged += sum(r.count for h, r in by_hash.items() if h in known)
-    fresh_tasks = [r.decoded() for h, r in by_hash.items() if h not in known]
+    fresh_tasks = {h: r for h, r in by_hash.items() if h not in known}
     if not fresh_tasks:
         return summary
-    # Appended (COPY on Postgres): a race with another writer fails the transaction, which the
-    # caller runs again (`in_transaction`), and so below.
-    store_raw(session, TASK_SOURCE, origin, [(f"task {r.decoded().get('id')}", r.text)
-                                             for h, r in by_hash.items() if h not in known], append=True)
 
-    pending: list[tuple[dict, dict, str, str]] = []
-    for task in fresh_tasks:
+    pending: list[_Pending] = []
+    for h, r in fresh_tasks.items():
+        task = r.decoded()
         shared = task_json(task)
+        # Text the database cannot store is refused here, naming where it is, before anything is parsed.
+        flawed = may_hold_flaws(r.text)
+        task_flaw = unstorable({k: v for k, v in task.items() if k != "annotations"}, "task") if flawed else None
         for ann in task["annotations"]:
-            if not isinstance(ann, dict):
-                ann = {"value": ann}
-            pending.append((task, ann, f"task {task.get('id')} annotation {ann.get('id')}", payload(shared, ann)))
+            flaw = task_flaw or (unstorable(ann, "annotation") if flawed else None)
+            pending.append(_Pending(h, task, ann, payload(shared, ann if isinstance(ann, dict) else {"value": ann}),
+                                    flaw))
 
-    # Stored before: already turned into a ranking or quarantined; nothing to do.
-    hashes = {payload_hash(text): (task, ann, locator, text) for task, ann, locator, text in pending}
-    known = {h for _, h, src in lookup(session, RawRecord.__table__, ("id", "payload_hash", "source"),
-                                       "payload_hash", list(hashes)) if src == SOURCE}
-    summary.unchanged += len(pending) - len(hashes) + len(known)
-    fresh = {h: v for h, v in hashes.items() if h not in known}
-    if not fresh:
-        return summary
-    raw = store_raw(session, SOURCE, origin, [(locator, text) for _, _, locator, text in fresh.values()],
-                    append=True)
-
-    entries: list[_Entry] = []
-    reasons: dict[int, str] = {}
-    invalid_ids: set[int] = set()
-    item_cache: dict[int, TaskItems | Invalid] = {}
-    for h, (task, ann, _, _) in fresh.items():
-        entry = _Entry(task, ann, raw[h][0])
-        try:
-            aid = ann.get("id")
-            if not isinstance(aid, int) or isinstance(aid, bool):
-                raise Invalid("annotation has no integer id")
-            entry.annotation_id = ls_id(aid, "annotation id")
-            if task.get("id") is not None:
-                ls_id(task.get("id"), "task id")
-            key = id(task)
-            if key not in item_cache:
-                try:
-                    item_cache[key] = task_items(task.get("data"), fields)
-                except Invalid as exc:
-                    item_cache[key] = exc
-            if isinstance(item_cache[key], Invalid):
-                raise item_cache[key]
-            entry.items = item_cache[key]
-            entry.annotator, entry.ls_user_id = _annotator(ann, users)
-            entry.parsed = parse_annotation(ann, entry.items.ids, buckets)
-        except Invalid as exc:
-            reasons[entry.raw_id] = str(exc)
-            _count_reason(summary, str(exc))
-            if entry.annotation_id is not None:
-                invalid_ids.add(entry.annotation_id)
+    held: set[str] = set()  # tasks with an annotation that is quarantined
+    by_payload = {payload_hash(p.text): p for p in pending}
+    summary.unchanged += len(pending) - len(by_payload)
+    for _, h, src, status in lookup(session, RawRecord.__table__, ("id", "payload_hash", "source", "status"),
+                                    "payload_hash", list(by_payload)):
+        if src != SOURCE:
             continue
-        entries.append(entry)
-    quarantine(session, reasons)
-    entries = _newest_per_annotation(entries, summary)
-
-    previous = _latest_versions(session, project.id, [e.annotation_id for e in entries] + sorted(invalid_ids))
-    # An annotation edited into something unusable no longer says what its old ranking said.
-    superseded = [previous[aid][0] for aid in invalid_ids if aid in previous and previous[aid][2] in LIVE]
-    if entries:
-        superseded += _write_rankings(session, project, entries, previous, summary)
-    if superseded:
-        now = utcnow()
-        session.execute(update(Ranking), [{"id": rid, "status": RankingStatus.superseded.value, "updated_at": now}
-                                          for rid in superseded])
-    return summary
-
-
-def _newest_per_annotation(entries: list[_Entry], summary: SyncSummary) -> list[_Entry]:
-    """One entry per annotation id: a file may hold two states of one annotation; the newest wins."""
-    newest: dict[int, _Entry] = {}
-    for e in entries:
-        other = newest.get(e.annotation_id)
-        if other is None or str(e.annotation.get("updated_at") or "") >= str(other.annotation.get("updated_at") or ""):
-            newest[e.annotation_id] = e
-    summary.unchanged += len(entries) - len(newest)
-    return list(newest.values())
-
-
-def _latest_versions(session: Session, project_id: int, annotation_ids: list[int]) -> dict[int, tuple[int, int, str]]:
-    """annotation id -> (ranking id, version, status) of its newest version in this project."""
-    out: dict[int, tuple[int, int, str]] = {}
-    query = (select(Ranking.id, Ranking.ls_annotation_id, Ranking.version, Ranking.status)
-             .where(Ranking.ls_project_id == project_id, in_values(session, Ranking.ls_annotation_id, semi_join=True)))
-    for part in chunks(sorted(set(annotation_ids)), IN_CHUNK):
-        for rid, aid, version, status in session.execute(query, {"values": list(part)}):
-            if aid not in out or version > out[aid][1]:
-                out[aid] = (rid, version, status)
-    return out
-
-
-def _stored_tiers(session: Session, ranking_ids: list[int]) -> dict[int, tuple[tuple[int, ...], ...]]:
-    tiers: dict[int, dict[int, list[int]]] = {rid: {} for rid in ranking_ids}
-    for rid, cid, tier in lookup(session, RankingItem.__table__, ("ranking_id", "candidate_id", "tier"),
-                                 "ranking_id", ranking_ids):
-        if tier is not None:
-            tiers[rid].setdefault(tier, []).append(cid)
-    return {rid: _tiers_key((t, by_tier[t]) for t in sorted(by_tier)) for rid, by_tier in tiers.items()}
-
-
-def _write_rankings(session: Session, project: ProjectInfo, entries: list[_Entry],
-                    previous: dict[int, tuple[int, int, str]], summary: SyncSummary) -> list[int]:
-    """Insert the rankings of parsed annotations; returns the ids of the versions they supersede."""
-    prompt_ids = ensure_prompts(session, {content_hash(e.items.prompt): {"text": e.items.prompt, "source": SOURCE}
-                                          for e in entries}, append=True)
-    candidates = {}
-    for e in entries:
-        pid = prompt_ids[content_hash(e.items.prompt)]
-        for text in e.items.texts:
-            candidates.setdefault((pid, content_hash(text)), {"text": text})
-    candidate_ids = ensure_candidates(session, candidates, append=True)
-    annotator_ids = ensure_annotators(session, {e.annotator: {"ls_user_id": e.ls_user_id} for e in entries})
-
-    stored = _stored_tiers(session, [previous[e.annotation_id][0] for e in entries if e.annotation_id in previous])
-    superseded: list[int] = []
-    rows, items_per_row = [], []
-    for e in sorted(entries, key=lambda e: e.annotation_id):
-        pid = prompt_ids[content_hash(e.items.prompt)]
-        cid_of = {iid: candidate_ids[(pid, content_hash(text))] for iid, text in zip(e.items.ids, e.items.texts)}
-        tiers = [[cid_of[i] for i in tier] for tier in e.parsed.tiers]
-        positions = e.parsed.tier_positions()
-        status = RankingStatus.skipped.value if e.parsed.skipped else RankingStatus.valid.value
-        version = 1
-        if e.annotation_id in previous:
-            old_id, old_version, old_status = previous[e.annotation_id]
-            old_skipped = old_status == RankingStatus.skipped.value
-            if stored.get(old_id) == _tiers_key(zip(positions, tiers)) and old_skipped == e.parsed.skipped:
-                summary.unchanged += 1  # e.g. the same annotation read from an export and from the API
-                continue
-            version = old_version + 1
-            if old_status in LIVE:
-                superseded.append(old_id)
-            summary.updated += 1
+        p = by_payload.pop(h)  # stored before: already a ranking, or quarantined
+        if status == RawStatus.quarantined.value:
+            summary.still_quarantined += 1
+            held.add(p.task_hash)
         else:
-            summary.new += 1
-        flag = same_as_shown(e.parsed, e.items.ids)
-        rows.append({
-            "prompt_id": pid, "annotator_id": annotator_ids[e.annotator], "source": SOURCE,
-            "external_id": f"{project.id}:{e.annotation_id}", "version": version, "status": status,
-            "n_tiers": len(tiers), "same_as_shown": flag, "raw_record_id": e.raw_id,
-            "ls_project_id": project.id, "ls_task_id": e.task.get("id"), "ls_annotation_id": e.annotation_id,
-            "lead_time": _lead_time(e.annotation),
-        })
-        tier_of = {cid: position for position, tier in zip(positions, tiers) for cid in tier}
-        items_per_row.append([{"candidate_id": cid, "tier": tier_of.get(cid), "shown_position": pos}
-                              for pos, cid in enumerate(cid_of[i] for i in e.items.ids)])
-    if not rows:
-        return superseded
-    ids = append_rows(session, Ranking.__table__, rows)
-    append_rows(session, RankingItem.__table__,
-                [dict(item, ranking_id=rid) for rid, items in zip(ids, items_per_row) for item in items], new_ids=False)
-    return superseded
+            summary.unchanged += 1
+    raw = store_raw(session, SOURCE, origin, [
+        (f"task {shown_id(p.task.get('id'))} annotation "
+         f"{shown_id(p.annotation.get('id') if isinstance(p.annotation, dict) else None)}", p.text)
+        for p in by_payload.values()], append=True) if by_payload else {}
+
+    entries: list[Entry] = []
+    reasons: dict[int, str] = {}
+    invalid: dict[int, int | None] = {}  # annotation id -> its task's id, of those that cannot be used
+    item_cache: dict[int, TaskItems | Invalid] = {}
+    task_of: dict[int, str] = {}
+    for h, p in by_payload.items():
+        raw_id = raw[h][0]
+        task_of[raw_id] = p.task_hash
+        try:
+            if p.flaw:
+                raise Invalid(p.flaw)
+            entries.append(_parse(p.task, p.annotation, users, fields, project.buckets, item_cache, raw_id))
+        except Invalid as exc:
+            reasons[raw_id] = str(exc)
+            aid = p.annotation.get("id") if isinstance(p.annotation, dict) else None
+            if isinstance(aid, int) and not isinstance(aid, bool) and 0 < aid <= MAX_ID:
+                invalid[aid] = p.task.get("id")
+    if entries or invalid:
+        written = write_rankings(session, project, entries, invalid)
+        summary.new += written.new
+        summary.updated += written.updated
+        summary.unchanged += written.unchanged
+        reasons.update(written.moved)
+    for raw_id, reason in reasons.items():
+        _count_reason(summary, reason)
+        held.add(task_of[raw_id])
+    quarantine(session, reasons)
+    # Appended (COPY on Postgres): a race with another writer fails the transaction, which the
+    # caller runs again (`in_transaction`).
+    for source, hashes in ((TASK_SOURCE, [h for h in fresh_tasks if h not in held]), (HELD_SOURCE, sorted(held))):
+        store_raw(session, source, origin, [(f"task {shown_id(fresh_tasks[h].decoded().get('id'))}",
+                                             fresh_tasks[h].text) for h in hashes], append=True)
+    return summary

@@ -37,7 +37,7 @@ def _print_sync(what: str, summary, as_json: bool, project) -> None:
         echo_json(summary.as_dict() | {"project": project.project_id if project else None})
         return
     click.echo(f"{what}: {summary.line()}")
-    if summary.quarantined:
+    if summary.quarantined or summary.still_quarantined:
         click.echo("see what was quarantined with: preflab quarantine list --source label-studio", err=True)
 
 
@@ -199,10 +199,12 @@ def ls_sync(settings: Settings, project_id, page_size, as_json, **options):
 @json_option
 @pass_settings
 def ls_import(settings: Settings, path, project_id, label_config, buckets, as_json, **options):
-    """Import annotations from a Label Studio JSON export file (no server needed).
+    """Import annotations from a Label Studio JSON or JSON_MIN export file (no server needed).
 
-    With --label-studio-url (or LABEL_STUDIO_URL) and --project naming a project
-    preflab syncs, the rankings are shared with `ls sync`.
+    An annotation is the same one however it arrives: an export of tasks preflab
+    pushed shares its rankings with `ls sync`, so importing it after a sync adds
+    nothing (as does one of another project with --label-studio-url and --project).
+    Exits 3 when every annotation read was quarantined.
 
     Example: preflab ls import project-3-export.json --items-field answers --text-field text
     """
@@ -215,3 +217,7 @@ def ls_import(settings: Settings, path, project_id, label_config, buckets, as_js
         label_config=Path(label_config).read_text(encoding="utf-8") if label_config else None,
         reporter=Reporter(not as_json))
     _print_sync(f"imported {Path(path).name}", summary, as_json, project)
+    if summary.all_quarantined:  # a wrong file, told apart from a good one by a scheduled import
+        from preflab.errors import EXIT_ALL_QUARANTINED
+
+        click.get_current_context().exit(EXIT_ALL_QUARANTINED)

@@ -23,6 +23,9 @@ from preflab.settings import secret
 T = TypeVar("T")
 
 TOKEN_ENV = "LABEL_STUDIO_API_KEY"
+# Where Label Studio (1.23) makes one. Legacy tokens are off by default there; the SDK
+# exchanges a personal access token (a JWT) for short-lived access tokens by itself.
+TOKEN_PAGE = "My Account → Personal Access Token"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # Answers that say the request was not processed, so even a POST may be sent again.
 NOT_PROCESSED_STATUS = frozenset({429, 503})
@@ -52,13 +55,18 @@ class LabelStudioClient:
     def __init__(self, base_url: str, token: str, *, timeout: float = 60.0, retries: int = 4,
                  backoff: float = 0.5, reporter: Reporter = SILENT):
         from label_studio_sdk import LabelStudio
+        from label_studio_sdk.core.api_error import ApiError
 
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff = backoff
         self.reporter = reporter
-        # The SDK's own retries are off: `call` owns them, so it can refuse to repeat a POST.
-        self.sdk = LabelStudio(base_url=self.base_url, api_key=token, timeout=timeout, max_retries=0)
+        try:
+            # The SDK's own retries are off: `call` owns them, so it can refuse to repeat a POST.
+            self.sdk = LabelStudio(base_url=self.base_url, api_key=token, timeout=timeout, max_retries=0)
+        except ApiError as exc:  # a personal access token (a JWT) is read before any request: expired
+            raise LabelStudioError(f"the token in {TOKEN_ENV} cannot be used ({_detail(exc.body).rstrip('.')}): "
+                                   f"create a new one in Label Studio under {TOKEN_PAGE}") from None
 
     @classmethod
     def connect(cls, base_url: str | None, **kwargs) -> "LabelStudioClient":
@@ -69,7 +77,7 @@ class LabelStudioClient:
             raise ConfigError(f"the Label Studio URL {base_url!r} must start with http:// or https://")
         token = secret(TOKEN_ENV)
         if not token:
-            raise ConfigError(f"no Label Studio token: set {TOKEN_ENV} (Account & Settings → Access Token)")
+            raise ConfigError(f"no Label Studio token: set {TOKEN_ENV} to a personal access token ({TOKEN_PAGE})")
         client = cls(base_url, token, **kwargs)
         client.whoami()
         return client
@@ -120,7 +128,8 @@ class LabelStudioClient:
         detail = _detail(body)
         if status == 401:
             return LabelStudioError(f"Label Studio at {self.base_url} refused the token in {TOKEN_ENV} "
-                                    "(HTTP 401): check that it is this server's access token")
+                                    "(HTTP 401): check that it is a personal access token of this server, "
+                                    "and not revoked")
         if status == 403:
             return LabelStudioError(f"Label Studio at {self.base_url} does not allow this token to {what} (HTTP 403)")
         if status == 404:

@@ -20,6 +20,7 @@ Anything else raises `Invalid` with the reason it is quarantined for.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,9 @@ from preflab.db.store import content_hash
 from preflab.errors import ConfigError
 
 UNRANKED_BUCKET = "_"
+# In each task's data that `ls push` creates: "<prompt id>:<candidate set hash>". A later push adopts
+# tasks it created but did not record by it; an export of the tasks is known by it.
+KEY_FIELD = "preflab_task"
 # Fields Label Studio recomputes on every request ("3 minutes ago"): not part of the payload.
 VOLATILE = frozenset({"created_ago", "created_username"})
 
@@ -89,8 +93,29 @@ def _text(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise Invalid(f"{what} is not a non-empty string")
     if "\x00" in value:
-        raise Invalid(f"{what} holds a NUL character (\\u0000), which the database cannot store")
+        raise Invalid(f"{what} {HOLDS_NUL}")
     return value
+
+
+HOLDS_NUL = "holds a NUL character (\\u0000), which the database cannot store"
+# A JSON escape of one half of a surrogate pair: alone, it decodes to what UTF-8 cannot hold.
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def encodable(text: str) -> bool:
+    """Whether text can be stored as UTF-8 (no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def may_hold_flaws(text: str) -> bool:
+    """Whether a JSON text may decode to text the database cannot store: a cheap test before `unstorable`."""
+    return "\\u0000" in text or "\x00" in text or bool(SURROGATE_ESCAPE.search(text)) or not encodable(text)
 
 
 MAX_ID = 2**31 - 1  # Label Studio's ids, and the integer columns that keep them
@@ -279,7 +304,11 @@ def same_as_shown(parsed: Parsed, shown: Sequence[str]) -> bool:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+    if encodable(text):
+        return text
+    # A lone surrogate: kept as its \\udXXX escape, the one form the database can store.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
 
 
 def task_json(task: dict) -> str:

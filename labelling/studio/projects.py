@@ -73,6 +73,16 @@ def _rows_at(session: Session, base_url: str) -> list[LSProject]:
     return [row for row in session.scalars(select(LSProject).order_by(LSProject.id)) if server_key(row.base_url) == key]
 
 
+def same_server(session: Session, project: ProjectInfo) -> list[int]:
+    """The ids of the projects preflab knows on this project's server (a user's ids hold across them).
+
+    An export read with no server is its own: user 5 of one file need not be user 5 of another.
+    """
+    if project.base_url == EXPORT_BASE_URL:
+        return [project.id]
+    return [row.id for row in _rows_at(session, project.base_url)] or [project.id]
+
+
 def ensure_project(session: Session, base_url: str, project_id: int, *, title: str, template: str = CUSTOM,
                    label_config: str = "") -> ProjectInfo:
     """The row of Label Studio project `project_id` at `base_url` (under any spelling), created if new."""

@@ -34,10 +34,10 @@ from preflab.db.models import Candidate, LSTask, Prompt
 from preflab.errors import InputError
 from preflab.labelling.active import SelectConfig, select_prompts
 from preflab.labelling.studio.client import LabelStudioClient
+from preflab.labelling.studio.parse import KEY_FIELD
 from preflab.labelling.studio.projects import CUSTOM, ProjectInfo, find_project
 from preflab.labelling.selection import prompts_with_candidates
 
-KEY_FIELD = "preflab_task"  # in each task's data: lets a later push adopt tasks it created but did not record
 BATCH_TASKS = 200
 
 

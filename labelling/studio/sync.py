@@ -5,13 +5,15 @@ from __future__ import annotations
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.console import SILENT, Reporter
+from preflab.console import SILENT, Reporter, plural
 from preflab.db.engine import in_transaction
 from preflab.db.models import LSProject, Ranking, RankingStatus, utcnow
-from preflab.labelling.studio.annotations import LIVE, SOURCE, Received, SyncSummary, project_state, store_tasks
+from preflab.errors import LabelStudioError
+from preflab.labelling.studio.annotations import Received, SyncSummary, project_state, store_tasks
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.parse import TaskFields
 from preflab.labelling.studio.projects import ProjectInfo, ensure_project, find_project
+from preflab.labelling.studio.versions import LIVE, SOURCE
 
 
 def mark_deleted(session: Session, project: ProjectInfo, seen: set[int], exists) -> int:
@@ -54,18 +56,28 @@ def sync_project(sessions: sessionmaker[Session], client: LabelStudioClient, pro
     project = in_transaction(sessions, lambda session: ensure_project(
         session, client.base_url, project_id, title=remote.title or f"project {project_id}",
         label_config=remote.label_config or ""))
-    total, seen = SyncSummary(), set()
-    with reporter.progress("syncing tasks") as advance:
-        for page in client.iter_task_pages(project_id, page_size=page_size):
-            received = [Received.of(task) for task in page]
-            total.add(in_transaction(sessions, lambda session: store_tasks(
-                session, project, received, users, fields, seen)))
-            advance(len(page))
+    total, seen, pages = SyncSummary(), set(), 0
 
     def finish(session: Session) -> None:
         total.deleted = mark_deleted(session, project, seen, client.annotation_exists)
         session.get(LSProject, project.id).synced_at = utcnow()
         project_state(session, project, total)
 
-    in_transaction(sessions, finish)
+    try:
+        with reporter.progress("syncing tasks") as advance:
+            for page in client.iter_task_pages(project_id, page_size=page_size):
+                received = [Received.of(task) for task in page]
+                total.add(in_transaction(sessions, lambda session: store_tasks(
+                    session, project, received, users, fields, seen)))
+                pages += 1
+                advance(len(page))
+        in_transaction(sessions, finish)  # asks the server about annotations that seem gone
+    except LabelStudioError as exc:
+        if not pages:
+            raise
+        # Each page was committed whole: say what is kept, and that syncing again finishes.
+        stored, said = total.new + total.updated, str(exc)
+        raise LabelStudioError(f"{said}{' ' if said.endswith('?') else '; '}{plural(stored, 'ranking')} from "
+                               f"{plural(pages, 'page')} {'was' if stored == 1 else 'were'} stored; "
+                               f"run `preflab ls sync` again to finish") from None
     return project, total

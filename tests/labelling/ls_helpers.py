@@ -6,8 +6,10 @@ import hashlib
 import itertools
 import json
 import os
+import re
 from pathlib import Path
 
+import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -82,3 +84,18 @@ def comparisons(database_url: str) -> set[tuple[str, int, int]]:
 
 def expected_pairs(name: str, tiers: list[list[int]]) -> set[tuple[str, int, int]]:
     return {(name, a, b) for i, upper in enumerate(tiers) for lower in tiers[i + 1:] for a in upper for b in lower}
+
+
+def personal_access_token(server, email: str) -> str:
+    """A new user's personal access token (a JWT), made as they would: logged in, on My Account."""
+    server.signup(email)
+    password = server.users[email][1]
+    with httpx.Client(base_url=server.url, timeout=60) as web:
+        page = web.get("/user/login/")
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
+        answer = web.post("/user/login/", data={"csrfmiddlewaretoken": csrf, "email": email, "password": password},
+                          headers={"Referer": f"{server.url}/user/login/"})
+        assert answer.status_code == 302, f"login of {email} failed: HTTP {answer.status_code}"
+        answer = web.post("/api/token/", headers={"X-CSRFToken": web.cookies["csrftoken"], "Referer": f"{server.url}/"})
+        assert answer.status_code == 201, answer.text
+        return answer.json()["token"]
