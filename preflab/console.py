@@ -1,6 +1,6 @@
 """What every command shares: JSON output, progress on stderr, options made from configs.
 
-This module sits at the bottom with `settings` and `errors`: it imports click and
+This module sits at the bottom with `settings`, `errors` and `files`: it imports click and
 rich, never a preflab layer, so library jobs can take a `Reporter` and every
 command module can build its options here.
 
@@ -47,19 +47,35 @@ def plural(n: int, noun: str, plural_noun: str | None = None) -> str:
 # --- progress and notes ------------------------------------------------------------------
 
 class Reporter:
-    """How a long job says what it is doing: progress bars and one-line notes on stderr.
+    """How a long job says what it is doing: progress bars, step lines and one-line notes on stderr.
 
     Library jobs take one (`reporter: Reporter = SILENT`) instead of loose
     `log`/`bar`/`progress` callbacks. Bars appear only on a terminal, never in
-    logs, pipes or CI; notes appear whenever the reporter is enabled.
+    logs, pipes or CI; notes appear whenever the reporter is enabled. A job whose
+    steps take minutes (training) says each step as a line where stderr is not a
+    terminal: `Reporter(not as_json)` says them under `--json` too (they go to
+    stderr; stdout stays one JSON document), which is how a scheduler or cron runs
+    it (`--json > out.json 2> log`). Only `step_lines=False` (SILENT) keeps them back.
     """
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True, *, step_lines: bool = True):
         self.enabled = enabled
+        self.step_lines = step_lines
 
     def note(self, message: str) -> None:
         """One line on stderr (stdout stays clean for `--json`)."""
         if self.enabled:
+            click.echo(message, err=True)
+
+    def steps(self) -> str | None:
+        """How a long job shows its steps now: "bar" (a terminal), "lines" (a log file, a pipe) or None."""
+        if _stderr_is_terminal():
+            return "bar" if self.enabled else None
+        return "lines" if self.step_lines else None
+
+    def step(self, message: str) -> None:
+        """One step line on stderr, when `steps()` is "lines" (under `--json` too)."""
+        if self.steps() == "lines":
             click.echo(message, err=True)
 
     @contextmanager
@@ -79,7 +95,13 @@ class Reporter:
             yield lambda n: bar.advance(task, n)
 
 
-SILENT = Reporter(enabled=False)
+def _stderr_is_terminal() -> bool:
+    from rich.console import Console
+
+    return Console(stderr=True).is_terminal
+
+
+SILENT = Reporter(enabled=False, step_lines=False)
 
 
 # --- options made from config dataclasses -------------------------------------------------

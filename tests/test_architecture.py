@@ -56,6 +56,18 @@ def test_the_layer_contract_names_every_training_module_above_the_leaf():
     assert set(contract["forbidden_modules"]) == children
 
 
+def test_every_module_beside_the_shell_is_held_under_every_layer():
+    """preflab/'s modules other than the shell (settings, errors, console, files) are imported by every
+    layer, the model leaf included: each must be a source of the contract that forbids it the layers."""
+    shell = {"preflab.cli", "preflab.__main__", "preflab.__init__"}
+    bottom = {f"preflab.{p.stem}" for p in source_folders()["preflab"].glob("*.py")} - shell
+    (contract,) = [c for c in PYPROJECT["tool"]["importlinter"]["contracts"] if "preflab.console" in c["source_modules"]
+                   and "preflab.training" in c["forbidden_modules"]]
+    assert bottom == set(contract["source_modules"])
+    assert {"preflab.db", "preflab.labelling", "preflab.training", "preflab.report"} <= set(
+        contract["forbidden_modules"])
+
+
 def test_the_wheel_lists_every_package():
     """setuptools installs only the packages pyproject lists: a package missing there is missing
     from every wheel (`preflab demo goodhart` failed with ModuleNotFoundError on an install)."""

@@ -7,7 +7,6 @@ export is made first, so training never silently uses stale pairs.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 from sqlalchemy import or_, select
@@ -15,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from preflab.db.models import DatasetVersion, PairBuild
 from preflab.errors import InputError, NotFound
+from preflab.files import shared_mkdtemp
 from preflab.settings import data_dir
 
 
@@ -29,26 +29,31 @@ def find_dataset_version(session: Session, name_or_id: str) -> DatasetVersion:
     return version
 
 
-def resolve_dataset_version(session: Session, name_or_id: str | None = None) -> DatasetVersion:
-    """The named dataset version, else the newest one, exporting first when it is out of date."""
+def resolve_dataset_version(session: Session, name_or_id: str | None = None) -> tuple[DatasetVersion, bool]:
+    """The named dataset version, else the newest one, exporting first when it is out of date.
+
+    Returns:
+        (the version, whether this call exported it). Said here rather than guessed from ids
+        afterwards: another command's export, committed meanwhile, is not this run's.
+    """
+    exported = False
     if name_or_id:
         version = find_dataset_version(session, name_or_id)
     else:
         version = session.scalars(select(DatasetVersion).order_by(DatasetVersion.id.desc())).first()
         build = session.scalars(select(PairBuild).order_by(PairBuild.id.desc())).first()
         if version is None or (build is not None and version.build_id != build.id):
-            version = export_for_training(session, version)
+            version, exported = export_for_training(session, version), True
     if not version.path or not Path(version.path).exists():
         where = version.hub_repo or version.path or "nowhere"
         raise NotFound(f"dataset version {version.name} is not on this machine ({where}); "
                        "export it again with `preflab export`")
-    return version
+    return version, exported
 
 
 def export_for_training(session: Session, previous: DatasetVersion | None) -> DatasetVersion:
     """Export the current comparisons, with the previous export's split settings if any."""
     from preflab.db.export import ExportSettings, export_dataset
-    from preflab.training.models.loading import umask
 
     settings = ExportSettings()
     if previous is not None:
@@ -59,9 +64,7 @@ def export_for_training(session: Session, previous: DatasetVersion | None) -> Da
     exports = data_dir() / "exports"
     exports.mkdir(parents=True, exist_ok=True)
     # The version's name is known only once it is written, so the folder gets a unique name of its own.
-    folder = Path(tempfile.mkdtemp(prefix="for-training-", dir=exports))
-    folder.chmod(0o777 & ~umask())  # mkdtemp's folder is private; an export is read like any other
-    return export_dataset(session, folder, settings)
+    return export_dataset(session, shared_mkdtemp("for-training-", exports), settings)
 
 
 def load_splits(version_path: str):

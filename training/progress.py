@@ -1,8 +1,8 @@
 """What a training run shows on stderr (stdout stays clean for --json): its progress, and no library chatter.
 
 On a terminal the progress is a rich bar. Anywhere else (a log file, a scheduler,
-`preflab retrain` under cron) a bar shows nothing until the end, so the run says
-one line per logging step instead:
+`preflab retrain --json > out.json 2> log` under cron) a bar shows nothing until the
+end, so the run says one line per logging step instead, with or without --json:
 
     training reward run 3: step 20/45, loss 0.6412, 1m 05s elapsed, about 1m 21s left
 
@@ -30,7 +30,10 @@ def clock(seconds: float) -> str:
 
 
 def training_progress(description: str, reporter: Reporter):
-    """A TrainerCallback showing steps done, time left and the last logged loss (the world's main process only)."""
+    """A TrainerCallback showing steps done, time left and the last logged loss (the world's main process only).
+
+    A bar on a terminal, a line per logging step elsewhere (`Reporter.steps`): under `--json` too.
+    """
     from transformers import TrainerCallback
 
     class TrainingProgress(TrainerCallback):
@@ -42,21 +45,21 @@ def training_progress(description: str, reporter: Reporter):
         def on_train_begin(self, args, state, control, **kwargs):
             if not state.is_world_process_zero:
                 return
-            from rich.console import Console
-
             self.started, self.first_step = time.monotonic(), state.global_step
-            console = Console(stderr=True)
-            if not console.is_terminal:
+            shown = reporter.steps()
+            if shown == "lines":
                 self.lines = True
                 resumed = f", resuming after step {state.global_step:,}" if state.global_step else ""
-                reporter.note(f"{description}: {state.max_steps:,} steps{resumed}")
+                reporter.step(f"{description}: {state.max_steps:,} steps{resumed}")
+            if shown != "bar":
                 return
+            from rich.console import Console
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
                                        TimeRemainingColumn)
 
             self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                                 TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[loss]}"),
-                                console=console, transient=True)
+                                console=Console(stderr=True), transient=True)
             self.bar.start()
             self.task = self.bar.add_task(description, total=state.max_steps, completed=state.global_step, loss="")
 
@@ -70,7 +73,7 @@ def training_progress(description: str, reporter: Reporter):
             if self.bar is not None:
                 self.bar.update(self.task, loss=f"loss {float(logs['loss']):.4f}")
             elif self.lines:
-                reporter.note(self.line(state, float(logs["loss"])))
+                reporter.step(self.line(state, float(logs["loss"])))
 
         def line(self, state, loss: float) -> str:
             elapsed, done = time.monotonic() - self.started, state.global_step - self.first_step

@@ -25,12 +25,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from preflab.errors import InputError, NotFound, TrainingError
+from preflab.files import open_to_umask
 from preflab.settings import data_dir
 from preflab.training.progress import quiet_libraries
 
@@ -126,10 +127,9 @@ def plan_run(session: Session, kind: str, config: dict[str, Any], model_name: st
     """Record a new run (status running); its data is copied by `copy_data` once this is committed."""
     from preflab.training.data import resolve_dataset_version
 
-    newest = session.scalar(select(func.max(DatasetVersion.id)))
-    version = resolve_dataset_version(session, dataset_version)
+    version, exported = resolve_dataset_version(session, dataset_version)
     label, location, version_id, elsewhere = _starting_model(session, model_name)
-    if newest is None or version.id > newest:  # exported for this run: the pairs had changed
+    if exported:  # the pairs had changed since the newest version
         elsewhere.append(written(version.path, f"dataset version {version.name} exported for it"))
     run = TrainingRun(kind=kind, status="running", config=config, dataset_version_id=version.id,
                       base_model=label, base_model_version_id=version_id, world_size=world_size())
@@ -249,7 +249,8 @@ def execute(kind: str, config, sessions: sessionmaker[Session] | None, model_nam
         train: trains, saves the final model to `plan.model_dir` and returns the training-loop
             numbers (called on every rank).
         evaluate: held-out metrics of the saved model (called on rank 0 only).
-        reporter: shows the training progress bar (and library bars) when enabled.
+        reporter: shows the training progress (a bar, or step lines: `Reporter.steps`) and, when
+            enabled, library bars.
 
     Returns:
         The run's result on rank 0, None elsewhere.
@@ -344,19 +345,18 @@ def training_summary(trainer, output) -> dict[str, Any]:
 
 
 def run_trainer(trainer, plan: RunPlan, callbacks: Sequence = (), reporter: Reporter = SILENT):
-    """Train (from the plan's checkpoint, if resuming) with its progress on stderr on rank 0.
+    """Train (from the plan's checkpoint, if resuming) with its progress on stderr on rank 0, --json or not.
 
     transformers' own printers write log dicts to stdout, which would spoil `--json`: they go.
     """
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-    from preflab.training.models.loading import open_to_umask
     from preflab.training.progress import training_progress
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
     progress = (training_progress(f"training {plan.kind} run {plan.run_id}", reporter)
-                if reporter.enabled and is_main_process() else None)
+                if reporter.steps() and is_main_process() else None)
     for callback in ([progress] if progress else []) + list(callbacks):
         trainer.add_callback(callback)
     try:
@@ -377,8 +377,6 @@ def save_final(trainer, plan: RunPlan, auto_class) -> None:
     kept in `adapter/`, and merged into a fresh copy of the starting model on rank 0.
     """
     from accelerate.utils import is_peft_model
-
-    from preflab.training.models.loading import open_to_umask
 
     if not is_peft_model(trainer.accelerator.unwrap_model(trainer.model)):
         trainer.save_model(plan.model_dir)

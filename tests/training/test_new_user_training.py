@@ -80,6 +80,46 @@ def test_what_the_run_left_counts_the_model_it_converted_and_the_dataset_it_expo
     assert third["elsewhere"] == [] and third["disk_bytes"] == folder_bytes(tmp_path / "third")
 
 
+@pytest.mark.postgres
+def test_a_run_is_charged_only_for_the_export_it_made_itself(postgres_url, sample_rankings, tmp_path):
+    # Two `train` commands at once on Postgres: the other's export, committed while this run was being
+    # planned, was counted in this run's "left on disk" because the newest dataset version id had grown.
+    from sqlalchemy import event
+
+    from preflab.db.engine import open_database, session_factory
+    from preflab.training.data import export_for_training
+    from preflab.training.runs import plan_run
+
+    run(postgres_url, "import", "rankings", sample_rankings)
+    run(postgres_url, "pairs", "build")
+    engine = open_database(postgres_url)
+    sessions = session_factory(engine)
+    theirs: list[str] = []
+
+    def the_other_command_exports(conn, cursor, statement, parameters, context, executemany):
+        # Right after this run's first look at the dataset versions, in its own transaction.
+        if not theirs and "dataset_versions" in statement:
+            theirs.append("")
+            with sessions.begin() as other:
+                theirs[0] = export_for_training(other, None).path
+
+    event.listen(engine, "after_cursor_execute", the_other_command_exports)
+    try:
+        with sessions.begin() as session:
+            plan = plan_run(session, "reward", {}, "someone/tiny-model", output_dir=str(tmp_path / "run"))
+    finally:
+        event.remove(engine, "after_cursor_execute", the_other_command_exports)
+    assert theirs and theirs[0]
+    with sessions.begin() as session:
+        versions = session.scalars(select(DatasetVersion).order_by(DatasetVersion.id)).all()
+    charged = [e["path"] for e in plan.elsewhere]
+    assert theirs[0] not in charged
+    if plan.export_path == theirs[0]:  # trained on the other command's export: nothing of it is this run's
+        assert charged == [] and len(versions) == 1
+    else:  # it exported its own: that one is charged
+        assert charged == [plan.export_path] and [v.path for v in versions] == [theirs[0], plan.export_path]
+
+
 def test_a_failed_run_keeps_its_checkpoint_for_resume(toy_store, toy_base, tmp_path):
     from transformers import TrainerCallback
 

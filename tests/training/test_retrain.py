@@ -8,6 +8,7 @@ from sqlalchemy import select
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from tests.training.retrain_fixtures import retrain_config, write_config  # noqa: F401 (fixture)
 from tests.training.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
+from tests.training.step_lines import matches, step_line, step_lines, stderr_is_a_log  # noqa: F401 (fixture)
 
 
 def new_rankings(path, n: int = 3, tag: str = "late"):
@@ -24,7 +25,7 @@ def current(session) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.usefixtures("one_torch_thread", "stderr_is_a_log")
 def test_retrain_trains_when_enough_is_new_and_a_failure_keeps_the_current_models(
         cli, sessions, retrain_config, sample_rankings, tmp_path, monkeypatch):
     empty = json.loads(cli("retrain", "--config", retrain_config, "--json").stdout)
@@ -35,8 +36,14 @@ def test_retrain_trains_when_enough_is_new_and_a_failure_keeps_the_current_model
     waiting = json.loads(cli("retrain", "--config", retrain_config, "--min-new", 100_000, "--json").stdout)
     assert waiting["status"] == "nothing-to-do" and waiting["new_comparisons"] > 100
 
-    trained = json.loads(cli("retrain", "--config", retrain_config, "--json").stdout)
+    result = cli("retrain", "--config", retrain_config, "--json")
+    trained = json.loads(result.stdout)  # stdout is the JSON alone; the progress went to stderr
     assert trained["status"] == "trained" and [r["kind"] for r in trained["runs"]] == ["reward", "dpo"]
+    # `retrain --json > out.json 2> log` under cron: the log says each run's steps.
+    for run in ("reward-grouped run 1", "dpo run 2"):  # the retrain config trains a grouped reward model
+        lines = step_lines(result.stderr, run)
+        assert lines[0] == f"training {run}: 2 steps" and len(lines) == 3, result.stderr
+        assert matches(step_line(run, 1, 2), lines[1]) and matches(step_line(run, 2, 2, left="0s"), lines[2])
     reward, policy = (r["model_version"] for r in trained["runs"])
     with sessions.begin() as session:
         assert current(session) == {"reward": reward, "policy": policy}

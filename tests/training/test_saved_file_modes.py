@@ -82,3 +82,10 @@ def test_everything_a_retrain_writes_gets_the_umask_mode(sqlite_url, sample_rank
     (folder,) = (tmp_path / "retrain" / "runs").iterdir()  # this retrain's folder: its dataset and both runs
     assert (folder / "dataset").is_dir() and len(list(folder.glob("*/model/model.safetensors"))) == 2
     assert_shareable(folder)
+
+
+def test_the_toy_base_model_of_the_demos_gets_the_umask_mode(tmp_path, umask_022):
+    # `demo toy`, `demo goodhart` and the pair-ranker bench start from it: its weights were 0600.
+    from preflab.training.demos.toy_world import train_base_model
+
+    assert_shareable(train_base_model(tmp_path / "base", steps=1, batch_size=4))

@@ -1,7 +1,6 @@
 """`preflab train reward`: TRL's pairwise RewardTrainer and preflab's grouped trainer, on real data."""
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ from sqlalchemy import func, select
 from preflab.cli import cli
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from tests.toy_data import load_toy_rankings, one_thread, toy_base, toy_store  # noqa: F401 (fixtures)
+from tests.training.step_lines import CLOCK, matches, step_line, step_lines, stderr_is_a_log  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
@@ -218,16 +218,31 @@ def test_lora_reward_model_is_saved_merged_with_its_trained_head(toy_store, toy_
     assert again["heldout_accuracy"] == pytest.approx(report["metrics"]["heldout_accuracy"])
 
 
-def test_a_run_whose_stderr_is_a_log_file_says_its_progress_at_each_logging_step(toy_store, toy_base, monkeypatch):
+@pytest.mark.usefixtures("stderr_is_a_log")
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_a_run_whose_stderr_is_a_log_file_says_its_progress_at_each_logging_step(toy_store, toy_base, as_json):
     # A bar shows nothing in a log file: `train reward` under a scheduler was silent for 8½ minutes.
-    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
-        monkeypatch.delenv(name, raising=False)  # CliRunner's stderr is no terminal: keep rich agreeing
+    # `--json > out.json 2> log`, the usual unattended way, said nothing either.
     url, _ = toy_store
-    result = run(url, "train", "reward", "--model", toy_base, "--max-steps", 8, *FAST[2:])  # logs every 4 steps
-    lines = [line for line in result.stderr.splitlines() if line.startswith("training reward run 1:")]
+    result = run(url, "train", "reward", "--model", toy_base, "--max-steps", 8, *FAST[2:],  # logs every 4 steps
+                 *(["--json"] if as_json else []))
+    lines = step_lines(result.stderr, "reward run 1")
     assert lines[0] == "training reward run 1: 8 steps"
-    assert re.fullmatch(r"training reward run 1: step 4/8, loss \d\.\d{4}, \d+s elapsed, about \d+s left", lines[1])
-    assert re.fullmatch(r"training reward run 1: step 8/8, loss \d\.\d{4}, \d+s elapsed, about 0s left", lines[2])
+    assert matches(step_line("reward run 1", 4, 8), lines[1])
+    assert matches(step_line("reward run 1", 8, 8, left="0s"), lines[2])
     assert len(lines) == 3
-    assert result.stdout.startswith("reward run 1: 8 steps on ")  # stdout holds the summary alone
-    assert len(result.stdout.splitlines()) == 1
+    if as_json:  # stdout stays one JSON document
+        assert json.loads(result.stdout)["metrics"]["global_step"] == 8
+    else:
+        assert result.stdout.startswith("reward run 1: 8 steps on ")  # stdout holds the summary alone
+        assert len(result.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize("seconds", [0, 42, 59.4, 59.6, 65, 599, 3599, 3600, 7325, 360_000])
+def test_the_step_lines_pattern_takes_every_time_clock_prints(seconds):
+    # A step of 65 s prints `1m 05s elapsed`, which `\d+s elapsed` refused.
+    from preflab.training.progress import clock
+
+    assert matches(CLOCK, clock(seconds))
+    assert matches(step_line("dpo run 2", 1, 10), f"training dpo run 2: step 1/10, loss 0.6931, {clock(seconds)} "
+                                                  f"elapsed, about {clock(seconds * 9)} left")

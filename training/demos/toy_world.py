@@ -18,6 +18,8 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
+from preflab.files import open_to_umask
+
 SEPARATOR = "="
 SPECIAL = ["<pad>", "</s>", "<unk>", SEPARATOR]
 DIGIT0 = len(SPECIAL)  # token id of the digit 0; digit d is DIGIT0 + d
@@ -125,6 +127,7 @@ def train_base_model(path: str | Path, steps: int = 400, batch_size: int = 128, 
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+    open_to_umask(path)  # safetensors writes the weights 0600
     return Path(path)
 
 

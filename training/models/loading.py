@@ -13,13 +13,13 @@ inside the functions.
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from preflab.errors import ConfigError
+from preflab.files import open_to_umask
 from preflab.settings import DEFAULT_MODEL, model_cache_dir
 
 # Embedded name -> (Python package that ships the file, GGUF file name).
@@ -32,38 +32,6 @@ PLAIN_CHAT_TEMPLATE = (
     "{% for message in messages %}{{ message['role'] | capitalize }}: {{ message['content'] }}\n\n"
     "{% endfor %}{% if add_generation_prompt %}Assistant:{% endif %}"
 )
-
-
-def umask() -> int:
-    """The process's umask, read without changing it where Linux shows it."""
-    try:
-        for line in Path("/proc/self/status").read_text(encoding="ascii").splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
-
-
-def open_to_umask(folder: str | Path) -> None:
-    """Give `folder` and all it holds the modes `mkdir` and `open` give: 0777 and 0666 less the umask.
-
-    Two writers make private files whatever the umask says. `tempfile.mkdtemp`
-    makes 0700 folders; safetensors (0.8) writes weights to a temporary file, created
-    0600, and renames it into place (safetensors#782), so `model.safetensors` alone
-    was `-rw-------` in runs and in the model cache. Called on what preflab saves,
-    once it is written.
-    """
-    mask = umask()
-    root = Path(folder)
-    for path in (root, *root.rglob("*")):
-        try:
-            if not path.is_symlink():
-                path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
-        except FileNotFoundError:  # a checkpoint rotated away meanwhile
-            continue
 
 
 def embedded_gguf(name: str) -> Path:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -49,6 +48,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.db.models import Annotator, DatasetVersion, ModelVersion, Ranking, RankingStatus, TrainingRun
 from preflab.errors import ConfigError, LockHeld, TrainingError
+from preflab.files import shared_mkdtemp
 from preflab.settings import data_dir
 
 LOCK = "retrain"
@@ -307,7 +307,6 @@ def _retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_mod
     from preflab.db.export import export_dataset
     from preflab.db.pairs import build_pairs
     from preflab.db.locks import db_now
-    from preflab.training.models.loading import umask
 
     with sessions.begin() as session:
         baseline = last_trained_dataset(session)
@@ -321,8 +320,7 @@ def _retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_mod
                              f"(at least {min_new:,} needed)", new, min_new, since_name)
     root = Path(config.output_dir) if config.output_dir else data_dir() / "retrain"
     root.mkdir(parents=True, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=f"{cutoff:%Y%m%dT%H%M%S}-", dir=root))
-    folder.chmod(0o777 & ~umask())  # mkdtemp's folder is private; the runs and dataset in it are not
+    folder = shared_mkdtemp(f"{cutoff:%Y%m%dT%H%M%S}-", root)  # the runs and dataset in it are read by others
     with sessions.begin() as session:
         build = build_pairs(session, **config.pairs)
     with sessions.begin() as session:
