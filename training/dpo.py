@@ -21,19 +21,31 @@ from preflab.training.runs import RunPlan, RunResult, execute, run_trainer, save
 LOGGED = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
 
 
-def rows_reached(split, config: DPOTrainConfig, processes: int):
+def rows_reached(split, config: DPOTrainConfig, processes: int, tokenizer=None):
     """The rows a run stopped by --max-steps trains on: that many, drawn with the run's seed; else the whole split.
 
     TRL tokenizes every row it is given and, before the first step, computes their
     reference log-probabilities: `train dpo --max-steps 10` on the embedded model spent
     4 of its 10 minutes on the 45 batches of a split it would train 10 of
     (bench/README.md, "DPO: reference log-probabilities for the rows trained on").
+    TRL then drops the rows whose prompt alone fills `max_length`; with `tokenizer`,
+    those are left out before drawing, so the run still sees as many different pairs.
     """
     needed = rows_needed(config, processes)
     if needed is None or needed >= len(split):
         return split
     # Indices in memory: every rank draws the same rows, and none races the others to write them to a file.
-    return split.shuffle(seed=config.seed, keep_in_memory=True).select(range(needed))
+    order = split.shuffle(seed=config.seed, keep_in_memory=True)
+    if tokenizer is not None and config.max_length is not None:
+        from trl.data_utils import _tokenize  # TRL's own rule (pinned <1.17: tests/training/test_train_dpo.py)
+
+        fits = [i for i, prompt in enumerate(order["prompt"])
+                if len(_tokenize(tokenizer, prompt, **({"add_generation_prompt": True} if isinstance(prompt, list)
+                                                       else {}))["input_ids"]) < config.max_length]
+        if len(fits) > needed:
+            return order.select(fits[:needed], keep_in_memory=True)
+        return order.select(fits, keep_in_memory=True) if fits else order.select(range(needed))
+    return order.select(range(needed))
 
 
 def rows_needed(config: DPOTrainConfig, processes: int) -> int | None:
@@ -49,8 +61,9 @@ def build_dpo_trainer(plan: RunPlan, config: DPOTrainConfig):
 
     train_split = load_from_disk(plan.data_dir)["train"].select_columns(["prompt", "chosen", "rejected"])
     args = config.to_trl(plan.checkpoint_dir)
-    return DPOTrainer(plan.model_path, args=args, train_dataset=rows_reached(train_split, config, args.world_size),
-                      processing_class=load_tokenizer_for_training(plan.model_path),
+    tokenizer = load_tokenizer_for_training(plan.model_path)
+    return DPOTrainer(plan.model_path, args=args, processing_class=tokenizer,
+                      train_dataset=rows_reached(train_split, config, args.world_size, tokenizer),
                       peft_config=config.peft_config("CAUSAL_LM"))
 
 

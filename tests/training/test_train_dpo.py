@@ -131,3 +131,23 @@ def test_reference_log_probs_are_computed_for_the_rows_the_run_trains_on_only(to
     # It still learns: the loss fell, and the policy prefers the chosen responses of the whole split more.
     assert metrics["last_loss"] < metrics["first_loss"] and metrics["train_rewards_margins"] > 0
     assert chosen_minus_rejected(result.path, train) > chosen_minus_rejected(toy_base, train) + 0.5
+
+
+def test_rows_trl_would_drop_are_not_drawn_for_a_max_steps_run():
+    """TRL drops a row whose prompt alone fills max_length: drawing it would leave the run fewer pairs."""
+    from datasets import Dataset
+
+    from preflab.training.config import DPOTrainConfig
+    from preflab.training.dpo import rows_reached
+    from tests.tiny_models import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    long_prompt = " ".join(["the answer is four"] * 40)
+    rows = [{"prompt": long_prompt if i % 2 else f"q {i}", "chosen": "yes", "rejected": "no"} for i in range(40)]
+    config = DPOTrainConfig(max_steps=3, per_device_train_batch_size=4, max_length=32, use_cpu=True)
+    chosen = rows_reached(Dataset.from_list(rows), config, 1, tokenizer)
+    assert len(chosen) == 12 and long_prompt not in chosen["prompt"]
+    assert len(set(chosen["prompt"])) == 12  # twelve different pairs, drawn with the run's seed
+    assert chosen["prompt"] == rows_reached(Dataset.from_list(rows), config, 1, tokenizer)["prompt"]
+    without = rows_reached(Dataset.from_list(rows), config, 1)  # no tokenizer: the old draw, long ones included
+    assert long_prompt in without["prompt"]
