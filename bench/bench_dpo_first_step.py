@@ -59,7 +59,7 @@ def build(workdir: Path, model: str | None, pairs: int, seed: int) -> str:
         tokenizer.save_pretrained(workdir / "model")
         model = str(workdir / "model")
     else:
-        from preflab.training.models.loading import resolve_model_path
+        from preflab.lm.loading import resolve_model_path
 
         model = str(resolve_model_path(model))  # converts the embedded model once, before any timing
     rng = random.Random(seed)

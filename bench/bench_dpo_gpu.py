@@ -98,7 +98,7 @@ def run_mode(mode: str, workdir: Path, steps: int, batch: int, smoke: bool) -> d
     from trl import DPOConfig, DPOTrainer
 
     from preflab.training.config import DPOTrainConfig
-    from preflab.training.models.loading import prefer_reusable_attention
+    from preflab.lm.loading import prefer_reusable_attention
 
     cuda = torch.cuda.is_available()
     device_overrides = {} if cuda else {"use_cpu": True, "bf16": False}

@@ -30,7 +30,7 @@ def main() -> None:
     import torch
 
     from preflab.labelling.generation import GenerateConfig, sample_responses
-    from preflab.training.models.loading import load_causal_lm
+    from preflab.lm.loading import load_causal_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)

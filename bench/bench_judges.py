@@ -76,7 +76,7 @@ def score_bench(args, model, tokenizer, label: str) -> None:
     from pathlib import Path
 
     from preflab.db.engine import open_database, session_factory
-    from preflab.db.ingest import import_file, import_rankings_batch
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.labelling.judges.forward import next_token_logprobs
     from preflab.labelling.judges.report import judge_report
     from preflab.labelling.judges.run import judge_candidates
@@ -148,7 +148,7 @@ def main() -> None:
 
     import torch
 
-    from preflab.training.models.loading import load_causal_lm, model_label
+    from preflab.lm.loading import load_causal_lm, model_label
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -12,7 +12,7 @@ RSS is that process's own high-water mark.
   per section through its Reporter notes;
 - naive, in the same run: every prompt, candidate and ranking (with its items
   and annotator) loaded as ORM objects and counted in Python for the Data
-  section, and the agreement by `preflab.db.agreement.agreement` (Python loop,
+  section, and the agreement by `preflab.db.quality.agreement.agreement` (Python loop,
   scipy's tau per ranking pair; minutes on 100k rankings: --no-naive-agreement
   skips it);
 - --sql-join: the dead end, the agreement's pair comparison as one SQL self-join
@@ -47,7 +47,7 @@ def ensure_store(path: Path, rankings: int) -> None:
     from bench_store import write_rankings
 
     from preflab.db.engine import open_sessions
-    from preflab.db.ingest import import_file, import_rankings_batch
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
 
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".partial")
@@ -128,7 +128,7 @@ def naive(url: str, agreement: bool) -> dict:
                           "rankings": len(rankings), "peak_rss_mb": peak_rss_mb()}
         del rankings
         if agreement:
-            from preflab.db.agreement import agreement as library_agreement
+            from preflab.db.quality.agreement import agreement as library_agreement
 
             t, cpu = time.perf_counter(), time.process_time()
             found = library_agreement(session)
@@ -252,7 +252,7 @@ def print_results(results: dict) -> None:
           f"peak RSS {n['data']['peak_rss_mb']:.0f} MB")
     ours = f["stages"]["agreement"][0]
     if "agreement" in n:
-        print(f"          agreement by preflab.db.agreement in {n['agreement']['seconds']:.1f} s "
+        print(f"          agreement by preflab.db.quality.agreement in {n['agreement']['seconds']:.1f} s "
               f"({n['agreement']['cpu_seconds']:.1f} s of CPU) vs {ours:.2f} s "
               f"({n['agreement']['seconds'] / ours:.0f}x); same result: "
               f"{abs(n['agreement']['all']['pairwise_agreement'] - f['agreement']['pairwise_agreement']) < 1e-12}")

@@ -38,7 +38,7 @@ def build_store(workdir: Path, k: int, prompts: int, seed: int):
 
     Returns (sessions, dataset name, pairs, training pairs).
     """
-    from preflab.db.pairs import tiers_from_scores
+    from preflab.db.pairs.build import tiers_from_scores
 
     rng = random.Random(seed)
     path = workdir / "rankings.jsonl"

@@ -141,9 +141,9 @@ def since(before: dict, spent: dict) -> dict:
 def fast_path(url: str, path: Path, out_dir: Path, bulk: str = "core", more: Path | None = None) -> dict:
     spent = time_bulk_calls(bulk)
     from preflab.db.engine import open_database, session_factory
-    from preflab.db.export import ExportSettings, export_dataset
-    from preflab.db.ingest import import_file, import_rankings_batch
-    from preflab.db.pairs import build_pairs
+    from preflab.db.export.dataset import ExportSettings, export_dataset
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
+    from preflab.db.pairs.build import build_pairs
 
     sessions = session_factory(open_database(url))
     result = {"bulk": bulk, "load_before": os.getloadavg()[0]}
@@ -172,8 +172,8 @@ def fast_path(url: str, path: Path, out_dir: Path, bulk: str = "core", more: Pat
 
 def add_more(sessions, path: Path) -> dict:
     """Import more rankings into the store, then build the pairs incrementally, and in full to compare."""
-    from preflab.db.ingest import import_file, import_rankings_batch
-    from preflab.db.pairs import build_pairs
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
+    from preflab.db.pairs.build import build_pairs
 
     t = time.perf_counter()
     imported = import_file(sessions, path, import_rankings_batch).imported

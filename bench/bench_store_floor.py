@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from bench_store import child, whole_path, write_rankings
-from preflab.db.ingest import BATCH_LINES
+from preflab.db.ingest.jsonl import BATCH_LINES
 from sqlalchemy import bindparam, create_engine, insert, select, text
 
 # Copied parents first, so the foreign keys that remain hold at every step.
@@ -59,7 +59,7 @@ def floor(source: Path, target: Path, peer_parquet: Path, batches: int) -> dict[
 
     from preflab.db.engine import dispose_all, open_database, session_factory
     from preflab.db.models import Base
-    from preflab.db.pairs import build_pairs
+    from preflab.db.pairs.build import build_pairs
 
     engine = open_database(f"sqlite:///{target}")  # preflab's schema and connection settings
     tables = [Base.metadata.tables[name] for name in TABLES]

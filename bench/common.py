@@ -14,9 +14,9 @@ def sqlite_dataset(workdir, rankings, seed: int):
     Returns (session factory, the exported dataset version, the number of pairs).
     """
     from preflab.db.engine import open_database, session_factory
-    from preflab.db.export import ExportSettings, export_dataset
-    from preflab.db.ingest import import_file, import_rankings_batch
-    from preflab.db.pairs import build_pairs
+    from preflab.db.export.dataset import ExportSettings, export_dataset
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
+    from preflab.db.pairs.build import build_pairs
 
     sessions = session_factory(open_database(f"sqlite:///{workdir / 'bench.db'}"))
     import_file(sessions, rankings, import_rankings_batch)

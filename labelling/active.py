@@ -33,9 +33,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.agreement import compare_rankings
+from preflab.db.quality.agreement import compare_rankings
 from preflab.db.models import Annotator, Ranking, RankingStatus
-from preflab.db.pairs import iter_prompt_rankings, tiers_from_scores
+from preflab.db.pairs.build import iter_prompt_rankings, tiers_from_scores
 from preflab.errors import ConfigError, InputError
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 
@@ -230,7 +230,7 @@ def last_layer_features(model, tokenizer, prompts: Sequence[str], responses: Seq
     """The hidden state the reward model's scoring head reads (last token, last layer) per response."""
     import torch
 
-    from preflab.training.models.scoring import pad_id, sequence_ids
+    from preflab.lm.scoring import pad_id, sequence_ids
 
     rows = [sequence_ids(tokenizer, p, r) for p, r in zip(prompts, responses)]
     out: list[list[float]] = [[] for _ in rows]
@@ -306,8 +306,8 @@ def select_prompts(sessions: sessionmaker[Session], among: Sequence[int], config
 def _run_reward_model(sessions, name: str, items: list[PromptCandidates], strategy: str, config: SelectConfig,
                       reporter: Reporter):
     """(scores, features) of every candidate, by prompt id; features only for `diversity`."""
-    from preflab.training.models.names import load_named_model
-    from preflab.training.models.scoring import reward_scores
+    from preflab.lm.names import load_named_model
+    from preflab.lm.scoring import reward_scores
 
     named = load_named_model(sessions, name, record=False, scorer=True)
     prompts = [item.prompt for item in items for _ in item.texts]

@@ -25,8 +25,8 @@ from preflab.db.models import Candidate, Prompt
 from preflab.db.store import chunks, content_hash, ensure_candidates
 from preflab.errors import ConfigError
 from preflab.labelling.selection import PromptSelection, prompts_from_file, selected_prompt_ids
-from preflab.training.models.names import ModelCache, load_named_model, resolve_model
-from preflab.training.models.sampling import Generation, SamplingConfig, sample_texts
+from preflab.lm.names import ModelCache, load_named_model, resolve_model
+from preflab.lm.sampling import Generation, SamplingConfig, sample_texts
 
 
 @dataclass
@@ -62,7 +62,7 @@ class GenerateSummary:
 
 def sample_responses(model, tokenizer, prompts: list[str], config: SamplingConfig, seed: int) -> list[Generation]:
     """Sample one response per prompt text (repeat a prompt to get several)."""
-    from preflab.training.models.loading import chat_text
+    from preflab.lm.loading import chat_text
 
     return sample_texts(model, tokenizer, [chat_text(tokenizer, p) for p in prompts], config, seed)
 
@@ -95,7 +95,7 @@ def generate_candidates(sessions: sessionmaker[Session], model, tokenizer, model
 
     Args:
         sessions: each batch is written in its own transaction, so a crash keeps what was made.
-        model, tokenizer: the loaded causal LM (see `preflab.training.models.names.load_named_model`).
+        model, tokenizer: the loaded causal LM (see `preflab.lm.names.load_named_model`).
         model_name: the label stored on each candidate (`Candidate.model`).
         model_version_id: the model version stored on each candidate.
     """

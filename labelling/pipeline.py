@@ -20,16 +20,16 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.agreement import stats
-from preflab.db.export import FORMATS, ExportSettings, export_and_push, version_info
-from preflab.db.ingest import import_file, import_rankings_batch
-from preflab.db.pairs import STRATEGIES, build_pairs
+from preflab.db.quality.agreement import stats
+from preflab.db.export.dataset import FORMATS, ExportSettings, export_and_push, version_info
+from preflab.db.ingest.jsonl import import_file, import_rankings_batch
+from preflab.db.pairs.build import STRATEGIES, build_pairs
 from preflab.errors import ConfigError
 from preflab.labelling.generation import GenerateConfig, run_generation
 from preflab.labelling.judges.base import LM_JUDGES
 from preflab.labelling.judges.run import CONFIGS, run_judge
 from preflab.settings import data_dir
-from preflab.training.models.names import ModelCache
+from preflab.lm.names import ModelCache
 
 NO_JUDGE = "none"
 # The pipeline's own generation defaults: short replies, so a first run on a CPU takes seconds.

@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.export import SPLITS
+from preflab.db.export.dataset import SPLITS
 from preflab.db.models import Candidate, Prompt
 from preflab.db.store import IN_CHUNK, chunks, content_hash
 from preflab.errors import ConfigError, InputError
@@ -21,7 +21,7 @@ def prompts_from_file(sessions: sessionmaker[Session], path: str | Path) -> list
     file with no usable prompt is an error. The import is checkpointed a batch
     per transaction, as `preflab import` is.
     """
-    from preflab.db.ingest import Invalid, import_file, import_prompts_batch, open_jsonl, parse_prompt
+    from preflab.db.ingest.jsonl import Invalid, import_file, import_prompts_batch, open_jsonl, parse_prompt
 
     import_file(sessions, path, import_prompts_batch)
     hashes: list[str] = []

@@ -1,8 +1,8 @@
 """The root `preflab` command group.
 
 This is the app shell: it builds the settings and names each concern's command
-group. The groups live beside the code they drive (`preflab.db.cli`,
-`preflab.labelling.cli`, `preflab.training.cli`, …) and are imported only when
+group. The groups live beside the code they drive (`preflab.commands.store`,
+`preflab.commands.generate`, `preflab.commands.train`, …) and are imported only when
 used, so `preflab --help` never imports torch, transformers or datasets.
 """
 
@@ -16,24 +16,24 @@ from preflab.settings import Settings
 
 # name -> "module:attribute"; each entry is one concern.
 COMMANDS: dict[str, str] = {
-    "db": "preflab.db.cli:db_group",
-    "import": "preflab.db.cli:import_group",
-    "quarantine": "preflab.db.cli:quarantine_group",
-    "pairs": "preflab.db.cli:pairs_group",
-    "stats": "preflab.db.cli:stats_command",
-    "annotators": "preflab.db.cli:annotators_command",
-    "export": "preflab.db.cli:export_command",
-    "pipeline": "preflab.labelling.cli:pipeline_command",
-    "generate": "preflab.labelling.cli:generate_command",
-    "judge": "preflab.labelling.judges.cli:judge_group",
-    "ls": "preflab.labelling.studio.cli:ls_group",
-    "demo": "preflab.training.demos.cli:demo_group",
-    "bon": "preflab.training.bestofn.cli:bon_group",
-    "train": "preflab.training.cli:train_group",
-    "self-reward": "preflab.training.selfreward.cli:self_reward_group",
-    "retrain": "preflab.training.retrain.cli:retrain_command",
-    "schedule": "preflab.training.retrain.cli:schedule_command",
-    "report": "preflab.report.cli:report_command",
+    "db": "preflab.commands.store:db_group",
+    "import": "preflab.commands.store:import_group",
+    "quarantine": "preflab.commands.store:quarantine_group",
+    "pairs": "preflab.commands.store:pairs_group",
+    "stats": "preflab.commands.store:stats_command",
+    "annotators": "preflab.commands.store:annotators_command",
+    "export": "preflab.commands.store:export_command",
+    "pipeline": "preflab.commands.generate:pipeline_command",
+    "generate": "preflab.commands.generate:generate_command",
+    "judge": "preflab.commands.judge:judge_group",
+    "ls": "preflab.commands.ls:ls_group",
+    "demo": "preflab.commands.demo:demo_group",
+    "bon": "preflab.commands.bon:bon_group",
+    "train": "preflab.commands.train:train_group",
+    "self-reward": "preflab.commands.self_reward:self_reward_group",
+    "retrain": "preflab.commands.retrain:retrain_command",
+    "schedule": "preflab.commands.retrain:schedule_command",
+    "report": "preflab.commands.report:report_command",
 }
 
 # One-line help for each lazy command, so `preflab --help` lists them without importing.

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
-import sys
 import types
 import typing
 from collections.abc import Callable, Iterator

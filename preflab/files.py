@@ -6,7 +6,7 @@ Two writers make private files whatever the umask says: `tempfile.mkdtemp` makes
 was `-rw-------` in runs and in the model cache.
 
 This module sits at the bottom with `settings`, `errors` and `console`: it imports
-no preflab layer, so the model leaf (`preflab.training.models`) and the rest of
+no preflab layer, so the model leaf (`preflab.lm`) and the rest of
 training share it.
 """
 

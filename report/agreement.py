@@ -1,6 +1,6 @@
 """The Agreement section: how often annotators order the same two candidates the same way.
 
-The same measures as `preflab stats` (`preflab.db.agreement`): for every two
+The same measures as `preflab stats` (`preflab.db.quality.agreement`): for every two
 valid rankings of a prompt by different annotators, the candidate pairs both
 order strictly, how many of those they order alike, and Kendall's tau-b on the
 candidates both ranked; here also per annotator pair, for the heatmap.
@@ -255,7 +255,7 @@ def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any]
 
 def annotator_tally(session: Session):
     """A `QualityTally` to feed the item blocks to; None without gold answers or two people to measure."""
-    from preflab.db.quality import QualityTally, quality_exists
+    from preflab.db.quality.annotators import QualityTally, quality_exists
 
     return QualityTally(session) if quality_exists(session) else None
 
@@ -264,7 +264,7 @@ def annotator_table(tally) -> dict[str, Any] | None:
     """`preflab annotators` with its default thresholds, by pseudonym (pseudonyms only)."""
     from dataclasses import asdict
 
-    from preflab.db.quality import QualityConfig
+    from preflab.db.quality.annotators import QualityConfig
 
     if tally is None or not tally.people:
         return None

@@ -16,9 +16,7 @@ from sqlalchemy.orm import Session
 
 from preflab import __version__
 from preflab.console import SILENT, Reporter
-
-SECTIONS = {"data": "Data", "agreement": "Agreement", "judges": "Judges", "models": "Datasets and models",
-            "optimisation": "Optimisation"}
+from preflab.report.render import SECTIONS, render_report
 
 
 def build_report(session: Session, *, no_text: bool = False, reporter: Reporter = SILENT) -> dict[str, Any]:
@@ -64,8 +62,6 @@ def write_report(session: Session, out: str | Path, *, no_text: bool = False,
     Returns:
         The report's data (as `build_report`), with "path": the file written.
     """
-    from preflab.report.render import render_report
-
     report = build_report(session, no_text=no_text, reporter=reporter)
     reporter.note("report: charts and page")
     report["path"] = str(render_report(report, out))

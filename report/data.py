@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from preflab.db.agreement import counts
+from preflab.db.quality.agreement import counts
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingStatus, RawRecord, RawStatus
 from preflab.report.privacy import excerpt, model_label
 

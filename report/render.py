@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from preflab.report import charts
-from preflab.report.build import SECTIONS
 
 HERE = Path(__file__).parent
+# The page's sections, in order, with their titles: the builders (build.py) fill them, the template draws them.
+SECTIONS = {"data": "Data", "agreement": "Agreement", "judges": "Judges", "models": "Datasets and models",
+            "optimisation": "Optimisation"}
 
 
 def make_charts(report: dict[str, Any]) -> dict[str, str | None]:

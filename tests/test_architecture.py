@@ -45,28 +45,16 @@ def test_import_contracts_hold(installed_layout):
     assert "0 broken" in result.stdout
 
 
-def test_the_layer_contract_names_every_training_module_above_the_leaf():
-    """A new training module must be placed: above the model leaf (listed) or inside it."""
-    training = source_folders()["preflab.training"]
-    children = {f"preflab.training.{p.stem}" for p in training.glob("*.py") if p.stem != "__init__"}
-    children |= {f"preflab.training.{p.name}" for p in training.iterdir() if (p / "__init__.py").exists()}
-    children.discard("preflab.training.models")
-    (contract,) = [c for c in PYPROJECT["tool"]["importlinter"]["contracts"]
-                   if "preflab.labelling" in c["source_modules"] and "preflab.training.models" in c["source_modules"]]
-    assert set(contract["forbidden_modules"]) == children
-
-
-def test_every_module_beside_the_shell_is_held_under_every_layer():
-    """preflab/'s modules other than the shell (settings, errors, console, files) are imported by every
-    layer, the model leaf included: each must be a source of the contract that forbids it the layers."""
-    shell = {"preflab.cli", "preflab.__main__", "preflab.__init__"}
-    bottom = {f"preflab.{p.stem}" for p in source_folders()["preflab"].glob("*.py")} - shell
-    (contract,) = [c for c in PYPROJECT["tool"]["importlinter"]["contracts"] if "preflab.console" in c["source_modules"]
-                   and "preflab.training" in c["forbidden_modules"]]
-    assert bottom == set(contract["source_modules"])
-    assert {"preflab.db", "preflab.labelling", "preflab.training", "preflab.report"} <= set(
-        contract["forbidden_modules"])
-
+def test_the_layers_contract_places_every_top_level_module():
+    """One layers contract, no exceptions: every package and module under `preflab` has its floor,
+    so a new one fails here until it is placed."""
+    (contract,) = PYPROJECT["tool"]["importlinter"]["contracts"]
+    assert contract["type"] == "layers" and not contract.get("ignore_imports")
+    placed = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    top = {name.split(".")[1] for name in source_folders() if name.count(".") == 1}
+    top |= {p.stem for p in source_folders()["preflab"].glob("*.py")} - {"__init__", "__main__"}
+    top |= {p.name for p in source_folders()["preflab"].iterdir() if (p / "__init__.py").exists()}
+    assert {f"preflab.{name}" for name in top} == placed
 
 def test_the_wheel_lists_every_package():
     """setuptools installs only the packages pyproject lists: a package missing there is missing

@@ -6,7 +6,7 @@
   text encodes), with ChatML special tokens and chat template, left padding.
 - `tiny_causal_lm(path)` / `tiny_reward_model(path)`: a 2-layer Llama (hidden 32)
   and its one-label sequence-classification twin, saved with the tokenizer, so
-  `preflab.training.models.loading.load_causal_lm(path)` loads them like any checkpoint.
+  `preflab.lm.loading.load_causal_lm(path)` loads them like any checkpoint.
 - `fit_completions(path, examples)`: a few hundred steps of teacher forcing, so a
   tiny model reliably says what a test needs (a fixed verdict, a score, an answer).
 - `embedded_model_cache`: a fixture pointing PREFLAB_MODEL_CACHE at one converted

@@ -53,7 +53,7 @@ def resolve_dataset_version(session: Session, name_or_id: str | None = None) -> 
 
 def export_for_training(session: Session, previous: DatasetVersion | None) -> DatasetVersion:
     """Export the current comparisons, with the previous export's split settings if any."""
-    from preflab.db.export import ExportSettings, export_dataset
+    from preflab.db.export.dataset import ExportSettings, export_dataset
 
     settings = ExportSettings()
     if previous is not None:
@@ -69,7 +69,7 @@ def export_for_training(session: Session, previous: DatasetVersion | None) -> Da
 
 def load_splits(version_path: str):
     """The export as a DatasetDict with `train` (required) and `test` (may be absent)."""
-    from preflab.db.export import load_export
+    from preflab.db.export.dataset import load_export
 
     dataset = load_export(version_path)
     if "train" not in dataset or len(dataset["train"]) == 0:

@@ -70,8 +70,8 @@ def build_dpo_trainer(plan: RunPlan, config: DPOTrainConfig):
 def evaluate_policy_on_pairs(policy_path: str, reference_path: str, split, beta: float,
                              batch_size: int = 32) -> dict[str, Any]:
     """Held-out implicit-reward accuracy and margin of the policy saved at `policy_path`."""
-    from preflab.training.models.loading import load_causal_lm
-    from preflab.training.models.scoring import implicit_reward_metrics
+    from preflab.lm.loading import load_causal_lm
+    from preflab.lm.scoring import implicit_reward_metrics
 
     if split is None or len(split) == 0:
         return {"heldout_reward_accuracy": None, "heldout_reward_margin": None, "heldout_pairs": 0}

@@ -150,8 +150,8 @@ class PolicyEval:
 def plan_policy_eval(session: Session, version: ModelVersion, against: str | None = None,
                      limit: int | None = None) -> PolicyEval:
     """The policy, the model it is compared with (its parent by default) and the held-out prompts."""
-    from preflab.training.models.names import resolve_model
-    from preflab.training.models.loading import resolve_model_path
+    from preflab.lm.names import resolve_model
+    from preflab.lm.loading import resolve_model_path
 
     if against:
         label, location, _ = resolve_model(session, against, record=False)
@@ -175,8 +175,8 @@ def plan_policy_eval(session: Session, version: ModelVersion, against: str | Non
 def answer(model, tokenizer, prompts: list[str], conversational: bool, max_new_tokens: int,
            do_sample: bool, seed: int, batch_size: int) -> list[str]:
     """Each prompt's answer, formatted the way the policy was trained (chat template or plain text)."""
-    from preflab.training.models.sampling import generate_texts
-    from preflab.training.models.loading import chat_text
+    from preflab.lm.sampling import generate_texts
+    from preflab.lm.loading import chat_text
 
     texts = [chat_text(tokenizer, p) if conversational else p for p in prompts]
     out: list[str] = []
@@ -195,7 +195,7 @@ def win_rate(plan: PolicyEval, judge, max_new_tokens: int = 128, do_sample: bool
         judge: a judge function from `preflab.labelling.judges.run.make_judge`.
     """
     from preflab.labelling.selection import PromptCandidates
-    from preflab.training.models.loading import load_causal_lm
+    from preflab.lm.loading import load_causal_lm
 
     texts = [text for _, text, _ in plan.prompts]
     answers = {}
@@ -238,7 +238,7 @@ def evaluate_model_version(sessions: sessionmaker[Session], name: str, config: E
     Returns:
         The report: held-out accuracy for a reward model, win rate for a policy.
     """
-    from preflab.training.models.names import load_named_model
+    from preflab.lm.names import load_named_model
 
     with sessions.begin() as session:
         version = find_model_version(session, name)

@@ -27,7 +27,7 @@ from trl import RewardTrainer
 from trl.trainer.utils import global_then_local_main_first, pad
 
 from preflab.training.data import group_by_prompt
-from preflab.training.models.scoring import sequence_ids
+from preflab.lm.scoring import sequence_ids
 
 GROUP_COLUMNS = ["candidate_ids", "chosen_index", "rejected_index", "margins", "weights"]
 

@@ -3,7 +3,7 @@
 Each comparison (prompt, chosen, rejected) is read in both orders, (chosen,
 rejected) and (rejected, chosen), in the same batch, and the loss is the logistic
 loss of the antisymmetrised logit s(c, r) − s(r, c) (the model leaf,
-`preflab.training.models.pair_ranker`): minimising it pushes P(chosen ≻ rejected)
+`preflab.lm.pair_ranker`): minimising it pushes P(chosen ≻ rejected)
 up in either presentation, and P(A ≻ B) = 1 − P(B ≻ A) holds by construction. The
 model starts from any causal LM or sequence classifier (a fresh one-label head on
 top). The run, its exact config, the held-out pairwise accuracy and a
@@ -47,7 +47,7 @@ class PairRankerTrainConfig(TrainConfig):
 
 def tokenize_pairs(split, tokenizer, max_length: int | None, name: str = "train"):
     """Each comparison as its two sequences: (prompt, chosen, rejected) and (prompt, rejected, chosen)."""
-    from preflab.training.models.pair_ranker import pair_ids
+    from preflab.lm.pair_ranker import pair_ids
 
     columns = split.column_names
 
@@ -69,7 +69,7 @@ class PairCollator:
     def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
         import torch
 
-        from preflab.training.models.scoring import _right_pad
+        from preflab.lm.scoring import _right_pad
 
         rows = [e["forward_ids"] for e in examples] + [e["swapped_ids"] for e in examples]
         ids, mask = _right_pad(rows, self.pad_token_id)
@@ -96,7 +96,7 @@ def build_pair_ranker_trainer(plan: RunPlan, config: PairRankerTrainConfig):
     from datasets import load_from_disk
     from transformers import AutoModelForSequenceClassification, Trainer
 
-    from preflab.training.models.pair_ranker import pair_logits
+    from preflab.lm.pair_ranker import pair_logits
     from preflab.training.reward import load_tokenizer_for_training
 
     class PairRankerTrainer(Trainer):
@@ -128,7 +128,7 @@ def is_conversational(data_dir: str) -> bool:
 
 def evaluate_pair_ranker(path: str, split, batch_size: int = 32) -> dict[str, Any]:
     """Held-out numbers of the pair ranker saved at `path`: accuracy, mean P(chosen ≻ rejected), log loss."""
-    from preflab.training.models.pair_ranker import load_pair_ranker, ranker_accuracy
+    from preflab.lm.pair_ranker import load_pair_ranker, ranker_accuracy
 
     if split is None or len(split) == 0:
         return {"heldout_accuracy": None, "heldout_pairs": 0, "heldout_mean_probability": None,
@@ -155,7 +155,7 @@ def train_pair_ranker(sessions: sessionmaker[Session] | None, config: PairRanker
     def train(plan: RunPlan, config: PairRankerTrainConfig) -> dict[str, Any]:
         from transformers import AutoModelForSequenceClassification
 
-        from preflab.training.models.pair_ranker import write_format
+        from preflab.lm.pair_ranker import write_format
         from preflab.training.runs import is_main_process
 
         trainer = build_pair_ranker_trainer(plan, config)

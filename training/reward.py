@@ -47,8 +47,8 @@ def build_reward_trainer(plan: RunPlan, config: RewardTrainConfig):
 
 def evaluate_reward_model(path: str, split, batch_size: int = 32) -> dict[str, Any]:
     """Held-out pairwise accuracy of the reward model saved at `path`."""
-    from preflab.training.models.loading import load_sequence_scorer
-    from preflab.training.models.scoring import pairwise_accuracy
+    from preflab.lm.loading import load_sequence_scorer
+    from preflab.lm.scoring import pairwise_accuracy
 
     if split is None or len(split) == 0:
         return {"heldout_accuracy": None, "heldout_pairs": 0, "heldout_mean_margin": None}

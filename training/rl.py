@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.errors import ConfigError
 from preflab.training.config import TrainConfig
-from preflab.training.models.sampling import SamplingConfig
+from preflab.lm.sampling import SamplingConfig
 from preflab.training.runs import (RunPlan, RunResult, execute, is_main_process, run_trainer, save_final,
                                    training_summary)
 
@@ -113,13 +113,13 @@ class RewardModelReward:
     __name__ = "reward_model"  # TRL logs `rewards/<name>/mean`
 
     def __init__(self, location: str, device: str, batch_size: int = 32):
-        from preflab.training.models.loading import load_sequence_scorer
+        from preflab.lm.loading import load_sequence_scorer
 
         self.model, self.tokenizer = load_sequence_scorer(location, device=device)
         self.batch_size = batch_size
 
     def __call__(self, prompts: list, completions: list, **_) -> list[float]:
-        from preflab.training.models.scoring import reward_scores
+        from preflab.lm.scoring import reward_scores
 
         return reward_scores(self.model, self.tokenizer, prompts, completions, self.batch_size)
 
@@ -130,7 +130,7 @@ def _key(prompt) -> str:
 
 def file_prompts(path: str) -> list[str]:
     """The usable prompts of a JSON Lines prompts file, read as `preflab import prompts` reads them."""
-    from preflab.db.ingest import Invalid, open_jsonl, parse_prompt
+    from preflab.db.ingest.jsonl import Invalid, open_jsonl, parse_prompt
 
     prompts = []
     with open_jsonl(path) as handle:
@@ -209,7 +209,7 @@ def _as_response(prompt, text: str):
 def heldout_samples(model, tokenizer, prompts: list, config: SamplingConfig, seed: int,
                     batch_size: int = 32) -> tuple[list, list]:
     """`config.n` sampled completions per prompt: (prompt of each, completion of each)."""
-    from preflab.training.models.sampling import generate_texts
+    from preflab.lm.sampling import generate_texts
 
     rows = [p for p in prompts for _ in range(config.n)]
     texts = [_formatted(tokenizer, p) for p in rows]
@@ -237,8 +237,8 @@ def evaluate_policy_rewards(policy_path: str, start_path: str, reward_path: str,
     Also the KL(π‖π_start) of the trained policy, a Monte-Carlo estimate from its
     own samples: the mean of log π(y|x) − log π_start(y|x), with its standard error.
     """
-    from preflab.training.models.loading import load_causal_lm, load_sequence_scorer
-    from preflab.training.models.scoring import completion_logprobs, reward_scores
+    from preflab.lm.loading import load_causal_lm, load_sequence_scorer
+    from preflab.lm.scoring import completion_logprobs, reward_scores
 
     if not prompts:
         return {"heldout_prompts": 0}
@@ -261,8 +261,8 @@ def evaluate_policy_rewards(policy_path: str, start_path: str, reward_path: str,
 def resolve_reward_model(session: Session, name: str) -> tuple[str, str, int | None]:
     """(name to record, where to load it, model version id) of the reward model named `name`."""
     from preflab.db.models import ModelVersion
-    from preflab.training.models.loading import resolve_model_path
-    from preflab.training.models.names import resolve_model
+    from preflab.lm.loading import resolve_model_path
+    from preflab.lm.names import resolve_model
 
     label, location, version_id = resolve_model(session, name)
     version = session.get(ModelVersion, version_id) if version_id else None

@@ -107,8 +107,8 @@ def _starting_model(session: Session, model_name: str) -> tuple[str, str, int | 
 
     The embedded model is converted into the model cache on its first use: that run wrote it.
     """
-    from preflab.training.models.loading import EMBEDDED, embedded_model, resolve_model_path
-    from preflab.training.models.names import resolve_model
+    from preflab.lm.loading import EMBEDDED, embedded_model, resolve_model_path
+    from preflab.lm.names import resolve_model
 
     label, location, version_id = resolve_model(session, model_name)
     if location not in EMBEDDED:
@@ -284,7 +284,7 @@ def _execute(kind, config, sessions, model_name, dataset_version, resume, output
         raise TrainingError(shared[1])
     plan = shared[0]
     config = type(config).from_dict(plan.config)
-    from preflab.training.models.loading import prefer_reusable_attention
+    from preflab.lm.loading import prefer_reusable_attention
 
     prefer_reusable_attention()
     try:

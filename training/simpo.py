@@ -76,7 +76,7 @@ def build_simpo_trainer(plan: RunPlan, config: SimPOTrainConfig):
 
 def length_normalised_margins(model, tokenizer, split, beta: float, batch_size: int = 32) -> list[float]:
     """SimPO's reward margin per pair: β/|y_c|·log π(y_c|x) − β/|y_r|·log π(y_r|x)."""
-    from preflab.training.models.scoring import completion_logprobs, completion_split
+    from preflab.lm.scoring import completion_logprobs, completion_split
 
     prompts = list(split["prompt"])
     rewards = {}
@@ -90,7 +90,7 @@ def length_normalised_margins(model, tokenizer, split, beta: float, batch_size: 
 
 def evaluate_simpo(policy_path: str, start_path: str, split, beta: float, batch_size: int = 32) -> dict[str, Any]:
     """Held-out SimPO reward accuracy and margin of the trained policy, and the starting model's."""
-    from preflab.training.models.loading import load_causal_lm
+    from preflab.lm.loading import load_causal_lm
 
     if split is None or len(split) == 0:
         return {"heldout_reward_accuracy": None, "heldout_reward_margin": None, "heldout_pairs": 0}

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.db.models import Ranking, RankingItem, RankingStatus
-from preflab.db.pairs import tiers_from_scores
+from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks, ensure_annotators
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 

@@ -29,7 +29,7 @@ class LikelihoodConfig:
 
 def mean_logprobs(model, tokenizer, prompts: list[str], responses: list[str], batch_size: int = 8) -> list[tuple[float, int]]:
     """(mean log p per response token, tokens) for each (prompt, response)."""
-    from preflab.training.models.loading import chat_text
+    from preflab.lm.loading import chat_text
 
     sums = response_logprobs(model, tokenizer, [chat_text(tokenizer, p) for p in prompts], responses, batch_size)
     return [(total / n if n else float("-inf"), n) for total, n in sums]

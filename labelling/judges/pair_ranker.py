@@ -32,7 +32,7 @@ class PairRankerConfig(PairwiseConfig):
 
 def make_judge(model, tokenizer, config: PairRankerConfig):
     """A function from a batch of prompts to their judgements, from a loaded pair ranker."""
-    from preflab.training.models.pair_ranker import preference_probabilities, ranker_format
+    from preflab.lm.pair_ranker import preference_probabilities, ranker_format
 
     settings = ranker_format(model)  # also refuses a model that is not a pair ranker
     as_chat = settings.get("conversational", False)

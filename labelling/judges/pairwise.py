@@ -50,7 +50,7 @@ def letter_ids(tokenizer, letter: str) -> list[int]:
 
 
 def judge_text(tokenizer, question: str, first: str, second: str) -> str:
-    from preflab.training.models.loading import chat_text
+    from preflab.lm.loading import chat_text
 
     return chat_text(tokenizer, PAIRWISE_USER.format(question=question, a=first, b=second), system=PAIRWISE_SYSTEM)
 
@@ -72,7 +72,7 @@ def verdicts_by_generation(model, tokenizer, texts: list[str], batch_size: int =
     """The baseline: decode the verdict as text (greedy) and read the first A or B (1.0 = A)."""
     import re
 
-    from preflab.training.models.sampling import generate_texts
+    from preflab.lm.sampling import generate_texts
     from preflab.labelling.judges.forward import by_length
 
     out: list[float | None] = [None] * len(texts)
@@ -112,7 +112,7 @@ def rank_pairs(candidate_ids: list[int], results: dict[tuple[int, int], tuple[fl
             d["pairs"].append({"vs": other, "p_as_a": round(p_a, 4), "p_as_b": round(p_b, 4), "outcome": mine})
         decided.append([[x], [y]] if result == "win" else [[y], [x]] if result == "loss" else [[x, y]])
     if aggregate == "bradley-terry":
-        from preflab.db.pairs import bradley_terry
+        from preflab.db.pairs.build import bradley_terry
 
         strengths = bradley_terry(decided)
         scores = {c: round(strengths.get(c, 0.0), 6) for c in candidate_ids}

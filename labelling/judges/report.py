@@ -19,9 +19,9 @@ from itertools import combinations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from preflab.db.agreement import compare_rankings
+from preflab.db.quality.agreement import compare_rankings
 from preflab.db.models import Annotator, Candidate, Ranking, RankingItem, RankingStatus
-from preflab.db.pairs import iter_prompt_rankings
+from preflab.db.pairs.build import iter_prompt_rankings
 from preflab.labelling.judges.base import JUDGE_KINDS
 
 # Below this share of the next-token probability on the score tokens, an expected-score judge

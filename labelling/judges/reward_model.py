@@ -1,7 +1,7 @@
 """The reward-model judge: the score of a one-label sequence-classification model.
 
 Inputs are tokenized exactly as the reward model was trained on them
-(`preflab.training.models.scoring`, which follows TRL's RewardTrainer): plain
+(`preflab.lm.scoring`, which follows TRL's RewardTrainer): plain
 prompt + response + EOS by default, as preflab exports datasets, or the chat
 template with `conversational`.
 """
@@ -29,7 +29,7 @@ class RewardModelConfig:
 
 
 def make_judge(model, tokenizer, config: RewardModelConfig):
-    from preflab.training.models.scoring import reward_scores
+    from preflab.lm.scoring import reward_scores
 
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
         prompts = [item.prompt for item in items for _ in item.texts]

@@ -14,7 +14,7 @@ from preflab.labelling.judges import likelihood, pair_ranker, pairwise, prompts,
 from preflab.labelling.judges.base import SCORER_JUDGES, JudgeRun, JudgeSummary, judge_prompts
 from preflab.labelling.judges.report import judge_report
 from preflab.labelling.selection import prompts_from_file
-from preflab.training.models.names import ModelCache, load_named_model, resolve_model
+from preflab.lm.names import ModelCache, load_named_model, resolve_model
 
 CONFIGS = {
     "pairwise": pairwise.PairwiseConfig,

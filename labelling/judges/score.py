@@ -22,7 +22,7 @@ from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
 from preflab.labelling.judges.prompts import ANSWER_START, REFERENCE_PROMPT, SCORE_PROMPT, parse_score
 from preflab.labelling.selection import PromptCandidates
-from preflab.training.models.sampling import SamplingConfig
+from preflab.lm.sampling import SamplingConfig
 
 KEEP_FAILED_REPLIES = 3
 SCORE_METHODS = ("sampled", "expected")
@@ -72,7 +72,7 @@ class ScoreConfig(SamplingConfig):
 
 
 def grading_text(tokenizer, item: PromptCandidates, response: str, with_reference: bool) -> str:
-    from preflab.training.models.loading import chat_text
+    from preflab.lm.loading import chat_text
 
     if with_reference:
         return chat_text(tokenizer, REFERENCE_PROMPT.format(question=item.prompt, reference=item.reference,
@@ -94,7 +94,7 @@ def make_judge(model, tokenizer, config: ScoreConfig, with_reference: bool = Fal
 
 def sampled_judge(model, tokenizer, config: ScoreConfig, with_reference: bool = False):
     """A function from a batch of prompts to their judgements (mean sampled score per candidate)."""
-    from preflab.training.models.sampling import generate_texts
+    from preflab.lm.sampling import generate_texts
 
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
         # Keyed by (item, candidate): callers such as `train eval` number every item's candidates 0, 1.

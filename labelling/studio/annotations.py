@@ -11,7 +11,7 @@ superseded) unless its ranking did not change; a skipped one is recorded with
 no tiers, so it yields no pairs (`versions.py`). What cannot be used is
 quarantined with the reason; text the database cannot store (a NUL, a lone
 surrogate) anywhere in a task or an annotation is refused first, naming the
-field, as every reader refuses it (`preflab.db.records.unstorable`).
+field, as every reader refuses it (`preflab.db.ingest.records.unstorable`).
 
 The summary counts what happened to each annotation read (new, updated,
 unchanged, quarantined now, still quarantined from before), then what the
@@ -30,11 +30,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from preflab.console import plural
-from preflab.db.agreement import same_as_shown_text
+from preflab.db.quality.agreement import same_as_shown_text
 from preflab.db.bulk import lookup
-from preflab.db.ingest import Invalid
+from preflab.db.ingest.jsonl import Invalid
 from preflab.db.models import AnnotatorKind, Ranking, RankingStatus, RawRecord, RawStatus
-from preflab.db.records import unstorable  # the rule of every reader: any field, any depth, keys too
+from preflab.db.ingest.records import unstorable  # the rule of every reader: any field, any depth, keys too
 from preflab.db.store import payload_hash, quarantine, store_raw
 from preflab.labelling.studio.parse import MAX_ID, VOLATILE, TaskFields, TaskItems, encodable, ls_id, \
     may_hold_flaws, parse_annotation, payload, task_items, task_json

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from preflab.console import plural
-from preflab.db.lines import open_input
+from preflab.db.ingest.lines import open_input
 from preflab.errors import InputError
 from preflab.labelling.studio.parse import bucket_keys
 

@@ -7,7 +7,7 @@ identified by its prompt and the exact set of candidates, so pushing again
 creates nothing twice, and a prompt that gained candidates gets a new task.
 
 Gold tasks (`--gold FILE --gold-rate R`) are tasks of prompts with a known
-ranking (`preflab.db.gold`), built exactly like the others and mixed in among
+ranking (`preflab.db.quality.gold`), built exactly like the others and mixed in among
 them at seeded places, so nothing tells an annotator which ones they are.
 Gold prompts get tasks only this way: enough that about R of the project's
 tasks are gold.
@@ -29,7 +29,7 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.gold import gold_prompt_ids, read_gold, store_gold
+from preflab.db.quality.gold import gold_prompt_ids, read_gold, store_gold
 from preflab.db.models import Candidate, LSTask, Prompt
 from preflab.errors import InputError
 from preflab.labelling.active import SelectConfig, select_prompts
@@ -239,7 +239,7 @@ def push_tasks(sessions: sessionmaker[Session], client: LabelStudioClient, proje
         project_id: the Label Studio project (default: the only one preflab knows on the server).
         seed: seeds each task's shuffle of its candidates.
         limit: push at most this many new tasks (gold tasks come on top).
-        gold: a gold file (`preflab.db.gold`): its answers are stored before anything is pushed.
+        gold: a gold file (`preflab.db.quality.gold`): its answers are stored before anything is pushed.
         gold_rate: the share of the project's tasks to make gold tasks (0.05 when only `gold` is given).
         selection: choose the prompts to push by a strategy (`preflab.labelling.active`); `limit` caps it.
     """

@@ -144,7 +144,7 @@ FILES = itertools.count()
 def _import(sessions, tmp_path, lines) -> dict[str, int]:
     from sqlalchemy import select
 
-    from preflab.db.ingest import import_file, import_rankings_batch
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.db.models import Prompt
 
     import_file(sessions, write_lines(tmp_path / f"rankings-{next(FILES)}.jsonl", lines), import_rankings_batch)
@@ -185,8 +185,8 @@ TEXTS = ["The capital of France is Paris.", "A spider has eight legs.", "The sea
 
 
 def _scores(path, prompt):
-    from preflab.training.models.loading import load_sequence_scorer
-    from preflab.training.models.scoring import reward_scores
+    from preflab.lm.loading import load_sequence_scorer
+    from preflab.lm.scoring import reward_scores
 
     model, tokenizer = load_sequence_scorer(path, device="cpu")
     return dict(zip(TEXTS, reward_scores(model, tokenizer, [prompt] * len(TEXTS), TEXTS)))
@@ -238,8 +238,8 @@ def test_uncertainty_from_an_ensemble_picks_where_the_reward_models_disagree(sql
 def test_last_layer_features_are_what_the_scoring_head_reads(reward_models):
     import torch
 
-    from preflab.training.models.loading import load_sequence_scorer
-    from preflab.training.models.scoring import reward_scores
+    from preflab.lm.loading import load_sequence_scorer
+    from preflab.lm.scoring import reward_scores
 
     model, tokenizer = load_sequence_scorer(reward_models[0], device="cpu")
     prompts = ["Q: "] * len(TEXTS)
@@ -252,8 +252,8 @@ def test_last_layer_features_are_what_the_scoring_head_reads(reward_models):
 
 def test_diversity_from_the_store_starts_from_what_people_ranked(sqlite_url, tmp_path, reward_models):
     from preflab.db.engine import open_database, session_factory
-    from preflab.training.models.loading import load_sequence_scorer
-    from preflab.training.models.scoring import reward_scores
+    from preflab.lm.loading import load_sequence_scorer
+    from preflab.lm.scoring import reward_scores
 
     sessions = session_factory(open_database(sqlite_url))
     prompts = [f"prompt {n}: " for n in range(6)]

@@ -25,7 +25,7 @@ def parrot_lm(tmp_path_factory):
     path = tiny_causal_lm(tmp_path_factory.mktemp("models") / "parrot")
     from transformers import AutoTokenizer
 
-    from preflab.training.models.loading import chat_text
+    from preflab.lm.loading import chat_text
 
     tokenizer = AutoTokenizer.from_pretrained(path)
     return fit_completions(path, [(chat_text(tokenizer, p), "Paris.") for p in PROMPTS], steps=60, lr=1e-2)
@@ -78,8 +78,8 @@ def test_identical_samples_are_stored_once(cli, sessions, parrot_lm, tmp_path):
 
 def test_batched_generation_equals_one_prompt_at_a_time(tiny_lm):
     """Left padding must not change what a prompt generates (greedy, so comparable)."""
-    from preflab.training.models.sampling import generate_texts
-    from preflab.training.models.loading import chat_text, load_causal_lm
+    from preflab.lm.sampling import generate_texts
+    from preflab.lm.loading import chat_text, load_causal_lm
 
     model, tokenizer = load_causal_lm(tiny_lm)
     texts = [chat_text(tokenizer, p) for p in ["Hi", *PROMPTS]]

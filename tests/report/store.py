@@ -52,7 +52,7 @@ def run_cli(url: str, *args) -> str:
 
 def run_report(url: str, *args) -> str:
     """`preflab report ARGS…` on the database at `url`; returns stdout."""
-    from preflab.report.cli import report_command
+    from preflab.commands.report import report_command
     from preflab.settings import Settings
 
     result = CliRunner().invoke(report_command, list(map(str, args)), obj=Settings.resolve(url),

@@ -142,7 +142,7 @@ def test_the_page_names_no_person_and_shows_no_text_with_no_text(page, full_stor
 
 
 def test_rankings_alone_give_data_and_agreement_as_stats_counts_it(cli, db_url, sessions, sample_rankings, tmp_path):
-    from preflab.db.agreement import agreement
+    from preflab.db.quality.agreement import agreement
 
     cli("import", "rankings", sample_rankings)
     out = tmp_path / "report.html"

@@ -4,9 +4,9 @@ import json
 
 from sqlalchemy import select
 
-from preflab.db.gold import read_gold, store_gold
+from preflab.db.quality.gold import read_gold, store_gold
 from preflab.db.models import Annotator
-from tests.db.quality_world import export_file, make_world
+from tests.db.quality.quality_world import export_file, make_world
 from tests.labelling.browser import browser_page
 from tests.report.store import run_report
 

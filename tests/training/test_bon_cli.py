@@ -168,8 +168,8 @@ def test_sample_options_are_the_sampling_config_with_best_of_n_defaults():
     starting from the policy's own distribution (temperature 1, no truncation) and N = 8."""
     import dataclasses
 
-    from preflab.training.bestofn.cli import sample_command
-    from preflab.training.models.sampling import SamplingConfig
+    from preflab.commands.bon import sample_command
+    from preflab.lm.sampling import SamplingConfig
 
     defaults = {p.name: p.default for p in sample_command.params}
     assert {f.name for f in dataclasses.fields(SamplingConfig)} <= set(defaults)

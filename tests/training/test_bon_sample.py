@@ -49,8 +49,8 @@ def test_sample_stores_every_draw_and_the_estimate_reads_them(cli, sessions, set
     assert len(kept) == 3 and all(lp < 0 for lp in kept)
     assert out["kl_beirami"] == pytest.approx(float(np.mean(beirami_kl_log(kept, n))))
 
-    from preflab.training.models.loading import load_sequence_scorer
-    from preflab.training.models.scoring import reward_scores
+    from preflab.lm.loading import load_sequence_scorer
+    from preflab.lm.scoring import reward_scores
 
     reward, tokenizer = load_sequence_scorer(str(rm), device="cpu")
     with sessions.begin() as session:
@@ -105,7 +105,7 @@ def test_logprob_is_the_sampling_probability(models):
 
     from preflab.training.bestofn.config import BON_DEFAULTS, BonSampleConfig
     from preflab.training.bestofn.sample import sample_sequences
-    from preflab.training.models.loading import chat_text, load_causal_lm
+    from preflab.lm.loading import chat_text, load_causal_lm
 
     policy, _ = models
     model, tokenizer = load_causal_lm(str(policy), device="cpu")

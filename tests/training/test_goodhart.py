@@ -219,7 +219,7 @@ def write_lineage_rankings(base, policy, path, prompts) -> int:
 
 @pytest.mark.slow
 def test_bon_frontier_charts_a_lineage_of_real_model_versions(toy_store, toy_base, tmp_path):
-    from preflab.db.ingest import import_file, import_rankings_batch
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.training.config import DPOTrainConfig
     from preflab.training.dpo import train_dpo
 

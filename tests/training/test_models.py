@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from preflab.errors import ConfigError
-from preflab.training.models.loading import (
+from preflab.lm.loading import (
     load_causal_lm,
     load_sequence_scorer,
     model_cache_dir,

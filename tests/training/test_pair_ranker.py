@@ -88,7 +88,7 @@ def test_pair_ranker_learns_a_known_preference(trained, toy_base):
     # The recorded numbers are the saved ranker's, and its two orders of a pair sum to one.
     from datasets import load_from_disk
 
-    from preflab.training.models.pair_ranker import load_pair_ranker, preference_probabilities
+    from preflab.lm.pair_ranker import load_pair_ranker, preference_probabilities
 
     test = load_from_disk(str(Path(report["path"]).parent / "data"))["test"]
     model, tokenizer, settings = load_pair_ranker(report["path"])

@@ -98,7 +98,7 @@ def test_a_terminated_retrain_records_its_run_as_failed_and_gives_the_lease_back
     """SIGTERM (a scheduler's timeout, systemd stopping, a Kubernetes eviction) is not a crash: the run
     is marked failed and the next run need not wait for the lease to expire."""
     from preflab.db.engine import open_database, session_factory
-    from preflab.db.ingest import import_file, import_rankings_batch
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
 
     sessions = session_factory(open_database(sqlite_url))
     import_file(sessions, sample_rankings, import_rankings_batch)

@@ -45,7 +45,7 @@ def assert_shareable(folder: Path) -> None:
 
 
 def test_a_converted_model_in_the_cache_is_readable_by_all(tmp_path, monkeypatch, umask_022, tiny_embedded_model):
-    from preflab.training.models.loading import resolve_model_path
+    from preflab.lm.loading import resolve_model_path
 
     monkeypatch.setenv("PREFLAB_MODEL_CACHE", str(tmp_path / "cache"))
     assert_shareable(Path(resolve_model_path(tiny_embedded_model)))

@@ -26,8 +26,8 @@ def run(url, *args, expect_ok=True):
 
 def pair_gaps(model_path, pairs) -> list[float]:
     """log π(chosen) − log π(rejected) of each pair."""
-    from preflab.training.models.loading import load_causal_lm
-    from preflab.training.models.scoring import completion_logprobs
+    from preflab.lm.loading import load_causal_lm
+    from preflab.lm.scoring import completion_logprobs
 
     model, tokenizer = load_causal_lm(model_path)
     chosen = completion_logprobs(model, tokenizer, pairs["prompt"], pairs["chosen"])

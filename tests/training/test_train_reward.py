@@ -55,8 +55,8 @@ def test_pairwise_run_records_run_dataset_and_model_version(db_url, toy_base, tm
     # The recorded held-out accuracy is the saved model's on the run's test split, pair by pair.
     from datasets import load_from_disk
 
-    from preflab.training.models.loading import load_sequence_scorer
-    from preflab.training.models.scoring import reward_scores
+    from preflab.lm.loading import load_sequence_scorer
+    from preflab.lm.scoring import reward_scores
 
     test = load_from_disk(str(Path(report["path"]).parent / "data"))["test"]
     model, tokenizer = load_sequence_scorer(report["path"])
@@ -82,8 +82,8 @@ def test_grouped_mode_learns_the_preference_and_matches_trl_loss(toy_store, toy_
     # Chosen responses now outscore rejected ones on the pairs it learned from (a random head scores ~0.5).
     from datasets import load_from_disk
 
-    from preflab.training.models.loading import load_sequence_scorer
-    from preflab.training.models.scoring import pairwise_accuracy
+    from preflab.lm.loading import load_sequence_scorer
+    from preflab.lm.scoring import pairwise_accuracy
 
     model, tokenizer = load_sequence_scorer(report["path"])
     learned = pairwise_accuracy(model, tokenizer, load_from_disk(str(Path(report["path"]).parent / "data"))["train"])
@@ -103,7 +103,7 @@ def test_grouped_loss_equals_trl_pairwise_loss_on_the_same_pairs(toy_base):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from preflab.training.grouped import DataCollatorForGroups, grouped_loss, prepare_groups
-    from preflab.training.models.scoring import sequence_ids
+    from preflab.lm.scoring import sequence_ids
 
     tokenizer = AutoTokenizer.from_pretrained(toy_base)
     model = AutoModelForSequenceClassification.from_pretrained(toy_base, num_labels=1).eval()

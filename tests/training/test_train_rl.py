@@ -32,8 +32,8 @@ def rank_by_first_digit(sessions, base, workdir, prompts: int = 200) -> int:
     """
     from transformers import AutoModelForCausalLM
 
-    from preflab.db.ingest import import_file, import_rankings_batch
-    from preflab.db.pairs import build_pairs
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
+    from preflab.db.pairs.build import build_pairs
     from preflab.training.demos import toy_world as toy
     from preflab.training.goodhart.world import sample_prompts
 

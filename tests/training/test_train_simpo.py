@@ -26,7 +26,7 @@ def run(url, *args, expect_ok=True):
 
 def mean_margin(model_path, pairs, beta=2.0) -> float:
     """SimPO's own reward margin: β/|y|·log π(y|x) of chosen minus rejected, averaged over the pairs."""
-    from preflab.training.models.loading import load_causal_lm
+    from preflab.lm.loading import load_causal_lm
     from preflab.training.simpo import length_normalised_margins
 
     model, tokenizer = load_causal_lm(model_path)

@@ -80,7 +80,7 @@ def write_tiny_gguf(path, seed: int = 0) -> None:
 @pytest.fixture
 def tiny_embedded_model(tmp_path, monkeypatch) -> str:
     """The name of a tiny embedded model (a GGUF in a package on sys.path), registered for this test."""
-    from preflab.training.models.loading import EMBEDDED
+    from preflab.lm.loading import EMBEDDED
 
     package = tmp_path / "site" / PACKAGE
     package.mkdir(parents=True)

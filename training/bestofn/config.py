@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from preflab.errors import ConfigError
-from preflab.training.models.sampling import SamplingConfig
+from preflab.lm.sampling import SamplingConfig
 
 
 @dataclass

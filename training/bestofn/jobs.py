@@ -1,7 +1,7 @@
 """The jobs behind `preflab bon …`: read samples, estimate every n, draw the plot, sample with a reward model.
 
 Each is one function a command (or a notebook, or another job) calls; the
-commands in `preflab.training.bestofn.cli` only parse options and print.
+commands in `preflab.commands.bon` only parse options and print.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def sample_best_of_n(sessions: sessionmaker[Session], reward_model: str, policy:
     from preflab.labelling.selection import prompts_from_file
     from preflab.training.bestofn.kl import beirami_kl_log, kl_bound
     from preflab.training.bestofn.sample import best_of_n, reward_model_version
-    from preflab.training.models.names import ModelCache, load_named_model
+    from preflab.lm.names import ModelCache, load_named_model
 
     with sessions.begin() as session:
         reward_model_version(session, reward_model)  # a reward model with weights, or a one-line error

@@ -16,8 +16,8 @@ n ≤ N from them, and a human or gold judge can rank them to measure the truth:
 Sampling uses the policy's own generation loop with the scores of the processed
 (temperature, top-p) distribution, so each response's probability under what
 was actually sampled is known: Beirami et al.'s KL estimate d_n(ε) needs it.
-Loading comes from `preflab.training.models.loading`, prompt formatting from its chat
-helpers, and scoring from `preflab.training.models.scoring` (inputs tokenized as the
+Loading comes from `preflab.lm.loading`, prompt formatting from its chat
+helpers, and scoring from `preflab.lm.scoring` (inputs tokenized as the
 reward model was trained on them), as `preflab judge reward-model` scores.
 """
 
@@ -36,11 +36,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.db.models import Annotator, ModelVersion, Prompt, Ranking, RankingItem, RankingStatus
-from preflab.db.pairs import tiers_from_scores
+from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
 from preflab.errors import InputError, NotFound
 from preflab.training.bestofn.config import BonSampleConfig
-from preflab.training.models.names import NamedModel
+from preflab.lm.names import NamedModel
 
 SOURCE = "bon"
 
@@ -70,7 +70,7 @@ def sample_sequences(model, tokenizer, texts: list[str], config: BonSampleConfig
     """`config.n` samples for each formatted text, in one batched `generate` call (left padding)."""
     import torch
 
-    from preflab.training.models.sampling import stop_ids
+    from preflab.lm.sampling import stop_ids
 
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     torch.manual_seed(seed)
@@ -202,8 +202,8 @@ def best_of_n(sessions: sessionmaker[Session], policy: NamedModel, reward: Named
         policy: the loaded causal LM; its label and version are stored on the candidates.
         reward: the loaded reward model; its label names the AI annotator of the rankings.
     """
-    from preflab.training.models.loading import chat_text
-    from preflab.training.models.scoring import reward_scores
+    from preflab.lm.loading import chat_text
+    from preflab.lm.scoring import reward_scores
 
     start = time.perf_counter()
     summary = BonSampleSummary(reward.label, policy.label, config.n)

@@ -6,7 +6,7 @@ From the database, a proxy is an AI annotator's (judge's or reward model's)
 `RankingItem.score` on its valid rankings, averaged per candidate when it scored
 a candidate more than once. The true reward is another annotator's scores the
 same way, or, for `human`, each candidate's mean normalised Borda score over the
-prompt's valid human rankings (`preflab.db.pairs.borda`): the share of the other
+prompt's valid human rankings (`preflab.db.pairs.build.borda`): the share of the other
 ranked candidates it beat, ties counting ½, averaged over the humans who ranked
 it — 1 means every human put it first, 0 last. Borda is used rather than
 Bradley–Terry because it is defined from a single ranking, needs no fit, and
@@ -30,7 +30,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from preflab.db.models import Annotator, Ranking, RankingItem, RankingStatus
-from preflab.db.pairs import borda, iter_prompt_rankings
+from preflab.db.pairs.build import borda, iter_prompt_rankings
 from preflab.errors import InputError, NotFound
 
 Group = tuple[str, np.ndarray, np.ndarray | None]
@@ -47,12 +47,12 @@ def read_jsonl(path: str | Path) -> list[Group]:
     """Groups from JSON Lines: {"group": "prompt-17", "proxy": 0.83, "true": 1.0} per sample.
 
     `group` is optional (one group), `true` is optional but then absent from every line.
-    The file is read as every preflab reader reads one (`preflab.db.lines`: gzip read
+    The file is read as every preflab reader reads one (`preflab.db.ingest.lines`: gzip read
     through, a byte-order mark and CRLF endings ignored); an analysis needs every
     sample, so a line that cannot be used stops it with one sentence naming the line.
     """
-    from preflab.db.lines import Invalid, open_input, read_lines
-    from preflab.db.records import load_object
+    from preflab.db.ingest.lines import Invalid, open_input, read_lines
+    from preflab.db.ingest.records import load_object
 
     path = Path(path)
     proxies: dict[str, list[float]] = defaultdict(list)

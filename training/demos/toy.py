@@ -136,10 +136,10 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
     from sqlalchemy import select
     from transformers import AutoModelForCausalLM
 
-    from preflab.db.export import ExportSettings, export_dataset
-    from preflab.db.ingest import import_file, import_rankings_batch
+    from preflab.db.export.dataset import ExportSettings, export_dataset
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.db.models import Prompt
-    from preflab.db.pairs import build_pairs
+    from preflab.db.pairs.build import build_pairs
     from preflab.training.demos import toy_world as toy
     from preflab.training.dpo import evaluate_policy_on_pairs, train_dpo
     from preflab.training.reward import train_reward

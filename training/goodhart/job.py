@@ -134,9 +134,9 @@ class Stage:
 def rank_and_fit(sessions: sessionmaker[Session], base_model, base_path: Path, prompts: list[list[int]],
                  ranked: int, settings: GoodhartSettings, workdir: Path, reporter: Reporter) -> Stage:
     """Rank base samples for `prompts` (after the `ranked` already in the store) and fit a proxy on all of them."""
-    from preflab.db.export import ExportSettings, export_dataset
-    from preflab.db.ingest import import_file, import_rankings_batch
-    from preflab.db.pairs import build_pairs
+    from preflab.db.export.dataset import ExportSettings, export_dataset
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
+    from preflab.db.pairs.build import build_pairs
     from preflab.training.reward import train_reward
 
     path = workdir / f"rankings-{len(prompts)}.jsonl"

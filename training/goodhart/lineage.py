@@ -58,8 +58,8 @@ def version_samples(session: Session, version: ModelVersion, limit: int) -> Vers
 def mc_kl(policy: str, reference: str, samples: list[tuple[int, int, str, str]], chat: bool,
           batch_size: int) -> tuple[float, float]:
     """KL(π ‖ π_ref) from π's own samples: the mean log-ratio and its standard error."""
-    from preflab.training.models.loading import load_causal_lm
-    from preflab.training.models.scoring import completion_logprobs
+    from preflab.lm.loading import load_causal_lm
+    from preflab.lm.scoring import completion_logprobs
 
     prompts = [[{"role": "user", "content": p}] if chat else p for _, _, p, _ in samples]
     answers = [[{"role": "assistant", "content": c}] if chat else c for _, _, _, c in samples]

@@ -70,7 +70,7 @@ class RetrainConfig:
     report: str | None = None  # write `preflab report` here after every run
     pairs: dict[str, str] = field(default_factory=lambda: {"strategy": "all", "aggregate": "none",
                                                            "annotator_kind": "any"})
-    export: Any = None       # preflab.db.export.ExportSettings
+    export: Any = None       # preflab.db.export.dataset.ExportSettings
     reward: Any = None       # RewardTrainConfig, or None: no reward model
     dpo: Any = None          # DPOTrainConfig, or None: no policy
     models: dict[str, str | None] = field(default_factory=dict)  # per-kind starting model
@@ -87,7 +87,7 @@ class RetrainConfig:
         if self.reward is None and self.dpo is None:
             raise ConfigError("the retrain config trains nothing: add a [reward] and/or a [dpo] table")
         if self.export is None:
-            from preflab.db.export import ExportSettings
+            from preflab.db.export.dataset import ExportSettings
 
             self.export = ExportSettings()
 
@@ -109,7 +109,7 @@ def _table(data: dict, name: str, allowed: set[str] | None, where: str) -> dict:
 
 def parse_retrain_config(data: dict, where: str = "the retrain config") -> RetrainConfig:
     """Check and build the config from a parsed file; every mistake is one sentence naming the key."""
-    from preflab.db.export import ExportSettings
+    from preflab.db.export.dataset import ExportSettings
     from preflab.training.config import DPOTrainConfig, RewardTrainConfig
 
     unknown = sorted(set(data) - TOP_LEVEL)
@@ -164,8 +164,8 @@ MAX_CONFIG_BYTES = 1 << 20  # a config is a page of settings: anything this larg
 
 
 def _config_text(path: Path) -> str:
-    """The text of a config file, by the rules every preflab reader follows (`preflab.db.lines`)."""
-    from preflab.db.lines import open_input
+    """The text of a config file, by the rules every preflab reader follows (`preflab.db.ingest.lines`)."""
+    from preflab.db.ingest.lines import open_input
 
     with open_input(path) as handle:  # gzip read through; UTF-16, zip and the like refused
         data = handle.read(MAX_CONFIG_BYTES + 1)
@@ -194,8 +194,8 @@ def _check_values(data: dict, where: str) -> None:
 
 def load_retrain_config(path: str | Path) -> RetrainConfig:
     """Read a TOML (or, by its suffix, JSON) retrain config file."""
-    from preflab.db.lines import Invalid
-    from preflab.db.records import load_object
+    from preflab.db.ingest.lines import Invalid
+    from preflab.db.ingest.records import load_object
 
     path = Path(path)
     if not path.is_file():
@@ -247,7 +247,7 @@ def count_new_pairs(session: Session, since: datetime | None, pairs: dict[str, s
 
     Counted per ranking, before any aggregation across annotators.
     """
-    from preflab.db.pairs import expand_tiers
+    from preflab.db.pairs.build import expand_tiers
     from preflab.training.selfreward.data import rankings_by_id
 
     query = (select(Ranking.id).join(Annotator, Annotator.id == Ranking.annotator_id)
@@ -304,8 +304,8 @@ def retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_mode
 
 def _retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_model: str, min_new: int,
              reporter: Reporter) -> RetrainResult:
-    from preflab.db.export import export_dataset
-    from preflab.db.pairs import build_pairs
+    from preflab.db.export.dataset import export_dataset
+    from preflab.db.pairs.build import build_pairs
     from preflab.db.locks import db_now
 
     with sessions.begin() as session:

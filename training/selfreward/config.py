@@ -19,7 +19,7 @@ from preflab.db.models import SelfRewardIteration
 from preflab.errors import ConfigError
 from preflab.labelling.judges.score import SCORE_METHODS
 from preflab.training.evaluate import ANSWER_JUDGES
-from preflab.training.models.sampling import SamplingConfig
+from preflab.lm.sampling import SamplingConfig
 from preflab.training.selfreward.data import PAIR_CHOICES
 
 # Stored configs from before the sampling fields came from SamplingConfig: old name -> field.

@@ -8,7 +8,7 @@ ranking either the highest-against-lowest pair (a ranking whose candidates all
 tie gives none) or every strict pair. The dataset is conversational (chat
 messages), as the candidates were sampled through the chat template, split by
 prompt like every preflab export, and written by the same writer
-(`preflab.db.export.write_dataset`).
+(`preflab.db.export.dataset.write_dataset`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from preflab.db.models import Annotator, DatasetVersion, Prompt, Ranking, RankingItem, RankingStatus
-from preflab.db.pairs import expand_tiers
+from preflab.db.pairs.build import expand_tiers
 from preflab.db.store import chunks
 from preflab.errors import TrainingError
 
@@ -112,7 +112,7 @@ def write_iteration_dataset(session: Session, pairs: list[Pair], out_dir: str | 
     Args:
         settings: stored with the version (the loop, its iteration and pair strategy).
     """
-    from preflab.db.export import ExportSettings, split_prompts, write_dataset
+    from preflab.db.export.dataset import ExportSettings, split_prompts, write_dataset
 
     if not pairs:
         raise TrainingError(f"iteration {iteration} has no preference pairs to train on")

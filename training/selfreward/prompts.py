@@ -46,7 +46,7 @@ class WrittenPrompts:
 
 
 def few_shot_text(tokenizer, examples: list[str]) -> str:
-    from preflab.training.models.loading import chat_text
+    from preflab.lm.loading import chat_text
 
     shown = "\n\n".join(f"Task {i}: {text.strip()}" for i, text in enumerate(examples, start=1))
     # The reply is begun for the model ("Task 9:"), so it continues the list with a task instead of
@@ -89,7 +89,7 @@ def write_prompts(model, tokenizer, examples: list[str], n: int, *, shots: int =
         is_new: tells, for a list of texts, which are not stored yet (checked per batch).
         on_batch: called with each batch of new prompts, so the caller can store them as they come.
     """
-    from preflab.training.models.sampling import generate_texts
+    from preflab.lm.sampling import generate_texts
 
     if not examples:
         raise InputError("there are no prompts to show as examples; import some with `preflab import prompts`")
@@ -142,7 +142,7 @@ def stored_hashes(session: Session, hashes: list[str]) -> set[str]:
 
 def pool_prompts(path: str | Path, n: int, is_new: Callable[[list[str]], list[bool]]) -> list[tuple[str, str | None]]:
     """The next `n` (prompt, reference) of a JSON Lines pool file that are not stored yet, in file order."""
-    from preflab.db.ingest import Invalid, open_jsonl, parse_prompt
+    from preflab.db.ingest.jsonl import Invalid, open_jsonl, parse_prompt
 
     out: list[tuple[str, str | None]] = []
     batch: list[tuple[str, str | None]] = []

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from preflab.db.agreement import compare_rankings
+from preflab.db.quality.agreement import compare_rankings
 from preflab.db.models import Annotator, DatasetVersion, ModelVersion, Prompt, Ranking, RankingStatus, SelfRewardIteration
 from preflab.db.store import chunks
 from preflab.errors import NotFound
@@ -22,7 +22,7 @@ def judge_agreement(session: Session, annotator_id: int | None, prompt_ids: list
     """How often the judge orders a pair of candidates as people did, on the prompts both ranked.
 
     Every judge ranking is compared with every person's ranking of the same
-    prompt, on the candidates both ranked (`preflab.db.agreement.compare_rankings`).
+    prompt, on the candidates both ranked (`preflab.db.quality.agreement.compare_rankings`).
     """
     from preflab.training.selfreward.data import rankings_by_id
 

@@ -20,8 +20,8 @@ from preflab.console import Reporter
 from preflab.db.models import Candidate, DatasetVersion, ModelVersion, Prompt, TrainingRun
 from preflab.db.store import content_hash
 from preflab.errors import InputError, TrainingError
-from preflab.training.models.names import ModelCache, NamedModel, load_named_model
-from preflab.training.selfreward.loop import (
+from preflab.lm.names import ModelCache, NamedModel, load_named_model
+from preflab.training.selfreward.state import (
     Context,
     advance,
     count_iteration_prompts,
@@ -222,7 +222,7 @@ def train_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
 def evaluate_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
     from preflab.labelling.judges.run import make_judge
     from preflab.training.evaluate import PolicyEval, win_rate
-    from preflab.training.models.loading import resolve_model_path
+    from preflab.lm.loading import resolve_model_path
     from preflab.training.selfreward.report import judge_agreement
 
     cfg = ctx.config

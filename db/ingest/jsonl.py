@@ -1,0 +1,301 @@
+"""Import rankings and prompts from JSON Lines, a batch per transaction.
+
+The file is read as bytes, a line at a time (`preflab.db.ingest.lines`). Each line is
+stored raw first, exactly as received; then parsed (`preflab.db.ingest.records`); a
+line that cannot be used is quarantined with the reason and the rest of the
+batch still imports. A ranking is identified by its `id` (or, without one, the
+line's hash) and its annotator, so importing a file twice, or an overlapping
+file, adds nothing twice. Every line read is counted once: imported, duplicate,
+quarantined or blank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from preflab.console import SILENT, Reporter, plural
+from preflab.db.bulk import append_rows, lookup
+from preflab.db.engine import in_transaction
+from preflab.db.ingest.lines import Invalid, Line, count_lines, open_input, read_lines, refuse_json_document
+from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawStatus
+from preflab.db.ingest.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
+from preflab.db.store import (ensure_annotators, ensure_candidates, ensure_prompts, quarantine, shown_payload,
+                              store_raw)
+from preflab.errors import InputError
+
+__all__ = ["BATCH_LINES", "ImportSummary", "Invalid", "PromptRecord", "RankingRecord", "import_file",
+           "import_prompts_batch", "import_rankings_batch", "open_jsonl", "parse_prompt", "parse_ranking"]
+
+BATCH_LINES = 5000
+BATCH_BYTES = 64 * 2**20  # a batch of long lines is cut short: memory stays bounded
+
+
+@dataclass
+class ImportSummary:
+    """What an import did with each line it read: read = imported + duplicates + quarantined + blank."""
+
+    read: int = 0
+    imported: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    blank: int = 0
+    prompts: int = 0
+    candidates: int = 0
+    retried: int = 0  # transactions run again after losing a race with another writer
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def all_quarantined(self) -> bool:
+        """Records were read and every one was quarantined: the exit status is `EXIT_ALL_QUARANTINED`."""
+        return self.quarantined > 0 and self.imported == 0 and self.duplicates == 0
+
+    def add(self, other: "ImportSummary") -> None:
+        for name in ("read", "imported", "duplicates", "quarantined", "blank", "prompts", "candidates", "retried"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for reason, n in other.reasons.items():
+            self.reasons[reason] = self.reasons.get(reason, 0) + n
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"read": self.read, "imported": self.imported, "duplicates": self.duplicates,
+                "quarantined": self.quarantined, "blank": self.blank, "new_prompts": self.prompts,
+                "new_candidates": self.candidates, "retried": self.retried}
+
+
+# --- reading files ----------------------------------------------------------------------
+
+def batches(lines: Iterable[Line], max_lines: int = BATCH_LINES, max_bytes: int = BATCH_BYTES) -> Iterator[list[Line]]:
+    """Group lines into batches of at most `max_lines` lines and about `max_bytes` bytes."""
+    out: list[Line] = []
+    size = 0
+    try:
+        for line in lines:
+            out.append(line)
+            size += len(line.data)
+            if len(out) >= max_lines or size >= max_bytes:
+                yield out
+                out, size = [], 0
+    except InputError:  # damaged part-way: the lines read before the damage still count
+        if out:
+            yield out
+        raise
+    if out:
+        yield out
+
+
+def open_jsonl(path: str | Path) -> TextIO:
+    """A text handle on a JSON Lines file: decompressed, without its byte-order mark.
+
+    Bytes that are not UTF-8 come through surrogate-escaped (parsing such a line fails).
+    """
+    return io.TextIOWrapper(open_input(path), encoding="utf-8-sig", errors="surrogateescape")
+
+
+# --- writing ----------------------------------------------------------------------------
+
+def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...]],
+                                  summary: ImportSummary):
+    """Get or create the prompts and candidates of parsed records; returns the id maps."""
+    prompt_rows: dict[str, dict[str, Any]] = {}
+    for rec, *_ in records:
+        row = prompt_rows.get(rec.prompt_hash)
+        if row is None:
+            prompt_rows[rec.prompt_hash] = {"text": rec.prompt, "source": rec.source, "reference": rec.reference}
+        elif row["reference"] is None and rec.reference:
+            row["reference"] = rec.reference
+    prompt_ids = ensure_prompts(session, prompt_rows, append=True)
+    summary.prompts += prompt_ids.created
+
+    cand_rows: dict[tuple[int, str], dict[str, Any]] = {}
+    for rec, *_ in records:
+        pid = prompt_ids[rec.prompt_hash]
+        for text, h, model in zip(rec.responses, rec.response_hashes, rec.models):
+            if (pid, h) not in cand_rows:
+                cand_rows[pid, h] = {"text": text, "model": model}
+    cand_ids = ensure_candidates(session, cand_rows, append=True,
+                                 fresh_prompts={prompt_ids[h] for h in prompt_ids.fresh})
+    summary.candidates += cand_ids.created
+    return prompt_ids, cand_ids
+
+
+def _parse_batch(session: Session, batch: list[Line], source: str, origin: str,
+                 parse: Callable[[str], Any], summary: ImportSummary) -> list[tuple[Any, str, int, bool]]:
+    """Store the batch raw, parse it, quarantine what fails.
+
+    Returns (record, payload hash, raw record id, stored before) for every line that parsed.
+    """
+    lines = []
+    for line in batch:
+        summary.read += 1
+        if line.blank:
+            summary.blank += 1
+        else:
+            lines.append((line, line.payload(), line.digest or hashlib.sha256(line.data).hexdigest()))
+    raw = store_raw(session, source, origin, [(str(line.number), payload, h) for line, payload, h in lines],
+                    append=True)
+    reasons: dict[int, str] = {}
+    parsed: list[tuple[Any, str, int, bool]] = []
+    seen: set[str] = set()
+    for line, payload, h in lines:
+        raw_id, status = raw[h]
+        try:
+            record = parse(payload if isinstance(payload, str) else line.text())
+        except Invalid as exc:
+            if status == RawStatus.ok.value:
+                reasons[raw_id] = str(exc)
+            summary.quarantined += 1
+            summary.reasons[str(exc)] = summary.reasons.get(str(exc), 0) + 1
+            continue
+        if h in seen:  # the very same line twice in one batch
+            summary.duplicates += 1
+            continue
+        seen.add(h)
+        parsed.append((record, h, raw_id, h not in raw.new))
+    quarantine(session, reasons)
+    return parsed
+
+
+def import_rankings_batch(session: Session, batch: list[Line], origin: str,
+                          source: str = "import") -> ImportSummary:
+    """Import one batch of JSON Lines rankings inside the caller's transaction."""
+    summary = ImportSummary()
+    parsed = _parse_batch(session, batch, "import:rankings", origin, parse_ranking, summary)
+    if not parsed:
+        return summary
+    prompt_ids, cand_ids = _store_prompts_and_candidates(session, parsed, summary)
+    annotator_ids = ensure_annotators(session, {
+        (rec.kind, rec.annotator): ({"judge_kind": "import"} if rec.kind == "ai" else {}) for rec, *_ in parsed
+    })
+
+    keyed: dict[tuple[int, str], tuple[RankingRecord, int]] = {}
+    for rec, h, raw_id, _ in parsed:
+        key = (annotator_ids[(rec.kind, rec.annotator)], rec.external_id or h)
+        if key in keyed:
+            summary.duplicates += 1
+            continue
+        keyed[key] = (rec, raw_id)
+    existing = {(aid, ext) for aid, ext, src in lookup(
+        session, Ranking.__table__, ("annotator_id", "external_id", "source"), "external_id",
+        [ext for _, ext in keyed]) if src == source}
+    existing &= set(keyed)
+    summary.duplicates += len(existing)
+    new = [(key, rec, raw_id) for key, (rec, raw_id) in keyed.items() if key not in existing]
+    if not new:
+        return summary
+
+    ranking_rows = []
+    items_per_ranking = []  # (candidate id, tier, shown position, score) per response, in shown order
+    for (annotator_id, external_id), rec, raw_id in new:
+        pid = prompt_ids[rec.prompt_hash]
+        cids = [cand_ids[(pid, h)] for h in rec.response_hashes]
+        tier_of: list[int | None] = [None] * len(cids)
+        for t, tier in enumerate(rec.tiers):
+            for index in tier:
+                tier_of[index] = t
+        items_per_ranking.append(list(zip(cids, tier_of, range(len(cids)), rec.scores or [None] * len(cids))))
+        ranking_rows.append({
+            "prompt_id": pid, "annotator_id": annotator_id, "source": source, "external_id": external_id,
+            "version": 1, "status": "valid", "n_tiers": len(rec.tiers), "same_as_shown": False,
+            "raw_record_id": raw_id,
+        })
+    ids = append_rows(session, Ranking.__table__, ranking_rows)
+    append_rows(session, RankingItem.__table__,
+                [(rid, *item) for rid, items in zip(ids, items_per_ranking) for item in items],
+                columns=("ranking_id", "candidate_id", "tier", "shown_position", "score"), new_ids=False)
+    summary.imported += len(ranking_rows)
+    return summary
+
+
+def import_prompts_batch(session: Session, batch: list[Line], origin: str) -> ImportSummary:
+    """Import one batch of JSON Lines prompts (optionally with unranked responses).
+
+    A line that adds nothing is a duplicate: the same bytes stored before, or a
+    prompt whose responses (and reference) are all stored already, however the
+    line is spelled (other spacing, key order, escapes), here or earlier in the file.
+    """
+    summary = ImportSummary()
+    parsed = _parse_batch(session, batch, "import:prompts", origin, parse_prompt, summary)
+    if not parsed:
+        return summary
+    stored = _stored_before(session, [rec for rec, *_ in parsed])
+    _store_prompts_and_candidates(session, parsed, summary)
+    duplicates = 0
+    for rec, _, _, same_bytes in parsed:
+        news = {("prompt", rec.prompt_hash)} | {(rec.prompt_hash, h) for h in rec.response_hashes}
+        if rec.reference:
+            news.add(("reference", rec.prompt_hash))
+        if same_bytes or news <= stored:
+            duplicates += 1
+        stored |= news  # a later line holding only these adds nothing either
+    summary.duplicates += duplicates
+    summary.imported += len(parsed) - duplicates
+    return summary
+
+
+def _stored_before(session: Session, records: list[Any]) -> set[tuple[str, str]]:
+    """What the database holds of these records: ("prompt", hash), ("reference", hash), (prompt hash, response hash)."""
+    prompts = {h: (pid, reference) for h, pid, reference in lookup(
+        session, Prompt.__table__, ("content_hash", "id", "reference"), "content_hash",
+        [rec.prompt_hash for rec in records])}
+    out = {("prompt", h) for h in prompts} | {("reference", h) for h, (_, ref) in prompts.items() if ref}
+    hash_of = {pid: h for h, (pid, _) in prompts.items()}
+    out |= {(hash_of[pid], h) for pid, h in lookup(session, Candidate.__table__, ("prompt_id", "content_hash"),
+                                                   "prompt_id", list(hash_of))}
+    return out
+
+
+def import_file(sessions: sessionmaker[Session], path: str | Path,
+                importer: Callable[[Session, list[Line], str], ImportSummary],
+                reporter: Reporter = SILENT, batch_lines: int = BATCH_LINES) -> ImportSummary:
+    """Import a JSON Lines file (plain or compressed) a batch per transaction.
+
+    A crash keeps the batches done; a batch that loses a race with another writer
+    is run again (`in_transaction`).
+
+    Raises:
+        InputError: the file cannot be read, is one JSON document rather than JSON Lines,
+            or its compressed data is damaged part-way.
+    """
+    refuse_json_document(path)
+    total = ImportSummary()
+    # A file name is bytes: those that are not UTF-8 would reach the database as lone surrogates.
+    origin = shown_payload(os.fsencode(Path(path).resolve()))[-500:]  # raw_records.origin holds 500 characters
+    lines = count_lines(path) if reporter.enabled else None  # a second read, only for the bar
+    with open_input(path) as handle, reporter.progress(f"importing {Path(path).name}", lines) as advance:
+        try:
+            for batch in _import_batches(sessions, read_lines(handle, path), importer, origin, batch_lines):
+                total.add(batch)
+                advance(batch.read)
+        except InputError as exc:
+            raise InputError(f"{exc}; the {plural(total.read, 'line')} before the damage are stored") from None
+    return total
+
+
+def _import_batches(sessions: sessionmaker[Session], lines: Iterable[Line], importer, origin: str,
+                    batch_lines: int) -> Iterator[ImportSummary]:
+    """Import the lines a batch per transaction; yields each batch's summary once committed."""
+    for batch in batches(lines, batch_lines):
+        attempts = 0
+
+        def attempt(session: Session) -> ImportSummary:
+            nonlocal attempts
+            attempts += 1
+            return importer(session, batch, origin)
+
+        summary = in_transaction(sessions, attempt)
+        summary.retried = attempts - 1
+        yield summary
+
+
+def iter_jsonl(records: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """Serialise records as JSON Lines (for tests, samples and the benchmark)."""
+    for record in records:
+        yield json.dumps(record, ensure_ascii=False)

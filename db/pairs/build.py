@@ -1,0 +1,387 @@
+"""Rankings → pairwise comparisons.
+
+A ranking with tiers T0 > T1 > … yields every (a, b) with a in an earlier tier
+than b. Without aggregation the expansion is one `INSERT … SELECT` self-join of
+`ranking_items`, so millions of pairs are written without leaving the database.
+With aggregation, each prompt's valid rankings are combined in Python (streamed
+a prompt at a time) into a consensus and expanded the same way. A build rewrites
+only what changed since the last one (`preflab.db.pairs.incremental`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Float, Numeric, and_, case, cast, func, insert, literal, or_, select, true
+from sqlalchemy.orm import Session, aliased
+
+from preflab.db.bulk import refresh_statistics
+from preflab.db.models import Annotator, Comparison, PairBuild, Ranking, RankingItem, RankingStatus
+from preflab.db.pairs.incremental import excluded_record, mark_and_clear, needs_full
+from preflab.errors import InputError
+
+STRATEGIES = ("all", "adjacent", "best-vs-rest", "best-vs-worst")
+AGGREGATES = ("none", "majority", "borda", "bradley-terry")
+KINDS = ("human", "ai", "any")
+INSERT_BATCH = 20_000
+MARGIN_DIGITS = 12  # decimals a margin keeps: enough for any score, none of a float's noise
+
+
+# --- the pure part: tiers in, pairs out -------------------------------------------------
+
+def expand_tiers(tiers: Sequence[Sequence[int]], strategy: str = "all") -> Iterator[tuple[int, int, int]]:
+    """Yield (chosen, rejected, tier gap) for a ranking given as tiers, best first."""
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
+    last = len(tiers) - 1
+    for i, upper in enumerate(tiers):
+        if strategy in ("best-vs-rest", "best-vs-worst") and i > 0:
+            break
+        for j in range(i + 1, len(tiers)):
+            if strategy == "adjacent" and j != i + 1:
+                break
+            if strategy == "best-vs-worst" and j != last:
+                continue
+            for a in upper:
+                for b in tiers[j]:
+                    yield a, b, j - i
+
+
+def tiers_from_scores(scores: dict[int, float], tolerance: float = 1e-9) -> list[list[int]]:
+    """Group items into tiers by score, highest first; equal scores (within tolerance) tie."""
+    tiers: list[list[int]] = []
+    last: float | None = None
+    for item, score in sorted(scores.items(), key=lambda kv: (-kv[1], kv[0])):
+        if last is not None and abs(last - score) <= tolerance:
+            tiers[-1].append(item)
+        else:
+            tiers.append([item])
+        last = score
+    return tiers
+
+
+def strict_pairs(tiers: Sequence[Sequence[int]]) -> Iterator[tuple[int, int]]:
+    for a, b, _ in expand_tiers(tiers, "all"):
+        yield a, b
+
+
+def majority(rankings: Sequence[Sequence[Sequence[int]]]) -> list[tuple[int, int, int, float]]:
+    """Majority per pair: (chosen, rejected, wins − losses, share of votes) for strict majorities."""
+    votes: dict[tuple[int, int], int] = defaultdict(int)
+    for tiers in rankings:
+        for a, b in strict_pairs(tiers):
+            votes[(a, b)] += 1
+    out = []
+    for a, b in sorted({tuple(sorted(p)) for p in votes}):
+        ab, ba = votes.get((a, b), 0), votes.get((b, a), 0)
+        if ab == ba:
+            continue
+        win, lose, n_win, n_lose = (a, b, ab, ba) if ab > ba else (b, a, ba, ab)
+        out.append((win, lose, n_win - n_lose, n_win / (n_win + n_lose)))
+    return out
+
+
+def borda(rankings: Sequence[Sequence[Sequence[int]]]) -> dict[int, float]:
+    """Mean normalised Borda score in [0, 1] over the rankings that ranked each item.
+
+    In a ranking of m ranked items, an item scores the number of items strictly
+    below it plus half of those tied with it, divided by m − 1.
+    """
+    totals: dict[int, float] = defaultdict(float)
+    counts: dict[int, int] = defaultdict(int)
+    for tiers in rankings:
+        m = sum(len(t) for t in tiers)
+        if m < 2:
+            continue
+        below = m
+        for tier in tiers:
+            below -= len(tier)
+            for item in tier:
+                totals[item] += (below + 0.5 * (len(tier) - 1)) / (m - 1)
+                counts[item] += 1
+    return {item: totals[item] / counts[item] for item in totals}
+
+
+def bradley_terry(rankings: Sequence[Sequence[Sequence[int]]], alpha: float = 0.01) -> dict[int, float]:
+    """Bradley–Terry log-strengths from every strict pair of every ranking (choix, ILSR)."""
+    import choix
+
+    items = sorted({item for tiers in rankings for tier in tiers for item in tier})
+    index = {item: i for i, item in enumerate(items)}
+    data = [(index[a], index[b]) for tiers in rankings for a, b in strict_pairs(tiers)]
+    if not data:
+        return {item: 0.0 for item in items}
+    params = choix.ilsr_pairwise(len(items), data, alpha=alpha)
+    return {item: float(params[index[item]]) for item in items}
+
+
+# --- building comparisons in the database --------------------------------------------------
+
+@dataclass
+class BuildSummary:
+    build_id: int
+    rankings: int
+    pairs: int
+    strategy: str
+    aggregate: str
+    annotator_kind: str
+    mode: str = "full"  # full | incremental
+    changed: int = 0  # rankings whose pairs came in or went out
+    excluded: dict[str, list[str]] | None = None  # pseudonym -> reasons
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def _check(strategy: str, aggregate: str, annotator_kind: str) -> None:
+    if strategy not in STRATEGIES:
+        raise InputError(f"unknown strategy {strategy!r} (expected one of {', '.join(STRATEGIES)})")
+    if aggregate not in AGGREGATES:
+        raise InputError(f"unknown aggregate {aggregate!r} (expected one of {', '.join(AGGREGATES)})")
+    if annotator_kind not in KINDS:
+        raise InputError(f"unknown annotator kind {annotator_kind!r} (expected one of {', '.join(KINDS)})")
+    if aggregate == "majority" and strategy != "all":
+        raise InputError("majority aggregation votes on every pair; use it with --strategy all")
+
+
+def build_pairs(session: Session, strategy: str = "all", aggregate: str = "none", annotator_kind: str = "any",
+                excluded: Mapping[int, Sequence[str]] | None = None, full: bool = False) -> BuildSummary:
+    """Bring the comparisons up to date with the rankings; the result equals a full rebuild's, row for row.
+
+    Only the rankings that changed since the last build are expanded again; a
+    first build, changed settings (strategy, aggregate, annotator kind, the set of
+    excluded annotators) or `full` rebuild everything. Rankings of gold prompts
+    never become pairs.
+
+    Args:
+        excluded: annotator id -> reasons: their rankings are left out, and the
+            build records them by pseudonym.
+
+    Raises:
+        InputError: unknown settings, or an excluded annotator that does not exist.
+    """
+    _check(strategy, aggregate, annotator_kind)
+    left_out = excluded_record(session, excluded)
+    previous = session.scalar(select(PairBuild).order_by(PairBuild.id.desc()).limit(1))
+    full = full or needs_full(previous, strategy, aggregate, annotator_kind, left_out)
+    tail = mark_and_clear(session, aggregate != "none", annotator_kind, sorted(excluded or ()), full)
+    if tail.mode == "full":  # the plan of the expansion below reads every ranking
+        for table in (Ranking.__table__, RankingItem.__table__):
+            refresh_statistics(session, table)
+    build = PairBuild(strategy=strategy, aggregate=aggregate, annotator_kind=annotator_kind, excluded=left_out,
+                      mode=tail.mode, n_changed=tail.changed)
+    session.add(build)
+    session.flush()
+    if aggregate == "none" and tail.ranking_from is not None:
+        _insert_expanded(session, build.id, strategy, tail.ranking_from)
+    elif aggregate != "none" and tail.prompt_from is not None:
+        _insert_aggregated(session, build.id, strategy, aggregate, tail.prompt_from)
+    build.n_rankings = session.scalar(select(func.count()).where(Ranking.in_pairs))
+    build.n_pairs = session.scalar(select(func.count()).select_from(Comparison))
+    if tail.mode == "full" or tail.changed > build.n_rankings // 10:  # much of the table is new
+        refresh_statistics(session, Comparison.__table__)
+    return BuildSummary(build.id, build.n_rankings, build.n_pairs, strategy, aggregate, annotator_kind, tail.mode,
+                        tail.changed, left_out)
+
+
+def _ranked_items(strategy: str, ranking_from: int):
+    """`ranking_items` as the expansion reads it, with each item's `place` among its ranking's used tiers.
+
+    A tier number is the template's position of the tier (Tier 1 and Tier 3 of
+    four stay 0 and 2, so their margin is 2), so strategies that name tiers by
+    order (adjacent, best, worst) go by place, counted over the non-empty tiers
+    only. `all` needs no place: the plain table keeps the hot path a plain join.
+    """
+    items = RankingItem.__table__
+    if strategy == "all":
+        return items.alias("a"), items.alias("b")
+    place = func.dense_rank().over(partition_by=items.c.ranking_id, order_by=items.c.tier) - 1
+    ranked = (select(items.c.ranking_id, items.c.candidate_id, items.c.tier, items.c.score, place.label("place"))
+              .where(items.c.tier.is_not(None), items.c.ranking_id >= ranking_from).subquery())
+    return ranked.alias("a"), ranked.alias("b")
+
+
+def _insert_expanded(session: Session, build_id: int, strategy: str, ranking_from: int) -> None:
+    """Write the pairs of the rankings the comparisons hold, from id `ranking_from` on."""
+    ta, tb = _ranked_items(strategy, ranking_from)
+    a, b = ta.c, tb.c
+    condition = [b.tier > a.tier]
+    if strategy == "adjacent":
+        condition = [b.place == a.place + 1]
+    elif strategy == "best-vs-rest":
+        condition = [a.place == 0, b.place > 0]
+    elif strategy == "best-vs-worst":  # n_tiers counts the tiers used: the worst one's place is n_tiers - 1
+        condition = [a.place == 0, b.place == Ranking.n_tiers - 1, b.place > 0]
+    # A score gap is rounded as the aggregated margins are: 0.6 - 0.2923 is stored as 0.3077, not
+    # 0.30769999999999997 (Postgres rounds only NUMERIC, so through it on both databases).
+    gap = cast(func.round(cast(a.score - b.score, Numeric), MARGIN_DIGITS), Float)
+    margin = func.coalesce(gap, cast(b.tier - a.tier, Float))
+    query = (
+        select(
+            literal(build_id), Ranking.prompt_id, a.candidate_id, b.candidate_id, Ranking.id,
+            Annotator.kind, margin, literal(1.0),
+        )
+        .join(Annotator, Annotator.id == Ranking.annotator_id)
+        .join(ta, a.ranking_id == Ranking.id)
+        .join(tb, and_(b.ranking_id == Ranking.id, *condition))
+        .where(Ranking.in_pairs, Ranking.id >= ranking_from, a.tier.is_not(None), b.tier.is_not(None))
+        .order_by(Ranking.id, a.tier, b.tier, a.candidate_id, b.candidate_id)
+    )
+    columns = ["build_id", "prompt_id", "chosen_id", "rejected_id", "ranking_id", "annotator_kind", "margin",
+               "weight"]
+    session.execute(insert(Comparison).from_select(columns, query))
+
+
+@dataclass
+class RankedView:
+    """One valid ranking as tiers of candidate ids (dense, best first)."""
+
+    ranking_id: int
+    annotator_id: int
+    kind: str
+    tiers: list[list[int]]
+
+
+def iter_prompt_rankings(session: Session, annotator_kind: str = "any", *,
+                         in_pairs_from: int | None = None) -> Iterator[tuple[int, list[RankedView]]]:
+    """Stream each prompt's valid rankings, a prompt at a time, in id order.
+
+    With `in_pairs_from`: instead, the rankings the comparisons hold, of prompts from that id on.
+    """
+    chosen = ((Ranking.status == RankingStatus.valid.value) if in_pairs_from is None
+              else and_(Ranking.in_pairs, Ranking.prompt_id >= in_pairs_from))
+    query = (
+        select(Ranking.prompt_id, Ranking.id, Ranking.annotator_id, Annotator.kind,
+               RankingItem.candidate_id, RankingItem.tier)
+        .join(Annotator, Annotator.id == Ranking.annotator_id)
+        .join(RankingItem, RankingItem.ranking_id == Ranking.id)
+        .where(chosen, RankingItem.tier.is_not(None))
+        .order_by(Ranking.prompt_id, Ranking.id, RankingItem.tier, RankingItem.candidate_id)
+        .execution_options(yield_per=INSERT_BATCH)
+    )
+    if annotator_kind != "any":
+        query = query.where(Annotator.kind == annotator_kind)
+    prompt: int | None = None
+    views: list[RankedView] = []
+    by_tier: dict[int, list[int]] = {}
+
+    def close() -> None:
+        if views:
+            views[-1].tiers = [by_tier[t] for t in sorted(by_tier)]
+
+    for prompt_id, ranking_id, annotator_id, kind, candidate_id, tier in session.execute(query):
+        if prompt_id != prompt:
+            close()
+            if prompt is not None:
+                yield prompt, views
+            prompt, views = prompt_id, []
+        if not views or views[-1].ranking_id != ranking_id:
+            close()
+            views.append(RankedView(ranking_id, annotator_id, kind, []))
+            by_tier = {}
+        by_tier.setdefault(tier, []).append(candidate_id)
+    close()
+    if prompt is not None:
+        yield prompt, views
+
+
+def aggregate_prompt(rankings: list[list[list[int]]], strategy: str, aggregate: str) -> list[tuple[int, int, float, float]]:
+    """(chosen, rejected, margin, weight) for one prompt's rankings combined."""
+    if aggregate == "majority":
+        return [(a, b, float(m), w) for a, b, m, w in majority(rankings)]
+    scores = borda(rankings) if aggregate == "borda" else bradley_terry(rankings)
+    consensus = tiers_from_scores(scores, tolerance=1e-6)
+    return [(a, b, scores[a] - scores[b], 1.0) for a, b, _ in expand_tiers(consensus, strategy)]
+
+
+def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate: str, prompt_from: int) -> None:
+    """Write the consensus pairs of the prompts from id `prompt_from` on, from the rankings the comparisons hold."""
+    rows = []
+    for prompt_id, views in iter_prompt_rankings(session, in_pairs_from=prompt_from):
+        kinds = {v.kind for v in views}
+        kind = kinds.pop() if len(kinds) == 1 else "mixed"
+        for chosen, rejected, margin, weight in aggregate_prompt([v.tiers for v in views], strategy, aggregate):
+            rows.append({"build_id": build_id, "prompt_id": prompt_id, "chosen_id": chosen,
+                         "rejected_id": rejected, "ranking_id": None,
+                         "annotator_kind": kind,
+                         "margin": round(margin, MARGIN_DIGITS) if math.isfinite(margin) else 0.0,
+                         "weight": weight})
+        if len(rows) >= INSERT_BATCH:
+            session.execute(insert(Comparison), rows)
+            rows = []
+    if rows:
+        session.execute(insert(Comparison), rows)
+
+
+# --- which comparisons an export keeps, and what they hold -----------------------------------
+
+# `human-first`: people's pairs, and a judge's only on prompts no person gave a pair for, so
+# a person and a judge never contradict each other in one dataset. `any` keeps every pair.
+EXPORT_KINDS = ("human-first", "human", "ai", "any")
+
+
+def kept_comparisons(kind: str):
+    """The WHERE clause on `Comparison` of an export's `kind` (one of EXPORT_KINDS)."""
+    if kind not in EXPORT_KINDS:
+        raise InputError(f"unknown annotator kind {kind!r} (expected one of {', '.join(EXPORT_KINDS)})")
+    if kind == "any":
+        return true()
+    if kind in ("human", "ai"):
+        return Comparison.annotator_kind == kind
+    human = aliased(Comparison)
+    by_people = select(human.id).where(human.prompt_id == Comparison.prompt_id, human.annotator_kind == "human")
+    return or_(Comparison.annotator_kind != "ai", ~by_people.exists())
+
+
+def kept_prompts(kind: str):
+    """A SELECT of the ids of the prompts an export of `kind` writes pairs of.
+
+    Every prompt with a comparison keeps some under `any` and `human-first` (a
+    judge's pairs go only where no person gave one), so those two need no
+    per-pair test here.
+    """
+    query = select(Comparison.prompt_id).distinct()
+    return query if kind in ("any", "human-first") else query.where(kept_comparisons(kind))
+
+
+@dataclass
+class PairMix:
+    """What an export holds: pairs by annotator kind, those left out, and the contradicting ones."""
+
+    kept: dict[str, int]  # annotator kind (human, ai, mixed) -> pairs exported
+    left_out: dict[str, int]  # annotator kind -> pairs of the comparisons the export leaves out
+    contradicting: dict[int, int]  # prompt id -> exported pairs whose opposite pair is exported too
+
+    @property
+    def n_contradicting(self) -> int:
+        return sum(self.contradicting.values())
+
+    def as_dict(self) -> dict:
+        return {"pairs_by_kind": self.kept, "left_out_by_kind": self.left_out,
+                "contradicting_pairs": self.n_contradicting}
+
+
+def pair_mix(session: Session, kind: str = "any") -> PairMix:
+    """Count the comparisons an export of `kind` keeps, by annotator kind, and those that contradict.
+
+    A pair contradicts when the same prompt also has the opposite pair (b over
+    a): two annotators who disagree, or a person and a judge. One GROUP BY on
+    the unordered pair, so it scales with the comparisons, not their square.
+    """
+    keep = kept_comparisons(kind)
+    counted = session.execute(select(Comparison.annotator_kind, func.count(), func.sum(case((keep, 1), else_=0)))
+                              .group_by(Comparison.annotator_kind)).all()  # one pass for both counts
+    by_kind = {k: n for k, n, _ in counted}
+    kept = {k: int(n) for k, _, n in counted if n}
+    low = case((Comparison.chosen_id < Comparison.rejected_id, Comparison.chosen_id), else_=Comparison.rejected_id)
+    high = case((Comparison.chosen_id < Comparison.rejected_id, Comparison.rejected_id), else_=Comparison.chosen_id)
+    groups = (select(Comparison.prompt_id, func.count().label("n"))
+              .where(keep).group_by(Comparison.prompt_id, low, high)
+              .having(func.min(Comparison.chosen_id) != func.max(Comparison.chosen_id)).subquery())
+    contradicting = dict(session.execute(select(groups.c.prompt_id, func.sum(groups.c.n))
+                                         .group_by(groups.c.prompt_id)).all())
+    left_out = {k: n - kept.get(k, 0) for k, n in by_kind.items() if n - kept.get(k, 0)}
+    return PairMix(kept, left_out, {int(p): int(n) for p, n in contradicting.items()})

@@ -1,0 +1,43 @@
+"""`preflab report OUT.html`: the command; the work is `preflab.report.build.write_report`."""
+
+from __future__ import annotations
+
+import click
+
+from preflab.console import Reporter, echo_json, json_option, pass_settings, plural
+from preflab.settings import Settings
+
+
+@click.command("report")
+@click.argument("out", metavar="OUT.html", type=click.Path(dir_okay=False))
+@click.option("--open", "open_page", is_flag=True, help="Open the page in a web browser once it is written.")
+@click.option("--no-text", is_flag=True, help="Leave out every excerpt of prompt and response texts.")
+@json_option
+@pass_settings
+def report_command(settings: Settings, out, open_page, no_text, as_json):
+    """Write one self-contained HTML page: data, agreement, judges, models and optimisation.
+
+    The page loads nothing from the network (styles, charts and data are inside
+    it), names annotators by pseudonym only and shows texts as short excerpts
+    (none with --no-text). A section, or part of one, the store has nothing for
+    says what it lacks and which command adds it.
+
+    Example: preflab report report.html --open
+    """
+    from preflab.db.engine import open_sessions
+    from preflab.report.build import write_report
+    from preflab.report.render import SECTIONS
+
+    with open_sessions(settings.database_url, existing=True).begin() as session:
+        report = write_report(session, out, no_text=no_text, reporter=Reporter(settings.verbose and not as_json))
+    if open_page:
+        import webbrowser
+        from pathlib import Path
+
+        webbrowser.open(Path(report["path"]).resolve().as_uri())
+    if as_json:
+        echo_json(report)
+        return
+    holding = ", ".join(SECTIONS[name] for name in report["sections"])
+    with_data = f"{len(report['sections'])} with data: {holding}" if holding else "none with data: the store is empty"
+    click.echo(f"wrote {report['path']} ({plural(len(SECTIONS), 'section')}, {with_data})")

@@ -1,0 +1,350 @@
+"""Commands for the preference store: db, import, quarantine, pairs, stats, export."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import click
+
+from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.db.engine import open_sessions
+from preflab.db.ingest.jsonl import BATCH_LINES
+from preflab.db.export.dataset import ExportSettings
+from preflab.db.pairs.build import AGGREGATES, KINDS, STRATEGIES
+from preflab.db.quality.annotators import QualityConfig
+from preflab.errors import EXIT_ALL_QUARANTINED
+from preflab.settings import Settings, secret
+
+# --- db ---------------------------------------------------------------------------------
+
+@click.group("db")
+def db_group():
+    """Create and migrate the database.
+
+    Example: preflab db upgrade
+    """
+
+
+@db_group.command("upgrade")
+@click.option("--revision", default="head", show_default=True, help="Migrate to this revision.")
+@pass_settings
+def db_upgrade(settings: Settings, revision):
+    """Apply the migrations (a fresh database is created first).
+
+    A SQLite file is migrated on first use anyway; Postgres only ever by this command.
+
+    Example: PREFLAB_DATABASE_URL=postgresql://localhost/preflab preflab db upgrade
+    """
+    from preflab.db.engine import upgrade_database
+
+    now = upgrade_database(settings.database_url, revision)
+    click.echo(f"{settings.redacted_url()} is at revision {now}")
+
+
+@db_group.command("current")
+@pass_settings
+def db_current(settings: Settings):
+    """Show the database's schema revision and the newest one.
+
+    Example: preflab db current
+    """
+    from preflab.db.engine import current_revision, head_revision, open_database
+
+    engine = open_database(settings.database_url, ensure_schema=False, existing=True)
+    click.echo(f"{settings.redacted_url()}: revision {current_revision(engine)} (newest {head_revision()})")
+
+
+# --- import -----------------------------------------------------------------------------
+
+@click.group("import")
+def import_group():
+    """Import rankings or prompts from JSON Lines files.
+
+    Exit status: 0, also when some lines are quarantined; 3 when every record
+    read was quarantined (the summary is still printed); 1 when the file cannot
+    be read or is not JSON Lines (nothing is written).
+
+    Example: preflab import rankings rankings.jsonl
+    """
+
+
+batch_lines_option = click.option(
+    "--batch-lines", type=click.IntRange(min=1), default=BATCH_LINES, show_default=True,
+    help="Lines per transaction: a crash loses, and a conflict with another writer redoes, at most this many.")
+
+
+def _run_import(settings: Settings, path: str, importer, what: str, as_json: bool, batch_lines: int):
+    from preflab.db.ingest.jsonl import import_file
+
+    summary = import_file(open_sessions(settings.database_url), path, importer, reporter=Reporter(not as_json),
+                          batch_lines=batch_lines)
+    if as_json:
+        echo_json(summary.as_dict() | {"reasons": summary.reasons})
+    else:
+        retried = (f", {plural(summary.retried, 'batch', 'batches')} retried after a conflict"
+                   if summary.retried else "")
+        click.echo(f"read {plural(summary.read, 'line')}: imported {plural(summary.imported, what)}, "
+                   f"{summary.quarantined:,} quarantined, {plural(summary.duplicates, 'duplicate')}, "
+                   f"{summary.blank:,} blank ({plural(summary.prompts, 'new prompt')}, "
+                   f"{plural(summary.candidates, 'new candidate')}{retried})")
+        if summary.quarantined:
+            click.echo("see them with: preflab quarantine list", err=True)
+    if summary.all_quarantined:
+        sys.exit(EXIT_ALL_QUARANTINED)
+
+
+@import_group.command("rankings")
+@click.argument("path", type=click.Path(dir_okay=False))
+@batch_lines_option
+@json_option
+@pass_settings
+def import_rankings(settings: Settings, path, batch_lines, as_json):
+    """Import rankings from a JSON Lines file, one ranking per line.
+
+    Each line: {"prompt": …, "responses": [...], "ranking": [[1], [0, 2]],
+    "annotator": "alice", "annotator_kind": "human", "id": "batch7-0001"}.
+    Bad lines are quarantined with the reason and their exact bytes; re-importing
+    adds nothing twice. The file may be gzip-, bzip2- or xz-compressed. A JSON
+    array (one document, e.g. a Label Studio export) is refused before anything
+    is written.
+
+    Exit status: 0, also when some lines are quarantined; 3 when every record
+    was quarantined (the summary is still printed); 1 when the file cannot be read
+    or is not JSON Lines (nothing is written).
+
+    Example: preflab import rankings rankings.jsonl
+    """
+    from preflab.db.ingest.jsonl import import_rankings_batch
+
+    _run_import(settings, path, import_rankings_batch, "ranking", as_json, batch_lines)
+
+
+@import_group.command("prompts")
+@click.argument("path", type=click.Path(dir_okay=False))
+@batch_lines_option
+@json_option
+@pass_settings
+def import_prompts(settings: Settings, path, batch_lines, as_json):
+    """Import prompts (optionally with unranked responses) from JSON Lines.
+
+    Each line: {"prompt": …, "responses": [...], "reference": …}; responses and
+    reference are optional. Bad lines are quarantined as for `import rankings`.
+
+    Exit status: 0, also when some lines are quarantined; 3 when every record
+    was quarantined (the summary is still printed); 1 when the file cannot be read
+    or is not JSON Lines (nothing is written).
+
+    Example: preflab import prompts prompts.jsonl
+    """
+    from preflab.db.ingest.jsonl import import_prompts_batch
+
+    _run_import(settings, path, import_prompts_batch, "prompt", as_json, batch_lines)
+
+
+# --- quarantine -------------------------------------------------------------------------
+
+@click.group("quarantine")
+def quarantine_group():
+    """Inspect records that could not be parsed.
+
+    Example: preflab quarantine list
+    """
+
+
+@quarantine_group.command("list")
+@click.option("--source", help="Only this source (import:rankings, import:prompts, label-studio…).")
+@click.option("--limit", type=int, default=100, show_default=True, help="Show at most this many records.")
+@json_option
+@pass_settings
+def quarantine_list(settings: Settings, source, limit, as_json):
+    """List quarantined records, one line each with its reason.
+
+    Example: preflab quarantine list --source import:rankings
+    """
+    from preflab.db.store import quarantined_records
+
+    with open_sessions(settings.database_url, existing=True).begin() as session:
+        rows = quarantined_records(session, source, limit)
+    if as_json:
+        echo_json(rows)
+        return
+    for row in rows:
+        where = f"{Path(row['origin']).name}:{row['locator']}" if row["origin"] else row["locator"]
+        click.echo(f"#{row['id']} {row['source']} {where}: {row['reason']}")
+    if not rows:
+        click.echo("nothing is quarantined")
+
+
+@quarantine_group.command("show")
+@click.argument("record_id", metavar="ID", type=int)
+@json_option
+@pass_settings
+def quarantine_show(settings: Settings, record_id, as_json):
+    """Print a raw record exactly as it was received (bytes, then a newline).
+
+    With --json: its details, the payload as text where it is UTF-8, else as base64.
+
+    Example: preflab quarantine show 17 > line17.bin
+    """
+    from preflab.db.store import raw_record
+
+    with open_sessions(settings.database_url, existing=True).begin() as session:
+        record = raw_record(session, record_id)
+    if as_json:
+        echo_json(_payload_json(record))
+        return
+    sys.stdout.flush()
+    sys.stdout.buffer.write(record["payload"] + b"\n")
+    sys.stdout.buffer.flush()
+
+
+def _payload_json(record: dict) -> dict:
+    import base64
+
+    data = record.pop("payload")
+    try:
+        return record | {"payload": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return record | {"payload_base64": base64.b64encode(data).decode("ascii")}
+
+
+# --- pairs ------------------------------------------------------------------------------
+
+@click.group("pairs")
+def pairs_group():
+    """Expand rankings into pairwise comparisons.
+
+    Example: preflab pairs build --strategy all
+    """
+
+
+@pairs_group.command("build")
+@click.option("--strategy", type=click.Choice(STRATEGIES), default="all", show_default=True,
+              help="Which pairs of a ranking to keep.")
+@click.option("--aggregate", type=click.Choice(AGGREGATES), default="none", show_default=True,
+              help="Combine several annotators' rankings of a prompt.")
+@click.option("--annotator-kind", type=click.Choice(KINDS), default="any", show_default=True,
+              help="Only rankings by people (human), by judges (ai), or by anyone.")
+@click.option("--full", is_flag=True,
+              help="Rewrite every comparison, not only those of the rankings that changed since the last build.")
+@click.option("--exclude-flagged", is_flag=True,
+              help="Leave out the rankings of annotators `preflab annotators` flags (the thresholds below).")
+@click.option("--min-agreement", type=float, metavar="TAU",
+              help="Leave out annotators whose Kendall tau-b with gold or with the others' consensus is below TAU.")
+@config_options(QualityConfig)
+@json_option
+@pass_settings
+def pairs_build(settings: Settings, strategy, aggregate, annotator_kind, full, exclude_flagged, min_agreement,
+                as_json, **options):
+    """Bring the comparisons up to date with the valid rankings (deterministic).
+
+    Only the rankings that changed since the last build are expanded again; the
+    result is the same as a full rebuild's. A first build, other settings than
+    the last build's, or --full rebuild everything.
+
+    Rankings of gold prompts never become pairs. Annotators left out, and why,
+    are recorded on the build and on every export made from it.
+
+    Example: preflab pairs build --aggregate borda --annotator-kind human --exclude-flagged
+    """
+    from preflab.db.engine import in_transaction
+    from preflab.db.pairs.build import build_pairs
+    from preflab.db.quality.annotators import excluded_annotators
+
+    config = build_config(QualityConfig, options)
+
+    # One snapshot of the rankings, whatever imports commit meanwhile. Two builds at once
+    # would each keep its own pairs: Postgres' serializable isolation fails one of them,
+    # which is then run again on the other's result.
+    summary = in_transaction(open_sessions(settings.database_url),
+                             lambda session: build_pairs(session, strategy, aggregate, annotator_kind, full=full,
+                                                         excluded=excluded_annotators(
+                                                             session, config, exclude_flagged, min_agreement)),
+                             isolation="SERIALIZABLE")
+    if as_json:
+        echo_json(summary.as_dict())
+    else:
+        how = "rebuilt in full" if summary.mode == "full" else f"{plural(summary.changed, 'ranking')} changed"
+        click.echo(f"built {summary.pairs:,} comparisons from {summary.rankings:,} rankings ({how}; "
+                   f"strategy {strategy}, aggregate {aggregate}, annotators {annotator_kind})")
+        for pseudonym, reasons in (summary.excluded or {}).items():
+            click.echo(f"left out {pseudonym}: {'; '.join(reasons)}")
+
+
+# --- stats ------------------------------------------------------------------------------
+
+@click.command("stats")
+@json_option
+@pass_settings
+def stats_command(settings: Settings, as_json):
+    """Counts and inter-annotator agreement.
+
+    Agreement is measured between annotators who ranked the same prompts:
+    the pairwise agreement rate and Kendall's tau-b.
+
+    Example: preflab stats --json
+    """
+    from preflab.db.quality.agreement import stats, stats_text
+
+    with open_sessions(settings.database_url, existing=True).begin() as session:
+        report = stats(session)
+    if as_json:
+        echo_json(report)
+    else:
+        click.echo(stats_text(report))
+
+
+# --- annotators --------------------------------------------------------------------------
+
+@click.command("annotators")
+@config_options(QualityConfig)
+@json_option
+@pass_settings
+def annotators_command(settings: Settings, as_json, **options):
+    """Annotator quality: agreement with gold and with the others, untouched orders, time per task.
+
+    One row per person, by pseudonym, with the flags the thresholds raise;
+    `preflab pairs build --exclude-flagged` leaves the flagged ones out.
+
+    Example: preflab annotators --min-gold-tau 0.5 --json
+    """
+    from preflab.db.quality.annotators import annotator_quality, quality_text
+
+    config = build_config(QualityConfig, options)
+    with open_sessions(settings.database_url, existing=True).begin() as session:
+        qualities = annotator_quality(session, config)
+    if as_json:
+        echo_json({"annotators": [q.as_dict() for q in qualities], "thresholds": dataclasses.asdict(config)})
+    else:
+        click.echo(quality_text(qualities))
+
+
+# --- export -----------------------------------------------------------------------------
+
+@click.command("export")
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@config_options(ExportSettings)
+@click.option("--name", help="Name of the dataset version (default: numbered, with the content hash).")
+@click.option("--hub", "hub_repo", metavar="REPO", help="Also push to this Hugging Face Hub repo (needs HF_TOKEN).")
+@json_option
+@pass_settings
+def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **options):
+    """Export comparisons as a Hugging Face dataset.
+
+    The train/test split is by prompt: a prompt's pairs never straddle the splits.
+
+    Example: preflab export out/prefs --format parquet --test-size 0.1
+    """
+    from preflab.db.export.card import export_summary
+    from preflab.db.export.dataset import export_and_push, version_info
+
+    version = export_and_push(open_sessions(settings.database_url, existing=True), out_dir,
+                              build_config(ExportSettings, options), name=name, hub_repo=hub_repo,
+                              token=secret("HF_TOKEN") if hub_repo else None)
+    info = version_info(version)
+    if as_json:
+        echo_json(info)
+    else:
+        click.echo(export_summary(info, out_dir))
