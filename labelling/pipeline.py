@@ -26,8 +26,8 @@ from preflab.db.ingest.jsonl import import_file, import_rankings_batch
 from preflab.db.pairs.build import STRATEGIES, build_pairs
 from preflab.errors import ConfigError
 from preflab.labelling.generation import GenerateConfig, run_generation
-from preflab.labelling.judges.base import LM_JUDGES
-from preflab.labelling.judges.run import CONFIGS, run_judge
+from preflab.labelling.judges.run import run_judge
+from preflab.labelling.judges.table import JUDGES, LM_JUDGES
 from preflab.settings import data_dir
 from preflab.lm.names import ModelCache
 
@@ -79,9 +79,9 @@ class PipelineConfig:
 
 
 def judge_config(kind: str, generation: GenerateConfig):
-    """The judge's default config; a score judge replies within the pipeline's token budget."""
-    config = CONFIGS[kind]()
-    if kind == "score":
+    """The judge's default config; a judge that writes replies (score) writes within the pipeline's token budget."""
+    config = JUDGES[kind].config()
+    if hasattr(config, "max_new_tokens"):
         config = dataclasses.replace(config, max_new_tokens=generation.max_new_tokens)
     return config
 

@@ -5,5 +5,6 @@
 `reward-model` (a one-label sequence classifier) and `likelihood` (the model's
 own average token log-likelihood of the response). Run one with
 `preflab.labelling.judges.run.run_judge` (load the model by name, judge, report), or
-`judge_candidates` on a model already loaded.
+`judge_candidates` on a model already loaded. Every kind, and what differs
+between kinds, is one entry of `preflab.labelling.judges.table.JUDGES`.
 """

@@ -25,12 +25,6 @@ from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks, ensure_annotators
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 
-JUDGE_KINDS = ("pairwise", "score", "reference", "reward-model", "likelihood", "pair-ranker")
-# Judges whose model is a one-label sequence classifier (loaded with `scorer=True`), not a causal LM.
-SCORER_JUDGES = ("reward-model", "pair-ranker")
-# The judges a causal LM runs on any prompt's candidates (no reward model, no reference answer needed).
-LM_JUDGES = ("likelihood", "pairwise", "score")
-
 # (candidate scores, per-candidate details) for one prompt; a None score = not ranked.
 Judgement = tuple[dict[int, float | None], dict[int, dict[str, Any]]]
 
@@ -148,3 +142,13 @@ def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
             advance(len(batch))
     summary.seconds = time.perf_counter() - start
     return summary
+
+
+def __getattr__(name: str):
+    # The kinds moved to the table of judges; training/evaluate.py still imports them from here.
+    # Drop this once it imports them from `preflab.labelling.judges.table`.
+    if name in ("JUDGE_KINDS", "SCORER_JUDGES"):
+        from preflab.labelling.judges import table
+
+        return getattr(table, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from preflab.db.quality.agreement import compare_rankings
 from preflab.db.models import Annotator, Candidate, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs.build import iter_prompt_rankings
-from preflab.labelling.judges.base import JUDGE_KINDS
+from preflab.labelling.judges.table import JUDGE_KINDS, JUDGES
 
 # Below this share of the next-token probability on the score tokens, an expected-score judge
 # would mostly not have answered with a score at all: its score is a guess.
@@ -51,8 +51,8 @@ def _mean(values: list[float]) -> float | None:
 
 
 def _method(judge: Annotator) -> str | None:
-    """How a score or reference judge graded (judges from before `method` existed sampled)."""
-    if judge.judge_kind not in ("score", "reference"):
+    """How a judge of a kind with several methods graded (judges from before `method` existed sampled)."""
+    if not hasattr(JUDGES[judge.judge_kind].config, "method"):
         return None
     return (judge.config or {}).get("method", "sampled")
 

@@ -10,25 +10,16 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.labelling.judges import likelihood, pair_ranker, pairwise, prompts, reward_model, score
-from preflab.labelling.judges.base import SCORER_JUDGES, JudgeRun, JudgeSummary, judge_prompts
+from preflab.labelling.judges import prompts, score
+from preflab.labelling.judges.base import JudgeRun, JudgeSummary, judge_prompts
 from preflab.labelling.judges.report import judge_report
+from preflab.labelling.judges.table import JUDGES
 from preflab.labelling.selection import prompts_from_file
 from preflab.lm.names import ModelCache, load_named_model, resolve_model
 
-CONFIGS = {
-    "pairwise": pairwise.PairwiseConfig,
-    "score": score.ScoreConfig,
-    "reference": score.ScoreConfig,
-    "reward-model": reward_model.RewardModelConfig,
-    "likelihood": likelihood.LikelihoodConfig,
-    "pair-ranker": pair_ranker.PairRankerConfig,
-}
-_PROMPTS = {
-    "pairwise": prompts.PAIRWISE_SYSTEM + prompts.PAIRWISE_USER,
-    "score": prompts.SCORE_PROMPT,
-    "reference": prompts.REFERENCE_PROMPT,
-}
+# kind -> config dataclass, read from the table for training/ (evaluate, selfreward/config) until
+# those read `JUDGES[kind].config` themselves; then drop it.
+CONFIGS = {kind: judge.config for kind, judge in JUDGES.items()}
 # Settings that change how fast a judge runs, not what it decides: not part of its identity.
 SPEED_ONLY = {"batch_size"}
 # Settings stored under the name they had before the config took its field from SamplingConfig,
@@ -44,23 +35,16 @@ def identity(kind: str, config) -> dict:
     graded = isinstance(config, score.ScoreConfig)
     skip = SPEED_ONLY | (config.unused() if graded else set())
     out = {STORED_NAMES.get(k, k): v for k, v in asdict(config).items() if k not in skip}
-    if kind in _PROMPTS:
-        text = _PROMPTS[kind] + (prompts.ANSWER_START if graded and config.method == "expected" else "")
+    text = JUDGES[kind].prompt
+    if text is not None:
+        text += prompts.ANSWER_START if graded and config.method == "expected" else ""
         out["prompt_sha256"] = hashlib.sha256(text.encode()).hexdigest()[:16]
     return out
 
 
 def make_judge(kind: str, model, tokenizer, config):
     """The judge function of `kind`: a batch of prompts' candidates in, one judgement per prompt out."""
-    if kind == "pairwise":
-        return pairwise.make_judge(model, tokenizer, config)
-    if kind in ("score", "reference"):
-        return score.make_judge(model, tokenizer, config, with_reference=kind == "reference")
-    if kind == "reward-model":
-        return reward_model.make_judge(model, tokenizer, config)
-    if kind == "pair-ranker":
-        return pair_ranker.make_judge(model, tokenizer, config)
-    return likelihood.make_judge(model, tokenizer, config)
+    return JUDGES[kind].make(model, tokenizer, config)
 
 
 def judge_candidates(sessions: sessionmaker[Session], kind: str, model, tokenizer, model_name: str, config,
@@ -70,16 +54,16 @@ def judge_candidates(sessions: sessionmaker[Session], kind: str, model, tokenize
 
     Args:
         sessions: rankings are written a batch of prompts per transaction.
-        kind: one of `JUDGE_KINDS`.
+        kind: a key of `JUDGES`.
         model, tokenizer: the loaded judge model (a causal LM, or a sequence classifier
-            for `reward-model`).
+            for a `scorer` judge).
         model_name: the judge model's label, stored on the annotator.
-        config: the kind's config dataclass (`CONFIGS[kind]`).
+        config: the kind's config dataclass (`JUDGES[kind].config`).
         candidate_model: judge only the candidates this model generated.
     """
     run = JudgeRun(kind, model_name, identity(kind, config))
     return judge_prompts(sessions, run, make_judge(kind, model, tokenizer, config), prompt_ids, candidate_model,
-                         require_reference=kind == "reference", reporter=reporter)
+                         require_reference=JUDGES[kind].needs_reference, reporter=reporter)
 
 
 @dataclass
@@ -100,7 +84,7 @@ def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: st
     """The `judge KIND` job: load the judge model, rank what it has not ranked, and report on it.
 
     Args:
-        kind, config: the judge and its config dataclass (`CONFIGS[kind]`).
+        kind, config: the judge and its config dataclass (`JUDGES[kind].config`).
         model_name: `--model NAME` of the judge (for `reward-model`, the reward model).
         prompts: a JSON Lines prompts file: judge only its prompts (imported first).
         candidates_from: judge only the candidates this model (any name it goes by) generated.
@@ -110,7 +94,7 @@ def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: st
     if candidates_from:
         with sessions.begin() as session:
             candidates_from = resolve_model(session, candidates_from, record=False)[0]
-    named = load_named_model(sessions, model_name, record=False, scorer=kind in SCORER_JUDGES, cache=cache)
+    named = load_named_model(sessions, model_name, record=False, scorer=JUDGES[kind].scorer, cache=cache)
     summary = judge_candidates(sessions, kind, named.model, named.tokenizer, named.label, config, prompt_ids,
                                candidates_from, reporter)
     with sessions.begin() as session:

@@ -16,7 +16,8 @@ The `reference` judge is the same with the prompt's reference answer in the prom
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from collections.abc import Collection
+from dataclasses import dataclass, field, fields
 
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
@@ -37,7 +38,8 @@ class ScoreConfig(SamplingConfig):
 
     `n` (`--samples`) is how many grades the sampled method samples and averages
     per response; the shorter default reply fits a justification and a score.
-    The expected method samples nothing: it ignores the sampling fields.
+    The expected method samples nothing: it reads none of the sampling fields, and
+    `preflab judge` refuses them when given with it (`refuse_unread`).
     """
 
     n: int = field(default=3, metadata={"help": "sampled: scores sampled and averaged per response.",
@@ -50,7 +52,7 @@ class ScoreConfig(SamplingConfig):
     method: str = field(default="sampled", metadata={
         "help": "sampled: sample k replies and average their \"Score: n\"; expected: start the answer with "
                 "\"Score: \" and take the probability-weighted mean of the tokens 0-5 from one forward pass "
-                "(always yields a score; ignores the sampling options).",
+                "(always yields a score; takes no sampling option).",
         "choices": SCORE_METHODS})
 
     def __post_init__(self) -> None:
@@ -69,6 +71,20 @@ class ScoreConfig(SamplingConfig):
         from before the field existed keep their run ids (and their rankings).
         """
         return set(SAMPLING_ONLY) if self.method == "expected" else {"method"}
+
+
+def refuse_unread(config: ScoreConfig, given: Collection[str]) -> None:
+    """Refuse the sampling options given with `--method expected`, which would silently do nothing.
+
+    Args:
+        given: the names of the fields set on the command line (not left at their defaults).
+    """
+    unread = [f for f in fields(config) if f.name in given and f.name in SAMPLING_ONLY]
+    if config.method == "expected" and unread:
+        flags = ", ".join(f.metadata.get("flags", ("--" + f.name.replace("_", "-"),))[0] for f in unread)
+        them = "it" if len(unread) == 1 else "them"
+        raise ConfigError(f"--method expected samples nothing, so it would ignore {flags}: "
+                          f"leave {them} out or use --method sampled")
 
 
 def grading_text(tokenizer, item: PromptCandidates, response: str, with_reference: bool) -> str:

@@ -1,16 +1,16 @@
-"""`preflab judge KIND`: rank stored candidates with an AI judge; `preflab judge report`."""
+"""`preflab judge KIND`: rank stored candidates with an AI judge; `preflab judge report`.
+
+One `judge KIND` command per entry of the table of judges (`preflab.labelling.judges.table`).
+"""
 
 from __future__ import annotations
 
 import click
+from click.core import ParameterSource
 
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
-from preflab.labelling.judges.likelihood import LikelihoodConfig
-from preflab.labelling.judges.pair_ranker import PairRankerConfig
-from preflab.labelling.judges.pairwise import PairwiseConfig
 from preflab.labelling.judges.report import LOW_MASS
-from preflab.labelling.judges.reward_model import RewardModelConfig
-from preflab.labelling.judges.score import ScoreConfig
+from preflab.labelling.judges.table import JUDGES, Judge
 from preflab.settings import Settings
 
 
@@ -93,99 +93,31 @@ def measures_line(m: dict) -> str:
     return "; ".join(parts)
 
 
-@judge_group.command("pairwise")
-@model_option
-@config_options(PairwiseConfig)
-@target_options
-def pairwise_command(settings, model_name, prompts_file, candidate_model, as_json, **options):
-    """Judge every pair in both orders from the next-token probabilities of "A" and "B".
-
-    Example: preflab judge pairwise --aggregate bradley-terry
-    """
-    judge_and_print(settings, "pairwise", build_config(PairwiseConfig, options), model_name, prompts_file,
-                    candidate_model, as_json)
+# An option counts as given when the user set it, not when it kept its default.
+GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 
-@judge_group.command("score")
-@model_option
-@config_options(ScoreConfig)
-@target_options
-def score_command(settings, model_name, prompts_file, candidate_model, as_json, **options):
-    """Grade each response with the additive 5-point prompt: k sampled replies, or the expected score.
+def judge_command(kind: str, judge: Judge) -> click.Command:
+    """`preflab judge KIND`, from its entry in the table: its config's options, its model, what to judge."""
+    def command(settings, model_name, prompts_file, candidate_model, as_json, **options):
+        ctx = click.get_current_context()
+        given = {name for name in options if ctx.get_parameter_source(name) in GIVEN}
+        config = build_config(judge.config, options)
+        if judge.check_given is not None:
+            judge.check_given(config, given)
+        judge_and_print(settings, kind, config, model_name, prompts_file, candidate_model, as_json)
 
-    --method sampled samples k replies and averages their "Score: n"; --method
-    expected starts the answer with "Score: " and reads the probability-weighted
-    mean of the tokens 0-5 from one forward pass per response: it always yields a
-    score, and `preflab judge report` says when the judge is guessing.
-
-    Example: preflab judge score --method expected
-    """
-    judge_and_print(settings, "score", build_config(ScoreConfig, options), model_name, prompts_file,
-                    candidate_model, as_json)
+    model = click.argument("model_name", metavar=judge.model_argument) if judge.model_argument else model_option
+    return judge_group.command(kind, help=judge.help)(model(config_options(judge.config)(target_options(command))))
 
 
-@judge_group.command("reference")
-@model_option
-@config_options(ScoreConfig)
-@target_options
-def reference_command(settings, model_name, prompts_file, candidate_model, as_json, **options):
-    """Grade each response against the prompt's reference answer (prompts with one only).
-
-    The same two methods as `preflab judge score` (--method sampled or expected).
-
-    Example: preflab judge reference --method expected
-    """
-    judge_and_print(settings, "reference", build_config(ScoreConfig, options), model_name, prompts_file,
-                    candidate_model, as_json)
-
-
-@judge_group.command("reward-model")
-@click.argument("reward_model", metavar="MODEL")
-@config_options(RewardModelConfig)
-@target_options
-def reward_model_command(settings, reward_model, prompts_file, candidate_model, as_json, **options):
-    """Score each response with a one-label sequence-classification model (a reward model).
-
-    Example: preflab judge reward-model out/reward-model
-    """
-    judge_and_print(settings, "reward-model", build_config(RewardModelConfig, options), reward_model,
-                    prompts_file, candidate_model, as_json)
-
-
-@judge_group.command("pair-ranker")
-@click.argument("ranker", metavar="VERSION")
-@config_options(PairRankerConfig)
-@target_options
-def pair_ranker_command(settings, ranker, prompts_file, candidate_model, as_json, **options):
-    """Rank candidates from a trained pair ranker's P(A ≻ B) for every pair; the probabilities are stored.
-
-    VERSION is a `preflab train pair-ranker` model version (or its folder). Each
-    candidate's details keep P(it ≻ each other candidate); the ranking is their
-    Copeland score (wins − losses) or --aggregate bradley-terry.
-
-    Example: preflab judge pair-ranker pair-ranker-4 --aggregate bradley-terry
-    """
-    judge_and_print(settings, "pair-ranker", build_config(PairRankerConfig, options), ranker, prompts_file,
-                    candidate_model, as_json)
-
-
-@judge_group.command("likelihood")
-@model_option
-@config_options(LikelihoodConfig)
-@target_options
-def likelihood_command(settings, model_name, prompts_file, candidate_model, as_json, **options):
-    """Score each response by the model's average token log-likelihood of it.
-
-    Example: preflab judge likelihood --model smollm2-135m-instruct
-    """
-    judge_and_print(settings, "likelihood", build_config(LikelihoodConfig, options), model_name, prompts_file,
-                    candidate_model, as_json)
+JUDGE_COMMANDS = {kind: judge_command(kind, judge) for kind, judge in JUDGES.items()}
 
 
 @judge_group.command("report")
 @json_option
 @pass_settings
-def report_command(settings, as_json):
+def judge_report_command(settings, as_json):
     """Per judge: agreement with humans, swap consistency, parse failures, guessing, time, length bias.
 
     Example: preflab judge report --json

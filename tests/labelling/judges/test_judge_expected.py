@@ -196,6 +196,34 @@ def test_a_method_names_its_judge_and_sampling_settings_do_not_name_an_expected_
     assert identity("score", ScoreConfig(n=7)) != sampled
 
 
+@pytest.mark.parametrize("kind", ["score", "reference"])
+@pytest.mark.parametrize("given, named", [
+    (["--temperature", "0.7"], "--temperature"),  # its default value, but given: it would still do nothing
+    (["--n", "5"], "--samples"),
+    (["--retries", "0", "--samples", "5", "--seed", "3"], "--samples, --seed, --retries"),
+    (["--top-p", "0.5", "--max-new-tokens", "9"], "--top-p, --max-new-tokens"),
+])
+def test_sampling_options_given_with_the_expected_method_are_refused(tmp_path, kind, given, named):
+    from click.testing import CliRunner
+
+    from preflab.cli import cli as root
+
+    db = tmp_path / "judge.db"
+    result = CliRunner().invoke(root, ["--database-url", f"sqlite:///{db}", "judge", kind, "--method", "expected",
+                                       *given])
+    them = "it" if "," not in named else "them"
+    assert result.exit_code == 1
+    assert result.output == (f"Error: --method expected samples nothing, so it would ignore {named}: "
+                             f"leave {them} out or use --method sampled\n")
+    assert not db.exists()  # refused before anything was opened or loaded
+
+
+def test_the_expected_method_takes_the_options_it_reads(cli, sessions, two_answers, grader):
+    out = json.loads(cli("judge", "score", "--method", "expected", "--batch-size", 1, "--model", grader,
+                         "--json").stdout)
+    assert out["ranked"] == 1 and out["unscored"] == 0
+
+
 @pytest.mark.parametrize("method", ["expected", "sampled"])
 def test_items_that_number_their_candidates_alike_are_graded_apart(grader, method):
     """`train eval` numbers every item's two answers 0 and 1; each item must be graded on its own texts."""
