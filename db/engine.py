@@ -28,7 +28,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import create_engine, event, inspect, text
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError, ProgrammingError
 from sqlalchemy.exc import DatabaseError as DriverDatabaseError
@@ -303,10 +303,6 @@ def open_sessions(url: str, *, existing: bool = False) -> sessionmaker[Session]:
             error naming its path, not a new empty store.
     """
     return session_factory(open_database(url, existing=existing))
-
-
-def table_names(engine: Engine) -> set[str]:
-    return set(inspect(engine).get_table_names())
 
 
 # --- transactions that may be retried -------------------------------------------------------

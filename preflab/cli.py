@@ -11,8 +11,8 @@ from __future__ import annotations
 import click
 
 from preflab import __version__
-from preflab.console import LazyGroup
-from preflab.settings import Settings
+from preflab.console import LazyGroup, log_to_stderr
+from preflab.settings import DEFAULT_MODEL, Settings, default_database_url
 
 # name -> "module:attribute"; each entry is one concern.
 COMMANDS: dict[str, str] = {
@@ -33,7 +33,7 @@ COMMANDS: dict[str, str] = {
     "self-reward": "preflab.commands.self_reward:self_reward_group",
     "retrain": "preflab.commands.retrain:retrain_command",
     "schedule": "preflab.commands.retrain:schedule_command",
-    "report": "preflab.commands.report:report_command",
+    "report": "preflab.commands.report:page_command",
 }
 
 # One-line help for each lazy command, so `preflab --help` lists them without importing.
@@ -60,13 +60,15 @@ SUMMARIES: dict[str, str] = {
 
 @click.group(cls=LazyGroup, lazy=COMMANDS, summaries=SUMMARIES)
 @click.version_option(__version__, prog_name="preflab")
-@click.option("--database-url", envvar="PREFLAB_DATABASE_URL", metavar="URL",
+# Each option: the command line, else its environment variable, else its default; click alone reads them.
+@click.option("--database-url", envvar="PREFLAB_DATABASE_URL", default=default_database_url, metavar="URL",
               help="SQLAlchemy URL; default: a SQLite file in the preflab data directory.")
 @click.option("--label-studio-url", envvar="LABEL_STUDIO_URL", metavar="URL",
               help="Label Studio base URL (the token is read from LABEL_STUDIO_API_KEY).")
-@click.option("--model", envvar="PREFLAB_MODEL", metavar="ID_OR_PATH",
+@click.option("--model", envvar="PREFLAB_MODEL", default=DEFAULT_MODEL, metavar="ID_OR_PATH",
               help="Default causal LM: a hub id or a local path; default: the embedded SmolLM2-135M-Instruct.")
-@click.option("-v", "--verbose", is_flag=True, help="Show more detail.")
+@click.option("-v", "--verbose", is_flag=True,
+              help="Log at INFO on stderr: preflab's notes (under --json too), HTTP requests, migrations.")
 @click.pass_context
 def cli(ctx, database_url, label_studio_url, model, verbose):
     """Collect rankings of model responses, turn them into preference pairs,
@@ -74,4 +76,6 @@ def cli(ctx, database_url, label_studio_url, model, verbose):
 
     Example: preflab import rankings rankings.jsonl && preflab pairs build
     """
-    ctx.obj = Settings.resolve(database_url, label_studio_url, model, verbose)
+    ctx.obj = Settings(database_url, label_studio_url, model)
+    if verbose:
+        log_to_stderr(ctx)

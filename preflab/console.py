@@ -5,10 +5,12 @@ rich, never a preflab layer, so library jobs can take a `Reporter` and every
 command module can build its options here.
 
 - `Reporter`: how a long job reports progress and notes (silent by default).
+- `log_to_stderr`: what the root `--verbose` does, for every command alike.
 - `config_options` / `build_config`: one click option per field of a config
   dataclass, with the field's help, default and choices; and the config back.
 - `json_option`, `echo_json`, `pass_settings`: the shared `--json` and settings.
 - `LazyGroup`: a click group whose subcommands are imported on first use.
+- `DefaultGroup`: a click group with a default subcommand (`self-reward` is `self-reward run`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import logging
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -55,6 +59,8 @@ class Reporter:
     terminal: `Reporter(not as_json)` says them under `--json` too (they go to
     stderr; stdout stays one JSON document), which is how a scheduler or cron runs
     it (`--json > out.json 2> log`). Only `step_lines=False` (SILENT) keeps them back.
+    A note a disabled reporter keeps off the terminal is a log record at INFO instead,
+    which the root `--verbose` shows (`log_to_stderr`).
     """
 
     def __init__(self, enabled: bool = True, *, step_lines: bool = True):
@@ -65,6 +71,8 @@ class Reporter:
         """One line on stderr (stdout stays clean for `--json`)."""
         if self.enabled:
             click.echo(message, err=True)
+        else:
+            log.info("%s", message)
 
     def steps(self) -> str | None:
         """How a long job shows its steps now: "bar" (a terminal), "lines" (a log file, a pipe) or None."""
@@ -101,6 +109,58 @@ def _stderr_is_terminal() -> bool:
 
 
 SILENT = Reporter(enabled=False, step_lines=False)
+log = logging.getLogger("preflab")
+
+
+class _ClickStderr(logging.Handler):
+    """Each record on the stderr click writes to now (a `CliRunner` swaps it on every run).
+
+    A record its own logger already writes to stderr (the scheduler's log) is not written twice.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        logger = logging.getLogger(record.name)
+        while logger.parent is not None:  # up to, not including, the root logger
+            if any(getattr(h, "stream", None) is sys.stderr for h in logger.handlers):
+                return False
+            logger = logger.parent
+        return super().filter(record)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            click.echo(self.format(record), err=True)
+        except Exception:  # a log line must never fail the command: logging reports it instead
+            self.handleError(record)
+
+
+# At INFO, SQLAlchemy prints every statement with its parameters and alembic each plugin it loads.
+_QUIET = ("sqlalchemy", "alembic.runtime.plugins")
+
+
+def log_to_stderr(ctx: click.Context) -> None:
+    """`preflab -v`: every log record at INFO and above on stderr until `ctx` closes.
+
+    That is preflab's own (a command's notes under `--json` included: see `Reporter`),
+    HTTP requests (httpx) and migrations (alembic); the loggers in `_QUIET` stay at WARNING.
+    """
+    root = logging.getLogger()
+    quiet = [logging.getLogger(name) for name in _QUIET]
+    levels = [(logger, logger.level) for logger in (root, *quiet)]
+    handler = _ClickStderr(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root.addHandler(handler)
+    if root.getEffectiveLevel() > logging.INFO:
+        root.setLevel(logging.INFO)
+    for logger in quiet:
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
+
+    def restore() -> None:
+        root.removeHandler(handler)
+        for logger, level in levels:
+            logger.setLevel(level)
+
+    ctx.call_on_close(restore)
 
 
 # --- options made from config dataclasses -------------------------------------------------
@@ -208,3 +268,22 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except PreflabError as exc:
             raise click.ClickException(str(exc)) from None
+
+
+class DefaultGroup(click.Group):
+    """A click group that runs its `default` subcommand when none is named.
+
+    As llm's `keys` group does (with click-default-group): `preflab self-reward
+    --iterations 3` is `preflab self-reward run --iterations 3`, and the group
+    itself carries no options. With no arguments, or an option first (other than
+    `--help`, the group's own), the default runs; an unknown word stays "No such command".
+    """
+
+    def __init__(self, *args, default: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.default = default
+
+    def parse_args(self, ctx, args):
+        if not args or (args[0].startswith("-") and args[0] not in ctx.help_option_names):
+            args = [self.default, *args]
+        return super().parse_args(ctx, args)

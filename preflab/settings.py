@@ -1,8 +1,10 @@
-"""Settings: option, then environment variable, then default.
+"""Settings: what the root `preflab` options resolved, and the defaults.
 
-Secrets (`LABEL_STUDIO_API_KEY`, `HF_TOKEN`) are read from the environment only,
-at the moment they are needed, and never stored on this object's repr, logged or
-written to the database.
+The order option, then environment variable, then default lives in click (the root
+group's options in `preflab.cli`); `Settings()` alone holds the defaults, for library
+code that has no command line. Secrets (`LABEL_STUDIO_API_KEY`, `HF_TOKEN`) are read
+from the environment only, at the moment they are needed (`secret`), and never stored
+on this object's repr, logged or written to the database.
 """
 
 from __future__ import annotations
@@ -54,17 +56,6 @@ class Settings:
     database_url: str = field(default_factory=default_database_url)
     label_studio_url: str | None = None
     model: str = DEFAULT_MODEL
-    verbose: bool = False
-
-    @classmethod
-    def resolve(cls, database_url: str | None = None, label_studio_url: str | None = None,
-                model: str | None = None, verbose: bool = False) -> "Settings":
-        return cls(
-            database_url=database_url or os.environ.get("PREFLAB_DATABASE_URL") or default_database_url(),
-            label_studio_url=label_studio_url or os.environ.get("LABEL_STUDIO_URL"),
-            model=model or os.environ.get("PREFLAB_MODEL") or DEFAULT_MODEL,
-            verbose=verbose,
-        )
 
     def redacted_url(self) -> str:
         """The database URL with any password hidden, for messages."""

@@ -1,11 +1,9 @@
 """What an export says of itself: its dataset card (README.md), true for its format and indexable by the
-Hub, and the one-line summary `preflab export` prints."""
+Hub. (The line `preflab export` prints is `preflab.commands.text.export_summary`.)"""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 from preflab.db.models import DatasetVersion
 
@@ -136,25 +134,3 @@ def _loading(fmt: str) -> list[str]:
     if fmt == "disk":
         return ["from datasets import load_from_disk", "", "pairs = load_from_disk(\"path/to/this/folder\")"]
     return ["from datasets import load_dataset", "", "pairs = load_dataset(\"path/to/this/folder\")"]
-
-
-def export_summary(info: dict[str, Any], out_dir: str | Path) -> str:
-    """The line `preflab export` prints: what was written, whose pairs, and how many contradict."""
-    line = (f"exported {info['train']:,} train and {info['test']:,} test pairs from {info['prompts']:,} prompts"
-            f" to {out_dir} as dataset version {info['name']}")
-    build = info.get("pairs_build")
-    if build:  # export takes whatever the last `pairs build` made: say which, so nobody is surprised
-        line = (f"{line}, from the last pairs build (#{build['id']}: strategy {build['strategy']}, "
-                f"aggregate {build['aggregate']}, annotators {build['annotator_kind']})")
-    if "pairs_by_kind" not in info:
-        return line
-    kinds = ", ".join(f"{n:,} {kind}" for kind, n in sorted(info["pairs_by_kind"].items()))
-    line += f" ({kinds}; annotators {info['annotators']}"
-    left_out = info.get("left_out_by_kind") or {}
-    if left_out:
-        line += "; left out " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(left_out.items()))
-    excluded = info.get("excluded_annotators") or {}
-    if excluded:
-        line += f"; {len(excluded):,} flagged annotator{'s' if len(excluded) != 1 else ''} left out"
-    n = info.get("contradicting_pairs", 0)
-    return line + f"); {n:,} {'pair contradicts' if n == 1 else 'pairs contradict'} another pair of the same prompt"

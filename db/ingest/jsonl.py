@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -293,9 +292,3 @@ def _import_batches(sessions: sessionmaker[Session], lines: Iterable[Line], impo
         summary = in_transaction(sessions, attempt)
         summary.retried = attempts - 1
         yield summary
-
-
-def iter_jsonl(records: Iterable[dict[str, Any]]) -> Iterator[str]:
-    """Serialise records as JSON Lines (for tests, samples and the benchmark)."""
-    for record in records:
-        yield json.dumps(record, ensure_ascii=False)

@@ -6,11 +6,13 @@ from preflab.db.models import Base
 
 config = context.config
 engine = config.attributes.get("engine")
-if engine is None:  # plain `alembic` invocation: PREFLAB_DATABASE_URL or the default
-    from preflab.db.engine import make_engine
-    from preflab.settings import Settings
+if engine is None:  # plain `alembic` invocation: no click to read PREFLAB_DATABASE_URL, so read it here
+    import os
 
-    engine = make_engine(Settings.resolve().database_url)
+    from preflab.db.engine import make_engine
+    from preflab.settings import default_database_url
+
+    engine = make_engine(os.environ.get("PREFLAB_DATABASE_URL") or default_database_url())
 
 with engine.connect() as connection:
     sqlite = connection.dialect.name == "sqlite"

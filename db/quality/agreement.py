@@ -141,23 +141,3 @@ def counts(session: Session) -> dict:
 def stats(session: Session) -> dict:
     """Counts and agreement (what `preflab stats --json` prints)."""
     return {"counts": counts(session), "agreement": agreement(session)}
-
-
-def stats_text(report: dict) -> str:
-    """The `stats` report as lines of text (no trailing newline: `click.echo` adds it)."""
-    c = report["counts"]
-    lines = [
-        f"prompts {c['prompts']:,} · candidates {c['candidates']:,} · comparisons {c['comparisons']:,}"
-        f" · quarantined {c['quarantined']:,}",
-        "rankings: " + ", ".join(f"{k} {v:,}" for k, v in c["rankings"].items()),
-        "annotators: " + (", ".join(f"{k} {v:,}" for k, v in c["annotators"].items()) or "none"),
-        same_as_shown_text(c["same_as_shown"]),
-    ]
-    for name, a in report["agreement"].items():
-        if not a["ranking_pairs"]:
-            continue
-        rate = "n/a" if a["pairwise_agreement"] is None else f"{a['pairwise_agreement']:.3f}"
-        tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:.3f}"
-        lines.append(f"agreement {name}: {a['ranking_pairs']:,} ranking pairs, {a['shared_pairs']:,} shared pairs,"
-                     f" pairwise agreement {rate}, Kendall tau-b {tau}")
-    return "\n".join(lines)

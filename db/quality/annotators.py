@@ -228,27 +228,3 @@ def excluded_annotators(session: Session, config: QualityConfig | None = None, f
             out.setdefault(aid, [])
             out[aid] += [r for r in reasons if r not in out[aid]]
     return out
-
-
-def quality_text(qualities: list[AnnotatorQuality]) -> str:
-    """The `preflab annotators` table (no trailing newline)."""
-    if not qualities:
-        return "no human annotator has a valid ranking yet"
-
-    def num(value: float | None, form: str = ".2f") -> str:
-        return "—" if value is None else format(value, form)
-
-    header = (f"{'annotator':<20} {'rankings':>8} {'gold n':>6} {'gold τb':>7} {'gold pw':>7} {'cons n':>6} "
-              f"{'cons τb':>7} {'cons pw':>7} {'shown':>6} {'median s':>8}  flags")
-    lines = [header]
-    for q in qualities:
-        d = q.as_dict()
-        lines.append(f"{q.pseudonym:<20} {q.rankings:>8,} {d['gold_rankings']:>6,} {num(d['gold_tau']):>7} "
-                     f"{num(d['gold_pairwise']):>7} {d['consensus_rankings']:>6,} {num(d['consensus_tau']):>7} "
-                     f"{num(d['consensus_pairwise']):>7} {num(d['same_as_shown'], '.0%'):>6} "
-                     f"{num(d['median_seconds'], '.1f'):>8}  {', '.join(q.flags) or '—'}")
-    flagged = [q for q in qualities if q.flags]
-    lines.append(f"{len(flagged)} of {len(qualities)} annotators flagged")
-    for q in flagged:
-        lines.extend(f"  {q.pseudonym}: {reason}" for reason in q.flags.values())
-    return "\n".join(lines)

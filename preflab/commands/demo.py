@@ -10,12 +10,20 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import click
+from click.core import ParameterSource
 
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
 from preflab.settings import Settings
 from preflab.training.demos.bon import BonDemoConfig
 from preflab.training.demos.toy import ToySettings
 from preflab.training.goodhart.job import GoodhartSettings
+
+
+def _given_database(settings: Settings) -> str | None:
+    """The database given with --database-url or PREFLAB_DATABASE_URL; None for the demo's own file."""
+    source = click.get_current_context().find_root().get_parameter_source("database_url")
+    explicit = source in (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
+    return settings.database_url if explicit else None
 
 
 @click.group("demo")
@@ -69,8 +77,7 @@ def toy_command(settings: Settings, workdir, as_json, **fields):
     """
     from preflab.training.demos.toy import toy_demo
 
-    explicit = click.get_current_context().find_root().params.get("database_url")
-    result = toy_demo(build_config(ToySettings, fields), workdir, settings.database_url if explicit else None,
+    result = toy_demo(build_config(ToySettings, fields), workdir, _given_database(settings),
                       reporter=Reporter(not as_json))
     if as_json:
         echo_json(result)
@@ -107,8 +114,7 @@ def goodhart_command(settings: Settings, workdir, as_json, **fields):
     from preflab.training.goodhart.frontier import describe
     from preflab.training.goodhart.job import goodhart_demo
 
-    explicit = click.get_current_context().find_root().params.get("database_url")
-    result = goodhart_demo(build_config(GoodhartSettings, fields), workdir, settings.database_url if explicit else None,
+    result = goodhart_demo(build_config(GoodhartSettings, fields), workdir, _given_database(settings),
                            reporter=Reporter(not as_json))
     if as_json:
         echo_json(result)

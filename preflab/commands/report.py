@@ -14,7 +14,7 @@ from preflab.settings import Settings
 @click.option("--no-text", is_flag=True, help="Leave out every excerpt of prompt and response texts.")
 @json_option
 @pass_settings
-def report_command(settings: Settings, out, open_page, no_text, as_json):
+def page_command(settings: Settings, out, open_page, no_text, as_json):
     """Write one self-contained HTML page: data, agreement, judges, models and optimisation.
 
     The page loads nothing from the network (styles, charts and data are inside
@@ -29,7 +29,7 @@ def report_command(settings: Settings, out, open_page, no_text, as_json):
     from preflab.report.render import SECTIONS
 
     with open_sessions(settings.database_url, existing=True).begin() as session:
-        report = write_report(session, out, no_text=no_text, reporter=Reporter(settings.verbose and not as_json))
+        report = write_report(session, out, no_text=no_text, reporter=Reporter(not as_json))
     if open_page:
         import webbrowser
         from pathlib import Path

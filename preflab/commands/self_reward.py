@@ -1,4 +1,4 @@
-"""`preflab self-reward`: the self-rewarding loop, and `preflab self-reward report`."""
+"""`preflab self-reward run` (the default): the self-rewarding loop; and `preflab self-reward report`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import dataclasses
 import click
 from click.core import ParameterSource
 
-from preflab.console import Reporter, config_options, echo_json, json_option
+from preflab.console import DefaultGroup, Reporter, config_options, echo_json, json_option
 from preflab.settings import Settings
 from preflab.training.config import DPOTrainConfig
 from preflab.training.selfreward.config import SelfRewardConfig
@@ -44,7 +44,19 @@ def _given(ctx: click.Context, values: dict, cls, renamed: dict[str, str] | None
     return out
 
 
-@click.group("self-reward", invoke_without_command=True)
+@click.group("self-reward", cls=DefaultGroup, default="run")
+def self_reward_group():
+    """Self-rewarding iterative DPO: M_t writes prompts, samples, judges itself, and DPO gives M_{t+1}.
+
+    `run` is the default command: `preflab self-reward --iterations 3` is
+    `preflab self-reward run --iterations 3`. `report` prints each iteration's
+    win rate and its judge's agreement with people.
+
+    Example: preflab self-reward --iterations 3 --with-human && preflab self-reward report
+    """
+
+
+@self_reward_group.command("run")
 @click.option("--iterations", type=click.IntRange(min=1), metavar="T",
               help="Run until the loop has T finished iterations (a stopped one is resumed first).")
 @click.option("--loop", default="default", show_default=True, help="Name of the loop; one database can hold several.")
@@ -55,8 +67,8 @@ def _given(ctx: click.Context, values: dict, cls, renamed: dict[str, str] | None
 @config_options(SelfRewardConfig, exclude=_only(SelfRewardConfig, LOOP_RENAMED), prefix="sampling_")
 @config_options(DPOTrainConfig)
 @click.pass_context
-def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
-    """Self-rewarding iterative DPO: M_t writes prompts, samples, judges itself, and DPO gives M_{t+1}.
+def run_command(ctx, iterations, loop, output_dir, as_json, **fields):
+    """Run the loop until T iterations are done (the default command).
 
     The judge is M_t itself by default, with the additive 5-point score prompt
     read as an expected score from one forward pass (--judge-method expected,
@@ -71,10 +83,8 @@ def self_reward_group(ctx, iterations, loop, output_dir, as_json, **fields):
     extends a loop with its own settings. Set
     PREFLAB_FAIL_AT=self-reward:STEP[:ITERATION] to rehearse a crash.
 
-    Example: preflab self-reward --iterations 3 --with-human && preflab self-reward report
+    Example: preflab self-reward run --iterations 3 --with-human
     """
-    if ctx.invoked_subcommand is not None:
-        return
     if iterations is None:
         raise click.UsageError("give --iterations T, or a subcommand (report)")
     from preflab.db.engine import open_sessions
@@ -112,7 +122,7 @@ def _agreement(agree: dict | None) -> str:
               help="Where to write the PNG (default: self-reward-LOOP.png in the current folder).")
 @json_option
 @click.pass_context
-def report_command(ctx, loop, plot_path, as_json):
+def loop_report_command(ctx, loop, plot_path, as_json):
     """Each iteration's win rate against the previous model and its judge's agreement with people; a PNG plot.
 
     judge~people: on the iteration's own prompts, once people rank them;

@@ -286,7 +286,8 @@ def stats_command(settings: Settings, as_json):
 
     Example: preflab stats --json
     """
-    from preflab.db.quality.agreement import stats, stats_text
+    from preflab.commands.text import stats_text
+    from preflab.db.quality.agreement import stats
 
     with open_sessions(settings.database_url, existing=True).begin() as session:
         report = stats(session)
@@ -310,7 +311,8 @@ def annotators_command(settings: Settings, as_json, **options):
 
     Example: preflab annotators --min-gold-tau 0.5 --json
     """
-    from preflab.db.quality.annotators import annotator_quality, quality_text
+    from preflab.commands.text import quality_text
+    from preflab.db.quality.annotators import annotator_quality
 
     config = build_config(QualityConfig, options)
     with open_sessions(settings.database_url, existing=True).begin() as session:
@@ -337,7 +339,7 @@ def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **optio
 
     Example: preflab export out/prefs --format parquet --test-size 0.1
     """
-    from preflab.db.export.card import export_summary
+    from preflab.commands.text import export_summary
     from preflab.db.export.dataset import export_and_push, version_info
 
     version = export_and_push(open_sessions(settings.database_url, existing=True), out_dir,

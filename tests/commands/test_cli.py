@@ -82,3 +82,19 @@ def test_shared_options_are_declared_once():
                 helps[opt].add(param.help)
     assert len(helps["--json"]) == 1, helps["--json"]
     assert len(helps["--project"]) == 1, helps["--project"]
+
+
+def test_self_reward_is_a_group_without_options_whose_default_command_is_run():
+    """`preflab self-reward --iterations 3` keeps working: it is `self-reward run --iterations 3`."""
+    ctx = click.Context(cli, info_name="preflab")
+    group = cli.get_command(ctx, "self-reward")
+    assert group.params == [] and sorted(group.commands) == ["report", "run"]
+
+    runner = CliRunner()
+    assert runner.invoke(cli, ["self-reward", "--iterations", "3", "--help"]).output.startswith(
+        "Usage: cli self-reward run [OPTIONS]")
+    assert "Commands:" in runner.invoke(cli, ["self-reward", "--help"]).output  # --help first is the group's
+    bare = runner.invoke(cli, ["self-reward"])
+    assert bare.exit_code == 2 and "Error: give --iterations T, or a subcommand (report)" in bare.output
+    typo = runner.invoke(cli, ["self-reward", "reprot"])
+    assert typo.exit_code == 2 and "No such command 'reprot'" in typo.output

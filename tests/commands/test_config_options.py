@@ -54,7 +54,7 @@ CONFIGS = {
     "train simpo": ["preflab.training.simpo.SimPOTrainConfig"],
     "demo goodhart": ["preflab.training.goodhart.job.GoodhartSettings"],
     "bon sample": ["preflab.training.bestofn.config.BonSampleConfig"],
-    "self-reward": ["preflab.training.selfreward.config.SelfRewardConfig", "preflab.training.config.DPOTrainConfig"],
+    "self-reward run": ["preflab.training.selfreward.config.SelfRewardConfig", "preflab.training.config.DPOTrainConfig"],
     "demo toy": ["preflab.training.demos.toy.ToySettings"],
     "demo bon": ["preflab.training.demos.bon.BonDemoConfig"],
 }

@@ -52,10 +52,10 @@ def run_cli(url: str, *args) -> str:
 
 def run_report(url: str, *args) -> str:
     """`preflab report ARGS…` on the database at `url`; returns stdout."""
-    from preflab.commands.report import report_command
+    from preflab.commands.report import page_command
     from preflab.settings import Settings
 
-    result = CliRunner().invoke(report_command, list(map(str, args)), obj=Settings.resolve(url),
+    result = CliRunner().invoke(page_command, list(map(str, args)), obj=Settings(database_url=url),
                                 catch_exceptions=False)
     assert result.exit_code == 0, result.output
     return result.stdout

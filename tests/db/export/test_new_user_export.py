@@ -103,7 +103,7 @@ def test_the_card_is_true_for_each_format(people_and_judge, tmp_path, fmt):
 
 
 def test_the_export_summary_line(people_and_judge, tmp_path):
-    from preflab.db.export.card import export_summary
+    from preflab.commands.text import export_summary
 
     info = json.loads(people_and_judge("export", tmp_path / "out", "--test-size", "0", "--json").stdout)
     assert export_summary(info, tmp_path / "out") == (

@@ -1,0 +1,82 @@
+"""The text the store's commands print: `stats`, `annotators`, `export` (their `--json` is the dict itself).
+
+The library jobs return data (`preflab.db.quality.agreement.stats`,
+`preflab.db.quality.annotators.annotator_quality`, `preflab.db.export.dataset.version_info`);
+how it reads on a terminal is the shell's business, so it lives here, beside the commands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from preflab.db.quality.agreement import same_as_shown_text
+
+if TYPE_CHECKING:
+    from preflab.db.quality.annotators import AnnotatorQuality
+
+
+def stats_text(report: dict) -> str:
+    """The `stats` report as lines of text (no trailing newline: `click.echo` adds it)."""
+    c = report["counts"]
+    lines = [
+        f"prompts {c['prompts']:,} · candidates {c['candidates']:,} · comparisons {c['comparisons']:,}"
+        f" · quarantined {c['quarantined']:,}",
+        "rankings: " + ", ".join(f"{k} {v:,}" for k, v in c["rankings"].items()),
+        "annotators: " + (", ".join(f"{k} {v:,}" for k, v in c["annotators"].items()) or "none"),
+        same_as_shown_text(c["same_as_shown"]),
+    ]
+    for name, a in report["agreement"].items():
+        if not a["ranking_pairs"]:
+            continue
+        rate = "n/a" if a["pairwise_agreement"] is None else f"{a['pairwise_agreement']:.3f}"
+        tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:.3f}"
+        lines.append(f"agreement {name}: {a['ranking_pairs']:,} ranking pairs, {a['shared_pairs']:,} shared pairs,"
+                     f" pairwise agreement {rate}, Kendall tau-b {tau}")
+    return "\n".join(lines)
+
+
+def quality_text(qualities: list[AnnotatorQuality]) -> str:
+    """The `preflab annotators` table (no trailing newline)."""
+    if not qualities:
+        return "no human annotator has a valid ranking yet"
+
+    def num(value: float | None, form: str = ".2f") -> str:
+        return "—" if value is None else format(value, form)
+
+    header = (f"{'annotator':<20} {'rankings':>8} {'gold n':>6} {'gold τb':>7} {'gold pw':>7} {'cons n':>6} "
+              f"{'cons τb':>7} {'cons pw':>7} {'shown':>6} {'median s':>8}  flags")
+    lines = [header]
+    for q in qualities:
+        d = q.as_dict()
+        lines.append(f"{q.pseudonym:<20} {q.rankings:>8,} {d['gold_rankings']:>6,} {num(d['gold_tau']):>7} "
+                     f"{num(d['gold_pairwise']):>7} {d['consensus_rankings']:>6,} {num(d['consensus_tau']):>7} "
+                     f"{num(d['consensus_pairwise']):>7} {num(d['same_as_shown'], '.0%'):>6} "
+                     f"{num(d['median_seconds'], '.1f'):>8}  {', '.join(q.flags) or '—'}")
+    flagged = [q for q in qualities if q.flags]
+    lines.append(f"{len(flagged)} of {len(qualities)} annotators flagged")
+    for q in flagged:
+        lines.extend(f"  {q.pseudonym}: {reason}" for reason in q.flags.values())
+    return "\n".join(lines)
+
+
+def export_summary(info: dict[str, Any], out_dir: str | Path) -> str:
+    """The line `preflab export` prints: what was written, whose pairs, and how many contradict."""
+    line = (f"exported {info['train']:,} train and {info['test']:,} test pairs from {info['prompts']:,} prompts"
+            f" to {out_dir} as dataset version {info['name']}")
+    build = info.get("pairs_build")
+    if build:  # export takes whatever the last `pairs build` made: say which, so nobody is surprised
+        line = (f"{line}, from the last pairs build (#{build['id']}: strategy {build['strategy']}, "
+                f"aggregate {build['aggregate']}, annotators {build['annotator_kind']})")
+    if "pairs_by_kind" not in info:
+        return line
+    kinds = ", ".join(f"{n:,} {kind}" for kind, n in sorted(info["pairs_by_kind"].items()))
+    line += f" ({kinds}; annotators {info['annotators']}"
+    left_out = info.get("left_out_by_kind") or {}
+    if left_out:
+        line += "; left out " + ", ".join(f"{n:,} {kind}" for kind, n in sorted(left_out.items()))
+    excluded = info.get("excluded_annotators") or {}
+    if excluded:
+        line += f"; {len(excluded):,} flagged annotator{'s' if len(excluded) != 1 else ''} left out"
+    n = info.get("contradicting_pairs", 0)
+    return line + f"); {n:,} {'pair contradicts' if n == 1 else 'pairs contradict'} another pair of the same prompt"
