@@ -81,9 +81,9 @@ def run_mode(mode: str, workdir: Path, model: str, steps: int, batch: int, threa
     from transformers import TrainerCallback
     from trl import DPOTrainer
 
+    from preflab.lm.loading import load_tokenizer_for_training
     from preflab.training.config import DPOTrainConfig
     from preflab.training.dpo import rows_reached
-    from preflab.training.reward import load_tokenizer_for_training
 
     torch.set_num_threads(threads)
     config = DPOTrainConfig(max_steps=steps, per_device_train_batch_size=batch, max_length=256, save_steps=10**9)

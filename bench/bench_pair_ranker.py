@@ -15,8 +15,8 @@ imported, pairs built, one dataset version exported with 20% of prompts held out
 
 Per world and seed, both models start from the same weights and train with the
 same optimizer settings, the same pairs per step and the same number of epochs:
-`train_reward` (TRL's pairwise RewardTrainer: r(chosen) − r(rejected)) and
-`train_pair_ranker` (one sequence with the prompt and both responses, read in both
+`train reward` (TRL's pairwise RewardTrainer: r(chosen) − r(rejected)) and
+`train pair-ranker` (one sequence with the prompt and both responses, read in both
 orders: σ(s(c, r) − s(r, c))). Reported: each one's held-out pairwise accuracy,
 the difference (ranker − reward model), and the training loop's wall and CPU time.
 One torch thread (the machine is shared).
@@ -63,16 +63,14 @@ def cpu_clock():
 
 
 def train_both(sessions, base: Path, dataset: str, workdir: Path, settings: dict) -> dict:
-    from preflab.training.config import RewardTrainConfig
-    from preflab.training.pair_ranker import PairRankerTrainConfig, train_pair_ranker
-    from preflab.training.reward import train_reward
+    from preflab.training.methods import METHODS, train
 
     out = {}
-    for name, config_class, train in (("reward", RewardTrainConfig, train_reward),
-                                      ("ranker", PairRankerTrainConfig, train_pair_ranker)):
+    for name, method in (("reward", "reward"), ("ranker", "pair-ranker")):
         clock = cpu_clock()
-        config = config_class(save_steps=1_000_000, logging_steps=10, use_cpu=True, **settings)
-        result = train(sessions, config, str(base), dataset, output_dir=str(workdir / name), callbacks=[clock])
+        config = METHODS[method].config(save_steps=1_000_000, logging_steps=10, use_cpu=True, **settings)
+        result = train(method, sessions, config, str(base), dataset, output_dir=str(workdir / name),
+                       callbacks=[clock])
         out[name] = {"accuracy": result.metrics["heldout_accuracy"], "pairs": result.metrics["heldout_pairs"],
                      "loop_s": result.metrics["train_runtime"], "cpu_s": clock.seconds,
                      "steps": result.metrics["global_step"]}

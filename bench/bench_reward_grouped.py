@@ -8,7 +8,7 @@ random digits each; the annotator ranks them strictly by digit sum (equal sums
 tie), so a prompt yields up to C(K, 2) pairs. Model: a randomly initialised
 4-layer Llama (hidden 128), the same initial weights for both trainers.
 
-Both runs go through `preflab.training.reward.train_reward` (a recorded run
+Both runs go through `preflab.training.methods.train` (a recorded run
 each) and see the same pairs per optimizer step: TRL's trainer gets batches of
 P·C(K, 2) pairs, the grouped trainer batches of P prompts. Reported: the
 training loop's own runtime (Trainer's train_runtime), the whole run's wall time
@@ -76,7 +76,7 @@ def initial_model(path: Path, seed: int) -> Path:
 def train_once(sessions, base: Path, dataset: str, workdir: Path, grouped: bool, k: int, prompts_per_step: int,
                epochs: float, seed: int) -> dict:
     from preflab.training.config import RewardTrainConfig
-    from preflab.training.reward import train_reward
+    from preflab.training.methods import train
 
     from transformers import TrainerCallback
 
@@ -96,7 +96,7 @@ def train_once(sessions, base: Path, dataset: str, workdir: Path, grouped: bool,
                                logging_steps=10, save_steps=1_000_000, seed=seed, use_cpu=True)
     start = time.perf_counter()
     output_dir = workdir / ("grouped" if grouped else "pairwise")
-    result = train_reward(sessions, config, str(base), dataset, output_dir=str(output_dir), callbacks=[clock])
+    result = train("reward", sessions, config, str(base), dataset, output_dir=str(output_dir), callbacks=[clock])
     return {"wall_s": time.perf_counter() - start, "train_s": result.metrics["train_runtime"], "cpu_s": clock.seconds,
             "steps": result.metrics["global_step"], "accuracy": result.metrics["heldout_accuracy"],
             "loss": result.metrics["last_loss"]}

@@ -163,6 +163,16 @@ def load_tokenizer(name_or_path: str | Path | None = None):
     return tokenizer
 
 
+def load_tokenizer_for_training(model_path: str):
+    """The starting model's own tokenizer (saved unchanged with the result), with a pad token."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
 def _load(auto_class, name_or_path, device, dtype, **kwargs):
     from transformers.utils import logging as hf_logging
 

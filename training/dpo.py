@@ -8,15 +8,11 @@ chosen response, and by how much.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
-
-from preflab.console import SILENT, Reporter
+from preflab.lm.loading import load_tokenizer_for_training
 from preflab.training.config import DPOTrainConfig
-from preflab.training.reward import load_tokenizer_for_training
-from preflab.training.runs import RunPlan, RunResult, execute, run_trainer, save_final, training_summary
+from preflab.training.runs import RunPlan
 
 LOGGED = ("rewards/accuracies", "rewards/margins", "rewards/chosen", "rewards/rejected")
 
@@ -81,47 +77,26 @@ def evaluate_policy_on_pairs(policy_path: str, reference_path: str, split, beta:
     return {f"heldout_{key}" if key != "pairs" else "heldout_pairs": value for key, value in result.items()}
 
 
-def policy_train_step(build_trainer, callbacks: Sequence, reporter: Reporter):
-    """The train step of the preference-loss trainers (DPO, SimPO): build, run, save, summarise."""
-    def train(plan: RunPlan, config) -> dict[str, Any]:
-        from transformers import AutoModelForCausalLM
-
-        trainer = build_trainer(plan, config)
-        output = run_trainer(trainer, plan, callbacks, reporter)
-        save_final(trainer, plan, AutoModelForCausalLM)
-        summary = training_summary(trainer, output)
-        logged = [entry for entry in trainer.state.log_history if LOGGED[0] in entry]
-        if logged:
-            summary.update({f"train_{key.replace('/', '_')}": logged[-1][key] for key in LOGGED})
-        return summary
-
-    return train
+def logged_rewards(trainer) -> dict[str, Any]:
+    """The implicit rewards TRL logged last (DPO, SimPO): `train_rewards_accuracies`, `…_margins`, …."""
+    logged = [entry for entry in trainer.state.log_history if LOGGED[0] in entry]
+    return {f"train_{key.replace('/', '_')}": logged[-1][key] for key in LOGGED} if logged else {}
 
 
-def train_dpo(sessions: sessionmaker[Session] | None, config: DPOTrainConfig, model_name: str,
-              dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
-              callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
-    """Train a policy with DPO and record it; returns the result on rank 0 (None on other ranks).
+def finish(trainer, plan: RunPlan, config: DPOTrainConfig) -> dict[str, Any]:
+    """The logged rewards, and the passes over the whole split (the trainer got only `rows_reached`)."""
+    from datasets import load_from_disk
 
-    Args are those of `preflab.training.reward.train_reward`.
-    """
-    train_step = policy_train_step(build_dpo_trainer, callbacks, reporter)
+    out = logged_rewards(trainer)
+    rows, needed = len(load_from_disk(plan.data_dir)["train"]), rows_needed(config, trainer.args.world_size)
+    if needed is not None and needed < rows:
+        out["epochs"] = trainer.state.epoch * needed / rows
+    return out
 
-    def train(plan: RunPlan, config: DPOTrainConfig) -> dict[str, Any]:
-        from datasets import load_from_disk
 
-        summary = train_step(plan, config)
-        # The trainer was given only the rows it reached (`rows_reached`): count passes over the whole split.
-        rows, needed = len(load_from_disk(plan.data_dir)["train"]), rows_needed(config, summary["world_size"])
-        if needed is not None and needed < rows:
-            summary["epochs"] = summary["epochs"] * needed / rows
-        return summary
+def evaluate_run(plan: RunPlan, config: DPOTrainConfig, sessions=None) -> dict[str, Any]:
+    """Held-out implicit-reward accuracy and margin of a run's policy, against its starting model."""
+    from preflab.training.data import run_test_split
 
-    def evaluate(plan: RunPlan, config: DPOTrainConfig) -> dict[str, Any]:
-        from preflab.training.data import run_test_split
-
-        return evaluate_policy_on_pairs(plan.model_dir, plan.model_path, run_test_split(plan.data_dir),
-                                        config.beta, config.per_device_eval_batch_size)
-
-    return execute("dpo", config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate,
-                   reporter)
+    return evaluate_policy_on_pairs(plan.model_dir, plan.model_path, run_test_split(plan.data_dir),
+                                    config.beta, config.per_device_eval_batch_size)

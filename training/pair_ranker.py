@@ -13,17 +13,12 @@ every other training run (`preflab.training.runs`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
-
-from preflab.console import SILENT, Reporter
+from preflab.lm.loading import load_tokenizer_for_training
 from preflab.training.config import TrainConfig
-from preflab.training.runs import RunPlan, RunResult, execute, run_trainer, save_final, training_summary
-
-KIND = "pair-ranker"
+from preflab.training.runs import RunPlan, is_main_process
 
 
 @dataclass
@@ -97,7 +92,6 @@ def build_pair_ranker_trainer(plan: RunPlan, config: PairRankerTrainConfig):
     from transformers import AutoModelForSequenceClassification, Trainer
 
     from preflab.lm.pair_ranker import pair_logits
-    from preflab.training.reward import load_tokenizer_for_training
 
     class PairRankerTrainer(Trainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
@@ -139,35 +133,17 @@ def evaluate_pair_ranker(path: str, split, batch_size: int = 32) -> dict[str, An
             "heldout_mean_probability": result["mean_probability"], "heldout_log_loss": result["log_loss"]}
 
 
-def train_pair_ranker(sessions: sessionmaker[Session] | None, config: PairRankerTrainConfig, model_name: str,
-                      dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
-                      callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
-    """Train a pair ranker and record it; returns the result on rank 0 (None on other ranks).
+def finish(trainer, plan: RunPlan, config: PairRankerTrainConfig) -> dict[str, Any]:
+    """Mark the saved model as a pair ranker, with the input format it was trained on (the judge reads it)."""
+    from preflab.lm.pair_ranker import write_format
 
-    Args:
-        sessions: sessionmaker on rank 0, None on other ranks.
-        model_name: starting model: a model version, embedded name, local path or hub id.
-        dataset_version: name or id; default the newest (exported first when out of date).
-        resume: continue the newest unfinished pair-ranker run from its last checkpoint.
-        callbacks: extra `transformers.TrainerCallback`s.
-        reporter: shows a progress bar while training (rank 0) when enabled.
-    """
-    def train(plan: RunPlan, config: PairRankerTrainConfig) -> dict[str, Any]:
-        from transformers import AutoModelForSequenceClassification
+    if is_main_process():
+        write_format(plan.model_dir, config.max_length, is_conversational(plan.data_dir))
+    return {}
 
-        from preflab.lm.pair_ranker import write_format
-        from preflab.training.runs import is_main_process
 
-        trainer = build_pair_ranker_trainer(plan, config)
-        output = run_trainer(trainer, plan, callbacks, reporter)
-        save_final(trainer, plan, AutoModelForSequenceClassification)
-        if is_main_process():
-            write_format(plan.model_dir, config.max_length, is_conversational(plan.data_dir))
-        return training_summary(trainer, output)
+def evaluate_run(plan: RunPlan, config: PairRankerTrainConfig, sessions=None) -> dict[str, Any]:
+    """Held-out numbers of a run's saved pair ranker on the run's test split."""
+    from preflab.training.data import run_test_split
 
-    def evaluate(plan: RunPlan, config: PairRankerTrainConfig) -> dict[str, Any]:
-        from preflab.training.data import run_test_split
-
-        return evaluate_pair_ranker(plan.model_dir, run_test_split(plan.data_dir), config.per_device_eval_batch_size)
-
-    return execute(KIND, config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate, reporter)
+    return evaluate_pair_ranker(plan.model_dir, run_test_split(plan.data_dir), config.per_device_eval_batch_size)

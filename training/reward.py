@@ -8,24 +8,16 @@ the held-out pairwise accuracy and the new `reward` model version are recorded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
-
-from preflab.console import SILENT, Reporter
+from preflab.lm.loading import load_tokenizer_for_training
 from preflab.training.config import RewardTrainConfig
-from preflab.training.runs import RunPlan, RunResult, execute, run_trainer, save_final, training_summary
+from preflab.training.runs import RunPlan
 
 
-def load_tokenizer_for_training(model_path: str):
-    """The starting model's own tokenizer (saved unchanged with the result), with a pad token."""
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
+def run_kind(config: RewardTrainConfig) -> str:
+    """Grouped and pairwise runs are kinds of their own: `--resume` continues the kind asked for."""
+    return "reward-grouped" if config.grouped else "reward"
 
 
 def build_reward_trainer(plan: RunPlan, config: RewardTrainConfig):
@@ -58,32 +50,8 @@ def evaluate_reward_model(path: str, split, batch_size: int = 32) -> dict[str, A
             "heldout_mean_margin": result["mean_margin"]}
 
 
-def train_reward(sessions: sessionmaker[Session] | None, config: RewardTrainConfig, model_name: str,
-                 dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
-                 callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
-    """Train a reward model and record it; returns the result on rank 0 (None on other ranks).
+def evaluate_run(plan: RunPlan, config: RewardTrainConfig, sessions=None) -> dict[str, Any]:
+    """Held-out pairwise accuracy of a run's saved reward model on the run's test split."""
+    from preflab.training.data import run_test_split
 
-    Args:
-        sessions: sessionmaker on rank 0, None on other ranks.
-        model_name: starting model: a model version, embedded name, local path or hub id.
-        dataset_version: name or id; default the newest (exported first when out of date).
-        resume: continue the newest unfinished run of this kind from its last checkpoint.
-        callbacks: extra `transformers.TrainerCallback`s.
-        reporter: shows a progress bar while training (rank 0) when enabled.
-    """
-    def train(plan: RunPlan, config: RewardTrainConfig) -> dict[str, Any]:
-        from transformers import AutoModelForSequenceClassification
-
-        trainer = build_reward_trainer(plan, config)
-        output = run_trainer(trainer, plan, callbacks, reporter)
-        save_final(trainer, plan, AutoModelForSequenceClassification)
-        return training_summary(trainer, output)
-
-    def evaluate(plan: RunPlan, config: RewardTrainConfig) -> dict[str, Any]:
-        from preflab.training.data import run_test_split
-
-        return evaluate_reward_model(plan.model_dir, run_test_split(plan.data_dir), config.per_device_eval_batch_size)
-
-    kind = "reward-grouped" if config.grouped else "reward"
-    return execute(kind, config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate,
-                   reporter)
+    return evaluate_reward_model(plan.model_dir, run_test_split(plan.data_dir), config.per_device_eval_batch_size)

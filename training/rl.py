@@ -27,12 +27,11 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.console import SILENT, Reporter
 from preflab.errors import ConfigError
-from preflab.training.config import TrainConfig
+from preflab.lm.loading import load_tokenizer_for_training
 from preflab.lm.sampling import SamplingConfig
-from preflab.training.runs import (RunPlan, RunResult, execute, is_main_process, run_trainer, save_final,
-                                   training_summary)
+from preflab.training.config import TrainConfig
+from preflab.training.runs import RunPlan
 
 RL_ALGORITHMS = ("rloo", "grpo")
 DEFAULT_BETA = {"rloo": 0.05, "grpo": 0.0}  # TRL's own defaults for each trainer
@@ -172,8 +171,6 @@ def build_rl_trainer(plan: RunPlan, config: RLTrainConfig):
     from datasets import Dataset
     from trl import GRPOTrainer, RLOOTrainer
 
-    from preflab.training.reward import load_tokenizer_for_training
-
     args = config.to_trl(plan.checkpoint_dir)
     tokenizer = load_tokenizer_for_training(plan.model_path)
     tokenizer.padding_side = "left"  # generation pads prompts on the left
@@ -269,53 +266,40 @@ def resolve_reward_model(session: Session, name: str) -> tuple[str, str, int | N
     return (version.name if version else label), str(resolve_model_path(location)), version_id
 
 
-def train_rl(sessions: sessionmaker[Session] | None, config: RLTrainConfig, model_name: str,
-             dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
-             callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
-    """Optimise a policy against a reward model and record it; returns the result on rank 0 (None elsewhere).
+def prepare(sessions: sessionmaker[Session], config: RLTrainConfig) -> RLTrainConfig:
+    """A new run's config, settled on rank 0 before the run is planned: the reward model found, the prompts stored."""
+    if not config.reward_model:
+        raise ConfigError("name the reward with --reward-model (a reward-model version, path or hub id)")
+    with sessions.begin() as session:
+        _, location, _ = resolve_reward_model(session, config.reward_model)
+    # Every rank (and a later --resume) loads the reward model from where rank 0 found it.
+    config = dataclasses.replace(config, reward_model=location)
+    if config.prompts_file:
+        from preflab.labelling.selection import prompts_from_file
 
-    The run records the parent policy (the starting model), the reward model's
-    version and β; its metrics hold the mean reward, KL and entropy logged over
-    training, and the held-out reward of fresh samples before and after.
+        prompts_from_file(sessions, config.prompts_file)  # the store holds every prompt trained on
+    return config
 
-    Args:
-        model_name: the starting policy: a model version, embedded name, local path or hub id.
-        dataset_version: whose training prompts to use (and whose test prompts to evaluate on);
-            default the newest.
-        Others as in `preflab.training.reward.train_reward`.
+
+def finish(trainer, plan: RunPlan, config: RLTrainConfig) -> dict[str, Any]:
+    """Mean reward, KL and entropy as logged over training."""
+    return training_history(trainer.state.log_history)
+
+
+def evaluate_run(plan: RunPlan, config: RLTrainConfig, sessions: sessionmaker[Session]) -> dict[str, Any]:
+    """The reward model's version and β, and the reward of fresh samples before and after training.
+
+    The start and trained policies are sampled on the dataset version's held-out
+    prompts (the first `eval_prompts`) and scored by the reward model.
     """
-    if is_main_process() and not resume:
-        if not config.reward_model:
-            raise ConfigError("name the reward with --reward-model (a reward-model version, path or hub id)")
-        with sessions.begin() as session:
-            _, location, _ = resolve_reward_model(session, config.reward_model)
-        # Every rank (and a later --resume) loads the reward model from where rank 0 found it.
-        config = dataclasses.replace(config, reward_model=location)
-        if config.prompts_file:
-            from preflab.labelling.selection import prompts_from_file
+    from datasets import load_from_disk
 
-            prompts_from_file(sessions, config.prompts_file)  # the store holds every prompt trained on
-
-    def train(plan: RunPlan, config: RLTrainConfig) -> dict[str, Any]:
-        from transformers import AutoModelForCausalLM
-
-        trainer = build_rl_trainer(plan, config)
-        output = run_trainer(trainer, plan, callbacks, reporter)
-        save_final(trainer, plan, AutoModelForCausalLM)
-        return {**training_summary(trainer, output), **training_history(trainer.state.log_history)}
-
-    def evaluate(plan: RunPlan, config: RLTrainConfig) -> dict[str, Any]:
-        from datasets import load_from_disk
-
-        with sessions.begin() as session:
-            name, _, version_id = resolve_reward_model(session, config.reward_model)
-        lineage = {"reward_model_version": name, "reward_model_version_id": version_id, "beta": config.beta,
-                   "algorithm": config.algorithm}
-        splits = load_from_disk(plan.data_dir)
-        test = list({_key(p): p for p in splits["test"]["prompt"]}.values()) if "test" in splits else []
-        held = evaluate_policy_rewards(plan.model_dir, plan.model_path, config.reward_model,
-                                       test[:config.eval_prompts], config, config.per_device_eval_batch_size)
-        return {**lineage, **held}
-
-    return execute("rl", config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate,
-                   reporter)
+    with sessions.begin() as session:
+        name, _, version_id = resolve_reward_model(session, config.reward_model)
+    lineage = {"reward_model_version": name, "reward_model_version_id": version_id, "beta": config.beta,
+               "algorithm": config.algorithm}
+    splits = load_from_disk(plan.data_dir)
+    test = list({_key(p): p for p in splits["test"]["prompt"]}.values()) if "test" in splits else []
+    held = evaluate_policy_rewards(plan.model_dir, plan.model_path, config.reward_model,
+                                   test[:config.eval_prompts], config, config.per_device_eval_batch_size)
+    return {**lineage, **held}

@@ -4,8 +4,9 @@ Rank 0 alone touches the database: it resolves the dataset version and the
 starting model, records the run (status `running`) and hands every rank the
 plan. All ranks train. Rank 0 then scores the saved model on the held-out split
 and records the metrics and a new model version; a crash marks the run `failed`
-with the error. Under `torchrun`/`accelerate launch` the ranks read RANK and
-WORLD_SIZE from the environment; a plain process is rank 0 of 1.
+with the error. What is trained and how is a method of the table in
+`preflab.training.methods`. Under `torchrun`/`accelerate launch` the ranks read
+RANK and WORLD_SIZE from the environment; a plain process is rank 0 of 1.
 
 A run that succeeds deletes its checkpoints (unless `keep_checkpoints`): they
 exist for `--resume`, and their optimizer state is often twice the model's
@@ -19,7 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -31,12 +32,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from preflab.errors import InputError, NotFound, TrainingError
-from preflab.files import open_to_umask
 from preflab.settings import data_dir
 from preflab.training.progress import quiet_libraries
-
-MODEL_KIND = {"reward": "reward", "reward-grouped": "reward", "dpo": "policy", "simpo": "policy", "rl": "policy",
-              "pair-ranker": "pair-ranker"}
 
 
 def rank() -> int:
@@ -201,12 +198,13 @@ def _model_name(session: Session, run: TrainingRun) -> str:
     return run.base_model
 
 
-def record_success(session: Session, plan: RunPlan, metrics: dict[str, Any]) -> ModelVersion:
+def record_success(session: Session, plan: RunPlan, metrics: dict[str, Any], model_kind: str) -> ModelVersion:
+    """The run succeeded: its model version (`MODEL_KIND-RUN`, e.g. policy-3) points at the saved model."""
     run = session.get(TrainingRun, plan.run_id)
     base = session.get(ModelVersion, run.base_model_version_id) if run.base_model_version_id else None
-    version = session.scalar(select(ModelVersion).where(ModelVersion.name == f"{MODEL_KIND[plan.kind]}-{run.id}"))
+    version = session.scalar(select(ModelVersion).where(ModelVersion.name == f"{model_kind}-{run.id}"))
     if version is None:
-        version = ModelVersion(name=f"{MODEL_KIND[plan.kind]}-{run.id}", kind=MODEL_KIND[plan.kind])
+        version = ModelVersion(name=f"{model_kind}-{run.id}", kind=model_kind)
         session.add(version)
     version.base_model = (base.base_model if base is not None and base.base_model else run.base_model)
     version.parent_id = base.id if base is not None else None
@@ -238,28 +236,34 @@ def _share(value):
     return box[0]
 
 
-def execute(kind: str, config, sessions: sessionmaker[Session] | None, model_name: str, dataset_version: str | None,
-            resume: bool, output_dir: str | None, train: Callable[[RunPlan, Any], dict[str, Any]],
-            evaluate: Callable[[RunPlan, Any], dict[str, Any]], reporter: Reporter = SILENT) -> RunResult | None:
-    """Plan (rank 0), train (all ranks), evaluate and record (rank 0).
+def execute(method, config, sessions: sessionmaker[Session] | None, model_name: str,
+            dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
+            callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
+    """Plan (rank 0), train (all ranks), evaluate and record (rank 0) a run of one training method.
 
     Args:
+        method: the `preflab.training.methods.Method` to run (an entry of its `METHODS`).
         config: the method's config; on resume, the run's stored config replaces it.
         sessions: a sessionmaker on rank 0; None on the other ranks, which never open the database.
-        train: trains, saves the final model to `plan.model_dir` and returns the training-loop
-            numbers (called on every rank).
-        evaluate: held-out metrics of the saved model (called on rank 0 only).
+        model_name: the starting model: a model version, embedded name, local path or hub id.
+        dataset_version: name or id; default the newest (exported first when out of date).
+        resume: continue the newest unfinished run of this kind from its last checkpoint.
+        callbacks: extra `transformers.TrainerCallback`s.
         reporter: shows the training progress (a bar, or step lines: `Reporter.steps`) and, when
             enabled, library bars.
 
     Returns:
         The run's result on rank 0, None elsewhere.
     """
+    if method.prepare is not None and is_main_process() and not resume:
+        config = method.prepare(sessions, config)
     with quiet_libraries(reporter.enabled):
-        return _execute(kind, config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate)
+        return _execute(method, config, sessions, model_name, dataset_version, resume, output_dir, callbacks,
+                        reporter)
 
 
-def _execute(kind, config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate):
+def _execute(method, config, sessions, model_name, dataset_version, resume, output_dir, callbacks, reporter):
+    kind = method.kind(config)
     if world_size() > 1:
         from accelerate import PartialState
 
@@ -283,14 +287,14 @@ def _execute(kind, config, sessions, model_name, dataset_version, resume, output
     if shared[1] is not None:
         raise TrainingError(shared[1])
     plan = shared[0]
-    config = type(config).from_dict(plan.config)
+    config = method.config.from_dict(plan.config)
     from preflab.lm.loading import prefer_reusable_attention
 
     prefer_reusable_attention()
     try:
-        metrics = train(plan, config)
+        metrics = method.fit(plan, config, callbacks, reporter)
         if is_main_process():
-            metrics.update(evaluate(plan, config))
+            metrics.update(method.evaluate(plan, config, sessions))
     except BaseException as exc:
         if is_main_process():
             with sessions.begin() as session:
@@ -301,7 +305,7 @@ def _execute(kind, config, sessions, model_name, dataset_version, resume, output
     if not is_main_process():
         return None
     with sessions.begin() as session:
-        version = record_success(session, plan, metrics)
+        version = record_success(session, plan, metrics, method.model_kind)
         result = RunResult(plan.run_id, kind, version.name, version.id, version.path, plan.dataset_version,
                            metrics, world_size(), resumed=plan.resume_from is not None, elsewhere=plan.elsewhere)
     # Only once the success is recorded: a crash while deleting loses nothing the run needs.
@@ -333,68 +337,3 @@ def disk_note(result: RunResult) -> str:
     if result.freed_bytes:
         details.append(f"{disk_size(result.freed_bytes)} of checkpoints deleted; --keep-checkpoints keeps them")
     return f"the run left {disk_size(result.disk_bytes)} on disk" + (f" ({'; '.join(details)})" if details else "")
-
-
-def training_summary(trainer, output) -> dict[str, Any]:
-    """The numbers of the training loop itself: steps, runtime, first and last logged loss."""
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    return {"global_step": trainer.state.global_step, "train_loss": output.training_loss,
-            "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-            "train_runtime": output.metrics.get("train_runtime"), "epochs": trainer.state.epoch,
-            "world_size": trainer.args.world_size}  # what the Trainer really ran on, not what was asked
-
-
-def run_trainer(trainer, plan: RunPlan, callbacks: Sequence = (), reporter: Reporter = SILENT):
-    """Train (from the plan's checkpoint, if resuming) with its progress on stderr on rank 0, --json or not.
-
-    transformers' own printers write log dicts to stdout, which would spoil `--json`: they go.
-    """
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-    from preflab.training.progress import training_progress
-
-    trainer.remove_callback(PrinterCallback)
-    trainer.remove_callback(ProgressCallback)
-    progress = (training_progress(f"training {plan.kind} run {plan.run_id}", reporter)
-                if reporter.steps() and is_main_process() else None)
-    for callback in ([progress] if progress else []) + list(callbacks):
-        trainer.add_callback(callback)
-    try:
-        return trainer.train(resume_from_checkpoint=plan.resume_from)
-    finally:
-        if progress is not None:
-            progress.close()
-        if is_main_process() and Path(plan.checkpoint_dir).is_dir():  # kept for --resume, or asked for
-            open_to_umask(plan.checkpoint_dir)
-
-
-def save_final(trainer, plan: RunPlan, auto_class) -> None:
-    """Save the trained model where its model version will point: full weights, LoRA merged in.
-
-    A merged model loads with plain `from_pretrained`, so evaluation, generation and
-    the next training run need not know it was trained with adapters. The adapter
-    is saved first by the Trainer on every rank (which gathers FSDP/ZeRO-3 shards),
-    kept in `adapter/`, and merged into a fresh copy of the starting model on rank 0.
-    """
-    from accelerate.utils import is_peft_model
-
-    if not is_peft_model(trainer.accelerator.unwrap_model(trainer.model)):
-        trainer.save_model(plan.model_dir)
-        if trainer.accelerator.is_main_process:
-            open_to_umask(plan.model_dir)
-        trainer.accelerator.wait_for_everyone()
-        return
-    adapter = str(Path(plan.run_dir) / "adapter")
-    trainer.save_model(adapter)
-    if trainer.accelerator.is_main_process:
-        from peft import PeftModel
-
-        extra = {"num_labels": 1} if "SequenceClassification" in auto_class.__name__ else {}
-        base = auto_class.from_pretrained(plan.model_path, **extra)
-        merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
-        merged.config.pad_token_id = trainer.processing_class.pad_token_id
-        merged.save_pretrained(plan.model_dir)
-        trainer.processing_class.save_pretrained(plan.model_dir)
-        open_to_umask(adapter)
-        open_to_umask(plan.model_dir)
-    trainer.accelerator.wait_for_everyone()

@@ -11,17 +11,14 @@ pin what preflab relies on).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.orm import Session, sessionmaker
-
-from preflab.console import SILENT, Reporter
 from preflab.errors import ConfigError
+from preflab.lm.loading import load_tokenizer_for_training
 from preflab.training.config import TrainConfig
-from preflab.training.dpo import policy_train_step
-from preflab.training.runs import RunPlan, RunResult, execute
+from preflab.training.dpo import logged_rewards
+from preflab.training.runs import RunPlan
 
 
 @dataclass
@@ -65,8 +62,6 @@ def cpo_classes():
 def build_simpo_trainer(plan: RunPlan, config: SimPOTrainConfig):
     from datasets import load_from_disk
 
-    from preflab.training.reward import load_tokenizer_for_training
-
     _, trainer_class = cpo_classes()
     train_split = load_from_disk(plan.data_dir)["train"].select_columns(["prompt", "chosen", "rejected"])
     return trainer_class(plan.model_path, args=config.to_trl(plan.checkpoint_dir), train_dataset=train_split,
@@ -103,20 +98,14 @@ def evaluate_simpo(policy_path: str, start_path: str, split, beta: float, batch_
     return out
 
 
-def train_simpo(sessions: sessionmaker[Session] | None, config: SimPOTrainConfig, model_name: str,
-                dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
-                callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
-    """Train a policy with SimPO and record it; returns the result on rank 0 (None on other ranks).
+def finish(trainer, plan: RunPlan, config: SimPOTrainConfig) -> dict[str, Any]:
+    """The rewards TRL logged last (SimPO's length-normalised ones)."""
+    return logged_rewards(trainer)
 
-    Args are those of `preflab.training.reward.train_reward`.
-    """
-    train = policy_train_step(build_simpo_trainer, callbacks, reporter)
 
-    def evaluate(plan: RunPlan, config: SimPOTrainConfig) -> dict[str, Any]:
-        from preflab.training.data import run_test_split
+def evaluate_run(plan: RunPlan, config: SimPOTrainConfig, sessions=None) -> dict[str, Any]:
+    """Held-out SimPO reward accuracy and margin of a run's policy, and of its starting model."""
+    from preflab.training.data import run_test_split
 
-        return evaluate_simpo(plan.model_dir, plan.model_path, run_test_split(plan.data_dir),
-                              config.beta, config.per_device_eval_batch_size)
-
-    return execute("simpo", config, sessions, model_name, dataset_version, resume, output_dir, train, evaluate,
-                   reporter)
+    return evaluate_simpo(plan.model_dir, plan.model_path, run_test_split(plan.data_dir),
+                          config.beta, config.per_device_eval_batch_size)

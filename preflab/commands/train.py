@@ -1,9 +1,10 @@
 """`preflab train …`: reward models, pair rankers, DPO, SimPO, RL against a reward model, and evaluation.
 
-The options are generated from the config dataclasses (`preflab.training.config`,
-`preflab.training.evaluate.EvalConfig`), so every field and its help text is an
-option. Under `torchrun --nproc_per_node N -m preflab train …` every rank runs
-the same command; only rank 0 opens the database and prints.
+One command per training method (`preflab.training.methods.METHODS`), its options
+generated from the method's config dataclass, so every field and its help text is
+an option; `train eval`'s come from `preflab.training.evaluate.EvalConfig`. Under
+`torchrun --nproc_per_node N -m preflab train …` every rank runs the same command;
+only rank 0 opens the database and prints.
 """
 
 from __future__ import annotations
@@ -14,11 +15,8 @@ import click
 
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
 from preflab.settings import Settings
-from preflab.training.config import DPOTrainConfig, RewardTrainConfig
 from preflab.training.evaluate import EvalConfig
-from preflab.training.pair_ranker import PairRankerTrainConfig
-from preflab.training.rl import RLTrainConfig
-from preflab.training.simpo import SimPOTrainConfig
+from preflab.training.methods import METHODS, Method, train
 
 
 def run_options(func):
@@ -56,12 +54,12 @@ def _heldout(metrics: dict) -> str:
             f"margin {metrics['heldout_reward_margin']:.3f} on {metrics['heldout_pairs']:,} pairs")
 
 
-def _train(settings: Settings, train, config, model_name, dataset_version, output_dir, resume, as_json):
+def _train(settings: Settings, method: str, config, model_name, dataset_version, output_dir, resume, as_json):
     from preflab.db.engine import open_sessions
     from preflab.training.runs import disk_note, is_main_process
 
     sessions = open_sessions(settings.database_url) if is_main_process() else None
-    result = train(sessions, config, model_name or settings.model, dataset_version, resume, output_dir,
+    result = train(method, sessions, config, model_name or settings.model, dataset_version, resume, output_dir,
                    reporter=Reporter(not as_json))
     if result is None:  # not rank 0: the main process reports
         return
@@ -84,86 +82,20 @@ def train_group():
     """
 
 
-@train_group.command("reward")
-@run_options
-@config_options(RewardTrainConfig)
-@pass_settings
-def reward_command(settings: Settings, model_name, dataset_version, output_dir, resume, as_json, **fields):
-    """Train a Bradley–Terry reward model (TRL's RewardTrainer, or --grouped) and record it.
+def method_command(method: Method) -> click.Command:
+    """`preflab train NAME`: the run's options, and one option per field of the method's config."""
+    @run_options
+    @config_options(method.config)
+    @pass_settings
+    def command(settings: Settings, model_name, dataset_version, output_dir, resume, as_json, **fields):
+        _train(settings, method.name, build_config(method.config, fields), model_name, dataset_version, output_dir,
+               resume, as_json)
 
-    Example: preflab train reward --model smollm2-135m-instruct --grouped --use-margin
-    """
-    from preflab.training.reward import train_reward
-
-    _train(settings, train_reward, build_config(RewardTrainConfig, fields), model_name, dataset_version, output_dir,
-           resume, as_json)
+    return click.command(method.name, help=method.help)(command)
 
 
-@train_group.command("dpo")
-@run_options
-@config_options(DPOTrainConfig)
-@pass_settings
-def dpo_command(settings: Settings, model_name, dataset_version, output_dir, resume, as_json, **fields):
-    """Train a policy with DPO (TRL's DPOTrainer) from a base model or model version, and record it.
-
-    Example: preflab train dpo --model policy-3 --beta 0.1 --lora --learning-rate 5e-6
-    """
-    from preflab.training.dpo import train_dpo
-
-    _train(settings, train_dpo, build_config(DPOTrainConfig, fields), model_name, dataset_version, output_dir,
-           resume, as_json)
-
-
-@train_group.command("simpo")
-@run_options
-@config_options(SimPOTrainConfig)
-@pass_settings
-def simpo_command(settings: Settings, model_name, dataset_version, output_dir, resume, as_json, **fields):
-    """Train a policy with SimPO (TRL's CPO trainer, loss simpo): no reference model, and record it.
-
-    Example: preflab train simpo --model policy-3 --beta 2.0 --simpo-gamma 0.5 --learning-rate 5e-7
-    """
-    from preflab.training.simpo import train_simpo
-
-    _train(settings, train_simpo, build_config(SimPOTrainConfig, fields), model_name, dataset_version, output_dir,
-           resume, as_json)
-
-
-@train_group.command("rl")
-@run_options
-@config_options(RLTrainConfig)
-@pass_settings
-def rl_command(settings: Settings, model_name, dataset_version, output_dir, resume, as_json, **fields):
-    """Optimise a policy against a reward model with RL (TRL's RLOOTrainer, or GRPO), and record it.
-
-    The reward is R_RM − β·KL(π‖π_ref); prompts are the dataset version's training
-    prompts (or --prompts-file's). TRL 1.x has no PPO trainer: RLOO is the critic-free
-    PPO of the minimal-RLHF notebook, with a leave-one-out baseline.
-
-    Example: preflab train rl --model policy-3 --reward-model reward-2 --beta 0.05 --max-steps 200
-    """
-    from preflab.training.rl import train_rl
-
-    _train(settings, train_rl, build_config(RLTrainConfig, fields), model_name, dataset_version, output_dir,
-           resume, as_json)
-
-
-@train_group.command("pair-ranker")
-@run_options
-@config_options(PairRankerTrainConfig)
-@pass_settings
-def pair_ranker_command(settings: Settings, model_name, dataset_version, output_dir, resume, as_json, **fields):
-    """Train a pairwise ranker (PairRM-style: reads the prompt and both responses at once) and record it.
-
-    Trained on each comparison in both orders; P(A ≻ B) = σ(s(A,B) − s(B,A)), so
-    P(A ≻ B) = 1 − P(B ≻ A). Judge with it: `preflab judge pair-ranker VERSION`.
-
-    Example: preflab train pair-ranker --model smollm2-135m-instruct --learning-rate 2e-5 --num-train-epochs 2
-    """
-    from preflab.training.pair_ranker import train_pair_ranker
-
-    _train(settings, train_pair_ranker, build_config(PairRankerTrainConfig, fields), model_name, dataset_version,
-           output_dir, resume, as_json)
+for _method in METHODS.values():
+    train_group.add_command(method_command(_method))
 
 
 @train_group.command("eval")

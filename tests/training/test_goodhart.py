@@ -221,12 +221,12 @@ def write_lineage_rankings(base, policy, path, prompts) -> int:
 def test_bon_frontier_charts_a_lineage_of_real_model_versions(toy_store, toy_base, tmp_path):
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.training.config import DPOTrainConfig
-    from preflab.training.dpo import train_dpo
+    from preflab.training.methods import train
 
     url, sessions = toy_store
-    policy = train_dpo(sessions, DPOTrainConfig(loss_type="sigmoid,sft", max_steps=24, per_device_train_batch_size=8,
-                                                learning_rate=2e-3, max_length=16, use_cpu=True, logging_steps=8,
-                                                save_steps=10_000), str(toy_base))
+    policy = train("dpo", sessions, DPOTrainConfig(loss_type="sigmoid,sft", max_steps=24, per_device_train_batch_size=8,
+                                                 learning_rate=2e-3, max_length=16, use_cpu=True, logging_steps=8,
+                                                 save_steps=10_000), str(toy_base))
     path = tmp_path / "lineage.jsonl"
     assert write_lineage_rankings(toy_base, policy.path, path, world.sample_prompts(30, seed=3)) > 40
     import_file(sessions, path, import_rankings_batch)

@@ -125,7 +125,7 @@ def test_a_failed_run_keeps_its_checkpoint_for_resume(toy_store, toy_base, tmp_p
 
     from preflab.errors import TrainingError
     from preflab.training.config import RewardTrainConfig
-    from preflab.training.reward import train_reward
+    from preflab.training.methods import train
 
     class PowerCut(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -136,7 +136,7 @@ def test_a_failed_run_keeps_its_checkpoint_for_resume(toy_store, toy_base, tmp_p
     config = RewardTrainConfig(max_steps=4, save_steps=2, per_device_train_batch_size=8, learning_rate=3e-3,
                                max_length=16, use_cpu=True)
     with pytest.raises(TrainingError, match="power cut"):
-        train_reward(sessions, config, str(toy_base), output_dir=str(tmp_path / "run"), callbacks=[PowerCut()])
+        train("reward", sessions, config, str(toy_base), output_dir=str(tmp_path / "run"), callbacks=[PowerCut()])
     assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint-*")] == ["checkpoint-2"]
 
     report = json.loads(run(url, "train", "reward", "--resume", "--json").stdout)

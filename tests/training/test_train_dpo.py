@@ -110,7 +110,7 @@ def test_reference_log_probs_are_computed_for_the_rows_the_run_trains_on_only(to
     from transformers import TrainerCallback
 
     from preflab.training.config import DPOTrainConfig
-    from preflab.training.dpo import train_dpo
+    from preflab.training.methods import train
 
     class Given(TrainerCallback):
         rows = columns = None
@@ -121,7 +121,7 @@ def test_reference_log_probs_are_computed_for_the_rows_the_run_trains_on_only(to
     _, sessions = toy_store
     config = DPOTrainConfig(max_steps=8, per_device_train_batch_size=4, gradient_accumulation_steps=2,
                             learning_rate=2e-3, max_length=16, use_cpu=True, logging_steps=2, beta=0.1)
-    result = train_dpo(sessions, config, str(toy_base), callbacks=[Given()])
+    result = train("dpo", sessions, config, str(toy_base), callbacks=[Given()])
     assert "ref_chosen_logps" in Given.columns and "ref_rejected_logps" in Given.columns
     assert Given.rows == 8 * 4 * 2  # steps × batch × accumulation, of the whole split's rows
     train = load_from_disk(str(Path(result.path).parent / "data"))["train"][:]

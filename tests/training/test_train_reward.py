@@ -131,7 +131,7 @@ def test_a_crash_marks_the_run_failed_and_resume_continues_from_the_checkpoint(t
 
     from preflab.errors import TrainingError
     from preflab.training.config import RewardTrainConfig
-    from preflab.training.reward import train_reward
+    from preflab.training.methods import train
 
     class PowerCut(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -148,14 +148,14 @@ def test_a_crash_marks_the_run_failed_and_resume_continues_from_the_checkpoint(t
     config = RewardTrainConfig(max_steps=10, save_steps=4, per_device_train_batch_size=8, learning_rate=3e-3,
                                max_length=16, use_cpu=True, logging_steps=2)
     with pytest.raises(TrainingError, match="power cut") as failure:
-        train_reward(sessions, config, str(toy_base), callbacks=[PowerCut()])
+        train("reward", sessions, config, str(toy_base), callbacks=[PowerCut()])
     assert str(failure.value).startswith("training run 1 failed: RuntimeError: power cut")
     with sessions.begin() as session:
         failed = session.scalars(select(TrainingRun)).one()
         assert failed.status == "failed" and failed.error.startswith("RuntimeError: power cut")
         assert failed.output_model_version_id is None and failed.finished_at is not None
 
-    result = train_reward(sessions, RewardTrainConfig(), "ignored on resume", resume=True, callbacks=[Steps()])
+    result = train("reward", sessions, RewardTrainConfig(), "ignored on resume", resume=True, callbacks=[Steps()])
     assert result.run_id == failed.id and result.resumed
     assert Steps.taken == 6  # steps 5 … 10, after checkpoint-4
     assert result.metrics["global_step"] == 10
@@ -165,7 +165,7 @@ def test_a_crash_marks_the_run_failed_and_resume_continues_from_the_checkpoint(t
         assert session.scalar(select(func.count()).select_from(ModelVersion).where(ModelVersion.kind == "reward")) == 1
 
     with pytest.raises(Exception, match="no unfinished reward run to resume"):
-        train_reward(sessions, config, str(toy_base), resume=True)
+        train("reward", sessions, config, str(toy_base), resume=True)
 
 
 def test_a_model_that_cannot_load_fails_the_run_with_one_line(toy_store):

@@ -60,13 +60,13 @@ def rewarded(sqlite_url, toy_base, tmp_path):
     """A fresh store with rankings that prefer a larger first digit, and a reward model (`reward-1`) on them."""
     from preflab.db.engine import open_database, session_factory
     from preflab.training.config import RewardTrainConfig
-    from preflab.training.reward import train_reward
+    from preflab.training.methods import train
 
     sessions = session_factory(open_database(sqlite_url))
     rank_by_first_digit(sessions, toy_base, tmp_path / "toy")
-    reward = train_reward(sessions, RewardTrainConfig(learning_rate=1e-2, max_steps=60, per_device_train_batch_size=16,
-                                                      max_length=16, use_cpu=True, logging_steps=10, save_steps=10_000),
-                          str(toy_base))
+    config = RewardTrainConfig(learning_rate=1e-2, max_steps=60, per_device_train_batch_size=16, max_length=16,
+                               use_cpu=True, logging_steps=10, save_steps=10_000)
+    reward = train("reward", sessions, config, str(toy_base))
     assert reward.model_version == "reward-1" and reward.metrics["heldout_accuracy"] >= 0.8, reward.metrics
     return sessions, reward
 
@@ -83,10 +83,10 @@ def exact_kl(policy_path, base_path, prompts) -> float:
 
 
 def test_rl_raises_the_reward_of_fresh_samples_and_records_the_lineage(rewarded, toy_base):
-    from preflab.training.rl import train_rl
+    from preflab.training.methods import train
 
     sessions, reward = rewarded
-    result = train_rl(sessions, fast(eval_prompts=20), str(toy_base))
+    result = train("rl", sessions, fast(eval_prompts=20), str(toy_base))
     m = result.metrics
     # Fresh samples on held-out prompts: the trained policy's score more than the start's.
     assert m["heldout_prompts"] > 0
@@ -111,7 +111,7 @@ def test_rl_raises_the_reward_of_fresh_samples_and_records_the_lineage(rewarded,
 
 def test_a_larger_beta_keeps_the_policy_closer_to_the_base(rewarded, toy_base):
     from preflab.training.goodhart.world import sample_prompts
-    from preflab.training.rl import train_rl
+    from preflab.training.methods import train
 
     sessions, _ = rewarded
     prompts = sample_prompts(24, seed=7)
@@ -119,7 +119,7 @@ def test_a_larger_beta_keeps_the_policy_closer_to_the_base(rewarded, toy_base):
     # Over 24 steps the KL is not monotone in small betas (with transformers 5.23 and TRL 1.16.0:
     # 1.96 at beta 0, 1.37 at 0.3, 1.60 at 1.0, 0.67 at 3.0), so the penalty compared is a clear one.
     for beta in (0.0, 3.0):
-        result = train_rl(sessions, fast(beta=beta, eval_prompts=0, max_steps=24), str(toy_base))
+        result = train("rl", sessions, fast(beta=beta, eval_prompts=0, max_steps=24), str(toy_base))
         kls[beta] = exact_kl(result.path, toy_base, prompts)
     assert kls[0.0] > 1.5 * kls[3.0] > 0, kls
 
@@ -157,7 +157,8 @@ def test_train_rl_command_runs_grpo_on_a_prompts_file_with_lora(rewarded, toy_ba
 def test_a_crashed_rl_run_resumes_from_its_checkpoint(rewarded, toy_base):
     from transformers import TrainerCallback
 
-    from preflab.training.rl import RLTrainConfig, train_rl
+    from preflab.training.methods import train
+    from preflab.training.rl import RLTrainConfig
 
     class PowerCut(TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):
@@ -166,8 +167,8 @@ def test_a_crashed_rl_run_resumes_from_its_checkpoint(rewarded, toy_base):
 
     sessions, _ = rewarded
     with pytest.raises(TrainingError, match="power cut"):
-        train_rl(sessions, fast(max_steps=8, save_steps=4, eval_prompts=0), str(toy_base), callbacks=[PowerCut()])
-    result = train_rl(sessions, RLTrainConfig(), "ignored on resume", resume=True)
+        train("rl", sessions, fast(max_steps=8, save_steps=4, eval_prompts=0), str(toy_base), callbacks=[PowerCut()])
+    result = train("rl", sessions, RLTrainConfig(), "ignored on resume", resume=True)
     assert result.resumed and result.metrics["global_step"] == 8
     assert result.metrics["reward_model_version"] == "reward-1"  # the lineage survives the resume
     with sessions.begin() as session:
@@ -176,7 +177,8 @@ def test_a_crashed_rl_run_resumes_from_its_checkpoint(rewarded, toy_base):
 
 
 def test_rl_options_are_checked_before_anything_runs(toy_store, toy_base):
-    from preflab.training.rl import RLTrainConfig, train_rl
+    from preflab.training.methods import train
+    from preflab.training.rl import RLTrainConfig
 
     for overrides, message in (({"n": 1}, "--n must be at least 2"),
                                ({"n": 3, "per_device_train_batch_size": 8}, "must be a multiple of --n"),
@@ -188,7 +190,7 @@ def test_rl_options_are_checked_before_anything_runs(toy_store, toy_base):
     assert RLTrainConfig(algorithm="grpo").beta == 0.0 and RLTrainConfig().beta == 0.05
     _, sessions = toy_store
     with pytest.raises(ConfigError, match="--reward-model"):
-        train_rl(sessions, RLTrainConfig(), str(toy_base))
+        train("rl", sessions, RLTrainConfig(), str(toy_base))
     with sessions.begin() as session:
         assert session.scalars(select(TrainingRun)).all() == []
 

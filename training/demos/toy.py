@@ -141,9 +141,8 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
     from preflab.db.models import Prompt
     from preflab.db.pairs.build import build_pairs
     from preflab.training.demos import toy_world as toy
-    from preflab.training.dpo import evaluate_policy_on_pairs, train_dpo
-    from preflab.training.reward import train_reward
-    from preflab.training.rl import train_rl
+    from preflab.training.dpo import evaluate_policy_on_pairs
+    from preflab.training.methods import train
 
     workdir.mkdir(parents=True, exist_ok=True)
     for part in ("base", "dataset"):  # a previous demo's (the run folders are cleared by the runs)
@@ -167,19 +166,19 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
                                  ExportSettings(test_size=settings.test_size, seed=settings.seed))
         dataset = {"name": version.name, "train": version.n_train, "test": version.n_test}
     lap("rankings_pairs_export")
-    reward = train_reward(sessions, settings.reward_config(), str(base), dataset["name"],
-                          output_dir=str(workdir / "reward"), reporter=reporter)
+    reward = train("reward", sessions, settings.reward_config(), str(base), dataset["name"],
+                   output_dir=str(workdir / "reward"), reporter=reporter)
     lap("reward_model")
     if settings.method == "rl":
-        policy = train_rl(sessions, settings.rl_config(reward.model_version), str(base), dataset["name"],
-                          output_dir=str(workdir / "rl"), reporter=reporter)
+        policy = train("rl", sessions, settings.rl_config(reward.model_version), str(base), dataset["name"],
+                       output_dir=str(workdir / "rl"), reporter=reporter)
         # The same held-out number as DPO reports: does the policy raise β·log(π/π_ref) of the chosen answer?
         test_pairs = load_from_disk(str(Path(policy.path).parent / "data"))["test"]
         implicit = evaluate_policy_on_pairs(policy.path, str(base), test_pairs,
                                             settings.dpo_config().beta)["heldout_reward_accuracy"]
     else:
-        policy = train_dpo(sessions, settings.dpo_config(), str(base), dataset["name"],
-                           output_dir=str(workdir / "dpo"), reporter=reporter)
+        policy = train("dpo", sessions, settings.dpo_config(), str(base), dataset["name"],
+                       output_dir=str(workdir / "dpo"), reporter=reporter)
         implicit = policy.metrics["heldout_reward_accuracy"]
     lap(settings.method)
     with sessions.begin() as session:

@@ -27,6 +27,18 @@ from preflab.errors import ConfigError
 from preflab.training.goodhart import world
 from preflab.training.goodhart.frontier import Point, bon_points, findings, fit_methods, policy_point
 
+POLICIES = ("dpo", "simpo", "rl")  # the methods swept over β against the proxy, in this order
+# Each method's settings here, beside `GoodhartSettings.common`; a policy's β comes from its sweep.
+TRAINING: dict[str, dict[str, Any]] = {
+    "reward": dict(grouped=True, learning_rate=2e-3, num_train_epochs=5, per_device_train_batch_size=16,
+                   warmup_steps=0.1),
+    # Plain DPO: the world scores the four digits only, so the toy's EOS-keeping NLL term is not needed.
+    "dpo": dict(loss_type="sigmoid", learning_rate=5e-4, num_train_epochs=2, per_device_train_batch_size=32,
+                warmup_steps=0.1),
+    "simpo": dict(learning_rate=5e-4, num_train_epochs=1, per_device_train_batch_size=32, warmup_steps=0.1),
+    "rl": dict(learning_rate=5e-4, per_device_train_batch_size=32, n=4, max_new_tokens=5, eval_prompts=0),
+}
+
 
 def numbers(text: str, option: str, kind=float) -> list:
     """Comma-separated numbers of an option ('' is none)."""
@@ -88,34 +100,13 @@ class GoodhartSettings:
     def common(self) -> dict[str, Any]:
         return dict(logging_steps=5, save_steps=10_000, seed=self.seed, max_length=16, use_cpu=True)
 
-    def reward_config(self):
-        from preflab.training.config import RewardTrainConfig
+    def config(self, method: str, **values):
+        """The config of a run of `method` (a name in `preflab.training.methods.METHODS`) in this world."""
+        from preflab.training.methods import METHODS
 
-        values = dict(grouped=True, learning_rate=2e-3, num_train_epochs=5, per_device_train_batch_size=16,
-                      warmup_steps=0.1, **self.common())
-        return RewardTrainConfig(**values)
-
-    def dpo_config(self, beta: float):
-        from preflab.training.config import DPOTrainConfig
-
-        # Plain DPO: the world scores the four digits only, so the toy's EOS-keeping NLL term is not needed.
-        values = dict(loss_type="sigmoid", beta=beta, learning_rate=5e-4, num_train_epochs=2,
-                      per_device_train_batch_size=32, warmup_steps=0.1, **self.common())
-        return DPOTrainConfig(**values)
-
-    def simpo_config(self, beta: float):
-        from preflab.training.simpo import SimPOTrainConfig
-
-        values = dict(beta=beta, learning_rate=5e-4, num_train_epochs=1, per_device_train_batch_size=32,
-                      warmup_steps=0.1, **self.common())
-        return SimPOTrainConfig(**values)
-
-    def rl_config(self, beta: float, reward_model: str):
-        from preflab.training.rl import RLTrainConfig
-
-        values = dict(reward_model=reward_model, beta=beta, learning_rate=5e-4, max_steps=self.rl_steps,
-                      per_device_train_batch_size=32, n=4, max_new_tokens=5, eval_prompts=0, **self.common())
-        return RLTrainConfig(**values)
+        if method == "rl":
+            values = {"max_steps": self.rl_steps, **values}
+        return METHODS[method].config(**TRAINING[method], **values, **self.common())
 
 
 @dataclass
@@ -137,7 +128,7 @@ def rank_and_fit(sessions: sessionmaker[Session], base_model, base_path: Path, p
     from preflab.db.export.dataset import ExportSettings, export_dataset
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.db.pairs.build import build_pairs
-    from preflab.training.reward import train_reward
+    from preflab.training.methods import train
 
     path = workdir / f"rankings-{len(prompts)}.jsonl"
     lines = world.write_rankings(base_model, prompts[ranked:], settings.candidates, settings.temperature,
@@ -149,8 +140,8 @@ def rank_and_fit(sessions: sessionmaker[Session], base_model, base_path: Path, p
         version = export_dataset(session, workdir / f"dataset-{len(prompts)}",
                                  ExportSettings(test_size=0.1, seed=settings.seed))
         name = version.name
-    proxy = train_reward(sessions, settings.reward_config(), str(base_path), name,
-                         output_dir=str(workdir / f"proxy-{len(prompts)}"), reporter=reporter)
+    proxy = train("reward", sessions, settings.config("reward"), str(base_path), name,
+                  output_dir=str(workdir / f"proxy-{len(prompts)}"), reporter=reporter)
     accuracy = proxy.metrics.get("heldout_accuracy")
     reporter.note(f"proxy {proxy.model_version}: {pairs:,} comparisons from {len(prompts)} prompts, "
                   f"held-out accuracy {accuracy if accuracy is None else round(accuracy, 3)}")
@@ -178,10 +169,8 @@ def _run(sessions: sessionmaker[Session], workdir: Path, settings: GoodhartSetti
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     from preflab.training.demos.toy_world import train_base_model
-    from preflab.training.dpo import train_dpo
     from preflab.training.goodhart.chart import frontier_chart
-    from preflab.training.rl import train_rl
-    from preflab.training.simpo import train_simpo
+    from preflab.training.methods import train
 
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(workdir / "base", ignore_errors=True)
@@ -214,15 +203,12 @@ def _run(sessions: sessionmaker[Session], workdir: Path, settings: GoodhartSetti
         points.append(point)
         reporter.note(f"{method} {setting}: KL {point.kl:.3f}, proxy {point.proxy:.3f}, true {point.true:.3f}")
 
-    runs = {"dpo": lambda b: train_dpo(sessions, settings.dpo_config(b), str(base_path), stage.dataset_version,
-                                       reporter=reporter),
-            "simpo": lambda b: train_simpo(sessions, settings.simpo_config(b), str(base_path), stage.dataset_version,
-                                           reporter=reporter),
-            "rl": lambda b: train_rl(sessions, settings.rl_config(b, stage.reward_model_version), str(base_path),
-                                     stage.dataset_version, reporter=reporter)}
-    for method, train in runs.items():
+    against = {"rl": {"reward_model": stage.reward_model_version}}  # RL optimises the proxy itself
+    for method in POLICIES:
         for beta in settings.sweep(method):
-            score(method, f"beta={beta:g}", train(beta))
+            config = settings.config(method, beta=beta, **against.get(method, {}))
+            score(method, f"beta={beta:g}",
+                  train(method, sessions, config, str(base_path), stage.dataset_version, reporter=reporter))
         lap(method)
 
     # More comparisons: a better proxy, best-of-n only (the other methods would need retraining).

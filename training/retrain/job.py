@@ -50,12 +50,13 @@ from preflab.db.models import Annotator, DatasetVersion, ModelVersion, Ranking, 
 from preflab.errors import ConfigError, LockHeld, TrainingError
 from preflab.files import shared_mkdtemp
 from preflab.settings import data_dir
+from preflab.training.methods import METHODS, train
 
 LOCK = "retrain"
-TOP_LEVEL = {"min_new", "model", "start_from", "lock_ttl", "output_dir", "report", "pairs", "export", "reward",
-             "dpo"}
+# The methods a retrain config may train, each in a section of its own name ([reward], [dpo]), in this order.
+SECTIONS = {name: method for name, method in METHODS.items() if method.retrain}
+TOP_LEVEL = {"min_new", "model", "start_from", "lock_ttl", "output_dir", "report", "pairs", "export", *SECTIONS}
 PAIRS_KEYS = {"strategy", "aggregate", "annotator_kind"}
-MODEL_KIND = {"reward": "reward", "dpo": "policy"}
 
 
 @dataclass
@@ -71,9 +72,8 @@ class RetrainConfig:
     pairs: dict[str, str] = field(default_factory=lambda: {"strategy": "all", "aggregate": "none",
                                                            "annotator_kind": "any"})
     export: Any = None       # preflab.db.export.dataset.ExportSettings
-    reward: Any = None       # RewardTrainConfig, or None: no reward model
-    dpo: Any = None          # DPOTrainConfig, or None: no policy
-    models: dict[str, str | None] = field(default_factory=dict)  # per-kind starting model
+    trains: dict[str, Any] = field(default_factory=dict)  # method → its config, for each section given
+    models: dict[str, str | None] = field(default_factory=dict)  # per-method starting model
 
     def __post_init__(self) -> None:
         if self.min_new < 0:
@@ -84,15 +84,17 @@ class RetrainConfig:
             raise ConfigError(f"lock_ttl must be a positive number of seconds, got {self.lock_ttl}")
         if self.report is not None and (not isinstance(self.report, str) or not self.report.strip()):
             raise ConfigError(f"report must be the path of an HTML file, got {self.report!r}")
-        if self.reward is None and self.dpo is None:
-            raise ConfigError("the retrain config trains nothing: add a [reward] and/or a [dpo] table")
+        if not self.trains:
+            tables = " and/or ".join(f"a [{name}]" for name in SECTIONS)
+            raise ConfigError(f"the retrain config trains nothing: add {tables} table")
         if self.export is None:
             from preflab.db.export.dataset import ExportSettings
 
             self.export = ExportSettings()
 
     def kinds(self) -> list[str]:
-        return [kind for kind in ("reward", "dpo") if getattr(self, kind) is not None]
+        """The methods to train, in the table's order (a reward model before the policies)."""
+        return [name for name in SECTIONS if name in self.trains]
 
 
 def _table(data: dict, name: str, allowed: set[str] | None, where: str) -> dict:
@@ -110,7 +112,6 @@ def _table(data: dict, name: str, allowed: set[str] | None, where: str) -> dict:
 def parse_retrain_config(data: dict, where: str = "the retrain config") -> RetrainConfig:
     """Check and build the config from a parsed file; every mistake is one sentence naming the key."""
     from preflab.db.export.dataset import ExportSettings
-    from preflab.training.config import DPOTrainConfig, RewardTrainConfig
 
     unknown = sorted(set(data) - TOP_LEVEL)
     if unknown:
@@ -123,19 +124,18 @@ def parse_retrain_config(data: dict, where: str = "the retrain config") -> Retra
     except ConfigError as exc:
         raise ConfigError(f"{where}: [export] {exc}") from None
     trains, models = {}, {}
-    for kind, cls in (("reward", RewardTrainConfig), ("dpo", DPOTrainConfig)):
+    for kind, method in SECTIONS.items():
         if kind not in data:
-            trains[kind] = None
             continue
-        section = dict(_table(data, kind, {f.name for f in dataclasses.fields(cls)} | {"model"}, where))
+        section = dict(_table(data, kind, {f.name for f in dataclasses.fields(method.config)} | {"model"}, where))
         models[kind] = section.pop("model", None)
         try:
-            trains[kind] = cls(**section)
+            trains[kind] = method.config(**section)
         except (ConfigError, TypeError) as exc:
             raise ConfigError(f"{where}: [{kind}] {exc}") from None
     scalars = {k: data[k] for k in ("min_new", "model", "start_from", "lock_ttl", "output_dir", "report")
                if k in data}
-    return RetrainConfig(pairs=pairs, export=export, models=models, **trains, **scalars)
+    return RetrainConfig(pairs=pairs, export=export, trains=trains, models=models, **scalars)
 
 
 def _toml():
@@ -346,21 +346,19 @@ def _retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_mod
 
 def _train_one(sessions: sessionmaker[Session], config: RetrainConfig, kind: str, default_model: str, dataset: str,
                folder: Path, reporter: Reporter) -> dict[str, Any]:
-    from preflab.training.dpo import train_dpo
     from preflab.training.faults import trainer_callback
-    from preflab.training.reward import train_reward
 
+    model_kind = SECTIONS[kind].model_kind
     with sessions.begin() as session:
-        current = current_version(session, MODEL_KIND[kind])
+        current = current_version(session, model_kind)
         current_name = current.name if current else None
         last_run = session.scalar(select(func.max(TrainingRun.id))) or 0
     start = config.models.get(kind) or config.model or default_model
     if config.start_from == "current" and current is not None and current.path:
         start = current_name
-    train = train_reward if kind == "reward" else train_dpo
     reporter.note(f"training {kind} from {start}")
     try:
-        result = train(sessions, getattr(config, kind), start, dataset, output_dir=str(folder / kind),
+        result = train(kind, sessions, config.trains[kind], start, dataset, output_dir=str(folder / kind),
                        callbacks=[trainer_callback("retrain")], reporter=reporter)
     except Exception as exc:  # the run is recorded as failed; the other kind may still train
         run_id = _failed_run_after(sessions, last_run)
@@ -369,7 +367,7 @@ def _train_one(sessions: sessionmaker[Session], config: RetrainConfig, kind: str
                 "model_version": None, "current": current_name, "metrics": None}
     with sessions.begin() as session:
         make_current(session, result.model_version_id)
-    reporter.note(f"{result.model_version} is now the current {MODEL_KIND[kind]} model")
+    reporter.note(f"{result.model_version} is now the current {model_kind} model")
     return {"kind": kind, "status": "succeeded", "run_id": result.run_id, "error": None,
             "model_version": result.model_version, "current": result.model_version, "metrics": result.metrics}
 

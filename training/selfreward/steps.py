@@ -31,6 +31,7 @@ from preflab.training.selfreward.state import (
 )
 
 EXAMPLE_POOL = 512  # prompts drawn from the store to show as examples; each request shows `shots` of them
+METHOD = "dpo"  # the training method (`preflab.training.methods`) that makes M_t from M_{t-1}
 
 
 def _is_new(sessions: sessionmaker[Session]):
@@ -171,17 +172,17 @@ def pairs_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
         advance(session, ctx, dataset_version_id=version.id, metrics={"pairs": counts})
 
 
-def _adopt_or_resume(session: Session, run_dir: Path) -> tuple[TrainingRun | None, bool]:
+def _adopt_or_resume(session: Session, run_dir: Path, kind: str) -> tuple[TrainingRun | None, bool]:
     """(a run of this iteration that already succeeded, whether to resume an unfinished one)."""
     from transformers.trainer_utils import get_last_checkpoint
 
-    mine = list(session.scalars(select(TrainingRun).where(TrainingRun.kind == "dpo",
+    mine = list(session.scalars(select(TrainingRun).where(TrainingRun.kind == kind,
                                                          TrainingRun.output_path == str(run_dir))
                                 .order_by(TrainingRun.id)))
     done = next((r for r in mine if r.status == "succeeded"), None)
     if done is not None:
         return done, False
-    newest = session.scalars(select(TrainingRun).where(TrainingRun.kind == "dpo", TrainingRun.status.in_(
+    newest = session.scalars(select(TrainingRun).where(TrainingRun.kind == kind, TrainingRun.status.in_(
         ("running", "failed"))).order_by(TrainingRun.id.desc())).first()
     checkpoints = run_dir / "checkpoints"
     resumable = (newest is not None and newest.output_path == str(run_dir) and checkpoints.is_dir()
@@ -193,18 +194,18 @@ def _adopt_or_resume(session: Session, run_dir: Path) -> tuple[TrainingRun | Non
 
 
 def train_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
-    from preflab.training.config import DPOTrainConfig
-    from preflab.training.dpo import train_dpo
+    from preflab.training.methods import METHODS, train
 
     models.clear()  # training loads its own copies
-    run_dir = (ctx.folder / "dpo").resolve()
+    config = METHODS[METHOD].config.from_dict(ctx.dpo)
+    run_dir = (ctx.folder / METHOD).resolve()
     with sessions.begin() as session:
         dataset_name = session.get(DatasetVersion, ctx.dataset_version_id).name
-        done, resume = _adopt_or_resume(session, run_dir)
+        done, resume = _adopt_or_resume(session, run_dir, METHODS[METHOD].kind(config))
         parent_name = session.get(ModelVersion, ctx.policy_id).name
     if done is None:
-        result = train_dpo(sessions, DPOTrainConfig.from_dict(ctx.dpo), parent_name, dataset_name, resume=resume,
-                           output_dir=str(run_dir), reporter=reporter)
+        result = train(METHOD, sessions, config, parent_name, dataset_name, resume=resume, output_dir=str(run_dir),
+                       reporter=reporter)
         run_id = result.run_id
     else:
         run_id = done.id
