@@ -19,10 +19,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.db.models import DatasetVersion, ModelVersion, Prompt, TrainingRun
 from preflab.errors import ConfigError, InputError, NotFound
-from preflab.labelling.judges.base import JUDGE_KINDS, SCORER_JUDGES
+from preflab.labelling.judges.table import JUDGES
 
 # Judges that compare answers on their own; the reference judge grades against a prompt's reference answer.
-ANSWER_JUDGES = tuple(kind for kind in JUDGE_KINDS if kind != "reference")
+ANSWER_JUDGES = tuple(kind for kind, judge in JUDGES.items() if not judge.needs_reference)
 
 
 @dataclass
@@ -192,7 +192,7 @@ def win_rate(plan: PolicyEval, judge, max_new_tokens: int = 128, do_sample: bool
     """Answer every held-out prompt with both models and let `judge` compare each pair of answers.
 
     Args:
-        judge: a judge function from `preflab.labelling.judges.run.make_judge`.
+        judge: a judge function (`Judge.make` of `preflab.labelling.judges.table.JUDGES`).
     """
     from preflab.labelling.selection import PromptCandidates
     from preflab.lm.loading import load_causal_lm
@@ -253,7 +253,7 @@ def evaluate_model_version(sessions: sessionmaker[Session], name: str, config: E
         report = evaluate_reward_version(version_name, dataset, model_path, config.batch_size, reporter, kind)
     else:
         judge_model = load_named_model(sessions, config.judge_model or default_judge_model, record=False,
-                                       scorer=config.judge in SCORER_JUDGES)
+                                       scorer=JUDGES[config.judge].scorer)
         judge = make_policy_judge(config, judge_model)
         reporter.note(f"{plan.policy} and {plan.baseline} answer {len(plan.prompts):,} held-out prompts; "
                       f"the {config.judge} judge ({judge_model.label}) compares them")
@@ -266,8 +266,6 @@ def evaluate_model_version(sessions: sessionmaker[Session], name: str, config: E
 
 
 def make_policy_judge(config: EvalConfig, judge_model):
-    """The judge function (`preflab.labelling.judges.run.make_judge`) of `config.judge` on a loaded model."""
-    from preflab.labelling.judges.run import CONFIGS, make_judge
-
-    return make_judge(config.judge, judge_model.model, judge_model.tokenizer,
-                      CONFIGS[config.judge](batch_size=config.batch_size))
+    """The judge function of `config.judge` (its entry in the table of judges) on a loaded model."""
+    judge = JUDGES[config.judge]
+    return judge.make(judge_model.model, judge_model.tokenizer, judge.config(batch_size=config.batch_size))

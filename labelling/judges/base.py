@@ -143,12 +143,3 @@ def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
     summary.seconds = time.perf_counter() - start
     return summary
 
-
-def __getattr__(name: str):
-    # The kinds moved to the table of judges; training/evaluate.py still imports them from here.
-    # Drop this once it imports them from `preflab.labelling.judges.table`.
-    if name in ("JUDGE_KINDS", "SCORER_JUDGES"):
-        from preflab.labelling.judges import table
-
-        return getattr(table, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,9 +17,6 @@ from preflab.labelling.judges.table import JUDGES
 from preflab.labelling.selection import prompts_from_file
 from preflab.lm.names import ModelCache, load_named_model, resolve_model
 
-# kind -> config dataclass, read from the table for training/ (evaluate, selfreward/config) until
-# those read `JUDGES[kind].config` themselves; then drop it.
-CONFIGS = {kind: judge.config for kind, judge in JUDGES.items()}
 # Settings that change how fast a judge runs, not what it decides: not part of its identity.
 SPEED_ONLY = {"batch_size"}
 # Settings stored under the name they had before the config took its field from SamplingConfig,

@@ -114,16 +114,14 @@ class SelfRewardConfig(SamplingConfig):
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(SamplingConfig)}
 
     def judge_config(self):
-        """The judge's own config dataclass (`preflab.labelling.judges.run.CONFIGS`)."""
-        from preflab.labelling.judges.run import CONFIGS
+        """The judge's own config dataclass (its entry in the table of judges), from the loop's judge fields."""
+        from preflab.labelling.judges.table import JUDGES
 
-        values: dict[str, Any] = {"batch_size": self.batch_size}
-        if self.judge == "score":
-            values |= {"n": self.judge_samples, "max_new_tokens": self.judge_max_new_tokens, "seed": self.seed,
-                       "method": self.judge_method}
-        elif self.judge == "reward-model":
-            values["conversational"] = self.judge_conversational
-        return CONFIGS[self.judge](**values)
+        config_cls = JUDGES[self.judge].config
+        offered = {"batch_size": self.batch_size, "n": self.judge_samples, "max_new_tokens": self.judge_max_new_tokens,
+                   "seed": self.seed, "method": self.judge_method, "conversational": self.judge_conversational}
+        names = {f.name for f in dataclasses.fields(config_cls)}
+        return config_cls(**{k: v for k, v in offered.items() if k in names})
 
 
 def loop_settings(session: Session, loop: str, loop_options: dict[str, Any], dpo_options: dict[str, Any],

@@ -20,6 +20,7 @@ from preflab.console import Reporter
 from preflab.db.models import Candidate, DatasetVersion, ModelVersion, Prompt, TrainingRun
 from preflab.db.store import content_hash
 from preflab.errors import InputError, TrainingError
+from preflab.labelling.judges.table import JUDGES
 from preflab.lm.names import ModelCache, NamedModel, load_named_model
 from preflab.training.selfreward.state import (
     Context,
@@ -65,7 +66,7 @@ def _judge(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) ->
     """This iteration's judge model: the --judge-model, else M_{t-1} itself (self-rewarding)."""
     cfg = ctx.config
     if cfg.judge_model:
-        return load_named_model(sessions, cfg.judge_model, record=False, scorer=cfg.judge == "reward-model",
+        return load_named_model(sessions, cfg.judge_model, record=False, scorer=JUDGES[cfg.judge].scorer,
                                 cache=models)
     return _policy(ctx, models)
 
