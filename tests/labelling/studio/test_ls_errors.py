@@ -96,22 +96,30 @@ def test_a_personal_access_token_works_and_one_that_cannot_is_one_sentence(lcli,
         assert token not in result.output
 
 
+def shut(*sockets: socket.socket) -> None:
+    for s in sockets:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def pipe(src: socket.socket, dst: socket.socket, cut=None) -> None:
+    """Copy `src` to `dst` until either closes, or until `cut(data)` says the server is gone."""
+    try:
+        while data := src.recv(65536):
+            if cut is not None and cut(data):
+                return
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        shut(src, dst)
+
+
 def forward_later(listener: socket.socket, target: tuple[str, int], delay: float) -> threading.Thread:
     """A TCP forwarder to `target` that starts listening on the bound socket `listener` only after
     `delay` seconds: a server restarting, as clients see it (connections refused, then accepted)."""
-
-    def pipe(src, dst):
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
 
     def serve():
         time.sleep(delay)
@@ -177,33 +185,19 @@ class Proxy:
                 return
             upstream = socket.create_connection(self.target)
             self.sockets += [client, upstream]
-            threading.Thread(target=self._pipe, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, False), daemon=True).start()
+            threading.Thread(target=pipe, args=(client, upstream, self._asks_the_cut_page), daemon=True).start()
+            threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, asks: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if asks and self.cut_page and re.search(rb"GET /api/tasks/?\?\S*\bpage=%d\b" % self.cut_page, data):
-                    self.vanish()
-                    return
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+    def _asks_the_cut_page(self, data: bytes) -> bool:
+        if self.cut_page and re.search(rb"GET /api/tasks/?\?\S*\bpage=%d\b" % self.cut_page, data):
+            self.vanish()
+            return True
+        return False
 
     def vanish(self) -> None:
         self.gone.set()
         self.listener.close()
-        for s in self.sockets:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shut(*self.sockets)
 
 
 def test_label_studio_lost_mid_sync_keeps_whole_pages_and_a_second_sync_finishes(cli, db_url, ls_server, monkeypatch,
