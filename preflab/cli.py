@@ -1,12 +1,14 @@
 """The root `preflab` command group.
 
 This is the app shell: it builds the settings and names each concern's command
-group. The groups live beside the code they drive (`preflab.commands.store`,
-`preflab.commands.generate`, `preflab.commands.train`, …) and are imported only when
+group. The groups live in `preflab.commands`, one module per group
+(`preflab.commands.store`, `preflab.commands.train`, …), and are imported only when
 used, so `preflab --help` never imports torch, transformers or datasets.
 """
 
 from __future__ import annotations
+
+import os
 
 import click
 
@@ -58,15 +60,24 @@ SUMMARIES: dict[str, str] = {
     "report": "Write one self-contained HTML page: data, agreement, judges, models and optimisation.",
 }
 
+
+def _empty_is_unset(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An option given empty (`--model ""`) counts as not given: its environment variable, else its default."""
+    if value == "":
+        default = param.get_default(ctx)
+        return os.environ.get(param.envvar) or (default() if callable(default) else default)
+    return value
+
+
 @click.group(cls=LazyGroup, lazy=COMMANDS, summaries=SUMMARIES)
 @click.version_option(__version__, prog_name="preflab")
 # Each option: the command line, else its environment variable, else its default; click alone reads them.
 @click.option("--database-url", envvar="PREFLAB_DATABASE_URL", default=default_database_url, metavar="URL",
-              help="SQLAlchemy URL; default: a SQLite file in the preflab data directory.")
+              callback=_empty_is_unset, help="SQLAlchemy URL; default: a SQLite file in the preflab data directory.")
 @click.option("--label-studio-url", envvar="LABEL_STUDIO_URL", metavar="URL",
               help="Label Studio base URL (the token is read from LABEL_STUDIO_API_KEY).")
 @click.option("--model", envvar="PREFLAB_MODEL", default=DEFAULT_MODEL, metavar="ID_OR_PATH",
-              help="Default causal LM: a hub id or a local path; default: the embedded SmolLM2-135M-Instruct.")
+              callback=_empty_is_unset, help="Default causal LM: a hub id or a local path; default: the embedded SmolLM2-135M-Instruct.")
 @click.option("-v", "--verbose", is_flag=True,
               help="Log at INFO on stderr: preflab's notes (under --json too), HTTP requests, migrations.")
 @click.pass_context

@@ -56,6 +56,7 @@ def test_the_layers_contract_places_every_top_level_module():
     top |= {p.name for p in source_folders()["preflab"].iterdir() if (p / "__init__.py").exists()}
     assert {f"preflab.{name}" for name in top} == placed
 
+
 def test_the_wheel_lists_every_package():
     """setuptools installs only the packages pyproject lists: a package missing there is missing
     from every wheel (`preflab demo goodhart` failed with ModuleNotFoundError on an install)."""

@@ -19,7 +19,6 @@ from typing import Any
 from preflab.errors import ConfigError
 
 
-
 def installed_dpo_losses() -> tuple[str, ...]:
     """The DPO losses the installed TRL offers, read from its `DPOConfig.loss_type` help.
 

@@ -199,7 +199,7 @@ def _model_name(session: Session, run: TrainingRun) -> str:
 
 
 def record_success(session: Session, plan: RunPlan, metrics: dict[str, Any], model_kind: str) -> ModelVersion:
-    """The run succeeded: its model version (`MODEL_KIND-RUN`, e.g. policy-3) points at the saved model."""
+    """The run succeeded: its model version (`<model kind>-<run id>`, e.g. policy-3) points at the saved model."""
     run = session.get(TrainingRun, plan.run_id)
     base = session.get(ModelVersion, run.base_model_version_id) if run.base_model_version_id else None
     version = session.scalar(select(ModelVersion).where(ModelVersion.name == f"{model_kind}-{run.id}"))

@@ -142,4 +142,3 @@ def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
             advance(len(batch))
     summary.seconds = time.perf_counter() - start
     return summary
-

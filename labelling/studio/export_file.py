@@ -166,4 +166,3 @@ def import_export(sessions: sessionmaker[Session], path: str | Path, *, base_url
     with sessions.begin() as session:
         project_state(session, project, total)
     return project, total
-

@@ -252,4 +252,3 @@ def buckets_used(path: str | Path) -> list[str]:
 def shown_names(names: list[str]) -> str:
     """Names for a message: as written, or escaped where they hold what a terminal cannot show."""
     return ", ".join(n if n.isprintable() else repr(n) for n in names)
-

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from preflab.db.ingest.jsonl import Invalid
+from preflab.db.ingest.lines import Invalid
 from preflab.db.store import content_hash
 from preflab.errors import ConfigError
 

@@ -243,4 +243,3 @@ def _lead_time(annotation: dict) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if 0 <= value < 1e9 else None  # NaN and infinities fail the comparison
-

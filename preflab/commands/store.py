@@ -19,6 +19,7 @@ from preflab.settings import Settings, secret
 
 # --- db ---------------------------------------------------------------------------------
 
+
 @click.group("db")
 def db_group():
     """Create and migrate the database.

@@ -23,8 +23,10 @@ def test_the_database_is_the_option_else_the_environment_else_the_default(tmp_pa
     monkeypatch.setenv("PREFLAB_DATABASE_URL", from_env)
     assert current("--database-url", given).startswith(f"{given} is at revision")
     assert current().startswith(f"{from_env} is at revision")
+    assert current("--database-url", "").startswith(f"{from_env} is at revision")  # an empty option is unset
     monkeypatch.setenv("PREFLAB_DATABASE_URL", "")  # empty counts as unset
     assert current().startswith(f"sqlite:///{tmp_path / 'home' / 'preflab.db'} is at revision")
+    assert current("--database-url", "").startswith(f"sqlite:///{tmp_path / 'home' / 'preflab.db'} is at revision")
 
 
 def test_a_demo_uses_the_database_only_when_one_was_given(tmp_path, monkeypatch):

@@ -23,7 +23,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
-from tests.training.selfreward_world import human_rankings_of, toy_base, toy_world  # noqa: F401 (fixtures)
+from tests.training.selfreward.selfreward_world import human_rankings_of, toy_base, toy_world  # noqa: F401 (fixtures)
 
 EMAIL = "alice.researcher@example.com"
 SECRETS = ("LABEL_STUDIO_API_KEY", "HF_TOKEN", "PREFLAB_DATABASE_URL", "LABEL_STUDIO_URL", "PREFLAB_MODEL")

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from preflab.cli import cli
 from tests.toy_data import one_thread, toy_base, toy_store  # noqa: F401 (fixtures)
-from tests.training.retrain_fixtures import write_config
+from tests.training.retrain.retrain_fixtures import write_config
 from tests.training.tiny_gguf import tiny_embedded_model  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow

@@ -43,6 +43,7 @@ from preflab.training.selfreward.steps import STEP_FUNCTIONS
 
 # --- the loop ------------------------------------------------------------------------------
 
+
 def run_self_reward(sessions: sessionmaker[Session], config: SelfRewardConfig, dpo_config, iterations: int,
                     loop: str = "default", output_dir: str | None = None,
                     reporter: Reporter = SILENT) -> list[dict[str, Any]]:

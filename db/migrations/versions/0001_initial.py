@@ -257,7 +257,6 @@ def upgrade() -> None:
         batch_op.create_index('ix_ranking_items_ranking_tier', ['ranking_id', 'tier'], unique=False)
 
 
-
 def downgrade() -> None:
     with op.batch_alter_table('ranking_items', schema=None) as batch_op:
         batch_op.drop_index('ix_ranking_items_ranking_tier')

@@ -3,7 +3,7 @@
 import json
 from itertools import combinations
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 

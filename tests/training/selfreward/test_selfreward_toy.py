@@ -17,7 +17,7 @@ from preflab.db.models import (
     TrainingRun,
 )
 from tests.training.pictures import assert_picture
-from tests.training.selfreward_world import human_rankings_of, one_torch_thread, toy_base, toy_world  # noqa: F401
+from tests.training.selfreward.selfreward_world import human_rankings_of, one_torch_thread, toy_base, toy_world  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -9,7 +9,7 @@ from preflab.db.models import Annotator, Candidate, ModelVersion, Prompt, Rankin
 from preflab.training.selfreward.data import ranking_pairs
 from preflab.training.selfreward.prompts import FEW_SHOT_PROMPT, clean_reply, few_shot_text
 from tests.tiny_models import tiny_causal_lm, tiny_tokenizer
-from tests.training.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
+from tests.training.selfreward.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
 
 TINY_DPO = ["--max-steps", 2, "--per-device-train-batch-size", 4, "--learning-rate", 1e-3, "--use-cpu",
             "--logging-steps", 1, "--max-length", 256]

@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import select
 
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
-from tests.training.retrain_fixtures import retrain_config, write_config  # noqa: F401 (fixture)
-from tests.training.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
+from tests.training.retrain.retrain_fixtures import retrain_config, write_config  # noqa: F401 (fixture)
+from tests.training.selfreward.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
 from tests.training.step_lines import matches, step_line, step_lines, stderr_is_a_log  # noqa: F401 (fixture)
 
 

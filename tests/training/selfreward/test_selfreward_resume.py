@@ -12,7 +12,7 @@ from sqlalchemy import func, select
 from preflab.cli import cli
 from preflab.db.engine import open_database, session_factory
 from preflab.db.models import Candidate, ModelVersion, Prompt, Ranking, SelfRewardIteration, TrainingRun
-from tests.training.selfreward_world import one_torch_thread, toy_base, toy_world  # noqa: F401 (fixtures)
+from tests.training.selfreward.selfreward_world import one_torch_thread, toy_base, toy_world  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 

@@ -1,6 +1,6 @@
 """A retrain config over tiny models, for the retrain, lock and schedule tests.
 
-    from tests.training.retrain_fixtures import retrain_config
+    from tests.training.retrain.retrain_fixtures import retrain_config
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The digit toy world, set up for the self-rewarding loop.
 
-    from tests.training.selfreward_world import toy_world, one_torch_thread, human_rankings_of
+    from tests.training.selfreward.selfreward_world import toy_world, one_torch_thread, human_rankings_of
 
 - M_0: a copy of `tests.toy_data.toy_base` whose chat template is the identity
   (a digit prompt is its own chat text), so the loop's chat-formatted sampling,

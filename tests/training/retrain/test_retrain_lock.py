@@ -14,7 +14,7 @@ from sqlalchemy import select
 from preflab.db.models import ModelVersion, TrainingRun
 from preflab.errors import LockHeld
 from preflab.db.locks import describe, hold, try_acquire
-from tests.training.retrain_fixtures import write_config
+from tests.training.retrain.retrain_fixtures import write_config
 
 CRASHING_HOLDER = """
 import os, sys

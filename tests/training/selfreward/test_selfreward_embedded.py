@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from preflab.db.models import Annotator, Ranking, RankingItem, SelfRewardIteration
 from tests.tiny_models import embedded_model_cache  # noqa: F401  (fixture)
-from tests.training.selfreward_world import one_torch_thread  # noqa: F401  (fixture)
+from tests.training.selfreward.selfreward_world import one_torch_thread  # noqa: F401  (fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread", "embedded_model_cache")]
 
