@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.db.engine import in_transaction
 from preflab.db.models import LSProject, LSTask
+from preflab.db.store import shown_payload
 from preflab.errors import InputError
 from preflab.labelling.studio.annotations import Received, SyncSummary, annotation_count, project_state, \
     store_tasks
@@ -91,11 +93,6 @@ def pushed_project(session: Session, path: Path) -> ProjectInfo | None:
     return info(session.get(LSProject, projects.pop()))
 
 
-def _text(path: Path) -> str:
-    """A path as text the database can store (a file name need not be UTF-8)."""
-    return str(path).encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def import_export(sessions: sessionmaker[Session], path: str | Path, *, base_url: str | None = None,
                   project_id: int | None = None, fields: TaskFields = TaskFields(),
                   buckets: list[str] | None = None, label_config: str | None = None, title: str | None = None,
@@ -137,7 +134,7 @@ def import_export(sessions: sessionmaker[Session], path: str | Path, *, base_url
 
     def find_or_record(session: Session) -> ProjectInfo:
         project = pushed or ensure_project(session, (base_url or EXPORT_BASE_URL).rstrip("/"), project_id,
-                                           title=title or _text(Path(path.stem))[:300], template=CUSTOM,
+                                           title=title or shown_payload(os.fsencode(path.stem))[:300], template=CUSTOM,
                                            label_config=label_config or "")
         if used and not project.buckets:  # raised inside the transaction: the project row is not kept
             raise InputError(f"{path} ranks with buckets ({shown_names(used)}), and only the project's "
@@ -149,7 +146,8 @@ def import_export(sessions: sessionmaker[Session], path: str | Path, *, base_url
     if buckets:  # the caller knows better than a config the project may not have
         project = dataclasses.replace(project, bucket_order=tuple(buckets))
     total = SyncSummary()
-    origin = _text(path.resolve())[-500:]
+    # A file name is bytes: those that are not UTF-8 would reach the database as lone surrogates.
+    origin = shown_payload(os.fsencode(path.resolve()))[-500:]
     received = (Received(text, count, task if isinstance(task, JsonMinTask) else None)
                 if not isinstance(task, Unusable)
                 else Received(text, 0, unusable=task.reason) for text, task, count in itertools.chain([first], tasks))

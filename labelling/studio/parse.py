@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflab.db.ingest.lines import Invalid
+from preflab.db.ingest.records import unstorable
 from preflab.db.store import content_hash
 from preflab.errors import ConfigError
 
@@ -92,12 +93,12 @@ class Parsed:
 def _text(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise Invalid(f"{what} is not a non-empty string")
-    if "\x00" in value:
-        raise Invalid(f"{what} {HOLDS_NUL}")
+    flaw = unstorable(value, what)  # the rule of every reader: a NUL or a lone surrogate is refused
+    if flaw:
+        raise Invalid(flaw)
     return value
 
 
-HOLDS_NUL = "holds a NUL character (\\u0000), which the database cannot store"
 # A JSON escape of one half of a surrogate pair: alone, it decodes to what UTF-8 cannot hold.
 SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
