@@ -100,14 +100,15 @@ def _get_or_create(session: Session, table: Table, wanted: Mapping[Any, Any], na
     return ids, existing
 
 
-_PROMPT_COLUMNS = ("content_hash", "text", "source", "reference", "iteration", "model_version_id")
+_PROMPT_COLUMNS = ("content_hash", "text", "messages", "source", "reference", "iteration", "model_version_id")
 
 
 def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]], append: bool = False) -> IdMap:
     """Get or create prompts keyed by content hash; returns hash -> id (`.created`: how many are new).
 
-    `prompts` maps hash -> column values (text, source, reference, iteration,
-    model_version_id). An existing prompt without a reference gains one when the
+    `prompts` maps hash -> column values (text, and optionally messages, source,
+    reference, iteration, model_version_id: `preflab.db.conversation.prompt_columns`
+    gives text and messages, and `prompt_hash` the key). An existing prompt without a reference gains one when the
     new record carries it.
     """
     if not prompts:
@@ -122,14 +123,15 @@ def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]], append:
     return ids
 
 
-_CANDIDATE_COLUMNS = ("prompt_id", "content_hash", "text", "model", "model_version_id", "sampling", "iteration")
+_CANDIDATE_COLUMNS = ("prompt_id", "content_hash", "text", "messages", "model", "model_version_id", "sampling", "iteration")
 
 
 def ensure_candidates(session: Session, candidates: dict[tuple[int, str], dict[str, Any]],
                       append: bool = False, fresh_prompts: Collection[int] = ()) -> IdMap:
     """Get or create candidates keyed by (prompt id, content hash); returns key -> id (`.created`: new ones).
 
-    Each value holds the candidate's columns: text, and optionally model,
+    Each value holds the candidate's columns: text, and optionally messages (a
+    reply of several turns: `preflab.db.conversation.reply_columns`), model,
     model_version_id, sampling, iteration. `fresh_prompts`: ids of prompts this
     transaction created, which have no candidates to look up yet.
     """

@@ -29,7 +29,7 @@ def prompts_from_file(sessions: sessionmaker[Session], path: str | Path) -> list
         for line in handle:
             if line.strip():
                 try:
-                    hashes.append(content_hash(parse_prompt(line).prompt))
+                    hashes.append(parse_prompt(line).prompt_hash)
                 except Invalid:
                     continue
     if not hashes:

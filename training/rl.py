@@ -129,6 +129,7 @@ def _key(prompt) -> str:
 
 def file_prompts(path: str) -> list[str]:
     """The usable prompts of a JSON Lines prompts file, read as `preflab import prompts` reads them."""
+    from preflab.db.conversation import compact
     from preflab.db.ingest.jsonl import Invalid, open_jsonl, parse_prompt
 
     prompts = []
@@ -136,7 +137,7 @@ def file_prompts(path: str) -> list[str]:
         for line in handle:
             if line.strip():
                 try:
-                    prompts.append(parse_prompt(line).prompt)
+                    prompts.append(compact(parse_prompt(line).prompt))
                 except Invalid:
                     continue  # quarantined with its reason when rank 0 imported the file
     return prompts

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
 from preflab.db.bulk import append_rows, lookup
+from preflab.db.conversation import prompt_columns, reply_columns
 from preflab.db.engine import in_transaction
 from preflab.db.ingest.lines import Invalid, Line, count_lines, open_input, read_lines, refuse_json_document
 from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawStatus
@@ -107,7 +108,8 @@ def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...
     for rec, *_ in records:
         row = prompt_rows.get(rec.prompt_hash)
         if row is None:
-            prompt_rows[rec.prompt_hash] = {"text": rec.prompt, "source": rec.source, "reference": rec.reference}
+            prompt_rows[rec.prompt_hash] = {**prompt_columns(rec.prompt), "source": rec.source,
+                                            "reference": rec.reference}
         elif row["reference"] is None and rec.reference:
             row["reference"] = rec.reference
     prompt_ids = ensure_prompts(session, prompt_rows, append=True)
@@ -116,9 +118,9 @@ def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...
     cand_rows: dict[tuple[int, str], dict[str, Any]] = {}
     for rec, *_ in records:
         pid = prompt_ids[rec.prompt_hash]
-        for text, h, model in zip(rec.responses, rec.response_hashes, rec.models):
+        for turns, h, model in zip(rec.responses, rec.response_hashes, rec.models):
             if (pid, h) not in cand_rows:
-                cand_rows[pid, h] = {"text": text, "model": model}
+                cand_rows[pid, h] = {**reply_columns(turns), "model": model}
     cand_ids = ensure_candidates(session, cand_rows, append=True,
                                  fresh_prompts={prompt_ids[h] for h in prompt_ids.fresh})
     summary.candidates += cand_ids.created
@@ -203,7 +205,7 @@ def import_rankings_batch(session: Session, batch: list[Line], origin: str,
         ranking_rows.append({
             "prompt_id": pid, "annotator_id": annotator_id, "source": source, "external_id": external_id,
             "version": 1, "status": "valid", "n_tiers": len(rec.tiers), "same_as_shown": False,
-            "raw_record_id": raw_id,
+            "raw_record_id": raw_id, "details": rec.details,
         })
     ids = append_rows(session, Ranking.__table__, ranking_rows)
     append_rows(session, RankingItem.__table__,

@@ -18,9 +18,9 @@ from typing import Any
 
 import orjson
 
+from preflab.db.conversation import Messages, prompt_hash, prompt_messages, reply_hash, reply_messages
 from preflab.db.ingest.lines import Invalid
 from preflab.db.models import AnnotatorKind
-from preflab.db.store import content_hash
 
 # The widths of the String columns these fields are stored in (db/models.py).
 LIMITS = {"annotator": 300, "model": 300, "source": 200, "id": 200}
@@ -29,8 +29,10 @@ KINDS = frozenset(kind.value for kind in AnnotatorKind)
 
 @dataclass
 class RankingRecord:
-    prompt: str
-    responses: list[str]
+    """A parsed ranking: the prompt and each response as messages (`preflab.db.conversation`)."""
+
+    prompt: Messages
+    responses: list[Messages]
     tiers: list[list[int]]
     annotator: str
     kind: str
@@ -41,12 +43,13 @@ class RankingRecord:
     source: str | None = None
     prompt_hash: str = ""
     response_hashes: list[str] = field(default_factory=list)
+    details: dict[str, Any] | None = None  # kept on the ranking (a dataset's verdict, score ratio…)
 
 
 @dataclass
 class PromptRecord:
-    prompt: str
-    responses: list[str]
+    prompt: Messages
+    responses: list[Messages]
     reference: str | None = None
     models: list[str | None] = field(default_factory=list)
     source: str | None = None
@@ -190,23 +193,27 @@ def _text(data: dict, key: str, required: bool = True) -> str | None:
     return _fits(key, value)
 
 
-def _responses(data: dict, minimum: int) -> tuple[list[str], list[str]]:
-    """The responses and their content hashes."""
+def _responses(data: dict, minimum: int) -> tuple[list[Messages], list[str]]:
+    """The responses, each as messages (a string is one assistant turn), and their content hashes."""
     responses = data.get("responses", [] if minimum == 0 else None)
     if not isinstance(responses, list):
-        raise Invalid("missing 'responses' (a list of strings)")
+        raise Invalid("missing 'responses' (a list of strings or of message lists)")
     if len(responses) < minimum:
         raise Invalid(f"fewer than two responses ({len(responses)})")
-    for i, r in enumerate(responses):
-        if not isinstance(r, str) or not r.strip():
-            raise Invalid(f"response {i} is not a non-empty string")
-    hashes = [content_hash(r) for r in responses]
+    turns = [reply_messages(r, f"'responses'[{i}]") for i, r in enumerate(responses)]
+    hashes = [reply_hash(t) for t in turns]
     seen: dict[str, int] = {}
     for i, h in enumerate(hashes):
         if h in seen:
             raise Invalid(f"responses {seen[h]} and {i} are identical")
         seen[h] = i
-    return responses, hashes
+    return turns, hashes
+
+
+def _prompt(data: dict) -> Messages:
+    if data.get("prompt") is None:
+        raise Invalid("missing 'prompt'")
+    return prompt_messages(data["prompt"])
 
 
 def _models(data: dict, n: int) -> list[str | None]:
@@ -268,7 +275,7 @@ def _external_id(data: dict) -> str | None:
 def parse_ranking(line: str | bytes) -> RankingRecord:
     """Parse one JSON Lines ranking; raises Invalid with the quarantine reason."""
     data = load_record(line)
-    prompt = _text(data, "prompt")
+    prompt = _prompt(data)
     responses, hashes = _responses(data, minimum=2)
     n = len(responses)
     kind = data.get("annotator_kind", "human")
@@ -279,15 +286,15 @@ def parse_ranking(line: str | bytes) -> RankingRecord:
         annotator=_text(data, "annotator"), kind=kind, external_id=_external_id(data),
         reference=_text(data, "reference", required=False), models=_models(data, n),
         scores=_scores(data, n), source=_text(data, "source", required=False),
-        prompt_hash=content_hash(prompt), response_hashes=hashes,
+        prompt_hash=prompt_hash(prompt), response_hashes=hashes,
     )
 
 
 def parse_prompt(line: str | bytes) -> PromptRecord:
     """Parse one JSON Lines prompt (optionally with unranked responses); raises Invalid."""
     data = load_record(line)
-    prompt = _text(data, "prompt")
+    prompt = _prompt(data)
     responses, hashes = _responses(data, minimum=0)
     return PromptRecord(prompt=prompt, responses=responses, reference=_text(data, "reference", required=False),
                         models=_models(data, len(responses)), source=_text(data, "source", required=False),
-                        prompt_hash=content_hash(prompt), response_hashes=hashes)
+                        prompt_hash=prompt_hash(prompt), response_hashes=hashes)

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from preflab.db.ingest.lines import Invalid, open_input, read_lines
 from preflab.db.models import GoldAnswer
+from preflab.db.conversation import prompt_columns, reply_columns
 from preflab.db.ingest.records import RankingRecord, load_object, parse_ranking
 from preflab.db.store import ensure_candidates, ensure_prompts
 from preflab.errors import InputError
@@ -78,11 +79,11 @@ def store_gold(session: Session, records: list[RankingRecord], origin: str | Non
     A prompt whose stored gold answer ranks differently is refused: rankings
     measured against the old answer would silently change meaning.
     """
-    prompt_ids = ensure_prompts(session, {r.prompt_hash: {"text": r.prompt, "source": GOLD_SOURCE,
+    prompt_ids = ensure_prompts(session, {r.prompt_hash: {**prompt_columns(r.prompt), "source": GOLD_SOURCE,
                                                           "reference": r.reference} for r in records})
     candidate_ids = ensure_candidates(session, {
-        (prompt_ids[r.prompt_hash], h): {"text": text, "model": model}
-        for r in records for text, h, model in zip(r.responses, r.response_hashes, r.models)})
+        (prompt_ids[r.prompt_hash], h): {**reply_columns(turns), "model": model}
+        for r in records for turns, h, model in zip(r.responses, r.response_hashes, r.models)})
     stored = {g.prompt_id: g for g in session.scalars(
         select(GoldAnswer).where(GoldAnswer.prompt_id.in_(set(prompt_ids.values()))))}
     summary = GoldSummary()

@@ -142,6 +142,7 @@ def stored_hashes(session: Session, hashes: list[str]) -> set[str]:
 
 def pool_prompts(path: str | Path, n: int, is_new: Callable[[list[str]], list[bool]]) -> list[tuple[str, str | None]]:
     """The next `n` (prompt, reference) of a JSON Lines pool file that are not stored yet, in file order."""
+    from preflab.db.conversation import compact
     from preflab.db.ingest.jsonl import Invalid, open_jsonl, parse_prompt
 
     out: list[tuple[str, str | None]] = []
@@ -160,7 +161,7 @@ def pool_prompts(path: str | Path, n: int, is_new: Callable[[list[str]], list[bo
                 record = parse_prompt(line)
             except Invalid as exc:
                 raise InputError(f"{path} line {number}: {exc}") from None
-            batch.append((record.prompt, record.reference))
+            batch.append((compact(record.prompt), record.reference))
             if len(batch) >= 500:
                 flush()
                 if len(out) >= n:
