@@ -41,7 +41,7 @@ COMMANDS: dict[str, str] = {
 # One-line help for each lazy command, so `preflab --help` lists them without importing.
 SUMMARIES: dict[str, str] = {
     "db": "Create and migrate the database.",
-    "import": "Import rankings or prompts from JSON Lines files.",
+    "import": "Import rankings, prompts or a public preference dataset.",
     "quarantine": "Inspect records that could not be parsed.",
     "pairs": "Expand rankings into pairwise comparisons.",
     "stats": "Counts and inter-annotator agreement.",

@@ -11,10 +11,12 @@ quarantined or blank.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import io
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -22,18 +24,19 @@ from typing import Any, TextIO
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
-from preflab.db.bulk import append_rows, lookup
+from preflab.db.bulk import append_rows, lookup, refresh_statistics
 from preflab.db.conversation import prompt_columns, reply_columns
 from preflab.db.engine import in_transaction
 from preflab.db.ingest.lines import Invalid, Line, count_lines, open_input, read_lines, refuse_json_document
-from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawStatus
+from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RawRecord, RawStatus
 from preflab.db.ingest.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
 from preflab.db.store import (ensure_annotators, ensure_candidates, ensure_prompts, quarantine, shown_payload,
                               store_raw)
 from preflab.errors import InputError
 
-__all__ = ["BATCH_LINES", "ImportSummary", "Invalid", "PromptRecord", "RankingRecord", "import_file",
-           "import_prompts_batch", "import_rankings_batch", "open_jsonl", "parse_prompt", "parse_ranking"]
+__all__ = ["BATCH_LINES", "ImportSummary", "Invalid", "PromptRecord", "RankingRecord", "cycles_unchecked",
+           "import_file", "import_prompts_batch", "import_rankings_batch", "open_jsonl", "parse_prompt",
+           "parse_ranking", "sample_grown_tables", "write_rankings"]
 
 BATCH_LINES = 5000
 BATCH_BYTES = 64 * 2**20  # a batch of long lines is cut short: memory stays bounded
@@ -89,6 +92,42 @@ def batches(lines: Iterable[Line], max_lines: int = BATCH_LINES, max_bytes: int 
         raise
     if out:
         yield out
+
+
+@contextmanager
+def cycles_unchecked() -> Iterator[None]:
+    """Python's cycle collector paused for an import, and run once after it.
+
+    An import makes a batch's worth of parsed records at a time, none of them in a cycle (JSON values,
+    records): their reference counts free them. The collector, run every few hundred allocations,
+    scanned them again and again, a quarter of an import's CPU time (bench/README.md, issue 30).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+            gc.collect()
+
+
+# The tables an import looks rows up in, by a key it has a unique index on.
+LOOKED_UP = (RawRecord.__table__, Prompt.__table__, Candidate.__table__, Annotator.__table__, Ranking.__table__)
+
+
+def sample_grown_tables(sessions: sessionmaker[Session], batch: int) -> None:
+    """After the 1st, 2nd, 4th, 8th… batch, have Postgres sample the tables an import looks rows up in.
+
+    The lookups bind their keys as one array (`= ANY`); on a table grown from empty in this import,
+    unsampled, the planner scanned the whole table for each chunk of keys instead of probing the unique
+    index: on rows of about 1 kB, stored in the table itself, a 25,000-row oasst2 import spent 27 of its
+    35 s there (bench/README.md, issue 30). Doubling the interval keeps the sampling a small share.
+    """
+    if batch & (batch - 1) == 0:
+        with sessions.begin() as session:
+            for table in LOOKED_UP:
+                refresh_statistics(session, table)
 
 
 def open_jsonl(path: str | Path) -> TextIO:
@@ -169,15 +208,28 @@ def import_rankings_batch(session: Session, batch: list[Line], origin: str,
     """Import one batch of JSON Lines rankings inside the caller's transaction."""
     summary = ImportSummary()
     parsed = _parse_batch(session, batch, "import:rankings", origin, parse_ranking, summary)
+    write_rankings(session, [(rec, h, raw_id) for rec, h, raw_id, _ in parsed], source, summary)
+    return summary
+
+
+def write_rankings(session: Session, parsed: list[tuple[RankingRecord, str, int]], source: str,
+                   summary: ImportSummary) -> list[RankingRecord]:
+    """Store parsed rankings, with their prompts, candidates and annotators, inside the caller's transaction.
+
+    `parsed` holds (record, payload hash, raw record id). A ranking is identified by
+    its annotator and its external id (the payload hash where it has none) within
+    `source`: one stored before, or met earlier in `parsed`, is counted a duplicate.
+    Returns the records written.
+    """
     if not parsed:
-        return summary
+        return []
     prompt_ids, cand_ids = _store_prompts_and_candidates(session, parsed, summary)
     annotator_ids = ensure_annotators(session, {
         (rec.kind, rec.annotator): ({"judge_kind": "import"} if rec.kind == "ai" else {}) for rec, *_ in parsed
     })
 
     keyed: dict[tuple[int, str], tuple[RankingRecord, int]] = {}
-    for rec, h, raw_id, _ in parsed:
+    for rec, h, raw_id in parsed:
         key = (annotator_ids[(rec.kind, rec.annotator)], rec.external_id or h)
         if key in keyed:
             summary.duplicates += 1
@@ -190,7 +242,7 @@ def import_rankings_batch(session: Session, batch: list[Line], origin: str,
     summary.duplicates += len(existing)
     new = [(key, rec, raw_id) for key, (rec, raw_id) in keyed.items() if key not in existing]
     if not new:
-        return summary
+        return []
 
     ranking_rows = []
     items_per_ranking = []  # (candidate id, tier, shown position, score) per response, in shown order
@@ -212,7 +264,7 @@ def import_rankings_batch(session: Session, batch: list[Line], origin: str,
                 [(rid, *item) for rid, items in zip(ids, items_per_ranking) for item in items],
                 columns=("ranking_id", "candidate_id", "tier", "shown_position", "score"), new_ids=False)
     summary.imported += len(ranking_rows)
-    return summary
+    return [rec for _, rec, _ in new]
 
 
 def import_prompts_batch(session: Session, batch: list[Line], origin: str) -> ImportSummary:
@@ -270,7 +322,8 @@ def import_file(sessions: sessionmaker[Session], path: str | Path,
     # A file name is bytes: those that are not UTF-8 would reach the database as lone surrogates.
     origin = shown_payload(os.fsencode(Path(path).resolve()))[-500:]  # raw_records.origin holds 500 characters
     lines = count_lines(path) if reporter.enabled else None  # a second read, only for the bar
-    with open_input(path) as handle, reporter.progress(f"importing {Path(path).name}", lines) as advance:
+    with (open_input(path) as handle, reporter.progress(f"importing {Path(path).name}", lines) as advance,
+          cycles_unchecked()):
         try:
             for batch in _import_batches(sessions, read_lines(handle, path), importer, origin, batch_lines):
                 total.add(batch)
@@ -283,7 +336,7 @@ def import_file(sessions: sessionmaker[Session], path: str | Path,
 def _import_batches(sessions: sessionmaker[Session], lines: Iterable[Line], importer, origin: str,
                     batch_lines: int) -> Iterator[ImportSummary]:
     """Import the lines a batch per transaction; yields each batch's summary once committed."""
-    for batch in batches(lines, batch_lines):
+    for number, batch in enumerate(batches(lines, batch_lines), 1):
         attempts = 0
 
         def attempt(session: Session) -> ImportSummary:
@@ -293,4 +346,5 @@ def _import_batches(sessions: sessionmaker[Session], lines: Iterable[Line], impo
 
         summary = in_transaction(sessions, attempt)
         summary.retried = attempts - 1
+        sample_grown_tables(sessions, number)
         yield summary

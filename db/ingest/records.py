@@ -74,7 +74,8 @@ def _refuse_constant(name: str):
 _SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
-def _unstorable_text(text: str) -> str | None:
+def unstorable_text(text: str) -> str | None:
+    """Why one string cannot be stored (a NUL, a lone surrogate), or None."""
     if "\x00" in text:
         return "holds a NUL character (\\u0000), which the database cannot store"
     if not text.isascii() and (found := _SURROGATE.search(text)):
@@ -109,7 +110,7 @@ def unstorable(value: Any, where: str = "") -> str | None:
     while stack:  # depth-first in document order, without recursion (the value may be deeply nested)
         item, path, is_key = stack.pop()
         if isinstance(item, str):
-            problem = _unstorable_text(item)
+            problem = unstorable_text(item)
             if problem:
                 return f"{'the key ' if is_key else ''}{_field(where, path)} {problem}"
         elif isinstance(item, dict):

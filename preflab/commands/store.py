@@ -10,6 +10,7 @@ import click
 
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
 from preflab.db.engine import open_sessions
+from preflab.db.ingest.datasets.job import DatasetImportSettings
 from preflab.db.ingest.jsonl import BATCH_LINES
 from preflab.db.export.dataset import ExportSettings
 from preflab.db.pairs.build import AGGREGATES, KINDS, STRATEGIES
@@ -61,7 +62,7 @@ def db_current(settings: Settings):
 
 @click.group("import")
 def import_group():
-    """Import rankings or prompts from JSON Lines files.
+    """Import rankings, prompts or a public preference dataset.
 
     Exit status: 0, also when some lines are quarantined; 3 when every record
     read was quarantined (the summary is still printed); 1 when the file cannot
@@ -142,6 +143,43 @@ def import_prompts(settings: Settings, path, batch_lines, as_json):
     from preflab.db.ingest.jsonl import import_prompts_batch
 
     _run_import(settings, path, import_prompts_batch, "prompt", as_json, batch_lines)
+
+
+@import_group.command("dataset")
+@click.argument("source")
+@config_options(DatasetImportSettings)
+@json_option
+@pass_settings
+def import_dataset_command(settings: Settings, source, as_json, **options):
+    """Import a public preference dataset's rows as rankings.
+
+    SOURCE is a .jsonl, .json or .parquet file, a folder written by save_to_disk,
+    a folder of data files, or a Hugging Face Hub dataset id (read from the local
+    cache under HF_HUB_OFFLINE=1). Formats: trl, hh-rlhf, ultrafeedback, arena,
+    oasst2, helpsteer3, shp, nectar, pku-saferlhf; auto picks one from the columns.
+    Each row is stored raw first; a bad row is quarantined with its reason and the
+    rest go on; importing the same rows again adds nothing.
+
+    Exit status: 0, also when some rows are quarantined; 3 when every row was
+    quarantined (the summary is still printed); 1 when the source cannot be read,
+    no format fits it, or the named format reads none of its first 100 rows while
+    another does (nothing is written).
+
+    Example: preflab import dataset --format hh-rlhf Anthropic/hh-rlhf --split test --limit 1000
+    """
+    from preflab.commands.text import dataset_summary
+    from preflab.db.ingest.datasets.job import import_dataset
+
+    summary = import_dataset(open_sessions(settings.database_url), source,
+                             build_config(DatasetImportSettings, options), reporter=Reporter(not as_json))
+    if as_json:
+        echo_json(summary.as_dict())
+    else:
+        click.echo(dataset_summary(summary.as_dict()))
+        if summary.quarantined:
+            click.echo("see them with: preflab quarantine list", err=True)
+    if summary.all_quarantined:
+        sys.exit(EXIT_ALL_QUARANTINED)
 
 
 # --- quarantine -------------------------------------------------------------------------
@@ -337,15 +375,19 @@ def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **optio
     """Export comparisons as a Hugging Face dataset.
 
     The train/test split is by prompt: a prompt's pairs never straddle the splits.
+    The texts are chat messages, as TRL expects (`prompt`: the conversation so far;
+    `chosen`/`rejected`: the replies), unless --chat-template renders them as text.
 
     Example: preflab export out/prefs --format parquet --test-size 0.1
     """
     from preflab.commands.text import export_summary
     from preflab.db.export.dataset import export_and_push, version_info
+    from preflab.training.data import chat_tokenizer
 
-    version = export_and_push(open_sessions(settings.database_url, existing=True), out_dir,
-                              build_config(ExportSettings, options), name=name, hub_repo=hub_repo,
-                              token=secret("HF_TOKEN") if hub_repo else None)
+    config, sessions = build_config(ExportSettings, options), open_sessions(settings.database_url, existing=True)
+    version = export_and_push(sessions, out_dir, config, name=name, hub_repo=hub_repo,
+                              token=secret("HF_TOKEN") if hub_repo else None,
+                              tokenizer=chat_tokenizer(sessions, config.chat_template))
     info = version_info(version)
     if as_json:
         echo_json(info)

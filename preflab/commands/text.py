@@ -1,4 +1,4 @@
-"""The text the store's commands print: `stats`, `annotators`, `export` (their `--json` is the dict itself).
+"""The text the store's commands print: `stats`, `annotators`, `export`, `import dataset` (`--json`: the dict itself).
 
 The library jobs return data (`preflab.db.quality.agreement.stats`,
 `preflab.db.quality.annotators.annotator_quality`, `preflab.db.export.dataset.version_info`);
@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from preflab.console import plural
 from preflab.db.quality.agreement import same_as_shown_text
 
 if TYPE_CHECKING:
@@ -80,3 +81,14 @@ def export_summary(info: dict[str, Any], out_dir: str | Path) -> str:
         line += f"; {len(excluded):,} flagged annotator{'s' if len(excluded) != 1 else ''} left out"
     n = info.get("contradicting_pairs", 0)
     return line + f"); {n:,} {'pair contradicts' if n == 1 else 'pairs contradict'} another pair of the same prompt"
+
+
+def dataset_summary(summary: dict[str, Any]) -> str:
+    """The line `preflab import dataset` prints: rows read (per split), rankings, ties, duplicates, quarantined."""
+    splits = ", ".join(f"{name} {n:,}" for name, n in summary["splits"].items())
+    retried = (f", {plural(summary['retried'], 'batch', 'batches')} retried after a conflict"
+               if summary["retried"] else "")
+    return (f"{summary['format']}: read {plural(summary['rows'], 'row')}{f' ({splits})' if splits else ''}: "
+            f"{plural(summary['rankings'], 'new ranking')} ({plural(summary['ties'], 'tie')}), "
+            f"{plural(summary['duplicates'], 'duplicate')}, {summary['quarantined']:,} quarantined "
+            f"({plural(summary['prompts'], 'new prompt')}, {plural(summary['candidates'], 'new candidate')}{retried})")

@@ -1,0 +1,151 @@
+"""Chatbot Arena battles: two models answer the same user, and the user votes.
+
+Three shapes, told apart by their columns:
+
+- lmsys/chatbot_arena_conversations: `conversation_a`/`conversation_b` as messages,
+  `winner` one of `model_a`, `model_b`, `tie`, `tie (bothbad)`, and the `judge` who voted;
+- arena-human-preference-55k: `prompt`, `response_a`, `response_b`, each a JSON-encoded
+  list of turns (the user's turns; each model's answers to them), and 0/1 columns
+  `winner_model_a`, `winner_model_b`, `winner_tie`;
+- arena-human-preference-140k: `conversation_a`/`conversation_b` whose message `content`
+  is a list of `{type, text}` parts, `winner` one of `model_a`, `model_b`, `tie`, `both_bad`.
+
+The winner ranks first; a tie (either kind) is one tier holding both replies, which
+gives no pair. The verdict as the dataset wrote it is kept in the ranking's details
+(`winner`), with `both_bad` saying which kind of tie it was where the shape tells.
+`model_a`/`model_b` are the candidates' models. The judge is the annotator (a person,
+whom preflab knows only by pseudonym); the shapes without one name the dataset.
+
+A battle may go on for several turns. The prompt is what both conversations share, up
+to its last user turn (`split_shared`: the user's first message, and any identical
+turns after it); each candidate is the rest of its conversation, however many turns.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+from preflab.db.conversation import Messages, messages
+from preflab.db.ingest.datasets.base import Format, Invalid, choice, ranking, split_shared
+from preflab.db.ingest.records import RankingRecord, shown
+
+# winner -> (tiers of [a, b], whether it says both were bad: None where it does not tell)
+VERDICTS: dict[str, tuple[list[list[int]], bool | None]] = {
+    "model_a": ([[0], [1]], None), "model_b": ([[1], [0]], None),
+    "tie": ([[0, 1]], False), "tie (bothbad)": ([[0, 1]], True), "both_bad": ([[0, 1]], True),
+}
+SIDES = ("a", "b")
+# The annotator of a shape without a judge: the dataset its votes were published in.
+DATASETS = {"conversations": "lmsys/chatbot_arena_conversations", "55k": "lmarena-ai/arena-human-preference-55k",
+            "140k": "lmarena-ai/arena-human-preference-140k"}
+
+
+def _text_parts(message: Any, where: str) -> Any:
+    """A message whose `content` is a list of `{type, text}` parts (the 140k shape), with its text as content."""
+    if not isinstance(message, dict) or not isinstance(message.get("content"), list):
+        return message
+    texts = []
+    for j, part in enumerate(message["content"]):
+        if not isinstance(part, dict):
+            raise Invalid(f"{where} 'content'[{j}] is {type(part).__name__}, not a {{type, text}} part")
+        if part.get("type") != "text":
+            raise Invalid(f"{where} 'content'[{j}] is of type {shown(part.get('type'))}, not text "
+                          "(only text battles can be imported)")
+        if not isinstance(part.get("text"), str):
+            raise Invalid(f"{where} 'content'[{j}] 'text' is {shown(part.get('text'))}, not a string")
+        texts.append(part["text"])
+    return {**message, "content": "\n\n".join(texts)}
+
+
+def _conversation(row: dict[str, Any], side: str) -> Messages:
+    key = f"conversation_{side}"
+    value = row.get(key)
+    if isinstance(value, list):
+        value = [_text_parts(m, f"'{key}'[{i}]") for i, m in enumerate(value)]
+    return messages(value, f"'{key}'")
+
+
+def _turns(row: dict[str, Any], key: str) -> list[Any]:
+    """One of the 55k shape's columns: a JSON-encoded list of turns (or the list itself)."""
+    value = row.get(key)
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            try:  # the standard library takes an escaped lone surrogate, which `ranking` then names
+                value = json.loads(value)
+            except ValueError:
+                raise Invalid(f"'{key}' is not a JSON list of turns") from None
+    if not isinstance(value, list) or not value:
+        raise Invalid(f"missing '{key}'" if value is None else f"'{key}' must be a non-empty JSON list of turns")
+    return value
+
+
+def _interleaved(row: dict[str, Any], side: str) -> Messages:
+    """The 55k shape's conversation with one model: each user turn, then the model's answer to it."""
+    asked, answered = _turns(row, "prompt"), _turns(row, f"response_{side}")
+    if len(asked) != len(answered):
+        raise Invalid(f"'prompt' has {len(asked)} turns but 'response_{side}' has {len(answered)}")
+    out: Messages = []
+    for i, (question, answer) in enumerate(zip(asked, answered)):
+        for key, value in (("prompt", question), (f"response_{side}", answer)):
+            if not isinstance(value, str):
+                raise Invalid(f"'{key}'[{i}] is {shown(value)}, not text")
+        out += [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+    return out
+
+
+def _winner_55k(row: dict[str, Any]) -> str:
+    """The 55k shape's verdict: the one of winner_model_a, winner_model_b and winner_tie that is 1."""
+    flags = {name: choice(row, f"winner_{name}", (0, 1)) for name in ("model_a", "model_b", "tie")}
+    won = [name for name, flag in flags.items() if flag == 1]
+    if len(won) != 1:
+        raise Invalid(f"unknown winner: winner_model_a, winner_model_b and winner_tie are "
+                      f"{', '.join(map(str, flags.values()))} (exactly one must be 1)")
+    return won[0]
+
+
+def _shape(row: dict[str, Any]) -> str:
+    """Which of the three shapes a row is in ("conversations", "55k" or "140k")."""
+    if "winner" not in row:
+        return "55k"
+    first = row.get("conversation_a")
+    if "evaluation_session_id" in row or (isinstance(first, list) and any(
+            isinstance(m, dict) and isinstance(m.get("content"), list) for m in first)):
+        return "140k"
+    return "conversations"
+
+
+def parse(row: dict[str, Any]) -> list[RankingRecord]:
+    """One ranking of the battle's two replies by its winner; raises Invalid."""
+    shape = _shape(row)
+    if shape == "55k":
+        winner = _winner_55k(row)
+        conversations = [_interleaved(row, side) for side in SIDES]
+        names = ("'response_a'", "'response_b'")
+    else:
+        winner = choice(row, "winner", tuple(VERDICTS))
+        conversations = [_conversation(row, side) for side in SIDES]
+        names = ("'conversation_a'", "'conversation_b'")
+    prompt, *replies = split_shared(*conversations, names=names)
+    tiers, both_bad = VERDICTS[winner]
+    details: dict[str, Any] = {"winner": winner}
+    if both_bad is not None and shape != "55k":  # the 55k shape's winner_tie counts both kinds of tie
+        details["both_bad"] = both_bad
+    judge = row.get("judge")
+    external_id = row.get("question_id", row.get("id"))
+    models = [row.get(f"model_{side}") if isinstance(row.get(f"model_{side}"), str) else None for side in SIDES]
+    return [ranking(prompt, replies, tiers, judge if isinstance(judge, str) and judge.strip() else DATASETS[shape],
+                    models=models, details=details, external_id=None if external_id is None else str(external_id),
+                    names=("model_a's reply", "model_b's reply"))]
+
+
+EXAMPLE = ('{"question_id": "q1", "model_a": "vicuna-13b", "model_b": "alpaca-13b", "winner": "model_a", '
+           '"judge": "arena_user_1", "turn": 1, "conversation_a": [{"role": "user", "content": "Hi!"}, '
+           '{"role": "assistant", "content": "Hello! How can I help?"}], "conversation_b": [{"role": "user", '
+           '"content": "Hi!"}, {"role": "assistant", "content": "hi"}]}')
+
+FORMAT = Format(name="arena", columns=frozenset({"model_a", "model_b"}), parse=parse, example=EXAMPLE)

@@ -1,0 +1,247 @@
+"""`preflab import dataset`: a public preference dataset's rows into rankings, a batch per transaction.
+
+Every row is stored raw (`raw_records`, source `import:<format>`, locator `<split>:<index>`) before
+it is parsed; a row that cannot be used is quarantined with its reason and the rest go on. A
+ranking is identified by its format's annotator and the dataset's own row id where it has one,
+else the row's payload hash, so importing a dataset twice adds nothing. Rankings are written by the
+JSON Lines import's writer (`preflab.db.ingest.jsonl.write_rankings`).
+
+Before anything is written the first rows are read: `--format auto` picks the format from them;
+a named format none of them can be read as stops the import with one line naming the format whose
+columns they fit (when another one does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from itertools import chain, islice
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from preflab.console import SILENT, Reporter, plural
+from preflab.db.engine import in_transaction
+from preflab.db.ingest.datasets.base import Format, Invalid
+from preflab.db.ingest.datasets.formats import (FORMATS, PEEK_ROWS, columns, detect, format_options, parse_unit,
+                                                readable, units)
+from preflab.db.ingest.datasets.sources import Row, open_source
+from preflab.db.ingest.jsonl import ImportSummary, cycles_unchecked, sample_grown_tables, write_rankings
+from preflab.db.models import RawStatus
+from preflab.db.store import quarantine, store_raw
+from preflab.errors import InputError
+
+__all__ = ["DatasetImportSettings", "DatasetSummary", "import_dataset"]
+
+BATCH_ROWS = 5000
+# A batch's rows are held parsed, several times their size: 5,000 UltraFeedback rows of 7 kB took
+# 300 MB at the peak (bench/README.md, issue 30), so long rows make shorter batches.
+BATCH_BYTES = 24 * 2**20
+
+
+@dataclass
+class DatasetImportSettings:
+    """What `preflab import dataset` reads, and how (its options are generated from these fields).
+
+    `score_field` and `dimension` are format options: a format takes those named in its
+    `Format.options` (field name -> default), and `parse` receives them as keyword arguments
+    (`parse(row, score_field="overall_score")`); giving one to a format that does not take it stops.
+    """
+
+    format: str = field(default="auto", metadata={
+        "help": "The dataset's format; auto picks it from the first rows' columns.",
+        "choices": ("auto", *FORMATS)})
+    split: str | None = field(default=None, metadata={"help": "Only this split (default: every split)."})
+    limit: int | None = field(default=None, metadata={"help": "Read at most this many rows."})
+    score_field: str | None = field(default=None, metadata={
+        "help": "ultrafeedback: the numeric field of a completion to rank by (default overall_score)."})
+    dimension: str | None = field(default=None, metadata={
+        "help": "pku-saferlhf: rank by the better (default) or the safer response.",
+        "choices": ("better", "safer")})
+    batch_rows: int = field(default=BATCH_ROWS, metadata={
+        "help": "Rows per transaction: a crash loses, and a conflict with another writer redoes, at most this many."})
+
+    def __post_init__(self):
+        if self.format != "auto" and self.format not in FORMATS:
+            raise InputError(f"unknown format {self.format!r} (expected auto, {', '.join(FORMATS)})")
+        if self.limit is not None and self.limit < 1:
+            raise InputError("--limit must be at least 1")
+        if self.batch_rows < 1:
+            raise InputError("--batch-rows must be at least 1")
+
+    def options(self) -> dict[str, Any]:
+        """The format options given (None where not given)."""
+        return {"score_field": self.score_field, "dimension": self.dimension}
+
+
+@dataclass
+class DatasetSummary:
+    """What an import did with the rows it read.
+
+    rows = the rows read; rankings = the new rankings (ties among them: rankings of one tier, which give
+    no pair); duplicates = rankings stored before (or twice in the source); quarantined = rows that
+    could not be used. A row may give no ranking (an oasst2 prompter message) or several.
+    """
+
+    format: str
+    rows: int = 0
+    rankings: int = 0
+    ties: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    prompts: int = 0
+    candidates: int = 0
+    retried: int = 0
+    splits: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def all_quarantined(self) -> bool:
+        """Rows were read and every one was quarantined: the exit status is `EXIT_ALL_QUARANTINED`."""
+        return self.quarantined > 0 and self.quarantined == self.rows
+
+    def add(self, other: DatasetSummary) -> None:
+        for name in ("rows", "rankings", "ties", "duplicates", "quarantined", "prompts", "candidates", "retried"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for mine, theirs in ((self.splits, other.splits), (self.reasons, other.reasons)):
+            for key, n in theirs.items():
+                mine[key] = mine.get(key, 0) + n
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def import_dataset(sessions: sessionmaker[Session], source: str, settings: DatasetImportSettings,
+                   reporter: Reporter = SILENT) -> DatasetSummary:
+    """Import a dataset's rows as rankings, a batch of rows per transaction.
+
+    Args:
+        source: a .jsonl/.json/.parquet file, a folder (save_to_disk, or data files), or a Hub dataset id.
+
+    Raises:
+        InputError: the source cannot be read (the batches before a damaged part are kept), no format
+            fits it (`auto`), the named format reads none of the first rows while another fits them,
+            or an option is given that the format does not take.
+    """
+    opened = open_source(source, settings.split)
+    rows = opened.rows if settings.limit is None else islice(opened.rows, settings.limit)
+    head = list(islice(rows, PEEK_ROWS))
+    fmt = _chosen_format(settings.format, head, source)
+    options = _options(fmt, settings)
+    total = min(opened.total, settings.limit or opened.total) if opened.total else settings.limit
+    summary = DatasetSummary(fmt.name)
+    with reporter.progress(f"importing {fmt.name}", total) as advance, cycles_unchecked():
+        try:
+            for number, batch in enumerate(_batches(units(fmt, chain(head, rows)), settings.batch_rows), 1):
+                done = _import_batch(sessions, batch, fmt, options, opened.origin)
+                sample_grown_tables(sessions, number)
+                summary.add(done)
+                advance(done.rows)
+        except InputError as exc:
+            raise InputError(f"{exc}; the {plural(summary.rows, 'row')} before it are stored") from None
+    return summary
+
+
+def _chosen_format(name: str, head: list[Row], source: str) -> Format:
+    if name == "auto":
+        if not head:
+            raise InputError(f"{source} holds no rows to pick a format from: name one with --format")
+        found = detect(head)
+        if found is None:
+            have = ", ".join(sorted(columns(head))[:12]) or "none: no row is a JSON object"
+            raise InputError(f"no format fits the columns of {source} ({have}): name one with --format "
+                             f"({', '.join(FORMATS)})")
+        return found
+    fmt = FORMATS[name]
+    read, reason = readable(fmt, head)
+    missing = sorted(fmt.columns - columns(head))
+    if missing:
+        reason = f"they have no {', '.join(missing)} column{'s' if len(missing) > 1 else ''}"
+    if head and not read:
+        other = detect(head, exclude=fmt, readable_only=True)
+        if other is not None:
+            raise InputError(f"none of the first {plural(len(head), 'row')} of {source} can be read as {fmt.name} "
+                             f"({reason}); they are {other.name} rows: use --format {other.name}")
+    return fmt
+
+
+def _options(fmt: Format, settings: DatasetImportSettings) -> dict[str, Any]:
+    given = settings.options()
+    for name, value in given.items():
+        if value is not None and name not in fmt.options:
+            takers = [f.name for f in FORMATS.values() if name in f.options]
+            raise InputError(f"--{name.replace('_', '-')} applies to {' and '.join(takers) or 'no format'}, "
+                             f"not {fmt.name}")
+    return format_options(fmt, given)
+
+
+def _batches(groups: Iterable[list[Row]], size: int) -> Iterator[list[list[Row]]]:
+    """Units of rows in batches of about `size` rows, or BATCH_BYTES of payload (a unit is never split)."""
+    out: list[list[Row]] = []
+    n = weight = 0
+    try:
+        for unit in groups:
+            out.append(unit)
+            n += len(unit)
+            weight += sum(len(row.payload) for row in unit)
+            if n >= size or weight >= BATCH_BYTES:
+                yield out
+                out, n, weight = [], 0, 0
+    except InputError:  # damaged part-way: the rows read before the damage still count
+        if out:
+            yield out
+        raise
+    if out:
+        yield out
+
+
+def _import_batch(sessions: sessionmaker[Session], batch: list[list[Row]], fmt: Format, options: dict[str, Any],
+                  origin: str) -> DatasetSummary:
+    attempts = 0
+
+    def attempt(session: Session) -> DatasetSummary:
+        nonlocal attempts
+        attempts += 1
+        return import_rows(session, batch, fmt, options, origin)
+
+    summary = in_transaction(sessions, attempt)
+    summary.retried = attempts - 1
+    return summary
+
+
+def import_rows(session: Session, batch: list[list[Row]], fmt: Format, options: dict[str, Any],
+                origin: str) -> DatasetSummary:
+    """Import one batch of units of rows inside the caller's transaction: raw first, then parsed."""
+    source = f"import:{fmt.name}"
+    summary = DatasetSummary(fmt.name)
+    rows = [row for unit in batch for row in unit]
+    summary.rows = len(rows)
+    for row in rows:
+        summary.splits[row.split] = summary.splits.get(row.split, 0) + 1
+    raw = store_raw(session, source, origin, [(row.locator, row.payload, row.digest) for row in rows], append=True)
+    reasons: dict[int, str] = {}
+    parsed = []
+    for unit in batch:
+        try:
+            records = parse_unit(fmt, unit, options)
+        except Invalid as exc:
+            for row in unit:
+                raw_id, status = raw[row.digest]
+                if status == RawStatus.ok.value:
+                    reasons[raw_id] = str(exc)
+            summary.quarantined += len(unit)
+            summary.reasons[str(exc)] = summary.reasons.get(str(exc), 0) + len(unit)
+            continue
+        first = unit[0].digest
+        for i, record in enumerate(records):
+            if record.external_id is None:  # the payload's hash: the row's identity where the dataset gives none
+                record.external_id = first if len(records) == 1 and len(unit) == 1 else f"{first}:{i}"
+            record.source = record.source or source
+            parsed.append((record, first, raw[first][0]))
+    quarantine(session, reasons)
+    written = ImportSummary()
+    new = write_rankings(session, parsed, source, written)
+    summary.rankings, summary.duplicates = written.imported, written.duplicates
+    summary.prompts, summary.candidates = written.prompts, written.candidates
+    summary.ties = sum(1 for record in new if len(record.tiers) == 1)
+    return summary

@@ -1,0 +1,353 @@
+"""Reading a dataset's rows, one at a time, from wherever it is.
+
+SOURCE (`open_source`) is one of:
+- a `.jsonl` file (plain or gzip/bzip2/xz-compressed) or a `.json` file holding JSON Lines or one JSON array
+  of rows (read an item at a time, never whole);
+- a `.parquet` file (read a row group's batch at a time);
+- a folder written by `save_to_disk` (a Dataset or a DatasetDict: its Arrow files are read a batch at a time);
+- any other folder of data files, or a Hugging Face Hub dataset id: `datasets.load_dataset`, streaming
+  (under `HF_HUB_OFFLINE=1` a Hub id is read from the local cache, as `datasets` does offline).
+
+Every row comes as a `Row`: where it is (split and index, the `raw_records` locator), the payload stored
+raw (a JSON Lines line as received; any other row as JSON), its hash, and its data, or why it is not a row
+(a line that is not a JSON object).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import count
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from preflab.console import plural
+from preflab.db.ingest.lines import Invalid, Line, open_input, read_lines
+from preflab.db.ingest.records import load_record, unstorable
+from preflab.db.store import shown_payload
+from preflab.errors import InputError
+
+FILE_SUFFIXES = (".jsonl", ".json", ".parquet")
+_COMPRESSIONS = ("", ".gz", ".bz2", ".xz")
+_CHUNK = 2**20
+_ARROW_BATCH = 1024
+DEFAULT_SPLIT = "train"  # the split `datasets` gives a lone file
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row as read: `data` is None when it is not a row (then `error` says why)."""
+
+    split: str
+    index: int
+    payload: str | bytes
+    digest: str
+    data: dict[str, Any] | None
+    error: str | None = None
+
+    @property
+    def locator(self) -> str:
+        """Where the row is: its split and its index in it, from 0 (`dataset[split][index]`)."""
+        return f"{self.split}:{self.index}"
+
+
+@dataclass
+class Source:
+    """An opened SOURCE: what it is called (`raw_records.origin`), its rows, and how many when known."""
+
+    origin: str
+    rows: Iterator[Row]
+    total: int | None = None
+
+
+def open_source(source: str, split: str | None = None) -> Source:
+    """Open SOURCE for reading its rows (every split, or only `split`).
+
+    Raises:
+        InputError: the path cannot be read, holds no data files, or has no such split;
+            or the Hub dataset cannot be loaded.
+    """
+    path = Path(source)
+    if path.is_file():
+        return _file_source(path, split)
+    if path.is_dir():
+        if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+            return _saved_source(path, split)
+        if not any(p.is_file() and _data_file(p) for p in path.rglob("*")):
+            raise InputError(f"{path} holds no data files ({', '.join(FILE_SUFFIXES)}) and was not written by "
+                             "save_to_disk")
+        return hub_source(str(path), split, origin=_origin(path))
+    if path.exists() or source.startswith((".", "/", "~")) or source.count("/") > 1 or _data_file(path):
+        raise InputError(f"{source} is not a file or folder")
+    return hub_source(source, split)
+
+
+def _origin(path: Path) -> str:
+    # A file name is bytes: those that are not UTF-8 would reach the database as lone surrogates.
+    return shown_payload(os.fsencode(path.resolve()))[-500:]
+
+
+def _data_file(path: Path) -> bool:
+    name = path.name.lower()
+    return any(name.endswith(suffix + c) for suffix in FILE_SUFFIXES for c in _COMPRESSIONS)
+
+
+def _one_split(split: str | None, have: str, where: Path | str) -> None:
+    if split is not None and split != have:
+        raise InputError(f"{where} has no split {split!r} (it has {have})")
+
+
+# --- rows from Python values and from lines ------------------------------------------------
+
+def _dumped(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return shown_payload(bytes(value))
+    return str(value)
+
+
+def value_row(split: str, index: int, data: Any) -> Row:
+    """A row read as a Python value (Arrow, `datasets`): stored raw as its JSON."""
+    payload = orjson.dumps(data, default=_dumped, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
+    digest = hashlib.sha256(payload).hexdigest()
+    text = payload.decode("utf-8")
+    if not isinstance(data, dict):
+        return Row(split, index, text, digest, None, f"expected a JSON object, got {type(data).__name__}")
+    # orjson writes a NUL as an escape, and refuses a lone surrogate: only then is there something to name.
+    reason = unstorable(data) if "\\u0000" in text else None
+    return Row(split, index, text, digest, None if reason else data, reason)
+
+
+def line_rows(path: Path, split: str) -> Iterator[Row]:
+    """The rows of a JSON Lines file, each stored exactly as its line was received; blank lines skipped."""
+    index = count()
+    with open_input(path) as handle:
+        for line in read_lines(handle, path):
+            if line.blank:
+                continue
+            payload = line.payload()
+            digest = line.digest or hashlib.sha256(line.data).hexdigest()
+            i = next(index)
+            try:
+                yield Row(split, i, payload, digest, _record(line))
+            except Invalid as exc:
+                yield Row(split, i, payload, digest, None, str(exc))
+
+
+def _record(line: Line) -> dict[str, Any]:
+    """The line's JSON object: parsed from its bytes at once where it is plain, else by `load_record` for the reason."""
+    if not line.cut:
+        try:
+            data = orjson.loads(line.data)
+        except orjson.JSONDecodeError:
+            data = None
+        # orjson never returns a lone surrogate, and returns a NUL only from this escape: most lines skip the walk.
+        if isinstance(data, dict) and b"\\u0000" not in line.data:
+            return data
+    return load_record(line.text())
+
+
+# --- files -------------------------------------------------------------------------------
+
+def _file_source(path: Path, split: str | None) -> Source:
+    _one_split(split, DEFAULT_SPLIT, path)
+    name = path.name.lower()
+    origin = _origin(path)
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        try:
+            reader = pq.ParquetFile(path)
+        except Exception as exc:  # pyarrow raises its own ArrowInvalid/OSError for a file that is not parquet
+            raise InputError(f"{path} cannot be read as Parquet ({exc})") from None
+        return Source(origin, _batch_rows((b.to_pylist() for b in reader.iter_batches(_ARROW_BATCH)), DEFAULT_SPLIT),
+                      reader.metadata.num_rows)
+    if not _data_file(path):
+        raise InputError(f"{path} is not a data file preflab reads ({', '.join(FILE_SUFFIXES)}, plain or compressed)")
+    if _is_json_array(path):
+        return Source(origin, _array_rows(path, DEFAULT_SPLIT))
+    return Source(origin, line_rows(path, DEFAULT_SPLIT))
+
+
+def _batch_rows(batches: Iterator[list[dict]], split: str, start: int = 0) -> Iterator[Row]:
+    index = count(start)
+    for batch in batches:
+        for data in batch:
+            yield value_row(split, next(index), data)
+
+
+def _first_char(handle) -> str:
+    while block := handle.read(4096):
+        stripped = block.lstrip()
+        if stripped:
+            return stripped[0]
+    return ""
+
+
+def _is_json_array(path: Path) -> bool:
+    with io.TextIOWrapper(open_input(path), encoding="utf-8-sig", errors="replace") as handle:
+        return _first_char(handle) == "["
+
+
+class _Text:
+    """A text handle read a chunk at a time, for taking JSON values off it one by one."""
+
+    def __init__(self, handle):
+        self.handle, self.buffer, self.at, self.ended = handle, "", 0, False
+
+    def _more(self, size: int = _CHUNK) -> bool:
+        chunk = "" if self.ended else self.handle.read(size)
+        self.ended = not chunk
+        if chunk:
+            self.buffer, self.at = self.buffer[self.at:] + chunk, 0
+        return bool(chunk)
+
+    def peek(self) -> str:
+        """The next character that is not white space ("" at the end)."""
+        while True:
+            while self.at < len(self.buffer) and self.buffer[self.at] in " \t\r\n":
+                self.at += 1
+            if self.at < len(self.buffer) or not self._more():
+                return self.buffer[self.at:self.at + 1]
+
+    def take(self) -> str:
+        char = self.peek()
+        self.at += len(char)
+        return char
+
+    def value(self, decoder: json.JSONDecoder) -> tuple[Any, str]:
+        """The next JSON value and its text; raises Invalid when what follows is not one."""
+        size = _CHUNK
+        self.peek()
+        while True:
+            try:
+                value, end = decoder.raw_decode(self.buffer, self.at)
+            except json.JSONDecodeError as exc:
+                if self._more(size):
+                    size *= 2
+                    continue
+                raise Invalid(exc.msg) from None
+            if end == len(self.buffer) and self._more(size):  # a number may go on in the next chunk
+                continue
+            text, self.at = self.buffer[self.at:end], end
+            return value, text
+
+
+def _array_rows(path: Path, split: str) -> Iterator[Row]:
+    """The items of a file holding one JSON array, an item at a time (the item's text is what is stored)."""
+    decoder = json.JSONDecoder(strict=False)
+    with io.TextIOWrapper(open_input(path), encoding="utf-8-sig", errors="surrogateescape") as handle:
+        text = _Text(handle)
+        text.take()  # "["
+        index = 0
+        if text.peek() == "]":
+            return
+        while True:
+            try:
+                value, item = text.value(decoder)
+            except Invalid as exc:
+                raise InputError(f"{path} is not a valid JSON array after {plural(index, 'row')} ({exc})") from None
+            yield _text_row(split, index, item, value)
+            index += 1
+            after = text.take()
+            if after == "]":
+                return
+            if after != ",":
+                raise InputError(f"{path} is not a valid JSON array after {plural(index, 'row')} "
+                                 "(expected ',' or ']')")
+
+
+def _text_row(split: str, index: int, text: str, value: Any) -> Row:
+    data = text.encode("utf-8", "surrogateescape")
+    payload = text if unstorable(text) is None else data  # bytes text cannot hold are stored as bytes
+    digest = hashlib.sha256(data).hexdigest()
+    if not isinstance(value, dict):
+        return Row(split, index, payload, digest, None, f"expected a JSON object, got {type(value).__name__}")
+    # json gives a NUL or a lone surrogate only from an escape, or from bytes that were not UTF-8
+    reason = unstorable(value) if "\\u" in text or not text.isascii() else None
+    return Row(split, index, payload, digest, None if reason else value, reason)
+
+
+# --- folders written by save_to_disk ----------------------------------------------------------
+
+def _saved_source(path: Path, split: str | None) -> Source:
+    if (path / "dataset_dict.json").is_file():
+        splits = json.loads((path / "dataset_dict.json").read_text())["splits"]
+        if split is not None and split not in splits:
+            raise InputError(f"{path} has no split {split!r} (it has {', '.join(splits)})")
+        chosen = [(s, path / s) for s in splits if split in (None, s)]
+    else:
+        state = json.loads((path / "state.json").read_text())
+        have = state.get("_split") or DEFAULT_SPLIT
+        _one_split(split, have, path)
+        chosen = [(have, path)]
+    total = sum(_saved_rows(folder) or 0 for _, folder in chosen)
+    return Source(_origin(path), _saved_rows_iter(chosen), total or None)
+
+
+def _saved_rows(folder: Path) -> int | None:
+    try:
+        info = json.loads((folder / "dataset_info.json").read_text())
+        return sum(s["num_examples"] for s in (info.get("splits") or {}).values()) or None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _saved_rows_iter(chosen: list[tuple[str, Path]]) -> Iterator[Row]:
+    import pyarrow as pa
+
+    for split, folder in chosen:
+        files = [folder / f["filename"] for f in json.loads((folder / "state.json").read_text())["_data_files"]]
+
+        def batches(files=files):
+            for file in files:
+                with pa.OSFile(str(file)) as raw, pa.ipc.open_stream(raw) as reader:
+                    for batch in reader:
+                        yield batch.to_pylist()
+
+        yield from _batch_rows(batches(), split)
+
+
+# --- datasets.load_dataset: a Hub id, or a folder of data files -------------------------------------
+
+def hub_source(name: str, split: str | None, origin: str | None = None) -> Source:
+    """Rows through `datasets.load_dataset(name)`: streamed; offline (`HF_HUB_OFFLINE=1`) from the local cache.
+
+    A folder of data files goes this way too, so `datasets` names its splits (from file names, or the
+    `configs` of its README) as it would for the same files on the Hub.
+    """
+    import datasets
+    from huggingface_hub import constants
+
+    streaming = origin is not None or not constants.HF_HUB_OFFLINE
+    try:
+        loaded = datasets.load_dataset(name, split=split, streaming=streaming)
+    except ValueError as exc:
+        if split is not None and "split" in str(exc).lower():
+            raise InputError(f"{name} has no split {split!r} ({str(exc).splitlines()[0]})") from None
+        raise InputError(f"{name} cannot be loaded by datasets: {str(exc).splitlines()[0]}") from None
+    except Exception as exc:  # datasets raises many kinds (DatasetNotFoundError, ConnectionError, FileNotFoundError…)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        offline = " (HF_HUB_OFFLINE is set: only a dataset in the local cache can be loaded)" \
+            if constants.HF_HUB_OFFLINE and origin is None else ""
+        raise InputError(f"{name} cannot be loaded by datasets{offline}: {first}") from None
+    parts = [(split, loaded)] if split is not None else list(loaded.items())
+    total = None
+    if not streaming:
+        total = sum(len(part) for _, part in parts)
+    return Source(origin or f"hub:{name}", _loaded_rows(parts), total)
+
+
+def _loaded_rows(parts) -> Iterator[Row]:
+    for split, part in parts:
+        yield from _batch_rows((_columns_to_rows(b) for b in part.iter(batch_size=_ARROW_BATCH)), split)
+
+
+def _columns_to_rows(batch: dict[str, list]) -> list[dict[str, Any]]:
+    names = list(batch)
+    return [dict(zip(names, values)) for values in zip(*batch.values())]

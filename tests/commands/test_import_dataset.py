@@ -1,0 +1,39 @@
+"""`preflab import dataset`: the summary line, --json, the exit status, and the one-line stops."""
+
+import json
+from collections import Counter
+
+from preflab.errors import EXIT_ALL_QUARANTINED
+
+from tests.db.ingest.datasets import test_hh
+from tests.db.ingest.datasets.shapes_b import write_jsonl
+
+
+def test_summary_line_json_and_reimport(cli, tmp_path):
+    path = write_jsonl(tmp_path / "hh.jsonl", test_hh.ROWS)
+    out = cli("import", "dataset", "--format", "hh-rlhf", path)
+    assert out.stdout == ("hh-rlhf: read 8 rows (train 8): 3 new rankings (0 ties), 0 duplicates, 5 quarantined "
+                          "(3 new prompts, 6 new candidates)\n")
+    assert "see them with: preflab quarantine list" in out.stderr
+    again = json.loads(cli("import", "dataset", path, "--json").stdout)  # auto: hh-rlhf
+    assert again == {"format": "hh-rlhf", "rows": 8, "rankings": 0, "ties": 0, "duplicates": 3, "quarantined": 5,
+                     "prompts": 0, "candidates": 0, "retried": 0, "splits": {"train": 8},
+                     "reasons": dict(Counter(test_hh.REASONS.values()))}
+
+
+def test_every_row_quarantined_exits_3(cli, tmp_path):
+    path = write_jsonl(tmp_path / "hh.jsonl", test_hh.ROWS[3:5])
+    result = cli("import", "dataset", "--format", "hh-rlhf", path, "--limit", "1", expect_ok=False)
+    assert result.exit_code == EXIT_ALL_QUARANTINED
+    assert result.stdout.startswith("hh-rlhf: read 1 row (train 1): 0 new rankings (0 ties), 0 duplicates, "
+                                    "1 quarantined")
+
+
+def test_the_wrong_format_stops_with_one_line(cli, tmp_path):
+    path = write_jsonl(tmp_path / "hh.jsonl", test_hh.ROWS[:2])
+    result = cli("import", "dataset", "--format", "shp", path, expect_ok=False)
+    assert result.exit_code == 1
+    assert result.output == (f"Error: none of the first 2 rows of {path} can be read as shp (they have no "
+                             "history, human_ref_A, human_ref_B, labels columns); they are hh-rlhf rows: use --format hh-rlhf\n")
+    result = cli("import", "dataset", "--dimension", "safer", path, expect_ok=False)
+    assert (result.exit_code, result.output) == (1, "Error: --dimension applies to pku-saferlhf, not hh-rlhf\n")

@@ -1,0 +1,143 @@
+"""oasst2: OpenAssistant message trees become one ranking per parent with two or more ranked replies."""
+
+import json
+
+import pytest
+
+from preflab.db.ingest.datasets.base import Invalid
+from preflab.db.ingest.datasets.formats import units
+from preflab.db.ingest.datasets.oasst import FORMAT
+from preflab.db.ingest.datasets.sources import value_row
+
+from tests.db.ingest.datasets.shapes_b import (ordered, pairs, parsed, quarantined, run_import, sqlite_only,
+                                               stored, write_jsonl, write_parquet)
+
+
+def message(mid, parent, tree, role, text, rank=None, deleted=False, review=True, model=None, lang="en"):
+    """A message row as the flat oasst2 files hold it."""
+    return {"message_id": mid, "parent_id": parent, "user_id": f"user-{mid}", "created_date":
+            "2023-02-05T14:23:50.983374+00:00", "text": text, "role": role, "lang": lang, "review_count": 3,
+            "review_result": review, "deleted": deleted, "rank": rank, "synthetic": model is not None,
+            "model_name": model, "detoxify": None, "message_tree_id": tree, "tree_state": "ready_for_export",
+            "emojis": {"name": ["+1"], "count": [2]}, "labels": {"name": ["spam"], "value": [0.0], "count": [3]}}
+
+
+def tree_1():
+    t = "t1"
+    return [
+        message(t, None, t, "prompter", "Why is the sky blue?"),
+        message("a1", t, t, "assistant", "Rayleigh scattering.", rank=0),
+        message("a2", t, t, "assistant", "Because of the ocean.", rank=1),
+        message("a3", t, t, "assistant", "Deleted reply.", rank=2, deleted=True),
+        message("a4", t, t, "assistant", "Never ranked."),
+        message("p1", "a1", t, "prompter", "Explain more"),
+        message("b1", "p1", t, "assistant", "Short waves scatter most.", rank=0, model="oasst-sft-7"),
+        message("b2", "p1", t, "assistant", "Blue light bends.", rank=1),
+        message("b3", "p1", t, "assistant", "Air molecules.", rank=1),
+        message("p2", "a2", t, "prompter", "Really?"),
+        message("c1", "p2", t, "assistant", "No, sorry.", rank=0),
+        message("c2", "p2", t, "assistant", "Spam reply.", rank=1, review=False),
+    ]
+
+
+def tree_2():
+    t = "t2"
+    return [
+        message(t, None, t, "prompter", "Quelle est la capitale de la France ?", lang="fr"),
+        message("d1", t, t, "assistant", "Paris.", rank=0, lang="fr"),
+        message("d2", t, t, "assistant", "Lyon.", rank=1, lang="fr"),
+        message("q1", "d1", t, "prompter", "spam spam", deleted=True, lang="fr"),
+        message("e1", "q1", t, "assistant", "Reply to spam.", rank=0, lang="fr"),
+        message("e2", "q1", t, "assistant", "Another reply to spam.", rank=1, lang="fr"),
+    ]
+
+
+def tree_3():  # two ranked replies with the same text: the tree is quarantined, naming the parent
+    t = "t3"
+    return [message(t, None, t, "prompter", "Say yes"), message("y1", t, t, "assistant", "Yes.", rank=0),
+            message("y2", t, t, "assistant", "Yes.", rank=1)]
+
+
+def tree_4():
+    t = "t4"
+    return [message(t, None, t, "prompter", "Count to two"), message("f1", t, t, "assistant", "1, 2", rank=0),
+            message("f2", t, t, "assistant", "1 2", rank=1)]
+
+
+# tree t4's second reply comes after tree t2: the rows of t4 are not together
+ROWS = tree_1() + tree_4()[:2] + tree_2() + tree_3() + tree_4()[2:]
+RANKED = [
+    {"prompt": "Why is the sky blue?", "tiers": [["Rayleigh scattering."], ["Because of the ocean."]],
+     "details": {"message_ids": ["a1", "a2"], "lang": "en"}, "external_id": "t1"},
+    {"prompt": ("user: Why is the sky blue?", "assistant: Rayleigh scattering.", "user: Explain more"),
+     "tiers": [["Short waves scatter most."], ["Blue light bends.", "Air molecules."]],
+     "details": {"message_ids": ["b1", "b2", "b3"], "lang": "en"}, "external_id": "p1"},
+    {"prompt": "Quelle est la capitale de la France ?", "tiers": [["Paris."], ["Lyon."]],
+     "details": {"message_ids": ["d1", "d2"], "lang": "fr"}, "external_id": "t2"},
+]
+APART = ("the rows of message tree t4 are not together; sort the file by message_tree_id "
+         "(no root message among its 1 row)")
+SAME = "the replies to message t3: message y1 and message y2 are identical"
+REASONS = {"train:20": SAME, "train:21": SAME, "train:22": SAME, "train:23": APART}
+
+
+def test_parse_tree_by_tree():
+    assert [{k: r[k] for k in ("prompt", "tiers", "details", "external_id")}
+            for r in parsed(FORMAT.parse(tree_1()))] == RANKED[:2]
+    (first, second) = parsed(FORMAT.parse(tree_1()))
+    assert first["models"] == [None, None] and second["models"] == ["oasst-sft-7", None, None]
+    assert (first["annotator"], first["kind"], first["scores"]) == ("OpenAssistant", "human", None)
+    assert [{k: r[k] for k in ("prompt", "tiers", "details", "external_id")}
+            for r in parsed(FORMAT.parse(tree_2()))] == RANKED[2:]  # none below the deleted message
+    assert FORMAT.parse(tree_4()[:2]) == []  # one ranked reply: nothing to rank
+    with pytest.raises(Invalid, match=f"^{SAME}$"):
+        FORMAT.parse(tree_3())
+    with pytest.raises(Invalid, match=rf"^{APART.replace('(', '[(]').replace(')', '[)]')}$"):
+        FORMAT.parse(tree_4()[2:])
+    orphan = [tree_4()[0], message("g1", "elsewhere", "t4", "assistant", "Lost.", rank=0)]
+    with pytest.raises(Invalid, match=r"\(the parent of message g1 is not among its 2 rows\)$"):
+        FORMAT.parse(orphan)
+    with pytest.raises(Invalid, match=r"^message tree t4 has 2 root messages"):
+        FORMAT.parse([tree_4()[0], {**tree_4()[0], "message_id": "t4b"}])
+
+
+def test_rows_are_parsed_a_tree_at_a_time():
+    rows = [value_row("train", i, row) for i, row in enumerate(ROWS)]
+    assert [len(unit) for unit in units(FORMAT, rows)] == [12, 2, 6, 3, 1]
+
+
+def without_nulls(rows):
+    """The JSON Lines dumps leave out null fields (a root has no parent_id; an unranked message no rank)."""
+    return [{k: v for k, v in row.items() if v is not None} for row in rows]
+
+
+@pytest.mark.parametrize("writer", [write_jsonl, write_parquet], ids=["jsonl", "parquet"])
+def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, writer):
+    jsonl = writer is write_jsonl
+    path = writer(tmp_path / ("oasst2.jsonl" if jsonl else "oasst2.parquet"), without_nulls(ROWS) if jsonl else ROWS)
+    summary = run_import(sessions, path, "oasst2")
+    assert (summary.rows, summary.rankings, summary.ties, summary.quarantined) == (24, 3, 0, 4)
+    assert summary.reasons == {SAME: 3, APART: 1}
+    got = stored(sessions)
+    assert [{k: r[k] for k in ("prompt", "tiers", "details", "external_id")} for r in got] == RANKED
+    assert got[1]["models"]["Short waves scatter most."] == "oasst-sft-7"
+    assert {r["annotator"] for r in got} == {("human", "OpenAssistant")}
+    assert quarantined(sessions) == REASONS
+    assert pairs(sessions) == ordered([
+        ("Rayleigh scattering.", "Because of the ocean.", 1.0), ("Short waves scatter most.", "Blue light bends.", 1.0),
+        ("Short waves scatter most.", "Air molecules.", 1.0), ("Paris.", "Lyon.", 1.0)])
+
+    again = run_import(sessions, path, "oasst2")
+    assert (again.rankings, again.duplicates) == (0, 3)
+    assert len(stored(sessions)) == 3
+
+
+@sqlite_only
+def test_auto_picks_oasst2_from_the_columns(sessions, tmp_path):
+    summary = run_import(sessions, write_jsonl(tmp_path / "oasst2.jsonl", without_nulls(tree_1() + tree_2())), "auto")
+    assert (summary.format, summary.rankings) == ("oasst2", 3)
+
+
+def test_the_example_tree_gives_its_ranking():
+    (got,) = parsed(FORMAT.parse([json.loads(line) for line in FORMAT.example.splitlines()]))
+    assert (got["prompt"], got["tiers"]) == ("Capital of France?", [["Paris."], ["Lyon."]])
