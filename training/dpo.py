@@ -65,14 +65,16 @@ def build_dpo_trainer(plan: RunPlan, config: DPOTrainConfig):
 
 def evaluate_policy_on_pairs(policy_path: str, reference_path: str, split, beta: float,
                              batch_size: int = 32) -> dict[str, Any]:
-    """Held-out implicit-reward accuracy and margin of the policy saved at `policy_path`."""
+    """Held-out implicit-reward accuracy and margin of the policy saved at `policy_path` (on `split` in its form)."""
     from preflab.lm.loading import load_causal_lm
     from preflab.lm.scoring import implicit_reward_metrics
+    from preflab.training.data import for_model
 
     if split is None or len(split) == 0:
         return {"heldout_reward_accuracy": None, "heldout_reward_margin": None, "heldout_pairs": 0}
     policy, tokenizer = load_causal_lm(policy_path)
     reference, _ = load_causal_lm(reference_path)
+    split = for_model(split, tokenizer, "the held-out pairs")
     result = implicit_reward_metrics(policy, reference, tokenizer, split, beta, batch_size)
     return {f"heldout_{key}" if key != "pairs" else "heldout_pairs": value for key, value in result.items()}
 

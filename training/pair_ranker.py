@@ -123,11 +123,13 @@ def is_conversational(data_dir: str) -> bool:
 def evaluate_pair_ranker(path: str, split, batch_size: int = 32) -> dict[str, Any]:
     """Held-out numbers of the pair ranker saved at `path`: accuracy, mean P(chosen ≻ rejected), log loss."""
     from preflab.lm.pair_ranker import load_pair_ranker, ranker_accuracy
+    from preflab.training.data import for_model
 
     if split is None or len(split) == 0:
         return {"heldout_accuracy": None, "heldout_pairs": 0, "heldout_mean_probability": None,
                 "heldout_log_loss": None}
     model, tokenizer, settings = load_pair_ranker(path)
+    split = for_model(split, tokenizer, "the held-out pairs")
     result = ranker_accuracy(model, tokenizer, split, settings["max_length"], batch_size)
     return {"heldout_accuracy": result["accuracy"], "heldout_pairs": result["pairs"],
             "heldout_mean_probability": result["mean_probability"], "heldout_log_loss": result["log_loss"]}

@@ -38,14 +38,15 @@ def build_reward_trainer(plan: RunPlan, config: RewardTrainConfig):
 
 
 def evaluate_reward_model(path: str, split, batch_size: int = 32) -> dict[str, Any]:
-    """Held-out pairwise accuracy of the reward model saved at `path`."""
+    """Held-out pairwise accuracy of the reward model saved at `path`, on `split` in the form it trained on."""
     from preflab.lm.loading import load_sequence_scorer
     from preflab.lm.scoring import pairwise_accuracy
+    from preflab.training.data import for_model
 
     if split is None or len(split) == 0:
         return {"heldout_accuracy": None, "heldout_pairs": 0, "heldout_mean_margin": None}
     model, tokenizer = load_sequence_scorer(path)
-    result = pairwise_accuracy(model, tokenizer, split, batch_size)
+    result = pairwise_accuracy(model, tokenizer, for_model(split, tokenizer, "the held-out pairs"), batch_size)
     return {"heldout_accuracy": result["accuracy"], "heldout_pairs": result["pairs"],
             "heldout_mean_margin": result["mean_margin"]}
 

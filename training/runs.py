@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
-from preflab.errors import InputError, NotFound, TrainingError
+from preflab.errors import InputError, NotFound, PreflabError, TrainingError
 from preflab.settings import data_dir
 from preflab.training.progress import quiet_libraries
 
@@ -139,11 +139,12 @@ def plan_run(session: Session, kind: str, config: dict[str, Any], model_name: st
 
 
 def copy_data(plan: RunPlan) -> None:
-    """A private copy of the splits: the export stays untouched by tokenizer caches, and every rank
-    reads the same files. Done outside the planning transaction, which it could hold for long."""
-    from preflab.training.data import load_splits
+    """A private copy of the splits, in the form the starting model reads (`preflab.training.data.for_model`):
+    the export stays untouched by tokenizer caches, and every rank reads the same files. Done outside
+    the planning transaction, which it could hold for long."""
+    from preflab.training.data import prepare_run_data
 
-    load_splits(plan.export_path).save_to_disk(plan.data_dir)
+    prepare_run_data(plan.export_path, plan.model_path, plan.data_dir, plan.dataset_version)
 
 
 def _fresh_run_dir(session: Session, chosen: Path | None, name: str) -> Path:
@@ -277,10 +278,12 @@ def _execute(method, config, sessions, model_name, dataset_version, resume, outp
             if plan.export_path:
                 copy_data(plan)
         except Exception as exc:  # the other ranks wait on the broadcast below: tell them, then raise
+            failure = exc
             if plan is not None:
                 with sessions.begin() as session:
                     record_failure(session, plan.run_id, one_line(exc))
-            failure = exc
+                if not isinstance(exc, PreflabError):  # a starting model that cannot load: one line, as in training
+                    failure = TrainingError(f"training run {plan.run_id} failed: {one_line(exc)}")
     shared = _share((plan, None if failure is None else str(failure)))
     if failure is not None:
         raise failure

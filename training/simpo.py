@@ -86,13 +86,15 @@ def length_normalised_margins(model, tokenizer, split, beta: float, batch_size: 
 def evaluate_simpo(policy_path: str, start_path: str, split, beta: float, batch_size: int = 32) -> dict[str, Any]:
     """Held-out SimPO reward accuracy and margin of the trained policy, and the starting model's."""
     from preflab.lm.loading import load_causal_lm
+    from preflab.training.data import for_model
 
     if split is None or len(split) == 0:
         return {"heldout_reward_accuracy": None, "heldout_reward_margin": None, "heldout_pairs": 0}
     out: dict[str, Any] = {"heldout_pairs": len(split)}
     for name, path in (("", policy_path), ("start_", start_path)):
         model, tokenizer = load_causal_lm(path)
-        margins = length_normalised_margins(model, tokenizer, split, beta, batch_size)
+        margins = length_normalised_margins(model, tokenizer, for_model(split, tokenizer, "the held-out pairs"),
+                                            beta, batch_size)
         out[f"heldout_{name}reward_accuracy"] = sum(m > 0 for m in margins) / len(margins)
         out[f"heldout_{name}reward_margin"] = sum(margins) / len(margins)
     return out

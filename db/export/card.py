@@ -45,6 +45,10 @@ def dataset_card(version: DatasetVersion, prompts: dict[str, int]) -> str:
         "tags:", *(f"- {t}" for t in TAGS),
         "configs:",
         "- config_name: default",
+        # `load_dataset` caches a folder read through these configs by the folder's name and this block alone,
+        # not by the files: without a description unique to the content, an export written again to a folder of
+        # the same name (in another form, or with other pairs) would be read back from the cache, stale.
+        f"  description: {_yaml(f'{version.name}: {form_name(settings)}; content hash {version.content_hash}')}",
         "  data_files:",
     ]
     for s in splits:
@@ -57,6 +61,7 @@ def dataset_card(version: DatasetVersion, prompts: dict[str, int]) -> str:
         "Pairwise preferences exported by preflab: each row says that `chosen` was preferred",
         "to `rejected` as a response to `prompt`.",
         "",
+        *form_lines(settings),
         "| split | pairs | prompts |",
         "|---|---|---|",
         *(f"| {s} | {getattr(version, f'n_{s}'):,} | {prompts.get(s, 0):,} |" for s in ("train", "test")),
@@ -68,7 +73,7 @@ def dataset_card(version: DatasetVersion, prompts: dict[str, int]) -> str:
         f" rankings expanded: `{settings.get('annotator_kind')}`",
         f"- split by prompt with seed {settings['seed']} and test size {settings['test_size']}"
         " (a prompt's pairs never straddle the splits)",
-        f"- conversational format: {'yes' if settings['conversational'] else 'no'}",
+        f"- form: {form_name(settings)}",
         f"- content hash: `{version.content_hash}`",
     ]
     if version.iteration is not None:
@@ -81,7 +86,8 @@ def dataset_card(version: DatasetVersion, prompts: dict[str, int]) -> str:
         *_loading(version.format),
         "```",
         "",
-        "Columns: `prompt`, `chosen`, `rejected`, `margin` (tier gap, or score gap for judges),",
+        f"Columns: {'`prompt`, ' if settings.get('prompt') != 'implicit' else ''}`chosen`, `rejected`, "
+        "`margin` (tier gap, or score gap for judges),",
         "`prompt_id` (group a prompt's comparisons), `weight`, `annotator_kind` (human / ai / mixed),",
         "`annotator` (a stable pseudonym for people; never a name or an email).",
         "",
@@ -130,7 +136,47 @@ def _excluded(settings: dict) -> list[str]:
     return lines + [""]
 
 
+def form_name(settings: dict) -> str:
+    """`conversational, explicit prompt`, `plain text`, `plain text in MODEL's chat template, implicit prompt`."""
+    if settings.get("conversational"):
+        text = "conversational"
+    elif settings.get("chat_template"):
+        text = f"plain text in {settings['chat_template']}'s chat template"
+    else:
+        text = "plain text"
+    return f"{text}, {settings.get('prompt', 'explicit')} prompt"
+
+
+def form_lines(settings: dict) -> list[str]:
+    """The card's paragraph on the texts' form: what each column holds, and which TRL format it is."""
+    implicit = settings.get("prompt") == "implicit"
+    if settings.get("conversational"):
+        if implicit:
+            text = ("Form: **conversational, implicit prompt**. `chosen` and `rejected` are whole conversations, "
+                    "lists of `{role, content}` messages: the shared history, then each reply. There is no `prompt` "
+                    "column (TRL's implicit-prompt preference format, which it advises for `RewardTrainer`).")
+        else:
+            text = ("Form: **conversational, explicit prompt**. `prompt` is the conversation so far, a list of "
+                    "`{role, content}` messages ending with the user's turn; `chosen` and `rejected` are the replies "
+                    "that follow it, as messages (TRL's conversational preference format, which it advises for "
+                    "`DPOTrainer`). Trainers apply the model's chat template.")
+    elif settings.get("chat_template"):
+        text = (f"Form: **plain text rendered with the chat template of {settings['chat_template']}**. "
+                + ("`chosen` and `rejected` are whole conversations as text." if implicit else
+                   "`prompt` ends with the template's generation prompt; `chosen` and `rejected` are the text that "
+                   "follows it.") + " Train only that model's family on it, as the template is already applied.")
+    else:
+        text = ("Form: **plain text**. Each prompt is one user message and each reply one assistant message, as "
+                "strings, without a chat template (the conversational form, the default, carries the roles).")
+    return [text, ""]
+
+
 def _loading(fmt: str) -> list[str]:
     if fmt == "disk":
-        return ["from datasets import load_from_disk", "", "pairs = load_from_disk(\"path/to/this/folder\")"]
-    return ["from datasets import load_dataset", "", "pairs = load_dataset(\"path/to/this/folder\")"]
+        return ["# Written by `save_to_disk`: its loader is `load_from_disk`. (`datasets.load_dataset` refuses a",
+                "# `save_to_disk` folder of one Dataset and reads this DatasetDict only as loose Arrow files; for",
+                "# tools that call `load_dataset`, such as TRL's CLI, export with --format parquet or jsonl.)",
+                "from datasets import load_from_disk", "", "pairs = load_from_disk(\"path/to/this/folder\")"]
+    return ["# `load_dataset` reads the folder through this card, and so does TRL's CLI, as is:",
+            "#   trl dpo --dataset_name path/to/this/folder --model_name_or_path MODEL",
+            "from datasets import load_dataset", "", "pairs = load_dataset(\"path/to/this/folder\")"]

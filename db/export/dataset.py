@@ -6,6 +6,11 @@ there are. `export_dataset` feeds it the comparisons table (read as Arrow,
 `preflab.db.export.arrow`); the self-rewarding loop feeds it an iteration's own pairs
 (`write_dataset`). Splits are made by prompt: every pair of a prompt lands
 in the same split. Human annotators appear only by their stored pseudonym.
+
+By default the texts are chat messages (TRL's conversational format), the form a
+training run reads; plain text holds only single-message prompts and replies, unless
+rendered with a model's chat template (`--chat-template`: the caller loads that
+tokenizer and hands it in, as this floor imports no model code).
 """
 
 from __future__ import annotations
@@ -27,12 +32,14 @@ from preflab.db.export.arrow import arrow_batches
 from preflab.db.bulk import for_values, in_values
 from preflab.db.export.card import LICENSE_UNKNOWN, dataset_card
 from preflab.db.models import Comparison, DatasetVersion, PairBuild, Prompt, Ranking
-from preflab.db.export.pair_tables import PairRow, features, id_batches, id_schema, text_tables
+from preflab.db.export.pair_tables import (PairRow, TextForm, features, id_batches, id_schema,
+                                           refuse_plain_conversations, text_tables)
 from preflab.db.pairs.build import EXPORT_KINDS, kept_comparisons, kept_prompts, pair_mix
 from preflab.errors import ConfigError, DatabaseError, HubError, InputError
 
 FORMATS = ("disk", "parquet", "jsonl")
 SPLITS = ("train", "test")
+PROMPT_FORMS = ("explicit", "implicit")
 BATCH_ROWS = 20_000
 
 
@@ -45,8 +52,18 @@ class ExportSettings:
         "choices": FORMATS})
     test_size: float = field(default=0.1, metadata={"help": "Share of prompts in the test split."})
     seed: int = field(default=0, metadata={"help": "Seed of the split by prompt."})
-    conversational: bool = field(default=False, metadata={
-        "help": "Chat-message lists (as TRL expects) instead of plain text."})
+    conversational: bool | None = field(default=None, metadata={
+        "help": "Chat messages, as TRL expects: `prompt` is the conversation so far, `chosen`/`rejected` the "
+                "replies (the default, unless --chat-template). --no-conversational: plain text, which holds only "
+                "prompts of one user message and replies of one assistant message."})
+    prompt: str = field(default="explicit", metadata={
+        "help": "explicit: a `prompt` column beside the replies (TRL advises it for DPO); implicit: the prompt "
+                "opens `chosen` and `rejected`, which are whole conversations (its advice for reward models).",
+        "choices": PROMPT_FORMS})
+    chat_template: str | None = field(default=None, metadata={
+        "help": "MODEL: plain text rendered with this model's chat template (a model version, embedded name, "
+                "path or hub id), for tools that read text; plain text of a conversation of several messages "
+                "needs it."})
     annotators: str = field(default="human-first", metadata={
         "help": "Whose pairs: human-first (people's, and a judge's only on prompts no person ranked, so the "
                 "two never contradict), human, ai, or any (every pair `pairs build` made).",
@@ -55,6 +72,17 @@ class ExportSettings:
         "help": "The dataset's license on its card, as a Hub license id (e.g. cc-by-4.0)."})
 
     def __post_init__(self) -> None:
+        if self.chat_template is not None and not self.chat_template.strip():
+            self.chat_template = None  # an empty --chat-template counts as not given
+        if self.conversational is None:
+            self.conversational = self.chat_template is None
+        if self.conversational and self.chat_template:
+            raise ConfigError("--chat-template renders plain text; leave out --conversational")
+        if self.prompt not in PROMPT_FORMS:
+            raise ConfigError(f"unknown --prompt {self.prompt!r} (expected one of {', '.join(PROMPT_FORMS)})")
+        if self.prompt == "implicit" and not (self.conversational or self.chat_template):
+            raise ConfigError("--prompt implicit as plain text would glue each prompt to its replies: use it with "
+                              "--conversational (the default) or --chat-template MODEL")
         if self.format not in FORMATS:
             raise ConfigError(f"unknown format {self.format!r} (expected one of {', '.join(FORMATS)})")
         if self.annotators not in EXPORT_KINDS:
@@ -63,6 +91,17 @@ class ExportSettings:
             raise ConfigError(f"--license must be one Hub license id such as cc-by-4.0, got {self.license!r}")
         if not 0 <= self.test_size < 1:
             raise ConfigError(f"--test-size must be in [0, 1), got {self.test_size}")
+
+    def form(self, tokenizer=None) -> TextForm:
+        """The texts' form; `tokenizer` (loaded by the caller) renders plain text with --chat-template's template."""
+        if self.chat_template and tokenizer is None:
+            raise ConfigError(f"--chat-template {self.chat_template}: its tokenizer was not loaded")
+        return TextForm(self.conversational, self.prompt == "explicit", tokenizer if self.chat_template else None)
+
+    def stored(self) -> dict[str, Any]:
+        """What a dataset version records of its form and split."""
+        return {"test_size": self.test_size, "seed": self.seed, "conversational": self.conversational,
+                "prompt": self.prompt, "chat_template": self.chat_template, "license": self.license}
 
 
 def split_prompts(hashes: dict[int, str], test_size: float, seed: int) -> dict[int, str]:
@@ -85,12 +124,12 @@ def split_prompts(hashes: dict[int, str], test_size: float, seed: int) -> dict[i
 class _SplitWriter:
     """Writes one split as JSON Lines, Parquet or an Arrow stream, a batch at a time, and hashes it."""
 
-    def __init__(self, path: Path, fmt: str, conversational: bool):
+    def __init__(self, path: Path, fmt: str, form: TextForm):
         self.fmt = fmt
         self.count = 0
         self.prompts: set[int] = set()
         self.digest = hashlib.sha256()
-        schema = features(conversational)
+        schema = features(form.conversational, form.explicit)
         self._handle = self._writer = None
         if fmt == "jsonl":
             self._handle = path.open("w", encoding="utf-8")
@@ -132,7 +171,7 @@ def write_dataset(session: Session, rows: Iterable[Sequence[PairRow]], splits: d
 def write_batches(session: Session, batches: Iterable, splits: dict[int, str], out_dir: str | Path,
                   settings: ExportSettings, *, name: str | None = None, prefix: str | None = None,
                   build_id: int | None = None, version_settings: dict[str, Any] | None = None,
-                  iteration: int | None = None) -> DatasetVersion:
+                  iteration: int | None = None, tokenizer=None) -> DatasetVersion:
     """Write batches of pairs to `out_dir` as a dataset, with its card, and record its version (flushed).
 
     Args:
@@ -141,19 +180,20 @@ def write_batches(session: Session, batches: Iterable, splits: dict[int, str], o
         name: the version's name; else f"{prefix}-{content hash[:8]}"; else numbered, with the hash.
         version_settings: merged into the settings stored on the version (pair strategy, ...).
         iteration: the self-rewarding iteration the pairs belong to.
+        tokenizer: with `settings.chat_template`, the tokenizer whose chat template renders the texts.
     """
+    form = settings.form(tokenizer)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".preflab-export-", dir=out_dir))
     try:
         suffix = {"jsonl": "jsonl", "parquet": "parquet", "disk": "arrow"}[settings.format]
-        writers = {s: _SplitWriter(staging / f"{s}.{suffix}", settings.format, settings.conversational)
-                   for s in SPLITS}
+        writers = {s: _SplitWriter(staging / f"{s}.{suffix}", settings.format, form) for s in SPLITS}
         # Arrow encodes and compresses without the GIL: write in a second thread while
         # this one reads the next batch from the database.
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = []
-            for split, table, identity in text_tables(session, batches, splits, settings.conversational):
+            for split, table, identity in text_tables(session, batches, splits, form):
                 pending.append(pool.submit(writers[split].write, table, identity))
                 if len(pending) > 2:
                     pending.pop(0).result()
@@ -172,9 +212,7 @@ def write_batches(session: Session, batches: Iterable, splits: dict[int, str], o
             name = f"dataset-{session.scalar(select(func.count()).select_from(DatasetVersion)) + 1}-{digest[:8]}"
         version = DatasetVersion(
             name=name, build_id=build_id,
-            settings={"test_size": settings.test_size, "seed": settings.seed,
-                      "conversational": settings.conversational, "license": settings.license,
-                      **(version_settings or {})},
+            settings={**settings.stored(), **(version_settings or {})},
             n_train=counts["train"], n_test=counts["test"], n_prompts=sum(prompts.values()),
             content_hash=digest, format=settings.format, path=str(out_dir.resolve()), iteration=iteration,
         )
@@ -207,12 +245,18 @@ def comparison_batches(session: Session, annotators: str = "any", rows_hint: int
 
 
 def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettings,
-                   name: str | None = None) -> DatasetVersion:
+                   name: str | None = None, tokenizer=None) -> DatasetVersion:
     """Write the current comparisons to `out_dir` and record a dataset version; the split is stored per prompt.
 
     Only the pairs of `settings.annotators` are written; the version's settings
     (and its card) count them by annotator kind, with those left out and those
     that contradict another pair of the same prompt.
+
+    Args:
+        tokenizer: with `settings.chat_template`, the tokenizer whose chat template renders the texts.
+
+    Raises:
+        InputError: plain text (without a chat template) of conversations of several messages.
     """
     build = session.scalar(select(PairBuild).order_by(PairBuild.id.desc()).limit(1))
     mix = pair_mix(session, settings.annotators)
@@ -222,6 +266,8 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
         held = ", ".join(f"{n:,} {kind}" for kind, n in mix.left_out.items())
         raise InputError(f"no pairs to export with --annotators {settings.annotators}: the comparisons hold "
                          f"{held} pairs (choose them with --annotators any, human or ai)")
+    if not settings.conversational and not settings.chat_template:
+        refuse_plain_conversations(session, settings.annotators)
     prompt_hashes = dict(session.execute(select(Prompt.id, Prompt.content_hash)
                                          .where(Prompt.id.in_(kept_prompts(settings.annotators)))).all())
     splits = split_prompts(prompt_hashes, settings.test_size, settings.seed)
@@ -230,7 +276,7 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
     # them on a second connection.
     version = write_batches(
         session, comparison_batches(session, settings.annotators, sum(mix.kept.values())), splits, out_dir,
-        settings, name=name,
+        settings, name=name, tokenizer=tokenizer,
         build_id=build.id if build else None,
         version_settings={"strategy": build.strategy if build else None,
                           "aggregate": build.aggregate if build else None,
@@ -256,16 +302,17 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
 
 def export_and_push(sessions: sessionmaker[Session], out_dir: str | Path, settings: ExportSettings, *,
                     name: str | None = None, hub_repo: str | None = None,
-                    token: str | None = None) -> DatasetVersion:
+                    token: str | None = None, tokenizer=None) -> DatasetVersion:
     """Export the comparisons, then (with `hub_repo`) push them and record the Hub revision on the version.
 
-    The export is committed before the push, so a failed push keeps it.
+    The export is committed before the push, so a failed push keeps it. `tokenizer`:
+    with `settings.chat_template`, the tokenizer whose chat template renders the texts.
 
     Raises:
         HubError: the push failed (the message says the local export was kept).
     """
     with sessions.begin() as session:
-        version = export_dataset(session, out_dir, settings, name)
+        version = export_dataset(session, out_dir, settings, name, tokenizer)
     if hub_repo:
         try:
             revision = push_to_hub(out_dir, hub_repo, token)
@@ -284,7 +331,8 @@ def version_info(version: DatasetVersion) -> dict[str, Any]:
             "train": version.n_train, "test": version.n_test, "prompts": version.n_prompts,
             "content_hash": version.content_hash}
     kept = version.settings or {}
-    for key in ("annotators", "pairs_by_kind", "left_out_by_kind", "contradicting_pairs", "contradicting_by_split",
+    for key in ("conversational", "prompt", "chat_template", "annotators", "pairs_by_kind", "left_out_by_kind",
+                "contradicting_pairs", "contradicting_by_split",
                 "excluded_annotators"):
         if key in kept:
             info[key] = kept[key]

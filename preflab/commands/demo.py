@@ -70,8 +70,11 @@ def bon_command(out, as_json, **fields):
 def toy_command(settings: Settings, workdir, as_json, **fields):
     """The digit world of the minimal-RLHF notebook: reward model and DPO (or RL) with a known answer.
 
-    Uses the database given with --database-url (or PREFLAB_DATABASE_URL), else a
-    fresh SQLite file in the work folder, so the toy never mixes with real data.
+    With --world history, the instruction (which digit to start with) is in an
+    earlier turn of each conversation, and DPO learns to follow it from the
+    conversational export. Uses the database given with --database-url (or
+    PREFLAB_DATABASE_URL), else a fresh SQLite file in the work folder, so the
+    toy never mixes with real data.
 
     Example: preflab demo toy --method rl --json
     """
@@ -81,6 +84,17 @@ def toy_command(settings: Settings, workdir, as_json, **fields):
                       reporter=Reporter(not as_json))
     if as_json:
         echo_json(result)
+        return
+    if result["world"] == "history":
+        click.echo(f"{result['rankings']:,} ranked conversations → {result['pairs']:,} pairs → "
+                   f"{result['dataset']['name']} (conversational; {result['dataset']['train']:,} train / "
+                   f"{result['dataset']['test']:,} test pairs)")
+        click.echo(f"DPO policy {result['policy_model_version']} follows the earlier turn's instruction "
+                   f"{result['follow_rate_before']:.3f} → {result['follow_rate_after']:.3f} of the time on "
+                   f"{result['held_out_conversations']} held-out conversations (sampled replies: "
+                   f"{result['sampled_follow_rate_before']:.1%} → {result['sampled_follow_rate_after']:.1%}); "
+                   f"base rule kept in {result['base_rule_rate_after']:.1%} of samples "
+                   f"(base model {result['base_rule_rate_before']:.1%})")
         return
     click.echo(f"{result['rankings']:,} rankings → {result['pairs']:,} pairs → {result['dataset']['name']} "
                f"({result['dataset']['train']:,} train / {result['dataset']['test']:,} test pairs)")

@@ -13,6 +13,12 @@
 The answer is known: the reward model should rank held-out pairs almost
 perfectly, and the policy should move the preferred first digit from ≈ 1/4 to
 ≥ 0.9 while the later digits keep following the base rule.
+
+`--world history` runs the world where the history matters instead
+(`preflab.training.demos.history_world`): the instruction saying which digit to
+start with is in the system turn, the rankings are imported as conversations and
+DPO trains on the conversational export; on held-out conversations the policy
+should follow the instruction ≥ 0.9 of the time, up from ≈ 1/4.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from preflab.settings import data_dir
 
 ANNOTATOR = "simulated-annotator"
 TOY_METHODS = ("dpo", "rl")
+TOY_WORLDS = ("digits", "history")
 
 
 @dataclass
@@ -48,10 +55,18 @@ class ToySettings:
     method: str = field(default="dpo", metadata={
         "help": "How the policy learns the preference: dpo (from the pairs) or rl (RLOO against the reward "
                 "model, with a KL penalty).", "choices": TOY_METHODS})
+    world: str = field(default="digits", metadata={
+        "help": "digits: the preferred first digit follows from the prompt; history: an instruction in an "
+                "earlier turn (the system prompt) says which digit to start with, and DPO learns it from the "
+                "conversations.", "choices": TOY_WORLDS})
 
     def __post_init__(self) -> None:
         if self.method not in TOY_METHODS:
             raise ConfigError(f"unknown --method {self.method!r} (expected one of {', '.join(TOY_METHODS)})")
+        if self.world not in TOY_WORLDS:
+            raise ConfigError(f"unknown --world {self.world!r} (expected one of {', '.join(TOY_WORLDS)})")
+        if self.world == "history" and self.method != "dpo":
+            raise ConfigError("--world history trains its policy with DPO only (leave out --method)")
         if not 20 <= self.prompts <= 100_000:
             raise ConfigError(f"--prompts must be between 20 and 100,000, got {self.prompts:,}")
         if self.candidates < 2:
@@ -76,6 +91,14 @@ class ToySettings:
         return DPOTrainConfig(loss_type="sigmoid,sft", beta=0.1, learning_rate=5e-4, num_train_epochs=1,
                               per_device_train_batch_size=32, precompute_ref_batch_size=256, warmup_steps=0.1,
                               **self._common())
+
+    def history_dpo_config(self):
+        from preflab.training.config import DPOTrainConfig
+
+        # Reading the instruction from the system turn takes more passes than the digits world's rule.
+        return DPOTrainConfig(loss_type="sigmoid,sft", beta=0.1, learning_rate=1e-3, num_train_epochs=3,
+                              per_device_train_batch_size=32, precompute_ref_batch_size=256, warmup_steps=0.1,
+                              **(self._common() | {"max_length": 24}))
 
     def rl_config(self, reward_model: str):
         from preflab.training.rl import RLTrainConfig
@@ -131,15 +154,41 @@ def run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySetting
         torch.set_num_threads(threads)
 
 
+class _Clock:
+    """Seconds per stage of a demo."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self._last, 2)
+        self._last = now
+
+
+def _dataset(sessions: sessionmaker[Session], rankings: Path, out: Path, settings: ToySettings, **export) -> tuple:
+    """Import the annotator's rankings, build the pairs and export them: (import summary, pairs, dataset)."""
+    from preflab.db.export.dataset import ExportSettings, export_dataset
+    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
+    from preflab.db.pairs.build import build_pairs
+
+    imported = import_file(sessions, rankings, import_rankings_batch)
+    with sessions.begin() as session:
+        pairs = build_pairs(session)
+    with sessions.begin() as session:
+        version = export_dataset(session, out, ExportSettings(test_size=settings.test_size, seed=settings.seed,
+                                                              **export))
+        return imported, pairs, {"name": version.name, "train": version.n_train, "test": version.n_test,
+                                 "conversational": version.settings["conversational"]}
+
+
 def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettings, reporter: Reporter) -> dict:
     from datasets import load_from_disk
     from sqlalchemy import select
     from transformers import AutoModelForCausalLM
 
-    from preflab.db.export.dataset import ExportSettings, export_dataset
-    from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.db.models import Prompt
-    from preflab.db.pairs.build import build_pairs
     from preflab.training.demos import toy_world as toy
     from preflab.training.dpo import evaluate_policy_on_pairs
     from preflab.training.methods import train
@@ -147,28 +196,20 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
     workdir.mkdir(parents=True, exist_ok=True)
     for part in ("base", "dataset"):  # a previous demo's (the run folders are cleared by the runs)
         shutil.rmtree(workdir / part, ignore_errors=True)
-    clock, seconds = time.perf_counter(), {}
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        seconds[name] = round(time.perf_counter() - clock, 2)
-        clock = time.perf_counter()
-
+    if settings.world == "history":
+        return _run_history(sessions, workdir, settings, reporter)
+    clock = _Clock()
     base = toy.train_base_model(workdir / "base", steps=settings.base_steps, seed=settings.seed).resolve()
     n_rankings = toy_rankings(base, settings, workdir / "rankings.jsonl")
-    lap("base_model")
+    clock.lap("base_model")
     reporter.note(f"trained the base model; the annotator ranked {n_rankings:,} prompts' candidates")
-    imported = import_file(sessions, workdir / "rankings.jsonl", import_rankings_batch)
-    with sessions.begin() as session:
-        pairs = build_pairs(session)
-    with sessions.begin() as session:
-        version = export_dataset(session, workdir / "dataset",
-                                 ExportSettings(test_size=settings.test_size, seed=settings.seed))
-        dataset = {"name": version.name, "train": version.n_train, "test": version.n_test}
-    lap("rankings_pairs_export")
+    # Plain text: the digit language is a base model's, with no chat template (training would give it plain text).
+    imported, pairs, dataset = _dataset(sessions, workdir / "rankings.jsonl", workdir / "dataset", settings,
+                                        conversational=False)
+    clock.lap("rankings_pairs_export")
     reward = train("reward", sessions, settings.reward_config(), str(base), dataset["name"],
                    output_dir=str(workdir / "reward"), reporter=reporter)
-    lap("reward_model")
+    clock.lap("reward_model")
     if settings.method == "rl":
         policy = train("rl", sessions, settings.rl_config(reward.model_version), str(base), dataset["name"],
                        output_dir=str(workdir / "rl"), reporter=reporter)
@@ -180,7 +221,7 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
         policy = train("dpo", sessions, settings.dpo_config(), str(base), dataset["name"],
                        output_dir=str(workdir / "dpo"), reporter=reporter)
         implicit = policy.metrics["heldout_reward_accuracy"]
-    lap(settings.method)
+    clock.lap(settings.method)
     with sessions.begin() as session:
         test_prompts = [toy.parse_digits(text) for text in session.scalars(
             select(Prompt.text).where(Prompt.split == "test").order_by(Prompt.id))]
@@ -188,8 +229,9 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
     after = toy.policy_report(AutoModelForCausalLM.from_pretrained(policy.path), base_model, test_prompts,
                               seed=settings.seed)
     before = toy.policy_report(base_model, base_model, test_prompts, seed=settings.seed)
-    lap("evaluation")
+    clock.lap("evaluation")
     return {
+        "world": "digits",
         "rm_accuracy": reward.metrics["heldout_accuracy"],
         "p_preferred_before": after["p_preferred_base"],
         "p_preferred_after": after["p_preferred_policy"],
@@ -203,7 +245,49 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
         "held_out_prompts": len(test_prompts), "reward_model_version": reward.model_version,
         "policy_model_version": policy.model_version, "method": settings.method,
         "policy_metrics": {k: v for k, v in policy.metrics.items() if k != "history"},
-        "workdir": str(workdir), "seconds": seconds,
+        "workdir": str(workdir), "seconds": clock.seconds,
+    }
+
+
+def _run_history(sessions: sessionmaker[Session], workdir: Path, settings: ToySettings, reporter: Reporter) -> dict:
+    """The world where the history matters: DPO on its conversational export, then the follow rates."""
+    from sqlalchemy import select
+    from transformers import AutoModelForCausalLM
+
+    from preflab.db.models import Prompt
+    from preflab.training.demos import history_world as world
+    from preflab.training.methods import train
+
+    clock = _Clock()
+    base = world.train_base_model(workdir / "base", steps=settings.base_steps, seed=settings.seed).resolve()
+    n_rankings = world.write_rankings(base, settings.prompts, settings.candidates, settings.seed,
+                                      workdir / "rankings.jsonl", ANNOTATOR)
+    clock.lap("base_model")
+    reporter.note(f"trained the base model; the annotator ranked {n_rankings:,} conversations' replies")
+    imported, pairs, dataset = _dataset(sessions, workdir / "rankings.jsonl", workdir / "dataset", settings)
+    clock.lap("rankings_pairs_export")
+    policy = train("dpo", sessions, settings.history_dpo_config(), str(base), dataset["name"],
+                   output_dir=str(workdir / "dpo"), reporter=reporter)
+    clock.lap("dpo")
+    with sessions.begin() as session:
+        held_out = [world.parse(messages) for messages in session.scalars(
+            select(Prompt.messages).where(Prompt.split == "test").order_by(Prompt.id))]
+    base_model = AutoModelForCausalLM.from_pretrained(base)
+    after = world.follow_report(AutoModelForCausalLM.from_pretrained(policy.path), base_model, held_out,
+                                seed=settings.seed)
+    before = world.follow_report(base_model, base_model, held_out, seed=settings.seed)
+    clock.lap("evaluation")
+    return {
+        "world": "history",
+        "follow_rate_before": after["follow_rate_base"], "follow_rate_after": after["follow_rate_policy"],
+        "sampled_follow_rate_before": before["sampled_follow_rate"],
+        "sampled_follow_rate_after": after["sampled_follow_rate"],
+        "base_rule_rate_before": before["base_rule_rate"], "base_rule_rate_after": after["base_rule_rate"],
+        "dpo_heldout_reward_accuracy": policy.metrics["heldout_reward_accuracy"],
+        "rankings": n_rankings, "imported": imported.imported, "pairs": pairs.pairs, "dataset": dataset,
+        "held_out_conversations": len(held_out), "policy_model_version": policy.model_version, "method": "dpo",
+        "policy_metrics": {k: v for k, v in policy.metrics.items() if k != "history"},
+        "workdir": str(workdir), "seconds": clock.seconds,
     }
 
 

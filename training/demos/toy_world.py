@@ -95,28 +95,41 @@ def annotator_tiers(prompt: Sequence[int], outputs: Sequence[Sequence[int]]) -> 
 def train_base_model(path: str | Path, steps: int = 400, batch_size: int = 128, lr: float = 3e-3,
                      hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
     """Teach a tiny Llama the base language (loss on the output digits and EOS); save it to `path`."""
+    def batch(rng: random.Random) -> list[list[int]]:
+        rows = []
+        for _ in range(batch_size):
+            x = sample_prompt(rng)
+            rows.append(encode(x, sample_output(rng, x)))
+        return rows
+
+    return fit_language(path, digit_tokenizer(), batch, INPUT_DIGITS + 1, steps=steps, lr=lr, hidden=hidden,
+                        layers=layers, seed=seed)
+
+
+def fit_language(path: str | Path, tokenizer, batch, given: int, *, steps: int, lr: float, hidden: int, layers: int,
+                 seed: int, positions: int = 16) -> Path:
+    """Train a fresh tiny Llama on sentences from `batch(rng)` (rows of token ids of one length); save it to `path`.
+
+    The first `given` tokens of a row are context, not predicted; the rest (the
+    answer and its EOS) carry the loss.
+    """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tokenizer = digit_tokenizer()
     torch.manual_seed(seed)
     rng = random.Random(seed)
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
                          num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
-                         max_position_embeddings=16, pad_token_id=tokenizer.pad_token_id,
+                         max_position_embeddings=positions, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=False)
     model = LlamaForCausalLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
     model.train()
     for _ in range(steps):
-        rows = []
-        for _ in range(batch_size):
-            x = sample_prompt(rng)
-            rows.append(encode(x, sample_output(rng, x)))
-        ids = torch.tensor(rows)
+        ids = torch.tensor(batch(rng))
         labels = ids.clone()
-        labels[:, :INPUT_DIGITS + 1] = -100  # the prompt is given, not predicted
+        labels[:, :given] = -100  # the prompt is given, not predicted
         loss = model(input_ids=ids, labels=labels).loss
         optimizer.zero_grad()
         loss.backward()
@@ -141,19 +154,25 @@ def encode(prompt: Sequence[int], output: Sequence[int] = ()) -> list[int]:
 
 def sample_outputs(model, prompts: Sequence[Sequence[int]], n: int, seed: int = 0) -> list[list[list[int]]]:
     """n sampled outputs per prompt (digits only: a non-digit token ends an output early)."""
+    return sample_digits(model, [encode(p) for p in prompts], n, seed)
+
+
+def sample_digits(model, contexts: Sequence[Sequence[int]], n: int, seed: int = 0) -> list[list[list[int]]]:
+    """n sampled outputs of OUTPUT_DIGITS digits after each context (token ids, all of one length)."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
-    ids = torch.tensor([encode(p) for p in prompts for _ in range(n)])
+    ids = torch.tensor([list(c) for c in contexts for _ in range(n)])
+    start = ids.shape[1]
     with torch.no_grad():
         for _ in range(OUTPUT_DIGITS):
             logits = model(input_ids=ids).logits[:, -1].float()
             nxt = torch.multinomial(logits.softmax(-1), 1, generator=generator)
             ids = torch.cat([ids, nxt], dim=1)
     out: list[list[list[int]]] = []
-    for i in range(len(prompts)):
+    for i in range(len(contexts)):
         group = []
-        for row in ids[i * n:(i + 1) * n, INPUT_DIGITS + 1:].tolist():
+        for row in ids[i * n:(i + 1) * n, start:].tolist():
             digits = []
             for token in row:
                 if not DIGIT0 <= token < DIGIT0 + 10:

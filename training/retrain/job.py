@@ -20,9 +20,9 @@ The config file (TOML, or JSON with the same keys):
     aggregate = "none"
     annotator_kind = "any"
 
-    [export]                           # as `preflab export`
+    [export]                           # as `preflab export` (conversational, the form training reads)
     test_size = 0.1
-    conversational = false
+    prompt = "explicit"
 
     [reward]                           # train a reward model: fields of `preflab train reward`
     grouped = true

@@ -99,7 +99,12 @@ def test_the_card_is_true_for_each_format(people_and_judge, tmp_path, fmt):
     # What the Hub's loader reads from the card is the export itself.
     from_card = load_dataset(str(out))
     assert {s: len(from_card[s]) for s in from_card} == {"train": info["train"], "test": info["test"]}
-    assert sorted(from_card["train"]["chosen"]) == sorted(load_export(out)["train"]["chosen"])
+    rows = [json.dumps(row, sort_keys=True) for row in load_export(out)["train"].to_list()]
+    assert sorted(json.dumps(row, sort_keys=True) for row in from_card["train"].to_list()) == sorted(rows)
+    # The card says which form the texts take (conversational, the default) and which loader reads the format.
+    assert "Form: **conversational, explicit prompt**" in card.text and "- form: conversational, explicit prompt" \
+        in card.text
+    assert ("load_from_disk" if fmt == "disk" else "trl dpo --dataset_name path/to/this/folder") in card.text
 
 
 def test_the_export_summary_line(people_and_judge, tmp_path):

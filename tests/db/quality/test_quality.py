@@ -84,7 +84,7 @@ def test_pairs_build_leaves_flagged_annotators_and_gold_prompts_out_and_exports_
     rows = [json.loads(line) for line in (tmp_path / "out" / "train.jsonl").read_text().splitlines()]
     with sessions() as s:
         gold_texts = set(s.scalars(select(Prompt.text).where(Prompt.id.in_(gold_prompts))))
-    assert not {r["prompt"] for r in rows} & gold_texts
+    assert not {r["prompt"][-1]["content"] for r in rows} & gold_texts  # the last user turn
     assert not {r["annotator"] for r in rows} & {names[u] for u in CARELESS}
 
     # --min-agreement leaves out by agreement only; a plain build takes everyone back (but never gold).

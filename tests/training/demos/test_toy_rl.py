@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 KEYS = {"rm_accuracy", "p_preferred_before", "p_preferred_after", "kl_to_base", "base_rule_rate_after",
         "base_rule_rate_before", "stop_rate_after", "stop_rate_before", "dpo_heldout_reward_accuracy", "rankings",
         "imported", "pairs", "dataset", "held_out_prompts", "reward_model_version", "policy_model_version", "method",
-        "policy_metrics", "workdir", "seconds", "settings"}
+        "policy_metrics", "workdir", "seconds", "settings", "world"}
 
 
 def test_rl_learns_the_hidden_preference_from_the_reward_model_and_keeps_the_language(sqlite_url, tmp_path):
@@ -26,7 +26,7 @@ def test_rl_learns_the_hidden_preference_from_the_reward_model_and_keeps_the_lan
                                       str(tmp_path / "toy"), "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert set(report) == KEYS and report["method"] == "rl"
+    assert set(report) == KEYS and report["method"] == "rl" and report["world"] == "digits"
     assert report["rm_accuracy"] >= 0.95
     # The seed's result: the preferred first digit from about 1/4 to at least 0.9 …
     assert 0.2 <= report["p_preferred_before"] <= 0.3 and report["p_preferred_after"] >= 0.9
