@@ -19,11 +19,15 @@ export PREFLAB_LABEL_STUDIO_BIN ?= $(LS_VENV)/bin/label-studio
 setup: $(RUN_STAMP)
 test-setup: $(TEST_STAMP) system $(PREFLAB_LABEL_STUDIO_BIN)
 
-# Debian's chromium for the browser tests (never a downloaded browser).
+# Debian's chromium for the browser tests (never a downloaded browser), and the fonts it needs to
+# draw Chinese, Japanese, Korean and emoji (without them it draws boxes).
 system:
-	@command -v chromium >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; \
-	  else echo "install Debian's chromium (sudo apt-get install chromium) for the browser tests" >&2; fi; }
+	@missing=""; command -v chromium >/dev/null || missing=" chromium"; \
+	for font in fonts-noto-cjk fonts-noto-color-emoji; do \
+	  dpkg -s $$font >/dev/null 2>&1 || missing="$$missing $$font"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; \
+	  else echo "install Debian's$$missing (sudo apt-get install$$missing) for the browser tests" >&2; fi; fi
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -76,7 +76,7 @@ class Prompt(Base):
     # One user message is its text alone; a conversation keeps its messages too, and `text`
     # holds its last user turn (preflab.db.conversation).
     text: Mapped[str] = mapped_column(Text)
-    messages: Mapped[list[Any] | None] = mapped_column(JSON)
+    messages: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
     content_hash: Mapped[str] = mapped_column(String(64), unique=True)
     source: Mapped[str | None] = mapped_column(String(200))
     reference: Mapped[str | None] = mapped_column(Text)
@@ -99,7 +99,7 @@ class Candidate(Base):
     # One assistant message is its text alone; several turns keep their messages, and `text`
     # their transcript (preflab.db.conversation).
     text: Mapped[str] = mapped_column(Text)
-    messages: Mapped[list[Any] | None] = mapped_column(JSON)
+    messages: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
     content_hash: Mapped[str] = mapped_column(String(64))
     model: Mapped[str | None] = mapped_column(String(300))
     model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
@@ -187,7 +187,7 @@ class Ranking(Base):
     lead_time: Mapped[float | None] = mapped_column(Float)
     # What the source said beyond the order, kept as given: a public dataset's verdict
     # ("tie (bothbad)"), score ratio or individual preferences (preflab.db.ingest.datasets).
-    details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     # Whether the comparisons hold this ranking's pairs (as of the last `pairs build`): a
     # build rewrites only the rankings where this differs from what the build would take.
     in_pairs: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())

@@ -38,6 +38,7 @@ from preflab.db.models import Annotator, Ranking, RankingStatus
 from preflab.db.pairs.build import iter_prompt_rankings, tiers_from_scores
 from preflab.errors import ConfigError, InputError
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
+from preflab.lm.scoring import Text
 
 STRATEGIES = ("random", "disagreement", "uncertainty", "diversity")
 NEEDS_REWARD_MODEL = ("uncertainty", "diversity")
@@ -225,14 +226,17 @@ def pick_diversity(features: Mapping[int, object], k: int, *, scores: Mapping[in
 # --- from the store -------------------------------------------------------------------------
 
 
-def last_layer_features(model, tokenizer, prompts: Sequence[str], responses: Sequence[str],
+def last_layer_features(model, tokenizer, prompts: Sequence[Text], responses: Sequence[Text],
                         batch_size: int = 8) -> list[list[float]]:
-    """The hidden state the reward model's scoring head reads (last token, last layer) per response."""
+    """The hidden state the reward model's scoring head reads (last token, last layer) per response.
+
+    Prompts and responses are text, or messages, read as `preflab.lm.scoring.reward_scores` reads them.
+    """
     import torch
 
-    from preflab.lm.scoring import pad_id, sequence_ids
+    from preflab.lm.scoring import as_trained, pad_id, sequence_ids
 
-    rows = [sequence_ids(tokenizer, p, r) for p, r in zip(prompts, responses)]
+    rows = [sequence_ids(tokenizer, *as_trained(tokenizer, p, r)) for p, r in zip(prompts, responses)]
     out: list[list[float]] = [[] for _ in rows]
     device = next(model.parameters()).device
     model.eval()
@@ -307,11 +311,12 @@ def _run_reward_model(sessions, name: str, items: list[PromptCandidates], strate
                       reporter: Reporter):
     """(scores, features) of every candidate, by prompt id; features only for `diversity`."""
     from preflab.lm.names import load_named_model
-    from preflab.lm.scoring import reward_scores
+    from preflab.lm.scoring import exchange, reward_scores
 
     named = load_named_model(sessions, name, record=False, scorer=True)
-    prompts = [item.prompt for item in items for _ in item.texts]
-    responses = [text for item in items for text in item.texts]
+    # Each candidate given its prompt's whole history (a conversation goes through the chat template).
+    inputs = [exchange(item.history, item.reply(i)) for item in items for i in range(len(item.texts))]
+    prompts, responses = [p for p, _ in inputs], [r for _, r in inputs]
     reporter.note(f"scoring {len(responses):,} candidates with {named.label}")
     flat = reward_scores(named.model, named.tokenizer, prompts, responses, config.select_batch_size)
     embedded = (last_layer_features(named.model, named.tokenizer, prompts, responses, config.select_batch_size)

@@ -1,6 +1,7 @@
 """Candidate generation: N sampled responses per prompt, stored as candidates.
 
-Prompts are sampled in batches (left padding, the model's chat template). Every
+Prompts are sampled in batches (left padding, the model's chat template over
+every message of a prompt's history: its system prompt and earlier turns). Every
 batch is its own transaction, so an interrupted run keeps what it made, and a
 re-run only tops each prompt up to N candidates from the same model: a response
 already stored (same content hash) is never stored twice, and a prompt left
@@ -21,6 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
+from preflab.db.conversation import Messages, compact, stored_prompt
 from preflab.db.models import Candidate, Prompt
 from preflab.db.store import chunks, content_hash, ensure_candidates
 from preflab.errors import ConfigError
@@ -60,11 +62,22 @@ class GenerateSummary:
         return out
 
 
-def sample_responses(model, tokenizer, prompts: list[str], config: SamplingConfig, seed: int) -> list[Generation]:
-    """Sample one response per prompt text (repeat a prompt to get several)."""
-    from preflab.lm.loading import chat_text
+def sample_responses(model, tokenizer, prompts: list[str | Messages], config: SamplingConfig,
+                     seed: int) -> list[Generation]:
+    """Sample one response per prompt (repeat a prompt to get several).
 
-    return sample_texts(model, tokenizer, [chat_text(tokenizer, p) for p in prompts], config, seed)
+    Args:
+        prompts: a user's message, or the conversation so far as messages: every message
+            goes through the model's chat template.
+    """
+    from preflab.lm.loading import chat_prompt
+
+    return sample_texts(model, tokenizer, [chat_prompt(tokenizer, p) for p in prompts], config, seed)
+
+
+def prompt_length(prompt: str | Messages) -> int:
+    """Characters of a prompt, every message counted: batches hold prompts of similar length."""
+    return len(prompt) if isinstance(prompt, str) else sum(len(m["content"]) for m in prompt)
 
 
 def _batch_seed(base: int, round_: int, rows: list[tuple[int, int]]) -> int:
@@ -73,19 +86,22 @@ def _batch_seed(base: int, round_: int, rows: list[tuple[int, int]]) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def prompts_needing(session: Session, model: str, n: int, prompt_ids: list[int] | None = None) -> list[tuple[int, str, int]]:
-    """(prompt id, text, candidates from `model` already stored) for prompts below n."""
+def prompts_needing(session: Session, model: str, n: int,
+                    prompt_ids: list[int] | None = None) -> list[tuple[int, str | Messages, int]]:
+    """(prompt id, prompt, candidates from `model` already stored) for prompts below n, in id order.
+
+    The prompt is as the model reads it (`compact`): its text, or the whole conversation as messages.
+    """
     have = (select(Candidate.prompt_id, func.count().label("have"))
             .where(Candidate.model == model).group_by(Candidate.prompt_id).subquery())
-    query = (select(Prompt.id, Prompt.text, func.coalesce(have.c.have, 0))
+    query = (select(Prompt.id, Prompt.text, Prompt.messages, func.coalesce(have.c.have, 0))
              .outerjoin(have, have.c.prompt_id == Prompt.id)
              .where(func.coalesce(have.c.have, 0) < n).order_by(Prompt.id))
-    if prompt_ids is None:
-        return [tuple(r) for r in session.execute(query)]
-    out = []
-    for part in chunks(sorted(set(prompt_ids))):
-        out.extend(tuple(r) for r in session.execute(query.where(Prompt.id.in_(part))))
-    return sorted(out)
+    parts = [query] if prompt_ids is None else \
+        [query.where(Prompt.id.in_(part)) for part in chunks(sorted(set(prompt_ids)))]
+    out = [(pid, compact(stored_prompt(text, messages)), count)
+           for part in parts for pid, text, messages, count in session.execute(part)]
+    return sorted(out, key=lambda row: row[0])
 
 
 def generate_candidates(sessions: sessionmaker[Session], model, tokenizer, model_name: str, config: GenerateConfig,
@@ -113,11 +129,11 @@ def generate_candidates(sessions: sessionmaker[Session], model, tokenizer, model
                 break
             needed_prompts.update(pid for pid, _, _ in todo)
             # Similar lengths share a batch, so little of each forward pass is padding.
-            rows = sorted(((pid, text, have) for pid, text, have in todo for _ in range(config.n - have)),
-                          key=lambda r: (len(r[1]), r[0]))
+            rows = sorted(((pid, prompt, have) for pid, prompt, have in todo for _ in range(config.n - have)),
+                          key=lambda r: (prompt_length(r[1]), r[0]))
             for batch in chunks(rows, config.batch_size):
                 seed = _batch_seed(config.seed, round_, [(pid, have) for pid, _, have in batch])
-                results = sample_responses(model, tokenizer, [text for _, text, _ in batch], config, seed)
+                results = sample_responses(model, tokenizer, [prompt for _, prompt, _ in batch], config, seed)
                 summary.tokens += sum(r.tokens for r in results)
                 with sessions.begin() as session:
                     _store(session, batch, results, model_name, model_version_id, config, seed, summary)

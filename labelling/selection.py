@@ -8,6 +8,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.db.conversation import Messages, prompt_columns, stored_prompt, stored_reply, user_turn
 from preflab.db.export.dataset import SPLITS
 from preflab.db.models import Candidate, Prompt
 from preflab.db.store import IN_CHUNK, chunks, content_hash
@@ -44,13 +45,37 @@ def prompts_from_file(sessions: sessionmaker[Session], path: str | Path) -> list
 
 @dataclass
 class PromptCandidates:
-    """One prompt and the candidates a judge ranks for it (id order)."""
+    """One prompt and the candidates a judge ranks for it (id order).
+
+    `prompt` and `texts` are the stored `text` columns (a conversation's last user
+    turn; a reply of several turns as its transcript); `messages` and `replies` the
+    stored `messages` columns, None in the plain one-message case. Models read the
+    whole exchange through `history` and `reply(i)`.
+    """
 
     prompt_id: int
     prompt: str
     reference: str | None
     candidate_ids: list[int]
     texts: list[str]
+    messages: Messages | None = None
+    replies: list[Messages | None] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, prompt_id: int, prompt: str | Messages, reference: str | None, candidate_ids: list[int],
+           texts: list[str]) -> PromptCandidates:
+        """From a prompt as the model code holds it (`compact`: a string, or messages) and one-message replies."""
+        columns = prompt_columns(user_turn(prompt) if isinstance(prompt, str) else prompt)
+        return cls(prompt_id, columns["text"], reference, candidate_ids, texts, columns["messages"])
+
+    @property
+    def history(self) -> Messages:
+        """The prompt as messages: the system prompt and earlier turns, ending with the user's."""
+        return stored_prompt(self.prompt, self.messages)
+
+    def reply(self, index: int) -> Messages:
+        """Candidate `index` as messages: one assistant turn, or the turns of a longer continuation."""
+        return stored_reply(self.texts[index], self.replies[index] if index < len(self.replies) else None)
 
 
 def prompts_with_candidates(session: Session, prompt_ids: list[int] | None = None,
@@ -61,7 +86,8 @@ def prompts_with_candidates(session: Session, prompt_ids: list[int] | None = Non
     `candidate_model` keeps only the candidates that model generated (the
     self-rewarding loop judges the current model's samples only).
     """
-    query = (select(Prompt.id, Prompt.text, Prompt.reference, Candidate.id, Candidate.text)
+    query = (select(Prompt.id, Prompt.text, Prompt.reference, Candidate.id, Candidate.text, Prompt.messages,
+                    Candidate.messages)
              .join(Candidate, Candidate.prompt_id == Prompt.id)
              .order_by(Prompt.id, Candidate.id))
     if candidate_model is not None:
@@ -72,12 +98,13 @@ def prompts_with_candidates(session: Session, prompt_ids: list[int] | None = Non
     if wanted is not None and len(wanted) <= IN_CHUNK:
         query, wanted = query.where(Prompt.id.in_(sorted(wanted))), None
     out: dict[int, PromptCandidates] = {}
-    for pid, ptext, reference, cid, ctext in session.execute(query):
+    for pid, ptext, reference, cid, ctext, pmessages, cmessages in session.execute(query):
         if wanted is not None and pid not in wanted:
             continue
-        item = out.setdefault(pid, PromptCandidates(pid, ptext, reference, [], []))
+        item = out.setdefault(pid, PromptCandidates(pid, ptext, reference, [], [], pmessages))
         item.candidate_ids.append(cid)
         item.texts.append(ctext)
+        item.replies.append(cmessages)
     return [item for item in out.values() if len(item.candidate_ids) >= min_candidates]
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +239,27 @@ def model_label(name_or_path: str | Path | None = None) -> str:
     return str(path.resolve()) if path.exists() else name
 
 
+def has_chat_template(tokenizer) -> bool:
+    """Whether a tokenizer has a chat template of its own (not the plain stand-in `load_tokenizer` gives a base model).
+
+    Training gives such a model chat messages, whatever the dataset version's form
+    (`preflab.training.data.for_model`), so a scorer with one reads messages too.
+    """
+    template = getattr(tokenizer, "chat_template", None)
+    return bool(template) and template != PLAIN_CHAT_TEMPLATE
+
+
+def chat_prompt(tokenizer, prompt: str | Sequence[dict[str, str]]) -> str:
+    """A prompt in the model's chat format, every message of its history included, ending where the model answers.
+
+    Args:
+        prompt: a user's message, or the conversation so far as messages (system, user and
+            assistant turns ending with the user's: `preflab.db.conversation`).
+    """
+    turns = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+
+
 def chat_text(tokenizer, user: str, assistant: str | None = None, system: str | None = None) -> str:
     """A one-turn conversation in the model's chat format.
 
@@ -246,5 +268,5 @@ def chat_text(tokenizer, user: str, assistant: str | None = None, system: str | 
     """
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": user})
-    prompt = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    prompt = chat_prompt(tokenizer, messages)
     return prompt if assistant is None else prompt + assistant

@@ -23,7 +23,9 @@ tokenized on its own (so a response's tokens do not depend on what precedes it).
 When it is longer than the ranker's `max_length`, the prompt keeps its end and the
 two responses are cut alike. A saved ranker is a sequence classifier folder with a
 `pair_ranker.json` beside its weights holding that format, its max length and
-whether it reads chat messages.
+whether it reads chat messages. A prompt of messages (the whole history: system
+prompt, earlier turns) goes through the chat template; a reply of several turns
+is read as the template writes its turns after the prompt.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from preflab.db.conversation import transcript
 from preflab.errors import ConfigError
 from preflab.lm.scoring import Text, _batches, _device, _right_pad, pad_id
 
@@ -41,13 +44,31 @@ FORMAT_FILE = "pair_ranker.json"
 FORMAT = "prompt+A+eos+B+eos"
 
 
-def _text(tokenizer, part: Text, prompt: bool) -> str:
-    """Chat messages as text: the prompt through the chat template, a response as its content."""
-    if not isinstance(part, list):
-        return part
-    if prompt:
-        return tokenizer.apply_chat_template(part, tokenize=False, add_generation_prompt=True)
-    return "".join(m.get("content") or "" for m in part)
+def _prompt_text(tokenizer, prompt: Text) -> str:
+    """The prompt as the ranker reads it: its text, or its messages (the whole history) through the chat template."""
+    if not isinstance(prompt, list):
+        return prompt
+    return tokenizer.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+
+def _response_text(tokenizer, prompt: Text, response: Text) -> str:
+    """A response as the ranker reads it: its text, or one message's content.
+
+    A reply of several turns is what the chat template writes after the prompt's
+    generation prompt, up to its last message's content (the EOS is added after it
+    as after any response); without a prompt of messages, its transcript.
+    """
+    if not isinstance(response, list):
+        return response
+    if len(response) == 1:
+        return response[0].get("content") or ""
+    if not isinstance(prompt, list):
+        return transcript(response)
+    head = _prompt_text(tokenizer, prompt)
+    before_last = tokenizer.apply_chat_template(prompt + response[:-1], tokenize=False, add_generation_prompt=True)
+    if not before_last.startswith(head):
+        return transcript(response)
+    return before_last[len(head):] + (response[-1].get("content") or "")
 
 
 def _eos(tokenizer) -> int:
@@ -84,9 +105,9 @@ def pair_ids(tokenizer, prompt: Text, first: Text, second: Text,
     The ids are the prompt, A, EOS, B, EOS; B's EOS is the last token.
     """
     eos = _eos(tokenizer)
-    head = list(tokenizer(_text(tokenizer, prompt, True))["input_ids"])
-    a = list(tokenizer(_text(tokenizer, first, False), add_special_tokens=False)["input_ids"]) + [eos]
-    b = list(tokenizer(_text(tokenizer, second, False), add_special_tokens=False)["input_ids"]) + [eos]
+    head = list(tokenizer(_prompt_text(tokenizer, prompt))["input_ids"])
+    a = list(tokenizer(_response_text(tokenizer, prompt, first), add_special_tokens=False)["input_ids"]) + [eos]
+    b = list(tokenizer(_response_text(tokenizer, prompt, second), add_special_tokens=False)["input_ids"]) + [eos]
     head, a, b = _cut(head, a, b, max_length)
     return head + a + b, len(head) + len(a) - 1
 

@@ -11,7 +11,36 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from preflab.db.conversation import Message, assistant_turn, is_multi_turn, user_turn
+
 Text = Any  # a string, or a list of chat messages for conversational exports
+
+
+def exchange(prompt: Sequence[Message], reply: Sequence[Message], conversational: bool = False) -> tuple[Text, Text]:
+    """A stored (prompt, reply) as the scorers here take it: plain text, or chat messages.
+
+    A user's one message and one assistant reply stay plain text unless
+    `conversational` (a reward model scores them as it trained on them: `as_trained`).
+    Anything longer (a system prompt, earlier turns, a reply of several turns) is
+    messages, so the chat template carries the whole history: plain text cannot hold it.
+    """
+    if conversational or is_multi_turn(prompt) or len(reply) != 1 or reply[0]["role"] != "assistant":
+        return list(prompt), list(reply)
+    return prompt[0]["content"], reply[0]["content"]
+
+
+def as_trained(tokenizer, prompt: Text, response: Text) -> tuple[Text, Text]:
+    """A (prompt, response) in the form a scorer with this tokenizer trained on.
+
+    A model with a chat template of its own trains on chat messages whatever its
+    dataset version's form (`preflab.training.data.for_model`), so a plain-text
+    exchange becomes one user turn and one assistant turn; other pairs are unchanged.
+    """
+    from preflab.lm.loading import has_chat_template
+
+    if isinstance(prompt, str) and has_chat_template(tokenizer):
+        return user_turn(prompt), assistant_turn(response)
+    return prompt, response
 
 
 def sequence_ids(tokenizer, prompt: Text, response: Text) -> list[int]:
@@ -69,7 +98,7 @@ def pad_id(tokenizer) -> int:
 
 def reward_scores(model, tokenizer, prompts: Sequence[Text], responses: Sequence[Text],
                   batch_size: int = 32) -> list[float]:
-    """The reward model's scalar score of each (prompt, response)."""
+    """The reward model's scalar score of each (prompt, response), read in the form it trained on (`as_trained`)."""
     import torch
 
     keys = [repr((p, r)) for p, r in zip(prompts, responses)]
@@ -78,7 +107,8 @@ def reward_scores(model, tokenizer, prompts: Sequence[Text], responses: Sequence
         unique.setdefault(key, (p, r))
     order = list(unique)
     # Sorting by length keeps padding (and wasted compute) low.
-    encoded = sorted(((k, sequence_ids(tokenizer, *unique[k])) for k in order), key=lambda kv: len(kv[1]))
+    encoded = sorted(((k, sequence_ids(tokenizer, *as_trained(tokenizer, *unique[k]))) for k in order),
+                     key=lambda kv: len(kv[1]))
     scores: dict[str, float] = {}
     model.eval()
     device = _device(model)

@@ -3,6 +3,11 @@
 - `ranking`: the candidates as a List ranked with a Ranker, best at the top.
 - `ranking_tiers`: the same with Buckets: ties, and candidates left unranked.
 - `pairwise`: two candidates side by side with Pairwise, plus a "Tie" choice.
+
+Each shows the conversation above the candidates: the system prompt set apart, then
+every turn with its role (a Paragraphs tag reading the task's `dialogue` messages);
+a candidate of several turns shows them with their roles. Long text scrolls inside
+its card, and takes its direction (left-to-right or right-to-left) from its letters.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ PAIRWISE = "compare"
 PAIRWISE_TARGET = "left"
 TIE = "tie"
 TIE_VALUE = "Tie"
+# The task data field of the turns the templates show (Paragraphs, OpenAI-style messages).
+DIALOGUE = "dialogue"
 
 
 def label_config(name: str) -> str:
@@ -47,3 +54,14 @@ def bucket_names(config: str | None) -> list[str] | None:
         return None
     names = [b.get("name") for ranker in root.iter("Ranker") for b in ranker.iter("Bucket") if b.get("name")]
     return names or None
+
+
+def shows_conversations(config: str | None) -> bool:
+    """Whether a labelling config shows a task's conversation (made from a template since conversations)."""
+    if not config or not config.strip():
+        return False
+    try:
+        root = ET.fromstring(config)
+    except ET.ParseError:
+        return False
+    return any(tag.get("value") == f"${DIALOGUE}" for tag in root.iter("Paragraphs"))

@@ -29,6 +29,7 @@ from preflab.db.conversation import assistant_turn, shared_prefix, user_turn
 from preflab.db.models import DatasetVersion, PairBuild
 from preflab.errors import InputError, NotFound
 from preflab.files import shared_mkdtemp
+from preflab.lm.loading import has_chat_template
 from preflab.settings import data_dir
 
 
@@ -96,14 +97,6 @@ def export_settings(version_path: str | Path) -> dict[str, Any]:
     if not manifest.is_file():
         return {}
     return json.loads(manifest.read_text(encoding="utf-8")).get("settings") or {}
-
-
-def has_chat_template(tokenizer) -> bool:
-    """Whether a tokenizer has a chat template of its own (not the stand-in `load_tokenizer` gives base models)."""
-    from preflab.lm.loading import PLAIN_CHAT_TEMPLATE
-
-    template = getattr(tokenizer, "chat_template", None)
-    return bool(template) and template != PLAIN_CHAT_TEMPLATE
 
 
 def chat_tokenizer(sessions: sessionmaker[Session], name: str | None):

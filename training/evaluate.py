@@ -4,8 +4,9 @@ A reward model: its pairwise accuracy on a dataset version's test split. A
 policy: its win rate against the model it was trained from, on the held-out
 prompts (`Prompt.split == "test"`): both answer each prompt (greedy by default),
 a judge from `preflab.labelling.judges` compares the two answers, and a tie
-counts half. `evaluate_model_version` runs either and stores the report with
-the model version.
+counts half; a held-out conversation is answered and judged with its whole
+history. `evaluate_model_version` runs either and stores the report with the
+model version.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
+from preflab.db.conversation import Messages, compact, stored_prompt
 from preflab.db.models import DatasetVersion, ModelVersion, Prompt, TrainingRun
 from preflab.errors import ConfigError, InputError, NotFound
 from preflab.labelling.judges.table import JUDGES
@@ -94,7 +96,7 @@ def contradictions(split) -> tuple[int, float | None]:
     """
     from collections import Counter
 
-    rows = Counter(zip(split["prompt_id"], split["chosen"], split["rejected"]))
+    rows = Counter((p, repr(c), repr(r)) for p, c, r in zip(split["prompt_id"], split["chosen"], split["rejected"]))
     contradicting = best = 0
     for (p, c, r), n in rows.items():
         opposite = rows.get((p, r, c), 0)
@@ -144,7 +146,18 @@ class PolicyEval:
     baseline: str
     baseline_path: str
     conversational: bool
-    prompts: list[tuple[int, str, str | None]] = field(default_factory=list)  # (id, text, reference)
+    # (id, prompt, reference); the prompt as the model reads it: its text, or its messages (the whole history)
+    prompts: list[tuple[int, str | Messages, str | None]] = field(default_factory=list)
+
+
+def held_out_prompts(session: Session, query) -> list[tuple[int, str | Messages, str | None]]:
+    """(id, prompt, reference) per row of `query`, the prompt as the model reads it: its text, or its messages.
+
+    Args:
+        query: selects `Prompt.id`, `Prompt.text`, `Prompt.messages` and `Prompt.reference`.
+    """
+    return [(pid, compact(stored_prompt(text, messages)), reference)
+            for pid, text, messages, reference in session.execute(query)]
 
 
 def plan_policy_eval(session: Session, version: ModelVersion, against: str | None = None,
@@ -162,23 +175,31 @@ def plan_policy_eval(session: Session, version: ModelVersion, against: str | Non
         label, location = parent.name, parent.path or parent.base_model
     run = _run_of(session, version)
     dataset = session.get(DatasetVersion, run.dataset_version_id) if run and run.dataset_version_id else None
-    query = select(Prompt.id, Prompt.text, Prompt.reference).where(Prompt.split == "test").order_by(Prompt.id)
+    query = (select(Prompt.id, Prompt.text, Prompt.messages, Prompt.reference).where(Prompt.split == "test")
+             .order_by(Prompt.id))
     if limit:
         query = query.limit(limit)
-    prompts = [tuple(row) for row in session.execute(query)]
+    prompts = held_out_prompts(session, query)
     if not prompts:
         raise InputError("there are no held-out prompts (split 'test'); export a dataset version first")
     return PolicyEval(version.name, version.path, label, str(resolve_model_path(location)),
                       bool(dataset and (dataset.settings or {}).get("conversational")), prompts)
 
 
-def answer(model, tokenizer, prompts: list[str], conversational: bool, max_new_tokens: int,
+def answer(model, tokenizer, prompts: list[str | Messages], conversational: bool, max_new_tokens: int,
            do_sample: bool, seed: int, batch_size: int) -> list[str]:
-    """Each prompt's answer, formatted the way the policy was trained (chat template or plain text)."""
-    from preflab.lm.sampling import generate_texts
-    from preflab.lm.loading import chat_text
+    """Each prompt's answer, formatted the way the policy was trained (chat template or plain text).
 
-    texts = [chat_text(tokenizer, p) if conversational else p for p in prompts]
+    A policy with a chat template of its own trained on chat messages, whatever its
+    dataset's form (`preflab.training.data.for_model`); a prompt of messages (a
+    conversation) always goes through the chat template, every message of it: plain
+    text cannot hold a history.
+    """
+    from preflab.lm.sampling import generate_texts
+    from preflab.lm.loading import chat_prompt, has_chat_template
+
+    chat = conversational or has_chat_template(tokenizer)
+    texts = [chat_prompt(tokenizer, p) if chat or not isinstance(p, str) else p for p in prompts]
     out: list[str] = []
     for start in range(0, len(texts), batch_size):
         out += [g.text for g in generate_texts(model, tokenizer, texts[start:start + batch_size],
@@ -197,16 +218,16 @@ def win_rate(plan: PolicyEval, judge, max_new_tokens: int = 128, do_sample: bool
     from preflab.labelling.selection import PromptCandidates
     from preflab.lm.loading import load_causal_lm
 
-    texts = [text for _, text, _ in plan.prompts]
+    prompts = [prompt for _, prompt, _ in plan.prompts]
     answers = {}
     for name, path in (("policy", plan.policy_path), ("baseline", plan.baseline_path)):
         model, tokenizer = load_causal_lm(path)
-        answers[name] = answer(model, tokenizer, texts, plan.conversational, max_new_tokens, do_sample, seed,
+        answers[name] = answer(model, tokenizer, prompts, plan.conversational, max_new_tokens, do_sample, seed,
                                batch_size)
         del model
     wins = losses = ties = 0
-    items = [PromptCandidates(pid, text, reference, [0, 1], [mine, theirs])
-             for (pid, text, reference), mine, theirs in zip(plan.prompts, answers["policy"], answers["baseline"])]
+    items = [PromptCandidates.of(pid, prompt, reference, [0, 1], [mine, theirs])
+             for (pid, prompt, reference), mine, theirs in zip(plan.prompts, answers["policy"], answers["baseline"])]
     to_judge = [item for item in items if item.texts[0] != item.texts[1]]
     ties += len(items) - len(to_judge)  # the same answer: nothing to prefer
     for start in range(0, len(to_judge), batch_size):

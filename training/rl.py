@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.errors import ConfigError
+from preflab.errors import ConfigError, InputError
 from preflab.lm.loading import load_tokenizer_for_training
 from preflab.lm.sampling import SamplingConfig
 from preflab.training.config import TrainConfig
@@ -107,7 +107,7 @@ class RLTrainConfig(TrainConfig, SamplingConfig):
 
 
 class RewardModelReward:
-    """A reward model as a TRL reward function, scoring each text as it was trained (EOS appended)."""
+    """A reward model as a TRL reward function, scoring each text in the form it trained on (`scoring.as_trained`)."""
 
     __name__ = "reward_model"  # TRL logs `rewards/<name>/mean`
 
@@ -127,8 +127,11 @@ def _key(prompt) -> str:
     return prompt if isinstance(prompt, str) else json.dumps(prompt, sort_keys=True)
 
 
-def file_prompts(path: str) -> list[str]:
-    """The usable prompts of a JSON Lines prompts file, read as `preflab import prompts` reads them."""
+def file_prompts(path: str) -> list:
+    """The usable prompts of a JSON Lines prompts file, read as `preflab import prompts` reads them.
+
+    A prompt is its text, or its messages when it is a conversation (`compact`).
+    """
     from preflab.db.conversation import compact
     from preflab.db.ingest.jsonl import Invalid, open_jsonl, parse_prompt
 
@@ -154,11 +157,22 @@ def training_prompts(plan: RunPlan, config: RLTrainConfig, tokenizer) -> list:
     """The distinct prompts to train on, in order, without those too long for --max-length."""
     from datasets import load_from_disk
 
+    from preflab.db.conversation import user_turn
+    from preflab.lm.loading import has_chat_template
+
     if config.prompts_file:
         prompts = file_prompts(config.prompts_file)
     else:
         prompts = list(load_from_disk(plan.data_dir)["train"]["prompt"])
     distinct = list({_key(p): p for p in prompts}.values())
+    if any(isinstance(p, list) for p in distinct) and not has_chat_template(tokenizer):
+        raise InputError("the model has no chat template, so it cannot read the conversations of several messages "
+                         f"in {config.prompts_file or 'the dataset version'}: train a model that has one (a base "
+                         "model reads single-message prompts, as plain text)")
+    if has_chat_template(tokenizer):
+        # Every prompt as messages, so the policy reads each through its chat template (a conversation's
+        # whole history), as training on a dataset version gives it; and the column holds one type.
+        distinct = [user_turn(p) if isinstance(p, str) else p for p in distinct]
     if config.max_length is not None:
         room = config.max_length - config.max_new_tokens
         distinct = [p for p in distinct if prompt_length(tokenizer, p) <= room]

@@ -4,12 +4,19 @@ No judge prompt at all: the model reads the user's prompt in its chat format
 and scores how probable each response is, per token (so length is not
 penalised). Small instruction models that are near chance as "A or B" judges
 still rank a correct factual answer above a wrong one this way.
+
+The prompt is the whole conversation so far (system prompt and earlier turns
+through the chat template), so a reply is scored given its history. A reply of
+several turns is scored on its assistant turns, each given everything before it
+(the user's turns between them are context, not the candidate's words).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from preflab.db.conversation import Messages, assistant_turn, user_turn
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
 from preflab.labelling.judges.forward import response_logprobs
@@ -27,18 +34,36 @@ class LikelihoodConfig:
             raise ConfigError("--batch-size must be at least 1")
 
 
-def mean_logprobs(model, tokenizer, prompts: list[str], responses: list[str], batch_size: int = 8) -> list[tuple[float, int]]:
-    """(mean log p per response token, tokens) for each (prompt, response)."""
-    from preflab.lm.loading import chat_text
+def mean_logprobs(model, tokenizer, prompts: Sequence[str | Messages], responses: Sequence[str | Messages],
+                  batch_size: int = 8) -> list[tuple[float, int]]:
+    """(mean log p per response token, tokens) for each (prompt, response).
 
-    sums = response_logprobs(model, tokenizer, [chat_text(tokenizer, p) for p in prompts], responses, batch_size)
+    Args:
+        prompts: a user's message, or the conversation so far (messages ending with the user's).
+        responses: a reply's text, or its messages (assistant turns scored, each after all before it).
+    """
+    from preflab.lm.loading import chat_prompt
+
+    contexts, texts, owner = [], [], []
+    for n, (prompt, response) in enumerate(zip(prompts, responses)):
+        history = user_turn(prompt) if isinstance(prompt, str) else list(prompt)
+        turns = assistant_turn(response) if isinstance(response, str) else list(response)
+        for k, turn in enumerate(turns):
+            if turn["role"] == "assistant":
+                contexts.append(chat_prompt(tokenizer, history + turns[:k]))
+                texts.append(turn["content"])
+                owner.append(n)
+    sums = [[0.0, 0] for _ in prompts]
+    for n, (total, tokens) in zip(owner, response_logprobs(model, tokenizer, contexts, texts, batch_size)):
+        sums[n][0] += total
+        sums[n][1] += tokens
     return [(total / n if n else float("-inf"), n) for total, n in sums]
 
 
 def make_judge(model, tokenizer, config: LikelihoodConfig):
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
-        prompts = [item.prompt for item in items for _ in item.texts]
-        responses = [text for item in items for text in item.texts]
+        prompts = [item.history for item in items for _ in item.texts]
+        responses = [item.reply(i) for item in items for i in range(len(item.texts))]
         results = iter(mean_logprobs(model, tokenizer, prompts, responses, config.batch_size))
         out = []
         for item in items:

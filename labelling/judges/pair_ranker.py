@@ -7,6 +7,7 @@ Bradley–Terry), and each candidate's details keep every pair's probability
 (`pairs`: `vs`, `p_as_a` = `p_as_b` = P(this ≻ vs), `outcome`) with its wins,
 losses and ties. The ranker's prediction is antisymmetric by construction, so
 the probability is the same in either order and the judge's swap consistency is 1.
+A prompt that is a conversation is read whole, through the chat template.
 """
 
 from __future__ import annotations
@@ -33,21 +34,25 @@ class PairRankerConfig(PairwiseConfig):
 def make_judge(model, tokenizer, config: PairRankerConfig):
     """A function from a batch of prompts to their judgements, from a loaded pair ranker."""
     from preflab.lm.pair_ranker import preference_probabilities, ranker_format
+    from preflab.lm.scoring import exchange
 
     settings = ranker_format(model)  # also refuses a model that is not a pair ranker
     as_chat = settings.get("conversational", False)
 
-    def prompt(text: str):
-        return [{"role": "user", "content": text}] if as_chat else text
-
-    def response(text: str):
-        return [{"role": "assistant", "content": text}] if as_chat else text
+    def inputs(item: PromptCandidates):
+        """The prompt and every candidate as the ranker reads them: all plain text, or all messages."""
+        shown = [exchange(item.history, item.reply(i), as_chat) for i in range(len(item.texts))]
+        if all(isinstance(p, str) for p, _ in shown):
+            return shown[0][0], [r for _, r in shown]
+        # One conversation (or one reply of several turns) puts the whole prompt through the chat template.
+        return item.history, [item.reply(i) for i in range(len(item.texts))]
 
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
         pairs = [(k, i, j) for k, item in enumerate(items) for i, j in combinations(range(len(item.texts)), 2)]
-        probs = preference_probabilities(model, tokenizer, [prompt(items[k].prompt) for k, _, _ in pairs],
-                                         [response(items[k].texts[i]) for k, i, _ in pairs],
-                                         [response(items[k].texts[j]) for k, _, j in pairs],
+        read = [inputs(item) for item in items]
+        probs = preference_probabilities(model, tokenizer, [read[k][0] for k, _, _ in pairs],
+                                         [read[k][1][i] for k, i, _ in pairs],
+                                         [read[k][1][j] for k, _, j in pairs],
                                          settings["max_length"], config.batch_size)
         per_item: list[dict[tuple[int, int], tuple[float, float]]] = [{} for _ in items]
         for (k, i, j), p in zip(pairs, probs):

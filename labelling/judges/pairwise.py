@@ -5,6 +5,8 @@ The verdict is read from the next-token probabilities of the two answer letters
 decoded. A pair whose two orders disagree is a tie, not a win: a judge that
 always prefers the first answer (position bias) yields only ties. The pair
 outcomes become a ranking by Copeland score (wins − losses) or Bradley–Terry.
+A prompt that is a conversation is shown whole, as its transcript, above the two
+responses (`prompts.PAIRWISE_CONVERSATION_USER`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,16 @@ import math
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from preflab.db.conversation import Messages, is_multi_turn, transcript, user_turn
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
 from preflab.labelling.judges.forward import next_token_logprobs
-from preflab.labelling.judges.prompts import PAIRWISE_SYSTEM, PAIRWISE_USER
+from preflab.labelling.judges.prompts import (
+    PAIRWISE_CONVERSATION_SYSTEM,
+    PAIRWISE_CONVERSATION_USER,
+    PAIRWISE_SYSTEM,
+    PAIRWISE_USER,
+)
 from preflab.labelling.selection import PromptCandidates
 
 AGGREGATES = ("copeland", "bradley-terry")
@@ -49,10 +57,16 @@ def letter_ids(tokenizer, letter: str) -> list[int]:
     return ids
 
 
-def judge_text(tokenizer, question: str, first: str, second: str) -> str:
+def judge_text(tokenizer, prompt: str | Messages, first: str, second: str) -> str:
+    """The judge's prompt for two responses to `prompt` (a user's message, or the conversation so far)."""
     from preflab.lm.loading import chat_text
 
-    return chat_text(tokenizer, PAIRWISE_USER.format(question=question, a=first, b=second), system=PAIRWISE_SYSTEM)
+    turns = user_turn(prompt) if isinstance(prompt, str) else prompt
+    if is_multi_turn(turns):
+        return chat_text(tokenizer, PAIRWISE_CONVERSATION_USER.format(conversation=transcript(turns), a=first,
+                                                                      b=second), system=PAIRWISE_CONVERSATION_SYSTEM)
+    return chat_text(tokenizer, PAIRWISE_USER.format(question=turns[0]["content"], a=first, b=second),
+                     system=PAIRWISE_SYSTEM)
 
 
 def prob_first_better(model, tokenizer, texts: list[str], batch_size: int = 8) -> list[float]:
@@ -126,8 +140,9 @@ def make_judge(model, tokenizer, config: PairwiseConfig):
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
         pairs = [(k, i, j) for k, item in enumerate(items) for i, j in combinations(range(len(item.texts)), 2)]
         # All first orders, then all swapped orders: each order is one batched pass.
-        texts = [judge_text(tokenizer, items[k].prompt, items[k].texts[i], items[k].texts[j]) for k, i, j in pairs]
-        texts += [judge_text(tokenizer, items[k].prompt, items[k].texts[j], items[k].texts[i]) for k, i, j in pairs]
+        # The conversation so far is shown above the two responses (a reply of several turns as its transcript).
+        texts = [judge_text(tokenizer, items[k].history, items[k].texts[i], items[k].texts[j]) for k, i, j in pairs]
+        texts += [judge_text(tokenizer, items[k].history, items[k].texts[j], items[k].texts[i]) for k, i, j in pairs]
         probs = prob_first_better(model, tokenizer, texts, config.batch_size)
         per_item: list[dict[tuple[int, int], tuple[float, float]]] = [{} for _ in items]
         for n, (k, i, j) in enumerate(pairs):

@@ -1,9 +1,12 @@
 """The reward-model judge: the score of a one-label sequence-classification model.
 
 Inputs are tokenized exactly as the reward model was trained on them
-(`preflab.lm.scoring`, which follows TRL's RewardTrainer): plain
-prompt + response + EOS by default, as preflab exports datasets, or the chat
-template with `conversational`.
+(`preflab.lm.scoring`, which follows TRL's RewardTrainer): a model with a chat
+template of its own reads chat messages, as training gives it; one without reads
+plain prompt + response + EOS, or its stand-in template with `conversational`. A
+prompt that is a conversation (or a reply of several turns) always goes through
+the chat template, so the score is of the reply given the whole history
+(`preflab.lm.scoring.exchange`).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ class RewardModelConfig:
     """How the reward-model judge reads its inputs."""
 
     conversational: bool = field(default=False, metadata={
-        "help": "Format inputs as chat messages (for reward models trained on conversational exports)."})
+        "help": "Format inputs as chat messages even when the model has no chat template of its own (one with "
+                "a template always reads messages, as it trained on them)."})
     batch_size: int = field(default=8, metadata={"help": "Responses scored per forward pass."})
 
     def __post_init__(self):
@@ -29,15 +33,13 @@ class RewardModelConfig:
 
 
 def make_judge(model, tokenizer, config: RewardModelConfig):
-    from preflab.lm.scoring import reward_scores
+    from preflab.lm.scoring import exchange, reward_scores
 
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
-        prompts = [item.prompt for item in items for _ in item.texts]
-        responses = [text for item in items for text in item.texts]
-        if config.conversational:
-            prompts = [[{"role": "user", "content": p}] for p in prompts]
-            responses = [[{"role": "assistant", "content": r}] for r in responses]
-        results = iter(reward_scores(model, tokenizer, prompts, responses, config.batch_size))
+        inputs = [exchange(item.history, item.reply(i), config.conversational)
+                  for item in items for i in range(len(item.texts))]
+        results = iter(reward_scores(model, tokenizer, [p for p, _ in inputs], [r for _, r in inputs],
+                                     config.batch_size))
         out = []
         for item in items:
             scores = {cid: round(next(results), 6) for cid in item.candidate_ids}

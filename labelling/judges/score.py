@@ -11,6 +11,8 @@
   mass means the judge is guessing (`preflab judge report` says so).
 
 The `reference` judge is the same with the prompt's reference answer in the prompt.
+A prompt that is a conversation is shown whole, as its transcript, and the response
+graded as the reply to its last user message (`prompts.SCORE_CONVERSATION_PROMPT`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,15 @@ from dataclasses import dataclass, field, fields
 
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
-from preflab.labelling.judges.prompts import ANSWER_START, REFERENCE_PROMPT, SCORE_PROMPT, parse_score
+from preflab.db.conversation import is_multi_turn, transcript
+from preflab.labelling.judges.prompts import (
+    ANSWER_START,
+    REFERENCE_CONVERSATION_PROMPT,
+    REFERENCE_PROMPT,
+    SCORE_CONVERSATION_PROMPT,
+    SCORE_PROMPT,
+    parse_score,
+)
 from preflab.labelling.selection import PromptCandidates
 from preflab.lm.sampling import SamplingConfig
 
@@ -88,12 +98,17 @@ def refuse_unread(config: ScoreConfig, given: Collection[str]) -> None:
 
 
 def grading_text(tokenizer, item: PromptCandidates, response: str, with_reference: bool) -> str:
+    """The grader's prompt for one response: the user's question, or the whole conversation, then the response."""
     from preflab.lm.loading import chat_text
 
-    if with_reference:
-        return chat_text(tokenizer, REFERENCE_PROMPT.format(question=item.prompt, reference=item.reference,
-                                                            response=response))
-    return chat_text(tokenizer, SCORE_PROMPT.format(question=item.prompt, response=response))
+    turns = item.history
+    if is_multi_turn(turns):
+        shown = {"conversation": transcript(turns), "response": response}
+        template = REFERENCE_CONVERSATION_PROMPT if with_reference else SCORE_CONVERSATION_PROMPT
+    else:
+        shown = {"question": turns[0]["content"], "response": response}
+        template = REFERENCE_PROMPT if with_reference else SCORE_PROMPT
+    return chat_text(tokenizer, template.format(**shown, **({"reference": item.reference} if with_reference else {})))
 
 
 def _seed(base: int, round_: int, keys: list[int]) -> int:

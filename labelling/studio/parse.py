@@ -2,8 +2,12 @@
 
 A task's data names the prompt and the candidates in the order they were shown
 (`prompt` and `items[]` with `id` and `body`, as in preflab's templates; other
-field names through `TaskFields`). An annotation's result is read in every shape
-Label Studio has written:
+field names through `TaskFields`). A prompt is text (one user turn) or a list of
+messages (`preflab.db.conversation`); so is a candidate's text field, and an item
+without one may hold its turns in `messages` (preflab's items for a reply of
+several turns, shown as HTML). A malformed message list is refused naming the
+field and the index. An annotation's result is read in every shape Label Studio
+has written:
 
 - Ranker: `{"ranker": {"<ranker name>": [ids]}}`, the pre-2023 `{"ranker": [ids]}`,
   and bucket mode `{"ranker": {"<bucket>": [ids], …, "_": [unranked]}}` where the
@@ -21,13 +25,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflab.db.conversation import Messages, prompt_hash, prompt_messages, reply_hash, reply_messages
 from preflab.db.ingest.lines import Invalid
 from preflab.db.ingest.records import unstorable
-from preflab.db.store import content_hash
 from preflab.errors import ConfigError
 
 UNRANKED_BUCKET = "_"
@@ -36,6 +40,8 @@ UNRANKED_BUCKET = "_"
 KEY_FIELD = "preflab_task"
 # Fields Label Studio recomputes on every request ("3 minutes ago"): not part of the payload.
 VOLATILE = frozenset({"created_ago", "created_username"})
+# The field of an item that holds a reply's turns when the item has no text field (`ls push` writes it).
+ITEM_TURNS = "messages"
 
 
 @dataclass(frozen=True)
@@ -64,11 +70,13 @@ class TaskFields:
 
 @dataclass(frozen=True)
 class TaskItems:
-    """A task's prompt and its candidates as shown, top (or left) first."""
+    """A task's prompt and its candidates as shown, top (or left) first, as messages with their hashes."""
 
-    prompt: str
+    prompt: Messages
     ids: tuple[str, ...]
-    texts: tuple[str, ...]
+    replies: tuple[Messages, ...]
+    prompt_key: str  # `prompt_hash` of the prompt: the stored prompt's identity
+    reply_keys: tuple[str, ...]  # `reply_hash` of each candidate
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,19 @@ def _text(value: Any, what: str) -> str:
     if flaw:
         raise Invalid(flaw)
     return value
+
+
+def _turns(value: Any, what: str, read: Callable[[Any, str], Messages]) -> Messages:
+    """A prompt or a reply (`read`: `prompt_messages` or `reply_messages`) from text or a message list."""
+    if isinstance(value, list):
+        turns = read(value, what)  # raises Invalid naming `what` and the index
+        flaw = unstorable(value, what)
+        if flaw:
+            raise Invalid(flaw)
+        return turns
+    if isinstance(value, str) or value is None:
+        return read(_text(value, what), what)
+    raise Invalid(f"{what} is {type(value).__name__}, not text or a list of messages")
 
 
 # A JSON escape of one half of a surrogate pair: alone, it decodes to what UTF-8 cannot hold.
@@ -129,35 +150,43 @@ def ls_id(value: Any, what: str) -> int:
     return value
 
 
+def _reply(item: dict, item_id: str, fields: TaskFields) -> Messages:
+    if fields.text_field not in item and isinstance(item.get(ITEM_TURNS), list):
+        return _turns(item[ITEM_TURNS], f"item {item_id!r} '{ITEM_TURNS}'", reply_messages)
+    return _turns(item.get(fields.text_field), f"item {item_id!r} '{fields.text_field}'", reply_messages)
+
+
 def task_items(data: Any, fields: TaskFields = TaskFields()) -> TaskItems:
     """The prompt and candidates of a task's data; raises Invalid when they are not there."""
     if not isinstance(data, dict):
         raise Invalid("task data is not an object")
     if fields.prompt_field not in data:
         raise Invalid(f"task data has no '{fields.prompt_field}' field")
-    prompt = _text(data[fields.prompt_field], f"task data '{fields.prompt_field}'")
+    prompt = _turns(data[fields.prompt_field], f"task data '{fields.prompt_field}'", prompt_messages)
     if fields.pair is not None and fields.items_field not in data:
         left, right = fields.pair
-        return TaskItems(prompt, ("left", "right"),
-                         (_text(data.get(left), f"task data '{left}'"), _text(data.get(right), f"task data '{right}'")))
-    items = data.get(fields.items_field)
-    if not isinstance(items, list) or len(items) < 2:
-        raise Invalid(f"task data '{fields.items_field}' is not a list of at least two items")
-    ids, texts, seen = [], [], {}
-    for n, item in enumerate(items):
-        if not isinstance(item, dict) or fields.id_field not in item:
-            raise Invalid(f"item {n} of task data has no '{fields.id_field}'")
-        item_id = str(item[fields.id_field])
-        text = _text(item.get(fields.text_field), f"item {item_id!r} '{fields.text_field}'")
-        if item_id in ids:
-            raise Invalid(f"item id {item_id!r} appears twice in the task data")
-        h = content_hash(text)
-        if h in seen:
-            raise Invalid(f"items {seen[h]!r} and {item_id!r} have the same text")
-        seen[h] = item_id
-        ids.append(item_id)
-        texts.append(text)
-    return TaskItems(prompt, tuple(ids), tuple(texts))
+        ids = ("left", "right")
+        replies = [_turns(data.get(side), f"task data '{side}'", reply_messages) for side in (left, right)]
+    else:
+        items = data.get(fields.items_field)
+        if not isinstance(items, list) or len(items) < 2:
+            raise Invalid(f"task data '{fields.items_field}' is not a list of at least two items")
+        ids, replies = [], []
+        for n, item in enumerate(items):
+            if not isinstance(item, dict) or fields.id_field not in item:
+                raise Invalid(f"item {n} of task data has no '{fields.id_field}'")
+            item_id = str(item[fields.id_field])
+            if item_id in ids:
+                raise Invalid(f"item id {item_id!r} appears twice in the task data")
+            ids.append(item_id)
+            replies.append(_reply(item, item_id, fields))
+    keys = [reply_hash(turns) for turns in replies]
+    seen: dict[str, str] = {}
+    for item_id, key in zip(ids, keys):
+        if key in seen:
+            raise Invalid(f"items {seen[key]!r} and {item_id!r} have the same text")
+        seen[key] = item_id
+    return TaskItems(prompt, tuple(ids), tuple(replies), prompt_hash(prompt), tuple(keys))
 
 
 def _value(result: dict) -> dict:

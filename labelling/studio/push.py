@@ -14,11 +14,16 @@ tasks are gold.
 
 `--select STRATEGY` (`preflab.labelling.active`) chooses which prompts' tasks go
 first (with `--limit K`, the only ones pushed) and stores why in `LSTask.selection`.
+
+A task shows the whole conversation (`task_data`): the prompt's messages, and a
+reply of several turns as its turns. `prompt` holds what `ls sync` reads back: the
+text of a plain prompt, as before, or the messages of a conversation.
 """
 
 from __future__ import annotations
 
 import hashlib
+import html
 import itertools
 import math
 import random
@@ -29,14 +34,16 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
+from preflab.db.conversation import Messages, compact, reply_columns
 from preflab.db.quality.gold import gold_prompt_ids, read_gold, store_gold
 from preflab.db.models import Candidate, LSTask, Prompt
 from preflab.errors import InputError
 from preflab.labelling.active import SelectConfig, select_prompts
 from preflab.labelling.studio.client import LabelStudioClient
-from preflab.labelling.studio.parse import KEY_FIELD
+from preflab.labelling.studio.parse import ITEM_TURNS, KEY_FIELD
 from preflab.labelling.studio.projects import CUSTOM, ProjectInfo, find_project
 from preflab.labelling.selection import prompts_with_candidates
+from preflab.templates import DIALOGUE, shows_conversations
 
 BATCH_TASKS = 200
 
@@ -60,12 +67,43 @@ def shown_order(candidate_ids, seed: int, project_id: int, prompt_id: int) -> li
     return order
 
 
-def task_data(template: str, prompt: str, order: list[int], texts: dict[int, str], key: str) -> dict:
-    """A task's data for a preflab template: the prompt and the candidates in the order shown."""
-    items = [{"id": item_id(cid), "title": f"Response {n + 1}", "body": texts[cid]} for n, cid in enumerate(order)]
-    data = {"prompt": prompt, "items": items, KEY_FIELD: key}
+def split_system(prompt: Messages) -> tuple[str, Messages]:
+    """The prompt's leading system messages (their text, joined) and the turns after them."""
+    n = 0
+    while n < len(prompt) - 1 and prompt[n]["role"] == "system":
+        n += 1
+    return "\n\n".join(t["content"] for t in prompt[:n]), list(prompt[n:])
+
+
+def turns_html(turns: Messages) -> str:
+    """A reply as the templates show it in HTML: its text, or each turn with its role; escaped, direction by content."""
+    if len(turns) == 1 and turns[0]["role"] == "assistant":
+        return f'<span class="preflab-text" dir="auto">{html.escape(turns[0]["content"])}</span>'
+    return "".join(f'<span class="preflab-turn preflab-{t["role"]}"><span class="preflab-role">{t["role"]}</span>'
+                   f'<span class="preflab-text" dir="auto">{html.escape(t["content"])}</span></span>' for t in turns)
+
+
+def task_data(template: str, prompt: Messages, order: list[int], replies: dict[int, Messages], key: str) -> dict:
+    """A task's data for a preflab template: the conversation and the candidates in the order shown.
+
+    A candidate of one assistant message is an item's `body`, as before; one of several
+    turns is shown as `html` and read back from `messages`.
+    """
+    items = []
+    for n, cid in enumerate(order):
+        item: dict = {"id": item_id(cid), "title": f"Response {n + 1}"}
+        turns = replies[cid]
+        if len(turns) == 1 and turns[0]["role"] == "assistant":
+            item["body"] = turns[0]["content"]
+        else:
+            item.update({"html": turns_html(turns), ITEM_TURNS: turns})
+        items.append(item)
+    system, dialogue = split_system(prompt)
+    data = {"prompt": compact(prompt), "system": system, DIALOGUE: dialogue, "items": items, KEY_FIELD: key}
     if template == "pairwise":
-        data["left"], data["right"] = texts[order[0]], texts[order[1]]
+        left, right = replies[order[0]], replies[order[1]]
+        data["left"], data["right"] = reply_columns(left)["text"], reply_columns(right)["text"]
+        data["left_html"], data["right_html"] = turns_html(left), turns_html(right)
     return data
 
 
@@ -125,10 +163,11 @@ def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int
     planned: list[PlannedTask] = []
     more = 0
     golden = gold_prompt_ids(session)
+    conversations = shows_conversations(project.label_config)
     for pc in prompts_with_candidates(session, sorted(golden) if gold else None, min_candidates=2):
         if not gold and pc.prompt_id in golden:
             continue
-        texts = dict(zip(pc.candidate_ids, pc.texts))
+        replies = {cid: pc.reply(n) for n, cid in enumerate(pc.candidate_ids)}
         sets = (itertools.combinations(pc.candidate_ids, 2) if project.template == "pairwise"
                 else [pc.candidate_ids])
         for ids in sets:
@@ -138,9 +177,14 @@ def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int
             if limit is not None and len(planned) >= limit:
                 more += 1  # counted, not built: a small --limit stays cheap
                 continue
+            if pc.messages and not conversations:
+                raise InputError(f"project {project.project_id}'s labelling config cannot show conversations (it "
+                                 f"was made before preflab showed them), and prompt {pc.prompt_id} is one: push "
+                                 f"conversations to a project made by `preflab ls init`")
             order = shown_order(ids, seed, project.project_id, pc.prompt_id)
             key = f"{pc.prompt_id}:{h}"
-            planned.append(PlannedTask(pc.prompt_id, h, order, task_data(project.template, pc.prompt, order, texts, key)))
+            planned.append(PlannedTask(pc.prompt_id, h, order, task_data(project.template, pc.history, order,
+                                                                          replies, key)))
     return planned, more
 
 

@@ -20,7 +20,8 @@ from sqlalchemy.orm import Session
 
 from preflab.db.bulk import IN_CHUNK, append_rows, in_values, lookup
 from preflab.db.models import Annotator, AnnotatorKind, Ranking, RankingItem, RankingStatus, utcnow
-from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates, ensure_prompts
+from preflab.db.conversation import prompt_columns, reply_columns
+from preflab.db.store import chunks, ensure_annotators, ensure_candidates, ensure_prompts
 from preflab.labelling.studio.parse import Parsed, TaskItems, same_as_shown
 from preflab.labelling.studio.projects import ProjectInfo, same_server
 
@@ -187,21 +188,22 @@ def write_rankings(session: Session, project: ProjectInfo, entries: list[Entry],
 def _write(session: Session, project: ProjectInfo, entries: list[Entry], previous: dict[int, Previous],
            written: Written) -> list[int]:
     """Insert the rankings that are new or changed; returns the ids of the versions they supersede."""
-    prompt_ids = ensure_prompts(session, {content_hash(e.items.prompt): {"text": e.items.prompt, "source": SOURCE}
+    # Keyed by the conversation hashes (`preflab.db.conversation`): a plain prompt or reply keeps its old hash.
+    prompt_ids = ensure_prompts(session, {e.items.prompt_key: {**prompt_columns(e.items.prompt), "source": SOURCE}
                                           for e in entries}, append=True)
     candidates = {}
     for e in entries:
-        pid = prompt_ids[content_hash(e.items.prompt)]
-        for text in e.items.texts:
-            candidates.setdefault((pid, content_hash(text)), {"text": text})
+        pid = prompt_ids[e.items.prompt_key]
+        for turns, key in zip(e.items.replies, e.items.reply_keys):
+            candidates.setdefault((pid, key), reply_columns(turns))
     candidate_ids = ensure_candidates(session, candidates, append=True)
     stored = _stored_tiers(session, [previous[e.annotation_id].ranking_id for e in entries
                                      if e.annotation_id in previous])
     superseded: list[int] = []
     rows: list[tuple[Entry, dict, list[dict]]] = []
     for e in sorted(entries, key=lambda e: e.annotation_id):
-        pid = prompt_ids[content_hash(e.items.prompt)]
-        cid_of = {iid: candidate_ids[(pid, content_hash(text))] for iid, text in zip(e.items.ids, e.items.texts)}
+        pid = prompt_ids[e.items.prompt_key]
+        cid_of = {iid: candidate_ids[(pid, key)] for iid, key in zip(e.items.ids, e.items.reply_keys)}
         tiers = [[cid_of[i] for i in tier] for tier in e.parsed.tiers]
         positions = e.parsed.tier_positions()
         version = 1

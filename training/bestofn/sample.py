@@ -35,6 +35,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
+from preflab.db.conversation import Messages, assistant_turn, stored_prompt
 from preflab.db.models import Annotator, ModelVersion, Prompt, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
@@ -132,18 +133,17 @@ def _batch_seed(base: int, prompt_ids: list[int]) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def _prompts_to_sample(session: Session, run: str, prompt_ids: list[int] | None) -> tuple[list[tuple[int, str]], int]:
-    """(prompt id, text) not yet sampled by this run, and how many were."""
-    query = select(Prompt.id, Prompt.text).order_by(Prompt.id)
-    rows = []
-    if prompt_ids is None:
-        rows = [tuple(r) for r in session.execute(query)]
-    else:
-        for part in chunks(sorted(set(prompt_ids))):
-            rows.extend(tuple(r) for r in session.execute(query.where(Prompt.id.in_(part))))
+def _prompts_to_sample(session: Session, run: str,
+                       prompt_ids: list[int] | None) -> tuple[list[tuple[int, Messages]], int]:
+    """(prompt id, its messages: the whole history) not yet sampled by this run, and how many were."""
+    query = select(Prompt.id, Prompt.text, Prompt.messages).order_by(Prompt.id)
+    parts = [query] if prompt_ids is None else \
+        [query.where(Prompt.id.in_(part)) for part in chunks(sorted(set(prompt_ids)))]
+    rows = sorted(((pid, stored_prompt(text, messages)) for part in parts
+                   for pid, text, messages in session.execute(part)), key=lambda row: row[0])
     done = set(session.scalars(select(Ranking.external_id).where(
         Ranking.source == SOURCE, Ranking.judge_run == run)))
-    todo = [(pid, text) for pid, text in sorted(rows) if f"{run}:{pid}" not in done]
+    todo = [(pid, turns) for pid, turns in rows if f"{run}:{pid}" not in done]
     return todo, len(rows) - len(todo)
 
 
@@ -202,8 +202,8 @@ def best_of_n(sessions: sessionmaker[Session], policy: NamedModel, reward: Named
         policy: the loaded causal LM; its label and version are stored on the candidates.
         reward: the loaded reward model; its label names the AI annotator of the rankings.
     """
-    from preflab.lm.loading import chat_text
-    from preflab.lm.scoring import reward_scores
+    from preflab.lm.loading import chat_prompt
+    from preflab.lm.scoring import exchange, reward_scores
 
     start = time.perf_counter()
     summary = BonSampleSummary(reward.label, policy.label, config.n)
@@ -221,14 +221,14 @@ def best_of_n(sessions: sessionmaker[Session], policy: NamedModel, reward: Named
     with reporter.progress("best-of-n", len(todo)) as advance:
         for batch in chunks(todo, per_batch):
             seed = _batch_seed(config.seed, [pid for pid, _ in batch])
-            texts = [chat_text(policy.tokenizer, text) for _, text in batch]
+            # The policy reads every message of the history through its chat template, and the reward
+            # model scores each draw given that history (plain text only for a lone user message).
+            texts = [chat_prompt(policy.tokenizer, turns) for _, turns in batch]
             drawn = sample_sequences(policy.model, policy.tokenizer, texts, config, seed)
-            prompts: list = [text for (_, text), samples in zip(batch, drawn) for _ in samples]
-            responses: list = [s.text for samples in drawn for s in samples]
-            if config.conversational:
-                prompts = [[{"role": "user", "content": p}] for p in prompts]
-                responses = [[{"role": "assistant", "content": r}] for r in responses]
-            values = iter(reward_scores(reward.model, reward.tokenizer, prompts, responses, config.batch_size))
+            inputs = [exchange(turns, assistant_turn(s.text), config.conversational)
+                      for (_, turns), samples in zip(batch, drawn) for s in samples]
+            values = iter(reward_scores(reward.model, reward.tokenizer, [p for p, _ in inputs],
+                                        [r for _, r in inputs], config.batch_size))
             rng = random.Random(seed)
             with sessions.begin() as session:
                 for (prompt_id, _), samples in zip(batch, drawn):

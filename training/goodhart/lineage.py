@@ -22,6 +22,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
+from preflab.db.conversation import Messages, stored_prompt, stored_reply
 from preflab.db.models import Candidate, ModelVersion, Prompt
 from preflab.errors import InputError, NotFound
 from preflab.training.goodhart.frontier import Point, findings, fit_methods
@@ -31,7 +32,7 @@ from preflab.training.goodhart.frontier import Point, findings, fit_methods
 class VersionSamples:
     name: str
     location: str                               # what `from_pretrained` loads
-    samples: list[tuple[int, int, str, str]]    # (prompt id, candidate id, prompt text, candidate text)
+    samples: list[tuple[int, int, Messages, Messages]]  # (prompt id, candidate id, prompt, reply) as messages
 
 
 def lineage(session: Session, name: str) -> list[ModelVersion]:
@@ -49,20 +50,26 @@ def version_samples(session: Session, version: ModelVersion, limit: int) -> Vers
     """The candidates a model version wrote (by version id, or by the name or path stored with them)."""
     labels = [label for label in (version.name, version.path) if label]
     rows = session.execute(
-        select(Candidate.prompt_id, Candidate.id, Prompt.text, Candidate.text).join(Candidate.prompt)
+        select(Candidate.prompt_id, Candidate.id, Prompt.text, Prompt.messages, Candidate.text, Candidate.messages)
+        .join(Candidate.prompt)
         .where(or_(Candidate.model_version_id == version.id, Candidate.model.in_(labels)))
         .order_by(Candidate.id).limit(limit)).all()
-    return VersionSamples(version.name, version.path or version.base_model or version.name, [tuple(r) for r in rows])
+    return VersionSamples(version.name, version.path or version.base_model or version.name,
+                          [(pid, cid, stored_prompt(ptext, pturns), stored_reply(ctext, cturns))
+                           for pid, cid, ptext, pturns, ctext, cturns in rows])
 
 
-def mc_kl(policy: str, reference: str, samples: list[tuple[int, int, str, str]], chat: bool,
+def mc_kl(policy: str, reference: str, samples: list[tuple[int, int, Messages, Messages]], chat: bool,
           batch_size: int) -> tuple[float, float]:
-    """KL(π ‖ π_ref) from π's own samples: the mean log-ratio and its standard error."""
-    from preflab.lm.loading import load_causal_lm
-    from preflab.lm.scoring import completion_logprobs
+    """KL(π ‖ π_ref) from π's own samples: the mean log-ratio and its standard error.
 
-    prompts = [[{"role": "user", "content": p}] if chat else p for _, _, p, _ in samples]
-    answers = [[{"role": "assistant", "content": c}] if chat else c for _, _, _, c in samples]
+    A sample of a conversation is scored given its whole history (the chat template), `chat` or not.
+    """
+    from preflab.lm.loading import load_causal_lm
+    from preflab.lm.scoring import completion_logprobs, exchange
+
+    inputs = [exchange(prompt, reply, chat) for _, _, prompt, reply in samples]
+    prompts, answers = [p for p, _ in inputs], [r for _, r in inputs]
     logps = []
     for location in (policy, reference):
         model, tokenizer = load_causal_lm(location)
@@ -107,7 +114,7 @@ def lineage_frontier(sessions: sessionmaker[Session], policy: str, proxy: str, t
     if len(versions) < 2:
         raise InputError(f"{policy} has no parent model version: a lineage needs at least two")
 
-    def scored(v: VersionSamples) -> list[tuple[int, int, str, str]]:
+    def scored(v: VersionSamples) -> list[tuple[int, int, Messages, Messages]]:
         return [s for s in v.samples if s[1] in proxy_values.get(s[0], {}) and s[1] in true_values.get(s[0], {})]
 
     root = versions[0]

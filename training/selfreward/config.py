@@ -56,7 +56,8 @@ class SelfRewardConfig(SamplingConfig):
     judge_samples: int = field(default=3, metadata={"help": "score judge, sampled: scores sampled and averaged (k)."})
     judge_max_new_tokens: int = field(default=192, metadata={"help": "score judge, sampled: longest judge reply."})
     judge_conversational: bool = field(default=False, metadata={
-        "help": "reward-model judge: chat-template its inputs (for reward models trained on conversational data)."})
+        "help": "reward-model judge: chat-template its inputs even when its model has no chat template of its own "
+                "(one with a template always reads messages, as it trained on them)."})
     pairs: str = field(default="best-vs-worst", metadata={
         "help": "best-vs-worst: highest vs lowest per prompt (ties dropped); all: every strict pair.",
         "choices": PAIR_CHOICES})

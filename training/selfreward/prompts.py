@@ -21,6 +21,7 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from preflab.db.conversation import Messages, prompt_hash, user_turn
 from preflab.db.models import Prompt
 from preflab.db.store import chunks, content_hash
 from preflab.errors import InputError
@@ -132,6 +133,11 @@ def write_prompts(model, tokenizer, examples: list[str], n: int, *, shots: int =
     return out
 
 
+def prompt_key(prompt: str | Messages) -> str:
+    """The content hash a prompt is stored under: a user's message (text) or a conversation (messages)."""
+    return prompt_hash(user_turn(prompt) if isinstance(prompt, str) else prompt)
+
+
 def stored_hashes(session: Session, hashes: list[str]) -> set[str]:
     """Which of these content hashes are stored prompts."""
     found: set[str] = set()
@@ -140,13 +146,18 @@ def stored_hashes(session: Session, hashes: list[str]) -> set[str]:
     return found
 
 
-def pool_prompts(path: str | Path, n: int, is_new: Callable[[list[str]], list[bool]]) -> list[tuple[str, str | None]]:
-    """The next `n` (prompt, reference) of a JSON Lines pool file that are not stored yet, in file order."""
+def pool_prompts(path: str | Path, n: int,
+                 is_new: Callable[[list], list[bool]]) -> list[tuple[str | Messages, str | None]]:
+    """The next `n` (prompt, reference) of a JSON Lines pool file that are not stored yet, in file order.
+
+    A prompt is its text, or its messages when it is a conversation (kept whole: the
+    policy answers it with every message of its history).
+    """
     from preflab.db.conversation import compact
     from preflab.db.ingest.jsonl import Invalid, open_jsonl, parse_prompt
 
-    out: list[tuple[str, str | None]] = []
-    batch: list[tuple[str, str | None]] = []
+    out: list[tuple[str | Messages, str | None]] = []
+    batch: list[tuple[str | Messages, str | None]] = []
 
     def flush() -> None:
         flags = is_new([text for text, _ in batch])
@@ -168,5 +179,5 @@ def pool_prompts(path: str | Path, n: int, is_new: Callable[[list[str]], list[bo
                     break
     if batch:
         flush()
-    unique = list({content_hash(text): (text, ref) for text, ref in out}.values())
+    unique = list({prompt_key(prompt): (prompt, ref) for prompt, ref in out}.values())
     return unique[:n]

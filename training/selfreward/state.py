@@ -14,8 +14,9 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.db.conversation import Messages, prompt_columns, user_turn
 from preflab.db.models import Candidate, ModelVersion, Prompt, Ranking, SelfRewardIteration
-from preflab.db.store import chunks, content_hash, ensure_prompts
+from preflab.db.store import chunks, ensure_prompts
 from preflab.training.faults import fail_point
 from preflab.training.selfreward.config import SelfRewardConfig
 
@@ -99,12 +100,20 @@ def tag_iteration(session: Session, ctx: Context, prompt_ids: list[int], annotat
                                                   Ranking.iteration.is_(None)).values(iteration=ctx.iteration))
 
 
-def store_prompts(sessions: sessionmaker[Session], ctx: Context, items: list[tuple[str, str | None]], written: bool) -> None:
-    """Store new prompts of this iteration (M_{t-1} as their author when it wrote them)."""
+def store_prompts(sessions: sessionmaker[Session], ctx: Context, items: list[tuple[str | Messages, str | None]],
+                  written: bool) -> None:
+    """Store new prompts of this iteration (M_{t-1} as their author when it wrote them).
+
+    Args:
+        items: (prompt, reference); a prompt is its text, or its messages (a conversation).
+    """
+    from preflab.training.selfreward.prompts import prompt_key
+
     with sessions.begin() as session:
-        ensure_prompts(session, {content_hash(text): {
-            "text": text, "reference": reference, "source": ctx.source, "iteration": ctx.iteration,
-            "model_version_id": ctx.policy_id if written else None} for text, reference in items})
+        ensure_prompts(session, {prompt_key(prompt): {
+            **prompt_columns(user_turn(prompt) if isinstance(prompt, str) else prompt), "reference": reference,
+            "source": ctx.source, "iteration": ctx.iteration,
+            "model_version_id": ctx.policy_id if written else None} for prompt, reference in items})
 
 
 def count_iteration_prompts(session: Session, ctx: Context) -> int:

@@ -18,7 +18,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import Reporter
 from preflab.db.models import Candidate, DatasetVersion, ModelVersion, Prompt, TrainingRun
-from preflab.db.store import content_hash
 from preflab.errors import InputError, TrainingError
 from preflab.labelling.judges.table import JUDGES
 from preflab.lm.names import ModelCache, NamedModel, load_named_model
@@ -36,22 +35,29 @@ METHOD = "dpo"  # the training method (`preflab.training.methods`) that makes M_
 
 
 def _is_new(sessions: sessionmaker[Session]):
-    from preflab.training.selfreward.prompts import stored_hashes
+    from preflab.training.selfreward.prompts import prompt_key, stored_hashes
 
-    def check(texts: list[str]) -> list[bool]:
+    def check(prompts: list) -> list[bool]:
+        """Which prompts (texts, or conversations as messages) are not stored yet."""
+        keys = [prompt_key(p) for p in prompts]
         with sessions.begin() as session:
-            stored = stored_hashes(session, [content_hash(t) for t in texts])
-        return [content_hash(t) not in stored for t in texts]
+            stored = stored_hashes(session, keys)
+        return [key not in stored for key in keys]
 
     return check
 
 
 def _examples(session: Session, ctx: Context) -> list[str]:
-    """Stored prompts to show M_{t-1}: people's and imported ones, never held-out or loop-written ones."""
+    """Stored prompts to show M_{t-1}: people's and imported ones, never held-out or loop-written ones.
+
+    M_{t-1} is asked for a one-message task, so it is shown one-message prompts; only a store
+    of conversations alone shows their last user messages.
+    """
     held_out = set(ctx.state.get("eval_prompt_ids") or [])
-    ids = [pid for pid in session.scalars(select(Prompt.id).where(
+    rows = [(pid, messages is None) for pid, messages in session.execute(select(Prompt.id, Prompt.messages).where(
         Prompt.source.is_(None) | ~Prompt.source.startswith("self-reward:")).order_by(Prompt.id))
         if pid not in held_out]
+    ids = [pid for pid, single in rows if single] or [pid for pid, _ in rows]
     rng = random.Random(f"{ctx.config.seed}:{ctx.iteration}")
     chosen = sorted(rng.sample(ids, min(EXAMPLE_POOL, len(ids))))
     return list(session.scalars(select(Prompt.text).where(Prompt.id.in_(chosen)).order_by(Prompt.id))) if chosen else []
@@ -223,7 +229,7 @@ def train_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
 
 def evaluate_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
     from preflab.labelling.judges.run import make_judge
-    from preflab.training.evaluate import PolicyEval, win_rate
+    from preflab.training.evaluate import PolicyEval, held_out_prompts, win_rate
     from preflab.lm.loading import resolve_model_path
     from preflab.training.selfreward.report import judge_agreement
 
@@ -231,8 +237,8 @@ def evaluate_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCa
     with sessions.begin() as session:
         version = session.get(ModelVersion, ctx.model_version_id)
         held_out = ctx.state.get("eval_prompt_ids") or []
-        prompts = [tuple(r) for r in session.execute(select(Prompt.id, Prompt.text, Prompt.reference).where(
-            Prompt.id.in_(held_out)).order_by(Prompt.id))] if held_out else []
+        prompts = held_out_prompts(session, select(Prompt.id, Prompt.text, Prompt.messages, Prompt.reference).where(
+            Prompt.id.in_(held_out)).order_by(Prompt.id)) if held_out else []
         plan = PolicyEval(version.name, version.path, ctx.policy, str(resolve_model_path(ctx.policy_location)),
                           True, prompts)
     report: dict[str, Any] = {"win_rate": None, "prompts": 0}

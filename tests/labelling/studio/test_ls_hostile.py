@@ -362,7 +362,9 @@ def test_sync_quarantines_a_nul_from_label_studio_where_it_is(cli, db_url, ls_en
     data = [{"prompt": unique("p\x00q"), "items": items}, {"prompt": unique("ids"), "items": [dict(items[0], id="\x00"),
                                                                                                items[1]]},
             {"prompt": unique("result id"), "items": items}, {"prompt": unique("fine"), "items": items}]
-    task_ids = sdk.projects.import_tasks(project.id, request=[{"data": d} for d in data], return_task_ids=True).task_ids
+    shown = {"system": "", "dialogue": [{"role": "user", "content": "(the prompt)"}]}  # what the template shows
+    task_ids = sdk.projects.import_tasks(project.id, request=[{"data": d | shown} for d in data],
+                                         return_task_ids=True).task_ids
     for tid, d in zip(task_ids, data):
         rank = [d["items"][1]["id"], d["items"][0]["id"]]
         result = ranker_result({"rank": rank})

@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from preflab.db.conversation import assistant_turn, user_turn
 from preflab.db.ingest.jsonl import Invalid
 from preflab.labelling.studio.parse import (
     TaskFields,
@@ -124,9 +125,10 @@ def test_other_field_names():
     data = {"question": "q?", "answers": [{"key": "m1", "text": "one"}, {"key": "m2", "text": "two"}]}
     fields = TaskFields(prompt_field="question", items_field="answers", id_field="key", text_field="text")
     items = task_items(data, fields)
-    assert (items.prompt, items.ids, items.texts) == ("q?", ("m1", "m2"), ("one", "two"))
+    assert (items.prompt, items.ids, items.replies) == (user_turn("q?"), ("m1", "m2"),
+                                                        (assistant_turn("one"), assistant_turn("two")))
     pair = task_items({"prompt": "q", "answer1": "a", "answer2": "b"}, TaskFields(pair_fields="answer1,answer2"))
-    assert (pair.ids, pair.texts) == (("left", "right"), ("a", "b"))
+    assert (pair.ids, pair.replies) == (("left", "right"), (assistant_turn("a"), assistant_turn("b")))
 
 
 def test_same_as_shown_flags_an_untouched_ranking_only():

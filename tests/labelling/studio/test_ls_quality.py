@@ -53,7 +53,8 @@ def test_gold_tasks_hide_among_the_others_and_flag_a_careless_annotator(lcli, sq
     remote = {t.id: t.data for t in server.sdk().tasks.list(project=pid)}
     assert len(remote) == 16
     # Nothing in a task tells a gold task from another: the same fields, the same kind of values.
-    assert {frozenset(data) for data in remote.values()} == {frozenset({"prompt", "items", "preflab_task"})}
+    assert {frozenset(data) for data in remote.values()} == {frozenset({"prompt", "system", "dialogue", "items",
+                                                                        "preflab_task"})}
     assert not any("gold" in json.dumps(data).lower() for data in remote.values())
 
     careful = [server.signup(f"careful{n}-{pid}@preflab.test") for n in range(3)]
