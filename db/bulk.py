@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
+import orjson
 from sqlalchemy import JSON, DateTime, Enum, Integer, String, Table, any_, bindparam, cast, func, insert, select, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
@@ -109,9 +110,25 @@ def _draw_ids(session: Session, table: Table, n: int) -> list[int]:
 
 def _processor(column, dialect):
     """How a value of `column` goes to the driver, where the driver cannot take the Python value itself."""
+    if isinstance(column.type, JSON) and dialect.name in ("sqlite", "postgresql"):
+        return _json_text
     if isinstance(column.type, (JSON, DateTime)):
         return column.type.dialect_impl(dialect).bind_processor(dialect)
     return None
+
+
+def _json_text(value: Any) -> str:
+    """A JSON column's value as the text stored: orjson's, 5–10x faster than the standard library's.
+
+    SQLAlchemy's JSON type writes `json.dumps(value)`; the stored text differs only in spelling (non-ASCII
+    characters as themselves, not `\\u` escapes), which both databases read back as the same value, but for
+    a float NaN or infinity: null, where the standard library wrote `NaN`, which is not JSON (Postgres refused
+    it). What orjson refuses (an integer past 64 bits) goes the standard library's way.
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(value)
 
 
 def _converted(column, dialect, value):

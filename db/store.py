@@ -222,6 +222,12 @@ def quarantine(session: Session, reasons: dict[int, str]) -> None:
     ])
 
 
+def release(session: Session, ids: Collection[int]) -> None:
+    """Mark quarantined raw records as used after all (what made them unusable was where they were, now fixed)."""
+    if ids:
+        session.execute(update(RawRecord), [{"id": rid, "status": RawStatus.ok.value, "reason": None} for rid in ids])
+
+
 def quarantined_records(session: Session, source: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
     """The quarantined raw records, oldest first: id, source, origin, locator and reason."""
     query = (select(RawRecord).where(RawRecord.status == RawStatus.quarantined.value)

@@ -153,7 +153,7 @@ def import_prompts(settings: Settings, path, batch_lines, as_json):
 def import_dataset_command(settings: Settings, source, as_json, **options):
     """Import a public preference dataset's rows as rankings.
 
-    SOURCE is a .jsonl, .json or .parquet file, a folder written by save_to_disk,
+    SOURCE is a .jsonl, .json, .parquet or .csv file, a folder written by save_to_disk,
     a folder of data files, or a Hugging Face Hub dataset id (read from the local
     cache under HF_HUB_OFFLINE=1). Formats: trl, hh-rlhf, ultrafeedback, arena,
     oasst2, helpsteer3, shp, nectar, pku-saferlhf; auto picks one from the columns.

@@ -3,7 +3,7 @@
 A format (`Format`) turns rows into `RankingRecord`s, the records the JSON Lines
 import writes (`preflab.db.ingest.records`), and raises `Invalid` with the reason
 a row is quarantined. Most formats read one row at a time; a format whose rankings
-span rows (oasst2's message trees) groups consecutive rows by `group_key` and
+span rows (oasst2's message trees) groups consecutive rows by a column (`group_by`) and
 parses each group.
 
 `ranking` builds a record from a dataset's parts, checking them as an import
@@ -76,8 +76,9 @@ class Format:
         name: the `--format` value ("hh-rlhf").
         columns: the columns a row of this shape always has (`--format auto` matches on them).
         parse: row -> its rankings (most rows give one; a tie is a ranking too); raises Invalid.
-        group_key: for formats whose rankings span rows, row -> the key consecutive rows are grouped by;
-            `parse` then takes the list of a group's rows.
+        group_by: for formats whose rankings span rows, the column consecutive rows are grouped by (its
+            value a string or an integer); `parse` then takes the list of a group's rows.
+        group_name: what a group is called in a reason ("message tree").
         options: the import settings this format takes (`DatasetImportSettings` field name -> its default,
             e.g. {"score_field": "overall_score"}); `parse` receives them as keyword arguments.
         example: one row, for the README's "Bring your data" and `--help`.
@@ -86,7 +87,8 @@ class Format:
     name: str
     columns: frozenset[str]
     parse: Callable[..., list[RankingRecord]]
-    group_key: Callable[[dict[str, Any]], Any] | None = None
+    group_by: str | None = None
+    group_name: str = "group"
     options: dict[str, Any] = field(default_factory=dict)
     example: str = ""
 

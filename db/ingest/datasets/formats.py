@@ -1,7 +1,8 @@
 """The public-dataset formats by name (`FORMATS`), how rows are parsed with one, and `--format auto`.
 
-A format's rows are parsed a unit at a time (`units`): one row, or for a format with a `group_key`
-(oasst2) the consecutive rows sharing a key. `parse_unit` gives the unit's rankings or raises
+A format's rows are parsed a unit at a time (`units`): one row, or for a format with a `group_by`
+column (oasst2) the consecutive rows sharing its value; a group whose rows are not together is
+refused whole (`split_groups`). `parse_unit` gives the unit's rankings or raises
 `Invalid`, the reason every row of the unit is quarantined for.
 
 `--format auto` (`detect`) takes the formats whose columns the first rows have and, of those, the
@@ -27,38 +28,91 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
 PEEK_ROWS = 100  # the rows `--format auto` reads, and that all failing stops an import
 
 
-def units(fmt: Format, rows: Iterable[Row]) -> Iterator[list[Row]]:
-    """The rows in the units `fmt` parses: each row alone, or consecutive rows sharing `fmt.group_key`.
+class Unit(list):
+    """The rows parsed together; `refused`: why they are quarantined whole before parsing (None: parse them)."""
 
-    A row that is not one (no data), or whose key cannot be read, is a unit alone.
+    refused: str | None = None
+
+
+def group_key(fmt: Format, data: Any) -> str | int | None:
+    """The group a row belongs to: its `fmt.group_by` value, a non-empty string or an integer; else None (alone)."""
+    value = data.get(fmt.group_by) if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or value == "":
+        return None
+    return value
+
+
+def apart(fmt: Format, key: Any, detail: str) -> str:
+    """Why a group whose rows are not together is quarantined: one line, saying how to fix the file."""
+    return f"the rows of {fmt.group_name} {key} are not together; sort the file by {fmt.group_by} ({detail})"
+
+
+def units(fmt: Format, rows: Iterable[Row], refused: dict[Any, str] | None = None) -> Iterator[Unit]:
+    """The rows in the units `fmt` parses: each row alone, or consecutive rows sharing `fmt.group_by`'s value.
+
+    A row that is not one (no data), or whose key cannot be read, is a unit alone. `refused`: group key ->
+    the reason its units are quarantined whole (`split_groups`). A group met again after other rows is
+    refused in any case, so no group is ever parsed from part of its rows twice.
     """
-    if fmt.group_key is None:
+    if fmt.group_by is None:
         for row in rows:
-            yield [row]
+            yield Unit((row,))
         return
-    group: list[Row] = []
+    refused = {} if refused is None else refused
+    seen: set[Any] = set()
+    group = Unit()
     last: Any = None
     for row in rows:
-        key = _key(fmt, row)
-        if group and (key is None or key != last):
+        key = group_key(fmt, row.data)
+        if group and key != last:
             yield group
-            group = []
+            group = Unit()
         if key is None:
-            yield [row]
-            continue
-        group.append(row)
+            yield Unit((row,))
+        elif not group:
+            group.refused = refused.get(key)
+            if key in seen and group.refused is None:
+                group.refused = refused[key] = apart(fmt, key, "met again after other rows")
+            seen.add(key)
+        if key is not None:
+            group.append(row)
         last = key
     if group:
         yield group
 
 
-def _key(fmt: Format, row: Row) -> Any:
-    if row.data is None:
-        return None
-    try:
-        return fmt.group_key(row.data)
-    except (Invalid, KeyError, TypeError, AttributeError):
-        return None  # parsed alone, the row says what is wrong with it
+class Refused(dict):
+    """Group key -> why its rows are quarantined whole; `apart`: how many groups are not together."""
+
+    apart: int = 0
+
+
+def split_groups(fmt: Format, values: Iterable[Any], limit: int | None = None) -> Refused:
+    """The groups an import cannot parse whole, with the reason their rows are quarantined.
+
+    `values`: every row's `fmt.group_by` value, in the order the import reads the rows
+    (`sources.column_values`), one row past `limit` where there is one. A group whose rows come in more
+    than one run would be parsed from part of its rows, and a later import of the sorted file could not
+    complete it (its rankings' ids are taken), so every run of it is refused; so is the group `limit` cuts.
+    """
+    if fmt.group_by is None:
+        return Refused()
+    runs: dict[Any, int] = {}
+    last: Any = None
+    cut = None
+    for n, value in enumerate(values):
+        key = group_key(fmt, {fmt.group_by: value})
+        if limit is not None and n >= limit:
+            cut = key if key is not None and key == last else None
+            break
+        if key is not None and key != last:
+            runs[key] = runs.get(key, 0) + 1
+        last = key
+    out = Refused((key, apart(fmt, key, f"they come in {count} runs")) for key, count in runs.items() if count > 1)
+    out.apart = len(out)
+    if cut is not None and cut not in out:
+        out[cut] = f"the rows of {fmt.group_name} {cut} go on past --limit {limit}: give a higher --limit to import it"
+    return out
 
 
 def parse_unit(fmt: Format, unit: list[Row], options: dict[str, Any]) -> list[RankingRecord]:
@@ -66,11 +120,13 @@ def parse_unit(fmt: Format, unit: list[Row], options: dict[str, Any]) -> list[Ra
 
     `options` are the keyword arguments the format's `parse` takes (see `format_options`).
     """
+    if getattr(unit, "refused", None):
+        raise Invalid(unit.refused)
     bad = next((row for row in unit if row.data is None), None)
     if bad is not None:
         raise Invalid(bad.error or "not a row")
     try:
-        if fmt.group_key is None:
+        if fmt.group_by is None:
             return fmt.parse(unit[0].data, **options)
         return fmt.parse([row.data for row in unit], **options)
     except (KeyError, TypeError, AttributeError, IndexError) as exc:

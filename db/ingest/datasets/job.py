@@ -8,7 +8,10 @@ JSON Lines import's writer (`preflab.db.ingest.jsonl.write_rankings`).
 
 Before anything is written the first rows are read: `--format auto` picks the format from them;
 a named format none of them can be read as stops the import with one line naming the format whose
-columns they fit (when another one does).
+columns they fit (when another one does). A format whose rankings span rows (oasst2's trees) has its
+grouping column read first, alone (`_split_groups`): a group whose rows are not together, or that
+`--limit` cuts, is quarantined whole, and a note (`DatasetSummary.notes`, on stderr) says how to fix
+the file.
 """
 
 from __future__ import annotations
@@ -23,12 +26,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter, plural
 from preflab.db.engine import in_transaction
 from preflab.db.ingest.datasets.base import Format, Invalid
-from preflab.db.ingest.datasets.formats import (FORMATS, PEEK_ROWS, columns, detect, format_options, parse_unit,
-                                                readable, units)
-from preflab.db.ingest.datasets.sources import Row, open_source
+from preflab.db.ingest.datasets.formats import (FORMATS, PEEK_ROWS, Refused, columns, detect, format_options,
+                                                parse_unit, readable, split_groups, units)
+from preflab.db.ingest.datasets.sources import Row, column_values, open_source
 from preflab.db.ingest.jsonl import ImportSummary, cycles_unchecked, sample_grown_tables, write_rankings
 from preflab.db.models import RawStatus
-from preflab.db.store import quarantine, store_raw
+from preflab.db.store import quarantine, release, store_raw
 from preflab.errors import InputError
 
 __all__ = ["DatasetImportSettings", "DatasetSummary", "import_dataset"]
@@ -95,6 +98,10 @@ class DatasetSummary:
     splits: dict[str, int] = field(default_factory=dict)
     reasons: dict[str, int] = field(default_factory=dict)
 
+    def __post_init__(self):
+        # What to do about the file, one line each, said on stderr (`--json` has the reasons; not a field).
+        self.notes: list[str] = []
+
     @property
     def all_quarantined(self) -> bool:
         """Rows were read and every one was quarantined: the exit status is `EXIT_ALL_QUARANTINED`."""
@@ -131,15 +138,46 @@ def import_dataset(sessions: sessionmaker[Session], source: str, settings: Datas
     total = min(opened.total, settings.limit or opened.total) if opened.total else settings.limit
     summary = DatasetSummary(fmt.name)
     with reporter.progress(f"importing {fmt.name}", total) as advance, cycles_unchecked():
+        refused = _split_groups(fmt, source, settings)
+        if refused.apart:
+            are = "is" if refused.apart == 1 else "are"
+            summary.notes.append(f"{plural(refused.apart, fmt.group_name)} of {source} {are} not together, so their "
+                                 f"rows are quarantined and none of their rankings stored: sort the file by "
+                                 f"{fmt.group_by} and import it again")
         try:
-            for number, batch in enumerate(_batches(units(fmt, chain(head, rows)), settings.batch_rows), 1):
+            for number, batch in enumerate(_batches(units(fmt, chain(head, rows), refused), settings.batch_rows), 1):
                 done = _import_batch(sessions, batch, fmt, options, opened.origin)
                 sample_grown_tables(sessions, number)
                 summary.add(done)
                 advance(done.rows)
         except InputError as exc:
             raise InputError(f"{exc}; the {plural(summary.rows, 'row')} before it are stored") from None
+    for line in summary.notes:
+        reporter.note(line)
     return summary
+
+
+def _split_groups(fmt: Format, source: str, settings: DatasetImportSettings) -> Refused:
+    """The groups of rows (oasst2's trees) that are not together, or that `--limit` cuts: a first read.
+
+    Only the grouping column is read (one set of keys in memory). Refusing the later runs of a group
+    alone would not do: the run read first cannot know that more of it follows, and would store rankings
+    missing their later replies, which an import of the sorted file could not complete.
+    """
+    if fmt.group_by is None:
+        return Refused()
+    values = column_values(source, settings.split, fmt.group_by)
+    if settings.limit is not None:
+        values = islice(values, settings.limit + 1)
+    return split_groups(fmt, _until_damaged(values), settings.limit)
+
+
+def _until_damaged(values: Iterator[Any]) -> Iterator[Any]:
+    """The values read before a damaged part (the import itself stops there, saying so)."""
+    try:
+        yield from values
+    except InputError:
+        return
 
 
 def _chosen_format(name: str, head: list[Row], source: str) -> Format:
@@ -220,18 +258,20 @@ def import_rows(session: Session, batch: list[list[Row]], fmt: Format, options: 
         summary.splits[row.split] = summary.splits.get(row.split, 0) + 1
     raw = store_raw(session, source, origin, [(row.locator, row.payload, row.digest) for row in rows], append=True)
     reasons: dict[int, str] = {}
+    released: list[int] = []
     parsed = []
     for unit in batch:
         try:
             records = parse_unit(fmt, unit, options)
         except Invalid as exc:
-            for row in unit:
-                raw_id, status = raw[row.digest]
-                if status == RawStatus.ok.value:
-                    reasons[raw_id] = str(exc)
+            # Only rows stored by this import: a row stored before was used then (its rankings are stored),
+            # and a row of a tree not together is only quarantined because of where it is.
+            reasons.update((raw[row.digest][0], str(exc)) for row in unit if row.digest in raw.new)
             summary.quarantined += len(unit)
             summary.reasons[str(exc)] = summary.reasons.get(str(exc), 0) + len(unit)
             continue
+        # Rows quarantined by an earlier import and used now (a tree that was not together, the file now sorted)
+        released += [raw[row.digest][0] for row in unit if raw[row.digest][1] == RawStatus.quarantined.value]
         first = unit[0].digest
         for i, record in enumerate(records):
             if record.external_id is None:  # the payload's hash: the row's identity where the dataset gives none
@@ -239,6 +279,7 @@ def import_rows(session: Session, batch: list[list[Row]], fmt: Format, options: 
             record.source = record.source or source
             parsed.append((record, first, raw[first][0]))
     quarantine(session, reasons)
+    release(session, released)
     written = ImportSummary()
     new = write_rankings(session, parsed, source, written)
     summary.rankings, summary.duplicates = written.imported, written.duplicates

@@ -11,10 +11,13 @@ prompt is the path from the tree's root to that parent, the prompter's messages 
 user's; a path through a deleted or failed-review message gives no ranking. The ranking
 is identified by its parent's `message_id`, so a tree imported twice adds nothing.
 
-A tree's rows must be together. Rows of a tree that come apart from the rest form a
-group without the tree's root, or with a message whose parent is elsewhere: that group
-is quarantined, naming the tree and asking for the file sorted by `message_tree_id`,
-rather than ranked from part of its conversation.
+A tree's rows must be together. Before importing, the importer reads every row's
+`message_tree_id` (`formats.split_groups`): a tree whose rows come in more than one run
+is quarantined whole, every run of it, naming the tree and asking for the file sorted by
+`message_tree_id`. Parsed from the run holding its root, it would give rankings missing
+the replies that come later, and an import of the sorted file could not complete them:
+their ids would be taken. A group without the tree's root, or with a message whose parent
+is not in it (a file holding part of a tree), is quarantined too.
 """
 
 from __future__ import annotations
@@ -28,11 +31,6 @@ from preflab.db.ingest.records import RankingRecord, shown
 
 ANNOTATOR = "OpenAssistant"
 ROLES = {"prompter": "user", "assistant": "assistant"}
-
-
-def tree_key(row: dict[str, Any]) -> Any:
-    """The group a message belongs to: its tree (a row without one is a group of its own)."""
-    return row.get("message_tree_id") or row.get("message_id") or object()
 
 
 def _removed(message: dict[str, Any]) -> bool:
@@ -137,4 +135,4 @@ EXAMPLE = "\n".join((
 ))
 
 FORMAT = Format(name="oasst2", columns=frozenset({"message_id", "message_tree_id", "role", "text"}), parse=parse,
-                group_key=tree_key, example=EXAMPLE)
+                group_by="message_tree_id", group_name="message tree", example=EXAMPLE)

@@ -37,6 +37,17 @@ def write_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """A CSV file as Kaggle serves arena-human-preference-55k's train.csv: a header, every field quoted as needed."""
+    import csv
+
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
 def compact(turns: list[dict[str, str]]) -> str | tuple[str, ...]:
     if len(turns) == 1 and turns[0]["role"] in ("user", "assistant"):
         return turns[0]["content"]

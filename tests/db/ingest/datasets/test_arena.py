@@ -10,7 +10,7 @@ from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.models import Annotator
 
 from tests.db.ingest.datasets.shapes_b import (ordered, pairs, parsed, quarantined, run_import, sqlite_only,
-                                               stored, write_jsonl, write_parquet)
+                                               stored, write_csv, write_jsonl, write_parquet)
 
 
 def user(text):
@@ -141,9 +141,11 @@ def quarantine_of(rows, results):
 
 @pytest.mark.parametrize("rows, results, writer", [
     (CONVERSATIONS, CONVERSATION_RESULTS, write_jsonl), (KAGGLE, KAGGLE_RESULTS, write_parquet),
-    (ARENA_140K, ARENA_140K_RESULTS, write_parquet)], ids=["conversations-jsonl", "55k-parquet", "140k-parquet"])
+    (KAGGLE, KAGGLE_RESULTS, write_csv), (ARENA_140K, ARENA_140K_RESULTS, write_parquet)],
+    ids=["conversations-jsonl", "55k-parquet", "55k-csv", "140k-parquet"])
 def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, rows, results, writer):
-    path = writer(tmp_path / ("arena.jsonl" if writer is write_jsonl else "arena.parquet"), rows)
+    suffix = {write_jsonl: "jsonl", write_parquet: "parquet", write_csv: "csv"}[writer]
+    path = writer(tmp_path / f"arena.{suffix}", rows)
     ranked = [r for r in results if not isinstance(r, str)]
     summary = run_import(sessions, path, "arena")
     ties = sum(len(r["tiers"]) == 1 for r in ranked)

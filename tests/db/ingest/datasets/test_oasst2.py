@@ -5,7 +5,7 @@ import json
 import pytest
 
 from preflab.db.ingest.datasets.base import Invalid
-from preflab.db.ingest.datasets.formats import units
+from preflab.db.ingest.datasets.formats import split_groups, units
 from preflab.db.ingest.datasets.oasst import FORMAT
 from preflab.db.ingest.datasets.sources import value_row
 
@@ -61,11 +61,12 @@ def tree_3():  # two ranked replies with the same text: the tree is quarantined,
 def tree_4():
     t = "t4"
     return [message(t, None, t, "prompter", "Count to two"), message("f1", t, t, "assistant", "1, 2", rank=0),
-            message("f2", t, t, "assistant", "1 2", rank=1)]
+            message("f3", t, t, "assistant", "one", rank=2), message("f2", t, t, "assistant", "1 2", rank=1)]
 
 
-# tree t4's second reply comes after tree t2: the rows of t4 are not together
-ROWS = tree_1() + tree_4()[:2] + tree_2() + tree_3() + tree_4()[2:]
+# tree t4's reply ranked 1 comes after tree t3: the rows of t4 are not together. Ranked from its first
+# run, t4 would give "1, 2" > "one", leaving out "1 2", and the sorted file could not complete it later.
+ROWS = tree_1() + tree_4()[:3] + tree_2() + tree_3() + tree_4()[3:]
 RANKED = [
     {"prompt": "Why is the sky blue?", "tiers": [["Rayleigh scattering."], ["Because of the ocean."]],
      "details": {"message_ids": ["a1", "a2"], "lang": "en"}, "external_id": "t1"},
@@ -75,10 +76,14 @@ RANKED = [
     {"prompt": "Quelle est la capitale de la France ?", "tiers": [["Paris."], ["Lyon."]],
      "details": {"message_ids": ["d1", "d2"], "lang": "fr"}, "external_id": "t2"},
 ]
-APART = ("the rows of message tree t4 are not together; sort the file by message_tree_id "
-         "(no root message among its 1 row)")
+NO_ROOT = ("the rows of message tree t4 are not together; sort the file by message_tree_id "
+           "(no root message among its 1 row)")
+APART = "the rows of message tree t4 are not together; sort the file by message_tree_id (they come in 2 runs)"
 SAME = "the replies to message t3: message y1 and message y2 are identical"
-REASONS = {"train:20": SAME, "train:21": SAME, "train:22": SAME, "train:23": APART}
+REASONS = {"train:21": SAME, "train:22": SAME, "train:23": SAME,
+           "train:12": APART, "train:13": APART, "train:14": APART, "train:24": APART}
+T4 = {"prompt": "Count to two", "tiers": [["1, 2"], ["1 2"], ["one"]],
+      "details": {"message_ids": ["f1", "f3", "f2"], "lang": "en"}, "external_id": "t4"}
 
 
 def test_parse_tree_by_tree():
@@ -92,8 +97,8 @@ def test_parse_tree_by_tree():
     assert FORMAT.parse(tree_4()[:2]) == []  # one ranked reply: nothing to rank
     with pytest.raises(Invalid, match=f"^{SAME}$"):
         FORMAT.parse(tree_3())
-    with pytest.raises(Invalid, match=rf"^{APART.replace('(', '[(]').replace(')', '[)]')}$"):
-        FORMAT.parse(tree_4()[2:])
+    with pytest.raises(Invalid, match=rf"^{NO_ROOT.replace('(', '[(]').replace(')', '[)]')}$"):
+        FORMAT.parse(tree_4()[3:])
     orphan = [tree_4()[0], message("g1", "elsewhere", "t4", "assistant", "Lost.", rank=0)]
     with pytest.raises(Invalid, match=r"\(the parent of message g1 is not among its 2 rows\)$"):
         FORMAT.parse(orphan)
@@ -103,7 +108,15 @@ def test_parse_tree_by_tree():
 
 def test_rows_are_parsed_a_tree_at_a_time():
     rows = [value_row("train", i, row) for i, row in enumerate(ROWS)]
-    assert [len(unit) for unit in units(FORMAT, rows)] == [12, 2, 6, 3, 1]
+    assert [len(unit) for unit in units(FORMAT, rows)] == [12, 3, 6, 3, 1]
+    # a tree met again is refused even when the first read did not say so
+    assert [unit.refused for unit in units(FORMAT, rows)] == [None] * 4 + [
+        "the rows of message tree t4 are not together; sort the file by message_tree_id (met again after other rows)"]
+    assert split_groups(FORMAT, [row["message_tree_id"] for row in ROWS]) == {"t4": APART}
+    # a tree --limit cuts is refused, whole: a ranking of its first replies would leave out the rest
+    assert split_groups(FORMAT, ["t1", "t1", "t2", "t2"], limit=3) == {
+        "t2": "the rows of message tree t2 go on past --limit 3: give a higher --limit to import it"}
+    assert split_groups(FORMAT, ["t1", "t1", "t2", "t3"], limit=3) == {}
 
 
 def without_nulls(rows):
@@ -116,8 +129,10 @@ def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, 
     jsonl = writer is write_jsonl
     path = writer(tmp_path / ("oasst2.jsonl" if jsonl else "oasst2.parquet"), without_nulls(ROWS) if jsonl else ROWS)
     summary = run_import(sessions, path, "oasst2")
-    assert (summary.rows, summary.rankings, summary.ties, summary.quarantined) == (24, 3, 0, 4)
-    assert summary.reasons == {SAME: 3, APART: 1}
+    assert (summary.rows, summary.rankings, summary.ties, summary.quarantined) == (25, 3, 0, 7)
+    assert summary.reasons == {SAME: 3, APART: 4}
+    assert summary.notes == [f"1 message tree of {path} is not together, so their rows are quarantined and none of "
+                             "their rankings stored: sort the file by message_tree_id and import it again"]
     got = stored(sessions)
     assert [{k: r[k] for k in ("prompt", "tiers", "details", "external_id")} for r in got] == RANKED
     assert got[1]["models"]["Short waves scatter most."] == "oasst-sft-7"
@@ -130,6 +145,26 @@ def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, 
     again = run_import(sessions, path, "oasst2")
     assert (again.rankings, again.duplicates) == (0, 3)
     assert len(stored(sessions)) == 3
+
+    # the file sorted by tree: t4 gets its whole ranking, and its rows, found now, are no longer quarantined
+    rows = tree_1() + tree_2() + tree_3() + tree_4()
+    path = writer(tmp_path / ("sorted.jsonl" if jsonl else "sorted.parquet"), without_nulls(rows) if jsonl else rows)
+    fixed = run_import(sessions, path, "oasst2")
+    assert (fixed.rankings, fixed.duplicates, fixed.quarantined) == (1, 3, 3)
+    assert [{k: r[k] for k in ("prompt", "tiers", "details", "external_id")} for r in stored(sessions)] == [
+        *RANKED, T4]
+    assert quarantined(sessions) == {k: v for k, v in REASONS.items() if v == SAME}
+
+
+def test_limit_never_cuts_a_tree(sessions, tmp_path):
+    rows = tree_1() + tree_4()
+    path = write_jsonl(tmp_path / "oasst2.jsonl", without_nulls(rows))
+    cut = run_import(sessions, path, "oasst2", limit=14)  # t4's last reply is past the limit
+    assert (cut.rows, cut.rankings, cut.quarantined) == (14, 2, 2)
+    assert set(cut.reasons) == {"the rows of message tree t4 go on past --limit 14: give a higher --limit to import it"}
+    whole = run_import(sessions, path, "oasst2")
+    assert (whole.rankings, whole.duplicates, whole.quarantined) == (1, 2, 0)
+    assert stored(sessions)[-1]["tiers"] == T4["tiers"] and quarantined(sessions) == {}
 
 
 @sqlite_only

@@ -8,7 +8,7 @@ import pytest
 from preflab.db.ingest.datasets.sources import hub_source, open_source
 from preflab.errors import InputError
 
-from tests.db.ingest.datasets.shapes_b import write_jsonl, write_parquet
+from tests.db.ingest.datasets.shapes_b import write_csv, write_jsonl, write_parquet
 
 ROWS = [{"prompt": f"p{i}", "chosen": f"c{i}", "rejected": f"r{i}"} for i in range(5)]
 
@@ -76,6 +76,28 @@ def test_parquet_rows_and_their_count(tmp_path):
     bad.write_text("not parquet")
     with pytest.raises(InputError, match="bad.parquet cannot be read as Parquet"):
         open_source(str(bad))
+
+
+def test_csv_files_and_folders_of_them(tmp_path):
+    rows = [{"id": 7, "text": "NA", "score": 1.5, "note": "null"}, {"id": 8, "text": "a, \"quoted\"\nline", "score": 2,
+                                                                     "note": ""}]
+    path = write_csv(tmp_path / "train.csv", rows)
+    # numbers come as numbers, an empty cell as None, the text "NA" or "null" as itself
+    expected = [("train:0", rows[0]), ("train:1", {**rows[1], "score": 2.0, "note": None})]
+    assert read(path) == expected
+    opened = open_source(str(path))
+    assert opened.origin == str(path.resolve()) and json.loads(next(opened.rows).payload) == rows[0]
+    gz = tmp_path / "gz" / "train.csv.gz"
+    gz.parent.mkdir()
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    assert read(gz) == expected
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    write_csv(folder / "train.csv", rows[:1])
+    write_csv(folder / "test.csv", rows[1:])
+    assert read(folder) == [expected[0], ("test:0", expected[1][1])]
+    with pytest.raises(InputError, match="has no split 'test' \\(it has train\\)"):
+        open_source(str(path), "test")
 
 
 def test_save_to_disk_folders(tmp_path):
