@@ -73,8 +73,7 @@ class Prompt(Base):
     __tablename__ = "prompts"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    # One user message is its text alone; a conversation keeps its messages too, and `text`
-    # holds its last user turn (preflab.db.conversation).
+    # NULL for one user message; else the conversation, and `text` its last user turn (db/conversation.py).
     text: Mapped[str] = mapped_column(Text)
     messages: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
     content_hash: Mapped[str] = mapped_column(String(64), unique=True)
@@ -96,8 +95,7 @@ class Candidate(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     # No foreign-key constraint to prompts, as for rankings below.
     prompt_id: Mapped[int] = mapped_column(Integer)  # looked up through the unique key it leads
-    # One assistant message is its text alone; several turns keep their messages, and `text`
-    # their transcript (preflab.db.conversation).
+    # NULL for one assistant message; else the reply's turns, and `text` their transcript.
     text: Mapped[str] = mapped_column(Text)
     messages: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True))
     content_hash: Mapped[str] = mapped_column(String(64))
@@ -185,8 +183,7 @@ class Ranking(Base):
     iteration: Mapped[int | None] = mapped_column(Integer)
     # Seconds the annotator spent on the task, as Label Studio recorded it (`lead_time`).
     lead_time: Mapped[float | None] = mapped_column(Float)
-    # What the source said beyond the order, kept as given: a public dataset's verdict
-    # ("tie (bothbad)"), score ratio or individual preferences (preflab.db.ingest.datasets).
+    # What a public dataset said beyond the order, as given: a verdict ("tie (bothbad)"), a score ratio…
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     # Whether the comparisons hold this ranking's pairs (as of the last `pairs build`): a
     # build rewrites only the rankings where this differs from what the build would take.
