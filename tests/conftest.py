@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import tests.properties  # noqa: F401  (loads the Hypothesis profile before any test module is imported)
+# huggingface_hub and datasets read HF_HUB_OFFLINE once, when first imported, which may be while a test
+# module is collected: offline from the start, whatever imports them first (isolated_env sets it per test too).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import tests.properties  # noqa: E402,F401  (loads the Hypothesis profile before any test module is imported)
 
 POSTGRES_URL = os.environ.get("PREFLAB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 SECRETS = ("LABEL_STUDIO_API_KEY", "HF_TOKEN", "PREFLAB_DATABASE_URL", "LABEL_STUDIO_URL", "PREFLAB_MODEL")

@@ -137,10 +137,17 @@ def test_hub_push_without_token_is_a_clear_error(populated, tmp_path):
 def test_unreachable_hub_is_a_clear_error_and_the_token_is_never_shown(populated, tmp_path, monkeypatch):
     # The real push_to_hub code path runs up to the network: the Hub is out of reach here,
     # so point it at a closed loopback port.
+    # huggingface_hub and datasets read HF_HUB_OFFLINE and HF_ENDPOINT once, when first imported: the
+    # test sets their constants (monkeypatch restores them), so the rest of the session stays offline.
+    import datasets
+    from huggingface_hub import constants
+
     token = "hf_thisIsASecretTokenValue"
     monkeypatch.setenv("HF_TOKEN", token)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    for module, name, value in ((constants, "HF_HUB_OFFLINE", False), (datasets.config, "HF_HUB_OFFLINE", False),
+                                (constants, "ENDPOINT", "http://127.0.0.1:9"),
+                                (datasets.config, "HF_ENDPOINT", "http://127.0.0.1:9")):
+        monkeypatch.setattr(module, name, value)
     result = populated("export", tmp_path / "h", "--hub", "someone/prefs", expect_ok=False)
     assert result.exit_code == 1
     assert "could not push to the Hugging Face Hub repo someone/prefs" in result.output
