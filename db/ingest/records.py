@@ -203,12 +203,19 @@ def _responses(data: dict, minimum: int) -> tuple[list[Messages], list[str]]:
         raise Invalid(f"fewer than two responses ({len(responses)})")
     turns = [reply_messages(r, f"'responses'[{i}]") for i, r in enumerate(responses)]
     hashes = [reply_hash(t) for t in turns]
+    if repeat := first_repeat(hashes):
+        raise Invalid(f"responses {repeat[0]} and {repeat[1]} are identical")
+    return turns, hashes
+
+
+def first_repeat(hashes: list[str]) -> tuple[int, int] | None:
+    """The indices (earlier, later) of the first hash that repeats an earlier one; None when all differ."""
     seen: dict[str, int] = {}
     for i, h in enumerate(hashes):
         if h in seen:
-            raise Invalid(f"responses {seen[h]} and {i} are identical")
+            return seen[h], i
         seen[h] = i
-    return turns, hashes
+    return None
 
 
 def _prompt(data: dict) -> Messages:

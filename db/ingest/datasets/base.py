@@ -26,7 +26,7 @@ import orjson
 from preflab.db.conversation import (Messages, messages, prompt_hash, prompt_messages, reply_hash, reply_messages,
                                      shared_prefix)
 from preflab.db.ingest.lines import Invalid
-from preflab.db.ingest.records import KINDS, LIMITS, RankingRecord, shown, unstorable, unstorable_text
+from preflab.db.ingest.records import KINDS, LIMITS, RankingRecord, first_repeat, shown, unstorable, unstorable_text
 
 __all__ = ["Format", "Invalid", "choice", "messages_or_text", "number", "ranking", "split_shared", "text"]
 
@@ -48,9 +48,8 @@ def ranking(prompt: Any, replies: Sequence[Any], tiers: Sequence[Sequence[int]],
     if len(answers) < 2:
         raise Invalid(f"fewer than two replies ({len(answers)})")
     hashes = [reply_hash(a) for a in answers]
-    if len(set(hashes)) < len(hashes):
-        first = next(i for i, h in enumerate(hashes) if hashes.index(h) != i)
-        raise Invalid(f"{names[hashes.index(hashes[first])]} and {names[first]} are identical")
+    if repeat := first_repeat(hashes):
+        raise Invalid(f"{names[repeat[0]]} and {names[repeat[1]]} are identical")
     models = [None if m is None else _fits("model", m) for m in (models or [None] * len(answers))]
     if external_id is not None:
         external_id = _fits("id", external_id)
