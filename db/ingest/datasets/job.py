@@ -24,13 +24,13 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
-from preflab.db.engine import in_transaction
 from preflab.db.ingest.datasets.base import Format, Invalid
 from preflab.db.ingest.datasets.formats import (FORMATS, PEEK_ROWS, Refused, columns, detect, format_options,
                                                 parse_unit, readable, split_groups, units)
 from preflab.db.ingest.datasets.sources import Row, column_values, open_source
 from preflab.db.ingest.jsonl import ImportSummary, cycles_unchecked, sample_grown_tables, write_rankings
 from preflab.db.models import RawStatus
+from preflab.db.overlap import commit_behind
 from preflab.db.store import quarantine, release, store_raw
 from preflab.errors import InputError
 
@@ -144,12 +144,21 @@ def import_dataset(sessions: sessionmaker[Session], source: str, settings: Datas
             summary.notes.append(f"{plural(refused.apart, fmt.group_name)} of {source} {are} not together, so their "
                                  f"rows are quarantined and none of their rankings stored: sort the file by "
                                  f"{fmt.group_by} and import it again")
+        batches = (parse_batch(batch, fmt, options)
+                   for batch in _batches(units(fmt, chain(head, rows), refused), settings.batch_rows))
+        written = 0
+
+        def done(_batch: list[Parsed], result: DatasetSummary, retries: int) -> None:
+            nonlocal written
+            written += 1
+            sample_grown_tables(sessions, written)
+            result.retried = retries
+            summary.add(result)
+            advance(result.rows)
+
         try:
-            for number, batch in enumerate(_batches(units(fmt, chain(head, rows), refused), settings.batch_rows), 1):
-                done = _import_batch(sessions, batch, fmt, options, opened.origin)
-                sample_grown_tables(sessions, number)
-                summary.add(done)
-                advance(done.rows)
+            commit_behind(sessions, batches, lambda session, batch: import_rows(session, batch, fmt, opened.origin),
+                          done)
         except InputError as exc:
             raise InputError(f"{exc}; the {plural(summary.rows, 'row')} before it are stored") from None
     for line in summary.notes:
@@ -233,26 +242,26 @@ def _batches(groups: Iterable[list[Row]], size: int) -> Iterator[list[list[Row]]
         yield out
 
 
-def _import_batch(sessions: sessionmaker[Session], batch: list[list[Row]], fmt: Format, options: dict[str, Any],
-                  origin: str) -> DatasetSummary:
-    attempts = 0
-
-    def attempt(session: Session) -> DatasetSummary:
-        nonlocal attempts
-        attempts += 1
-        return import_rows(session, batch, fmt, options, origin)
-
-    summary = in_transaction(sessions, attempt)
-    summary.retried = attempts - 1
-    return summary
+# A unit of rows and what parsing it gave: its records, or why it cannot be used.
+Parsed = tuple[list[Row], list[Any] | Invalid]
 
 
-def import_rows(session: Session, batch: list[list[Row]], fmt: Format, options: dict[str, Any],
-                origin: str) -> DatasetSummary:
-    """Import one batch of units of rows inside the caller's transaction: raw first, then parsed."""
+def parse_batch(batch: list[list[Row]], fmt: Format, options: dict[str, Any]) -> list[Parsed]:
+    """Parse a batch's units (no database: this runs while the batch before it commits)."""
+    parsed: list[Parsed] = []
+    for unit in batch:
+        try:
+            parsed.append((unit, parse_unit(fmt, unit, options)))
+        except Invalid as exc:
+            parsed.append((unit, exc))
+    return parsed
+
+
+def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str) -> DatasetSummary:
+    """Import one parsed batch inside the caller's transaction: every row raw, then the rankings."""
     source = f"import:{fmt.name}"
     summary = DatasetSummary(fmt.name)
-    rows = [row for unit in batch for row in unit]
+    rows = [row for unit, _ in batch for row in unit]
     summary.rows = len(rows)
     for row in rows:
         summary.splits[row.split] = summary.splits.get(row.split, 0) + 1
@@ -260,15 +269,13 @@ def import_rows(session: Session, batch: list[list[Row]], fmt: Format, options: 
     reasons: dict[int, str] = {}
     released: list[int] = []
     parsed = []
-    for unit in batch:
-        try:
-            records = parse_unit(fmt, unit, options)
-        except Invalid as exc:
+    for unit, records in batch:
+        if isinstance(records, Invalid):
             # Only rows stored by this import: a row stored before was used then (its rankings are stored),
             # and a row of a tree not together is only quarantined because of where it is.
-            reasons.update((raw[row.digest][0], str(exc)) for row in unit if row.digest in raw.new)
+            reasons.update((raw[row.digest][0], str(records)) for row in unit if row.digest in raw.new)
             summary.quarantined += len(unit)
-            summary.reasons[str(exc)] = summary.reasons.get(str(exc), 0) + len(unit)
+            summary.reasons[str(records)] = summary.reasons.get(str(records), 0) + len(unit)
             continue
         # Rows quarantined by an earlier import and used now (a tree that was not together, the file now sorted)
         released += [raw[row.digest][0] for row in unit if raw[row.digest][1] == RawStatus.quarantined.value]
