@@ -13,7 +13,7 @@ as created is reported as uploaded.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
@@ -24,20 +24,22 @@ from preflab.db.models import Annotator, AnnotatorKind, LSTask, Ranking, Ranking
 from preflab.errors import InputError
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.projects import ProjectInfo, find_project
-from preflab.labelling.studio.push import item_id
+from preflab.labelling.studio.push import item_id as default_item_id
 from preflab.templates import LIST, PAIRWISE, PAIRWISE_TARGET, RANKER, TIE, TIE_VALUE
 
 BATCH = 500
 
 
 def prediction_result(template: str, tiers: Sequence[Sequence[int]], shown: Sequence[int],
-                      buckets: Sequence[str] | None = None) -> list[dict] | None:
+                      buckets: Sequence[str] | None = None, ids: Mapping[int, str] | None = None) -> list[dict] | None:
     """A Label Studio result saying `tiers` (candidate ids, best first) for a task showing `shown`.
 
     Candidates of the task the ranking does not rank go last (ranking), stay
     unranked (tiers), or make the prediction impossible (pairwise: None). Returns
     None when the template cannot say the ranking (more tiers than buckets).
+    `ids` names each candidate's item in the task (default: the ids `ls push` gives, `c<id>`).
     """
+    item_id = ids.__getitem__ if ids is not None else default_item_id
     position = {cid: n for n, cid in enumerate(shown)}
     tiers = [sorted((c for c in tier if c in position), key=position.get) for tier in tiers]
     tiers = [t for t in tiers if t]
