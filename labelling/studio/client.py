@@ -29,10 +29,13 @@ TOKEN_PAGE = "My Account → Personal Access Token"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # Answers that say the request was not processed, so even a POST may be sent again.
 NOT_PROCESSED_STATUS = frozenset({429, 503})
+# Label Studio's SSRF guard (core/utils/io.py validate_ip, 1.23) refuses an ML backend or webhook URL
+# on loopback or a private network with HTTP 403 and this text; one server setting lifts it.
+RESERVED_ADDRESS = "URL resolves to a reserved network address"
 
 
-def _detail(body: Any) -> str:
-    """The reason inside a Label Studio error body, on one line."""
+def _detail(body: Any, limit: int = 300) -> str:
+    """The reason inside a Label Studio error body, on one line (at most `limit` characters)."""
     if isinstance(body, dict):
         errors = body.get("validation_errors")
         if isinstance(errors, dict) and errors:
@@ -40,13 +43,41 @@ def _detail(body: Any) -> str:
             for field, messages in errors.items():
                 text = "; ".join(map(str, messages)) if isinstance(messages, list) else str(messages)
                 parts.append(f"{field}: {text}")
-            return " ".join(" | ".join(parts).split())[:300]
+            return " ".join(" | ".join(parts).split())[:limit]
         for key in ("detail", "message", "error"):
             if body.get(key):
-                return " ".join(str(body[key]).split())[:300]
+                return " ".join(str(body[key]).split())[:limit]
     if isinstance(body, str) and body.strip():
         return " ".join(body.split())[:200]
     return ""
+
+
+def _ml_refusal(detail: str) -> str | None:
+    """What Label Studio's check of a new ML backend found (ml/serializers.py, 1.23), said plainly."""
+    if "authentication parameters were either not provided or are incorrect" in detail:
+        return ("the ML backend answered 401 to Label Studio's health check with the basic-auth password sent"
+                + SAME_SECRET)
+    if "health check failed" in detail:
+        info = detail.split("Additional info:", 1)[1].strip() if "Additional info:" in detail else ""
+        if _refused_auth(info):
+            return f"the ML backend refused the basic-auth password sent to GET /health ({info[:80]}){SAME_SECRET}"
+        return ("Label Studio could not reach the ML backend (GET /health failed"
+                + (f": {info[:160]}" if info else "") + "); is it running, and reachable from the Label Studio "
+                "server?")
+    if "doesn't look like a valid ML backend" in detail:
+        reason = detail.split("Reason:", 1)[1].split(". Check", 1)[0].strip() if "Reason:" in detail else ""
+        why = f" ({reason[:160]})" if reason else ""
+        return f"the ML backend answered GET /health but its POST /setup failed{why}" + (
+            SAME_SECRET if _refused_auth(reason) else "")
+    return None
+
+
+SAME_SECRET = "; is it running with the same secret?"
+
+
+def _refused_auth(text: str) -> bool:
+    """A requests error text that says 401 or 403 (how Label Studio reports a backend's refusal)."""
+    return any(f"{code} Client Error" in text for code in (401, 403))
 
 
 class LabelStudioClient:
@@ -130,10 +161,19 @@ class LabelStudioClient:
             return LabelStudioError(f"Label Studio at {self.base_url} refused the token in {TOKEN_ENV} "
                                     "(HTTP 401): check that it is a personal access token of this server, "
                                     "and not revoked")
+        if status == 403 and RESERVED_ADDRESS in detail:
+            block = detail.split("(block:", 1)[1].split(")", 1)[0].strip() if "(block:" in detail else ""
+            return LabelStudioError(
+                f"Label Studio at {self.base_url} refused to {what}: the URL resolves to a reserved network address"
+                + (f" ({block})" if block else "") + " (HTTP 403); to let it reach loopback or a private network, "
+                "set USE_DEFAULT_BANNED_SUBNETS=false on the Label Studio server (and keep that address out of "
+                "USER_ADDITIONAL_BANNED_SUBNETS)")
         if status == 403:
             return LabelStudioError(f"Label Studio at {self.base_url} does not allow this token to {what} (HTTP 403)")
         if status == 404:
             return LabelStudioError(f"Label Studio at {self.base_url} could not {what}: not found (HTTP 404)")
+        if status == 400 and (refusal := _ml_refusal(_detail(body, 2000))):
+            return LabelStudioError(f"Label Studio at {self.base_url} could not {what}: {refusal}")
         suffix = f": {detail}" if detail else ""
         return LabelStudioError(f"Label Studio at {self.base_url} could not {what} (HTTP {status}){suffix}")
 
@@ -201,6 +241,43 @@ class LabelStudioClient:
                              project_id, request=predictions, idempotent=False)
         created = getattr(response, "created", None)
         return created if isinstance(created, int) else None
+
+
+    # --- ML backends and webhooks (`ls connect`) --------------------------------------------
+
+    def ml_backends(self, project_id: int) -> list[Any]:
+        return list(self.call(f"list the ML backends of project {project_id}", self.sdk.ml.list, project=project_id))
+
+    def create_ml_backend(self, project_id: int, url: str, **settings) -> Any:
+        """Connect an ML backend; Label Studio calls its /health and /setup before it answers."""
+        return self.call(f"connect the ML backend {url} to project {project_id}", self.sdk.ml.create,
+                         project=project_id, url=url, idempotent=False, **settings)
+
+    def update_ml_backend(self, backend_id: int, project_id: int, url: str, **settings) -> Any:
+        # Label Studio checks /health and /setup again with the fields sent: url and project go every time.
+        return self.call(f"update ML backend {backend_id} ({url})", self.sdk.ml.update, backend_id,
+                         project=project_id, url=url, **settings)
+
+    def delete_ml_backend(self, backend_id: int) -> None:
+        self.call(f"remove ML backend {backend_id}", self.sdk.ml.delete, backend_id)
+
+    def webhooks(self, project_id: int | None = None) -> list[Any]:
+        """The organization's webhooks: those of one project (with `project_id`), or all, project-wide ones too."""
+        if project_id is None:
+            return list(self.call("list the webhooks", self.sdk.webhooks.list))
+        return list(self.call(f"list the webhooks of project {project_id}", self.sdk.webhooks.list,
+                              project=str(project_id)))
+
+    def create_webhook(self, project_id: int, url: str, **settings) -> Any:
+        return self.call(f"create the webhook {url} for project {project_id}", self.sdk.webhooks.create,
+                         project=project_id, url=url, idempotent=False, **settings)
+
+    def update_webhook(self, webhook_id: int, url: str, **settings) -> Any:
+        return self.call(f"update webhook {webhook_id} ({url})", self.sdk.webhooks.update, webhook_id, url=url,
+                         **settings)
+
+    def delete_webhook(self, webhook_id: int) -> None:
+        self.call(f"remove webhook {webhook_id}", self.sdk.webhooks.delete, webhook_id)
 
 
 def _reason(exc: Exception) -> str:

@@ -221,3 +221,31 @@ def ls_import(settings: Settings, path, project_id, label_config, buckets, as_js
         from preflab.errors import EXIT_ALL_QUARANTINED
 
         click.get_current_context().exit(EXIT_ALL_QUARANTINED)
+
+
+@ls_group.command("connect")
+@click.argument("url", required=False)
+@project_option
+@click.option("--remove", is_flag=True, help="Take preflab's ML backend and webhook off the project instead.")
+@json_option
+@pass_settings
+def ls_connect(settings: Settings, url, project_id, remove, as_json):
+    """Register `preflab serve` at URL as the project's ML backend and annotation webhook (idempotent).
+
+    URL is where `preflab serve` listens, as the Label Studio server reaches it. The
+    secret is read from PREFLAB_WEBHOOK_SECRET only: Label Studio sends it as the ML
+    backend's basic-auth password and in each webhook's X-Preflab-Secret header.
+    Re-running updates both; --remove takes both off. On loopback or a private
+    network, Label Studio must run with USE_DEFAULT_BANNED_SUBNETS=false.
+
+    Example: PREFLAB_WEBHOOK_SECRET=… preflab ls connect http://127.0.0.1:9090 --project 3
+    """
+    from preflab.labelling.studio.connect import connect_project
+
+    connection = connect_project(_sessions(settings), _client(settings), url, project_id, remove=remove)
+    if as_json:
+        echo_json(connection.as_dict())
+        return
+    click.echo(connection.line())
+    for warning in connection.warnings:
+        click.echo(f"warning: {warning}", err=True)

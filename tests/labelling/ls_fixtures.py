@@ -31,6 +31,8 @@ STARTUP_TIMEOUT = float(os.environ.get("PREFLAB_LABEL_STUDIO_STARTUP_TIMEOUT", "
 CHROMIUM = os.environ.get("PREFLAB_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+# A documentation range (RFC 5737) no test server uses, still banned on the test Label Studio.
+BANNED_SUBNET = "192.0.2.0/24"
 
 
 @dataclass
@@ -150,6 +152,11 @@ def start_server() -> _Started:
         "COLLECT_ANALYTICS": "false",
         "SENTRY_DSN": "",
         "FRONTEND_SENTRY_DSN": "",
+        # `preflab serve` runs beside it on loopback: lift the SSRF guard's default banned subnets
+        # (ML_BLOCK_LOCAL_IP and SSRF_PROTECTION_ENABLED both check them), as the README tells users to.
+        # TEST-NET-1 stays banned, so the refusal `ls connect` turns into one line is tested for real.
+        "USE_DEFAULT_BANNED_SUBNETS": "false",
+        "USER_ADDITIONAL_BANNED_SUBNETS": BANNED_SUBNET,
     }
     for name in ("LABEL_STUDIO_API_KEY", "LABEL_STUDIO_URL", "PREFLAB_DATABASE_URL"):
         env.pop(name, None)
