@@ -63,6 +63,7 @@ class RankingStatus(str, enum.Enum):
 class RawStatus(str, enum.Enum):
     ok = "ok"
     quarantined = "quarantined"
+    pending = "pending"  # stored, not parsed yet (a webhook delivery acknowledged before parsing)
 
 
 def _ts() -> Mapped[datetime]:
@@ -132,8 +133,9 @@ class RawRecord(Base):
     """An external payload exactly as received, stored before it is parsed."""
 
     __tablename__ = "raw_records"
-    # payload_hash first: imports look records up by hash.
-    __table_args__ = (UniqueConstraint("payload_hash", "source"),)
+    # payload_hash first: imports look records up by hash. By source and status: `serve`'s pending deliveries.
+    __table_args__ = (UniqueConstraint("payload_hash", "source"),
+                      Index("ix_raw_records_source_status", "source", "status", "id"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     source: Mapped[str] = mapped_column(String(40))        # "import:rankings", "label-studio", ...

@@ -2,18 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
 from preflab.db.engine import in_transaction
 from preflab.db.models import LSProject, Ranking, RankingStatus, utcnow
+from preflab.db.store import chunks
 from preflab.errors import LabelStudioError
 from preflab.labelling.studio.annotations import Received, SyncSummary, project_state, store_tasks
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.parse import TaskFields
 from preflab.labelling.studio.projects import ProjectInfo, ensure_project, find_project
 from preflab.labelling.studio.versions import LIVE, SOURCE
+
+
+def _live(project: ProjectInfo, *where):
+    """The live rankings (valid or skipped) of a project's annotations: (ranking id, annotation id)."""
+    return select(Ranking.id, Ranking.ls_annotation_id).where(
+        Ranking.ls_project_id == project.id, Ranking.source == SOURCE, Ranking.status.in_(LIVE), *where)
+
+
+def _set_deleted(session: Session, ranking_ids: list[int]) -> int:
+    if ranking_ids:
+        now = utcnow()
+        session.execute(update(Ranking), [{"id": rid, "status": RankingStatus.deleted.value, "updated_at": now}
+                                          for rid in ranking_ids])
+    return len(ranking_ids)
 
 
 def mark_deleted(session: Session, project: ProjectInfo, seen: set[int], exists) -> int:
@@ -23,18 +40,17 @@ def mark_deleted(session: Session, project: ProjectInfo, seen: set[int], exists)
     an annotation that moved between pages while they were read is not lost.
     """
     missing: dict[int, list[int]] = {}
-    for rid, aid in session.execute(
-        select(Ranking.id, Ranking.ls_annotation_id)
-        .where(Ranking.ls_project_id == project.id, Ranking.source == SOURCE, Ranking.status.in_(LIVE))
-    ):
+    for rid, aid in session.execute(_live(project)):
         if aid not in seen:
             missing.setdefault(aid, []).append(rid)
-    gone = [rid for aid, rids in missing.items() if not exists(aid) for rid in rids]
-    if gone:
-        now = utcnow()
-        session.execute(update(Ranking), [{"id": rid, "status": RankingStatus.deleted.value, "updated_at": now}
-                                          for rid in gone])
-    return len(gone)
+    return _set_deleted(session, [rid for aid, rids in missing.items() if not exists(aid) for rid in rids])
+
+
+def delete_annotations(session: Session, project: ProjectInfo, annotation_ids: Collection[int]) -> int:
+    """Mark the rankings of annotations Label Studio says it deleted (a webhook) as deleted; returns how many."""
+    ids = sorted(set(annotation_ids))
+    return _set_deleted(session, [rid for part in chunks(ids) for rid, _ in
+                           session.execute(_live(project, Ranking.ls_annotation_id.in_(part)))])
 
 
 def sync_project(sessions: sessionmaker[Session], client: LabelStudioClient, project_id: int | None, *,
