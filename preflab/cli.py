@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "retrain": "preflab.commands.retrain:retrain_command",
     "schedule": "preflab.commands.retrain:schedule_command",
     "report": "preflab.commands.report:page_command",
+    "serve": "preflab.commands.serve:serve_command",
 }
 
 # One-line help for each lazy command, so `preflab --help` lists them without importing.
@@ -58,6 +59,7 @@ SUMMARIES: dict[str, str] = {
     "retrain": 'Retrain on the new comparisons if at least --min-new arrived; else say "nothing to do" (exit 0).',
     "schedule": "Run `preflab retrain` on a cron schedule until stopped, logging each run.",
     "report": "Write one self-contained HTML page: data, agreement, judges, models and optimisation.",
+    "serve": "Serve Label Studio live: predictions, annotations as they are submitted, retraining on arrival.",
 }
 
 

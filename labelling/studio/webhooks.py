@@ -94,7 +94,7 @@ class WebhookSummary:
         return dict(self.__dict__)
 
     def line(self) -> str:
-        return (f"{plural(self.deliveries, 'delivery')}, {plural(self.annotations, 'annotation')}: "
+        return (f"{plural(self.deliveries, 'delivery', 'deliveries')}, {plural(self.annotations, 'annotation')}: "
                 f"{self.new:,} new ({self.skipped:,} skipped), {self.updated:,} updated, {self.unchanged:,} unchanged, "
                 f"{self.deleted:,} deleted; {self.quarantined:,} quarantined")
 

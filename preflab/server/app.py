@@ -1,0 +1,261 @@
+"""The FastAPI app of `preflab serve`: Label Studio's ML backend and the webhook receiver.
+
+- `GET /health`: up or not, for Label Studio (which allows it one second) and for operators:
+  the database, the model version served, the last delivery, and each worker's last run
+  and last error (a failed retrain says so while the current version keeps serving);
+- `POST /setup`: `{"model_version": …}`, cheap: Label Studio calls it before every batch;
+- `POST /predict`: `{"results": [...]}`, one prediction per task, in order;
+- `POST /webhook`: the delivery is stored raw in one short transaction and acknowledged;
+  the `deliveries` worker parses it. Label Studio waits one second for the answer, inside
+  the annotator's own submit, and never sends it again.
+
+Requests are checked in this order, so a refused one stores nothing: the secret (401/403),
+the size (413), then the JSON (400; a webhook body is kept in quarantine with the reason).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
+
+from preflab.db.engine import in_transaction
+from preflab.errors import PreflabError
+from preflab.server.access_log import AccessLog, note
+from preflab.server.config import SECRET_HEADER, ServeConfig, webhook_secret
+from preflab.server.retraining import ModelWorker
+from preflab.server.security import Refused, check_basic, check_header, read_body
+from preflab.server.studio import Studio
+from preflab.server.workers import DeliveryWorker, SyncWorker, _sentence
+from preflab.settings import Settings
+
+log = logging.getLogger("preflab.server")
+HEALTH_DB_TIMEOUT = 0.8  # Label Studio gives /health one second
+STOP_WAIT = 15.0         # seconds shutdown waits for a worker's step under way
+
+
+@dataclass
+class Services:
+    """What the endpoints share: the store, Label Studio, the secret and the workers."""
+
+    config: ServeConfig
+    sessions: sessionmaker[Session]
+    studio: Studio
+    secret: str | None
+    deliveries: DeliveryWorker
+    sync: SyncWorker
+    model: ModelWorker
+    started_at: str
+
+    def loops(self):
+        return [self.deliveries.loop, self.sync.loop, self.model.loop]
+
+
+def build_services(settings: Settings, config: ServeConfig) -> Services:
+    """Open the store (a SQLite file is created and migrated) and make the workers; starts nothing."""
+    from preflab.db.engine import open_sessions
+    from preflab.errors import ConfigError
+
+    if not settings.label_studio_url:
+        raise ConfigError("no Label Studio URL: set LABEL_STUDIO_URL or pass --label-studio-url")
+    sessions = open_sessions(settings.database_url)
+    studio = Studio(settings.label_studio_url)
+    model = ModelWorker(sessions, studio, config.judge, config.judge_options(), settings.database_url, settings.model,
+                        config.retrain_every, config.retrain_config_path())
+    sync = SyncWorker(sessions, studio, config.sync_seconds, after=model.loop.wake)
+    deliveries = DeliveryWorker(sessions, studio, after=model.loop.wake)
+    return Services(config, sessions, studio, webhook_secret(), deliveries, sync, model,
+                    datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+
+def create_app(settings: Settings, config: ServeConfig | None = None, *, background: bool = True) -> FastAPI:
+    """The app; with `background`, its workers start and stop with it (uvicorn's lifespan).
+
+    Raises:
+        ConfigError, DatabaseError: before anything listens.
+    """
+    services = build_services(settings, config or ServeConfig())
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if background:
+            for loop in services.loops():
+                loop.start()
+            log.info("workers started: deliveries, sync (%s), model (retrain %s)",
+                     f"every {services.config.sync_every}" if services.config.sync_seconds else "at start only",
+                     f"every {services.config.retrain_every} rankings" if services.config.retrain_every else "off")
+        try:
+            yield
+        finally:
+            if background:
+                await run_in_threadpool(stop_workers, services)
+
+    app = FastAPI(title="preflab", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.services = services
+    app.add_middleware(AccessLog)
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, exc: Refused):
+        note(request, note=exc.reason)
+        return JSONResponse({"error": exc.reason}, status_code=exc.status, headers=exc.headers)
+
+    @app.get("/health")
+    async def health(request: Request):
+        return await health_answer(services)
+
+    @app.post("/setup")
+    async def setup(request: Request):
+        check_basic(request.headers.get("authorization"), services.secret)
+        body = _json_object(await read_body(request, services.config.max_body))
+        project = _project_id(body.get("project"))  # the access_token it holds is neither logged nor kept
+        if project is not None:
+            services.studio.seen_projects.add(project)
+        try:
+            version = await run_in_threadpool(in_transaction, services.sessions, services.model.version)
+        except PreflabError as exc:
+            raise Refused(400, _sentence(exc)) from None
+        note(request, project=project, model_version=version)
+        return {"model_version": version}
+
+    @app.post("/predict")
+    async def predict(request: Request):
+        check_basic(request.headers.get("authorization"), services.secret)
+        body = _json_object(await read_body(request, services.config.max_body))
+        tasks = body.get("tasks")
+        if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
+            raise Refused(400, "tasks must be a list of task objects")
+        project = _project_id(body.get("project"))
+        if project is None and tasks:
+            project = _project_id(tasks[0].get("project"))
+        if project is None:
+            raise Refused(400, "no project id (expected project: \"<id>.<timestamp>\")")
+        services.studio.seen_projects.add(project)
+        label_config = body.get("label_config") if isinstance(body.get("label_config"), str) else ""
+        try:
+            results = await run_in_threadpool(predict_results, services, project, label_config, tasks)
+        except PreflabError as exc:
+            raise Refused(400, _sentence(exc)) from None
+        note(request, project=project, tasks=len(tasks))
+        return {"results": results}
+
+    @app.post("/webhook")
+    async def webhook(request: Request):
+        check_header(request.headers.get(SECRET_HEADER), services.secret)
+        body = await read_body(request, services.config.max_body)
+        client = request.client.host if request.client else None
+        delivery = await run_in_threadpool(store_delivery, services, body, client)
+        note(request, raw_id=delivery.raw_id, new=delivery.new)
+        if delivery.error:
+            raise Refused(400, f"{delivery.error} (kept in quarantine as raw record {delivery.raw_id})")
+        services.deliveries.loop.wake()
+        return {"stored": delivery.raw_id, "new": delivery.new}
+
+    return app
+
+
+def store_delivery(services: Services, body: bytes, client: str | None):
+    """Store the delivery raw, in its own short transaction (a replay finds the same record)."""
+    from preflab.labelling.studio.webhooks import receive
+
+    return in_transaction(services.sessions, lambda session: receive(session, body, origin=client))
+
+
+def predict_results(services: Services, project: int, label_config: str, tasks: list[dict]) -> list[dict]:
+    from preflab.labelling.studio.backend import predict_tasks
+
+    if not tasks:
+        return []
+    model = services.model
+    with model.predicting:
+        results = in_transaction(services.sessions, lambda session: predict_tasks(
+            session, services.studio.base_url, project, label_config, tasks, judge=model.judge, cache=model.cache,
+            **model.judge_options))
+    if len(results) != len(tasks):  # Label Studio would drop them all
+        raise RuntimeError(f"{len(results)} predictions for {len(tasks)} tasks")
+    for result in results:
+        if isinstance(result, dict) and result.get("model_version"):
+            model.served.add(result["model_version"])
+    return results
+
+
+async def health_answer(services: Services) -> JSONResponse:
+    from preflab.labelling.studio.webhooks import last_delivery_at, pending_count
+
+    def look(session: Session) -> dict:
+        session.execute(text("SELECT 1"))
+        last = last_delivery_at(session)
+        found = {"pending": pending_count(session),
+                 "last_delivery_at": last.isoformat(timespec="seconds") if last else None}
+        try:
+            found["model_version"] = services.model.version(session)
+        except PreflabError as exc:  # the judge cannot be named (deleted since start, say): no model to serve
+            found["model_error"] = _sentence(exc)
+        return found
+
+    answer = {"status": "UP", "model_class": "preflab", "started_at": services.started_at,
+              "label_studio": services.studio.base_url}
+    deliveries: dict = {}
+    try:
+        found = await asyncio.wait_for(run_in_threadpool(in_transaction, services.sessions, look, attempts=1),
+                                       HEALTH_DB_TIMEOUT)
+    except asyncio.TimeoutError:
+        answer |= {"status": "DOWN", "database": f"no answer within {HEALTH_DB_TIMEOUT:g} s"}
+    except Exception as exc:
+        log.warning("health: the database did not answer: %s", _sentence(exc))
+        answer |= {"status": "DOWN", "database": "unreachable"}
+    else:
+        answer |= {"database": "ok", "model_version": found.get("model_version")}
+        if "model_error" in found:
+            answer |= {"status": "DOWN", "error": found["model_error"]}
+        deliveries = {"pending": found["pending"], "last_delivery_at": found["last_delivery_at"]}
+    model = services.model
+    answer |= {"deliveries": deliveries | {"parser": services.deliveries.loop.activity.as_dict()},
+               "sync": services.sync.loop.activity.as_dict(),
+               "model": model.loop.activity.as_dict(), **model.health()}
+    return JSONResponse(answer, status_code=200 if answer["status"] == "UP" else 503)
+
+
+def stop_workers(services: Services) -> None:
+    """Stop every worker; each finishes the step under way (a batch of deliveries is one transaction)."""
+    services.model.stop()
+    for loop in services.loops():
+        loop.stop()
+    for loop in services.loops():
+        if loop.is_alive():
+            loop.join(STOP_WAIT)
+            if loop.is_alive():
+                log.warning("%s still busy after %.0f s; leaving it (its work resumes at the next start)",
+                            loop.name, STOP_WAIT)
+    log.info("workers stopped")
+
+
+def _json_object(body: bytes) -> dict:
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise Refused(400, "the body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise Refused(400, "the body must be a JSON object")
+    return value
+
+
+def _project_id(value) -> int | None:
+    """Label Studio's project id from `"<id>.<timestamp>"` (or a bare id)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value > 0 else None
+    if isinstance(value, str):
+        head = value.split(".", 1)[0].strip()
+        if head.isdigit() and len(head) < 12:
+            return int(head) or None
+    return None

@@ -1,0 +1,77 @@
+"""The background workers: deliveries acknowledged at once, parsed right after, and after a restart.
+
+The server talks to the test run's real Label Studio (for the annotators' emails); the
+deliveries are built as Label Studio posts them, for a project it does not have, so the
+startup `ls sync` leaves them alone.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.labelling.ls_helpers import rankings
+from tests.server.conftest import SECRET, raw_records, stored, unknown_to_label_studio, wait_until
+from tests.server.deliveries import annotated, deleted, known_project
+
+HEADERS = {"X-Preflab-Secret": SECRET}
+
+
+@pytest.fixture
+def label_studio_url(ls_env) -> str:
+    return ls_env.url
+
+
+def test_a_delivery_is_acknowledged_then_parsed_by_the_worker_edits_and_deletions_too(app_client, db_url,
+                                                                                       label_studio_url):
+    project = known_project(db_url, label_studio_url, unknown_to_label_studio())
+    client = app_client(background=True, sync_every="off")
+    start = time.perf_counter()
+    answer = client.post("/webhook", content=annotated(project, 1, 1, annotation=11), headers=HEADERS)
+    assert answer.status_code == 200 and time.perf_counter() - start < 1.0  # Label Studio waits one second
+    wait_until(lambda: stored(db_url)["ok"] == 1)
+    [ranking] = rankings(db_url)
+    assert (ranking["annotation"], ranking["status"], ranking["version"]) == (11, "valid", 1)
+
+    edit = annotated(project, 1, 1, annotation=11, order=("r0", "r1", "r2"), action="ANNOTATION_UPDATED",
+                     updated_at="2026-01-02T00:00:00Z")
+    assert client.post("/webhook", content=edit, headers=HEADERS).status_code == 200
+    wait_until(lambda: len(rankings(db_url)) == 2)
+    assert [(r["version"], r["status"]) for r in rankings(db_url)] == [(1, "superseded"), (2, "valid")]
+
+    assert client.post("/webhook", content=deleted(project, 11), headers=HEADERS).status_code == 200
+    wait_until(lambda: rankings(db_url)[-1]["status"] == "deleted")
+    health = client.get("/health").json()
+    assert health["deliveries"]["pending"] == 0 and health["deliveries"]["last_delivery_at"]
+    assert health["deliveries"]["parser"]["parsed"] == 3 and health["deliveries"]["parser"]["last_error"] is None
+
+
+def test_deliveries_left_pending_are_parsed_when_the_server_starts(app_client, db_url, label_studio_url):
+    project = known_project(db_url, label_studio_url, unknown_to_label_studio())
+    idle = app_client(background=False)  # a server that stored them and died before parsing
+    for annotation in (21, 22, 23):
+        assert idle.post("/webhook", content=annotated(project, annotation, 1, annotation=annotation),
+                         headers=HEADERS).status_code == 200
+    assert stored(db_url) == {"raw": 3, "pending": 3, "ok": 0, "quarantined": 0, "rankings": 0}
+
+    app_client(background=True, sync_every="off")
+    wait_until(lambda: stored(db_url)["pending"] == 0)
+    assert stored(db_url) | {"raw": 0} == {"raw": 0, "pending": 0, "ok": 3, "quarantined": 0, "rankings": 3}
+    assert sorted(r["annotation"] for r in rankings(db_url) if r["status"] == "valid") == [21, 22, 23]
+
+
+def test_a_nul_byte_in_an_id_is_stored_as_received_and_never_becomes_a_ranking(app_client, db_url, label_studio_url):
+    from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE
+
+    project = known_project(db_url, label_studio_url, unknown_to_label_studio())
+    client = app_client(background=True)
+    body = annotated(project, 1, 1, annotation=501).replace(b'"id": 501', b'"id": "50\\u00001"')
+    assert b"\\u0000" in body
+    answer = client.post("/webhook", content=body, headers=HEADERS)
+    assert answer.status_code in (200, 400), answer.text
+    [record] = raw_records(db_url)
+    assert record.source == WEBHOOK_SOURCE and (record.payload_bytes or record.payload.encode()) == body
+    wait_until(lambda: stored(db_url)["pending"] == 0)
+    assert stored(db_url) == {"raw": 1, "pending": 0, "ok": 0, "quarantined": 1, "rankings": 0}
+    assert "\x00" not in raw_records(db_url)[0].reason
