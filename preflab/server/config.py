@@ -8,10 +8,10 @@ import re
 from dataclasses import dataclass, field
 
 from preflab.errors import ConfigError
+from preflab.labelling.studio.connect import SECRET_ENV, SECRET_HEADER  # one definition, shared with ls connect
 from preflab.settings import secret
 
-SECRET_ENV = "PREFLAB_WEBHOOK_SECRET"
-SECRET_HEADER = "X-Preflab-Secret"
+__all__ = ["SECRET_ENV", "SECRET_HEADER", "ServeConfig", "check_bind", "is_loopback", "parse_duration", "webhook_secret"]
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
