@@ -179,17 +179,21 @@ def column_values(source: str, split: str | None, column: str) -> Iterator[Any]:
     elif path.is_file() and _data_file(path, (".jsonl", ".json")) and not _is_json_array(path):
         with open_input(path) as handle:
             for line in read_lines(handle, path):
-                if line.blank:
-                    continue
-                try:
-                    data = None if line.cut else orjson.loads(line.data)
-                except orjson.JSONDecodeError:
-                    data = None
-                if not isinstance(data, dict) or b"\\u0000" in line.data:
+                raw = line.data
+                if line.size == len(raw):  # not cut: the common line parses at once (no Line properties)
                     try:
-                        data = _record(line)
-                    except Invalid:
+                        data = orjson.loads(raw)
+                    except orjson.JSONDecodeError:
                         data = None
+                    if isinstance(data, dict) and b"\\u0000" not in raw:
+                        yield data.get(column)
+                        continue
+                    if not raw.strip():
+                        continue  # blank, as line_rows skips it
+                try:
+                    data = _record(line)
+                except Invalid:
+                    data = None
                 yield data.get(column) if isinstance(data, dict) else None
     else:
         for row in open_source(source, split).rows:
