@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "self-reward": "preflab.commands.self_reward:self_reward_group",
     "retrain": "preflab.commands.retrain:retrain_command",
     "schedule": "preflab.commands.retrain:schedule_command",
+    "leaderboard": "preflab.commands.leaderboard:leaderboard_command",
     "report": "preflab.commands.report:page_command",
     "serve": "preflab.commands.serve:serve_command",
 }
@@ -58,6 +59,7 @@ SUMMARIES: dict[str, str] = {
     "self-reward": "Self-rewarding iterative DPO: M_t writes prompts, samples, judges itself, and DPO gives M_{t+1}.",
     "retrain": 'Retrain on the new comparisons if at least --min-new arrived; else say "nothing to do" (exit 0).',
     "schedule": "Run `preflab retrain` on a cron schedule until stopped, logging each run.",
+    "leaderboard": "Rate the models whose replies were ranked: Bradley–Terry ratings with 95% intervals.",
     "report": "Write one self-contained HTML page: data, agreement, judges, models and optimisation.",
     "serve": "Serve Label Studio live: predictions, annotations as they are submitted, retraining on arrival.",
 }

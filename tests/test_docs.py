@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # The floors the drawing lists module by module; db's stages are listed inside db's line.
 FLOORS = ["preflab/commands", "report", "training", "labelling", "lm", "db", "db/ingest", "db/pairs",
-          "db/quality", "db/export"]
+          "db/quality", "db/export", "db/leaderboard"]
 
 
 def drawing() -> str:

@@ -32,6 +32,7 @@ def config(dotted: str):
 
 # command -> the configs its options are made from
 CONFIGS = {
+    "leaderboard": ["preflab.db.leaderboard.board.LeaderboardConfig"],
     "generate": ["preflab.labelling.generation.GenerateConfig"],
     "pipeline": ["preflab.labelling.pipeline.PipelineConfig", "preflab.labelling.generation.GenerateConfig"],
     "judge score": ["preflab.labelling.judges.score.ScoreConfig"],

@@ -1,0 +1,193 @@
+"""Battles between models, read from the rankings: who met whom, and who won.
+
+A ranking of k candidates is k·(k−1)/2 battles, one per pair of candidates: the
+better tier wins, and two candidates in one tier tie (a tie of either kind: the
+comparisons table leaves ties out, so the leaderboard reads the tiers itself). The
+rankings read are those `pairs build` takes (`preflab.db.pairs.incremental.eligible`:
+valid, of the annotator kind, never a gold prompt's). A candidate's model is its
+model version's name where it has one, else its `model`; a battle between two
+candidates of one model, or with a candidate of no known model, is left out and counted.
+
+Each battle keeps its ranking (the bootstrap draws rankings: a two-way battle is one
+ranking, as in Chatbot Arena) and, for style control, its two candidates.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy import and_, func, select
+from sqlalchemy.orm import Session, aliased
+
+from preflab.db.bulk import lookup
+from preflab.db.models import Candidate, ModelVersion, Prompt, Ranking, RankingItem
+from preflab.db.pairs.incremental import eligible
+
+# FastChat's style elements: the reply's length (here in characters: preflab stores no token
+# counts) and its markdown headers, list items and bold spans, counted outside code blocks.
+STYLE_FEATURES = ("length", "headers", "lists", "bold")
+WINNERS = {"model_a": 1.0, "model_b": 0.0, "tie": 0.5, "tie (bothbad)": 0.5, "both_bad": 0.5}
+_CODE = re.compile(r"```[^`]*```")
+_HEADER = re.compile(r"^#{1,6}\s", re.MULTILINE)
+_ORDERED = re.compile(r"^\s*\d+\.\s", re.MULTILINE)
+_UNORDERED = re.compile(r"^\s*[-*+]\s", re.MULTILINE)
+_BOLD = (re.compile(r"\*\*[^*\n]+\*\*"), re.compile(r"__[^_\n]+__"))
+CHUNK = 100_000  # battles read from the database at a time
+
+
+@dataclass
+class Battles:
+    """Battles as arrays, one entry each; models are indices into `models`."""
+
+    models: list[str]
+    a: np.ndarray  # int64 model index of one side
+    b: np.ndarray  # of the other
+    outcome: np.ndarray  # float64: 1 a won, 0.5 tie, 0 b won
+    group: np.ndarray  # int64: the ranking it came from, 0..rankings-1
+    candidates: np.ndarray | None = None  # (N, 2) candidate ids of a and b (read from a store)
+    left_out: dict[str, int] = field(default_factory=dict)  # why battles were not kept -> how many
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+    @property
+    def rankings(self) -> int:
+        return int(self.group.max()) + 1 if len(self.group) else 0
+
+
+def empty() -> Battles:
+    none = np.zeros(0, dtype=np.int64)
+    return Battles([], none, none, np.zeros(0), none)
+
+
+def numbered(model_a, model_b) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(models, a, b): names numbered in order of first appearance, model_a's column then model_b's.
+
+    That is pandas' `factorize`, as FastChat numbers them (its bootstrap draws then match ours).
+    """
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(m, len(index)) for m in itertools.chain(model_a, model_b)), np.int64)
+    n = len(codes) // 2
+    return list(index), codes[:n], codes[n:]
+
+
+def _renumbered(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Integer codes numbered again by first appearance (a's then b's): (the old code of each new one, a, b)."""
+    codes, first, inverse = np.unique(np.concatenate([a, b]), return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    new = np.empty(len(order), dtype=np.int64)
+    new[order] = np.arange(len(order))
+    inverse = new[inverse.reshape(-1)]
+    return codes[order], inverse[:len(a)], inverse[len(a):]
+
+
+def from_labels(model_a, model_b, winner, group=None) -> Battles:
+    """Battles from model names and Chatbot Arena's `winner` (model_a, model_b, tie, tie (bothbad)).
+
+    Each battle is its own ranking unless `group` says which battles came from one ranking.
+    """
+    models, a, b = numbered(model_a, model_b)
+    outcome = np.array([WINNERS[w] for w in winner], dtype=np.float64)
+    group = np.arange(len(a)) if group is None else np.unique(np.asarray(group), return_inverse=True)[1]
+    return Battles(models, a, b, outcome, group.reshape(-1).astype(np.int64))
+
+
+@dataclass
+class Filters:
+    """Which rankings count: the annotators' kind, since when, which prompts."""
+
+    annotator_kind: str = "any"  # human | ai | any
+    since: datetime | None = None  # rankings stored at or after this (UTC)
+    source: str | None = None  # prompts of this source (an imported dataset: "import:arena")
+    split: str | None = None  # prompts of this split (train, test)
+
+
+def read_battles(session: Session, filters: Filters, *, with_candidates: bool = False) -> Battles:
+    """Every battle of the rankings `filters` keeps, in ranking order.
+
+    Args:
+        with_candidates: keep each battle's two candidate ids (for style control).
+    """
+    ia, ib = aliased(RankingItem), aliased(RankingItem)
+    ca, cb = aliased(Candidate), aliased(Candidate)
+    va, vb = aliased(ModelVersion), aliased(ModelVersion)
+    query = (select(Ranking.id, ia.candidate_id, ib.candidate_id, ia.tier, ib.tier,
+                    func.coalesce(va.name, ca.model), func.coalesce(vb.name, cb.model))
+             .join(ia, ia.ranking_id == Ranking.id)
+             .join(ib, and_(ib.ranking_id == Ranking.id, ib.candidate_id > ia.candidate_id))
+             .join(ca, ca.id == ia.candidate_id).join(cb, cb.id == ib.candidate_id)
+             .outerjoin(va, va.id == ca.model_version_id).outerjoin(vb, vb.id == cb.model_version_id)
+             .where(eligible(filters.annotator_kind, ()), ia.tier.is_not(None), ib.tier.is_not(None))
+             .order_by(Ranking.id, ia.candidate_id, ib.candidate_id))
+    if filters.since is not None:
+        query = query.where(Ranking.created_at >= filters.since)
+    prompts = []
+    if filters.source is not None:
+        prompts.append(Prompt.source == filters.source)
+    if filters.split is not None:
+        prompts.append(Prompt.split == filters.split)
+    if prompts:
+        query = query.where(Ranking.prompt_id.in_(select(Prompt.id).where(*prompts)))
+    index: dict[str, int] = {}  # model name -> its code, as first met
+    parts = []
+    for chunk in session.execute(query.execution_options(yield_per=CHUNK)).partitions():
+        columns = list(zip(*chunk))  # a chunk at a time: a million rows as Python tuples would take ~0.5 GB
+        ints = [np.array(c, dtype=np.int64) for c in columns[:5]]
+        names = [np.fromiter((-1 if m is None else index.setdefault(m, len(index)) for m in c), np.int64, len(c))
+                 for c in columns[5:]]
+        parts.append(ints + names)
+    if not parts:
+        return empty()
+    ranking, cand_a, cand_b, tier_a, tier_b, la, lb = (np.concatenate(c) for c in zip(*parts))
+    del parts
+    unknown = (la < 0) | (lb < 0)
+    same = ~unknown & (la == lb)
+    keep = ~unknown & ~same
+    left_out = {reason: int(n) for reason, n in (("a candidate of no known model", unknown.sum()),
+                                                  ("both candidates of one model", same.sum())) if n}
+    names = list(index)
+    codes, a, b = _renumbered(la[keep], lb[keep])
+    tier_a, tier_b = tier_a[keep], tier_b[keep]
+    outcome = np.where(tier_a < tier_b, 1.0, np.where(tier_a > tier_b, 0.0, 0.5))
+    group = np.unique(ranking[keep], return_inverse=True)[1].reshape(-1).astype(np.int64)
+    candidates = np.stack([cand_a[keep], cand_b[keep]], axis=1) if with_candidates else None
+    return Battles([names[c] for c in codes], a, b, outcome, group, candidates, left_out)
+
+
+def markdown_counts(text: str) -> tuple[int, int, int]:
+    """(headers, list items, bold spans) in a reply, outside its code blocks, as FastChat counts them."""
+    text = _CODE.sub("", text)
+    return (len(_HEADER.findall(text)), len(_ORDERED.findall(text)) + len(_UNORDERED.findall(text)),
+            sum(len(p.findall(text)) for p in _BOLD))
+
+
+def style_counts(session: Session, candidate_ids: np.ndarray) -> np.ndarray:
+    """(len(ids), 4) counts of STYLE_FEATURES per candidate, in the order of `candidate_ids`.
+
+    A reply of several turns is counted over its assistant turns, as FastChat does.
+    """
+    rows = lookup(session, Candidate.__table__, ["id", "text", "messages"], "id", [int(c) for c in candidate_ids])
+    counts = {}
+    for cid, text, messages in rows:
+        if messages:
+            text = "\n".join(m["content"] for m in messages if m.get("role") == "assistant")
+        counts[cid] = (len(text), *markdown_counts(text))
+    return np.array([counts[int(c)] for c in candidate_ids], dtype=np.float64).reshape(-1, len(STYLE_FEATURES))
+
+
+def style_features(raw: np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """FastChat's style covariates from (N, 2, 4) counts of a and b: (a − b) / (a + b + 1), standardised.
+
+    A feature that never varies (no reply has a header) carries no information and
+    would divide by zero: it is dropped. Returns (N, k) features and their names.
+    """
+    a, b = raw[:, 0, :], raw[:, 1, :]
+    diff = (a - b) / (a + b + 1.0)
+    std = diff.std(axis=0)
+    kept = np.flatnonzero(std > 1e-12)
+    features = (diff[:, kept] - diff[:, kept].mean(axis=0)) / std[kept]
+    return features, [STYLE_FEATURES[c] for c in kept]

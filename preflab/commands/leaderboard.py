@@ -1,0 +1,114 @@
+"""`preflab leaderboard`: the command, and how a leaderboard reads on a terminal.
+
+The work is `preflab.db.leaderboard.board.leaderboard`; `--json` prints its result as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from preflab.console import build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.db.leaderboard.board import Leaderboard, LeaderboardConfig, Rating
+from preflab.settings import Settings
+
+
+@click.command("leaderboard")
+@config_options(LeaderboardConfig)
+@json_option
+@pass_settings
+def leaderboard_command(settings: Settings, as_json, **options):
+    """Rate the models whose replies were ranked: Bradley–Terry ratings with 95% intervals.
+
+    Every ranking is expanded into battles between the models of its candidates
+    (a model version's name where a candidate has one); a tie is half a win to
+    each side. Ratings follow Chatbot Arena's conventions (FastChat): 400 points
+    are ten times the odds of winning, the mean rating is 1000 (or --anchor's
+    model), and the 95% interval of each comes from a bootstrap over rankings
+    with a fixed seed. Models are ordered by the bootstrap median; rank 1 is
+    shared by every model no other is surely above.
+
+    Example: preflab leaderboard --annotator-kind human --style-control --pairwise
+    """
+    from preflab.db.engine import open_sessions
+    from preflab.db.leaderboard.board import leaderboard
+
+    config = build_config(LeaderboardConfig, options)
+    with open_sessions(settings.database_url, existing=True).begin() as session:
+        board = leaderboard(session, config)
+    if as_json:
+        echo_json(board.as_dict())
+        return
+    click.echo(leaderboard_text(board))
+
+
+def _number(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}"
+
+
+def _interval(r: Rating) -> str:
+    return "—" if r.lower is None else f"{r.lower:.0f} – {r.upper:.0f}"
+
+
+def leaderboard_text(board: Leaderboard) -> str:
+    """The table and what it rests on (no trailing newline: `click.echo` adds it)."""
+    m = board.method
+    kinds = {"any": "all annotators", "human": "people", "ai": "AI judges"}[board.filters["annotator_kind"]]
+    kept = ", ".join(f"{name} {value}" for name, value in board.filters.items()
+                     if value is not None and name != "annotator_kind")
+    lines = [f"{plural(len(board.ratings), 'model')}, {plural(board.battles, 'battle')} from "
+             f"{plural(board.rankings, 'ranking')} by {kinds}" + (f" ({kept})" if kept else "")]
+    anchor = "the mean rating is 1000" if m["anchor"] == "mean" else f"{m['anchor']} is fixed at 1000"
+    lines.append(f"Bradley–Terry, as Chatbot Arena rates: 400 points = 10× the odds of winning; {anchor}; "
+                 f"{m['ties']}.")
+    if m["bootstrap"]:
+        lines.append(f"95% intervals from {m['bootstrap']:,} bootstrap rounds over rankings (seed {m['seed']}); "
+                     "ordered by the bootstrap median; rank: 1 + the models surely above.")
+    else:
+        lines.append("no bootstrap (--bootstrap 0): ratings only, no intervals.")
+    style = {r.model: r for r in board.style or ()}
+    width = max(5, *(len(r.model) for r in board.ratings))
+    header = f"{'rank':>4}  {'model':<{width}}  {'rating':>6}  {'95% interval':>12}"
+    if style:
+        header += f"  {'style-ctrl':>10}  {'95% interval':>12}"
+    header += f"  {'battles':>7}  {'won':>6}  {'tied':>6}  {'lost':>6}"
+    lines += ["", header]
+    for r in board.ratings:
+        row = f"{r.rank:>4}  {r.model:<{width}}  {_number(r.rating):>6}  {_interval(r):>12}"
+        if style:
+            s = style[r.model]
+            row += f"  {_number(s.rating):>10}  {_interval(s):>12}"
+        lines.append(row + f"  {r.battles:>7,}  {r.wins:>6,}  {r.ties:>6,}  {r.losses:>6,}")
+    if board.style_coefficients is not None:
+        effects = ", ".join(f"{name} {value:+.3f}" for name, value in board.style_coefficients.items()) or "none"
+        lines += ["", f"style control (L2 {m['style_control']['l2']}): the rating with reply length and markdown "
+                      f"held equal; effect on the log-odds per standard deviation: {effects}"]
+    for reason, n in board.left_out.items():
+        lines.append(f"left out {plural(n, 'battle')}: {reason}")
+    lines += [f"note: {note}" for note in board.notes]
+    if board.pairwise:
+        lines += _pairwise_text(board.pairwise)
+    return "\n".join(lines)
+
+
+def _pairwise_text(pairwise: dict[str, Any]) -> list[str]:
+    models = pairwise["models"]
+    width = max(len(name) for name in models)
+    tables = [("observed win rate of the row against the column (ties half; — never met)", pairwise["win_rate"]),
+              ("predicted probability that the row beats the column (from the ratings)", pairwise["predicted"])]
+    if pairwise["share_better"] is not None:
+        tables.append(("share of bootstrap rounds rating the row above the column", pairwise["share_better"]))
+    tables.append(("battles between the row and the column", pairwise["battles"]))
+    lines = []
+    for title, matrix in tables:
+        lines += ["", title, " " * (width + 5) + "".join(f"{k + 1:>7}" for k in range(len(models)))]
+        for k, (name, row) in enumerate(zip(models, matrix)):
+            cells = "".join(f"{'—' if v is None or (i == k and title.startswith('battles')) else _cell(v):>7}"
+                            for i, v in enumerate(row))
+            lines.append(f"{k + 1:>3}  {name:<{width}}{cells}")
+    return lines
+
+
+def _cell(value: float | int) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:.2f}"
