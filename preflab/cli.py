@@ -60,7 +60,7 @@ SUMMARIES: dict[str, str] = {
     "retrain": 'Retrain on the new comparisons if at least --min-new arrived; else say "nothing to do" (exit 0).',
     "schedule": "Run `preflab retrain` on a cron schedule until stopped, logging each run.",
     "leaderboard": "Rate the models whose replies were ranked: Bradley–Terry ratings with 95% intervals.",
-    "report": "Write one self-contained HTML page: data, agreement, judges, models and optimisation.",
+    "report": "Write one self-contained HTML page: data, agreement, judges, leaderboard, models, optimisation.",
     "serve": "Serve Label Studio live: predictions, annotations as they are submitted, retraining on arrival.",
 }
 

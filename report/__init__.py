@@ -5,7 +5,7 @@ them imports it):
 
 - `build`: `build_report(session)` gathers the data by section, `write_report`
   builds and renders it (what the command and the retrain job call);
-- `data`, `agreement`, `judges`, `models`, `optimisation`: one section each;
+- `data`, `agreement`, `judges`, `leaderboard`, `models`, `optimisation`: one section each;
 - `charts` (matplotlib → inline SVG), `render` (Jinja2: `page.html.j2`, `page.css`);
 - `privacy`: how free text from the store is cut down for the page (excerpts, model
   labels without folders, no email addresses); people appear by pseudonym only;

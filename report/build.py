@@ -28,11 +28,13 @@ def build_report(session: Session, *, no_text: bool = False, reporter: Reporter 
     from preflab.report.agreement import agreement_section
     from preflab.report.data import data_section
     from preflab.report.judges import judges_section
+    from preflab.report.leaderboard import leaderboard_section
     from preflab.report.models import models_section
     from preflab.report.optimisation import optimisation_section
 
     builders = {"data": data_section, "agreement": lambda s: agreement_section(s, no_text=no_text),
-                "judges": judges_section, "models": models_section, "optimisation": optimisation_section}
+                "judges": judges_section, "leaderboard": leaderboard_section, "models": models_section,
+                "optimisation": optimisation_section}
     report: dict[str, Any] = {"generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                               "preflab_version": __version__, "database": session.get_bind().dialect.name,
                               "no_text": no_text}
@@ -52,6 +54,8 @@ def holds_data(name: str, section: Any) -> bool:
         return bool(section["categories"] or section["annotators"])
     if name == "judges":
         return bool(section)
+    if name == "leaderboard":
+        return bool(section["ratings"])
     return any(section.values())
 
 

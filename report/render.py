@@ -20,19 +20,22 @@ from preflab.report import charts
 
 HERE = Path(__file__).parent
 # The page's sections, in order, with their titles: the builders (build.py) fill them, the template draws them.
-SECTIONS = {"data": "Data", "agreement": "Agreement", "judges": "Judges", "models": "Datasets and models",
-            "optimisation": "Optimisation"}
+SECTIONS = {"data": "Data", "agreement": "Agreement", "judges": "Judges", "leaderboard": "Leaderboard",
+            "models": "Datasets and models", "optimisation": "Optimisation"}
 
 
 def make_charts(report: dict[str, Any]) -> dict[str, str | None]:
     """The page's charts by name: an `<svg>` where its section has the data to draw, else None."""
     charts.require_matplotlib()
-    data, agreement, judges, models, optimisation = (report[name] for name in SECTIONS)
+    from preflab.report.leaderboard import forest_chart
+
+    data, agreement, judges, leaderboard, models, optimisation = (report[name] for name in SECTIONS)
     bon, loops = optimisation["bon"], optimisation["self_reward"]
     return {
         "weekly": charts.weekly_chart(data["weekly"]) if data["weekly"]["weeks"] else None,
         "heatmap": charts.heatmap_chart(agreement["heatmap"]) if agreement["heatmap"] else None,
         "judges": charts.judges_chart(judges) if charts.judges_has_chart(judges) else None,
+        "leaderboard": forest_chart(leaderboard) if leaderboard["ratings"] else None,
         "lineage": charts.lineage_chart(models["lineage"]) if models["lineage"] else None,
         "bon": charts.bon_chart(bon) if bon else None,
         "self_reward": charts.self_reward_chart(loops) if loops else None,

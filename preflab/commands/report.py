@@ -15,7 +15,7 @@ from preflab.settings import Settings
 @json_option
 @pass_settings
 def page_command(settings: Settings, out, open_page, no_text, as_json):
-    """Write one self-contained HTML page: data, agreement, judges, models and optimisation.
+    """Write one self-contained HTML page: data, agreement, judges, leaderboard, models, optimisation.
 
     The page loads nothing from the network (styles, charts and data are inside
     it), names annotators by pseudonym only and shows texts as short excerpts

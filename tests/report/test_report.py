@@ -22,8 +22,8 @@ from tests.report.store import (  # noqa: F401 (fixtures)
     toy_world,
 )
 
-SECTIONS = ["data", "agreement", "judges", "models", "optimisation"]
-CHARTS = 6  # weekly arrivals, agreement heatmap, judges, lineage, best-of-n, self-rewarding
+SECTIONS = ["data", "agreement", "judges", "leaderboard", "models", "optimisation"]
+CHARTS = 7  # weekly arrivals, agreement heatmap, judges, leaderboard, lineage, best-of-n, self-rewarding
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +147,7 @@ def test_rankings_alone_give_data_and_agreement_as_stats_counts_it(cli, db_url, 
     cli("import", "rankings", sample_rankings)
     out = tmp_path / "report.html"
     printed = run_report(db_url, out)
-    assert printed.startswith(f"wrote {out} (5 sections, 2 with data: Data, Agreement)")
+    assert printed.startswith(f"wrote {out} (6 sections, 3 with data: Data, Agreement, Leaderboard)")
     html = out.read_text(encoding="utf-8")
     for lacking in ("judges", "models", "optimisation"):  # on the page, and marked in its navigation
         assert f'<section id="{lacking}">' in html and f'<a href="#{lacking}" class="lacking">' in html

@@ -17,7 +17,7 @@ import pytest
 from tests.report.store import write_extra_rankings
 from tests.tiny_models import tiny_causal_lm
 
-SECTIONS = ["data", "agreement", "judges", "models", "optimisation"]
+SECTIONS = ["data", "agreement", "judges", "leaderboard", "models", "optimisation"]
 # What each "lacks" sentence starts with, and the section it belongs to.
 LACKS = {
     "store": ("data", "No prompts or rankings yet"),
@@ -33,6 +33,7 @@ LACKS = {
     "annotators": ("agreement", "No annotator table yet"),
     "hot_spots": ("agreement", "No prompt where annotators disagree yet"),
     "judges": ("judges", "No judge has ranked anything yet"),
+    "leaderboard": ("leaderboard", "No models to compare yet"),
     "datasets": ("models", "No dataset versions yet"),
     "runs": ("models", "No training runs yet"),
     "model_versions": ("models", "No model versions yet"),
@@ -85,21 +86,24 @@ def generated(cli, tmp_path, tiny_lm):
 # name: (how the store is filled, the sections holding something, the "lacks" sentences its page shows)
 SHAPES = {
     "empty": (lambda cli, tmp, lm: None, [],
-              {"store", "compared", "annotators"} | NOTHING_TRAINED),
+              {"store", "compared", "annotators", "leaderboard"} | NOTHING_TRAINED),
     "quarantined records only": (lambda cli, tmp, lm: quarantined_only(cli, tmp), ["data"],
-                                 {"prompts", "rankings", "candidates", "compared", "annotators"} | NOTHING_TRAINED),
+                                 {"prompts", "rankings", "candidates", "compared", "annotators", "leaderboard"}
+                                 | NOTHING_TRAINED),
     "prompts only": (lambda cli, tmp, lm: cli("import", "prompts", sample("prompts.jsonl")), ["data"],
-                     {"rankings", "candidates", "compared", "annotators"} | NOTHING_TRAINED),
+                     {"rankings", "candidates", "compared", "annotators", "leaderboard"} | NOTHING_TRAINED),
     "human rankings only": (lambda cli, tmp, lm: cli("import", "rankings", rankings_by("human", tmp / "h.jsonl")),
-                            ["data", "agreement"], {"comparisons", "human-ai", "ai-ai"} | NOTHING_TRAINED),
+                            ["data", "agreement", "leaderboard"],
+                            {"comparisons", "human-ai", "ai-ai"} | NOTHING_TRAINED),
     "AI rankings only": (lambda cli, tmp, lm: cli("import", "rankings", rankings_by("ai", tmp / "ai.jsonl")),
-                         ["data", "agreement"],
+                         ["data", "agreement", "leaderboard"],
                          {"comparisons", "human-human", "human-ai", "annotators"} | NOTHING_TRAINED),
     "no comparisons built": (lambda cli, tmp, lm: cli("import", "rankings", sample("rankings.jsonl")),
-                             ["data", "agreement"], {"comparisons"} | NOTHING_TRAINED),
-    "no model versions": (lambda cli, tmp, lm: exported(cli, tmp), ["data", "agreement", "models"],
+                             ["data", "agreement", "leaderboard"], {"comparisons"} | NOTHING_TRAINED),
+    "no model versions": (lambda cli, tmp, lm: exported(cli, tmp), ["data", "agreement", "leaderboard", "models"],
                           NOTHING_TRAINED - {"datasets"}),
-    "no training runs": (lambda cli, tmp, lm: generated(cli, tmp, lm), ["data", "agreement", "models"],
+    "no training runs": (lambda cli, tmp, lm: generated(cli, tmp, lm),
+                         ["data", "agreement", "leaderboard", "models"],
                          {"judges", "runs", "bon", "self_reward"}),
 }
 
@@ -129,7 +133,7 @@ def test_every_section_renders_and_says_what_the_store_lacks(shape, cli, session
 
     out = tmp_path / "page" / "report.html"
     printed = cli("report", out).stdout
-    assert printed.startswith(f"wrote {out} (5 sections, ")
+    assert printed.startswith(f"wrote {out} (6 sections, ")
     html = out.read_text(encoding="utf-8")
     assert list(sections_of(html)) == SECTIONS
     assert lacks_shown(html) == lacking
@@ -153,5 +157,5 @@ def test_the_issue_reproduction_pipeline_then_import_then_report(cli, tmp_path, 
     assert lacks_shown(html) == {"runs", "model_versions", "bon", "self_reward"}
     assert "dataset-1-" in sections_of(html)["models"]  # the pipeline's dataset version is listed
     report = json.loads(cli("report", out, "--json").stdout)
-    assert report["sections"] == ["data", "agreement", "judges", "models"]
+    assert report["sections"] == ["data", "agreement", "judges", "leaderboard", "models"]
     assert report["models"]["lineage"] is None and report["models"]["datasets"][0]["name"].startswith("dataset-1-")
