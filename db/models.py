@@ -27,6 +27,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -133,17 +134,17 @@ class RawRecord(Base):
     """An external payload exactly as received, stored before it is parsed."""
 
     __tablename__ = "raw_records"
-    # payload_hash first: imports look records up by hash. By source and status: `serve`'s pending deliveries.
-    __table_args__ = (UniqueConstraint("payload_hash", "source"),
-                      Index("ix_raw_records_source_status", "source", "status", "id"))
+    # payload_hash first: imports look records up by hash. `serve`'s deliveries by status (imports never write it).
+    __table_args__ = (UniqueConstraint("payload_hash", "source"), Index(
+        "ix_raw_records_deliveries", "status", "id", sqlite_where=text("source = 'label-studio:webhook'"),
+        postgresql_where=text("source = 'label-studio:webhook'")))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     source: Mapped[str] = mapped_column(String(40))        # "import:rankings", "label-studio", ...
     origin: Mapped[str | None] = mapped_column(String(500))  # file path, project id
     locator: Mapped[str | None] = mapped_column(String(200))  # line number, annotation id
-    # What was received, as text. Bytes that text cannot hold (not UTF-8, a NUL, a line
-    # too long to keep whole) are kept exactly in `payload_bytes`; `payload` then shows them
-    # escaped. `payload_hash` is the SHA-256 of all the bytes received.
+    # What was received, as text. Bytes text cannot hold (not UTF-8, a NUL, a line too long to keep whole) are kept
+    # exactly in `payload_bytes`, `payload` showing them escaped. `payload_hash`: SHA-256 of all the bytes received.
     payload: Mapped[str] = mapped_column(Text)
     payload_bytes: Mapped[bytes | None] = mapped_column(LargeBinary)
     payload_hash: Mapped[str] = mapped_column(String(64))
@@ -165,10 +166,9 @@ class Ranking(Base):
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    # No foreign-key constraints to prompts, annotators and raw records: a ranking is written
-    # in the transaction that finds or creates them, and nothing deletes them, so the references
-    # hold by construction (a candidate's prompt likewise). On Postgres each constraint cost a
-    # trigger per row written (bench/README.md, issue 15).
+    # No foreign-key constraints to prompts, annotators and raw records: a ranking is written in the transaction
+    # that finds or creates them, and nothing deletes them, so the references hold by construction (a candidate's
+    # prompt likewise). On Postgres each constraint cost a trigger per row written (bench/README.md, issue 15).
     prompt_id: Mapped[int] = mapped_column(Integer)
     annotator_id: Mapped[int] = mapped_column(Integer, index=True)
     source: Mapped[str] = mapped_column(String(20))  # import | label-studio | judge

@@ -116,3 +116,23 @@ def test_without_a_secret_on_loopback_every_caller_is_let_in(app_client, db_url,
     client = app_client()
     assert client.post("/webhook", content=delivery()).status_code == 200
     assert client.post("/setup", json={"project": "7.1"}).json() == {"model_version": "no-reward-model"}
+
+
+def test_a_delivery_whose_transaction_fails_gets_500_and_nothing_is_stored(app_client, db_url, monkeypatch):
+    from fastapi.testclient import TestClient
+
+    from preflab.labelling.studio import webhooks
+
+    real = webhooks.receive_many
+
+    def failing(session, pairs):
+        real(session, pairs)
+        raise RuntimeError("the disk is gone")
+
+    client = TestClient(app_client().app, raise_server_exceptions=False)
+    monkeypatch.setattr(webhooks, "receive_many", failing)
+    assert client.post("/webhook", content=delivery(), headers=WEBHOOK_HEADERS).status_code == 500
+    assert stored(db_url)["raw"] == 0
+    monkeypatch.setattr(webhooks, "receive_many", real)  # the receiver goes on with the next group
+    assert client.post("/webhook", content=delivery(), headers=WEBHOOK_HEADERS).status_code == 200
+    assert stored(db_url)["pending"] == 1

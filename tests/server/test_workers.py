@@ -75,3 +75,69 @@ def test_a_nul_byte_in_an_id_is_stored_as_received_and_never_becomes_a_ranking(a
     wait_until(lambda: stored(db_url)["pending"] == 0)
     assert stored(db_url) == {"raw": 1, "pending": 0, "ok": 0, "quarantined": 1, "rankings": 0}
     assert "\x00" not in raw_records(db_url)[0].reason
+
+
+def _group(db_url: str, bodies: list[bytes], *, fail: Exception | None = None, monkeypatch=None) -> tuple:
+    """Hand `bodies` to one server's receiver at once (held back until all are queued, so they are one group);
+    returns each request's delivery or error, what the store held as each answer came, and the receiver."""
+    import asyncio
+    import threading
+
+    from preflab.db.engine import open_sessions
+    from preflab.labelling.studio import webhooks
+    from preflab.server.receiver import Receiver
+
+    if fail is not None:
+        real = webhooks.receive_many
+
+        def failing(session, pairs):
+            real(session, pairs)  # written, then the transaction fails: it must all roll back
+            raise fail
+
+        monkeypatch.setattr(webhooks, "receive_many", failing)
+    receiver = Receiver(open_sessions(db_url))
+    seen: dict[int, set[int]] = {}
+
+    async def one(n: int, body: bytes):
+        delivery = await receiver.receive(body, "127.0.0.1")
+        seen[n] = {r.id for r in raw_records(db_url)}  # read at once, in another session: committed?
+        return delivery
+
+    async def run():
+        with receiver.gate.parser(threading.Event()):  # the receiver waits its turn: everything queues
+            tasks = [asyncio.create_task(one(n, body)) for n, body in enumerate(bodies)]
+            while receiver.gate._queued < len(bodies):  # handed over (the receiver may hold them, waiting)
+                await asyncio.sleep(0.001)
+        return await asyncio.gather(*tasks, return_exceptions=True)
+
+    try:
+        return asyncio.run(run()), seen, receiver
+    finally:
+        receiver.stop()
+
+
+def test_concurrent_deliveries_are_one_transaction_each_acknowledged_after_commit_and_stored_once(db_url):
+    from preflab.labelling.studio.webhooks import Delivery
+    from tests.server.conftest import delivery
+
+    bodies = [delivery(annotation_id=600 + n) for n in range(30)]
+    bodies += [bodies[3], bodies[7], b'{"action": "PROJECT_CREATED"}']  # two replays in the group, one refused
+    answers, seen, receiver = _group(db_url, bodies)
+    assert all(isinstance(a, Delivery) for a in answers), answers
+    assert receiver.groups == 1 and receiver.stored == 33
+    for n, answer in enumerate(answers):
+        assert answer.raw_id in seen[n]  # committed before its request heard of it
+    assert [a.raw_id for a in answers[30:32]] == [answers[3].raw_id, answers[7].raw_id]
+    assert [a.new for a in answers] == [True] * 30 + [False, False, True]
+    assert answers[32].error and all(a.error is None for a in answers[:32])
+    assert stored(db_url) == {"raw": 31, "pending": 30, "ok": 0, "quarantined": 1, "rankings": 0}
+    assert len({a.raw_id for a in answers}) == 31
+
+
+def test_a_failed_group_transaction_fails_every_request_of_the_group_and_stores_none(db_url, monkeypatch):
+    from tests.server.conftest import delivery
+
+    bodies = [delivery(annotation_id=700 + n) for n in range(10)]
+    answers, _, receiver = _group(db_url, bodies, fail=RuntimeError("the disk is gone"), monkeypatch=monkeypatch)
+    assert [str(a) for a in answers] == ["the disk is gone"] * 10
+    assert receiver.groups == 0 and stored(db_url)["raw"] == 0

@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import httpx
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import event, func, select, text
 
 from preflab.db.engine import dispose_all, open_sessions
 from preflab.db.models import Candidate, RawRecord, Ranking
@@ -372,3 +372,22 @@ def test_real_deliveries_agree_with_ls_sync(lcli, sqlite_url, ls_env, tmp_path):
     assert {a: (s, who, tiers) for a, (s, _, who, tiers) in newest.items()} == {
         a: (s, who, tiers) for a, (s, _, who, tiers) in ((a, v[-1]) for a, v in by_sync.items())}
     assert by_hooks[doomed.id][-1][0] == "deleted" and doomed.id not in by_sync
+
+
+def test_the_pending_deliveries_are_found_through_the_index_partial_to_deliveries(tmp_path):
+    """Imports fill raw_records; the server's frequent questions read only the deliveries' own index."""
+    sessions = open_sessions(f"sqlite:///{tmp_path / 'plan.db'}")
+    seen: list[str] = []
+    with sessions() as session:
+        connection = session.connection()
+
+        def explain(conn, cursor, statement, parameters, context, executemany):
+            if statement.startswith("SELECT") and "raw_records" in statement:
+                plan = conn.exec_driver_sql(f"EXPLAIN QUERY PLAN {statement}", parameters).all()
+                seen.append(" ".join(str(row[-1]) for row in plan))
+
+        event.listen(connection, "before_cursor_execute", explain)
+        pending_count(session)
+        last_delivery_at(session)
+        event.remove(connection, "before_cursor_execute", explain)
+    assert seen and all("ix_raw_records_deliveries" in plan for plan in seen), seen
