@@ -161,8 +161,9 @@ def email(word: str, project_id: int) -> str:
 
 
 @pytest.mark.parametrize("template,db", [
-    ("ranking", "sqlite"), ("ranking_tiers", "sqlite"), ("pairwise", "sqlite"),
-    pytest.param("ranking_tiers", "postgres", marks=pytest.mark.postgres),
+    *[(template, "sqlite") for template in ("ranking", "ranking_tiers", "pairwise")],
+    *[pytest.param(template, "postgres", marks=pytest.mark.postgres)
+      for template in ("ranking", "ranking_tiers", "pairwise")],
 ])
 def test_predictions_and_annotations_flow_between_label_studio_and_the_server(template, db, request, ls_env, serve,
                                                                              tmp_path):
