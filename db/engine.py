@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from datetime import datetime, timezone
 from typing import TypeVar
 
 from sqlalchemy import create_engine, event, text
@@ -303,6 +304,11 @@ def open_sessions(url: str, *, existing: bool = False) -> sessionmaker[Session]:
             error naming its path, not a new empty store.
     """
     return session_factory(open_database(url, existing=existing))
+
+
+def as_utc(value: datetime | None) -> datetime | None:
+    """A datetime read from the store, as UTC: SQLite gives back naive datetimes; everything preflab stores is UTC."""
+    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
 
 
 # --- transactions that may be retried -------------------------------------------------------

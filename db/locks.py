@@ -30,6 +30,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from preflab.db.engine import as_utc
 from preflab.db.models import JobLock
 from preflab.errors import LockHeld
 
@@ -49,15 +50,10 @@ def holder_id() -> str:
     return f"{socket.gethostname()[:80]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _as_utc(value: datetime) -> datetime:
-    # SQLite returns naive datetimes; everything preflab stores is UTC.
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
 def db_now(session: Session) -> datetime:
     """The current time by the database server's clock on Postgres, by this machine's on SQLite."""
     if session.get_bind().dialect.name == "postgresql":
-        return _as_utc(session.scalar(select(func.now())))
+        return as_utc(session.scalar(select(func.now())))
     return datetime.now(timezone.utc)
 
 
@@ -85,7 +81,7 @@ def try_acquire(sessions: sessionmaker[Session], name: str, holder: str, ttl: fl
         row = session.get(JobLock, name)
         if row is None or row.holder != holder:
             return None
-        return Lease(name, holder, _as_utc(row.expires_at))
+        return Lease(name, holder, as_utc(row.expires_at))
 
 
 def renew(sessions: sessionmaker[Session], lease: Lease, ttl: float) -> bool:
@@ -112,8 +108,8 @@ def describe(sessions: sessionmaker[Session], name: str) -> dict | None:
         if row is None:
             return None
         now = db_now(session)
-        expires = _as_utc(row.expires_at)
-        return {"name": name, "holder": row.holder, "acquired_at": _as_utc(row.acquired_at),
+        expires = as_utc(row.expires_at)
+        return {"name": name, "holder": row.holder, "acquired_at": as_utc(row.acquired_at),
                 "expires_at": expires, "expired": expires < now}
 
 

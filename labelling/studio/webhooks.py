@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -46,6 +46,7 @@ from sqlalchemy import bindparam, exists, func, select, update
 from sqlalchemy.orm import Session
 
 from preflab.console import plural
+from preflab.db.engine import as_utc
 from preflab.db.ingest.lines import Invalid
 from preflab.db.models import Annotator, AnnotatorKind, Ranking, RankingStatus, RawRecord, RawStatus
 from preflab.db.store import payload_hash, quarantine, store_raw
@@ -197,19 +198,14 @@ def pending_count(session: Session) -> int:
 
 def last_delivery_at(session: Session) -> datetime | None:
     """When the newest delivery was received (whatever became of it); None before the first."""
-    # The newest of each status, each one probe of the (source, status, id) index.
+    # The newest of each status, each one probe of the deliveries' (status, id) index.
     newest = [session.scalar(select(func.max(RawRecord.id)).where(_DELIVERY,
                                                                   RawRecord.status == status.value))
               for status in RawStatus]
     newest = [rid for rid in newest if rid is not None]
     if not newest:
         return None
-    return _utc(session.scalar(select(RawRecord.received_at).where(RawRecord.id == max(newest))))
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    # SQLite gives back naive datetimes; everything preflab stores is UTC.
-    return value.replace(tzinfo=timezone.utc) if value is not None and value.tzinfo is None else value
+    return as_utc(session.scalar(select(RawRecord.received_at).where(RawRecord.id == max(newest))))
 
 
 # --- applying: the same code as `ls sync` ------------------------------------------------------------
@@ -219,7 +215,7 @@ def _when(value: Any) -> datetime | None:
     if not isinstance(value, str):
         return None
     try:
-        return _utc(datetime.fromisoformat(value))
+        return as_utc(datetime.fromisoformat(value))
     except ValueError:
         return None
 

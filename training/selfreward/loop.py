@@ -34,11 +34,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
+from preflab.db.engine import as_utc
 from preflab.db.models import DatasetVersion, ModelVersion, Prompt, SelfRewardIteration
 from preflab.errors import InputError
 from preflab.settings import data_dir
 from preflab.training.selfreward.config import SelfRewardConfig
-from preflab.training.selfreward.state import as_utc, load_context
+from preflab.training.selfreward.state import load_context
 from preflab.training.selfreward.steps import STEP_FUNCTIONS
 
 # --- the loop ------------------------------------------------------------------------------

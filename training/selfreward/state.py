@@ -50,10 +50,6 @@ class Context:
         return Path(self.state["dir"]) / f"iter-{self.iteration}"
 
 
-def as_utc(value: datetime) -> datetime:
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
 def load_context(sessions: sessionmaker[Session], row_id: int) -> Context:
     from preflab.lm.names import resolve_model
 
