@@ -145,29 +145,14 @@ class DeliveryWorker:
             else:
                 with self.gate.parser(self.loop.stopping):
                     summary = in_transaction(self.sessions, self._batch)
-            done = _parsed(summary)
-            parsed += done
-            log.info("parsed %s", _line(summary))
-            if done == 0:  # nothing could be taken (another process holds them): look again later
+            parsed += summary.deliveries
+            log.info("parsed %s", summary.line())
+            if summary.deliveries == 0:  # nothing could be taken (another process holds them): look again later
                 break
         if parsed:
             self.parsed += parsed
             self.after()
         self.loop.activity.ok(parsed=self.parsed)
-
-
-def _parsed(summary) -> int:
-    """How many deliveries a `WebhookSummary` says were parsed (ok or quarantined)."""
-    for name in ("deliveries", "parsed", "applied", "processed"):
-        value = getattr(summary, name, None)
-        if isinstance(value, int):
-            return value
-    return 0
-
-
-def _line(summary) -> str:
-    line = getattr(summary, "line", None)
-    return line() if callable(line) else str(summary)
 
 
 class SyncWorker:
