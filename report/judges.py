@@ -1,8 +1,11 @@
 """The Judges section: how far each AI judge can be trusted, from `preflab judge report`.
 
-The measures are `preflab.labelling.judges.report.judge_report`'s; this module
-only relabels them for the page (pseudonym and judge kind, never the judge's
-configuration name) and leaves out judges that ranked nothing.
+The measures are `preflab.labelling.judges.report.judge_report`'s, with the
+interval of agreement with people and the position bias of
+`preflab.labelling.judges.trust` (`preflab stats --judges`); this module only
+relabels them for the page (pseudonym and judge kind, never the judge's
+configuration name), leaves out judges that ranked nothing and orders them as
+`stats --judges` does: which judge to trust first.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from preflab.db.models import Annotator
 from preflab.labelling.judges.report import judge_report
+from preflab.labelling.judges.trust import trust_rows
 from preflab.report.privacy import model_label
 
 MEASURES = ("swap_consistency", "first_position_rate", "longer_wins", "length_correlation", "parse_failure_rate")
@@ -22,15 +26,17 @@ OPTIONAL = ("method", "score_mass", "seconds_per_candidate")
 
 
 def judges_section(session: Session) -> list[dict[str, Any]]:
-    """One row per judge that ranked something (none: an empty list)."""
-    rows = [row for row in judge_report(session) if row["rankings"]]
-    if not rows:
+    """One row per judge that ranked something, in the order to trust them (none: an empty list)."""
+    report = {row["annotator_id"]: row for row in judge_report(session, per_prompt=True)}
+    trust = trust_rows(list(report.values()))
+    if not trust:
         return []
+    rows = [report[t["annotator_id"]] for t in trust]
     known = {aid: (pseudonym, config or {}) for aid, pseudonym, config in session.execute(
         select(Annotator.id, Annotator.pseudonym, Annotator.config)
         .where(Annotator.id.in_([r["annotator_id"] for r in rows])))}
     out = []
-    for row in rows:
+    for row, t in zip(rows, trust):
         agreement = row["human_agreement"]
         pseudonym, config = known[row["annotator_id"]]
         # A reward model is named by its model version where the judge recorded it (best-of-n does).
@@ -42,5 +48,7 @@ def judges_section(session: Session) -> list[dict[str, Any]]:
             **{name: row[name] for name in MEASURES}, **{name: row.get(name) for name in OPTIONAL},
             "human_prompts": agreement["prompts"], "human_shared_pairs": agreement["shared_pairs"],
             "human_agreement": agreement["pairwise_agreement"], "human_kendall_tau": agreement["kendall_tau"],
+            "human_agreement_low": t["agreement_low"], "human_agreement_high": t["agreement_high"],
+            **{name: t[name] for name in ("position_bias", "position_first", "position_second")},
         })
     return out

@@ -1,13 +1,15 @@
 """`preflab judge report`: how far each judge can be trusted.
 
-Per judge (AI annotator): swap consistency and first-position preference
-(pairwise judges), parse-failure rate (sampled score and reference judges), the
-probability mass the score tokens take (expected score judges: a low mass means
-the judge is guessing), time per candidate, length bias (correlation of score
-with response length; how often the longer response is ranked above the
-shorter), and agreement with human rankings on the prompts both ranked. Judges
-of one kind run by different methods on the same rankings (the sample rankings
-of `preflab import rankings`) line up side by side.
+Per judge (AI annotator): swap consistency, first-position preference and
+position bias (pairwise judges: the share of pairs whose verdict followed the
+position, the same place winning in both orders), parse-failure rate (sampled
+score and reference judges), the probability mass the score tokens take
+(expected score judges: a low mass means the judge is guessing), time per
+candidate, length bias (correlation of score with response length; how often
+the longer response is ranked above the shorter), and agreement with human
+rankings on the prompts both ranked. Judges of one kind run by different
+methods on the same rankings (the sample rankings of `preflab import rankings`)
+line up side by side. `trust.py` turns these into "which judge to trust".
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class _Tally:
     pair_entries: int = 0
     consistent: int = 0
     first_won: int = 0
+    first_both: int = 0                                             # shown first, won in both orders
+    second_both: int = 0                                            # shown second, won in both orders
     attempts: int = 0
     failures: int = 0
     masses: list = field(default_factory=list)                      # expected score: mass on the score tokens
@@ -90,7 +94,10 @@ def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
         for entry in details.get("pairs", []):
             t.pair_entries += 1
             t.consistent += entry.get("outcome") != "tie"
-            t.first_won += entry.get("p_as_a", 0.5) > 0.5
+            p_a, p_b = entry.get("p_as_a", 0.5), entry.get("p_as_b", 0.5)
+            t.first_won += p_a > 0.5
+            t.first_both += p_a > 0.5 > p_b
+            t.second_both += p_a < 0.5 < p_b
         t.attempts += details.get("attempts", 0)
         t.failures += details.get("parse_failures", 0)
         if "mass" in details:
@@ -119,7 +126,7 @@ def _as_tiers(tiers: dict[int, int]) -> list[list[int]]:
     return [sorted(out[k]) for k in sorted(out)]
 
 
-def _human_agreement(session: Session, tallies: dict[int, _Tally]) -> dict[int, dict]:
+def _human_agreement(session: Session, tallies: dict[int, _Tally], per_prompt: bool = False) -> dict[int, dict]:
     wanted = {p for t in tallies.values() for p in t.prompts}
     humans: dict[int, list[list[list[int]]]] = {}
     for prompt_id, views in iter_prompt_rankings(session, "human"):
@@ -128,28 +135,40 @@ def _human_agreement(session: Session, tallies: dict[int, _Tally]) -> dict[int, 
     out = {}
     for annotator_id, t in tallies.items():
         prompts, shared, agree, taus = set(), 0, 0, []
+        counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])  # prompt id -> [shared, agreeing] pairs
         for ranking_id, tiers in t.tiers.items():
             prompt_id = t.prompt_of[ranking_id]
             for human in humans.get(prompt_id, []):
                 n, a, tau = compare_rankings(_as_tiers(tiers), human)
                 prompts.add(prompt_id)
                 shared, agree = shared + n, agree + a
+                counts[prompt_id][0] += n
+                counts[prompt_id][1] += a
                 if tau is not None:
                     taus.append(tau)
         out[annotator_id] = {"prompts": len(prompts), "shared_pairs": shared,
                              "pairwise_agreement": agree / shared if shared else None,
                              "kendall_tau": sum(taus) / len(taus) if taus else None}
+        if per_prompt:  # a prompt's pairs depend on each other: a bootstrap resamples prompts, not pairs
+            out[annotator_id]["per_prompt"] = [counts[p] for p in sorted(counts) if counts[p][0]]
     return out
 
 
-def judge_report(session: Session, annotator_ids: list[int] | None = None) -> list[dict]:
-    """One dict of trust measures per judge (AI annotator with a judge kind), oldest first."""
+def judge_report(session: Session, annotator_ids: list[int] | None = None,
+                 per_prompt: bool = False) -> list[dict]:
+    """One dict of trust measures per judge (AI annotator with a judge kind), oldest first.
+
+    Args:
+        per_prompt: also give, under "human_agreement", "per_prompt": the [shared, agreeing]
+            pair counts of each prompt the judge shares with people (for `trust.judge_trust`'s interval).
+    """
     query = select(Annotator).where(Annotator.kind == "ai", Annotator.judge_kind.in_(JUDGE_KINDS)).order_by(Annotator.id)
     if annotator_ids is not None:
         query = query.where(Annotator.id.in_(annotator_ids))
     judges = list(session.scalars(query))
     tallies = _collect(session, [j.id for j in judges]) if judges else {}
-    agreement = _human_agreement(session, tallies) if tallies else {}
+    agreement = _human_agreement(session, tallies, per_prompt) if tallies else {}
+    nobody = {"prompts": 0, "shared_pairs": 0, "pairwise_agreement": None, "kendall_tau": None}
     out = []
     for judge in judges:
         t = tallies.get(judge.id, _Tally())
@@ -159,6 +178,11 @@ def judge_report(session: Session, annotator_ids: list[int] | None = None) -> li
             "run_id": (judge.config or {}).get("run_id"), "rankings": len(t.rankings), "prompts": len(t.prompts),
             "swap_consistency": t.consistent / t.pair_entries if t.pair_entries else None,
             "first_position_rate": t.first_won / t.pair_entries if t.pair_entries else None,
+            # Verdicts that followed the position (the same place won in both orders): None for
+            # judges that score each reply alone, where the position cannot matter.
+            "position_bias": (t.first_both + t.second_both) / t.pair_entries if t.pair_entries else None,
+            "position_first": t.first_both / t.pair_entries if t.pair_entries else None,
+            "position_second": t.second_both / t.pair_entries if t.pair_entries else None,
             "pairs_judged": t.pair_entries // 2,
             "parse_failure_rate": t.failures / t.attempts if t.attempts else None,
             "score_attempts": t.attempts,
@@ -169,7 +193,6 @@ def judge_report(session: Session, annotator_ids: list[int] | None = None) -> li
             "guessing": None if not t.masses else _mean(t.masses) < LOW_MASS,
             "length_correlation": _pearson(t.scored),
             "longer_wins": longer, "length_pairs": n_longer,
-            "human_agreement": agreement.get(judge.id, {"prompts": 0, "shared_pairs": 0,
-                                                        "pairwise_agreement": None, "kendall_tau": None}),
+            "human_agreement": agreement.get(judge.id, nobody | ({"per_prompt": []} if per_prompt else {})),
         })
     return out

@@ -315,25 +315,30 @@ def pairs_build(settings: Settings, strategy, aggregate, annotator_kind, full, e
 # --- stats ------------------------------------------------------------------------------
 
 @click.command("stats")
+@click.option("--judges", is_flag=True,
+              help="Instead: which AI judge to trust, each against the people on the prompts both ranked.")
 @json_option
 @pass_settings
-def stats_command(settings: Settings, as_json):
+def stats_command(settings: Settings, judges, as_json):
     """Counts and inter-annotator agreement.
 
     Agreement is measured between annotators who ranked the same prompts:
-    the pairwise agreement rate and Kendall's tau-b.
+    the pairwise agreement rate and Kendall's tau-b. With --judges: one row per
+    AI judge, best first, with its agreement with people (and a bootstrap 95%
+    interval over the shared prompts, seed 0), Kendall's tau-b and position bias.
 
-    Example: preflab stats --json
+    Example: preflab stats --judges --json
     """
-    from preflab.commands.text import stats_text
+    from preflab.commands.text import judges_text, stats_text
     from preflab.db.quality.agreement import stats
+    from preflab.labelling.judges.trust import judge_trust
 
     with open_sessions(settings.database_url, existing=True).begin() as session:
-        report = stats(session)
+        report = judge_trust(session) if judges else stats(session)
     if as_json:
         echo_json(report)
     else:
-        click.echo(stats_text(report))
+        click.echo(judges_text(report) if judges else stats_text(report))
 
 
 # --- annotators --------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The text the store's commands print: `stats`, `annotators`, `export`, `import dataset` (`--json`: the dict itself).
 
 The library jobs return data (`preflab.db.quality.agreement.stats`,
-`preflab.db.quality.annotators.annotator_quality`, `preflab.db.export.dataset.version_info`);
+`preflab.db.quality.annotators.annotator_quality`, `preflab.db.export.dataset.version_info`,
+`preflab.labelling.judges.trust.judge_trust`);
 how it reads on a terminal is the shell's business, so it lives here, beside the commands.
 """
 
@@ -92,3 +93,36 @@ def dataset_summary(summary: dict[str, Any]) -> str:
             f"{plural(summary['rankings'], 'new ranking')} ({plural(summary['ties'], 'tie')}), "
             f"{plural(summary['duplicates'], 'duplicate')}, {summary['quarantined']:,} quarantined "
             f"({plural(summary['prompts'], 'new prompt')}, {plural(summary['candidates'], 'new candidate')}{retried})")
+
+
+def _tail(text: str | None, width: int) -> str:
+    text = text or "—"
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def judges_text(trust: dict[str, Any]) -> str:
+    """The `preflab stats --judges` table: which judge to trust, best first (no trailing newline)."""
+    rows, boot = trust["judges"], trust["bootstrap"]
+    if not rows:
+        return "no judge has ranked anything yet (see `preflab judge --help`)"
+
+    def num(value: float | None) -> str:
+        return "n/a" if value is None else f"{value:.2f}"
+
+    lines = [f"which judge to trust, first the highest lower bound of agreement with people "
+             f"({boot['level']:.0%} interval: {boot['rounds']:,} bootstrap resamples of the shared prompts, "
+             f"seed {boot['seed']})",
+             f"{'judge':<16} {'kind':<20} {'model':<28} {'prompts':>7} {'pairs':>7}  {'agreement [interval]':<20}"
+             f" {'tau-b':>6}  position bias"]
+    for r in rows:
+        kind = f"{r['kind']} ({r['method']})" if r["method"] else r["kind"]
+        agreement = ("n/a (no shared pair)" if r["agreement"] is None else
+                     f"{num(r['agreement'])} [{num(r['agreement_low'])}, {num(r['agreement_high'])}]")
+        bias = ("n/a (scores each reply alone)" if r["position_bias"] is None else
+                f"{num(r['position_bias'])} (first {num(r['position_first'])}, second {num(r['position_second'])})")
+        lines.append(f"{_tail(r['run_id'] or r['judge'], 16):<16} {_tail(kind, 20):<20} {_tail(r['model'], 28):<28} "
+                     f"{r['shared_prompts']:>7,} {r['shared_pairs']:>7,}  {agreement:<20} {num(r['kendall_tau']):>6}  "
+                     f"{bias}")
+    lines.append("position bias: the share of pairs judged in both orders whose verdict followed the position "
+                 "(the reply shown first won both times, or the one shown second did)")
+    return "\n".join(lines)

@@ -162,3 +162,34 @@ def test_rankings_alone_give_data_and_agreement_as_stats_counts_it(cli, db_url, 
             assert (got[key] is None) == (row[key] is None) and (row[key] is None or abs(got[key] - row[key]) < 1e-9)
     assert report["agreement"]["categories"]["all"]["prompts"] == expected["all"]["prompts"]
     assert report["data"]["counts"]["rankings"]["valid"] == 107
+
+
+def test_the_judges_section_says_which_judge_to_trust_first(cli, sessions, tmp_path):
+    """The `stats --judges` table on the page: by pseudonym, in the same order, with intervals and position bias."""
+    from tests.labelling.judges.test_trust import judged_store
+
+    ids = judged_store(cli, sessions, tmp_path)
+    out = tmp_path / "report.html"
+    report = json.loads(cli("report", out, "--json").stdout)
+    stats = json.loads(cli("stats", "--judges", "--json").stdout)["judges"]
+    with sessions.begin() as session:
+        pseudonyms = dict(session.execute(select(Annotator.id, Annotator.pseudonym)).all())
+        names = list(session.scalars(select(Annotator.name).where(Annotator.kind == "ai")))
+    order = [pseudonyms[ids[name]] for name in ("oracle", "noisy", "always-first", "always-second")]
+    judges = report["judges"]
+    assert [j["judge"] for j in judges] == order == [pseudonyms[r["annotator_id"]] for r in stats]
+    for row, same in zip(judges, stats):
+        assert (row["human_agreement_low"], row["human_agreement_high"], row["position_bias"]) == \
+            (same["agreement_low"], same["agreement_high"], same["position_bias"])
+    html = out.read_text(encoding="utf-8")
+    section = html.split('<section id="judges">')[1].split("</section>")[0]
+    table = section.split('<table class="trust">')[1].split("</table>")[0]
+    rows = re.findall(r"<tr><td class=\"id\">([^<]+)</td>(.*?)</tr>", table, flags=re.S)
+    assert [judge for judge, _ in rows] == order
+    assert "1.00 <small>[1.00, 1.00]</small>" in rows[0][1]
+    assert "n/a <small>(scores each reply alone)</small>" in rows[0][1]
+    noisy = judges[1]
+    low, high = noisy["human_agreement_low"], noisy["human_agreement_high"]
+    assert f"0.67 <small>[{low:.2f}, {high:.2f}]</small>" in rows[1][1]
+    assert "(no pair both ranked)" in rows[2][1] and "1.00 <small>(first 1.00, second 0.00)</small>" in rows[2][1]
+    assert not [name for name in names if name in html]  # judges by pseudonym only, as everywhere on the page
