@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from preflab.report.privacy import excerpt, model_label
+from preflab.report.reward_bench import reward_bench_rows
 
 LIMIT = 20           # dataset versions and training runs listed
 LINEAGE_LIMIT = 40   # newest model versions drawn (with their ancestors)
@@ -111,6 +112,6 @@ def current_models(session: Session) -> list[dict[str, Any]]:
 
 
 def models_section(session: Session) -> dict[str, Any]:
-    """Datasets, runs, lineage and current models (empty lists, and no lineage, where there are none)."""
+    """Datasets, runs, lineage, current models and the reward-model bench (empty where there are none)."""
     return {"datasets": datasets(session), "runs": training_runs(session), "lineage": lineage(session),
-            "current": current_models(session)}
+            "current": current_models(session), "bench": reward_bench_rows(session)}

@@ -1,7 +1,9 @@
 """`train eval`: how good is a trained model version on held-out data?
 
-A reward model: its pairwise accuracy on a dataset version's test split. A
-policy: its win rate against the model it was trained from, on the held-out
+A reward model or pair ranker: the reward-model bench on a dataset version's
+test split (`preflab.training.reward_eval`: accuracy with bootstrap intervals,
+per category, annotator kind and margin, length bias, position, and `--compare`
+with another version on the same pairs). A policy: its win rate against the model it was trained from, on the held-out
 prompts (`Prompt.split == "test"`): both answer each prompt (greedy by default),
 a judge from `preflab.labelling.judges` compares the two answers, and a tie
 counts half; a held-out conversation is answered and judged with its whole
@@ -12,7 +14,7 @@ model version.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
@@ -22,6 +24,10 @@ from preflab.db.conversation import Messages, compact, stored_prompt
 from preflab.db.models import DatasetVersion, ModelVersion, Prompt, TrainingRun
 from preflab.errors import ConfigError, InputError, NotFound
 from preflab.labelling.judges.table import JUDGES
+
+
+if TYPE_CHECKING:
+    from preflab.training.reward_eval.job import RewardEval
 
 # Judges that compare answers on their own; the reference judge grades against a prompt's reference answer.
 ANSWER_JUDGES = tuple(kind for kind, judge in JUDGES.items() if not judge.needs_reference)
@@ -43,7 +49,12 @@ class EvalConfig:
     max_new_tokens: int = field(default=128, metadata={"help": "Policies: longest answer, in tokens."})
     sample: bool = field(default=False, metadata={
         "help": "Policies: sample answers (temperature 0.7, top-p 0.9) instead of greedy decoding."})
-    seed: int = field(default=0, metadata={"help": "Policies: sampling seed."})
+    seed: int = field(default=0, metadata={"help": "Policies: the sampling seed; reward models: the bootstrap's."})
+    compare: str | None = field(default=None, metadata={
+        "help": "Reward models: also score this reward model or pair ranker on the same pairs, and give the "
+                "difference with its interval and p-value."})
+    bootstrap: int = field(default=1000, metadata={
+        "help": "Reward models: bootstrap rounds (resampling prompts) for the 95% intervals; 0: none."})
     batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass."})
 
     def __post_init__(self) -> None:
@@ -52,6 +63,8 @@ class EvalConfig:
                               f"against reference answers), got {self.judge!r}")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"--limit must be at least 1, got {self.limit}")
+        if self.bootstrap < 0:
+            raise ConfigError(f"--bootstrap must be 0 or more, got {self.bootstrap}")
         if self.max_new_tokens < 1 or self.batch_size < 1:
             raise ConfigError("--max-new-tokens and --batch-size must be at least 1")
 
@@ -106,35 +119,6 @@ def contradictions(split) -> tuple[int, float | None]:
         elif c < r:  # each opposed pair once: its majority order is the most a model can get right
             best += max(n, opposite)
     return contradicting, (best / len(split) if len(split) else None)
-
-
-def evaluate_reward_version(version_name: str, dataset: DatasetVersion, model_path: str,
-                            batch_size: int = 32, reporter: Reporter = SILENT, kind: str = "reward") -> dict[str, Any]:
-    """Held-out pairwise accuracy of the reward model (or pair ranker) at `model_path` on `dataset`'s test split.
-
-    Warns (through `reporter`) when the split contradicts itself, which caps the
-    accuracy any model can reach: a held-out set of a person's pairs and a judge's
-    opposite ones pins a perfect model at 0.5.
-    """
-    from preflab.training.data import load_splits
-    if kind == "pair-ranker":
-        from preflab.training.pair_ranker import evaluate_pair_ranker as evaluate_saved
-    else:
-        from preflab.training.reward import evaluate_reward_model as evaluate_saved
-
-    splits = load_splits(dataset.path)
-    if "test" not in splits:
-        raise InputError(f"dataset version {dataset.name} has no test split to evaluate on")
-    test = splits["test"]
-    contradicting, ceiling = contradictions(test)
-    if contradicting:
-        reporter.note(f"warning: {contradicting:,} of the {len(test):,} held-out pairs of {dataset.name} contradict "
-                      f"another (the same two responses in the opposite order), so no model scores above "
-                      f"{ceiling:.3f}; export with --annotators human-first (the default) or aggregate with "
-                      "`preflab pairs build --aggregate majority`")
-    metrics = evaluate_saved(model_path, test, batch_size)
-    return {"model_version": version_name, "kind": kind, "dataset_version": dataset.name, **metrics,
-            "heldout_contradicting_pairs": contradicting, "heldout_accuracy_ceiling": ceiling}
 
 
 @dataclass
@@ -260,30 +244,51 @@ def evaluate_model_version(sessions: sessionmaker[Session], name: str, config: E
         The report: held-out accuracy for a reward model, win rate for a policy.
     """
     from preflab.lm.names import load_named_model
+    from preflab.training.reward_eval.job import SCORERS, plan_reward_eval
 
     with sessions.begin() as session:
         version = find_model_version(session, name)
-        version_id, kind = version.id, version.kind
-        if kind in ("reward", "pair-ranker"):
-            dataset = dataset_for(session, version, config.dataset_version)
-            model_path, version_name = version.path, version.name
+        kind = version.kind
+        if kind in SCORERS:
+            other = find_model_version(session, config.compare) if config.compare else None
+            reward_plan = plan_reward_eval(session, version, dataset_for(session, version, config.dataset_version),
+                                           other)
         else:
+            version_id = version.id
             plan = plan_policy_eval(session, version, config.against, config.limit)
-    if kind in ("reward", "pair-ranker"):
-        reporter.note(f"scoring the test split of {dataset.name} with {version_name}")
-        report = evaluate_reward_version(version_name, dataset, model_path, config.batch_size, reporter, kind)
-    else:
-        judge_model = load_named_model(sessions, config.judge_model or default_judge_model, record=False,
-                                       scorer=JUDGES[config.judge].scorer)
-        judge = make_policy_judge(config, judge_model)
-        reporter.note(f"{plan.policy} and {plan.baseline} answer {len(plan.prompts):,} held-out prompts; "
-                      f"the {config.judge} judge ({judge_model.label}) compares them")
-        report = win_rate(plan, judge, config.max_new_tokens, config.sample, config.seed, config.batch_size)
-        report |= {"judge": config.judge, "judge_model": judge_model.label}
+    if kind in SCORERS:
+        return _evaluate_scorers(sessions, reward_plan, config, reporter)
+    judge_model = load_named_model(sessions, config.judge_model or default_judge_model, record=False,
+                                   scorer=JUDGES[config.judge].scorer)
+    judge = make_policy_judge(config, judge_model)
+    reporter.note(f"{plan.policy} and {plan.baseline} answer {len(plan.prompts):,} held-out prompts; "
+                  f"the {config.judge} judge ({judge_model.label}) compares them")
+    report = win_rate(plan, judge, config.max_new_tokens, config.sample, config.seed, config.batch_size)
+    report |= {"judge": config.judge, "judge_model": judge_model.label}
     with sessions.begin() as session:
         row = session.get(ModelVersion, version_id)
         row.metrics = {**(row.metrics or {}), "eval": report}
     return report
+
+
+def _evaluate_scorers(sessions: sessionmaker[Session], plan: RewardEval, config: EvalConfig, reporter: Reporter) -> dict[str, Any]:
+    """The reward-model bench of a `plan_reward_eval` plan, each report stored with its model version."""
+    from preflab.training.reward_eval.job import evaluate_reward
+
+    contradicting, ceiling = contradictions(plan.test)
+    if contradicting:
+        reporter.note(f"warning: {contradicting:,} of the {len(plan.test):,} held-out pairs of {plan.dataset} "
+                      f"contradict another (the same two responses in the opposite order), so no model scores above "
+                      f"{ceiling:.3f}; export with --annotators human-first (the default) or aggregate with "
+                      "`preflab pairs build --aggregate majority`")
+    reports = evaluate_reward(plan, rounds=config.bootstrap, seed=config.seed, batch_size=config.batch_size,
+                              reporter=reporter)
+    reports[0] |= {"heldout_contradicting_pairs": contradicting, "heldout_accuracy_ceiling": ceiling}
+    with sessions.begin() as session:
+        for report in reports:
+            row = session.get(ModelVersion, plan.ids[report["model_version"]])
+            row.metrics = {**(row.metrics or {}), "eval": report}
+    return reports[0]
 
 
 def make_policy_judge(config: EvalConfig, judge_model):

@@ -37,10 +37,11 @@ LACKS = {
     "datasets": ("models", "No dataset versions yet"),
     "runs": ("models", "No training runs yet"),
     "model_versions": ("models", "No model versions yet"),
+    "reward_bench": ("models", "No reward model has been through the bench yet"),
     "bon": ("optimisation", "No best-of-n draws yet"),
     "self_reward": ("optimisation", "No self-rewarding iterations yet"),
 }
-NOTHING_TRAINED = {"judges", "datasets", "runs", "model_versions", "bon", "self_reward"}
+NOTHING_TRAINED = {"judges", "datasets", "runs", "model_versions", "reward_bench", "bon", "self_reward"}
 
 
 def sample(name: str) -> Path:
@@ -104,7 +105,7 @@ SHAPES = {
                           NOTHING_TRAINED - {"datasets"}),
     "no training runs": (lambda cli, tmp, lm: generated(cli, tmp, lm),
                          ["data", "agreement", "leaderboard", "models"],
-                         {"judges", "runs", "bon", "self_reward"}),
+                         {"judges", "runs", "reward_bench", "bon", "self_reward"}),
 }
 
 
@@ -154,7 +155,7 @@ def test_the_issue_reproduction_pipeline_then_import_then_report(cli, tmp_path, 
     result = cli("report", out)
     assert result.exit_code == 0 and out.stat().st_size > 0
     html = out.read_text(encoding="utf-8")
-    assert lacks_shown(html) == {"runs", "model_versions", "bon", "self_reward"}
+    assert lacks_shown(html) == {"runs", "model_versions", "reward_bench", "bon", "self_reward"}
     assert "dataset-1-" in sections_of(html)["models"]  # the pipeline's dataset version is listed
     report = json.loads(cli("report", out, "--json").stdout)
     assert report["sections"] == ["data", "agreement", "judges", "leaderboard", "models"]

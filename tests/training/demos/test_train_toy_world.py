@@ -48,3 +48,15 @@ def test_the_toy_world_learns_the_hidden_preference_and_keeps_the_language(sqlit
                  "--judge-model", report["reward_model_version"], "--max-new-tokens", 6, "--json")
     assert judged["prompts"] == report["held_out_prompts"] and judged["win_rate"] >= 0.7
     assert judged["against"].startswith("/") and judged["judge"] == "reward-model"
+
+    # The reward-model bench agrees, with an interval, and finds the gain over an untrained reward model real.
+    from tests.tiny_models import tiny_reward_model
+
+    with sessions.begin() as session:
+        session.add(ModelVersion(name="untrained", kind="reward",
+                                 path=str(tiny_reward_model(tmp_path / "untrained", seed=0))))
+    bench = run(sqlite_url, "train", "eval", report["reward_model_version"], "--compare", "untrained", "--json")
+    assert bench["bench"]["accuracy"] == pytest.approx(report["rm_accuracy"]) and bench["bench"]["low"] >= 0.9
+    assert {row["group"] for row in bench["bench"]["by_annotator_kind"]} == {"human"}  # the simulated annotator
+    compared = bench["compare"]
+    assert compared["low"] > 0.2 and compared["p_value"] < 0.01

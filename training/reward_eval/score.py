@@ -1,0 +1,99 @@
+"""Each held-out pair scored by a saved reward model or pair ranker, as it read its training data.
+
+The split is put in the form the model trained on (`preflab.training.data.for_model`:
+an explicit prompt; chat messages through the model's chat template, the prompt's
+whole history followed by the reply), so a chat-format pair is scored as
+RewardBench scores one: the prompt's messages plus the reply, one sequence per side.
+
+A reward model scores each reply alone; a pair is right when the chosen reply's
+score is strictly greater (RewardBench's `chosen > rejected`: a tie is wrong). A pair
+ranker reads both replies in one sequence, in both orders; a pair is right when
+P(chosen ≻ rejected) > ½, and each order's own verdict is kept, so the bench can
+tell whether the position a reply is shown in sways it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Scored:
+    """One model's verdict on each pair of a split, in the split's order.
+
+    `gap`: chosen's score minus rejected's (a reward model), or P(chosen ≻ rejected) − ½
+    (a pair ranker); the pair is right when it is above 0. `first` and `second`: a pair
+    ranker's own-order verdicts, s(chosen, rejected) and s(rejected, chosen) (None for a
+    reward model, which never sees two replies together).
+    """
+
+    model_version: str
+    kind: str
+    gap: np.ndarray
+    chosen: np.ndarray | None = None
+    rejected: np.ndarray | None = None
+    first: np.ndarray | None = None
+    second: np.ndarray | None = None
+
+    @property
+    def right(self) -> np.ndarray:
+        return self.gap > 0
+
+    def headline(self) -> dict:
+        """The numbers `train eval` has always given: held-out accuracy and the mean gap or probability."""
+        n = len(self.gap)
+        accuracy = float(self.right.mean()) if n else None
+        if self.kind == "pair-ranker":
+            probability = self.gap + 0.5
+            return {"heldout_accuracy": accuracy, "heldout_pairs": n,
+                    "heldout_mean_probability": float(probability.mean()) if n else None,
+                    "heldout_log_loss": float(-np.log(np.maximum(probability, 1e-12)).mean()) if n else None}
+        return {"heldout_accuracy": accuracy, "heldout_pairs": n,
+                "heldout_mean_margin": float(self.gap.mean()) if n else None}
+
+
+def reply_length(reply) -> int:
+    """A reply's length in characters: its text, or the content of all its messages."""
+    if isinstance(reply, str):
+        return len(reply)
+    return sum(len(m["content"]) for m in reply)
+
+
+def score_split(model_version: str, kind: str, path: str, split, batch_size: int = 32) -> tuple[Scored, object]:
+    """(the verdicts of the model at `path` on `split`, the split in the form the model read it).
+
+    Args:
+        kind: "reward" or "pair-ranker" (a model version's kind).
+    """
+    from preflab.training.data import for_model
+
+    if kind == "pair-ranker":
+        from preflab.lm.pair_ranker import load_pair_ranker
+
+        model, tokenizer, settings = load_pair_ranker(path)
+        split = for_model(split, tokenizer, "the held-out pairs")
+        return _ranked(model_version, model, tokenizer, split, settings["max_length"], batch_size), split
+    from preflab.lm.loading import load_sequence_scorer
+    from preflab.lm.scoring import reward_scores
+
+    model, tokenizer = load_sequence_scorer(path)
+    split = for_model(split, tokenizer, "the held-out pairs")
+    prompts = list(split["prompt"])
+    chosen = np.array(reward_scores(model, tokenizer, prompts, list(split["chosen"]), batch_size))
+    rejected = np.array(reward_scores(model, tokenizer, prompts, list(split["rejected"]), batch_size))
+    return Scored(model_version, kind, chosen - rejected, chosen=chosen, rejected=rejected), split
+
+
+def _ranked(model_version: str, model, tokenizer, split, max_length, batch_size: int) -> Scored:
+    from preflab.lm.pair_ranker import _sigmoid, pair_ids, pair_scores
+
+    prompts, chosen, rejected = list(split["prompt"]), list(split["chosen"]), list(split["rejected"])
+    n = len(prompts)
+    sequences = [pair_ids(tokenizer, p, c, r, max_length) for p, c, r in zip(prompts, chosen, rejected)]
+    sequences += [pair_ids(tokenizer, p, r, c, max_length) for p, c, r in zip(prompts, chosen, rejected)]
+    scores = pair_scores(model, tokenizer, sequences, batch_size)
+    first, second = np.array(scores[:n]), np.array(scores[n:])
+    probability = np.array([_sigmoid(a - b) for a, b in zip(first, second)])
+    return Scored(model_version, "pair-ranker", probability - 0.5, first=first, second=second)
