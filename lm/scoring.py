@@ -145,11 +145,20 @@ def completion_logprobs(model, tokenizer, prompts: Sequence[Text], completions: 
     return out
 
 
+def pair_rewards(model, tokenizer, prompts: Sequence[Text], chosen: Sequence[Text], rejected: Sequence[Text],
+                 batch_size: int = 32) -> tuple[list[float], list[float]]:
+    """(chosen's scores, rejected's scores): both sides in one `reward_scores` call, so a reply that is
+    chosen in one pair and rejected in another (every middle reply of a ranking) is scored once."""
+    n = len(prompts)
+    scores = reward_scores(model, tokenizer, [*prompts, *prompts], [*chosen, *rejected], batch_size)
+    return scores[:n], scores[n:]
+
+
 def pairwise_accuracy(model, tokenizer, split, batch_size: int = 32) -> dict[str, float | int]:
     """Held-out accuracy of a reward model: the share of pairs where chosen outscores rejected."""
     prompts = list(split["prompt"])
-    chosen = reward_scores(model, tokenizer, prompts, list(split["chosen"]), batch_size)
-    rejected = reward_scores(model, tokenizer, prompts, list(split["rejected"]), batch_size)
+    chosen, rejected = pair_rewards(model, tokenizer, prompts, list(split["chosen"]), list(split["rejected"]),
+                                    batch_size)
     n = len(prompts)
     wins = sum(c > r for c, r in zip(chosen, rejected))
     return {"accuracy": wins / n if n else None, "pairs": n,

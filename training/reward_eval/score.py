@@ -76,13 +76,12 @@ def score_split(model_version: str, kind: str, path: str, split, batch_size: int
         split = for_model(split, tokenizer, "the held-out pairs")
         return _ranked(model_version, model, tokenizer, split, settings["max_length"], batch_size), split
     from preflab.lm.loading import load_sequence_scorer
-    from preflab.lm.scoring import reward_scores
+    from preflab.lm.scoring import pair_rewards
 
     model, tokenizer = load_sequence_scorer(path)
     split = for_model(split, tokenizer, "the held-out pairs")
-    prompts = list(split["prompt"])
-    chosen = np.array(reward_scores(model, tokenizer, prompts, list(split["chosen"]), batch_size))
-    rejected = np.array(reward_scores(model, tokenizer, prompts, list(split["rejected"]), batch_size))
+    chosen, rejected = map(np.array, pair_rewards(model, tokenizer, list(split["prompt"]), list(split["chosen"]),
+                                                  list(split["rejected"]), batch_size))
     return Scored(model_version, kind, chosen - rejected, chosen=chosen, rejected=rejected), split
 
 

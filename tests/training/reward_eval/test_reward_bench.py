@@ -52,7 +52,7 @@ def _test_split(tmp_path):
 
 def test_bench_breaks_accuracy_down_and_is_stored(cli, sessions, bench_store):
     from preflab.lm.loading import load_sequence_scorer
-    from preflab.lm.scoring import reward_scores
+    from preflab.lm.scoring import pair_rewards
 
     report = json.loads(cli("train", "eval", "rm-0", "--dataset-version", "held", "--bootstrap", 300,
                             "--json").stdout)
@@ -61,8 +61,7 @@ def test_bench_breaks_accuracy_down_and_is_stored(cli, sessions, bench_store):
     # Strict, pair by pair, on the prompt's messages plus the reply (the chat template reads the whole history).
     model, tokenizer = load_sequence_scorer(str(bench_store / "rm-0"))
     assert isinstance(test[0]["prompt"], list) and len(test[0]["prompt"]) == 3
-    chosen = reward_scores(model, tokenizer, test["prompt"], test["chosen"])
-    rejected = reward_scores(model, tokenizer, test["prompt"], test["rejected"])
+    chosen, rejected = pair_rewards(model, tokenizer, test["prompt"], test["chosen"], test["rejected"])
     right = sum(c > r for c, r in zip(chosen, rejected))
     assert report["heldout_accuracy"] == bench["accuracy"] == right / len(test)
     assert bench["pairs"] == len(test) and bench["prompts"] == len(set(test["prompt_id"]))
@@ -153,10 +152,9 @@ def test_same_accuracy_as_rewardbench_on_the_same_pairs(cli, bench_store):
     assert report["heldout_accuracy"] == sum(results) / len(results)
     assert report["bench"]["ties"] == 0
     # Not by luck: each reply gets the same score both ways (the same tokens read).
-    from preflab.lm.scoring import reward_scores
+    from preflab.lm.scoring import pair_rewards
 
-    ours = zip(reward_scores(model, tokenizer, test["prompt"], test["chosen"]),
-               reward_scores(model, tokenizer, test["prompt"], test["rejected"]))
+    ours = zip(*pair_rewards(model, tokenizer, test["prompt"], test["chosen"], test["rejected"]))
     assert [pytest.approx(pair, abs=1e-5) for pair in ours] == theirs
 
 
