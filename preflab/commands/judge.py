@@ -76,7 +76,8 @@ def measures_line(m: dict) -> str:
     parts = []
     if m["swap_consistency"] is not None:
         parts.append(f"swap consistency {_fmt(m['swap_consistency'])} (first answer preferred "
-                     f"{_fmt(m['first_position_rate'])}) on {m['pairs_judged']:,} pairs")
+                     f"{_fmt(m['first_position_rate'])}; position decided {_fmt(m['position_bias'])}) on "
+                     f"{m['pairs_judged']:,} pairs")
     if m["parse_failure_rate"] is not None:
         parts.append(f"parse failures {_fmt(m['parse_failure_rate'])} of {m['score_attempts']:,} replies")
     if m["score_mass"] is not None:

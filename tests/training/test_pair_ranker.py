@@ -105,6 +105,10 @@ def test_pair_ranker_learns_a_known_preference(trained, toy_base):
     # `train eval` of the version scores its dataset's test split the same way.
     evaluated = json.loads(run(url, "train", "eval", report["model_version"], "--json").stdout)
     assert evaluated["kind"] == "pair-ranker" and evaluated["heldout_accuracy"] == metrics["heldout_accuracy"]
+    # The bench reads each order's own verdict: how often the chosen reply wins when shown first, and second.
+    position = evaluated["bench"]["position"]
+    assert position["applies"] and position["chosen_shown_first"]["pairs"] == metrics["heldout_pairs"]
+    assert 0 <= position["order_decides"] <= 1 and position["chosen_shown_second"]["accuracy"] is not None
 
 
 def test_judge_ranks_candidates_and_stores_the_pairwise_probabilities(trained, db_url, tmp_path):
