@@ -254,6 +254,9 @@ def evaluate_model_version(sessions: sessionmaker[Session], name: str, config: E
             reward_plan = plan_reward_eval(session, version, dataset_for(session, version, config.dataset_version),
                                            other)
         else:
+            if config.compare:
+                raise ConfigError(f"--compare compares reward models and pair rankers, and {version.name} is a "
+                                  f"{kind} model: compare a policy with another model with --against")
             version_id = version.id
             plan = plan_policy_eval(session, version, config.against, config.limit)
     if kind in SCORERS:

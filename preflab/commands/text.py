@@ -126,3 +126,48 @@ def judges_text(trust: dict[str, Any]) -> str:
     lines.append("position bias: the share of pairs judged in both orders whose verdict followed the position "
                  "(the reply shown first won both times, or the one shown second did)")
     return "\n".join(lines)
+
+
+def _share(cell: dict) -> str:
+    """0.842 [0.801, 0.879] (1,234 pairs); a dash where there are no pairs."""
+    if cell["accuracy"] is None:
+        return "—"
+    interval = f" [{cell['low']:.3f}, {cell['high']:.3f}]" if cell.get("low") is not None else ""
+    return f"{cell['accuracy']:.3f}{interval} ({plural(cell['pairs'], 'pair')})"
+
+
+def bench_text(report: dict) -> str:
+    """`train eval` of a reward model or pair ranker: the accuracy, its breakdowns, length, position, comparison."""
+    b = report["bench"]
+    confidence = (f"mean reward gap {report['heldout_mean_margin']:.3f}" if "heldout_mean_margin" in report else
+                  f"mean P(chosen ≻ rejected) {report['heldout_mean_probability']:.3f}")  # a pair ranker
+    rounds = f"{b['bootstrap']:,} rounds resampling prompts, seed {b['seed']}" if b["bootstrap"] else "no bootstrap"
+    lines = [f"{report['model_version']}: held-out accuracy {_share(b)} over {plural(b['prompts'], 'prompt')} of "
+             f"{report['dataset_version']} ({confidence})",
+             f"scored strictly, as RewardBench scores: a tie counts as wrong ({plural(b['ties'], 'tie')}); "
+             f"95% intervals from {rounds}"]
+    for title, key in (("category", "by_category"), ("annotator kind", "by_annotator_kind"), ("margin", "by_margin")):
+        if b[key]:
+            lines.append(f"by {title}:")
+            width = max(len(row["group"]) for row in b[key])
+            lines += [f"  {row['group']:<{width}}  {_share(row)}" for row in b[key]]
+    shorter, longer = b["length_bias"]["rows"]
+    lines.append(f"length: chosen is the shorter {_share(shorter)}; chosen is the longer {_share(longer)}")
+    if b["length_bias"]["gap"] is not None:
+        lines[-1] += (f"; favours {'longer' if b['length_bias']['gap'] > 0 else 'shorter'} replies by "
+                      f"{abs(b['length_bias']['gap']):.3f}")
+    position = b["position"]
+    if not position["applies"]:
+        lines.append(f"position: does not apply ({position['why']})")
+    else:
+        lines.append(f"position: chosen shown first {_share(position['chosen_shown_first'])}; shown second "
+                     f"{_share(position['chosen_shown_second'])}; the order decided "
+                     f"{position['order_decides']:.1%} of the verdicts")
+    if compared := report.get("compare"):
+        lines.append(f"against {compared['other']} on the same pairs: {compared['accuracy']['accuracy']:.3f} vs "
+                     f"{compared['other_accuracy']['accuracy']:.3f}, difference {compared['difference']:+.3f}"
+                     + (f" [{compared['low']:+.3f}, {compared['high']:+.3f}], p = {compared['p_value']:.3g} "
+                        "(paired bootstrap)" if compared["low"] is not None else "")
+                     + f"; only {report['model_version']} right on {plural(compared['only_this'], 'pair')}, "
+                       f"only {compared['other']} on {compared['only_other']:,}")
+    return "\n".join(lines)

@@ -111,6 +111,10 @@ def test_compare_refuses_a_policy(cli, sessions, bench_store):
         session.add(ModelVersion(name="policy-1", kind="policy", path=str(bench_store / "rm-1")))
     result = cli("train", "eval", "rm-0", "--dataset-version", "held", "--compare", "policy-1", expect_ok=False)
     assert result.exit_code != 0 and "--compare takes a reward model or a pair ranker" in result.output
+    result = cli("train", "eval", "policy-1", "--compare", "rm-0", expect_ok=False)
+    assert result.exit_code != 0 and "compare a policy with another model with --against" in result.output
+    with sessions.begin() as session:  # nothing was stored by either refusal
+        assert not any(session.scalars(select(ModelVersion.metrics).where(ModelVersion.metrics.is_not(None))))
 
 
 def _rewardbench_texts(tokenizer, example):
