@@ -184,15 +184,29 @@ def pair_scores(model, tokenizer, sequences: Sequence[tuple[list[int], int]], ba
     return out
 
 
-def preference_probabilities(model, tokenizer, prompts: Sequence[Text], firsts: Sequence[Text],
-                             seconds: Sequence[Text], max_length: int | None = None,
-                             batch_size: int = 32) -> list[float]:
-    """P(first ≻ second) = σ(s(first, second) − s(second, first)) for each (prompt, first, second)."""
+def order_scores(model, tokenizer, prompts: Sequence[Text], firsts: Sequence[Text], seconds: Sequence[Text],
+                 max_length: int | None = None, batch_size: int = 32) -> tuple[list[float], list[float]]:
+    """(s(first, second), s(second, first)) for each (prompt, first, second): both orders, read in one batch.
+
+    Each order's own verdict: s > 0 prefers the response shown first.
+    """
     n = len(prompts)
     sequences = [pair_ids(tokenizer, p, a, b, max_length) for p, a, b in zip(prompts, firsts, seconds)]
     sequences += [pair_ids(tokenizer, p, b, a, max_length) for p, a, b in zip(prompts, firsts, seconds)]
     scores = pair_scores(model, tokenizer, sequences, batch_size)
-    return [_sigmoid(scores[i] - scores[n + i]) for i in range(n)]
+    return scores[:n], scores[n:]
+
+
+def preferences(forward: Sequence[float], backward: Sequence[float]) -> list[float]:
+    """P(first ≻ second) = σ(s(first, second) − s(second, first)) from `order_scores`."""
+    return [_sigmoid(a - b) for a, b in zip(forward, backward)]
+
+
+def preference_probabilities(model, tokenizer, prompts: Sequence[Text], firsts: Sequence[Text],
+                             seconds: Sequence[Text], max_length: int | None = None,
+                             batch_size: int = 32) -> list[float]:
+    """P(first ≻ second) = σ(s(first, second) − s(second, first)) for each (prompt, first, second)."""
+    return preferences(*order_scores(model, tokenizer, prompts, firsts, seconds, max_length, batch_size))
 
 
 def _sigmoid(x: float) -> float:

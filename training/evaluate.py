@@ -268,14 +268,20 @@ def evaluate_model_version(sessions: sessionmaker[Session], name: str, config: E
                   f"the {config.judge} judge ({judge_model.label}) compares them")
     report = win_rate(plan, judge, config.max_new_tokens, config.sample, config.seed, config.batch_size)
     report |= {"judge": config.judge, "judge_model": judge_model.label}
-    with sessions.begin() as session:
-        row = session.get(ModelVersion, version_id)
-        row.metrics = {**(row.metrics or {}), "eval": report}
+    _store(sessions, version_id, report)
     return report
 
 
-def _evaluate_scorers(sessions: sessionmaker[Session], plan: RewardEval, config: EvalConfig, reporter: Reporter) -> dict[str, Any]:
-    """The reward-model bench of a `plan_reward_eval` plan, each report stored with its model version."""
+def _store(sessions: sessionmaker[Session], version_id: int, report: dict[str, Any]) -> None:
+    """The report into its model version's metrics (under "eval"), in a short transaction of its own."""
+    with sessions.begin() as session:
+        row = session.get(ModelVersion, version_id)
+        row.metrics = {**(row.metrics or {}), "eval": report}
+
+
+def _evaluate_scorers(sessions: sessionmaker[Session], plan: RewardEval, config: EvalConfig,
+                      reporter: Reporter) -> dict[str, Any]:
+    """The reward-model bench of a `plan_reward_eval` plan, stored with its model version."""
     from preflab.training.reward_eval.job import evaluate_reward
 
     contradicting, ceiling = contradictions(plan.test)
@@ -284,14 +290,11 @@ def _evaluate_scorers(sessions: sessionmaker[Session], plan: RewardEval, config:
                       f"contradict another (the same two responses in the opposite order), so no model scores above "
                       f"{ceiling:.3f}; export with --annotators human-first (the default) or aggregate with "
                       "`preflab pairs build --aggregate majority`")
-    reports = evaluate_reward(plan, rounds=config.bootstrap, seed=config.seed, batch_size=config.batch_size,
-                              reporter=reporter)
-    reports[0] |= {"heldout_contradicting_pairs": contradicting, "heldout_accuracy_ceiling": ceiling}
-    with sessions.begin() as session:
-        for report in reports:
-            row = session.get(ModelVersion, plan.ids[report["model_version"]])
-            row.metrics = {**(row.metrics or {}), "eval": report}
-    return reports[0]
+    report = evaluate_reward(plan, rounds=config.bootstrap, seed=config.seed, batch_size=config.batch_size,
+                             reporter=reporter)
+    report |= {"heldout_contradicting_pairs": contradicting, "heldout_accuracy_ceiling": ceiling}
+    _store(sessions, plan.version_id, report)
+    return report
 
 
 def make_policy_judge(config: EvalConfig, judge_model):

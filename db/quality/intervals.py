@@ -24,20 +24,25 @@ from dataclasses import dataclass
 import numpy as np
 
 LEVEL = 0.95
+# Fewer prompts than this give no interval: resampling 1–4 prompts cannot show the spread (one prompt's
+# pairs, all right, would give [1, 1]), and a judge or a category that small would look surest.
+MIN_PROMPTS = 5
 CELLS = 4_000_000  # draw counts held at once (rounds × prompts per chunk): 32 MB
 
 
 @dataclass(frozen=True)
 class Cell:
-    """A share over some pairs, with its bootstrap interval (None where there are no pairs)."""
+    """A share over some pairs, with its bootstrap interval (None: no pairs, or under MIN_PROMPTS prompts)."""
 
     value: float | None
     low: float | None
     high: float | None
     pairs: int
+    prompts: int = 0
 
     def as_dict(self) -> dict:
-        return {"accuracy": self.value, "low": self.low, "high": self.high, "pairs": self.pairs}
+        return {"accuracy": self.value, "low": self.low, "high": self.high, "pairs": self.pairs,
+                "prompts": self.prompts}
 
 
 class Resampler:
@@ -104,8 +109,10 @@ class Resampler:
             if not len(picked):
                 out.append(Cell(None, None, None, 0))
                 continue
-            low, high = interval(rounds[:, j], self.level) if len(rounds) else (None, None)
-            out.append(Cell(float(picked.mean()), low, high, int(len(picked))))
+            prompts = len(np.unique(self.index if mask is None else self.index[mask]))
+            low, high = (interval(rounds[:, j], self.level) if len(rounds) and prompts >= MIN_PROMPTS
+                         else (None, None))
+            out.append(Cell(float(picked.mean()), low, high, int(len(picked)), prompts))
         return out
 
 
@@ -122,21 +129,23 @@ def interval(column: np.ndarray, level: float = LEVEL) -> tuple[float | None, fl
 def paired_difference(resampler: Resampler, right_a: np.ndarray, right_b: np.ndarray) -> dict:
     """Accuracy of A minus accuracy of B on the same pairs: the difference, its interval and a p-value.
 
-    The p-value is the bootstrap's two-sided one: twice the share of rounds on the
-    far side of zero from the observed difference ((k + 1) / (rounds + 1), so it is
-    never 0), capped at 1. The pairs where exactly one model is right decide it;
-    they are counted too.
+    The p-value is the bootstrap's two-sided one: twice the share of rounds at or
+    past zero on the far side from the observed difference ((k + 1) / (rounds + 1),
+    so it is never 0), capped at 1; 1 when the observed difference is 0. With fewer
+    than MIN_PROMPTS prompts there is neither interval nor p-value. The pairs where
+    exactly one model is right decide it; they are counted too.
     """
     right_a, right_b = np.asarray(right_a, dtype=bool), np.asarray(right_b, dtype=bool)
     diff = right_a.astype(float) - right_b.astype(float)
     observed = float(diff.mean()) if len(diff) else None
-    rounds = resampler.estimates([(diff, None)])[:, 0] if len(diff) else np.empty(0)
+    enough = resampler.n_prompts >= MIN_PROMPTS
+    rounds = resampler.estimates([(diff, None)])[:, 0] if len(diff) and enough else np.empty(0)
     low, high = interval(rounds, resampler.level) if len(rounds) else (None, None)
     p_value = None
     if len(rounds):
         rounds = rounds[~np.isnan(rounds)]
-        below, above = int((rounds <= 0).sum()), int((rounds >= 0).sum())
-        p_value = min(1.0, 2 * (min(below, above) + 1) / (len(rounds) + 1))
+        far = (rounds <= 0) if observed > 0 else (rounds >= 0)
+        p_value = 1.0 if observed == 0 else min(1.0, 2 * (int(far.sum()) + 1) / (len(rounds) + 1))
     return {"difference": observed, "low": low, "high": high, "p_value": p_value,
             "both_right": int((right_a & right_b).sum()), "only_this": int((right_a & ~right_b).sum()),
             "only_other": int((~right_a & right_b).sum()), "both_wrong": int((~right_a & ~right_b).sum())}

@@ -12,8 +12,8 @@ reply alone cannot be swayed by position: its position bias is None.
 
 The measures are `judge_report`'s (`preflab.labelling.judges.report`); the rows
 come ordered by which judge to trust first: the lower bound of the interval,
-highest first; judges with no pair ranked strictly by both them and people
-(no interval) last.
+highest first; judges with no interval (no pair ranked strictly by both them
+and people, or such pairs on fewer than five prompts: too few to resample) last.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from preflab.db.quality.intervals import LEVEL, Resampler, interval
+from preflab.db.quality.intervals import LEVEL, MIN_PROMPTS, Resampler, interval
 from preflab.labelling.judges.report import judge_report
 
 ROUNDS = 1000
@@ -40,11 +40,12 @@ def agreement_interval(counts: list[list[int]], rounds: int = ROUNDS, seed: int 
         level: the interval's coverage (0.95: the 2.5% and 97.5% quantiles).
 
     Returns:
-        (low, high), or None where no prompt has a shared pair.
+        (low, high), or None where fewer than MIN_PROMPTS prompts have a shared pair (a judge that
+        agreed on the pairs of one prompt would otherwise get [1, 1] and be listed first).
     """
     table = np.asarray(counts, dtype=float).reshape(-1, 2)
     table = table[table[:, 0] > 0]
-    if not len(table):
+    if len(table) < MIN_PROMPTS:
         return None
     resampler = Resampler.over_prompts(len(table), rounds, seed, level)
     low, high = interval(resampler.ratios(table[:, 1:], table[:, :1])[:, 0], level)
@@ -68,8 +69,8 @@ def trust_rows(report: list[dict[str, Any]], rounds: int = ROUNDS, seed: int = 0
         if not judge["rankings"]:
             continue
         human = judge["human_agreement"]
-        interval = agreement_interval(human.get("per_prompt", []), rounds, seed, level)
-        low, high = interval or (None, None)
+        bounds = agreement_interval(human.get("per_prompt", []), rounds, seed, level)
+        low, high = bounds or (None, None)
         rows.append({
             "judge": judge["judge"], "annotator_id": judge["annotator_id"], "kind": judge["kind"],
             "method": judge.get("method"), "model": judge["model"], "run_id": judge.get("run_id"),

@@ -117,6 +117,7 @@ def judges_text(trust: dict[str, Any]) -> str:
     for r in rows:
         kind = f"{r['kind']} ({r['method']})" if r["method"] else r["kind"]
         agreement = ("n/a (no shared pair)" if r["agreement"] is None else
+                     f"{num(r['agreement'])} (too few prompts)" if r["agreement_low"] is None else
                      f"{num(r['agreement'])} [{num(r['agreement_low'])}, {num(r['agreement_high'])}]")
         bias = ("n/a (scores each reply alone)" if r["position_bias"] is None else
                 f"{num(r['position_bias'])} (first {num(r['position_first'])}, second {num(r['position_second'])})")

@@ -130,4 +130,3 @@ def eval_command(settings: Settings, model_version, as_json, **fields):
         click.echo(f"{report['model_version']} vs {report['against']}: win rate {report['win_rate']:.3f} over "
                    f"{report['prompts']:,} held-out prompts ({report['wins']} wins, {report['losses']} losses, "
                    f"{report['ties']} ties; {report['judge']} judge {report['judge_model']})")
-

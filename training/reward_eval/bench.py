@@ -6,7 +6,7 @@ seeded bootstrap over prompts (`preflab.db.quality.intervals`). The breakdowns:
 
 - per category (`pairs.prompt_categories`: the prompt's `source`, or the dataset it came from);
 - per annotator kind (people's pairs, judges' pairs, pairs aggregated from both);
-- per margin bucket (how far apart the ranking put the two replies);
+- per margin bucket (how far apart the ranking put the two replies: tiers, or a score gap);
 - length bias: accuracy when the chosen reply is the shorter against when it is the longer
   (a model that prefers long replies is right on the second and wrong on the first);
 - position, for a pair ranker (which reads both replies at once): accuracy when the chosen
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from preflab.db.quality.intervals import Resampler, paired_difference
 from preflab.training.reward_eval.pairs import PairFacts
 from preflab.training.reward_eval.score import Scored, reply_length
-from preflab.db.quality.intervals import Resampler, paired_difference
 
 SCORING = "strict: a pair is right only when chosen scores above rejected (a tie is wrong), as RewardBench scores"
 INTERVAL = "95% bootstrap interval, resampling prompts"
@@ -43,7 +43,8 @@ def _by_value(values: np.ndarray) -> list[tuple[str, np.ndarray]]:
 
 
 def margin_buckets(margins: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """Groups of pairs by margin: by tier gap (1, 2, 3+) when margins are whole numbers, else by terciles."""
+    """Groups of pairs by margin: by value (1, 2, 3+) when every margin is a whole number (tier gaps, or
+    whole-number score gaps such as 1–5 ratings), else by terciles."""
     known = ~np.isnan(margins)
     if not known.any():
         return []

@@ -48,7 +48,7 @@ class RewardEval:
     dataset: str
     test: Any                  # the dataset version's test split
     facts: PairFacts
-    ids: dict[str, int]        # model version name → id, to store the reports
+    version_id: int            # where the report is stored
 
 
 def plan_reward_eval(session: Session, version: ModelVersion, dataset: DatasetVersion,
@@ -61,31 +61,31 @@ def plan_reward_eval(session: Session, version: ModelVersion, dataset: DatasetVe
     """
     from preflab.training.data import load_splits
 
+    if other is not None and other.id == version.id:
+        raise ConfigError(f"--compare names {version.name} itself: name another reward model or pair ranker")
     this, that = Scorer.of(version), Scorer.of(other) if other is not None else None
     splits = load_splits(dataset.path)
     if "test" not in splits or len(splits["test"]) == 0:
         raise InputError(f"dataset version {dataset.name} has no test split to evaluate on")
-    ids = {version.name: version.id, **({other.name: other.id} if other is not None else {})}
-    return RewardEval(this, that, dataset.name, splits["test"], pair_facts(session, splits["test"]), ids)
+    return RewardEval(this, that, dataset.name, splits["test"], pair_facts(session, splits["test"]), version.id)
 
 
 def evaluate_reward(plan: RewardEval, *, rounds: int = 1000, seed: int = 0, batch_size: int = 32,
-                    reporter: Reporter = SILENT) -> list[dict[str, Any]]:
-    """The reports: this model's, then (with a model to compare) the other's, on the same held-out pairs.
+                    reporter: Reporter = SILENT) -> dict[str, Any]:
+    """This model's report on the held-out pairs: the numbers `train eval` has always given
+    (`heldout_accuracy`…), the bench (`bench`), and, with another model, the paired comparison
+    (`compare`: both accuracies, the difference, its interval and p-value).
 
-    This model's report holds the numbers `train eval` has always given
-    (`heldout_accuracy`…), the bench (`bench`), and, with another model, the paired
-    comparison (`compare`).
+    The other model's own evaluation is not touched: `train eval OTHER` gives its whole bench.
     """
-    reports, scored = [], []
+    scored = []
     for scorer in (plan.this, plan.other):
-        if scorer is None:
-            continue
-        reporter.note(f"scoring the {len(plan.test):,} held-out pairs of {plan.dataset} with {scorer.name}")
-        verdicts, read = score_split(scorer.name, scorer.kind, scorer.path, plan.test, batch_size)
-        scored.append(verdicts)
-        reports.append({"model_version": scorer.name, "kind": scorer.kind, "dataset_version": plan.dataset,
-                        **verdicts.headline(), "bench": bench(verdicts, plan.facts, read, rounds, seed)})
-    if len(scored) == 2:
-        reports[0]["compare"] = compare(scored[0], scored[1], plan.facts, rounds, seed)
-    return reports
+        if scorer is not None:
+            reporter.note(f"scoring the {len(plan.test):,} held-out pairs of {plan.dataset} with {scorer.name}")
+            scored.append(score_split(scorer.name, scorer.kind, scorer.path, plan.test, batch_size))
+    (verdicts, read), others = scored[0], scored[1:]
+    report = {"model_version": plan.this.name, "kind": plan.this.kind, "dataset_version": plan.dataset,
+              **verdicts.headline(), "bench": bench(verdicts, plan.facts, read, rounds, seed)}
+    if others:
+        report["compare"] = compare(verdicts, others[0][0], plan.facts, rounds, seed)
+    return report

@@ -86,13 +86,9 @@ def score_split(model_version: str, kind: str, path: str, split, batch_size: int
 
 
 def _ranked(model_version: str, model, tokenizer, split, max_length, batch_size: int) -> Scored:
-    from preflab.lm.pair_ranker import _sigmoid, pair_ids, pair_scores
+    from preflab.lm.pair_ranker import order_scores, preferences
 
-    prompts, chosen, rejected = list(split["prompt"]), list(split["chosen"]), list(split["rejected"])
-    n = len(prompts)
-    sequences = [pair_ids(tokenizer, p, c, r, max_length) for p, c, r in zip(prompts, chosen, rejected)]
-    sequences += [pair_ids(tokenizer, p, r, c, max_length) for p, c, r in zip(prompts, chosen, rejected)]
-    scores = pair_scores(model, tokenizer, sequences, batch_size)
-    first, second = np.array(scores[:n]), np.array(scores[n:])
-    probability = np.array([_sigmoid(a - b) for a, b in zip(first, second)])
-    return Scored(model_version, "pair-ranker", probability - 0.5, first=first, second=second)
+    first, second = order_scores(model, tokenizer, list(split["prompt"]), list(split["chosen"]),
+                                 list(split["rejected"]), max_length, batch_size)
+    probability = np.array(preferences(first, second))
+    return Scored(model_version, "pair-ranker", probability - 0.5, first=np.array(first), second=np.array(second))

@@ -45,8 +45,32 @@ def test_coverage_of_a_known_accuracy():
 def test_no_rounds_gives_estimates_without_intervals():
     cell = Resampler(np.arange(4), 0).cells(np.array([1, 1, 0, 1]), [None, np.array([True, False, False, False]),
                                                                      np.zeros(4, dtype=bool)])
-    assert cell[0].as_dict() == {"accuracy": 0.75, "low": None, "high": None, "pairs": 4}
-    assert cell[1].value == 1.0 and cell[2].as_dict() == {"accuracy": None, "low": None, "high": None, "pairs": 0}
+    assert cell[0].as_dict() == {"accuracy": 0.75, "low": None, "high": None, "pairs": 4, "prompts": 4}
+    assert cell[1].value == 1.0 and cell[2].as_dict() == {"accuracy": None, "low": None, "high": None, "pairs": 0,
+                                                          "prompts": 0}
+
+
+def test_too_few_prompts_give_no_interval():
+    """Three pairs of one prompt, all right, are not certainty: under five prompts there is no interval."""
+    resampler = Resampler(np.array([0, 0, 0, 1, 2, 3, 4, 5]), 200, seed=0)
+    one, six = resampler.cells(np.ones(8), [np.arange(8) < 3, None])
+    assert (one.value, one.low, one.high, one.prompts) == (1.0, None, None, 1)
+    assert (six.low, six.high, six.prompts) == (1.0, 1.0, 6)
+    few = paired_difference(Resampler(np.arange(3), 200), np.array([1, 1, 1]), np.array([0, 0, 0]))
+    assert few["difference"] == 1.0 and few["low"] is None and few["p_value"] is None
+
+
+def test_the_p_value_counts_the_far_side_of_the_observed_difference():
+    """A is right on 3 more prompts' pairs than B out of 40: p counts the rounds at or below 0, doubled."""
+    a = np.ones(40, dtype=bool)
+    b = np.ones(40, dtype=bool)
+    b[:3] = False
+    resampler = Resampler(np.arange(40), 2000, seed=0)
+    result = paired_difference(resampler, a, b)
+    rounds = resampler.estimates([(a.astype(float) - b.astype(float), None)])[:, 0]
+    assert result["p_value"] == pytest.approx(2 * ((rounds <= 0).sum() + 1) / 2001)
+    flipped = paired_difference(resampler, b, a)
+    assert flipped["difference"] == -result["difference"] and flipped["p_value"] == result["p_value"]
 
 
 def test_paired_difference_finds_a_real_gap_and_none_where_there_is_none():

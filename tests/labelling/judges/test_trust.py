@@ -78,17 +78,19 @@ def test_the_interval_is_seeded_and_holds_the_point_estimate():
     assert agreement_interval(counts) == (low, high)                    # seed 0 by default: the same interval
     assert agreement_interval(counts, seed=1) != (low, high)
     assert agreement_interval(counts, level=0.5)[0] > low                # a narrower interval inside it
-    assert agreement_interval([[3, 3], [5, 5], [1, 1]]) == (1.0, 1.0)    # always agrees: [1, 1]
+    assert agreement_interval([[3, 3], [5, 5], [1, 1], [2, 2], [4, 4]]) == (1.0, 1.0)  # always agrees: [1, 1]
+    # Under five prompts there is no interval: one prompt's three agreeing pairs are not [1, 1] certainty.
+    assert agreement_interval([[3, 3]]) is None and agreement_interval([[3, 3], [5, 5], [1, 1], [2, 2]]) is None
     assert agreement_interval([]) is None and agreement_interval([[0, 0]]) is None
 
 
 def test_the_interval_resamples_prompts_not_pairs():
-    """Two prompts, one all agreement and one all disagreement: their pairs are not independent draws."""
+    """Ten prompts, half all agreement and half all disagreement: their pairs are not independent draws."""
     from preflab.labelling.judges.trust import agreement_interval
 
-    low, high = agreement_interval([[50, 50], [50, 0]])
-    # Resampling the two prompts gives 0, 0.5 or 1; resampling the 100 pairs would give about 0.4–0.6.
-    assert (low, high) == (0.0, 1.0)
+    low, high = agreement_interval([[50, 50]] * 5 + [[50, 0]] * 5)
+    # Resampling the ten prompts gives about 0.2–0.8; resampling the 500 pairs would give about 0.46–0.54.
+    assert low <= 0.25 and high >= 0.75
 
 
 def test_judges_are_ordered_by_the_lower_bound_with_their_position_bias(cli, sessions, tmp_path):

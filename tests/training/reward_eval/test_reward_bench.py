@@ -84,33 +84,36 @@ def test_bench_breaks_accuracy_down_and_is_stored(cli, sessions, bench_store):
     assert again == report
 
 
-def test_compare_gives_the_paired_difference_and_stores_both(cli, sessions, bench_store):
+def test_compare_gives_the_paired_difference_on_the_same_pairs(cli, sessions, bench_store):
+    alone = json.loads(cli("train", "eval", "rm-1", "--dataset-version", "held", "--bootstrap", 0, "--json").stdout)
     report = json.loads(cli("train", "eval", "rm-0", "--dataset-version", "held", "--compare", "rm-1",
                             "--bootstrap", 300, "--json").stdout)
     compared = report["compare"]
     with sessions.begin() as session:
         metrics = dict(session.execute(select(ModelVersion.name, ModelVersion.metrics)).all())
-    other = metrics["rm-1"]["eval"]
-    assert compared["other"] == "rm-1" and compared["pairs"] == report["heldout_pairs"] == other["heldout_pairs"]
+    assert compared["other"] == "rm-1" and compared["pairs"] == report["heldout_pairs"] == alone["heldout_pairs"]
     assert compared["accuracy"]["accuracy"] == report["heldout_accuracy"]
-    assert compared["other_accuracy"]["accuracy"] == other["heldout_accuracy"]
-    assert compared["difference"] == pytest.approx(report["heldout_accuracy"] - other["heldout_accuracy"])
+    assert compared["other_accuracy"]["accuracy"] == alone["heldout_accuracy"]
+    assert compared["difference"] == pytest.approx(report["heldout_accuracy"] - alone["heldout_accuracy"])
     n = compared["pairs"]
     assert compared["only_this"] - compared["only_other"] == round(compared["difference"] * n)
     assert compared["both_right"] + compared["only_this"] + compared["only_other"] + compared["both_wrong"] == n
     assert 0 < compared["p_value"] <= 1 and compared["low"] <= compared["difference"] <= compared["high"]
-    assert metrics["rm-0"]["eval"] == report
+    # Stored with the version evaluated; the other's own evaluation is left as it was.
+    assert metrics["rm-0"]["eval"] == report and metrics["rm-1"]["eval"] == alone
     # The text names both models, the difference and its p-value.
     text = cli("train", "eval", "rm-0", "--dataset-version", "held", "--compare", "rm-1", "--bootstrap", 300).stdout
     assert "held-out accuracy" in text and "by category:" in text and "against rm-1 on the same pairs" in text
     assert "p = " in text and "position: does not apply" in text and "a tie counts as wrong" in text
 
 
-def test_compare_refuses_a_policy(cli, sessions, bench_store):
+def test_compare_refuses_a_policy_and_the_model_itself(cli, sessions, bench_store):
     with sessions.begin() as session:
         session.add(ModelVersion(name="policy-1", kind="policy", path=str(bench_store / "rm-1")))
     result = cli("train", "eval", "rm-0", "--dataset-version", "held", "--compare", "policy-1", expect_ok=False)
     assert result.exit_code != 0 and "--compare takes a reward model or a pair ranker" in result.output
+    result = cli("train", "eval", "rm-0", "--dataset-version", "held", "--compare", "rm-0", expect_ok=False)
+    assert result.exit_code != 0 and "--compare names rm-0 itself" in result.output
     result = cli("train", "eval", "policy-1", "--compare", "rm-0", expect_ok=False)
     assert result.exit_code != 0 and "compare a policy with another model with --against" in result.output
     with sessions.begin() as session:  # nothing was stored by either refusal
