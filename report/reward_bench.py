@@ -26,7 +26,7 @@ def _cell(cell: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"group": row["group"], **_cell(row)} for row in rows if _cell(row)]
+    return [{"group": row["group"], **cell} for row in rows if (cell := _cell(row))]
 
 
 def reward_bench_rows(session: Session) -> list[dict[str, Any]]:

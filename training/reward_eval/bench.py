@@ -37,9 +37,9 @@ def _rows(resampler: Resampler, right: np.ndarray, groups: list[tuple[str, np.nd
 
 def _by_value(values: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """One group per distinct value, the largest first (then by name)."""
-    names, counts = np.unique(values.astype(str), return_counts=True)
+    names, which, counts = np.unique(values.astype(str), return_inverse=True, return_counts=True)
     order = sorted(range(len(names)), key=lambda i: (-counts[i], names[i]))
-    return [(str(names[i]), values.astype(str) == names[i]) for i in order]
+    return [(str(names[i]), which.reshape(-1) == i) for i in order]
 
 
 def margin_buckets(margins: np.ndarray) -> list[tuple[str, np.ndarray]]:
