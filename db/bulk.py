@@ -43,7 +43,8 @@ def insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]],
 
 
 def append_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]] | Sequence[tuple], *,
-                columns: Sequence[str] | None = None, new_ids: bool = True) -> list[int]:
+                columns: Sequence[str] | None = None, new_ids: bool = True,
+                skip: Sequence[str] | None = None) -> list[int] | None:
     """INSERT rows (all with the same keys) that take new ids, fast; returns the ids, in order.
 
     For writers whose transaction is run again when another writer adds the same
@@ -57,10 +58,14 @@ def append_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]] |
     Args:
         rows: dicts with the same keys, or tuples of the values of `columns`.
         new_ids: False for a table without an `id` column (returns []).
+        skip: SQLite only: the columns of a unique key; a row colliding on it is skipped, not an error
+            (ON CONFLICT DO NOTHING). The ids come back when no row was skipped, else None: look them up.
     """
     if not rows:
         return []
     dialect = session.connection().dialect
+    if skip is not None and dialect.name != "sqlite":
+        raise ValueError("append_rows skips colliding rows on SQLite only")
     given = list(columns or rows[0])
     defaults = {}  # the Python-side defaults of the columns not given: a value, or a function called once
     for column in table.c:
@@ -86,10 +91,13 @@ def append_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]] |
         _copy(session, table, (["id"] if new_ids else []) + columns,
               ([i, *v, *constants] for i, v in zip(ids, values)) if new_ids else ([*v, *constants] for v in values))
         return list(ids)
-    statement = insert(table).values({c: bindparam(c) for c in columns}).compile(dialect=dialect)
+    statement = insert(table) if skip is None else sqlite.insert(table).on_conflict_do_nothing(index_elements=skip)
+    statement = statement.values({c: bindparam(c) for c in columns}).compile(dialect=dialect)
     order = itemgetter(*(columns.index(name) for name in statement.positiontup))  # the table's column order
     # The compiled text, executed as is: SQLAlchemy passes the tuples to the driver untouched.
-    session.connection().exec_driver_sql(str(statement), [order((*v, *constants)) for v in values])
+    done = session.connection().exec_driver_sql(str(statement), [order((*v, *constants)) for v in values])
+    if skip is not None and done.rowcount != len(rows):
+        return None
     if not new_ids:
         return []
     last = session.scalar(select(func.max(table.c.id)))

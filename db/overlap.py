@@ -7,6 +7,14 @@ batch in a transaction (on this thread), hands the COMMIT to a committing thread
 batches' iterator for the next one, whose reading overlaps the COMMIT. The next batch's writes wait for
 that COMMIT, so the transactions still run one after another, in order; at most two batches are held.
 
+On SQLite most of a big COMMIT was the checkpoint it set off (copying the log into the database file:
+0.8 of 0.95 s over 100,000 oasst2 rows, bench/README.md, issue 30), and the next batch's writes waited for
+it. Here the COMMIT only writes the log; a third thread checkpoints on a connection of its own (PASSIVE:
+it takes no lock a writer needs), beside the next batch's writes.
+
+`aside` runs a first read that only a later step needs (the tree ids of `import dataset`'s oasst2 file)
+in a forked child process, so that the first batches are read and parsed here meanwhile.
+
 A transaction that lost a race (`engine.retry_reason`) at a write or at COMMIT is run again as a whole by
 `engine.in_transaction`, synchronously, as every checkpointing job's is: the writes must be idempotent.
 An error that cannot be retried stops the run once the COMMIT in flight has finished, so every batch
@@ -15,24 +23,67 @@ before it is committed whole and none after it is begun.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import multiprocessing
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeVar
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.engine import in_transaction, retry_reason
+from preflab.db.engine import checkpoint, defer_checkpoint, in_transaction, retry_reason
 
 B = TypeVar("B")
 R = TypeVar("R")
+LOG_PAGES = 16384  # 64 MB of 4 kB pages: past this the log is copied in place and starts again
 
 
-def _commit(session: Session) -> None:
-    try:
-        session.commit()
-    finally:
-        session.close()
+class _Committer:
+    """Commits on a thread of its own; on SQLite each COMMIT's checkpoint on a third, while the log is small.
+
+    The log only starts again from its beginning when a write begins with the whole log copied, which
+    seldom happens while a checkpoint runs beside the next batch's writes: the log grew to 268 MB over the
+    bench's UltraFeedback import, and a big log slows every page read. Once the last checkpoint found
+    LOG_PAGES in it, the next COMMIT checkpoints in place as SQLite does by itself, and the log starts
+    again. Each COMMIT first waits for the checkpoint before it (long done, as a rule), so which commits
+    checkpoint in place does not depend on timing.
+    """
+
+    def __init__(self) -> None:
+        self.commits = ThreadPoolExecutor(1, thread_name_prefix="preflab-commit")
+        self.checkpoints = ThreadPoolExecutor(1, thread_name_prefix="preflab-checkpoint")
+        self.log_pages = 0  # in the log after the last checkpoint
+        self.pending: Future[None] | None = None
+
+    def submit(self, session: Session) -> Future[None]:
+        return self.commits.submit(self._commit, session)
+
+    def _commit(self, session: Session) -> None:
+        try:
+            if self.pending is not None:
+                self.pending.result()
+            deferred = self.log_pages < LOG_PAGES and defer_checkpoint(session)
+            session.commit()
+            self.pending = self.checkpoints.submit(self._checkpoint, session.get_bind()) if deferred else None
+            if not deferred:
+                self.log_pages = 0
+        finally:
+            session.close()
+
+    def _checkpoint(self, engine) -> None:
+        try:
+            self.log_pages = checkpoint(engine)
+        except DBAPIError:  # not known: the next COMMIT checkpoints in place
+            self.log_pages = LOG_PAGES
+
+    def __enter__(self) -> _Committer:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.commits.shutdown()  # its last COMMIT may hand a checkpoint on
+        self.checkpoints.shutdown()
 
 
 def commit_behind(sessions: sessionmaker[Session], batches: Iterable[B], write: Callable[[Session, B], R],
@@ -42,7 +93,7 @@ def commit_behind(sessions: sessionmaker[Session], batches: Iterable[B], write: 
     `done(batch, result, retries)` is called on this thread once the batch's transaction has committed,
     in order (`retries`: how many times it was run again after losing a race).
     """
-    with ThreadPoolExecutor(1, thread_name_prefix="preflab-commit") as committer:
+    with _Committer() as committer:
         behind: tuple[Future[None], B, R] | None = None
         try:
             for batch in batches:  # reading the next batch overlaps the COMMIT behind
@@ -62,7 +113,7 @@ def commit_behind(sessions: sessionmaker[Session], batches: Iterable[B], write: 
                 except BaseException:
                     session.close()
                     raise
-                behind = (committer.submit(_commit, session), batch, result)
+                behind = (committer.submit(session), batch, result)
         finally:
             if behind is not None:  # the last batch, or an error while reading: the batch before it is kept whole
                 _settle(sessions, write, done, *behind)
@@ -91,3 +142,70 @@ def _again(sessions: sessionmaker[Session], write: Callable[[Session, B], R], do
 
     result = in_transaction(sessions, attempt)
     done(batch, result, retries + attempts - 1)
+
+
+class Aside:
+    """`fn(*args)` running in a forked child process; its result (or exception) comes back pickled."""
+
+    def __init__(self, fn: Callable[..., R], args: tuple[Any, ...]):
+        context = multiprocessing.get_context("fork")
+        self._receive, send = context.Pipe(duplex=False)
+        self._process = context.Process(target=_send_result, args=(send, fn, args), daemon=True,
+                                        name="preflab-aside")
+        self._process.start()  # multiprocessing flushes stdout and stderr first, so nothing is written twice
+        send.close()
+        self._fn, self._args = fn, args
+
+    def done(self) -> bool:
+        """Whether the result is ready (result() would not wait)."""
+        return self._receive.poll()
+
+    def result(self) -> R:
+        """The child's result, waiting for it; its exception raised here. A child that died is run here again."""
+        try:
+            ok, value = self._receive.recv()
+        except EOFError:  # killed (out of memory, a signal): nothing came back
+            return self._fn(*self._args)
+        if not ok:
+            raise value
+        return value
+
+    def close(self) -> None:
+        """Stop the child if it is still running (the caller stopped before it needed the result)."""
+        if self._process.is_alive():
+            self._process.terminate()
+        self._process.join()
+        self._receive.close()
+
+
+def _send_result(send, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    try:
+        outcome = (True, fn(*args))
+    except Exception as exc:  # noqa: BLE001 - raised again in the parent by Aside.result
+        outcome = (False, exc)
+    send.send(outcome)
+    send.close()
+
+
+class _Done(Future):
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]):
+        super().__init__()
+        self.set_result(fn(*args))
+
+
+@contextmanager
+def aside(fn: Callable[..., R], *args: Any, fork: bool = True) -> Iterator[Aside | Future]:
+    """`fn(*args)` in a forked child process while the caller goes on; `.done()` and `.result()` as a Future's.
+
+    With `fork` False, or where processes cannot fork (not Linux), it runs here and now. The child
+    shares nothing with this process after the fork: `fn` must only read (a file) and return a picklable
+    value. On leaving, a child still running is stopped.
+    """
+    if not fork or not sys.platform.startswith("linux"):
+        yield _Done(fn, args)
+        return
+    child = Aside(fn, args)
+    try:
+        yield child
+    finally:
+        child.close()

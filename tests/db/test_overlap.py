@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+import time
 
 import pytest
 from sqlalchemy import func, select
@@ -10,8 +13,12 @@ from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from preflab.db.models import Prompt
-from preflab.db.overlap import commit_behind
+from preflab.db import overlap
+from preflab.db.overlap import aside, commit_behind
 from preflab.db.store import content_hash, ensure_prompts
+
+
+sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
 
 def _prompts(texts):
@@ -86,3 +93,64 @@ def test_a_write_that_lost_a_race_is_run_again_as_a_whole(sessions):
     assert done == [(["first"], 0), (["raced"], 1), (["last"], 0)]
     with sessions() as session:
         assert session.scalar(select(func.count()).select_from(Prompt)) == 3
+
+
+@sqlite_only  # Postgres has no log to checkpoint
+def test_sqlite_checkpoints_beside_the_next_batch_and_gives_connections_back_as_they_were(sessions, monkeypatch):
+    engine, calls, real = sessions.kw["bind"], [], overlap.checkpoint
+
+    def checkpoint(bound):
+        calls.append(threading.current_thread().name)
+        return real(bound)
+
+    monkeypatch.setattr(overlap, "checkpoint", checkpoint)
+    batches = [[f"batch {b} prompt {i}" for i in range(50)] for b in range(5)]
+    commit_behind(sessions, iter(batches), _write, lambda *_: None)
+    assert calls and set(calls) == {"preflab-checkpoint_0"}
+    assert _stored(sessions) == [text for batch in batches for text in batch]
+    held = [engine.connect() for _ in range(3)]  # the pool's connections: automatic checkpoints as before
+    try:
+        assert {c.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar() for c in held} == {1000}
+    finally:
+        for connection in held:
+            connection.close()
+
+
+@sqlite_only
+def test_sqlite_copies_the_log_in_place_once_it_is_big(sessions, monkeypatch):
+    monkeypatch.setattr(overlap, "LOG_PAGES", 1)  # every batch fills the log past it
+    calls, real = [], overlap.checkpoint
+    monkeypatch.setattr(overlap, "checkpoint", lambda bound: calls.append(bound) or real(bound))
+    commit_behind(sessions, iter([[f"b{b} p{i}" for i in range(50)] for b in range(4)]), _write, lambda *_: None)
+    assert len(calls) == 2  # deferred, copied in place, deferred, copied in place
+    assert len(_stored(sessions)) == 200
+
+
+def _pid_and(value):
+    return os.getpid(), value
+
+
+def _fails():
+    raise ValueError("the file is damaged")
+
+
+def test_aside_runs_in_a_child_process_and_gives_its_result_or_exception():
+    with aside(_pid_and, "ok") as first:
+        pid, value = first.result()
+    assert value == "ok" and pid != os.getpid()
+    with aside(_fails) as first, pytest.raises(ValueError, match="damaged"):
+        first.result()
+    with aside(_pid_and, "here", fork=False) as first:
+        assert first.done() and first.result() == (os.getpid(), "here")
+
+
+def test_aside_runs_again_here_when_the_child_died_and_stops_one_no_longer_needed():
+    with aside(time.sleep, 30) as child:
+        os.kill(child._process.pid, signal.SIGKILL)
+        child._process.join()
+        child._fn, child._args = _pid_and, ("again",)  # what the parent runs in its place
+        assert child.result() == (os.getpid(), "again")
+    start = time.monotonic()
+    with aside(time.sleep, 30) as child:
+        assert not child.done()
+    assert not child._process.is_alive() and time.monotonic() - start < 10

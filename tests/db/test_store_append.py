@@ -7,6 +7,7 @@ from sqlalchemy.exc import DBAPIError
 from preflab.db.bulk import append_rows
 from preflab.db.engine import retry_reason
 from preflab.db.models import Candidate, Prompt, RawRecord
+from preflab.db.store import payload_hash, quarantine, store_raw
 
 
 def test_append_rows_returns_the_ids_in_order_with_defaults_filled(sessions):
@@ -34,3 +35,35 @@ def test_a_row_another_writer_added_first_is_a_retryable_conflict(sessions):
     assert retry_reason(caught.value) == "another writer added the same row first"
     with sessions.begin() as s:
         assert s.scalars(select(RawRecord.id)).all() == [first]
+
+
+def _raw(i):
+    return {"source": "import:rankings", "payload": f"{i}", "payload_hash": f"{i:064x}", "status": "ok"}
+
+
+def test_sqlite_appends_skipping_rows_stored_before(sessions):
+    skip = ("payload_hash", "source")
+    with sessions.begin() as s:
+        if s.connection().dialect.name != "sqlite":  # COPY cannot skip a row: store_raw looks them up first
+            with pytest.raises(ValueError, match="SQLite only"):
+                append_rows(s, RawRecord.__table__, [_raw(0)], skip=skip)
+            return
+        ids = append_rows(s, RawRecord.__table__, [_raw(0), _raw(1)], skip=skip)
+        assert append_rows(s, RawRecord.__table__, [_raw(1), _raw(2)], skip=skip) is None  # one was there
+        stored = dict(s.execute(select(RawRecord.payload, RawRecord.id)).all())
+    assert [stored["0"], stored["1"]] == ids and stored["2"] > ids[1] and len(stored) == 3
+
+
+def test_store_raw_appending_says_which_payloads_it_stored_and_keeps_the_others_status(sessions):
+    with sessions.begin() as s:
+        first = store_raw(s, "import:x", "file", [("1", "a"), ("2", "b")], append=True)
+        quarantine(s, {first[payload_hash("b")][0]: "bad"})
+    with sessions.begin() as s:
+        again = store_raw(s, "import:x", "file", [("1", "a"), ("2", "b"), ("3", "c"), ("4", "c")], append=True)
+    assert again.new == {payload_hash("c")}
+    assert again[payload_hash("a")] == first[payload_hash("a")]
+    assert again[payload_hash("b")] == (first[payload_hash("b")][0], "quarantined")
+    assert again[payload_hash("c")][0] > first[payload_hash("b")][0]
+    with sessions.begin() as s:  # another source's payload is another record
+        other = store_raw(s, "import:y", "file", [("1", "a")], append=True)
+    assert other.new == {payload_hash("a")} and other[payload_hash("a")][0] != first[payload_hash("a")][0]

@@ -2,7 +2,7 @@
 
 A format's rows are parsed a unit at a time (`units`): one row, or for a format with a `group_by`
 column (oasst2) the consecutive rows sharing its value; a group whose rows are not together is
-refused whole (`split_groups`). `parse_unit` gives the unit's rankings or raises
+refused whole (`split_groups` finds them, `Refusals` applies it). `parse_unit` gives the unit's rankings or raises
 `Invalid`, the reason every row of the unit is quarantined for.
 
 `--format auto` (`detect`) takes the formats whose columns the first rows have and, of those, the
@@ -29,9 +29,9 @@ PEEK_ROWS = 100  # the rows `--format auto` reads, and that all failing stops an
 
 
 class Unit(list):
-    """The rows parsed together; `refused`: why they are quarantined whole before parsing (None: parse them)."""
+    """The rows parsed together; `key`: their group's key (None: a row alone)."""
 
-    refused: str | None = None
+    key: str | int | None = None
 
 
 def group_key(fmt: Format, data: Any) -> str | int | None:
@@ -47,19 +47,16 @@ def apart(fmt: Format, key: Any, detail: str) -> str:
     return f"the rows of {fmt.group_name} {key} are not together; sort the file by {fmt.group_by} ({detail})"
 
 
-def units(fmt: Format, rows: Iterable[Row], refused: dict[Any, str] | None = None) -> Iterator[Unit]:
+def units(fmt: Format, rows: Iterable[Row]) -> Iterator[Unit]:
     """The rows in the units `fmt` parses: each row alone, or consecutive rows sharing `fmt.group_by`'s value.
 
-    A row that is not one (no data), or whose key cannot be read, is a unit alone. `refused`: group key ->
-    the reason its units are quarantined whole (`split_groups`). A group met again after other rows is
-    refused in any case, so no group is ever parsed from part of its rows twice.
+    A row that is not one (no data), or whose key cannot be read, is a unit alone. Which groups are
+    quarantined whole is decided apart from this (`Refusals`), so units can be parsed before it is known.
     """
     if fmt.group_by is None:
         for row in rows:
             yield Unit((row,))
         return
-    refused = {} if refused is None else refused
-    seen: set[Any] = set()
     group = Unit()
     last: Any = None
     for row in rows:
@@ -69,16 +66,32 @@ def units(fmt: Format, rows: Iterable[Row], refused: dict[Any, str] | None = Non
             group = Unit()
         if key is None:
             yield Unit((row,))
-        elif not group:
-            group.refused = refused.get(key)
-            if key in seen and group.refused is None:
-                group.refused = refused[key] = apart(fmt, key, "met again after other rows")
-            seen.add(key)
-        if key is not None:
+        else:
+            group.key = key
             group.append(row)
         last = key
     if group:
         yield group
+
+
+class Refusals:
+    """Why a unit's rows are quarantined whole before its rankings are used, asked of each unit in file order.
+
+    `refused`: group key -> reason, from the first read (`split_groups`). A group met again after other
+    rows is refused in any case (from then on), so no group is ever used from part of its rows twice.
+    """
+
+    def __init__(self, fmt: Format, refused: dict[Any, str]):
+        self.fmt, self.refused, self.seen = fmt, refused, set()
+
+    def reason(self, unit: Unit) -> str | None:
+        key = unit.key
+        if key is None:
+            return None
+        if key in self.seen and key not in self.refused:
+            self.refused[key] = apart(self.fmt, key, "met again after other rows")
+        self.seen.add(key)
+        return self.refused.get(key)
 
 
 class Refused(dict):
@@ -120,8 +133,6 @@ def parse_unit(fmt: Format, unit: list[Row], options: dict[str, Any]) -> list[Ra
 
     `options` are the keyword arguments the format's `parse` takes (see `format_options`).
     """
-    if getattr(unit, "refused", None):
-        raise Invalid(unit.refused)
     bad = next((row for row in unit if row.data is None), None)
     if bad is not None:
         raise Invalid(bad.error or "not a row")

@@ -16,21 +16,22 @@ the file.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from itertools import chain, islice
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
 from preflab.db.ingest.datasets.base import Format, Invalid
-from preflab.db.ingest.datasets.formats import (FORMATS, PEEK_ROWS, Refused, columns, detect, format_options,
-                                                parse_unit, readable, split_groups, units)
+from preflab.db.ingest.datasets.formats import (FORMATS, PEEK_ROWS, Refusals, Refused, columns, detect,
+                                                format_options, parse_unit, readable, split_groups, units)
 from preflab.db.ingest.datasets.sources import Row, column_values, open_source
 from preflab.db.ingest.jsonl import ImportSummary, cycles_unchecked, sample_grown_tables, write_rankings
 from preflab.db.models import RawStatus
-from preflab.db.overlap import commit_behind
+from preflab.db.overlap import aside, commit_behind
 from preflab.db.store import quarantine, release, store_raw
 from preflab.errors import InputError
 
@@ -40,6 +41,9 @@ BATCH_ROWS = 5000
 # A batch's rows are held parsed, several times their size: 5,000 UltraFeedback rows of 7 kB took
 # 300 MB at the peak (bench/README.md, issue 30), so long rows make shorter batches.
 BATCH_BYTES = 24 * 2**20
+# A first read of a file this big runs in a child process (`_read_aside`) while up to AHEAD_BATCHES are parsed.
+ASIDE_BYTES = 16 * 2**20
+AHEAD_BATCHES = 8
 
 
 @dataclass
@@ -137,15 +141,12 @@ def import_dataset(sessions: sessionmaker[Session], source: str, settings: Datas
     options = _options(fmt, settings)
     total = min(opened.total, settings.limit or opened.total) if opened.total else settings.limit
     summary = DatasetSummary(fmt.name)
-    with reporter.progress(f"importing {fmt.name}", total) as advance, cycles_unchecked():
-        refused = _split_groups(fmt, source, settings)
-        if refused.apart:
-            are = "is" if refused.apart == 1 else "are"
-            summary.notes.append(f"{plural(refused.apart, fmt.group_name)} of {source} {are} not together, so their "
-                                 f"rows are quarantined and none of their rankings stored: sort the file by "
-                                 f"{fmt.group_by} and import it again")
-        batches = (parse_batch(batch, fmt, options)
-                   for batch in _batches(units(fmt, chain(head, rows), refused), settings.batch_rows))
+    with (reporter.progress(f"importing {fmt.name}", total) as advance, cycles_unchecked(),
+          aside(_split_groups, fmt, source, settings, fork=_read_aside(fmt, source)) as first_read):
+        parsed = (parse_batch(batch, fmt, options)
+                  for batch in _batches(units(fmt, chain(head, rows)), settings.batch_rows))
+        refusals: list[Refusals] = []
+        batches = _refused(_ahead(parsed, first_read.done), fmt, first_read, refusals)
         written = 0
 
         def done(_batch: list[Parsed], result: DatasetSummary, retries: int) -> None:
@@ -161,6 +162,11 @@ def import_dataset(sessions: sessionmaker[Session], source: str, settings: Datas
                           done)
         except InputError as exc:
             raise InputError(f"{exc}; the {plural(summary.rows, 'row')} before it are stored") from None
+    if refusals and (apart := refusals[0].refused.apart):
+        are = "is" if apart == 1 else "are"
+        summary.notes.append(f"{plural(apart, fmt.group_name)} of {source} {are} not together, so their rows are "
+                             f"quarantined and none of their rankings stored: sort the file by {fmt.group_by} and "
+                             f"import it again")
     for line in summary.notes:
         reporter.note(line)
     return summary
@@ -179,6 +185,42 @@ def _split_groups(fmt: Format, source: str, settings: DatasetImportSettings) -> 
     if settings.limit is not None:
         values = islice(values, settings.limit + 1)
     return split_groups(fmt, _until_damaged(values), settings.limit)
+
+
+def _read_aside(fmt: Format, source: str) -> bool:
+    """Whether the first read is worth a child process: a grouped format's big file, read row by row.
+
+    A Parquet file's one column is read in a moment; 100,000 oasst2 messages as JSON Lines (94 MB) took
+    0.45 s, which the first batches' reading and parsing now overlap (bench/README.md, issue 30).
+    """
+    path = Path(source)
+    return (fmt.group_by is not None and path.is_file() and not path.name.lower().endswith(".parquet")
+            and path.stat().st_size >= ASIDE_BYTES)
+
+
+def _ahead(parsed: Iterator[list[Parsed]], ready: Callable[[], bool]) -> Iterator[list[Parsed]]:
+    """The parsed batches, reading ahead while the first read runs aside (`ready()` not yet true).
+
+    At most AHEAD_BATCHES are held: the first read of a file far bigger than the bench's may take longer.
+    """
+    held = []
+    for batch in parsed:
+        held.append(batch)
+        if len(held) >= AHEAD_BATCHES or ready():
+            break
+    yield from held
+    del held
+    yield from parsed
+
+
+def _refused(parsed: Iterator[list[Parsed]], fmt: Format, first_read, refusals: list[Refusals]
+             ) -> Iterator[list[Parsed]]:
+    """The parsed batches, each unit of a group the first read refused (or met again) quarantined whole."""
+    for batch in parsed:
+        if not refusals:  # the first read's result, waited for once the first batch is there
+            refusals.append(Refusals(fmt, first_read.result()))
+        check = refusals[0].reason
+        yield [(unit, Invalid(reason)) if (reason := check(unit)) else (unit, records) for unit, records in batch]
 
 
 def _until_damaged(values: Iterator[Any]) -> Iterator[Any]:

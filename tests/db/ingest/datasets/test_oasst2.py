@@ -1,11 +1,13 @@
 """oasst2: OpenAssistant message trees become one ranking per parent with two or more ranked replies."""
 
 import json
+import os
 
 import pytest
 
+from preflab.db.ingest.datasets import job
 from preflab.db.ingest.datasets.base import Invalid
-from preflab.db.ingest.datasets.formats import split_groups, units
+from preflab.db.ingest.datasets.formats import Refusals, split_groups, units
 from preflab.db.ingest.datasets.oasst import FORMAT
 from preflab.db.ingest.datasets.sources import value_row
 
@@ -110,7 +112,8 @@ def test_rows_are_parsed_a_tree_at_a_time():
     rows = [value_row("train", i, row) for i, row in enumerate(ROWS)]
     assert [len(unit) for unit in units(FORMAT, rows)] == [12, 3, 6, 3, 1]
     # a tree met again is refused even when the first read did not say so
-    assert [unit.refused for unit in units(FORMAT, rows)] == [None] * 4 + [
+    refusals = Refusals(FORMAT, {})
+    assert [refusals.reason(unit) for unit in units(FORMAT, rows)] == [None] * 4 + [
         "the rows of message tree t4 are not together; sort the file by message_tree_id (met again after other rows)"]
     assert split_groups(FORMAT, [row["message_tree_id"] for row in ROWS]) == {"t4": APART}
     # a tree --limit cuts is refused, whole: a ranking of its first replies would leave out the rest
@@ -124,9 +127,15 @@ def without_nulls(rows):
     return [{k: v for k, v in row.items() if v is not None} for row in rows]
 
 
-@pytest.mark.parametrize("writer", [write_jsonl, write_parquet], ids=["jsonl", "parquet"])
-def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, writer):
+@pytest.mark.parametrize("writer, aside", [(write_jsonl, False), (write_parquet, False), (write_jsonl, True)],
+                         ids=["jsonl", "parquet", "jsonl-tree-ids-read-aside"])
+def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, writer, aside, monkeypatch):
     jsonl = writer is write_jsonl
+    reader = tmp_path / "first-read-pid"
+    if aside:  # as for a big file: the tree ids are read by a child process while the first trees are parsed
+        monkeypatch.setattr(job, "ASIDE_BYTES", 0)
+        first_read = job._split_groups
+        monkeypatch.setattr(job, "_split_groups", lambda *a: reader.write_text(str(os.getpid())) and first_read(*a))
     path = writer(tmp_path / ("oasst2.jsonl" if jsonl else "oasst2.parquet"), without_nulls(ROWS) if jsonl else ROWS)
     summary = run_import(sessions, path, "oasst2")
     assert (summary.rows, summary.rankings, summary.ties, summary.quarantined) == (25, 3, 0, 7)
@@ -142,6 +151,7 @@ def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, 
         ("Rayleigh scattering.", "Because of the ocean.", 1.0), ("Short waves scatter most.", "Blue light bends.", 1.0),
         ("Short waves scatter most.", "Air molecules.", 1.0), ("Paris.", "Lyon.", 1.0)])
 
+    assert not aside or int(reader.read_text()) != os.getpid()
     again = run_import(sessions, path, "oasst2")
     assert (again.rankings, again.duplicates) == (0, 3)
     assert len(stored(sessions)) == 3
