@@ -58,40 +58,14 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-_AUTOCHECKPOINT = "preflab_wal_autocheckpoint"
-
-
-def defer_checkpoint(session: Session) -> bool:
-    """SQLite: the COMMIT of `session`'s transaction writes the log and leaves its checkpoint to `checkpoint`.
-
-    A COMMIT that fills the log past 1,000 pages copies it into the database file before it returns
-    (SQLite's automatic checkpoint). Only this connection's setting changes, and it is set back when the
-    connection returns to the pool (`_restore_autocheckpoint`). Returns False on Postgres (nothing to do).
-    """
-    connection = session.connection()
-    if connection.dialect.name != "sqlite":
-        return False
-    if _AUTOCHECKPOINT not in connection.info:
-        connection.info[_AUTOCHECKPOINT] = connection.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()
-        connection.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
-    return True
+# Set on a connection's `info` by `overlap.defer_checkpoint`: the automatic checkpoints it had, given back at check-in.
+AUTOCHECKPOINT_KEY = "preflab_wal_autocheckpoint"
 
 
 def _restore_autocheckpoint(dbapi_connection, record) -> None:
-    every = record.info.pop(_AUTOCHECKPOINT, None)
+    every = record.info.pop(AUTOCHECKPOINT_KEY, None)
     if every is not None and dbapi_connection is not None:
         dbapi_connection.execute(f"PRAGMA wal_autocheckpoint={int(every)}")
-
-
-def checkpoint(engine: Engine) -> int:
-    """SQLite: copy the log's committed pages into the database file, on a connection of its own.
-
-    PASSIVE: it waits for no lock, so a writer goes on beside it; what a reader still needs stays in the log.
-    Returns how many pages the log holds.
-    """
-    with engine.connect() as connection:
-        _busy, pages, _copied = connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").one()
-    return pages
 
 
 def masked(url: str) -> str:

@@ -7,10 +7,10 @@ batch in a transaction (on this thread), hands the COMMIT to a committing thread
 batches' iterator for the next one, whose reading overlaps the COMMIT. The next batch's writes wait for
 that COMMIT, so the transactions still run one after another, in order; at most two batches are held.
 
-On SQLite most of a big COMMIT was the checkpoint it set off (copying the log into the database file:
-0.8 of 0.95 s over 100,000 oasst2 rows, bench/README.md, issue 30), and the next batch's writes waited for
-it. Here the COMMIT only writes the log; a third thread checkpoints on a connection of its own (PASSIVE:
-it takes no lock a writer needs), beside the next batch's writes.
+On SQLite most of a big COMMIT is the checkpoint it sets off (copying the log into the database file:
+0.8 of 0.95 s over 100,000 oasst2 rows, bench/README.md, issue 30). While batches come faster than that
+(read ahead), the first COMMITs only write the log and a third thread checkpoints on a connection of its
+own (PASSIVE: it takes no lock a writer needs), beside the next batch's writes (`_Committer`).
 
 `aside` runs a first read that only a later step needs (the tree ids of `import dataset`'s oasst2 file)
 in a forked child process, so that the first batches are read and parsed here meanwhile.
@@ -24,31 +24,63 @@ before it is committed whole and none after it is begun.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.engine import checkpoint, defer_checkpoint, in_transaction, retry_reason
+from preflab.db.engine import AUTOCHECKPOINT_KEY, in_transaction, retry_reason
 
 B = TypeVar("B")
 R = TypeVar("R")
-LOG_PAGES = 16384  # 64 MB of 4 kB pages: past this the log is copied in place and starts again
+LOG_PAGES = 16384  # 64 MB of 4 kB pages: past this each COMMIT checkpoints in place again
+
+
+def defer_checkpoint(session: Session) -> bool:
+    """SQLite: the COMMIT of `session`'s transaction writes the log and leaves its checkpoint to `checkpoint`.
+
+    A COMMIT that fills the log past 1,000 pages copies it into the database file before it returns
+    (SQLite's automatic checkpoint). Only this connection's setting changes, and it is set back when the
+    connection returns to the pool (`engine._restore_autocheckpoint`). Returns False on Postgres.
+    """
+    connection = session.connection()
+    if connection.dialect.name != "sqlite":
+        return False
+    if AUTOCHECKPOINT_KEY not in connection.info:
+        connection.info[AUTOCHECKPOINT_KEY] = connection.exec_driver_sql("PRAGMA wal_autocheckpoint").scalar()
+        connection.exec_driver_sql("PRAGMA wal_autocheckpoint=0")
+    return True
+
+
+def checkpoint(engine: Engine) -> int:
+    """SQLite: copy the log's committed pages into the database file, on a connection of its own.
+
+    PASSIVE: it waits for no lock, so a writer goes on beside it; what a reader still needs stays in the log.
+    Returns how many pages the log holds.
+    """
+    with engine.connect() as connection:
+        _busy, pages, _copied = connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").one()
+    return pages
 
 
 class _Committer:
-    """Commits on a thread of its own; on SQLite each COMMIT's checkpoint on a third, while the log is small.
+    """Commits on a thread of its own; on SQLite the first COMMITs' checkpoints on a third.
 
-    The log only starts again from its beginning when a write begins with the whole log copied, which
-    seldom happens while a checkpoint runs beside the next batch's writes: the log grew to 268 MB over the
-    bench's UltraFeedback import, and a big log slows every page read. Once the last checkpoint found
-    LOG_PAGES in it, the next COMMIT checkpoints in place as SQLite does by itself, and the log starts
-    again. Each COMMIT first waits for the checkpoint before it (long done, as a rule), so which commits
-    checkpoint in place does not depend on timing.
+    Checkpointing beside the writes pays only while the batches come faster than a COMMIT, as when an
+    import has read batches ahead (`import dataset`'s oasst2 file, while its tree ids were read): then each
+    COMMIT was waited for at once. Afterwards the next batch's reading hides the COMMIT, checkpoint and all,
+    and a checkpoint beside the writes only slowed them (UltraFeedback: 5-10 %, bench/README.md, issue 30).
+    The log also only starts again from its beginning when a write begins with the whole log copied, which
+    seldom happens then: it grew to 268 MB over the bench's UltraFeedback import. So once the last
+    checkpoint found LOG_PAGES in the log, this COMMIT and all after it checkpoint in place, as SQLite does
+    by itself. Each COMMIT first waits for the checkpoint before it (long done, as a rule), so which
+    commits checkpoint in place does not depend on timing.
     """
 
     def __init__(self) -> None:
@@ -56,6 +88,7 @@ class _Committer:
         self.checkpoints = ThreadPoolExecutor(1, thread_name_prefix="preflab-checkpoint")
         self.log_pages = 0  # in the log after the last checkpoint
         self.pending: Future[None] | None = None
+        self.deferring = True
 
     def submit(self, session: Session) -> Future[None]:
         return self.commits.submit(self._commit, session)
@@ -64,11 +97,10 @@ class _Committer:
         try:
             if self.pending is not None:
                 self.pending.result()
-            deferred = self.log_pages < LOG_PAGES and defer_checkpoint(session)
+            self.deferring = self.deferring and self.log_pages < LOG_PAGES and defer_checkpoint(session)
             session.commit()
-            self.pending = self.checkpoints.submit(self._checkpoint, session.get_bind()) if deferred else None
-            if not deferred:
-                self.log_pages = 0
+            if self.deferring:
+                self.pending = self.checkpoints.submit(self._checkpoint, session.get_bind())
         finally:
             session.close()
 
@@ -179,6 +211,7 @@ class Aside:
 
 
 def _send_result(send, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which stops this child (no traceback)
     try:
         outcome = (True, fn(*args))
     except Exception as exc:  # noqa: BLE001 - raised again in the parent by Aside.result

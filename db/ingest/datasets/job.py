@@ -16,6 +16,7 @@ the file.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from itertools import chain, islice
@@ -43,7 +44,7 @@ BATCH_ROWS = 5000
 BATCH_BYTES = 24 * 2**20
 # A first read of a file this big runs in a child process (`_read_aside`) while up to AHEAD_BATCHES are parsed.
 ASIDE_BYTES = 16 * 2**20
-AHEAD_BATCHES = 8
+AHEAD_BATCHES, AHEAD_BYTES = 8, 2 * BATCH_BYTES
 
 
 @dataclass
@@ -201,15 +202,19 @@ def _read_aside(fmt: Format, source: str) -> bool:
 def _ahead(parsed: Iterator[list[Parsed]], ready: Callable[[], bool]) -> Iterator[list[Parsed]]:
     """The parsed batches, reading ahead while the first read runs aside (`ready()` not yet true).
 
-    At most AHEAD_BATCHES are held: the first read of a file far bigger than the bench's may take longer.
+    At most AHEAD_BATCHES, or AHEAD_BYTES of rows, are held: the first read of a file far bigger than the
+    bench's takes longer than reading that much.
     """
-    held = []
+    held: deque[list[Parsed]] = deque()
+    weight = 0
     for batch in parsed:
         held.append(batch)
-        if len(held) >= AHEAD_BATCHES or ready():
+        weight += sum(len(row.payload) for unit, _ in batch for row in unit)
+        if len(held) >= AHEAD_BATCHES or weight >= AHEAD_BYTES or ready():
             break
-    yield from held
-    del held
+    batch = None  # noqa: F841 - hold no batch longer than it is needed (84 MB for one of UltraFeedback's)
+    while held:
+        yield held.popleft()
     yield from parsed
 
 
