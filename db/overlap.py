@@ -187,17 +187,26 @@ class Aside:
         self._process.start()  # multiprocessing flushes stdout and stderr first, so nothing is written twice
         send.close()
         self._fn, self._args = fn, args
+        self._outcome: tuple[bool, Any] | None = None
 
     def done(self) -> bool:
         """Whether the result is ready (result() would not wait)."""
-        return self._receive.poll()
+        return self._outcome is not None or self._receive.poll()
 
     def result(self) -> R:
-        """The child's result, waiting for it; its exception raised here. A child that died is run here again."""
-        try:
-            ok, value = self._receive.recv()
-        except EOFError:  # killed (out of memory, a signal): nothing came back
-            return self._fn(*self._args)
+        """The child's result, waiting for it; its exception raised here. A child that died is run here again.
+
+        As a Future's, it may be asked again: the same result, or the same exception.
+        """
+        if self._outcome is None:
+            try:
+                self._outcome = self._receive.recv()
+            except EOFError:  # killed (out of memory, a signal): nothing came back
+                try:
+                    self._outcome = (True, self._fn(*self._args))
+                except Exception as exc:  # noqa: BLE001 - raised below, and again if asked again
+                    self._outcome = (False, exc)
+        ok, value = self._outcome
         if not ok:
             raise value
         return value
@@ -220,12 +229,6 @@ def _send_result(send, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     send.close()
 
 
-class _Done(Future):
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]):
-        super().__init__()
-        self.set_result(fn(*args))
-
-
 @contextmanager
 def aside(fn: Callable[..., R], *args: Any, fork: bool = True) -> Iterator[Aside | Future]:
     """`fn(*args)` in a forked child process while the caller goes on; `.done()` and `.result()` as a Future's.
@@ -235,7 +238,9 @@ def aside(fn: Callable[..., R], *args: Any, fork: bool = True) -> Iterator[Aside
     value. On leaving, a child still running is stopped.
     """
     if not fork or not sys.platform.startswith("linux"):
-        yield _Done(fn, args)
+        here: Future[R] = Future()
+        here.set_result(fn(*args))
+        yield here
         return
     child = Aside(fn, args)
     try:

@@ -140,6 +140,8 @@ def test_aside_runs_in_a_child_process_and_gives_its_result_or_exception():
     assert value == "ok" and pid != os.getpid()
     with aside(_fails) as first, pytest.raises(ValueError, match="damaged"):
         first.result()
+    with aside(_pid_and, "twice") as first:
+        assert first.result() == first.result() and first.done()  # asked again, as a Future's
     with aside(_pid_and, "here", fork=False) as first:
         assert first.done() and first.result() == (os.getpid(), "here")
 

@@ -146,8 +146,7 @@ def import_dataset(sessions: sessionmaker[Session], source: str, settings: Datas
           aside(_split_groups, fmt, source, settings, fork=_read_aside(fmt, source)) as first_read):
         parsed = (parse_batch(batch, fmt, options)
                   for batch in _batches(units(fmt, chain(head, rows)), settings.batch_rows))
-        refusals: list[Refusals] = []
-        batches = _refused(_ahead(parsed, first_read.done), fmt, first_read, refusals)
+        batches = _refused(_ahead(parsed, first_read.done), fmt, first_read)
         written = 0
 
         def done(_batch: list[Parsed], result: DatasetSummary, retries: int) -> None:
@@ -163,11 +162,11 @@ def import_dataset(sessions: sessionmaker[Session], source: str, settings: Datas
                           done)
         except InputError as exc:
             raise InputError(f"{exc}; the {plural(summary.rows, 'row')} before it are stored") from None
-    if refusals and (apart := refusals[0].refused.apart):
-        are = "is" if apart == 1 else "are"
-        summary.notes.append(f"{plural(apart, fmt.group_name)} of {source} {are} not together, so their rows are "
-                             f"quarantined and none of their rankings stored: sort the file by {fmt.group_by} and "
-                             f"import it again")
+        if apart := first_read.result().apart:
+            are = "is" if apart == 1 else "are"
+            summary.notes.append(f"{plural(apart, fmt.group_name)} of {source} {are} not together, so their rows "
+                                 f"are quarantined and none of their rankings stored: sort the file by "
+                                 f"{fmt.group_by} and import it again")
     for line in summary.notes:
         reporter.note(line)
     return summary
@@ -218,14 +217,14 @@ def _ahead(parsed: Iterator[list[Parsed]], ready: Callable[[], bool]) -> Iterato
     yield from parsed
 
 
-def _refused(parsed: Iterator[list[Parsed]], fmt: Format, first_read, refusals: list[Refusals]
-             ) -> Iterator[list[Parsed]]:
+def _refused(parsed: Iterator[list[Parsed]], fmt: Format, first_read) -> Iterator[list[Parsed]]:
     """The parsed batches, each unit of a group the first read refused (or met again) quarantined whole."""
+    refusals = None
     for batch in parsed:
-        if not refusals:  # the first read's result, waited for once the first batch is there
-            refusals.append(Refusals(fmt, first_read.result()))
-        check = refusals[0].reason
-        yield [(unit, Invalid(reason)) if (reason := check(unit)) else (unit, records) for unit, records in batch]
+        if refusals is None:  # the first read's result, waited for once the first batch is there
+            refusals = Refusals(fmt, first_read.result())
+        yield [(unit, Invalid(reason)) if (reason := refusals.reason(unit)) else (unit, records)
+               for unit, records in batch]
 
 
 def _until_damaged(values: Iterator[Any]) -> Iterator[Any]:
