@@ -12,6 +12,12 @@ On SQLite most of a big COMMIT is the checkpoint it sets off (copying the log in
 (read ahead), the first COMMITs only write the log and a third thread checkpoints on a connection of its
 own (PASSIVE: it takes no lock a writer needs), beside the next batch's writes (`_Committer`).
 
+On Postgres the batches are also read on a thread of their own (`read_ahead`) while this one waits for the
+server: the server's share of an import is as big as Python's (UltraFeedback: 7 s of its CPU beside 8.5 s
+here, bench/README.md, issue 30), and a wait gives the Python lock up in one piece. Not on SQLite: its
+`executemany` gives the lock up and takes it back for every row, and beside a busy thread each row then
+waits up to the 5 ms switch interval.
+
 `aside` runs a first read that only a later step needs (the tree ids of `import dataset`'s oasst2 file)
 in a forked child process, so that the first batches are read and parsed here meanwhile.
 
@@ -125,6 +131,18 @@ def commit_behind(sessions: sessionmaker[Session], batches: Iterable[B], write: 
     `done(batch, result, retries)` is called on this thread once the batch's transaction has committed,
     in order (`retries`: how many times it was run again after losing a race).
     """
+    with sessions() as probe:
+        beside = probe.get_bind().dialect.name == "postgresql"
+    reading = read_ahead(iter(batches)) if beside else batches
+    try:
+        _commit_each(sessions, reading, write, done)
+    finally:
+        if beside:
+            reading.close()  # stopped early: the reading thread stops too
+
+
+def _commit_each(sessions: sessionmaker[Session], batches: Iterable[B], write: Callable[[Session, B], R],
+                 done: Callable[[B, R, int], None]) -> None:
     with _Committer() as committer:
         behind: tuple[Future[None], B, R] | None = None
         try:
@@ -174,6 +192,21 @@ def _again(sessions: sessionmaker[Session], write: Callable[[Session, B], R], do
 
     result = in_transaction(sessions, attempt)
     done(batch, result, retries + attempts - 1)
+
+
+def read_ahead(items: Iterator[B]) -> Iterator[B]:
+    """The items, each read on a thread while the caller works on the one before (None ends them)."""
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="preflab-read-ahead") as pool:
+            pending = pool.submit(next, items, None)
+            while (item := pending.result()) is not None:
+                pending = pool.submit(next, items, None)
+                yield item
+                item = None  # noqa: F841 - hold no item past its use
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:  # a caller that stopped early: the reader stops too (with the pool idle)
+            close()
 
 
 class Aside:

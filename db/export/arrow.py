@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.dialects.postgresql import psycopg
 from sqlalchemy.orm import Session
 
 from preflab.db.export.sqlite_reader import child_batches, rows_to_batch
+from preflab.db.overlap import read_ahead
 
 __all__ = ["CHILD_MIN_ROWS", "arrow_batches", "rows_to_batch"]
 
@@ -44,25 +44,13 @@ def arrow_batches(session: Session, query: Select, schema, batch_rows: int, rows
     reader = _adbc_reader(session, query, batch_rows)
     if reader is not None:
         with reader as batches:
-            yield from _read_ahead(_cut(batches, schema, batch_rows))
+            yield from read_ahead(_cut(batches, schema, batch_rows))
         return
     child = _child_request(session, query) if rows_hint >= CHILD_MIN_ROWS else None
     if child is not None:
-        yield from _read_ahead(child_batches(*child, schema, batch_rows))
+        yield from read_ahead(child_batches(*child, schema, batch_rows))
         return
     yield from _driver_batches(session, query, schema, batch_rows)
-
-
-def _read_ahead(batches: Iterator) -> Iterator:
-    """The items of `batches`, each read in a thread while the caller works on the one before."""
-    try:
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pending = pool.submit(next, batches, None)
-            while (batch := pending.result()) is not None:
-                pending = pool.submit(next, batches, None)
-                yield batch
-    finally:
-        batches.close()  # a caller that stopped early: the reader stops too (with the pool idle)
 
 
 def _cut(batches: Iterator, schema, batch_rows: int) -> Iterator:

@@ -95,3 +95,41 @@ def test_lookup_sees_pending_objects_and_converts_what_sqlalchemy_converts(sessi
         # A timestamp: through SQLAlchemy, which turns SQLite's text into a datetime.
         (when,) = lookup(s, RawRecord.__table__, ("received_at",), "id", [rid])[0]
         assert payload_hash == "x" and isinstance(rid, int) and utc(when) == received
+
+
+def test_appended_rows_read_back_as_inserted_ones_whatever_the_values(sessions, monkeypatch):
+    """append_rows (on Postgres a COPY, binary where psycopg can write every value so) stores what insert_rows does.
+
+    The second batch gives a text column a number and a timestamp no time zone: a binary COPY would write those by
+    the column's type and fail (or read the time in another zone), so that batch goes as text.
+    """
+    import preflab.db.bulk as bulk
+
+    binary = []
+    choose = bulk._binary_oids
+    monkeypatch.setattr(bulk, "_binary_oids", lambda *args: binary.append(choose(*args) is not None) or choose(*args))
+    texts = ["tab\there, line\nthere, back\\slash", "مرحبا 你好 🙂 \"q\"", "x" * 20_000, ""]
+    first = [{"prompt_id": 7, "annotator_id": 3, "source": "import:test", "external_id": f"e{i}", "n_tiers": i,
+              "same_as_shown": i % 2 == 0, "lead_time": [1.5, None, 2, 0.0][i], "judge_run": text[:100],
+              "details": [{"scores": [1, 2.5, None]}, None, {"text": text}, {"text": text}][i],
+              "created_at": datetime(2025, 3, 4, 5, 6, i, tzinfo=timezone(timedelta(hours=i)))}
+             for i, text in enumerate(texts)]
+    second = [{**row, "external_id": 100 + i, "created_at": datetime(2025, 3, 4, 5, 6, i)}
+              for i, row in enumerate(first)]
+    results = []
+    for how in ("append", "insert"):
+        with sessions.begin() as s:
+            for rows in (first, second):
+                rows = [{**row, "source": how} for row in rows]
+                if how == "append":
+                    append_rows(s, Ranking.__table__, rows)
+                else:
+                    insert_rows(s, Ranking.__table__, rows)
+        with sessions.begin() as s:
+            results.append([(r.external_id, r.n_tiers, r.same_as_shown, r.lead_time, r.judge_run, r.details,
+                             utc(r.created_at) if r.created_at.tzinfo else r.created_at)
+                            for r in s.scalars(select(Ranking).where(Ranking.source == how).order_by(Ranking.id))])
+    assert results[0] == results[1]
+    assert [row[0] for row in results[0]] == ["e0", "e1", "e2", "e3", "100", "101", "102", "103"]
+    if sessions.kw["bind"].dialect.name == "postgresql":
+        assert binary == [True, False]
