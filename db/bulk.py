@@ -150,8 +150,9 @@ def _converted(column, dialect, value):
 _BINARY = {16: (16, {bool}), 17: (17, {bytes}), 20: (20, {int, bool}), 21: (21, {int, bool}), 23: (23, {int, bool}),
            25: (25, {str}), 1043: (1043, {str}), 114: (25, {str}), 700: (700, {float, int}),
            701: (701, {float, int}), 1184: (1184, {datetime})}
+_INT_RANGE = {21: (-2**15, 2**15 - 1), 23: (-2**31, 2**31 - 1), 20: (-2**63, 2**63 - 1)}
 _COLUMN_OIDS = text("SELECT attname, atttypid FROM pg_attribute "
-                    "WHERE attrelid = CAST(:table AS regclass) AND attnum > 0 AND NOT attisdropped")
+                    "WHERE attrelid = CAST(quote_ident(:table) AS regclass) AND attnum > 0 AND NOT attisdropped")
 
 
 def _copy(session: Session, table: Table, columns: list[str], rows: list[Sequence]) -> None:
@@ -181,8 +182,10 @@ def _copy(session: Session, table: Table, columns: list[str], rows: list[Sequenc
 def _binary_oids(types: dict[str, int], columns: list[str], rows: list[Sequence]) -> list[int] | None:
     """The types to declare for a binary COPY of `rows`, or None where one column or value has no binary writer.
 
-    A binary COPY writes each value by its column's type, not by its own: a text column given a number, or a
-    timestamp without a time zone (which the server would read in the session's zone), must go as text.
+    A binary COPY writes each value by its column's type, not by its own, and checks less than the server's
+    text input: a text column given a number, a timestamp without a time zone (which the server reads in the
+    session's zone) and an integer out of its column's range (written cut to its low bits) go as text, where
+    the server converts or refuses them as it always did.
     """
     oids = []
     for i, name in enumerate(columns):
@@ -190,10 +193,21 @@ def _binary_oids(types: dict[str, int], columns: list[str], rows: list[Sequence]
         given = set(map(type, map(itemgetter(i), rows))) - {type(None)}
         if oid is None or not given <= writes:
             return None
-        if datetime in given and any(v is not None and v.tzinfo is None for v in map(itemgetter(i), rows)):
+        if (oid in _INT_RANGE or datetime in given) and not _fits(oid, map(itemgetter(i), rows)):
             return None
         oids.append(oid)
     return oids
+
+
+def _fits(oid: int, values: Iterable) -> bool:
+    """Integers within the column's range; timestamps with a time zone."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return True
+    if oid in _INT_RANGE:
+        low, high = _INT_RANGE[oid]
+        return low <= min(values) and max(values) <= high
+    return all(v.tzinfo is not None for v in values)
 
 
 def lookup(session: Session, table: Table, columns: Sequence[str], key: str, values: Iterable) -> list[tuple]:

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from preflab.db.bulk import IN_CHUNK, append_rows, insert_rows, lookup
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RawRecord
@@ -100,8 +100,9 @@ def test_lookup_sees_pending_objects_and_converts_what_sqlalchemy_converts(sessi
 def test_appended_rows_read_back_as_inserted_ones_whatever_the_values(sessions, monkeypatch):
     """append_rows (on Postgres a COPY, binary where psycopg can write every value so) stores what insert_rows does.
 
-    The second batch gives a text column a number and a timestamp no time zone: a binary COPY would write those by
-    the column's type and fail (or read the time in another zone), so that batch goes as text.
+    The second batch gives a text column a number and a timestamp no time zone, the third an integer past its
+    column's 32 bits: a binary COPY would write those by the column's type and fail, read the time in another zone
+    or cut the integer to its low bits, so those batches go as text (and the third is refused).
     """
     import preflab.db.bulk as bulk
 
@@ -131,5 +132,9 @@ def test_appended_rows_read_back_as_inserted_ones_whatever_the_values(sessions, 
                             for r in s.scalars(select(Ranking).where(Ranking.source == how).order_by(Ranking.id))])
     assert results[0] == results[1]
     assert [row[0] for row in results[0]] == ["e0", "e1", "e2", "e3", "100", "101", "102", "103"]
-    if sessions.kw["bind"].dialect.name == "postgresql":
+    postgres = sessions.kw["bind"].dialect.name == "postgresql"
+    if postgres:
         assert binary == [True, False]
+        with pytest.raises(DBAPIError, match="out of range"), sessions.begin() as s:
+            append_rows(s, Ranking.__table__, [{**first[0], "source": "too big", "prompt_id": 2**32 + 7}])
+        assert binary == [True, False, False]
