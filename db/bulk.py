@@ -148,9 +148,10 @@ def _converted(column, dialect, value):
 # Column types psycopg writes in binary form, with the Python types it writes them from (None is NULL); json's
 # binary form is its text, written as text's (oid 25). Any other column or value, and the COPY is text.
 _BINARY = {16: (16, {bool}), 17: (17, {bytes}), 20: (20, {int, bool}), 21: (21, {int, bool}), 23: (23, {int, bool}),
-           25: (25, {str}), 1043: (1043, {str}), 114: (25, {str}), 700: (700, {float, int}),
-           701: (701, {float, int}), 1184: (1184, {datetime})}
-_INT_RANGE = {21: (-2**15, 2**15 - 1), 23: (-2**31, 2**31 - 1), 20: (-2**63, 2**63 - 1)}
+           25: (25, {str}), 1043: (1043, {str}), 114: (25, {str}), 701: (701, {float, int}), 1184: (1184, {datetime})}
+# Integers a binary COPY writes exactly: an integer column's range (past it psycopg writes the low bits), and
+# in a double precision column those a double holds (past 2**1024 psycopg raises where the server refused).
+_INT_RANGE = {21: (-2**15, 2**15 - 1), 23: (-2**31, 2**31 - 1), 20: (-2**63, 2**63 - 1), 701: (-2**53, 2**53)}
 _COLUMN_OIDS = text("SELECT attname, atttypid FROM pg_attribute "
                     "WHERE attrelid = CAST(quote_ident(:table) AS regclass) AND attnum > 0 AND NOT attisdropped")
 
@@ -193,21 +194,19 @@ def _binary_oids(types: dict[str, int], columns: list[str], rows: list[Sequence]
         given = set(map(type, map(itemgetter(i), rows))) - {type(None)}
         if oid is None or not given <= writes:
             return None
-        if (oid in _INT_RANGE or datetime in given) and not _fits(oid, map(itemgetter(i), rows)):
+        if (oid in _INT_RANGE and int in given or datetime in given) and not _fits(oid, map(itemgetter(i), rows)):
             return None
         oids.append(oid)
     return oids
 
 
 def _fits(oid: int, values: Iterable) -> bool:
-    """Integers within the column's range; timestamps with a time zone."""
-    values = [v for v in values if v is not None]
-    if not values:
-        return True
+    """Integers within `_INT_RANGE`; timestamps with a time zone."""
     if oid in _INT_RANGE:
         low, high = _INT_RANGE[oid]
-        return low <= min(values) and max(values) <= high
-    return all(v.tzinfo is not None for v in values)
+        numbers = [v for v in values if type(v) is int]
+        return not numbers or low <= min(numbers) and max(numbers) <= high
+    return all(v.tzinfo is not None for v in values if v is not None)
 
 
 def lookup(session: Session, table: Table, columns: Sequence[str], key: str, values: Iterable) -> list[tuple]:

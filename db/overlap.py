@@ -195,17 +195,27 @@ def _again(sessions: sessionmaker[Session], write: Callable[[Session, B], R], do
 
 
 def read_ahead(items: Iterator[B]) -> Iterator[B]:
-    """The items, each read on a thread while the caller works on the one before (None ends them)."""
+    """The items, each read on a thread while the caller works on the one before (None ends them).
+
+    The first is read on the caller's thread: what it waits for (`import dataset`'s first read, in a child
+    process that ignores Ctrl-C) is then waited for where Ctrl-C stops it.
+    """
+    item = next(items, None)
+    if item is None:
+        return
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="preflab-read-ahead")
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="preflab-read-ahead") as pool:
+        while item is not None:
             pending = pool.submit(next, items, None)
-            while (item := pending.result()) is not None:
-                pending = pool.submit(next, items, None)
-                yield item
-                item = None  # noqa: F841 - hold no item past its use
+            yield item
+            item = None  # hold no item past its use
+            item = pending.result()
     finally:
+        # A caller that stopped early: the item being read is read whole, then the items are closed (with the
+        # reader idle; a Ctrl-C during that wait leaves them to it, and it stops after that item).
+        pool.shutdown(wait=True)
         close = getattr(items, "close", None)
-        if close is not None:  # a caller that stopped early: the reader stops too (with the pool idle)
+        if close is not None:
             close()
 
 

@@ -138,3 +138,9 @@ def test_appended_rows_read_back_as_inserted_ones_whatever_the_values(sessions, 
         with pytest.raises(DBAPIError, match="out of range"), sessions.begin() as s:
             append_rows(s, Ranking.__table__, [{**first[0], "source": "too big", "prompt_id": 2**32 + 7}])
         assert binary == [True, False, False]
+        # a double given an integer past 2**53 (which psycopg's binary writer refuses past 2**1024): as text
+        with sessions.begin() as s:
+            append_rows(s, Ranking.__table__, [{**first[0], "source": "big float", "lead_time": 2**60 + 1}])
+        with sessions.begin() as s:
+            assert s.scalar(select(Ranking.lead_time).where(Ranking.source == "big float")) == float(2**60)
+        assert binary == [True, False, False, False]
