@@ -1,6 +1,7 @@
 """`preflab train dpo`: TRL's DPOTrainer from a base model or a model version, LoRA included."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -128,9 +129,13 @@ def test_reference_log_probs_are_computed_for_the_rows_the_run_trains_on_only(to
     assert len(train["prompt"]) > Given.rows
     metrics = result.metrics
     assert metrics["global_step"] == 8 and metrics["epochs"] == pytest.approx(64 / len(train["prompt"]))
-    # It still learns: the loss fell, and the policy prefers the chosen responses of the whole split more.
-    assert metrics["last_loss"] < metrics["first_loss"] and metrics["train_rewards_margins"] > 0
-    assert chosen_minus_rejected(result.path, train) > chosen_minus_rejected(toy_base, train) + 0.5
+    # It still learns: DPO's loss over the whole split fell from ln 2, where the policy is its reference (the base),
+    # to 0.608 here, and the policy prefers the chosen responses more. The logged loss of the first two steps
+    # against the last two (0.677 -> 0.662 here) is too close to tell on every machine.
+    after, before = pair_gaps(result.path, train), pair_gaps(toy_base, train)
+    loss = sum(math.log1p(math.exp(-0.1 * (a - b))) for a, b in zip(after, before)) / len(after)
+    assert loss < math.log(2) - 0.03 and metrics["train_rewards_margins"] > 0, (loss, metrics)
+    assert sum(after) / len(after) > sum(before) / len(before) + 0.5
 
 
 def test_rows_trl_would_drop_are_not_drawn_for_a_max_steps_run():
