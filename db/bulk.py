@@ -145,10 +145,11 @@ def _converted(column, dialect, value):
     return convert(value) if convert and value is not None else value
 
 
-# Column types psycopg writes in binary form, with the Python types it writes them from (None is NULL); json's
-# binary form is its text, written as text's (oid 25). Any other column or value, and the COPY is text.
-_BINARY = {16: (16, {bool}), 17: (17, {bytes}), 20: (20, {int, bool}), 21: (21, {int, bool}), 23: (23, {int, bool}),
-           25: (25, {str}), 1043: (1043, {str}), 114: (25, {str}), 701: (701, {float, int}), 1184: (1184, {datetime})}
+# Column types (oids) psycopg writes in binary form, with the Python types it writes them from (None is NULL).
+# Any other column or value, and the COPY is text.
+_BINARY = {16: {bool}, 17: {bytes}, 20: {int, bool}, 21: {int, bool}, 23: {int, bool}, 25: {str}, 1043: {str},
+           114: {str}, 701: {float, int}, 1184: {datetime}}
+_SENT_AS = {114: 25}  # json's binary form is its text: written as text's
 # Integers a binary COPY writes exactly: an integer column's range (past it psycopg writes the low bits), and
 # in a double precision column those a double holds (past 2**1024 psycopg raises where the server refused).
 _INT_RANGE = {21: (-2**15, 2**15 - 1), 23: (-2**31, 2**31 - 1), 20: (-2**63, 2**63 - 1), 701: (-2**53, 2**53)}
@@ -190,13 +191,14 @@ def _binary_oids(types: dict[str, int], columns: list[str], rows: list[Sequence]
     """
     oids = []
     for i, name in enumerate(columns):
-        oid, writes = _BINARY.get(types.get(name), (None, ()))
+        oid = types.get(name)
+        writes = _BINARY.get(oid)
         given = set(map(type, map(itemgetter(i), rows))) - {type(None)}
-        if oid is None or not given <= writes:
+        if writes is None or not given <= writes:
             return None
         if (oid in _INT_RANGE and int in given or datetime in given) and not _fits(oid, map(itemgetter(i), rows)):
             return None
-        oids.append(oid)
+        oids.append(_SENT_AS.get(oid, oid))
     return oids
 
 

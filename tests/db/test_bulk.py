@@ -108,7 +108,13 @@ def test_appended_rows_read_back_as_inserted_ones_whatever_the_values(sessions, 
 
     binary = []
     choose = bulk._binary_oids
-    monkeypatch.setattr(bulk, "_binary_oids", lambda *args: binary.append(choose(*args) is not None) or choose(*args))
+
+    def chosen(*args):
+        oids = choose(*args)
+        binary.append(oids is not None)
+        return oids
+
+    monkeypatch.setattr(bulk, "_binary_oids", chosen)
     texts = ["tab\there, line\nthere, back\\slash", "مرحبا 你好 🙂 \"q\"", "x" * 20_000, ""]
     first = [{"prompt_id": 7, "annotator_id": 3, "source": "import:test", "external_id": f"e{i}", "n_tiers": i,
               "same_as_shown": i % 2 == 0, "lead_time": [1.5, None, 2, 0.0][i], "judge_run": text[:100],
