@@ -20,6 +20,7 @@ import importlib
 import json
 import logging
 import sys
+import time
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -60,12 +61,15 @@ class Reporter:
     stderr; stdout stays one JSON document), which is how a scheduler or cron runs
     it (`--json > out.json 2> log`). Only `step_lines=False` (SILENT) keeps them back.
     A note a disabled reporter keeps off the terminal is a log record at INFO instead,
-    which the root `--verbose` shows (`log_to_stderr`).
+    which the root `--verbose` shows (`log_to_stderr`). A progress bar is a line every
+    `every` seconds there instead (`make run > log` was silent for minutes while generating),
+    and a closing line if it said any.
     """
 
-    def __init__(self, enabled: bool = True, *, step_lines: bool = True):
+    def __init__(self, enabled: bool = True, *, step_lines: bool = True, every: float = 10.0):
         self.enabled = enabled
         self.step_lines = step_lines
+        self.every = every
 
     def note(self, message: str) -> None:
         """One line on stderr (stdout stays clean for `--json`)."""
@@ -87,10 +91,15 @@ class Reporter:
 
     @contextmanager
     def progress(self, description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
-        """A progress bar; the context yields `advance(n)`."""
+        """A progress bar, or step lines where stderr is no terminal; the context yields `advance(n)`."""
         from rich.console import Console
 
         console = Console(stderr=True)
+        if not console.is_terminal and self.step_lines:
+            lines = _ProgressLines(description, total, self.every)
+            yield lines.advance
+            lines.close()
+            return
         if not self.enabled or not console.is_terminal:
             yield lambda n: None
             return
@@ -100,6 +109,52 @@ class Reporter:
                       console=console, transient=True) as bar:
             task = bar.add_task(description, total=total)
             yield lambda n: bar.advance(task, n)
+
+
+def clock(seconds: float) -> str:
+    """`42s`, `8m 31s`, `1h 02m`."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+
+
+class _ProgressLines:
+    """A progress bar as lines for a log: `generating: 24/96 (25%), 1m 05s elapsed, about 3m 15s left`.
+
+    One line once `every` seconds have passed since the start or the last line, so a
+    log gets a few lines a minute however small the steps; a job done sooner says
+    nothing, and one that said something says its end.
+    """
+
+    def __init__(self, description: str, total: int | None, every: float):
+        self.description, self.total, self.every = description, total, every
+        self.done = 0
+        self.started = self.last = time.monotonic()
+        self.said = False
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last, self.said = now, True
+            click.echo(self.line(now), err=True)
+
+    def close(self) -> None:
+        if self.said:
+            click.echo(self.line(time.monotonic(), end=True), err=True)
+
+    def line(self, now: float, end: bool = False) -> str:
+        elapsed = now - self.started
+        if not self.total:
+            return f"{self.description}: {self.done:,} done, {clock(elapsed)} elapsed"
+        share = f"{self.done:,}/{self.total:,} ({self.done / self.total:.0%})"
+        left = self.total - self.done
+        if end or not self.done or left <= 0:
+            return f"{self.description}: {share}, {clock(elapsed)} elapsed"
+        return f"{self.description}: {share}, {clock(elapsed)} elapsed, about {clock(elapsed / self.done * left)} left"
 
 
 def _stderr_is_terminal() -> bool:

@@ -6,6 +6,9 @@ end, so the run says one line per logging step instead, with or without --json:
 
     training reward run 3: step 20/45, loss 0.6412, 1m 05s elapsed, about 1m 21s left
 
+A run shorter than one logging interval (5 steps, `--logging-steps 10`) would say no
+step at all: it says each of its steps instead.
+
 Importing this module imports neither transformers nor torch (`preflab --help` reaches it).
 """
 
@@ -16,17 +19,9 @@ import time
 import warnings
 from contextlib import contextmanager
 
-from preflab.console import Reporter
+from preflab.console import Reporter, clock
 
-
-def clock(seconds: float) -> str:
-    """`42s`, `8m 31s`, `1h 02m`."""
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+__all__ = ["clock", "quiet_libraries", "training_progress"]
 
 
 def training_progress(description: str, reporter: Reporter):
@@ -66,6 +61,16 @@ def training_progress(description: str, reporter: Reporter):
         def on_step_end(self, args, state, control, **kwargs):
             if self.bar is not None:
                 self.bar.update(self.task, completed=state.global_step)
+            if self.lines and self.short(args, state):
+                if args.world_size == 1:
+                    control.should_log = True  # the loss of this step comes to on_log
+                else:  # a log gathers the loss from every process, and only this one holds the callback
+                    reporter.step(self.line(state, None))
+
+        def short(self, args, state) -> bool:
+            """Whether the run ends before its first logging step: then each step is said."""
+            every = getattr(state, "logging_steps", None) or args.logging_steps
+            return args.logging_strategy == "steps" and state.max_steps < every
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "loss" not in logs:
@@ -75,10 +80,11 @@ def training_progress(description: str, reporter: Reporter):
             elif self.lines:
                 reporter.step(self.line(state, float(logs["loss"])))
 
-        def line(self, state, loss: float) -> str:
+        def line(self, state, loss: float | None) -> str:
             elapsed, done = time.monotonic() - self.started, state.global_step - self.first_step
             left = f", about {clock(elapsed / done * (state.max_steps - state.global_step))} left" if done else ""
-            return (f"{description}: step {state.global_step:,}/{state.max_steps:,}, loss {loss:.4f}, "
+            shown = "" if loss is None else f", loss {loss:.4f}"
+            return (f"{description}: step {state.global_step:,}/{state.max_steps:,}{shown}, "
                     f"{clock(elapsed)} elapsed{left}")
 
         def on_train_end(self, args, state, control, **kwargs):
