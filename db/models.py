@@ -226,6 +226,7 @@ class RankingItem(Base):
     # The judge or reward-model score behind the tier (margins use it), and how it was got.
     score: Mapped[float | None] = mapped_column(Float)
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    model: Mapped[str | None] = mapped_column(String(300))  # its author in this ranking (NULL: the candidate's)
 
     ranking: Mapped[Ranking] = relationship(back_populates="items",
                                             primaryjoin="Ranking.id == foreign(RankingItem.ranking_id)")

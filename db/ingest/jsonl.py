@@ -218,7 +218,8 @@ def write_rankings(session: Session, parsed: list[tuple[RankingRecord, str, int]
 
     `parsed` holds (record, payload hash, raw record id). A ranking is identified by
     its annotator and its external id (the payload hash where it has none) within
-    `source`: one stored before, or met earlier in `parsed`, is counted a duplicate.
+    `source`: one stored before, or met earlier in `parsed`, is counted a duplicate. Each
+    ranking item keeps the model the record names for its reply (`RankingItem.model`).
     Returns the records written.
     """
     if not parsed:
@@ -245,7 +246,9 @@ def write_rankings(session: Session, parsed: list[tuple[RankingRecord, str, int]
         return []
 
     ranking_rows = []
-    items_per_ranking = []  # (candidate id, tier, shown position, score) per response, in shown order
+    # (candidate id, tier, shown position, score, model) per response, in shown order. The model is the record's
+    # own: the candidate, shared by every ranking of its prompt and text, keeps the first import's.
+    items_per_ranking = []
     for (annotator_id, external_id), rec, raw_id in new:
         pid = prompt_ids[rec.prompt_hash]
         cids = [cand_ids[(pid, h)] for h in rec.response_hashes]
@@ -253,7 +256,8 @@ def write_rankings(session: Session, parsed: list[tuple[RankingRecord, str, int]
         for t, tier in enumerate(rec.tiers):
             for index in tier:
                 tier_of[index] = t
-        items_per_ranking.append(list(zip(cids, tier_of, range(len(cids)), rec.scores or [None] * len(cids))))
+        items_per_ranking.append(list(zip(cids, tier_of, range(len(cids)), rec.scores or [None] * len(cids),
+                                          rec.models or [None] * len(cids))))
         ranking_rows.append({
             "prompt_id": pid, "annotator_id": annotator_id, "source": source, "external_id": external_id,
             "version": 1, "status": "valid", "n_tiers": len(rec.tiers), "same_as_shown": False,
@@ -262,7 +266,7 @@ def write_rankings(session: Session, parsed: list[tuple[RankingRecord, str, int]
     ids = append_rows(session, Ranking.__table__, ranking_rows)
     append_rows(session, RankingItem.__table__,
                 [(rid, *item) for rid, items in zip(ids, items_per_ranking) for item in items],
-                columns=("ranking_id", "candidate_id", "tier", "shown_position", "score"), new_ids=False)
+                columns=("ranking_id", "candidate_id", "tier", "shown_position", "score", "model"), new_ids=False)
     summary.imported += len(ranking_rows)
     return [rec for _, rec, _ in new]
 

@@ -4,9 +4,12 @@ A ranking of k candidates is k·(k−1)/2 battles, one per pair of candidates: t
 better tier wins, and two candidates in one tier tie (a tie of either kind: the
 comparisons table leaves ties out, so the leaderboard reads the tiers itself). The
 rankings read are those `pairs build` takes (`preflab.db.pairs.incremental.eligible`:
-valid, of the annotator kind, never a gold prompt's). A candidate's model is its
-model version's name where it has one, else its `model`; a battle between two
-candidates of one model, or with a candidate of no known model, is left out and counted.
+valid, never a gold prompt's), of those the filters keep: the battles of the rankings a
+filter leaves out are counted in `left_out`, each under the first filter that refused it.
+A reply's model is the one its ranking's source row named (`RankingItem.model`: a candidate
+is shared by every ranking of its prompt and text, so one reply can be two models' in two
+battles), else its candidate's model version's name, else the candidate's `model`; a battle
+between two replies of one model, or with a reply of no known model, is left out and counted.
 
 Each battle keeps its ranking (the bootstrap draws rankings: a two-way battle is one
 ranking, as in Chatbot Arena) and, for style control, its two candidates.
@@ -18,13 +21,14 @@ import itertools
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 import numpy as np
-from sqlalchemy import and_, func, select
+from sqlalchemy import and_, case, func, not_, select
 from sqlalchemy.orm import Session, aliased
 
 from preflab.db.bulk import lookup
-from preflab.db.models import Candidate, ModelVersion, Prompt, Ranking, RankingItem
+from preflab.db.models import Annotator, Candidate, ModelVersion, Prompt, Ranking, RankingItem
 from preflab.db.pairs.incremental import eligible
 
 # FastChat's style elements: the reply's length (here in characters: preflab stores no token
@@ -98,12 +102,31 @@ def from_labels(model_a, model_b, winner, group=None) -> Battles:
 
 @dataclass
 class Filters:
-    """Which rankings count: the annotators' kind, since when, which prompts."""
+    """Which rankings count: the annotators' kind, since when, from where, which prompts."""
 
     annotator_kind: str = "any"  # human | ai | any
     since: datetime | None = None  # rankings stored at or after this (UTC)
-    source: str | None = None  # prompts of this source (an imported dataset: "import:arena")
+    # Rankings of this source (`Ranking.source`): "import:<format>" for a public dataset ("import:arena", the
+    # source of its raw records too), "import" for JSON Lines rankings, "label-studio", "judge", "bon".
+    source: str | None = None
     split: str | None = None  # prompts of this split (train, test)
+
+    def rules(self) -> list[tuple[str, Any]]:
+        """(why a battle is left out, the SQL condition a ranking must meet) for each filter given."""
+        rules = []
+        if self.annotator_kind != "any":
+            other = "people" if self.annotator_kind == "ai" else "AI judges"
+            rules.append((f"rankings by {other} (--annotator-kind {self.annotator_kind})",
+                          Ranking.annotator_id.in_(select(Annotator.id).where(Annotator.kind == self.annotator_kind))))
+        if self.source is not None:
+            rules.append((f"rankings whose source is not {self.source} (--source)", Ranking.source == self.source))
+        if self.split is not None:
+            rules.append((f"prompts not of split {self.split} (--prompts)",
+                          Ranking.prompt_id.in_(select(Prompt.id).where(Prompt.split == self.split))))
+        if self.since is not None:
+            rules.append((f"rankings stored before {self.since:%Y-%m-%d %H:%M} UTC (--since)",
+                          Ranking.created_at >= self.since))
+        return rules
 
 
 def read_battles(session: Session, filters: Filters, *, with_candidates: bool = False) -> Battles:
@@ -115,23 +138,16 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
     ia, ib = aliased(RankingItem), aliased(RankingItem)
     ca, cb = aliased(Candidate), aliased(Candidate)
     va, vb = aliased(ModelVersion), aliased(ModelVersion)
+    rules = filters.rules()
     query = (select(Ranking.id, ia.candidate_id, ib.candidate_id, ia.tier, ib.tier,
-                    func.coalesce(va.name, ca.model), func.coalesce(vb.name, cb.model))
+                    func.coalesce(ia.model, va.name, ca.model), func.coalesce(ib.model, vb.name, cb.model))
              .join(ia, ia.ranking_id == Ranking.id)
              .join(ib, and_(ib.ranking_id == Ranking.id, ib.candidate_id > ia.candidate_id))
              .join(ca, ca.id == ia.candidate_id).join(cb, cb.id == ib.candidate_id)
              .outerjoin(va, va.id == ca.model_version_id).outerjoin(vb, vb.id == cb.model_version_id)
-             .where(eligible(filters.annotator_kind, ()), ia.tier.is_not(None), ib.tier.is_not(None))
+             .where(eligible("any", ()), *(rule for _, rule in rules), ia.tier.is_not(None), ib.tier.is_not(None))
              .order_by(Ranking.id, ia.candidate_id, ib.candidate_id))
-    if filters.since is not None:
-        query = query.where(Ranking.created_at >= filters.since)
-    prompts = []
-    if filters.source is not None:
-        prompts.append(Prompt.source == filters.source)
-    if filters.split is not None:
-        prompts.append(Prompt.split == filters.split)
-    if prompts:
-        query = query.where(Ranking.prompt_id.in_(select(Prompt.id).where(*prompts)))
+    filtered = _filtered_out(session, rules)
     index: dict[str, int] = {}  # model name -> its code, as first met
     parts = []
     for chunk in session.execute(query.execution_options(yield_per=CHUNK)).partitions():
@@ -141,14 +157,17 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
                  for c in columns[5:]]
         parts.append(ints + names)
     if not parts:
-        return empty()
+        none = empty()
+        none.left_out = filtered
+        return none
     ranking, cand_a, cand_b, tier_a, tier_b, la, lb = (np.concatenate(c) for c in zip(*parts))
     del parts
     unknown = (la < 0) | (lb < 0)
     same = ~unknown & (la == lb)
     keep = ~unknown & ~same
-    left_out = {reason: int(n) for reason, n in (("a candidate of no known model", unknown.sum()),
-                                                  ("both candidates of one model", same.sum())) if n}
+    left_out = dict(filtered)
+    left_out.update((reason, int(n)) for reason, n in (("a candidate of no known model", unknown.sum()),
+                                                       ("both candidates of one model", same.sum())) if n)
     names = list(index)
     codes, a, b = _renumbered(la[keep], lb[keep])
     tier_a, tier_b = tier_a[keep], tier_b[keep]
@@ -156,6 +175,23 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
     group = np.unique(ranking[keep], return_inverse=True)[1].reshape(-1).astype(np.int64)
     candidates = np.stack([cand_a[keep], cand_b[keep]], axis=1) if with_candidates else None
     return Battles([names[c] for c in codes], a, b, outcome, group, candidates, left_out)
+
+
+def _filtered_out(session: Session, rules: list[tuple[str, Any]]) -> dict[str, int]:
+    """The battles of the rankings the filters leave out, by the first filter each fails: reason -> battles.
+
+    A ranking of n ranked replies is n·(n−1)/2 battles, counted per ranking in SQL: no battle is read.
+    """
+    if not rules:
+        return {}
+    ranked = (select(RankingItem.ranking_id, func.count().label("n")).where(RankingItem.tier.is_not(None))
+              .group_by(RankingItem.ranking_id).subquery())
+    failed = (select(case(*((not_(rule), k) for k, (_, rule) in enumerate(rules))).label("rule"), ranked.c.n)
+              .join_from(Ranking, ranked, ranked.c.ranking_id == Ranking.id)
+              .where(eligible("any", ()), not_(and_(*(rule for _, rule in rules)))).subquery())
+    counts = session.execute(select(failed.c.rule, func.sum(failed.c.n * (failed.c.n - 1)))
+                             .group_by(failed.c.rule).order_by(failed.c.rule))
+    return {rules[k][0]: int(twice) // 2 for k, twice in counts if twice}
 
 
 def markdown_counts(text: str) -> tuple[int, int, int]:

@@ -3,6 +3,10 @@
 `leaderboard(session, config)` reads the battles (`battles.py`), fits the ratings
 (`fit.py`), bootstraps their intervals (`bootstrap.py`) and returns a `Leaderboard`;
 `rate(battles, config)` does the same on battles already in memory.
+
+Models that never met, directly or through others, fall in separate groups whose
+ratings do not compare: ranks are counted within a group, and the board lists group
+by group (the group of the most battles first), each by rank, then by median.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from typing import Any
 import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from preflab.db.leaderboard.battles import Battles, Filters, read_battles, style_counts, style_features
 from preflab.db.leaderboard.bootstrap import (Cells, bootstrap_ratings, bootstrap_style, intervals, rank_by_interval,
                                               share_better)
 from preflab.db.leaderboard.fit import ALPHA, L2, OFFSET, SCALE, STYLE_L2, fit_contextual, fit_pairs, to_elo
+from preflab.db.models import Ranking
 from preflab.db.pairs.build import KINDS
 from preflab.errors import ConfigError, InputError
 
@@ -36,7 +42,8 @@ class LeaderboardConfig:
         "help": "Only rankings stored at or after this date or time (ISO 8601, e.g. 2025-01-31; UTC unless it "
                 "names an offset)."})
     source: str | None = field(default=None, metadata={
-        "help": "Only prompts of this source, e.g. one imported dataset (import:arena)."})
+        "help": "Only rankings of this source: import:FORMAT for a public dataset (import:arena, import:hh-rlhf…), "
+                "import for JSON Lines rankings, label-studio, judge or bon."})
     prompts: str | None = field(default=None, metadata={"help": "Only prompts of this split (train or test)."})
     bootstrap: int = field(default=1000, metadata={
         "help": "Bootstrap rounds over rankings for the 95% intervals (0: ratings only)."})
@@ -77,16 +84,17 @@ class Rating:
     median: float | None
     lower: float | None
     upper: float | None
-    rank: int  # 1 + the models whose interval lies wholly above this one's
+    rank: int  # 1 + the models of its group whose interval lies wholly above this one's
     battles: int
     wins: int
     ties: int
     losses: int
+    group: int = 1  # models that met, directly or through others: 1 the group of the most battles, 2…
 
 
 @dataclass
 class Leaderboard:
-    ratings: list[Rating]  # by bootstrap median (by rating without a bootstrap), best first
+    ratings: list[Rating]  # by group, then rank, then bootstrap median (rating without a bootstrap), best first
     battles: int
     rankings: int
     method: dict[str, Any]
@@ -109,6 +117,11 @@ def leaderboard(session: Session, config: LeaderboardConfig) -> Leaderboard:
             anchor that is not one of them.
     """
     battles = read_battles(session, config.filters(), with_candidates=config.style_control)
+    if len(battles.models) < 2 and config.source is not None:
+        sources = sorted(session.scalars(select(Ranking.source).distinct()))
+        if config.source not in sources:
+            raise InputError(f"no ranking has source {config.source!r} (the rankings' sources: "
+                             f"{', '.join(sources) or 'none yet'})")
     style = None
     if config.style_control and len(battles):
         ids, where = np.unique(battles.candidates, return_inverse=True)
@@ -135,11 +148,12 @@ def rate(battles: Battles, config: LeaderboardConfig, style: np.ndarray | None =
     r = fit_pairs(cells.pairs, score, total)
     samples = (bootstrap_ratings(battles, config.bootstrap, config.seed, r, cells=cells)
                if config.bootstrap else None)
-    ratings = _ratings(battles, to_elo(r, anchor), None if samples is None else to_elo(samples, anchor))
+    groups = _groups(battles, cells)
+    ratings = _ratings(battles, groups, to_elo(r, anchor), None if samples is None else to_elo(samples, anchor))
     board = Leaderboard(ratings, len(battles), battles.rankings, _method(config), filters, dict(battles.left_out))
-    board.notes = _notes(battles, cells)
+    board.notes = _notes(battles, groups, ratings)
     if config.style_control:
-        _style(board, battles, config, style, anchor)
+        _style(board, battles, groups, config, style, anchor)
     if config.pairwise:
         board.pairwise = _pairwise(battles, board.ratings, samples, anchor)
     return board
@@ -151,7 +165,7 @@ def _method(config: LeaderboardConfig) -> dict[str, Any]:
             "anchor": config.anchor or "mean", "ties": TIES, "l2": L2,
             "bootstrap": config.bootstrap, "seed": config.seed, "bootstrap_unit": "ranking",
             "interval": "95%: the 2.5% and 97.5% quantiles of the bootstrap ratings",
-            "order": "bootstrap median" if config.bootstrap else "rating"}
+            "order": "group, then rank, then " + ("bootstrap median" if config.bootstrap else "rating")}
 
 
 def _counts(battles: Battles) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -164,22 +178,37 @@ def _counts(battles: Battles) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return played, wins, ties, played - wins - ties
 
 
-def _ratings(battles: Battles, elo: np.ndarray, samples: np.ndarray | None) -> list[Rating]:
+def _groups(battles: Battles, cells: Cells) -> np.ndarray:
+    """Each model's group (0: the group of the most battles), models joined by the battles between them."""
+    n = len(battles.models)
+    graph = csr_matrix((np.ones(len(cells.pairs)), (cells.pairs.i, cells.pairs.j)), shape=(n, n))
+    parts, label = connected_components(graph, directed=False)
+    played = _counts(battles)[0]
+    size = np.bincount(label, weights=played, minlength=parts)  # twice the group's battles
+    first = np.unique(label, return_index=True)[1]  # each group's first model
+    order = np.lexsort((first, -size))  # the most battles first; then the group met first
+    number = np.empty(parts, dtype=np.int64)
+    number[order] = np.arange(parts)
+    return number[label]
+
+
+def _ratings(battles: Battles, groups: np.ndarray, elo: np.ndarray, samples: np.ndarray | None) -> list[Rating]:
     played, wins, ties, losses = _counts(battles)
-    if samples is None:
-        order, ranks = np.argsort(-elo, kind="stable"), np.argsort(np.argsort(-elo, kind="stable")) + 1
+    if samples is None:  # 1 + the models of the group rated higher
+        centre, ranks = elo, rank_by_interval(elo, elo, groups)
         spread = {"median": [None] * len(elo), "lower": [None] * len(elo), "upper": [None] * len(elo)}
     else:
         spread = intervals(samples)
-        order = np.argsort(-spread["median"], kind="stable")
-        ranks = rank_by_interval(spread["lower"], spread["upper"])
+        centre, ranks = spread["median"], rank_by_interval(spread["lower"], spread["upper"], groups)
         spread = {k: [float(x) for x in v] for k, v in spread.items()}
+    order = np.lexsort((-centre, ranks, groups))
     return [Rating(battles.models[i], float(elo[i]), spread["median"][i], spread["lower"][i], spread["upper"][i],
-                   int(ranks[i]), int(played[i]), int(wins[i]), int(ties[i]), int(losses[i])) for i in order]
+                   int(ranks[i]), int(played[i]), int(wins[i]), int(ties[i]), int(losses[i]), int(groups[i]) + 1)
+            for i in order]
 
 
-def _style(board: Leaderboard, battles: Battles, config: LeaderboardConfig, style: np.ndarray | None,
-           anchor: int | None) -> None:
+def _style(board: Leaderboard, battles: Battles, groups: np.ndarray, config: LeaderboardConfig,
+           style: np.ndarray | None, anchor: int | None) -> None:
     if style is None:
         raise InputError("style control needs each reply's length and markdown counts")
     features, names = style_features(style)
@@ -187,7 +216,7 @@ def _style(board: Leaderboard, battles: Battles, config: LeaderboardConfig, styl
     theta = fit_contextual(battles.a, battles.b, battles.outcome, features, n)
     samples = (bootstrap_style(battles, features, config.bootstrap, config.seed, theta)
                if config.bootstrap else None)
-    board.style = _ratings(battles, to_elo(theta[:n], anchor),
+    board.style = _ratings(battles, groups, to_elo(theta[:n], anchor),
                            None if samples is None else to_elo(samples[:, :n], anchor))
     board.style_coefficients = {name: float(theta[n + c]) for c, name in enumerate(names)}
     board.method["style_control"] = {
@@ -195,16 +224,14 @@ def _style(board: Leaderboard, battles: Battles, config: LeaderboardConfig, styl
         "covariate": "(a − b) / (a + b + 1) of each count, standardised over the battles; length in characters"}
 
 
-def _notes(battles: Battles, cells: Cells) -> list[str]:
+def _notes(battles: Battles, groups: np.ndarray, ratings: list[Rating]) -> list[str]:
     """What a reader must know to read the ratings: models that never met, ratings held finite by the penalty."""
     notes = []
-    n = len(battles.models)
-    graph = csr_matrix((np.ones(len(cells.pairs)), (cells.pairs.i, cells.pairs.j)), shape=(n, n))
-    parts, label = connected_components(graph, directed=False)
-    if parts > 1:
-        groups = [", ".join(m for m, g in zip(battles.models, label) if g == k) for k in range(parts)]
-        notes.append("these groups of models never met, directly or through others, so ratings compare only "
-                     "within a group: " + " | ".join(groups))
+    if groups.max() > 0:
+        listed = [f"group {k}: " + ", ".join(r.model for r in ratings if r.group == k)
+                  for k in range(1, int(groups.max()) + 2)]
+        notes.append("these groups of models never met, directly or through others, so ratings and ranks compare "
+                     "only within a group: " + " | ".join(listed))
     played, wins, ties, losses = _counts(battles)
     for name, w, t, lost in zip(battles.models, wins, ties, losses):
         if w + t == 0 or lost + t == 0:

@@ -123,9 +123,16 @@ def intervals(samples: np.ndarray) -> dict[str, np.ndarray]:
     return {"median": median, "lower": lower, "upper": upper}
 
 
-def rank_by_interval(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
-    """Chatbot Arena's rank: 1 + the models whose interval lies wholly above this one's."""
-    return 1 + (lower[None, :] > upper[:, None]).sum(axis=1)
+def rank_by_interval(lower: np.ndarray, upper: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
+    """Chatbot Arena's rank: 1 + the models whose interval lies wholly above this one's.
+
+    With `groups` (each model's), only the models of its own group count: ratings of models
+    that never met, directly or through others, do not compare.
+    """
+    above = lower[None, :] > upper[:, None]
+    if groups is not None:
+        above &= groups[None, :] == groups[:, None]
+    return 1 + above.sum(axis=1)
 
 
 def share_better(samples: np.ndarray) -> np.ndarray:

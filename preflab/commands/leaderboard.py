@@ -26,8 +26,10 @@ def leaderboard_command(settings: Settings, as_json, **options):
     each side. Ratings follow Chatbot Arena's conventions (FastChat): 400 points
     are ten times the odds of winning, the mean rating is 1000 (or --anchor's
     model), and the 95% interval of each comes from a bootstrap over rankings
-    with a fixed seed. Models are ordered by the bootstrap median; rank 1 is
-    shared by every model no other is surely above.
+    with a fixed seed. Models are ordered by rank, then by the bootstrap median;
+    rank 1 is shared by every model no other is surely above. Models that never
+    met, directly or through others, are listed group by group, ranked within
+    their group. What a filter leaves out is counted, never dropped silently.
 
     Example: preflab leaderboard --annotator-kind human --style-control --pairwise
     """
@@ -64,7 +66,7 @@ def leaderboard_text(board: Leaderboard) -> str:
                  f"{m['ties']}.")
     if m["bootstrap"]:
         lines.append(f"95% intervals from {m['bootstrap']:,} bootstrap rounds over rankings (seed {m['seed']}); "
-                     "ordered by the bootstrap median; rank: 1 + the models surely above.")
+                     "ordered by rank, then the bootstrap median; rank: 1 + the models surely above.")
     else:
         lines.append("no bootstrap (--bootstrap 0): ratings only, no intervals.")
     style = {r.model: r for r in board.style or ()}
@@ -74,7 +76,12 @@ def leaderboard_text(board: Leaderboard) -> str:
         header += f"  {'style-ctrl':>10}  {'95% interval':>12}"
     header += f"  {'battles':>7}  {'won':>6}  {'tied':>6}  {'lost':>6}"
     lines += ["", header]
-    for r in board.ratings:
+    groups = board.ratings[-1].group if board.ratings else 1
+    for k, r in enumerate(board.ratings):
+        if groups > 1 and (k == 0 or board.ratings[k - 1].group != r.group):
+            members = sum(1 for other in board.ratings if other.group == r.group)
+            lines.append(f"group {r.group} of {groups} ({plural(members, 'model')}; ratings and ranks compare only "
+                         "within a group)")
         row = f"{r.rank:>4}  {r.model:<{width}}  {_number(r.rating):>6}  {_interval(r):>12}"
         if style:
             s = style[r.model]

@@ -247,3 +247,32 @@ def test_ranking_items_are_clustered_by_ranking_from_0008_and_not_below(cli, db_
     upgrade(engine)
     assert shape() == (indexes, clustered, rows)
     engine.dispose()
+
+
+def test_ranking_items_name_their_model_from_0011_and_stay_clustered_below_it(cli, db_url, sample_rankings):
+    from alembic import command
+
+    from preflab.db.engine import alembic_config
+
+    cli("import", "rankings", sample_rankings)
+    engine = make_engine(db_url)
+
+    def shape():
+        with engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns("ranking_items")}
+            rows = conn.execute(text("SELECT ranking_id, candidate_id, tier, shown_position, score "
+                                     "FROM ranking_items ORDER BY ranking_id, candidate_id")).all()
+            clustered = (engine.dialect.name == "sqlite" and "WITHOUT ROWID" in conn.execute(
+                text("SELECT sql FROM sqlite_master WHERE name = 'ranking_items'")).scalar())
+        return "model" in columns, clustered, rows
+
+    with engine.connect() as conn:
+        named = conn.execute(text("SELECT count(*) FROM ranking_items WHERE model IS NOT NULL")).scalar()
+    assert named > 0  # the sample names each reply's model
+    has_model, clustered, rows = shape()
+    assert has_model and clustered == (engine.dialect.name == "sqlite") and len(rows) >= named
+    command.downgrade(alembic_config(engine), "0010")
+    assert shape() == (False, clustered, rows)
+    upgrade(engine)
+    assert shape() == (True, clustered, rows)
+    engine.dispose()

@@ -79,8 +79,8 @@ def test_the_versions_are_on_the_board_best_first_with_their_intervals(page):
         assert row["lower"] <= row["median"] <= row["upper"] and row["lower"] <= row["rating"] <= row["upper"]
         assert row["wins"] + row["ties"] + row["losses"] == row["battles"]
     assert board["method"] == {"scale": 400, "offset": 1000, "anchor": "mean", "ties": "a tie is half a win to "
-                               "each side", "bootstrap": 1000, "seed": 0, "order": "bootstrap median",
-                               "annotator_kind": "any"}
+                               "each side", "bootstrap": 1000, "seed": 0,
+                               "order": "group, then rank, then bootstrap median", "annotator_kind": "any"}
     with open_sessions(url).begin() as session:  # the page says what `preflab leaderboard` says
         expected = leaderboard(session, LeaderboardConfig())
     assert [(r["model"], r["rating"], r["lower"], r["upper"], r["battles"]) for r in board["ratings"]] == \

@@ -59,25 +59,52 @@ def test_only_the_rankings_pairs_build_takes_count(sessions, tmp_path):
     assert len(battles) == 1 and battles.rankings == 1
 
 
-def test_filters_by_annotator_kind_time_source_and_split(sessions, tmp_path):
+def test_filters_by_annotator_kind_time_source_and_split_and_count_what_they_leave_out(sessions, tmp_path):
     simulated_store(sessions, tmp_path / "r.jsonl", prompts=12)
     with sessions.begin() as session:
         everything = read_battles(session, Filters())
-        assert len(everything) == 12 * 4
+        assert len(everything) == 12 * 4 and everything.left_out == {}
         people = read_battles(session, Filters(annotator_kind="human"))
         judge = read_battles(session, Filters(annotator_kind="ai"))
         assert len(people) == len(judge) == 12 * 2
+        assert people.left_out == {"rankings by AI judges (--annotator-kind human)": 12 * 2}
+        assert judge.left_out == {"rankings by people (--annotator-kind ai)": 12 * 2}
         # the judge ranks every pair backwards
         assert sum(people.outcome) + sum(judge.outcome) == pytest.approx(len(people))
-        assert len(read_battles(session, Filters(source="import:arena"))) == 4 * 4
+        arena = read_battles(session, Filters(source="import:arena"))
+        assert len(arena) == 4 * 4
+        assert arena.left_out == {"rankings whose source is not import:arena (--source)": 8 * 4}
+        assert len(read_battles(session, Filters(source="import"))) == 8 * 4
         session.execute(update(Prompt).where(Prompt.text.in_(["question 0", "question 1"])).values(split="test"))
-        assert len(read_battles(session, Filters(split="test"))) == 2 * 4
-        assert len(read_battles(session, Filters(split="test", source="import:arena"))) == 1 * 4
+        test = read_battles(session, Filters(split="test"))
+        assert len(test) == 2 * 4 and test.left_out == {"prompts not of split test (--prompts)": 10 * 4}
+        both = read_battles(session, Filters(annotator_kind="human", split="test", source="import:arena"))
+        assert len(both) == 1 * 2
+        # each battle left out once, under the first filter that refused it
+        assert both.left_out == {"rankings by AI judges (--annotator-kind human)": 12 * 2,
+                                 "rankings whose source is not import:arena (--source)": 8 * 2,
+                                 "prompts not of split test (--prompts)": 3 * 2}
         old = datetime(2020, 1, 1, tzinfo=timezone.utc)
         first = session.scalars(select(Ranking.id).order_by(Ranking.id).limit(10)).all()
         session.execute(update(Ranking).where(Ranking.id.in_(first)).values(created_at=old))
-        assert len(read_battles(session, Filters(since=datetime(2021, 1, 1, tzinfo=timezone.utc)))) == 12 * 4 - 10
+        recent = read_battles(session, Filters(since=datetime(2021, 1, 1, 9, 30, tzinfo=timezone.utc)))
+        assert len(recent) == 12 * 4 - 10
+        assert recent.left_out == {"rankings stored before 2021-01-01 09:30 UTC (--since)": 10}
         assert len(read_battles(session, Filters(since=datetime(2019, 1, 1, tzinfo=timezone.utc)))) == 12 * 4
+        nothing = read_battles(session, Filters(source="label-studio"))
+        assert len(nothing) == 0 and nothing.left_out == {
+            "rankings whose source is not label-studio (--source)": 12 * 4}
+
+
+def test_a_ranking_of_several_replies_left_out_counts_all_its_battles(sessions, tmp_path):
+    import_lines(sessions, tmp_path / "r.jsonl", [
+        ranking_line("p1", ["a1", "b1", "c1", "d1"], [[1], [0, 2]], model=["x", "y", "z", "w"]),  # d1 not ranked
+        ranking_line("p2", ["a2", "b2"], [[0], [1]], model=["x", "y"], annotator="bo")])
+    import_lines(sessions, tmp_path / "s.jsonl", [ranking_line("p3", ["a3", "b3"], [[0], [1]], model=["x", "y"])],
+                 source="import:arena")
+    with sessions.begin() as session:
+        battles = read_battles(session, Filters(source="import:arena"))
+    assert len(battles) == 1 and battles.left_out == {"rankings whose source is not import:arena (--source)": 3 + 1}
 
 
 def test_the_bootstrap_draws_whole_rankings(sessions, tmp_path):

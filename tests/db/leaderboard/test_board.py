@@ -17,10 +17,40 @@ def test_models_that_never_met_and_a_model_that_never_lost_are_said():
     games = [("x", "y", "model_a"), ("x", "y", "model_b"), ("z", "w", "tie"), ("z", "w", "model_a"),
              ("z", "w", "model_b"), ("v", "z", "model_a"), ("v", "w", "model_a")]
     board = rate(battles(*games), LeaderboardConfig(bootstrap=50))
-    assert any(note.startswith("these groups of models never met") and "x, y | z, v, w" in note
+    assert any(note.startswith("these groups of models never met") and "group 1: v, w, z | group 2: x, y" in note
                for note in board.notes), board.notes
     assert any(note.startswith("v won every battle") for note in board.notes)
     assert all(np.isfinite([r.rating, r.lower, r.upper]).all() for r in board.ratings)
+
+
+def test_disconnected_groups_are_listed_group_by_group_each_ranked_within_itself():
+    """Eight models in a chain (30 wins to 10 between neighbours) and two that only met each other.
+
+    Ordered by median alone, b1 (about 1100) sat between a3 and a4 with a rank counted against
+    models it never met; now each group is listed whole, by rank, and ranked within itself.
+    """
+    chain = [f"a{k}" for k in range(1, 9)]
+    games = [game for x, y in zip(chain, chain[1:]) for game in [(x, y, "model_a")] * 30 + [(y, x, "model_a")] * 10]
+    games += [("b1", "b2", "model_a")] * 3 + [("b2", "b1", "model_a")]
+    board = rate(battles(*games), LeaderboardConfig(bootstrap=100))
+    rows = [(r.model, r.group, r.rank) for r in board.ratings]
+    assert [m for m, _, _ in rows] == chain + ["b1", "b2"]
+    assert [(g, rank) for _, g, rank in rows] == sorted((g, rank) for _, g, rank in rows)
+    assert [rank for m, _, rank in rows if m.startswith("b")] == [1, 1]
+    median = {r.model: r.median for r in board.ratings}
+    assert median["a4"] < median["b1"] < median["a3"]  # where a sort by median alone put it
+    assert board.method["order"] == "group, then rank, then bootstrap median"
+
+    from preflab.commands.leaderboard import leaderboard_text
+
+    lines = leaderboard_text(board).splitlines()
+    first, second = (lines.index(f"group {k} of 2 ({n} models; ratings and ranks compare only within a group)")
+                     for k, n in ((1, 8), (2, 2)))
+    assert [line.split()[1] for line in lines[first + 1:second]] == chain
+    assert [line.split()[:2] for line in lines[second + 1:second + 3]] == [["1", "b1"], ["1", "b2"]]
+    unbooted = rate(battles(*games), LeaderboardConfig(bootstrap=0))
+    assert [(r.model, r.group, r.rank) for r in unbooted.ratings] == [
+        *((m, 1, k) for k, m in enumerate(chain, 1)), ("b1", 2, 1), ("b2", 2, 2)]
 
 
 def test_the_anchor_is_1000_in_every_bootstrap_round_and_the_seed_fixes_the_intervals():
