@@ -17,7 +17,10 @@ from typing import Any
 from preflab.errors import ConfigError
 
 KIND_COLOURS = {"base": "#9aa5b1", "reward": "#e8a33d", "policy": "#3b7dd8"}
-SOURCE_COLOURS = ["#3b7dd8", "#e8a33d", "#4caf7a", "#c75c8a", "#8a6fd1", "#5bb6c9", "#b08d57", "#9aa5b1"]
+# Sixteen colours told apart side by side (hue and lightness both vary): a stacked bar per source, a line per curve.
+SOURCE_COLOURS = ["#3b7dd8", "#e8a33d", "#4caf7a", "#c75c8a", "#8a6fd1", "#5bb6c9", "#b08d57", "#9aa5b1",
+                  "#d64541", "#1f3a68", "#a8c545", "#f4d03f", "#6e3b1f", "#f39bc0", "#137a63", "#3d3d3d"]
+OTHER_COLOUR = "#d5dae0"
 STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.titleweight": "bold", "axes.spines.top": False,
          "axes.spines.right": False, "axes.grid": True, "grid.color": "#e6e9ee", "grid.linewidth": 0.8,
          "axes.axisbelow": True, "legend.frameon": False, "svg.fonttype": "path"}
@@ -80,19 +83,39 @@ def _week_ticks(ax, weeks: list[str]) -> None:
     _thousands(ax)
 
 
+def source_colours(by_source: dict[str, list[int]]) -> list[tuple[str, list[int], str]]:
+    """(label, values, colour) per source, in the given order, each source with a colour of its own.
+
+    Past the palette's colours, the smallest sources are summed as one grey "other (n sources)" last:
+    two sources sharing a colour would read as one.
+    """
+    kept = list(by_source)
+    if len(kept) > len(SOURCE_COLOURS):
+        kept = sorted(kept, key=lambda source: (-sum(by_source[source]), source))[:len(SOURCE_COLOURS) - 1]
+    out = [(source, by_source[source], colour) for source, colour in zip([s for s in by_source if s in kept],
+                                                                          SOURCE_COLOURS)]
+    rest = [values for source, values in by_source.items() if source not in kept]
+    if rest:
+        out.append((f"other ({len(rest)} sources)", [sum(week) for week in zip(*rest)], OTHER_COLOUR))
+    return out
+
+
 @_styled
 def weekly_chart(weekly: dict[str, Any]) -> str:
     """Rankings per week stacked by source; prompts and candidates per week."""
     weeks = weekly["weeks"]
-    fig = _figure(9.5, 3.2)
+    sources = source_colours(weekly["rankings"])
+    below = len(sources) > 5  # a long legend goes under the bars, not over them, and the figure grows for it
+    fig = _figure(9.5, 3.2 + (0.17 * math.ceil(len(sources) / 4) if below else 0))
     left, right = fig.subplots(1, 2)
     bottom = [0] * len(weeks)
-    for i, (source, values) in enumerate(weekly["rankings"].items()):
-        left.bar(range(len(weeks)), values, 0.7, bottom=bottom, label=source,
-                 color=SOURCE_COLOURS[i % len(SOURCE_COLOURS)])
+    for source, values, colour in sources:
+        left.bar(range(len(weeks)), values, 0.7, bottom=bottom, label=source, color=colour)
         bottom = [b + v for b, v in zip(bottom, values)]
     left.set_title("Rankings added per week, by source")
-    if weekly["rankings"]:
+    if below:
+        fig.legend(*left.get_legend_handles_labels(), loc="outside lower left", ncol=4, fontsize=7.5)
+    elif sources:
         left.legend(fontsize=8, loc="upper left")
     else:  # prompts imported, nothing ranked yet
         left.text(0.5, 0.5, "no rankings yet", transform=left.transAxes, ha="center", va="center", color="#616e7c")

@@ -3,9 +3,11 @@
 The measures are `preflab.labelling.judges.report.judge_report`'s, with the
 interval of agreement with people and the position bias of
 `preflab.labelling.judges.trust` (`preflab stats --judges`); this module only
-relabels them for the page (pseudonym and judge kind, never the judge's
-configuration name), leaves out judges that ranked nothing and orders them as
-`stats --judges` does: which judge to trust first.
+relabels them for the page (the stored pseudonym, as `stats --judges` and the
+exports name the judge, and its judge kind, never its configuration or import
+name), leaves out judges that ranked nothing and orders them as `stats --judges`
+does: which judge to trust first. Every AI annotator is a judge here, imported
+ones too (kind "import": GPT-4's UltraFeedback ratings beside the team's people).
 """
 
 from __future__ import annotations
@@ -27,22 +29,22 @@ OPTIONAL = ("method", "score_mass", "seconds_per_candidate")
 
 def judges_section(session: Session) -> list[dict[str, Any]]:
     """One row per judge that ranked something, in the order to trust them (none: an empty list)."""
-    report = {row["annotator_id"]: row for row in judge_report(session, per_prompt=True)}
+    report = {row["annotator_id"]: row for row in judge_report(session, per_prompt=True, imported=True)}
     trust = trust_rows(list(report.values()))
     if not trust:
         return []
     rows = [report[t["annotator_id"]] for t in trust]
-    known = {aid: (pseudonym, config or {}) for aid, pseudonym, config in session.execute(
-        select(Annotator.id, Annotator.pseudonym, Annotator.config)
-        .where(Annotator.id.in_([r["annotator_id"] for r in rows])))}
+    configs = {aid: config or {} for aid, config in session.execute(
+        select(Annotator.id, Annotator.config).where(Annotator.id.in_([r["annotator_id"] for r in rows])))}
     out = []
     for row, t in zip(rows, trust):
         agreement = row["human_agreement"]
-        pseudonym, config = known[row["annotator_id"]]
-        # A reward model is named by its model version where the judge recorded it (best-of-n does).
-        model = config.get("model_version") or model_label(row["model"])
+        # A reward model is named by its model version where the judge recorded it (best-of-n does); an import
+        # with no model by where it came from ("import:ultrafeedback"), as the Data section names sources.
+        model = configs[row["annotator_id"]].get("model_version") or model_label(
+            row["model"] or (row["source"] if row["imported"] else None))
         out.append({
-            "judge": pseudonym, "kind": row["kind"], "model": model,
+            "judge": t["judge"], "kind": row["kind"], "imported": row["imported"], "model": model,
             "rankings": row["rankings"], "prompts": row["prompts"], "pairs_judged": row["pairs_judged"],
             "score_attempts": row["score_attempts"], "length_pairs": row["length_pairs"],
             **{name: row[name] for name in MEASURES}, **{name: row.get(name) for name in OPTIONAL},

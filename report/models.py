@@ -60,13 +60,29 @@ def training_runs(session: Session) -> list[dict[str, Any]]:
     return out
 
 
+def _current_ids(session: Session) -> set[int]:
+    """Per kind, the version marked current, else the newest one: the models the Current cards show."""
+    marked = select(ModelVersion.kind, func.max(ModelVersion.id)).where(ModelVersion.is_current.is_(True))
+    newest = select(ModelVersion.kind, func.max(ModelVersion.id))
+    current = dict(session.execute(newest.group_by(ModelVersion.kind)).all())
+    current.update(session.execute(marked.group_by(ModelVersion.kind)).all())
+    return set(current.values())
+
+
 def lineage(session: Session) -> dict[str, Any] | None:
-    """The newest model versions and all their ancestors, as nodes in layers (depth from a root) and edges."""
+    """The newest model versions, the current ones and all their ancestors, as nodes in layers and edges.
+
+    Nodes are placed by depth from a root. "current" marks (★ on the chart) what `current_models` shows:
+    per kind, the version marked current, else the newest.
+    """
     newest = list(session.scalars(select(ModelVersion).order_by(ModelVersion.id.desc()).limit(LINEAGE_LIMIT)))
     if not newest:
         return None
+    current = _current_ids(session)
     nodes = {m.id: m for m in newest}
-    missing = {m.parent_id for m in newest if m.parent_id and m.parent_id not in nodes}
+    # A current model older than the newest drawn is drawn too: the caption promises its ★.
+    nodes |= {m.id: m for m in session.scalars(select(ModelVersion).where(ModelVersion.id.in_(current - set(nodes))))}
+    missing = {m.parent_id for m in nodes.values() if m.parent_id and m.parent_id not in nodes}
     while missing:  # parents of parents, a generation at a time
         found = list(session.scalars(select(ModelVersion).where(ModelVersion.id.in_(missing))))
         nodes |= {m.id: m for m in found}
@@ -85,7 +101,7 @@ def lineage(session: Session) -> dict[str, Any] | None:
     for mid in sorted(nodes):
         m = nodes[mid]
         out_nodes.append({"id": mid, "name": model_label(m.name), "kind": m.kind, "iteration": m.iteration,
-                          "current": bool(m.is_current), "depth": depth_of(mid), "parent": m.parent_id
+                          "current": mid in current, "depth": depth_of(mid), "parent": m.parent_id
                           if m.parent_id in nodes else None, "made_by": made_by.get(mid)})
     edges = [{"from": n["parent"], "to": n["id"],
               "label": n["made_by"] or "", "iteration": n["iteration"]} for n in out_nodes if n["parent"]]

@@ -35,6 +35,7 @@ LOW_MASS = 0.5
 class _Tally:
     rankings: set = field(default_factory=set)
     prompts: set = field(default_factory=set)
+    sources: set = field(default_factory=set)                       # the rankings' sources ("import:ultrafeedback")
     tiers: dict = field(default_factory=lambda: defaultdict(dict))  # ranking id -> {candidate: tier}
     prompt_of: dict = field(default_factory=dict)                   # ranking id -> prompt id
     scored: list = field(default_factory=list)                      # (score, length)
@@ -56,7 +57,7 @@ def _mean(values: list[float]) -> float | None:
 
 def _method(judge: Annotator) -> str | None:
     """How a judge of a kind with several methods graded (judges from before `method` existed sampled)."""
-    if not hasattr(JUDGES[judge.judge_kind].config, "method"):
+    if judge.judge_kind not in JUDGES or not hasattr(JUDGES[judge.judge_kind].config, "method"):
         return None
     return (judge.config or {}).get("method", "sampled")
 
@@ -74,16 +75,17 @@ def _pearson(points: list[tuple[float, float]]) -> float | None:
 
 def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
     tallies: dict[int, _Tally] = defaultdict(_Tally)
-    query = (select(Ranking.annotator_id, Ranking.id, Ranking.prompt_id, RankingItem.candidate_id,
+    query = (select(Ranking.annotator_id, Ranking.id, Ranking.prompt_id, Ranking.source, RankingItem.candidate_id,
                     RankingItem.tier, RankingItem.score, RankingItem.details, func.length(Candidate.text))
              .join(RankingItem, RankingItem.ranking_id == Ranking.id)
              .join(Candidate, Candidate.id == RankingItem.candidate_id)
              .where(Ranking.status == RankingStatus.valid.value, Ranking.annotator_id.in_(annotator_ids))
              .execution_options(yield_per=10_000))
-    for annotator_id, ranking_id, prompt_id, cid, tier, score, details, length in session.execute(query):
+    for annotator_id, ranking_id, prompt_id, source, cid, tier, score, details, length in session.execute(query):
         t = tallies[annotator_id]
         t.rankings.add(ranking_id)
         t.prompts.add(prompt_id)
+        t.sources.add(source)
         t.prompt_of[ranking_id] = prompt_id
         t.lengths[cid] = length
         if tier is not None:
@@ -155,14 +157,19 @@ def _human_agreement(session: Session, tallies: dict[int, _Tally], per_prompt: b
 
 
 def judge_report(session: Session, annotator_ids: list[int] | None = None,
-                 per_prompt: bool = False) -> list[dict]:
+                 per_prompt: bool = False, imported: bool = False) -> list[dict]:
     """One dict of trust measures per judge (AI annotator with a judge kind), oldest first.
 
     Args:
         per_prompt: also give, under "human_agreement", "per_prompt": the [shared, agreeing]
             pair counts of each prompt the judge shares with people (for `trust.judge_trust`'s interval).
+        imported: every AI annotator, those whose rankings were imported too (GPT-4's UltraFeedback
+            ratings): kind "import", no run, no position measures (their verdicts' order was not kept);
+            "source" (the rankings' sources, "import:ultrafeedback") tells one import from another.
     """
-    query = select(Annotator).where(Annotator.kind == "ai", Annotator.judge_kind.in_(JUDGE_KINDS)).order_by(Annotator.id)
+    query = select(Annotator).where(Annotator.kind == "ai").order_by(Annotator.id)
+    if not imported:
+        query = query.where(Annotator.judge_kind.in_(JUDGE_KINDS))
     if annotator_ids is not None:
         query = query.where(Annotator.id.in_(annotator_ids))
     judges = list(session.scalars(query))
@@ -174,8 +181,11 @@ def judge_report(session: Session, annotator_ids: list[int] | None = None,
         t = tallies.get(judge.id, _Tally())
         n_longer, longer = _longer_wins(t)
         out.append({
-            "judge": judge.name, "annotator_id": judge.id, "kind": judge.judge_kind, "model": judge.model,
-            "run_id": (judge.config or {}).get("run_id"), "rankings": len(t.rankings), "prompts": len(t.prompts),
+            "judge": judge.name, "annotator_id": judge.id, "pseudonym": judge.pseudonym,
+            # An AI annotator that preflab did not run (an import) has judge kind "import" (or none: said "import").
+            "kind": judge.judge_kind or "import", "imported": judge.judge_kind not in JUDGE_KINDS, "model": judge.model,
+            "run_id": (judge.config or {}).get("run_id"), "source": ", ".join(sorted(t.sources)) or None,
+            "rankings": len(t.rankings), "prompts": len(t.prompts),
             "swap_consistency": t.consistent / t.pair_entries if t.pair_entries else None,
             "first_position_rate": t.first_won / t.pair_entries if t.pair_entries else None,
             # Verdicts that followed the position (the same place won in both orders): None for

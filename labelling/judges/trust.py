@@ -10,6 +10,14 @@ replies: the reply shown first won in both orders, or the one shown second did
 (1 − swap consistency, but for verdicts of exactly 0.5). A judge that scores each
 reply alone cannot be swayed by position: its position bias is None.
 
+Every AI annotator is a judge here, those whose rankings were imported too
+(GPT-4's ratings in UltraFeedback, kind "import"): compared with people on the
+prompts both ranked, like the judges preflab ran. One that shares no prompt with
+people is listed, with no agreement (shared_prompts 0). Imported rankings keep no
+verdicts in both orders, so their position bias is None too ("imported": True says why).
+Each judge is named by its stored pseudonym (`judge`), the one exports and the
+report use; "name" is what it was configured or imported as.
+
 The measures are `judge_report`'s (`preflab.labelling.judges.report`); the rows
 come ordered by which judge to trust first: the lower bound of the interval,
 highest first; judges with no interval (no pair ranked strictly by both them
@@ -60,7 +68,7 @@ def _order(row: dict[str, Any]) -> tuple:
 
 def trust_rows(report: list[dict[str, Any]], rounds: int = ROUNDS, seed: int = 0,
                level: float = LEVEL) -> list[dict[str, Any]]:
-    """The "which judge should I trust" rows from `judge_report(session, per_prompt=True)`, best first.
+    """The "which judge should I trust" rows from `judge_report(session, per_prompt=True, imported=True)`, best first.
 
     Judges that ranked nothing are left out. Every judge's interval is drawn with the same seed.
     """
@@ -72,8 +80,10 @@ def trust_rows(report: list[dict[str, Any]], rounds: int = ROUNDS, seed: int = 0
         bounds = agreement_interval(human.get("per_prompt", []), rounds, seed, level)
         low, high = bounds or (None, None)
         rows.append({
-            "judge": judge["judge"], "annotator_id": judge["annotator_id"], "kind": judge["kind"],
+            "judge": judge["pseudonym"], "name": judge["judge"], "annotator_id": judge["annotator_id"],
+            "kind": judge["kind"], "imported": judge["imported"],
             "method": judge.get("method"), "model": judge["model"], "run_id": judge.get("run_id"),
+            "source": judge["source"],
             "rankings": judge["rankings"], "shared_prompts": human["prompts"], "shared_pairs": human["shared_pairs"],
             "agreement": human["pairwise_agreement"], "agreement_low": low, "agreement_high": high,
             "kendall_tau": human["kendall_tau"], "position_bias": judge["position_bias"],
@@ -85,5 +95,5 @@ def trust_rows(report: list[dict[str, Any]], rounds: int = ROUNDS, seed: int = 0
 
 def judge_trust(session: Session, rounds: int = ROUNDS, seed: int = 0, level: float = LEVEL) -> dict[str, Any]:
     """`preflab stats --judges`: the judges, best first, and how the intervals were drawn."""
-    return {"judges": trust_rows(judge_report(session, per_prompt=True), rounds, seed, level),
+    return {"judges": trust_rows(judge_report(session, per_prompt=True, imported=True), rounds, seed, level),
             "bootstrap": {"rounds": rounds, "seed": seed, "level": level, "resampled": "prompts"}}

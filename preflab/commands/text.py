@@ -116,12 +116,14 @@ def judges_text(trust: dict[str, Any]) -> str:
              f" {'tau-b':>6}  position bias"]
     for r in rows:
         kind = f"{r['kind']} ({r['method']})" if r["method"] else r["kind"]
-        agreement = ("n/a (no shared pair)" if r["agreement"] is None else
+        agreement = ("n/a (no prompt shared)" if not r["shared_prompts"] else
+                     "n/a (no shared pair)" if r["agreement"] is None else
                      f"{num(r['agreement'])} (too few prompts)" if r["agreement_low"] is None else
                      f"{num(r['agreement'])} [{num(r['agreement_low'])}, {num(r['agreement_high'])}]")
-        bias = ("n/a (scores each reply alone)" if r["position_bias"] is None else
+        bias = ("n/a (imported: not recorded)" if r.get("imported") else
+                "n/a (scores each reply alone)" if r["position_bias"] is None else
                 f"{num(r['position_bias'])} (first {num(r['position_first'])}, second {num(r['position_second'])})")
-        lines.append(f"{_tail(r['run_id'] or r['judge'], 16):<16} {_tail(kind, 20):<20} {_tail(r['model'], 28):<28} "
+        lines.append(f"{_tail(r['judge'], 16):<16} {_tail(kind, 20):<20} {_tail(r['model'] or r.get('source'), 28):<28} "
                      f"{r['shared_prompts']:>7,} {r['shared_pairs']:>7,}  {agreement:<20} {num(r['kendall_tau']):>6}  "
                      f"{bias}")
     lines.append("position bias: the share of pairs judged in both orders whose verdict followed the position "

@@ -89,9 +89,12 @@ def test_every_section_reads_what_the_store_holds(page, full_store):  # noqa: F8
     table = report["agreement"]["annotators"]
     assert {r["annotator"] for r in table["rows"]} == people and len(people) >= 3
     assert sum(r["consensus_rankings"] > 0 for r in table["rows"]) >= 3  # the sample's three people share prompts
-    # The loop's reward-model judge, checked against the simulated person who ranked its iteration.
-    judge = next(j for j in report["judges"] if j["human_shared_pairs"])
-    assert judge["kind"] == "reward-model" and judge["human_agreement"] > 0.6
+    # The loop's reward-model judge, checked against the simulated person who ranked its iteration; the sample's
+    # two imported AI annotators beside it, against the sample's people.
+    judge = next(j for j in report["judges"] if j["kind"] == "reward-model" and j["human_shared_pairs"])
+    assert judge["human_agreement"] > 0.6
+    imported = [j for j in report["judges"] if j["imported"]]
+    assert len(imported) == 2 and all(j["kind"] == "import" and j["human_shared_pairs"] for j in imported)
     models = report["models"]
     kinds = {n["id"]: n["kind"] for n in models["lineage"]["nodes"]}
     edges = {(kinds[e["from"]], kinds[e["to"]], e["label"], e["iteration"]) for e in models["lineage"]["edges"]}
@@ -100,6 +103,9 @@ def test_every_section_reads_what_the_store_holds(page, full_store):  # noqa: F8
                                                                    ("dpo", "succeeded")]
     assert {d["iteration"] for d in models["datasets"]} == {1, None}
     assert {c["kind"] for c in models["current"]} == {"base", "policy", "reward"}
+    # Nothing is marked current: the ★ is on the newest of each kind, the model each card shows.
+    starred = {n["kind"]: n["name"] for n in models["lineage"]["nodes"] if n["current"]}
+    assert starred == {c["kind"]: c["name"] for c in models["current"]}
     (curve,) = report["optimisation"]["bon"]
     assert curve["reward_model"] == full_store.reward_model and curve["n"] == [1, 2, 4]
     assert curve["proxy"] == sorted(curve["proxy"])  # the best of more draws scores no lower
@@ -147,9 +153,10 @@ def test_rankings_alone_give_data_and_agreement_as_stats_counts_it(cli, db_url, 
     cli("import", "rankings", sample_rankings)
     out = tmp_path / "report.html"
     printed = run_report(db_url, out)
-    assert printed.startswith(f"wrote {out} (6 sections, 3 with data: Data, Agreement, Leaderboard)")
+    # The sample's two AI annotators were imported: judges too, against the sample's three people.
+    assert printed.startswith(f"wrote {out} (6 sections, 4 with data: Data, Agreement, Judges, Leaderboard)")
     html = out.read_text(encoding="utf-8")
-    for lacking in ("judges", "models", "optimisation"):  # on the page, and marked in its navigation
+    for lacking in ("models", "optimisation"):  # on the page, and marked in its navigation
         assert f'<section id="{lacking}">' in html and f'<a href="#{lacking}" class="lacking">' in html
     report = json.loads(html.split('<script type="application/json" id="report-data">')[1].split("</script>")[0])
     with sessions.begin() as session:

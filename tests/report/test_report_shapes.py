@@ -96,16 +96,19 @@ SHAPES = {
     "human rankings only": (lambda cli, tmp, lm: cli("import", "rankings", rankings_by("human", tmp / "h.jsonl")),
                             ["data", "agreement", "leaderboard"],
                             {"comparisons", "human-ai", "ai-ai"} | NOTHING_TRAINED),
+    # Imported AI annotators are judges: listed under Judges, with no person to compare them with here.
     "AI rankings only": (lambda cli, tmp, lm: cli("import", "rankings", rankings_by("ai", tmp / "ai.jsonl")),
-                         ["data", "agreement", "leaderboard"],
-                         {"comparisons", "human-human", "human-ai", "annotators"} | NOTHING_TRAINED),
+                         ["data", "agreement", "judges", "leaderboard"],
+                         {"comparisons", "human-human", "human-ai", "annotators"} | NOTHING_TRAINED - {"judges"}),
     "no comparisons built": (lambda cli, tmp, lm: cli("import", "rankings", sample("rankings.jsonl")),
-                             ["data", "agreement", "leaderboard"], {"comparisons"} | NOTHING_TRAINED),
-    "no model versions": (lambda cli, tmp, lm: exported(cli, tmp), ["data", "agreement", "leaderboard", "models"],
-                          NOTHING_TRAINED - {"datasets"}),
+                             ["data", "agreement", "judges", "leaderboard"], {"comparisons"} | NOTHING_TRAINED
+                             - {"judges"}),
+    "no model versions": (lambda cli, tmp, lm: exported(cli, tmp),
+                          ["data", "agreement", "judges", "leaderboard", "models"],
+                          NOTHING_TRAINED - {"datasets", "judges"}),
     "no training runs": (lambda cli, tmp, lm: generated(cli, tmp, lm),
-                         ["data", "agreement", "leaderboard", "models"],
-                         {"judges", "runs", "reward_bench", "bon", "self_reward"}),
+                         ["data", "agreement", "judges", "leaderboard", "models"],
+                         {"runs", "reward_bench", "bon", "self_reward"}),
 }
 
 
