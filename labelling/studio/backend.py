@@ -17,23 +17,7 @@ label-studio-ml-backend serves it (`label_studio_ml/api.py`, `response.py`):
   for one bad prediction, so each is checked here first and one that fails is sent as `[]`.
   A `score` must be in [0, 1].
 
-The judge, and its name as `model_version`:
-
-- `judge=None` (or `"reward-model"` with no `model`): the reward-model judge on the current reward
-  model version (the one `preflab retrain` made current; without one, the newest reward version).
-  Retraining changes it, and so `model_version`. Without any reward model the name is `NO_MODEL`
-  and every task gets `[]`, so a new user can connect before training anything.
-- a kind of judge (`preflab.labelling.judges.table.JUDGES`) with `model=` and that kind's config
-  fields: that judge configuration, exactly as `preflab judge KIND` would run it (`model=` alone:
-  the reward-model judge on that model).
-- an AI annotator's name (`judge:KIND:RUN:MODEL`, as `ls predict --judge` and `judge report` show
-  it): that judge, rebuilt from its stored configuration (refused if it no longer rebuilds to the
-  same run). An AI annotator that is no judge run (imported AI rankings) only has its stored
-  rankings served.
-
-`model_version` is the judge's annotator name (the name `ls predict` uploads under, so Label Studio
-does not ask again for what `ls predict` sent), or the model version's name when the judge's model
-is a trained model version (a reward model, a pair ranker).
+The judge, and its name as `model_version`: `served.py`.
 
 The tasks: a task preflab pushed is known by its id (`ls_tasks`); any other task (imported from a
 file) is read as `ls sync` reads it (`parse.task_items`) and found by the content hashes of its
@@ -53,7 +37,6 @@ collide on the ranking's unique key; the loser's `in_transaction` runs it again 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
@@ -67,107 +50,27 @@ from sqlalchemy.orm import Session
 
 from preflab.db.bulk import lookup
 from preflab.db.ingest.lines import Invalid
-from preflab.db.models import Annotator, AnnotatorKind, Candidate, LSTask, ModelVersion, Prompt, Ranking, \
-    RankingItem, RankingStatus
+from preflab.db.models import Annotator, AnnotatorKind, Candidate, LSTask, Prompt, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks
-from preflab.errors import ConfigError, NotFound
-from preflab.labelling.judges.base import JudgeRun, ensure_judge, timed, write_ranking
-from preflab.labelling.judges.run import STORED_NAMES, identity, make_judge
+from preflab.errors import NotFound
+from preflab.labelling.judges.base import Judgement, ensure_judge, timed, write_ranking
+from preflab.labelling.judges.run import make_judge
 from preflab.labelling.judges.table import JUDGES
-from preflab.labelling.selection import prompts_with_candidates
+from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 from preflab.labelling.studio.parse import task_items
 from preflab.labelling.studio.predict import prediction_errors, prediction_result
 from preflab.labelling.studio.projects import find_project
-from preflab.lm.names import ModelCache, resolve_model
+from preflab.labelling.studio.served import NO_MODEL, ServedJudge, model_version, served_judge
+from preflab.lm.names import ModelCache
 from preflab.templates import PAIRWISE, RANKER, bucket_names
+
+__all__ = ["NO_MODEL", "Plan", "ServedJudge", "judge_items", "model_version", "plan_predictions", "predict_tasks",
+           "rank_prompts", "served_judge", "store_judgements", "stored_rankings", "template_of"]
 
 log = logging.getLogger(__name__)
 
-NO_MODEL = "no-reward-model"  # model_version while no reward model exists to serve
-REWARD_JUDGE = "reward-model"
 PROMPTS_PER_BATCH = 8  # as a `judge` run batches its prompts
-
-
-@dataclass(frozen=True)
-class ServedJudge:
-    """The judge that predicts, resolved from the server's `--judge` (no model loaded)."""
-
-    name: str            # its model_version
-    annotator: str       # the AI annotator whose rankings it serves
-    kind: str | None     # a key of JUDGES; None: it cannot rank (its stored rankings only)
-    run: JudgeRun | None = None
-    location: str | None = None  # what to load
-    config: Any = None
-
-
-def _build_config(kind: str, values: dict[str, Any]):
-    try:
-        return JUDGES[kind].config(**values)
-    except TypeError as exc:
-        raise ConfigError(f"judge {kind!r} has no such option: {exc}") from None
-
-
-def _reward_version(session: Session) -> ModelVersion | None:
-    """The current reward model version; with none marked current, the newest one (a saved one either way)."""
-    return session.scalars(select(ModelVersion).where(ModelVersion.kind == "reward", ModelVersion.path.is_not(None))
-                           .order_by(ModelVersion.is_current.desc(), ModelVersion.id.desc()).limit(1)).first()
-
-
-def _served(kind: str, label: str, location: str, version_id: int | None, config) -> ServedJudge:
-    run = JudgeRun(kind, label, identity(kind, config))
-    name = label if version_id is not None and JUDGES[kind].scorer else run.annotator_name
-    return ServedJudge(name, run.annotator_name, kind, run, location, config)
-
-
-def _rebuilt(session: Session, row: Annotator, options: dict[str, Any]) -> ServedJudge:
-    """The judge run behind an AI annotator, from its stored configuration (and speed-only `options`)."""
-    if row.judge_kind not in JUDGES or not row.model or not isinstance(row.config, dict):
-        return ServedJudge(row.name, row.name, None)
-    kind = row.judge_kind
-    names = {f.name for f in dataclasses.fields(JUDGES[kind].config)}
-    stored = {({v: k for k, v in STORED_NAMES.items()}).get(k, k): v for k, v in row.config.items()}
-    config = _build_config(kind, {**{k: v for k, v in stored.items() if k in names}, **options})
-    label, location, version_id = resolve_model(session, row.model, record=False)
-    served = _served(kind, label, location, version_id, config)
-    if served.run.run_id != row.config.get("run_id"):
-        raise ConfigError(f"judge {row.name!r} no longer rebuilds to the same run (its prompt, model or "
-                          "options changed since it ran): name its kind and model instead")
-    return served
-
-
-def served_judge(session: Session, judge: str | None = None, *, model: str | None = None,
-                 **config) -> ServedJudge | None:
-    """The judge `judge` names (see the module docstring); None when no reward model exists to serve.
-
-    Args:
-        judge: None (the current reward model), a kind of judge, or an AI annotator's name.
-        model: the judge's model (a model version, embedded name, path or hub id).
-        config: fields of the judge kind's config dataclass.
-    """
-    if judge is None and model is not None:
-        judge = REWARD_JUDGE  # a model alone is a reward model to score with
-    if judge is None or (judge == REWARD_JUDGE and model is None):
-        version = _reward_version(session)
-        if version is None:
-            return None
-        return _served(REWARD_JUDGE, version.name, version.path, version.id, _build_config(REWARD_JUDGE, config))
-    if judge in JUDGES:
-        if model is None:
-            raise ConfigError(f"the {judge} judge needs a model: give its name or path")
-        label, location, version_id = resolve_model(session, model, record=False)
-        return _served(judge, label, location, version_id, _build_config(judge, config))
-    row = session.scalar(select(Annotator).where(Annotator.kind == AnnotatorKind.ai.value, Annotator.name == judge))
-    if row is None:
-        raise NotFound(f"no judge {judge!r}: name a kind of judge ({', '.join(JUDGES)}) or an AI annotator "
-                       "(`preflab judge report` lists them)")
-    return _rebuilt(session, row, config)
-
-
-def model_version(session: Session, judge: str | None = None, **judge_options) -> str:
-    """What /setup answers: the served judge's name (see the module docstring). Cheap: no model is loaded."""
-    served = served_judge(session, judge, **judge_options)
-    return NO_MODEL if served is None else served.name
 
 
 def template_of(label_config: str) -> str | None:
@@ -270,13 +173,10 @@ def stored_rankings(session: Session, annotator: str, prompt_ids: set[int]) -> d
     return out
 
 
-def rank_prompts(session: Session, served: ServedJudge, prompt_ids: list[int],
-                 cache: ModelCache | None = None) -> dict[int, Ranked]:
-    """Rank each prompt's candidates with the served judge and store the rankings as its `judge` run does."""
+def judge_items(served: ServedJudge, items: list[PromptCandidates], cache: ModelCache | None = None
+                ) -> list[Judgement]:
+    """The served judge's judgement of each prompt's candidates (no database: the caller holds no transaction)."""
     judge = JUDGES[served.kind]
-    items = prompts_with_candidates(session, prompt_ids, require_reference=judge.needs_reference)
-    if not items:
-        return {}
     model, tokenizer = (cache or ModelCache()).get(served.location, scorer=judge.scorer)
     rank = make_judge(served.kind, model, tokenizer, served.config)
     judgements = []
@@ -285,12 +185,28 @@ def rank_prompts(session: Session, served: ServedJudge, prompt_ids: list[int],
         done = rank(list(batch))
         per_candidate = (time.perf_counter() - began) / max(1, sum(len(i.candidate_ids) for i in batch))
         judgements.extend(timed(judgement, per_candidate) for judgement in done)
+    return judgements
+
+
+def store_judgements(session: Session, served: ServedJudge, items: list[PromptCandidates],
+                     judgements: list[Judgement]) -> dict[int, Ranked]:
+    """Store each judgement as the judge's `judge` run stores it; returns the rankings, by prompt id."""
     annotator_id = ensure_judge(session, served.run)
     out = {}
     for item, judgement in zip(items, judgements):
         write_ranking(session, annotator_id, served.run, item, judgement)
         scores = {cid: s for cid, s in judgement[0].items() if s is not None}
         out[item.prompt_id] = Ranked(tiers_from_scores(scores), scores, frozenset(item.candidate_ids))
+    return out
+
+
+def rank_prompts(session: Session, served: ServedJudge, prompt_ids: list[int],
+                 cache: ModelCache | None = None) -> dict[int, Ranked]:
+    """Rank each prompt's candidates with the served judge and store the rankings as its `judge` run does."""
+    items = prompts_with_candidates(session, prompt_ids, require_reference=JUDGES[served.kind].needs_reference)
+    if not items:
+        return {}
+    out = store_judgements(session, served, items, judge_items(served, items, cache))
     log.debug("%s ranked %d prompts for Label Studio", served.annotator, len(out))
     return out
 
@@ -303,40 +219,77 @@ def confidence(tiers: Sequence[Sequence[int]], scores: dict[int, float], shown: 
     return round(sum(steps) / len(steps), 4) if steps else None
 
 
+@dataclass
+class Plan:
+    """What /predict knows before any model runs: the judge, the template, what each task shows, stored rankings."""
+
+    served: ServedJudge | None
+    template: str | None
+    label_config: str
+    shown: list[Shown | None]
+    rankings: dict[int, Ranked]
+
+    @property
+    def stale(self) -> dict[int, frozenset[int]]:
+        """prompt id -> the candidates its tasks show, for each prompt whose stored ranking misses one of them
+        (empty when the judge cannot rank)."""
+        if self.served is None or self.served.kind is None:
+            return {}
+        out: dict[int, frozenset[int]] = {}
+        for s in self.shown:
+            if s is not None and not set(s.order) <= getattr(self.rankings.get(s.prompt_id), "seen", frozenset()):
+                out[s.prompt_id] = out.get(s.prompt_id, frozenset()) | frozenset(s.order)
+        return out
+
+    def results(self, leave: frozenset[int] | set[int] = frozenset()) -> list[dict | list]:
+        """/predict's `results`, in task order; the tasks of the prompts in `leave` get `[]` (asked again later)."""
+        if self.served is None or self.template is None:
+            return [[] for _ in self.shown]
+        errors = prediction_errors(self.label_config)
+        buckets = bucket_names(self.label_config)
+        out: list[dict | list] = []
+        for s in self.shown:
+            ranked = self.rankings.get(s.prompt_id) if s is not None and s.prompt_id not in leave else None
+            result = None
+            if ranked is not None and len({c for t in ranked.tiers for c in t} & set(s.order)) >= 2:
+                result = prediction_result(self.template, ranked.tiers, s.order, buckets, s.ids)
+            prediction = None if result is None else {"result": result, "model_version": self.served.name,
+                                                      "score": confidence(ranked.tiers, ranked.scores, s.order)}
+            if prediction is not None and errors(prediction):
+                log.debug("a prediction does not fit the labelling config: %s", errors(prediction)[0])
+                prediction = None
+            out.append(prediction if prediction is not None else [])
+        return out
+
+
+def plan_predictions(session: Session, base_url: str, project_id: int, label_config: str, tasks: Sequence[Any], *,
+                     judge: str | None = None, **judge_options) -> Plan:
+    """The reads of /predict: the served judge, each task's prompt and candidates, the judge's stored rankings."""
+    served = served_judge(session, judge, **judge_options)
+    template = template_of(label_config)
+    if served is None or template is None or not tasks:
+        return Plan(served, template, label_config, [None] * len(tasks), {})
+    shown = resolve_tasks(session, base_url, project_id, tasks)
+    rankings = stored_rankings(session, served.annotator, {s.prompt_id for s in shown if s is not None})
+    return Plan(served, template, label_config, shown, rankings)
+
+
 def predict_tasks(session: Session, base_url: str, project_id: int, label_config: str, tasks: Sequence[Any], *,
                   judge: str | None = None, cache: ModelCache | None = None, **judge_options) -> list[dict | list]:
     """/predict's `results`: for each task, in order, its prediction or `[]` (see the module docstring).
+
+    Every prompt the judge has not ranked is ranked first, however long it takes (the server
+    instead ranks within a time budget: `preflab.server.scoring`).
 
     Args:
         base_url, project_id: the Label Studio server and project the tasks belong to.
         label_config: the project's labelling config, as Label Studio sends it.
         tasks: the task objects Label Studio sends (`id`, `data`).
-        judge, judge_options: the judge (`served_judge`: `model`, config fields).
+        judge, judge_options: the judge (`served_judge`: `model`, `default`, config fields).
         cache: models already loaded (the server keeps one, so a model loads once).
     """
-    served = served_judge(session, judge, **judge_options)
-    template = template_of(label_config)
-    if served is None or template is None or not tasks:
-        return [[] for _ in tasks]
-    shown = resolve_tasks(session, base_url, project_id, tasks)
-    prompt_ids = {s.prompt_id for s in shown if s is not None}
-    rankings = stored_rankings(session, served.annotator, prompt_ids)
-    stale = sorted({s.prompt_id for s in shown
-                    if s is not None and not set(s.order) <= getattr(rankings.get(s.prompt_id), "seen", set())})
-    if stale and served.kind is not None:
-        rankings.update(rank_prompts(session, served, stale, cache))
-    errors = prediction_errors(label_config)
-    buckets = bucket_names(label_config)
-    out: list[dict | list] = []
-    for s in shown:
-        ranked = rankings.get(s.prompt_id) if s is not None else None
-        result = None
-        if ranked is not None and len({c for t in ranked.tiers for c in t} & set(s.order)) >= 2:
-            result = prediction_result(template, ranked.tiers, s.order, buckets, s.ids)
-        prediction = None if result is None else {
-            "result": result, "score": confidence(ranked.tiers, ranked.scores, s.order), "model_version": served.name}
-        if prediction is not None and errors(prediction):
-            log.debug("a prediction does not fit the labelling config: %s", errors(prediction)[0])
-            prediction = None
-        out.append(prediction if prediction is not None else [])
-    return out
+    plan = plan_predictions(session, base_url, project_id, label_config, tasks, judge=judge, **judge_options)
+    stale = plan.stale
+    if stale:
+        plan.rankings.update(rank_prompts(session, plan.served, sorted(stale), cache))
+    return plan.results()

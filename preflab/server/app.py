@@ -4,7 +4,8 @@
   the database, the model version served, the last delivery, and each worker's last run
   and last error (a failed retrain says so while the current version keeps serving);
 - `POST /setup`: `{"model_version": …}`, cheap: Label Studio calls it before every batch;
-- `POST /predict`: `{"results": [...]}`, one prediction per task, in order;
+- `POST /predict`: `{"results": [...]}`, one prediction per task, in order, within `--predict-budget`
+  (`scoring.py`: what is not ranked by then is ranked in the background for the next retrieve);
 - `POST /webhook`: the delivery is stored raw and acknowledged once committed; the
   receiver thread stores the deliveries that arrive together in one transaction (group
   commit, `receiver.py`); the `deliveries` worker parses them. Label Studio waits one second for the answer, inside
@@ -36,6 +37,7 @@ from preflab.server.access_log import AccessLog, note
 from preflab.server.config import SECRET_HEADER, ServeConfig, webhook_secret
 from preflab.server.receiver import Gate, Receiver
 from preflab.server.retraining import ModelWorker
+from preflab.server.scoring import Scorer, answer_predict
 from preflab.server.security import Refused, check_basic, check_header, read_body
 from preflab.server.studio import Studio
 from preflab.server.workers import DeliveryWorker, SyncWorker, _sentence
@@ -58,6 +60,7 @@ class Services:
     deliveries: DeliveryWorker
     sync: SyncWorker
     model: ModelWorker
+    scorer: Scorer
     started_at: str
 
     def loops(self):
@@ -73,13 +76,16 @@ def build_services(settings: Settings, config: ServeConfig) -> Services:
         raise ConfigError("no Label Studio URL: set LABEL_STUDIO_URL or pass --label-studio-url")
     sessions = open_sessions(settings.database_url)
     studio = Studio(settings.label_studio_url)
-    model = ModelWorker(sessions, studio, config.judge, config.judge_options(), settings.database_url, settings.model,
-                        config.retrain_every, config.retrain_config_path())
+    # With nothing trained and no --judge, the default model's likelihood judge serves (`served.py`).
+    options = config.judge_options() | {"default": settings.model}
+    scorer = Scorer(sessions, config.judge, options)
+    model = ModelWorker(sessions, studio, config.judge, options, settings.database_url, settings.model,
+                        config.retrain_every, config.retrain_config_path(), changed=scorer.loop.wake)
     sync = SyncWorker(sessions, studio, config.sync_seconds, after=model.loop.wake)
     gate = Gate()
     receiver = Receiver(sessions, gate)
     deliveries = DeliveryWorker(sessions, studio, after=model.loop.wake, gate=gate)
-    return Services(config, sessions, studio, webhook_secret(), receiver, deliveries, sync, model,
+    return Services(config, sessions, studio, webhook_secret(), receiver, deliveries, sync, model, scorer,
                     datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
@@ -96,6 +102,12 @@ def create_app(settings: Settings, config: ServeConfig | None = None, *, backgro
         services.receiver.ensure_started()  # the request path: runs with or without the background workers
         if background:
             await run_in_threadpool(warm_imports)
+        # The scorer is on /predict's path too; loading the model at start (and at each new version) is background
+        # work: without the workers, the model loads once something is to be ranked.
+        services.scorer.eager = background
+        services.scorer.loop.start()
+        await run_in_threadpool(say_what_serves, services)
+        if background:
             # What is loaded now lives as long as the server: out of the collector's reach, a full collection
             # pauses every thread ~10 ms instead of ~90 ms (p99 of the deliveries' answers, bench/bench_serve.py).
             gc.collect()
@@ -110,6 +122,7 @@ def create_app(settings: Settings, config: ServeConfig | None = None, *, backgro
         finally:
             if background:
                 await run_in_threadpool(stop_workers, services)
+            await run_in_threadpool(stop_loop, services.scorer.loop)
             await run_in_threadpool(services.receiver.stop, STOP_WAIT)
 
     app = FastAPI(title="preflab", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
@@ -154,10 +167,10 @@ def create_app(settings: Settings, config: ServeConfig | None = None, *, backgro
         services.studio.seen_projects.add(project)
         label_config = body.get("label_config") if isinstance(body.get("label_config"), str) else ""
         try:
-            results = await run_in_threadpool(predict_results, services, project, label_config, tasks)
+            results, counts = await run_in_threadpool(predict_results, services, project, label_config, tasks)
         except PreflabError as exc:
             raise Refused(400, _sentence(exc)) from None
-        note(request, project=project, tasks=len(tasks))
+        note(request, project=project, tasks=len(tasks), **counts)
         return {"results": results}
 
     @app.post("/webhook")
@@ -176,33 +189,47 @@ def create_app(settings: Settings, config: ServeConfig | None = None, *, backgro
 
 
 def warm_imports() -> None:
-    """Import what the workers import when first run (Label Studio's SDK alone takes ~0.8 s of CPU) before
-    the server says it is up: done while deliveries arrive, it held the GIL and slowed their answers."""
+    """Import what the workers import when first run (Label Studio's SDK alone takes ~0.8 s of CPU; torch and
+    transformers, for the judge's model, a few seconds) before the server says it is up: done while deliveries
+    arrive, it held the GIL and slowed their answers."""
     import label_studio_sdk  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
 
     from preflab.labelling.studio import backend, sync  # noqa: F401
     from preflab.lm import names  # noqa: F401
     from preflab.training.retrain import job, schedule  # noqa: F401
 
     from label_studio_sdk import LabelStudio  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  (their lazy modules)
 
 
-def predict_results(services: Services, project: int, label_config: str, tasks: list[dict]) -> list[dict]:
-    from preflab.labelling.studio.backend import predict_tasks
-
+def predict_results(services: Services, project: int, label_config: str, tasks: list[dict]) -> tuple[list, dict]:
     if not tasks:
-        return []
-    model = services.model
-    with model.predicting:
-        results = in_transaction(services.sessions, lambda session: predict_tasks(
-            session, services.studio.base_url, project, label_config, tasks, judge=model.judge, cache=model.cache,
-            **model.judge_options))
+        return [], {}
+    results, counts = answer_predict(services.scorer, services.sessions, services.studio.base_url, project,
+                                     label_config, tasks, services.config.predict_seconds)
     if len(results) != len(tasks):  # Label Studio would drop them all
         raise RuntimeError(f"{len(results)} predictions for {len(tasks)} tasks")
     for result in results:
         if isinstance(result, dict) and result.get("model_version"):
-            model.served.add(result["model_version"])
-    return results
+            services.model.served.add(result["model_version"])
+    return results, counts
+
+
+def say_what_serves(services: Services) -> None:
+    """The start-up line that says which judge and model /predict serves (and the budget it answers in)."""
+    try:
+        served = in_transaction(services.sessions, services.scorer.resolve)
+    except PreflabError as exc:
+        log.error("/predict cannot serve: %s", _sentence(exc))
+        return
+    budget = services.config.predict_seconds
+    within = f"answering within {budget:g} s" if budget is not None else "ranking every task before answering"
+    if served is None:
+        log.info("/predict serves nothing: no reward model is trained (--judge names a judge)")
+    else:
+        log.info("/predict serves %s as model version %s, %s", served.describe(), served.name, within)
 
 
 async def health_answer(services: Services) -> JSONResponse:
@@ -215,6 +242,8 @@ async def health_answer(services: Services) -> JSONResponse:
                  "last_delivery_at": last.isoformat(timespec="seconds") if last else None}
         try:
             found["model_version"] = services.model.version(session)
+            served = services.scorer.resolve(session)
+            found["serving"] = served.describe() if served is not None else None
         except PreflabError as exc:  # the judge cannot be named (deleted since start, say): no model to serve
             found["model_error"] = _sentence(exc)
         return found
@@ -231,7 +260,7 @@ async def health_answer(services: Services) -> JSONResponse:
         log.warning("health: the database did not answer: %s", _sentence(exc))
         answer |= {"status": "DOWN", "database": "unreachable"}
     else:
-        answer |= {"database": "ok", "model_version": found.get("model_version")}
+        answer |= {"database": "ok", "model_version": found.get("model_version"), "serving": found.get("serving")}
         if "model_error" in found:
             answer |= {"status": "DOWN", "error": found["model_error"]}
         deliveries = {"pending": found["pending"], "last_delivery_at": found["last_delivery_at"]}
@@ -240,7 +269,8 @@ async def health_answer(services: Services) -> JSONResponse:
     answer |= {"deliveries": deliveries | {"parser": services.deliveries.loop.activity.as_dict(),
                                            "stored": receiver.stored, "groups": receiver.groups},
                "sync": services.sync.loop.activity.as_dict(),
-               "model": model.loop.activity.as_dict(), **model.health()}
+               "model": model.loop.activity.as_dict(), **model.health(),
+               "predictions": services.scorer.health() | {"budget_s": services.config.predict_seconds}}
     return JSONResponse(answer, status_code=200 if answer["status"] == "UP" else 503)
 
 
@@ -250,12 +280,18 @@ def stop_workers(services: Services) -> None:
     for loop in services.loops():
         loop.stop()
     for loop in services.loops():
-        if loop.is_alive():
-            loop.join(STOP_WAIT)
-            if loop.is_alive():
-                log.warning("%s still busy after %.0f s; leaving it (its work resumes at the next start)",
-                            loop.name, STOP_WAIT)
+        stop_loop(loop)
     log.info("workers stopped")
+
+
+def stop_loop(loop) -> None:
+    """Stop a worker and wait for the step under way."""
+    loop.stop()
+    if loop.is_alive():
+        loop.join(STOP_WAIT)
+        if loop.is_alive():
+            log.warning("%s still busy after %.0f s; leaving it (its work resumes at the next start)",
+                        loop.name, STOP_WAIT)
 
 
 def _json_object(body: bytes) -> dict:

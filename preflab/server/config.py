@@ -11,7 +11,8 @@ from preflab.errors import ConfigError
 from preflab.labelling.studio.connect import SECRET_ENV, SECRET_HEADER  # one definition, shared with ls connect
 from preflab.settings import secret
 
-__all__ = ["SECRET_ENV", "SECRET_HEADER", "ServeConfig", "check_bind", "is_loopback", "parse_duration", "webhook_secret"]
+__all__ = ["SECRET_ENV", "SECRET_HEADER", "ServeConfig", "check_bind", "is_loopback", "parse_duration",
+           "webhook_secret"]
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -50,6 +51,10 @@ class ServeConfig:
     judge_model: str | None = field(default=None, metadata={
         "help": "The judge's model, when --judge names a kind of judge: a model version, embedded name, path "
                 "or hub id."})
+    predict_budget: str = field(default="20s", metadata={
+        "help": "Answer /predict within this long: Label Studio waits ML_TIMEOUT_PREDICT (100 s) and then stores "
+                "nothing. Tasks whose ranking is not stored by then get none and are ranked in the background for "
+                "the next retrieve (off: rank them all first, however long it takes)."})
     workers: int = field(default=1, metadata={
         "help": "Server processes. Each parses deliveries; the database keeps their work single."})
     sync_every: str = field(default="10m", metadata={
@@ -73,6 +78,7 @@ class ServeConfig:
         if self.max_body_mb <= 0:
             raise ConfigError(f"--max-body-mb must be positive, got {self.max_body_mb}")
         self.sync_seconds = parse_duration(self.sync_every, "--sync-every")  # checked now, before binding
+        self.predict_seconds = parse_duration(self.predict_budget, "--predict-budget")
 
     @property
     def max_body(self) -> int:

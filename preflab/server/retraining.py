@@ -9,8 +9,9 @@ Every half minute, and whenever deliveries or a sync brought rankings, the `mode
    leaves the current version serving; /health says so, and the next try waits for N
    more rankings;
 2. reads the model version /setup answers; when it changed (this retrain, or one run by
-   `preflab schedule`), sets each Label Studio project that showed an older one of ours
-   to the new one, so annotators see the new predictions.
+   `preflab schedule`), wakes the `scoring` worker to load its model, and sets each Label
+   Studio project that showed an older one of ours to the new one, so annotators see the
+   new predictions.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import subprocess
-import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 
 from sqlalchemy import func, select
@@ -54,12 +55,10 @@ class ModelWorker:
     """Keeps the served model version current, in Label Studio too; retrains on arrival when asked."""
 
     def __init__(self, sessions: sessionmaker[Session], studio: Studio, judge: str | None, judge_options: dict,
-                 database_url: str, model: str, retrain_every: int | None = None, retrain_config: str | None = None):
-        from preflab.lm.names import ModelCache
-
+                 database_url: str, model: str, retrain_every: int | None = None, retrain_config: str | None = None,
+                 changed: Callable[[], None] = lambda: None):
         self.sessions, self.studio, self.judge, self.judge_options = sessions, studio, judge, judge_options
-        # Models the judge loaded, one load each; /predict calls take turns, and a new version empties it.
-        self.cache, self.predicting = ModelCache(), threading.Lock()
+        self.changed = changed  # the version served changed: load its model
         self.database_url, self.model = database_url, model
         self.retrain_every, self.retrain_config = retrain_every, retrain_config
         self.serving: str | None = None   # the version /setup answers now
@@ -140,8 +139,7 @@ class ModelWorker:
         if current != self.serving:
             if self.serving is not None:
                 log.info("model version changed: %s → %s", self.serving, current)
-                with self.predicting:
-                    self.cache.clear()  # the old version's model, loaded by /predict
+                self.changed()
             self.serving = current
         if self.shown != current:
             changed = self.studio.show_version(projects, current, stale)

@@ -30,6 +30,9 @@ from tests.labelling.ls_fixtures import (  # noqa: F401  (fixtures)
 from tests.labelling.ls_helpers import session
 
 SECRET = "s3cret-for-the-tests"
+# What serves with nothing trained and no --judge: the embedded model's likelihood judge, the very annotator
+# `preflab judge likelihood` ranks as (its run id is that of the judge's default configuration).
+DEFAULT_SERVED = "judge:likelihood:c1c63abc2fbb1157:smollm2-135m-instruct"
 # Projects the store knows and Label Studio does not (the run's Label Studio is shared): its startup sync
 # of them fails, and so never marks these deliveries' rankings as deleted for being absent there.
 _PROJECTS = itertools.count(990_000 + os.getpid() % 1000 * 10)
@@ -101,6 +104,15 @@ def nowhere(monkeypatch):
     sock.close()
 
 
+@pytest.fixture(scope="session")
+def tiny_lm(tmp_path_factory) -> str:
+    """A tiny causal LM to serve as the global --model: a server loads its judge's model as it starts, and the
+    embedded one takes seconds (a first conversion, a minute) and half a gigabyte."""
+    from tests.tiny_models import tiny_causal_lm
+
+    return str(tiny_causal_lm(tmp_path_factory.mktemp("serve-lm") / "lm"))
+
+
 @pytest.fixture
 def secret(monkeypatch) -> str:
     monkeypatch.setenv("PREFLAB_WEBHOOK_SECRET", SECRET)
@@ -115,17 +127,19 @@ def label_studio_url(nowhere) -> str:
 
 @pytest.fixture
 def app_client(db_url, label_studio_url, secret):
-    """`make(background=False, **config)`: a TestClient on the app, its lifespan (and workers) running."""
+    """`make(background=False, model=None, **config)`: a TestClient on the app, its lifespan (and workers) running;
+    `model` is the global --model (default: the embedded one), which serves while nothing is trained."""
     from fastapi.testclient import TestClient
 
     from preflab.server.app import create_app
     from preflab.server.config import ServeConfig
-    from preflab.settings import Settings
+    from preflab.settings import DEFAULT_MODEL, Settings
 
     clients = []
 
-    def make(background: bool = False, **config) -> TestClient:
-        app = create_app(Settings(db_url, label_studio_url), ServeConfig(**config), background=background)
+    def make(background: bool = False, model: str | None = None, **config) -> TestClient:
+        settings = Settings(db_url, label_studio_url, model or DEFAULT_MODEL)
+        app = create_app(settings, ServeConfig(**config), background=background)
         client = TestClient(app)
         client.__enter__()
         clients.append(client)

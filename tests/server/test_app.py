@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from tests.server.conftest import SECRET, basic, delivery, raw_records, stored
+from tests.server.conftest import DEFAULT_SERVED, SECRET, basic, delivery, raw_records, stored
 
 WEBHOOK_HEADERS = {"X-Preflab-Secret": SECRET, "Content-Type": "application/json"}
 
@@ -18,7 +18,11 @@ def test_health_says_what_an_operator_needs(app_client):
     assert answer.status_code == 200
     body = answer.json()
     assert body["status"] == "UP" and body["database"] == "ok"
-    assert body["model_version"] == "no-reward-model"  # nothing trained yet: still connectable
+    # Nothing trained yet: the embedded model's likelihood judge serves, and says so.
+    assert body["model_version"] == DEFAULT_SERVED
+    assert body["serving"] == ("the likelihood judge on smollm2-135m-instruct "
+                               "(the default model: no reward model is trained yet)")
+    assert body["predictions"]["budget_s"] == 20 and body["predictions"]["queued"] == 0
     assert body["deliveries"]["pending"] == 0 and body["deliveries"]["last_delivery_at"] is None
     assert body["retrain"]["state"] == "off"
     assert SECRET not in answer.text
@@ -29,13 +33,13 @@ def test_setup_answers_the_model_version_and_predict_one_entry_per_task(app_clie
     setup = client.post("/setup", headers=basic(SECRET), json={
         "project": "7.1700000000", "schema": "<View/>", "hostname": "http://localhost:8080",
         "access_token": "the-users-token", "extra_params": None})
-    assert setup.status_code == 200 and setup.json() == {"model_version": "no-reward-model"}
+    assert setup.status_code == 200 and setup.json() == {"model_version": DEFAULT_SERVED}
     tasks = [{"id": 1, "project": 7, "data": {"prompt": "a"}}, {"id": 2, "project": 7, "data": {"prompt": "b"}}]
     predict = client.post("/predict", headers=basic(SECRET), json={
         "tasks": tasks, "project": "7.1700000000", "label_config": "<View/>",
         "params": {"login": None, "password": None, "context": None}})
     assert predict.status_code == 200
-    assert predict.json() == {"results": [[], []]}  # one entry per task, in order (nothing to predict with)
+    assert predict.json() == {"results": [[], []]}  # one entry per task, in order (tasks the store lacks)
 
 
 @pytest.mark.parametrize("headers,status", [({}, 401), (basic("wrong"), 403),
@@ -115,7 +119,7 @@ def test_without_a_secret_on_loopback_every_caller_is_let_in(app_client, db_url,
     monkeypatch.delenv("PREFLAB_WEBHOOK_SECRET")
     client = app_client()
     assert client.post("/webhook", content=delivery()).status_code == 200
-    assert client.post("/setup", json={"project": "7.1"}).json() == {"model_version": "no-reward-model"}
+    assert client.post("/setup", json={"project": "7.1"}).json() == {"model_version": DEFAULT_SERVED}
 
 
 def test_a_delivery_whose_transaction_fails_gets_500_and_nothing_is_stored(app_client, db_url, monkeypatch):

@@ -17,22 +17,24 @@ from tests.server.conftest import SECRET, wait_until
 # The child `preflab retrain` takes seconds to start: once, on SQLite (the count is the retrain job's own query).
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_a_failed_retrain_leaves_the_current_version_serving_and_health_says_so(app_client, cli, db_url,
-                                                                                sample_rankings, tmp_path):
+                                                                                sample_rankings, tmp_path, tiny_lm):
     cli("import", "rankings", sample_rankings)  # people's rankings: more than --retrain-every
     config = tmp_path / "retrain.toml"
     config.write_text('min_new = 1\n[export]\ntest_size = 0.2\n'
                       f'[reward]\nmodel = "{tmp_path / "no-such-model"}"\nmax_steps = 1\n', encoding="utf-8")
-    client = app_client(background=True, sync_every="off", retrain_every=3, retrain_config=str(config))
+    client = app_client(background=True, model=tiny_lm, sync_every="off", retrain_every=3,
+                        retrain_config=str(config))
 
     def retrain() -> dict:
         return client.get("/health").json()["retrain"]
 
     wait_until(lambda: retrain()["state"] == "failed", timeout=120)
     health = client.get("/health").json()
-    assert health["status"] == "UP" and health["model_version"] == "no-reward-model"  # still serving
+    serving = health["model_version"]  # nothing trained: the default model's likelihood judge
+    assert health["status"] == "UP" and serving.startswith("judge:likelihood:")  # still serving
     assert "no-such-model" in retrain()["last_error"] and retrain()["attempts"] == 1
     assert client.post("/setup", json={"project": "1.1"}, auth=("preflab", SECRET)).json() == {
-        "model_version": "no-reward-model"}
+        "model_version": serving}
     # It waits for as many new rankings again before the next try, instead of failing in a loop.
     client.app.state.services.model.loop.wake()
     wait_until(lambda: client.get("/health").json()["model"]["runs"] >= 2)

@@ -24,6 +24,12 @@ from tests.server.conftest import SECRET, unknown_to_label_studio
 from tests.server.deliveries import annotated, known_project
 
 
+@pytest.fixture(autouse=True)
+def small_default_model(isolated_env, monkeypatch, tiny_lm):
+    """PREFLAB_MODEL, for the servers started here: nothing is trained, so its likelihood judge loads at start."""
+    monkeypatch.setenv("PREFLAB_MODEL", tiny_lm)
+
+
 def test_a_non_loopback_address_without_a_secret_is_refused(sqlite_url, nowhere):
     result = CliRunner().invoke(root, ["--database-url", sqlite_url, "serve", "--host", "0.0.0.0"])
     assert result.exit_code == 1
@@ -32,6 +38,7 @@ def test_a_non_loopback_address_without_a_secret_is_refused(sqlite_url, nowhere)
 
 
 @pytest.mark.parametrize("args,said", [(["--sync-every", "soon"], "--sync-every must be a duration"),
+                                       (["--predict-budget", "soon"], "--predict-budget must be a duration"),
                                        (["--retrain-every", "5"], "no retrain config"),
                                        (["--judge", "nobody"], "no judge 'nobody'")])
 def test_options_are_checked_before_binding(sqlite_url, nowhere, args, said):

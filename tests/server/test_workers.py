@@ -24,9 +24,9 @@ def label_studio_url(ls_env) -> str:
 
 
 def test_a_delivery_is_acknowledged_then_parsed_by_the_worker_edits_and_deletions_too(app_client, db_url,
-                                                                                       label_studio_url):
+                                                                                       label_studio_url, tiny_lm):
     project = known_project(db_url, label_studio_url, unknown_to_label_studio())
-    client = app_client(background=True, sync_every="off")
+    client = app_client(background=True, model=tiny_lm, sync_every="off")
     start = time.perf_counter()
     answer = client.post("/webhook", content=annotated(project, 1, 1, annotation=11), headers=HEADERS)
     assert answer.status_code == 200 and time.perf_counter() - start < 1.0  # Label Studio waits one second
@@ -47,7 +47,7 @@ def test_a_delivery_is_acknowledged_then_parsed_by_the_worker_edits_and_deletion
     assert health["deliveries"]["parser"]["parsed"] == 3 and health["deliveries"]["parser"]["last_error"] is None
 
 
-def test_deliveries_left_pending_are_parsed_when_the_server_starts(app_client, db_url, label_studio_url):
+def test_deliveries_left_pending_are_parsed_when_the_server_starts(app_client, db_url, label_studio_url, tiny_lm):
     project = known_project(db_url, label_studio_url, unknown_to_label_studio())
     idle = app_client(background=False)  # a server that stored them and died before parsing
     for annotation in (21, 22, 23):
@@ -55,17 +55,18 @@ def test_deliveries_left_pending_are_parsed_when_the_server_starts(app_client, d
                          headers=HEADERS).status_code == 200
     assert stored(db_url) == {"raw": 3, "pending": 3, "ok": 0, "quarantined": 0, "rankings": 0}
 
-    app_client(background=True, sync_every="off")
+    app_client(background=True, model=tiny_lm, sync_every="off")
     wait_until(lambda: stored(db_url)["pending"] == 0)
     assert stored(db_url) | {"raw": 0} == {"raw": 0, "pending": 0, "ok": 3, "quarantined": 0, "rankings": 3}
     assert sorted(r["annotation"] for r in rankings(db_url) if r["status"] == "valid") == [21, 22, 23]
 
 
-def test_a_nul_byte_in_an_id_is_stored_as_received_and_never_becomes_a_ranking(app_client, db_url, label_studio_url):
+def test_a_nul_byte_in_an_id_is_stored_as_received_and_never_becomes_a_ranking(app_client, db_url, label_studio_url,
+                                                                              tiny_lm):
     from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE
 
     project = known_project(db_url, label_studio_url, unknown_to_label_studio())
-    client = app_client(background=True)
+    client = app_client(background=True, model=tiny_lm)
     body = annotated(project, 1, 1, annotation=501).replace(b'"id": 501', b'"id": "50\\u00001"')
     assert b"\\u0000" in body
     answer = client.post("/webhook", content=body, headers=HEADERS)
