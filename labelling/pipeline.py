@@ -98,11 +98,14 @@ def run_pipeline(sessions: sessionmaker[Session], model_name: str, config: Pipel
     report["import"] = import_file(sessions, config.rankings or sample_rankings_path(), import_rankings_batch,
                                    reporter=reporter).as_dict()
     models = ModelCache()
+    # In a log (`make run > log`) each slow step says it starts: loading a model can take a minute before any line.
     if config.generate:
+        reporter.step(f"pipeline: generating candidates for up to {config.max_prompts} prompts with {model_name}")
         report["generate"] = run_generation(
             sessions, model_name, generation, prompts=config.prompts or sample_prompts_path(),
             max_prompts=config.max_prompts, cache=models, reporter=reporter).as_dict()
     if config.judge != NO_JUDGE:
+        reporter.step(f"pipeline: ranking every prompt's candidates with the {config.judge} judge")
         report["judge"] = run_judge(sessions, config.judge, judge_config(config.judge, generation), model_name,
                                     cache=models, reporter=reporter).as_dict()
     models.clear()

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.db.conversation import Messages, prompt_columns, stored_prompt, stored_reply, user_turn
 from preflab.db.export.dataset import SPLITS
-from preflab.db.models import Candidate, Prompt
+from preflab.db.models import Candidate, Prompt, Ranking, RawRecord
 from preflab.db.store import IN_CHUNK, chunks, content_hash
 from preflab.errors import ConfigError, InputError
 
@@ -110,16 +110,22 @@ def prompts_with_candidates(session: Session, prompt_ids: list[int] | None = Non
 
 @dataclass
 class PromptSelection:
-    """Which stored prompts a job works on: by id, by dataset split, and at most how many."""
+    """Which stored prompts a job works on: by id, by dataset split, by source, and at most how many."""
 
     limit: int | None = field(default=None, metadata={
         "help": "At most this many prompts that still need candidates (a re-run goes on with the next ones)."})
-    prompt_id: str | None = field(default=None, metadata={
-        "help": "Only these prompts: ids, comma-separated (e.g. 3,7,12)."})
+    prompt_id: str | tuple[str, ...] | None = field(default=None, metadata={
+        "help": "Only these prompts: ids, comma-separated or the option repeated (3,7 or --prompt-id 3 --prompt-id 7).",
+        "multiple": True})
     split: str | None = field(default=None, metadata={
         "help": "Only the prompts of this split, as the last export assigned them.", "choices": SPLITS})
+    source: str | None = field(default=None, metadata={
+        "help": "Only the prompts of this source: the `source` their records gave (e.g. chat), or the import "
+                "whose rankings they have (import:arena, import:rankings)."})
 
     def __post_init__(self) -> None:
+        if isinstance(self.prompt_id, (tuple, list)):  # --prompt-id given several times
+            self.prompt_id = ",".join(map(str, self.prompt_id)) or None
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"--limit must be at least 1, got {self.limit}")
         if self.split is not None and self.split not in SPLITS:
@@ -154,13 +160,27 @@ def selected_prompt_ids(session: Session, selection: PromptSelection,
         among = wanted if among is None else [pid for pid in among if pid in found]
     if selection.split is not None:
         in_split = set(session.scalars(select(Prompt.id).where(Prompt.split == selection.split)))
-        if among is None:
-            among = sorted(in_split)
-        else:
-            among = [pid for pid in among if pid in in_split]
         if not in_split:
             raise InputError(f"no stored prompt is in the {selection.split} split; a prompt gets its split "
                              "when a dataset is exported (`preflab export`)")
+        among = sorted(in_split) if among is None else [pid for pid in among if pid in in_split]
+    if selection.source is not None:
+        # A prompt keeps the source of the import that stored it first: its rankings' raw records say the rest.
+        ranked = (select(Ranking.prompt_id).join(RawRecord, RawRecord.id == Ranking.raw_record_id)
+                  .where(RawRecord.source == selection.source))
+        of_source = set(session.scalars(select(Prompt.id).where(
+            or_(Prompt.source == selection.source, Prompt.id.in_(ranked)))))
+        if not of_source:
+            raise InputError(f"no stored prompt comes from source {selection.source!r}; "
+                             f"the stored sources include {', '.join(_some_sources(session)) or 'none'}")
+        among = sorted(of_source) if among is None else [pid for pid in among if pid in of_source]
     if among is not None and not among:
         raise InputError("the selection names no prompt")
     return among
+
+def _some_sources(session: Session, n: int = 8) -> list[str]:
+    """A few sources `--source` takes: the imports rankings came from, then the prompts' own."""
+    imports = select(RawRecord.source).join(Ranking, Ranking.raw_record_id == RawRecord.id).distinct().limit(n)
+    given = select(Prompt.source).where(Prompt.source.is_not(None)).distinct().limit(n)
+    found = dict.fromkeys([*session.scalars(imports), *session.scalars(given)])
+    return sorted(found)[:n]

@@ -239,8 +239,8 @@ def config_options(config_cls, *, exclude: tuple[str, ...] = (), prefix: str = "
                    defaults: dict[str, Any] | None = None):
     """Add one click option per field of a config dataclass: `--field-name`, with its help.
 
-    A field's metadata may carry `help`, `choices` (a click.Choice) and `flags`
-    (extra short flags such as `-n`). `bool` fields become `--x/--no-x`. With
+    A field's metadata may carry `help`, `choices` (a click.Choice), `flags`
+    (extra short flags such as `-n`) and `multiple` (a repeatable option). `bool` fields become `--x/--no-x`. With
     `prefix`, options are `--PREFIX-field-name` (two configs in one command);
     `defaults` overrides a field's default for this command only. Read the
     config back with `build_config`.
@@ -263,6 +263,8 @@ def config_options(config_cls, *, exclude: tuple[str, ...] = (), prefix: str = "
             if base is bool:
                 func = click.option(f"{flag}/--no-{flag[2:]}", name, **kwargs)(func)
                 continue
+            if f.metadata.get("multiple"):  # repeatable: the config gets a tuple of the values given
+                kwargs.update(multiple=True, default=None, show_default=False)
             kind = click.Choice(list(f.metadata["choices"])) if "choices" in f.metadata else CLICK_TYPES[base]
             func = click.option(*f.metadata.get("flags", ()), flag, name, type=kind, **kwargs)(func)
         return func

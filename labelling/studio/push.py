@@ -42,7 +42,7 @@ from preflab.labelling.active import SelectConfig, select_prompts
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.parse import ITEM_TURNS, KEY_FIELD
 from preflab.labelling.studio.projects import CUSTOM, ProjectInfo, find_project
-from preflab.labelling.selection import prompts_with_candidates
+from preflab.labelling.selection import PromptSelection, prompts_with_candidates, selected_prompt_ids
 from preflab.templates import DIALOGUE, shows_conversations
 
 BATCH_TASKS = 200
@@ -138,23 +138,26 @@ class PushSummary:
                 "skipped_prompt_ids": self.skipped}
 
 
-def skipped_prompts(session: Session) -> dict[str, list[int]]:
-    """Prompts that cannot become a task (fewer than two candidates), by reason, in id order."""
+def skipped_prompts(session: Session, prompt_ids: list[int] | None = None) -> dict[str, list[int]]:
+    """Prompts (every one, or those given) that cannot become a task (fewer than two candidates), by reason."""
     n = func.count(Candidate.id)
     rows = session.execute(select(Prompt.id, n).outerjoin(Candidate, Candidate.prompt_id == Prompt.id)
                            .group_by(Prompt.id).having(n < 2).order_by(Prompt.id))
+    wanted = None if prompt_ids is None else set(prompt_ids)
     out: dict[str, list[int]] = {}
     for pid, count in rows:
+        if wanted is not None and pid not in wanted:
+            continue
         out.setdefault("no_candidates" if count == 0 else "one_candidate", []).append(pid)
     return out
 
 
 def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int | None = None,
-               gold: bool = False) -> tuple[list[PlannedTask], int]:
-    """The tasks the project lacks (one per prompt, or per pair of candidates for pairwise).
+               gold: bool = False, prompt_ids: list[int] | None = None) -> tuple[list[PlannedTask], int]:
+    """The tasks the project lacks (one per prompt, or per pair of candidates for pairwise), in prompt id order.
 
     Returns the first `limit` of them and how many more there are. Gold prompts
-    are left out, or (`gold`) are the only ones planned.
+    are left out, or (`gold`) are the only ones planned; `prompt_ids` keeps only those prompts.
     """
     if project.template == CUSTOM:
         raise InputError(f"project {project.project_id} was not created by preflab; push needs a preflab template")
@@ -164,7 +167,8 @@ def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int
     more = 0
     golden = gold_prompt_ids(session)
     conversations = shows_conversations(project.label_config)
-    for pc in prompts_with_candidates(session, sorted(golden) if gold else None, min_candidates=2):
+    among = sorted(golden) if gold else prompt_ids
+    for pc in prompts_with_candidates(session, among, min_candidates=2):
         if not gold and pc.prompt_id in golden:
             continue
         replies = {cid: pc.reply(n) for n, cid in enumerate(pc.candidate_ids)}
@@ -275,7 +279,7 @@ def adopt_unrecorded(sessions: sessionmaker[Session], client: LabelStudioClient,
 def push_tasks(sessions: sessionmaker[Session], client: LabelStudioClient, project_id: int | None, *,
                seed: int = 0, limit: int | None = None, gold: str | Path | None = None,
                gold_rate: float | None = None, selection: SelectConfig | None = None,
-               batch_tasks: int = BATCH_TASKS,
+               prompts: PromptSelection | None = None, batch_tasks: int = BATCH_TASKS,
                reporter: Reporter = SILENT) -> tuple[ProjectInfo, PushSummary]:
     """The `ls push` job: create the tasks the project lacks, a batch per request and transaction.
 
@@ -286,6 +290,7 @@ def push_tasks(sessions: sessionmaker[Session], client: LabelStudioClient, proje
         gold: a gold file (`preflab.db.quality.gold`): its answers are stored before anything is pushed.
         gold_rate: the share of the project's tasks to make gold tasks (0.05 when only `gold` is given).
         selection: choose the prompts to push by a strategy (`preflab.labelling.active`); `limit` caps it.
+        prompts: only these prompts (by id, split or source, as `generate` chooses them); `limit` counts tasks.
     """
     choosing = selection is not None and selection.select is not None
     if gold_rate is not None and not 0 <= gold_rate < 1:
@@ -293,6 +298,7 @@ def push_tasks(sessions: sessionmaker[Session], client: LabelStudioClient, proje
     records = read_gold(gold) if gold is not None else None  # a bad file stops here, before anything is written
     with sessions.begin() as session:
         project = find_project(session, client.base_url, project_id)
+        prompt_ids = None if prompts is None else selected_prompt_ids(session, prompts)
     summary = PushSummary()
     if records is not None:
         with sessions.begin() as session:
@@ -300,13 +306,14 @@ def push_tasks(sessions: sessionmaker[Session], client: LabelStudioClient, proje
         gold_rate = 0.05 if gold_rate is None else gold_rate
     summary.adopted = adopt_unrecorded(sessions, client, project)
     with sessions.begin() as session:
-        planned, summary.waiting = plan_tasks(session, project, seed, None if choosing else limit)
+        planned, summary.waiting = plan_tasks(session, project, seed, None if choosing else limit,
+                                              prompt_ids=prompt_ids)
     if choosing:  # outside a transaction: it may load and run reward models
         planned, summary.waiting = choose_tasks(sessions, planned, selection, limit, seed, reporter)
     with sessions.begin() as session:
         if gold_rate is not None:
             planned, summary.gold = mix_gold(session, project, planned, gold_rate, seed)
-        summary.skipped = skipped_prompts(session)
+        summary.skipped = skipped_prompts(session, prompt_ids)
         summary.existing = session.scalar(select(func.count()).where(LSTask.project_id == project.id))
     with reporter.progress("pushing tasks", len(planned)) as advance:
         for start in range(0, len(planned), batch_tasks):

@@ -24,7 +24,7 @@ def generate_command(settings: Settings, model_name, prompts_file, as_json, **op
     """Sample N candidate responses per prompt with a causal LM.
 
     Each response is stored as a candidate; a re-run tops every prompt up to N.
-    --limit, --prompt-id and --split choose among the stored prompts (or the file's).
+    --limit, --prompt-id, --split and --source choose among the stored prompts (or the file's).
 
     Example: preflab generate -n 4 --limit 10 --split train --max-new-tokens 128
     """

@@ -8,6 +8,7 @@ import click
 
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
 from preflab.labelling.active import SelectConfig
+from preflab.labelling.selection import PromptSelection
 from preflab.labelling.studio.parse import TaskFields
 from preflab.settings import Settings
 from preflab.templates import TEMPLATES
@@ -82,31 +83,36 @@ def ls_init(settings: Settings, template, title, annotators_per_task, show_predi
 @project_option
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the per-task shuffle (and of --select random).")
-@click.option("--limit", type=int, help="Push at most this many new tasks.")
+@click.option("--limit", type=int, help="Push at most this many new tasks (a re-run goes on with the next ones).")
 @click.option("--gold", type=click.Path(dir_okay=False, exists=True),
               help="Gold answers (JSON Lines: prompt, responses, ranking) to store and mix in as gold tasks.")
 @click.option("--gold-rate", type=float, metavar="R",
               help="Share of the project's tasks that are gold tasks (default 0.05 with --gold; "
                    "without it, the gold answers stored before).")
+@config_options(PromptSelection, exclude=("limit",))
 @config_options(SelectConfig)
 @json_option
 @pass_settings
 def ls_push(settings: Settings, project_id, seed, limit, gold, gold_rate, as_json, **options):
     """Create a task per prompt from the database's candidates (shuffled; idempotent).
 
-    Gold tasks look like every other task: annotators are not told which they are.
+    --prompt-id, --split and --source choose the prompts, as for `generate`; --limit
+    caps the new tasks. Gold tasks look like every other task: annotators are not told which they are.
     With --select, a strategy chooses which prompts go first (with --limit K, the
     K it rates most worth ranking), and each task stores why it was chosen.
 
     Example: preflab ls push --project 3 --gold gold.jsonl --gold-rate 0.05
 
     Example: preflab ls push --project 3 --select uncertainty --reward-model rm-v2 --limit 50
+
+    Example: preflab ls push --project 3 --source import:arena --limit 20
     """
     from preflab.labelling.studio.push import push_tasks
 
     select = build_config(SelectConfig, options)
+    prompts = build_config(PromptSelection, options)
     project, summary = push_tasks(_sessions(settings), _client(settings), project_id, seed=seed, limit=limit,
-                                  gold=gold, gold_rate=gold_rate, selection=select,
+                                  gold=gold, gold_rate=gold_rate, selection=select, prompts=prompts,
                                   reporter=Reporter(not as_json))
     if as_json:
         echo_json(summary.as_dict() | {"project": project.project_id})

@@ -42,6 +42,8 @@ def test_the_pipeline_says_each_jobs_progress_in_a_log(sessions, tiny_lm, tmp_pa
                           Reporter(every=0))  # a line at every step: the test cannot wait 10 s between them
     assert report["generate"]["stored"] == 6
     lines = capsys.readouterr().err.splitlines()
+    assert f"pipeline: generating candidates for up to 3 prompts with {tiny_lm}" in lines
+    assert "pipeline: ranking every prompt's candidates with the likelihood judge" in lines
     generating = [line for line in lines if line.startswith("generating:")]
     # Three batches of two candidates, then the closing line.
     assert [re.fullmatch(progress("generating", done, 6, left=done < 6), line) is not None
