@@ -2,6 +2,7 @@
 
 from alembic import context
 
+from preflab.db import requests as _requests  # noqa: F401  (its table is on Base's metadata)
 from preflab.db.models import Base
 
 config = context.config

@@ -10,6 +10,7 @@ from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
 from preflab.db.engine import current_revision, dispose_all, head_revision, make_engine, open_database, upgrade
+from preflab.db import requests as _requests  # noqa: F401  (its table is on Base's metadata)
 from preflab.db.models import Base
 
 

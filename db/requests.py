@@ -1,0 +1,146 @@
+"""Every request sent to a model server, with its answer: what was asked is never paid for twice.
+
+A row is keyed by a hash of what was asked (`request_key`: the endpoint, the model and the
+whole request body, which holds the messages, the sampling parameters and the seed derived
+from the sample's index). The server's answer is stored as it was received, before it is
+read, with the tokens it cost. A re-run, a run resumed after `kill -9`, or another command
+that asks the same thing reads the stored answer instead of asking again
+(`preflab.lm.engines`).
+
+An answer the server refused for the item itself (a prompt over the model's context length)
+is stored too, as `quarantined` with the server's reason: asking again would be refused again.
+
+`AnswerWriter` commits answers as they arrive, from a thread of its own, in small
+transactions at least every `every` seconds, so a killed run loses at most the answers of
+the last moment and the requests in flight.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import threading
+import time
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, Integer, String, Text, select
+from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
+
+from preflab.db.engine import in_transaction
+from preflab.db.models import Base, utcnow
+from preflab.db.store import chunks, insert_ignore
+
+OK = "ok"
+QUARANTINED = "quarantined"
+
+
+class EngineRequest(Base):
+    """One request to a model server and the answer it gave, as received."""
+
+    __tablename__ = "engine_requests"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)  # request_key: a hash of what was asked
+    endpoint: Mapped[str] = mapped_column(String(40))  # chat.completions, completions
+    model: Mapped[str] = mapped_column(String(300))
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)  # the body sent (never the key)
+    answer: Mapped[dict[str, Any] | None] = mapped_column(JSON)  # the server's JSON answer (its error, if refused)
+    status: Mapped[str] = mapped_column(String(16))  # ok | quarantined
+    reason: Mapped[str | None] = mapped_column(Text)  # why quarantined: the server's own words
+    tokens_in: Mapped[int] = mapped_column(Integer, default=0)
+    tokens_out: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+def request_key(endpoint: str, model: str, body: dict[str, Any]) -> str:
+    """SHA-256 of what was asked: the endpoint, the model and the body, keys sorted (the same ask, the same key)."""
+    blob = json.dumps({"endpoint": endpoint, "model": model, "body": body}, sort_keys=True, ensure_ascii=False,
+                      separators=(",", ":"))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def stored_answers(session: Session, keys: Collection[str]) -> dict[str, EngineRequest]:
+    """The stored rows among `keys`, by key."""
+    found: dict[str, EngineRequest] = {}
+    for part in chunks(sorted(set(keys))):
+        for row in session.scalars(select(EngineRequest).where(EngineRequest.key.in_(part))):
+            found[row.key] = row
+    return found
+
+
+def store_answers(session: Session, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert answers; one already stored under the same key (asked twice at once) is kept as it was."""
+    now = utcnow()
+    insert_ignore(session, EngineRequest.__table__, [{"created_at": now, **row} for row in rows], ("key",))
+
+
+class AnswerWriter:
+    """Answers handed over from any thread, committed by one thread in small transactions.
+
+    `put` never waits for the database. The thread commits what it holds once `every`
+    seconds have passed since the oldest answer it holds arrived, or once it holds
+    `size` answers. `flush` returns when everything put before it is committed, and
+    raises what a failed commit raised (that answer is asked again on the next run).
+    """
+
+    def __init__(self, sessions: sessionmaker[Session], every: float = 0.5, size: int = 500):
+        self.sessions, self.every, self.size = sessions, every, size
+        self._queue: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self.committed = 0
+        self._thread = threading.Thread(target=self._run, name="preflab-answer-writer", daemon=True)
+        self._thread.start()
+
+    def put(self, row: dict[str, Any]) -> None:
+        self._raise()
+        self._queue.put(("row", row))
+
+    def flush(self) -> None:
+        done = threading.Event()
+        self._queue.put(("flush", done))
+        done.wait()
+        self._raise()
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(("stop", None))
+            self._thread.join()
+        self._raise()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+
+    def _run(self) -> None:
+        held: list[dict[str, Any]] = []
+        oldest = 0.0
+        while True:
+            wait = None if not held else max(0.0, oldest + self.every - time.monotonic())
+            try:
+                what, value = self._queue.get(timeout=wait)
+            except queue.Empty:
+                what, value = "due", None
+            if what == "row":
+                if not held:
+                    oldest = time.monotonic()
+                held.append(value)
+                if len(held) < self.size:
+                    continue
+            held = self._commit(held)
+            if what == "flush":
+                value.set()
+            elif what == "stop":
+                return
+
+    def _commit(self, held: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if held:
+            try:
+                in_transaction(self.sessions, lambda session: store_answers(session, held))
+                self.committed += len(held)
+            except BaseException as exc:  # handed to the caller's thread by the next put or flush
+                self._error = exc
+        return []
