@@ -20,6 +20,7 @@ import importlib
 import json
 import logging
 import sys
+import threading
 import time
 import types
 import typing
@@ -97,8 +98,10 @@ class Reporter:
         console = Console(stderr=True)
         if not console.is_terminal and self.step_lines:
             lines = _ProgressLines(description, total, self.every)
-            yield lines.advance
-            lines.close()
+            try:
+                yield lines.advance
+            finally:
+                lines.close()
             return
         if not self.enabled or not console.is_terminal:
             yield lambda n: None
@@ -125,33 +128,50 @@ class _ProgressLines:
     """A progress bar as lines for a log: `generating: 24/96 (25%), 1m 05s elapsed, about 3m 15s left`.
 
     One line once `every` seconds have passed since the start or the last line, so a
-    log gets a few lines a minute however small the steps; a job done sooner says
-    nothing, and one that said something says its end.
+    log gets a few lines a minute however small the steps, and a step that takes minutes
+    (a batch of generation) is not silent: a daemon thread says the line when no step
+    has. A job done sooner says nothing, and one that said something says its end.
     """
 
     def __init__(self, description: str, total: int | None, every: float):
         self.description, self.total, self.every = description, total, every
         self.done = 0
         self.started = self.last = time.monotonic()
-        self.said = False
+        self.said: int | None = None  # how many were done at the last line said
+        self.lock = threading.Lock()
+        self.stopped = threading.Event()
+        if every > 0:
+            threading.Thread(target=self._beat, daemon=True, name="progress-lines").start()
+
+    def _beat(self) -> None:
+        while not self.stopped.wait(self.every / 4):
+            self.advance(0)
 
     def advance(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if now - self.last >= self.every:
-            self.last, self.said = now, True
-            click.echo(self.line(now), err=True)
+        with self.lock:
+            self.done += n
+            now = time.monotonic()
+            if now - self.last >= self.every and not self.stopped.is_set():
+                self.last = now
+                self._say(self.line(now))
 
     def close(self) -> None:
-        if self.said:
-            click.echo(self.line(time.monotonic(), end=True), err=True)
+        self.stopped.set()
+        with self.lock:
+            if self.said is not None and self.said != self.done:
+                self._say(self.line(time.monotonic(), end=True))
+
+    def _say(self, line: str) -> None:
+        self.said = self.done
+        click.echo(line, err=True)
 
     def line(self, now: float, end: bool = False) -> str:
         elapsed = now - self.started
         if not self.total:
             return f"{self.description}: {self.done:,} done, {clock(elapsed)} elapsed"
-        share = f"{self.done:,}/{self.total:,} ({self.done / self.total:.0%})"
-        left = self.total - self.done
+        total = max(self.total, self.done)  # a job may find more to do than it first counted (another round)
+        share = f"{self.done:,}/{total:,} ({self.done / total:.0%})"
+        left = total - self.done
         if end or not self.done or left <= 0:
             return f"{self.description}: {share}, {clock(elapsed)} elapsed"
         return f"{self.description}: {share}, {clock(elapsed)} elapsed, about {clock(elapsed / self.done * left)} left"

@@ -2,7 +2,7 @@
 
 A bar shows nothing in a log file, so `preflab pipeline > log` was silent for 3.5
 minutes while generating. The lines come at most once per `Reporter.every`
-seconds (10 by default), with a closing line from a job that said anything.
+seconds (10 by default), also while one step runs long, with a closing line from a job that said anything.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def test_the_pipeline_says_each_jobs_progress_in_a_log(sessions, tiny_lm, tmp_pa
     assert f"pipeline: generating candidates for up to 3 prompts with {tiny_lm}" in lines
     assert "pipeline: ranking every prompt's candidates with the likelihood judge" in lines
     generating = [line for line in lines if line.startswith("generating:")]
-    # Three batches of two candidates, then the closing line.
+    # Three batches of two candidates; the last line says the end, so no closing line repeats it.
     assert [re.fullmatch(progress("generating", done, 6, left=done < 6), line) is not None
-            for done, line in zip((2, 4, 6, 6), generating)] == [True] * 4, generating
-    assert len(generating) == 4
+            for done, line in zip((2, 4, 6), generating)] == [True] * 3, generating
+    assert len(generating) == 3
     rows = len(sample_rankings_path().read_text(encoding="utf-8").splitlines())
     importing = [line for line in lines if line.startswith("importing rankings.jsonl:")]
     assert importing and re.fullmatch(progress("importing rankings.jsonl", rows, rows, left=False), importing[-1])
@@ -87,3 +87,14 @@ def test_a_silent_reporter_says_nothing(sessions, tiny_lm, tmp_path, capsys):
 @pytest.mark.parametrize("seconds, shown", [(0, "0s"), (65, "1m 05s"), (3725, "1h 02m")])
 def test_the_lines_clock(seconds, shown):
     assert clock(seconds) == shown
+
+
+def test_a_long_step_is_not_silent_and_a_second_round_does_not_pass_100_percent(capsys):
+    # One batch of generation took 3.5 minutes: the lines go on while no step ends.
+    with Reporter(every=0.1).progress("generating", 2) as advance:
+        time.sleep(0.45)
+        advance(3)  # a second round found one more to make than first counted
+    lines = capsys.readouterr().err.splitlines()
+    waiting = [line for line in lines if re.fullmatch(progress("generating", 0, 2, left=False), line)]
+    assert len(waiting) >= 2, lines
+    assert re.fullmatch(progress("generating", 3, 3, left=False), lines[-1]), lines
