@@ -10,9 +10,10 @@ embedded SmolLM2 and ranking 3,000-word replies took 143 s for 4 tasks and 420 s
 - /predict (`answer_predict`) queues the prompts its tasks need ranked and waits for them until
   `--predict-budget`; it answers with the rankings stored by then, and every other task gets `[]`, for
   which Label Studio stores nothing and which it asks for again at the next retrieve;
-- the worker ranks what is queued, oldest first, `SCORE_CHUNK` prompts a round: read, rank with no
-  transaction open, write. A waiting request gets each round as soon as it is committed, and the next
-  retrieve (or the one Label Studio makes when tasks are imported) finds the rest stored and answers at once.
+- the worker ranks what is queued, the newest request's prompts first, `SCORE_CHUNK` prompts a round: read,
+  rank with no transaction open, write. A waiting request gets each round as soon as it is committed, and the
+  next retrieve (or the one Label Studio makes when an annotator opens a task with no prediction, in a project
+  that shows predictions) finds the rest stored and answers at once.
 
 One thread runs the model, so two retrieves never compete for it; requests only wait.
 """
@@ -61,10 +62,11 @@ class Scorer:
     # The request's side.
 
     def want(self, needs: dict[int, frozenset[int]]) -> None:
-        """Queue prompts to rank (those queued already keep their place)."""
+        """Queue prompts to rank, ahead of those queued before: the newest request is the one still waiting (an
+        annotator opening a task, say), where older ones were answered without what is left."""
         with self.changed:
-            for pid, shown in needs.items():
-                self.pending[pid] = self.pending.get(pid, frozenset()) | shown
+            ahead = {pid: shown | self.pending.get(pid, frozenset()) for pid, shown in needs.items()}
+            self.pending = ahead | {pid: shown for pid, shown in self.pending.items() if pid not in ahead}
         self.loop.wake()
 
     def wait(self, prompt_ids: set[int], deadline: float | None) -> set[int]:
@@ -93,6 +95,8 @@ class Scorer:
         try:
             while not self.loop.stopping.is_set():
                 served = self.prepare()
+                if served is None:  # nothing ranks (what was queued is dropped): a new request wakes this again
+                    break
                 with self.changed:
                     round_ = dict(itertools.islice(self.pending.items(), SCORE_CHUNK))
                     for pid in round_:

@@ -30,7 +30,9 @@ from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE
 from preflab.templates import bucket_names
 from tests.labelling.ls_fixtures import make_cli
 from tests.labelling.ls_helpers import rankings, session, tasks, unique
-from tests.server.conftest import SECRET, wait_until
+from tests.server.conftest import DEFAULT_SERVED, SECRET, wait_until
+from tests.server.predicting import hh_rows, import_hh
+from tests.tiny_models import embedded_model_cache  # noqa: F401  (fixture)
 
 JUDGE = "judge-e2e"  # an AI annotator whose stored rankings the server serves (no model to load)
 DELIVERED_WITHIN = 15.0  # seconds for a delivery to reach the store (Label Studio, the server and SQLite share 2 cores)
@@ -48,10 +50,11 @@ def _free_port() -> int:
 
 
 class Served:
-    """`preflab serve --judge JUDGE` as a process on `port`, its log in a file (a pipe left unread could stall it)."""
+    """`preflab serve --judge JUDGE` as a process on `port`, its log in a file (a pipe left unread could stall it);
+    `judge=None`: no --judge (the current reward model, else the default model's likelihood judge)."""
 
-    def __init__(self, database_url: str, log: Path, port: int | None = None):
-        self.database_url, self.log = database_url, log
+    def __init__(self, database_url: str, log: Path, port: int | None = None, judge: str | None = JUDGE):
+        self.database_url, self.log, self.judge = database_url, log, judge
         self.port = port or _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
@@ -61,7 +64,7 @@ class Served:
         with self.log.open("a") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "preflab", "--database-url", self.database_url, "serve", "--port",
-                 str(self.port), "--judge", JUDGE, "--sync-every", "off"],
+                 str(self.port), *(["--judge", self.judge] if self.judge else []), "--sync-every", "off"],
                 env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -94,8 +97,8 @@ def serve(ls_env, tmp_path, monkeypatch):
     monkeypatch.setenv("PREFLAB_WEBHOOK_SECRET", SECRET)  # for `ls connect` too
     servers = []
 
-    def start(database_url: str, port: int | None = None) -> Served:
-        servers.append(Served(database_url, tmp_path / "serve.log", port).start())
+    def start(database_url: str, port: int | None = None, judge: str | None = JUDGE) -> Served:
+        servers.append(Served(database_url, tmp_path / "serve.log", port, judge).start())
         return servers[-1]
 
     yield start
@@ -225,6 +228,33 @@ def test_predictions_and_annotations_flow_between_label_studio_and_the_server(te
     assert (health["sync"]["runs"], health["sync"]["changed"]) == (1, 0)  # the store owes nothing to a sync
     assert health["model_version"] == JUDGE and health["deliveries"]["pending"] == 0
     assert health["deliveries"]["last_delivery_at"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("embedded_model_cache")
+def test_retrieve_predictions_with_nothing_trained_stores_the_default_judges_prediction_on_every_task(
+        ls_env, serve, tmp_path):
+    database_url = f"sqlite:///{tmp_path / 'preflab.db'}"
+    run = make_cli(database_url)
+    import_hh(database_url, hh_rows(3), tmp_path)  # people's rankings only: no reward model, no AI judge
+    pid = json.loads(run("ls", "init", "--template", "ranking", "--title", unique("nothing trained"), "--json").stdout)[
+        "project_id"]
+    run("ls", "push", "--project", pid)
+    server = serve(database_url, judge=None)
+    wait_until(lambda: httpx.get(f"{server.url}/health", timeout=5).json()["predictions"]["loaded"], 300)
+    out = json.loads(run("ls", "connect", server.url, "--project", pid, "--json").stdout)
+    assert out["ml_backend"]["model_version"] == DEFAULT_SERVED
+
+    # The Data Manager's "Retrieve predictions", as the browser's button calls it.
+    sdk = ls_env.sdk()
+    sdk.actions.create(id="retrieve_tasks_predictions", project=pid, selected_items={"all": True, "excluded": []})
+    predictions = sdk.predictions.list(project=pid)
+    assert sorted(p.task for p in predictions) == sorted(t["id"] for t in tasks(database_url))
+    interface = LabelInterface(sdk.projects.get(pid).label_config)
+    for got in predictions:
+        prediction = {"result": got.result, "score": got.score, "model_version": got.model_version}
+        assert got.model_version == DEFAULT_SERVED and 0 <= got.score <= 1 and got.result
+        assert interface.validate_prediction(prediction, return_errors=True) == []
 
 
 def test_kill_9_while_annotations_are_made_then_restart_leaves_the_store_exact(ls_env, serve, any_db, tmp_path):
