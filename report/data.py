@@ -12,7 +12,8 @@ from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from preflab.db.quality.agreement import counts
-from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingStatus, RawRecord, RawStatus
+from preflab.db.models import (Annotator, Candidate, Prompt, Ranking, RankingItem, RankingStatus, RawRecord,
+                                RawStatus)
 from preflab.report.privacy import excerpt, model_label
 
 TOP = 10  # rows of a "by source" table before the rest are summed as "other"
@@ -114,7 +115,11 @@ def data_section(session: Session) -> dict[str, Any]:
     """Counts, sources, weekly arrivals and quarantine (zeros and empty lists for an empty store)."""
     totals = counts(session)
     prompts_by_source = session.execute(select(Prompt.source, func.count()).group_by(Prompt.source)).all()
-    candidates_by_model = session.execute(select(Candidate.model, func.count()).group_by(Candidate.model)).all()
+    # Who wrote a reply is its ranking's to say (one text can be two models' replies): a reply counts once for each.
+    author = func.coalesce(RankingItem.model, Candidate.model)
+    candidates_by_model = session.execute(
+        select(author, func.count(func.distinct(Candidate.id))).select_from(Candidate)
+        .outerjoin(RankingItem, RankingItem.candidate_id == Candidate.id).group_by(author)).all()
     return {
         "counts": totals,
         "rankings_by_source": rankings_by_source(session),

@@ -20,7 +20,7 @@ from preflab.report.charts import _figure, _styled, to_svg
 from preflab.report.privacy import model_label
 
 RATING_KEYS = ("rating", "median", "lower", "upper")
-COUNT_KEYS = ("rank", "battles", "wins", "ties", "losses")
+COUNT_KEYS = ("rank", "group", "battles", "wins", "ties", "losses")
 
 
 def empty() -> dict[str, Any]:

@@ -115,3 +115,23 @@ def test_source_chooses_rankings_by_their_own_source_and_counts_what_it_leaves_o
         "Error: no ranking compares candidates of two different models (with source import:hh-rlhf) "
         "(4 left out: rankings whose source is not import:hh-rlhf (--source); "
         "3 left out: a candidate of no known model)\n")
+
+
+def test_the_report_counts_each_reply_for_the_models_that_wrote_it_and_labels_groups(cli, sessions, tmp_path):
+    from preflab.report.build import build_report
+    from preflab.report.render import render_html
+
+    records(cli, tmp_path, "arena", "arena", [
+        battle("q1", "model_b", [user("Hi"), bot(HELLO)], [user("Hi"), bot("Hi there, what's up?")],
+               models=("gpt-4", "vicuna-13b")),
+        battle("q2", "model_a", [user("Hi"), bot(HELLO)], [user("Hi"), bot("Hey! Ask me anything.")],
+               models=("claude-v1", "koala-13b")),
+    ])
+    with sessions.begin() as session:
+        report = build_report(session, no_text=True)
+    by_model = {row["name"]: row["count"] for row in report["data"]["candidates_by_model"]}
+    assert by_model == {"gpt-4": 1, "claude-v1": 1, "vicuna-13b": 1, "koala-13b": 1}  # HELLO is each one's
+    # gpt-4 and vicuna never met claude-v1 and koala: two groups, each labelled on the page
+    assert [r["group"] for r in report["leaderboard"]["ratings"]] == [1, 1, 2, 2]
+    page = render_html(report)
+    assert "group 1 of 2" in page and "group 2 of 2" in page and "listed group by group" in page
