@@ -37,3 +37,10 @@ def engine_for(sessions):
     yield make
     for engine in engines:
         engine.close()
+
+
+@pytest.fixture(autouse=True)
+def no_outside_server(monkeypatch):
+    """The engine reads these from the environment: a developer's own must not reach the tests."""
+    for name in ("PREFLAB_ENGINE", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
