@@ -157,8 +157,8 @@ def run_generation(sessions: sessionmaker[Session], model_name: str, config: Gen
             a model seen for the first time is recorded as a base model version.
         prompts: a JSON Lines prompts file to import and generate for (default: every stored prompt).
         max_prompts: generate for the first this many prompts of the file only.
-        selection: which stored prompts (by id, split), and at most how many of those still short
-            of N (in id order, or the file's): a re-run goes on with the next ones.
+        selection: which stored prompts (by id, split, source, shard), and at most how many of those
+            still short of N (in id order, or the file's; within the shard): a re-run goes on with the next ones.
         cache: models already loaded by the calling job (the pipeline loads its model once).
     """
     prompt_ids = prompts_from_file(sessions, prompts)[:max_prompts] if prompts else None

@@ -110,10 +110,11 @@ def prompts_with_candidates(session: Session, prompt_ids: list[int] | None = Non
 
 @dataclass
 class PromptSelection:
-    """Which stored prompts a job works on: by id, by dataset split, by source, and at most how many."""
+    """Which stored prompts a job works on: by id, by dataset split, by source, by shard, and at most how many."""
 
     limit: int | None = field(default=None, metadata={
-        "help": "At most this many prompts that still need candidates (a re-run goes on with the next ones)."})
+        "help": "At most this many prompts that still need candidates (a re-run goes on with the next ones); "
+                "with --shard, this many of the shard's."})
     prompt_id: str | tuple[str, ...] | None = field(default=None, metadata={
         "help": "Only these prompts: ids, comma-separated or the option repeated (3,7 or --prompt-id 3 --prompt-id 7).",
         "multiple": True})
@@ -122,6 +123,10 @@ class PromptSelection:
     source: str | None = field(default=None, metadata={
         "help": "Only the prompts of this source: the `source` their records gave (e.g. chat), or the import "
                 "whose rankings they have (import:arena, import:rankings)."})
+    shard: str | None = field(default=None, metadata={
+        "help": "Only slice K of N, K counted from 0 (0/8 … 7/8: $SLURM_ARRAY_TASK_ID/8, "
+                "$JOB_COMPLETION_INDEX/8); a prompt's slice is fixed by its content hash, so N workers on one "
+                "store do every prompt once."})
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt_id, (tuple, list)):  # --prompt-id given several times
@@ -134,17 +139,42 @@ class PromptSelection:
             parts = [p.strip() for p in str(self.prompt_id).split(",") if p.strip()]
             if not parts or not all(p.isdigit() for p in parts):
                 raise ConfigError(f"--prompt-id takes prompt ids separated by commas, got {self.prompt_id!r}")
+        if self.shard is not None:
+            parse_shard(self.shard)  # now, so a bad value fails before any work
 
     @property
     def prompt_ids(self) -> list[int]:
         return [int(p) for p in str(self.prompt_id or "").split(",") if p.strip()]
+
+    @property
+    def shard_slice(self) -> tuple[int, int] | None:
+        """(K, N) of `--shard K/N`; None without --shard."""
+        return None if self.shard is None else parse_shard(self.shard)
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    """(K, N) from "K/N", K from 0 to N-1 as Slurm array task ids and Kubernetes completion indexes count."""
+    k, slash, n = str(value).strip().partition("/")
+    if not (slash and k.isdigit() and n.isdigit() and int(k) < int(n)):
+        raise ConfigError(f"--shard takes K/N, slice K of N counted from 0 (0/8 to 7/8), got {value!r}")
+    return int(k), int(n)
+
+
+def shard_of(prompt_hash: str, n: int) -> int:
+    """The slice (0 to n-1) a prompt falls in: its content hash's first 64 bits modulo n.
+
+    The content hash is the prompt's identity wherever it is stored, so every worker,
+    machine and database puts a prompt in the same slice.
+    """
+    return int(prompt_hash[:16], 16) % n
 
 
 def selected_prompt_ids(session: Session, selection: PromptSelection,
                         among: list[int] | None = None) -> list[int] | None:
     """The ids of the prompts `selection` names (in `among`'s order when given); None: every prompt.
 
-    The limit is not applied here: it counts prompts that still need work, which only the job knows.
+    The limit is not applied here: it counts prompts that still need work, which only the job knows
+    (so with a shard, it counts within the shard). A shard may hold none of the prompts: [] then.
 
     Raises:
         InputError: a prompt id that is not stored, or a selection that names no prompt.
@@ -176,7 +206,20 @@ def selected_prompt_ids(session: Session, selection: PromptSelection,
         among = sorted(of_source) if among is None else [pid for pid in among if pid in of_source]
     if among is not None and not among:
         raise InputError("the selection names no prompt")
+    if selection.shard_slice is not None:
+        # Last, and never an error when empty: with more workers than prompts, some slices hold none.
+        among = _in_shard(session, *selection.shard_slice, among)
     return among
+
+
+def _in_shard(session: Session, k: int, n: int, among: list[int] | None) -> list[int]:
+    """The prompts of `among` (None: every stored prompt) in slice k of n, in `among`'s order (else id order)."""
+    query = select(Prompt.id, Prompt.content_hash)
+    rows = session.execute(query) if among is None else \
+        (row for part in chunks(among) for row in session.execute(query.where(Prompt.id.in_(part))))
+    in_shard = {pid for pid, prompt_hash in rows if shard_of(prompt_hash, n) == k}
+    return sorted(in_shard) if among is None else [pid for pid in among if pid in in_shard]
+
 
 def _some_sources(session: Session, n: int = 8) -> list[str]:
     """A few sources `--source` takes: the imports rankings came from, then the prompts' own."""

@@ -14,7 +14,7 @@ from preflab.labelling.judges import prompts, score
 from preflab.labelling.judges.base import JudgeRun, JudgeSummary, judge_prompts
 from preflab.labelling.judges.report import judge_report
 from preflab.labelling.judges.table import JUDGES
-from preflab.labelling.selection import prompts_from_file
+from preflab.labelling.selection import PromptSelection, prompts_from_file, selected_prompt_ids
 from preflab.lm.names import ModelCache, load_named_model, resolve_model
 
 # Settings that change how fast a judge runs, not what it decides: not part of its identity.
@@ -77,6 +77,7 @@ class JudgeResult:
 
 def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: str, *,
               prompts: str | Path | None = None, candidates_from: str | None = None,
+              selection: PromptSelection = PromptSelection(),
               cache: ModelCache | None = None, reporter: Reporter = SILENT) -> JudgeResult:
     """The `judge KIND` job: load the judge model, rank what it has not ranked, and report on it.
 
@@ -85,11 +86,13 @@ def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: st
         model_name: `--model NAME` of the judge (for `reward-model`, the reward model).
         prompts: a JSON Lines prompts file: judge only its prompts (imported first).
         candidates_from: judge only the candidates this model (any name it goes by) generated.
+        selection: which stored prompts (by id, split, source, shard); its limit is not read.
         cache: models already loaded by the calling job (the pipeline loads its model once).
     """
     prompt_ids = prompts_from_file(sessions, prompts) if prompts else None
-    if candidates_from:
-        with sessions.begin() as session:
+    with sessions.begin() as session:
+        prompt_ids = selected_prompt_ids(session, selection, prompt_ids)
+        if candidates_from:
             candidates_from = resolve_model(session, candidates_from, record=False)[0]
     named = load_named_model(sessions, model_name, record=False, scorer=JUDGES[kind].scorer, cache=cache)
     summary = judge_candidates(sessions, kind, named.model, named.tokenizer, named.label, config, prompt_ids,

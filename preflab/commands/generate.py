@@ -25,6 +25,8 @@ def generate_command(settings: Settings, model_name, prompts_file, as_json, **op
 
     Each response is stored as a candidate; a re-run tops every prompt up to N.
     --limit, --prompt-id, --split and --source choose among the stored prompts (or the file's).
+    --shard K/N takes slice K (from 0) of N, for N workers on one store: a Slurm
+    array (--shard $SLURM_ARRAY_TASK_ID/8) or a Kubernetes indexed Job.
 
     Example: preflab generate -n 4 --limit 10 --split train --max-new-tokens 128
     """

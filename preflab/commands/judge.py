@@ -5,12 +5,15 @@ One `judge KIND` command per entry of the table of judges (`preflab.labelling.ju
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import click
 from click.core import ParameterSource
 
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
 from preflab.labelling.judges.report import LOW_MASS
 from preflab.labelling.judges.table import JUDGES, Judge
+from preflab.labelling.selection import PromptSelection
 from preflab.settings import Settings
 
 
@@ -29,13 +32,18 @@ model_option = click.option(
     help="Judge model (hub id, path, embedded name or model version); default: the global --model.")
 
 
+# Of the prompt selection `generate` takes, the judges take the shard: one worker's slice of what is stored.
+NOT_JUDGED_BY = tuple(f.name for f in fields(PromptSelection) if f.name != "shard")
+
+
 def target_options(func):
-    """What to judge (a prompts file, one model's candidates), and `--json`."""
+    """What to judge (a prompts file, one model's candidates, one shard), and `--json`."""
     for option in reversed([
         click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
                      help="Judge only the prompts in this JSON Lines file."),
         click.option("--candidates-from", "candidate_model", metavar="MODEL",
                      help="Judge only the candidates this model generated."),
+        config_options(PromptSelection, exclude=NOT_JUDGED_BY),
         json_option,
     ]):
         func = option(func)
@@ -43,13 +51,15 @@ def target_options(func):
 
 
 def judge_and_print(settings: Settings, kind: str, config, model_name: str | None, prompts_file: str | None,
-                    candidate_model: str | None, as_json: bool) -> None:
+                    candidate_model: str | None, as_json: bool,
+                    selection: PromptSelection = PromptSelection()) -> None:
     """Run the judge job and print what it did, with the measures of how far to trust it."""
     from preflab.db.engine import open_sessions
     from preflab.labelling.judges.run import run_judge
 
     result = run_judge(open_sessions(settings.database_url), kind, config, model_name or settings.model,
-                       prompts=prompts_file, candidates_from=candidate_model, reporter=Reporter(not as_json))
+                       prompts=prompts_file, candidates_from=candidate_model, selection=selection,
+                       reporter=Reporter(not as_json))
     if as_json:
         echo_json(result.as_dict())
         return
@@ -103,10 +113,11 @@ def judge_command(kind: str, judge: Judge) -> click.Command:
     def command(settings, model_name, prompts_file, candidate_model, as_json, **options):
         ctx = click.get_current_context()
         given = {name for name in options if ctx.get_parameter_source(name) in GIVEN}
+        selection = build_config(PromptSelection, options)
         config = build_config(judge.config, options)
         if judge.check_given is not None:
             judge.check_given(config, given)
-        judge_and_print(settings, kind, config, model_name, prompts_file, candidate_model, as_json)
+        judge_and_print(settings, kind, config, model_name, prompts_file, candidate_model, as_json, selection)
 
     model = click.argument("model_name", metavar=judge.model_argument) if judge.model_argument else model_option
     return judge_group.command(kind, help=judge.help)(model(config_options(judge.config)(target_options(command))))
