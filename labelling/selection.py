@@ -124,7 +124,7 @@ class PromptSelection:
         "help": "Only the prompts of this source: the `source` their records gave (e.g. chat), or the import "
                 "whose rankings they have (import:arena, import:rankings)."})
     shard: str | None = field(default=None, metadata={
-        "help": "Only slice K of N, K counted from 0 (0/8 … 7/8: $SLURM_ARRAY_TASK_ID/8, "
+        "metavar": "K/N", "help": "Only slice K of N, K counted from 0 (0/8 … 7/8: $SLURM_ARRAY_TASK_ID/8, "
                 "$JOB_COMPLETION_INDEX/8); a prompt's slice is fixed by its content hash, so N workers on one "
                 "store do every prompt once."})
 

@@ -260,7 +260,7 @@ def config_options(config_cls, *, exclude: tuple[str, ...] = (), prefix: str = "
     """Add one click option per field of a config dataclass: `--field-name`, with its help.
 
     A field's metadata may carry `help`, `choices` (a click.Choice), `flags`
-    (extra short flags such as `-n`) and `multiple` (a repeatable option). `bool` fields become `--x/--no-x`. With
+    (extra short flags such as `-n`), `metavar` (`K/N`) and `multiple` (a repeatable option). `bool` fields become `--x/--no-x`. With
     `prefix`, options are `--PREFIX-field-name` (two configs in one command);
     `defaults` overrides a field's default for this command only. Read the
     config back with `build_config`.
@@ -280,6 +280,8 @@ def config_options(config_cls, *, exclude: tuple[str, ...] = (), prefix: str = "
             else:
                 default = f.default_factory() if f.default_factory is not dataclasses.MISSING else None
             kwargs = {"default": default, "help": f.metadata.get("help"), "show_default": default is not None}
+            if "metavar" in f.metadata:
+                kwargs["metavar"] = f.metadata["metavar"]
             if base is bool:
                 func = click.option(f"{flag}/--no-{flag[2:]}", name, **kwargs)(func)
                 continue
