@@ -44,6 +44,9 @@ class RankingRecord:
     prompt_hash: str = ""
     response_hashes: list[str] = field(default_factory=list)
     details: dict[str, Any] | None = None  # kept on the ranking (a dataset's verdict, score ratio…)
+    # (name, the part of the row, reason) of each reply left out of the ranking, which the import quarantines alone
+    set_aside: list[tuple[str, Any, str]] = field(default_factory=list)
+    assumed: str | None = None  # why the annotator is preflab's assumption, not the dataset's word
 
 
 @dataclass

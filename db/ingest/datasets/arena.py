@@ -13,8 +13,12 @@ Three shapes, told apart by their columns:
 The winner ranks first; a tie (either kind) is one tier holding both replies, which
 gives no pair. The verdict as the dataset wrote it is kept in the ranking's details
 (`winner`), with `both_bad` saying which kind of tie it was where the shape tells.
-`model_a`/`model_b` are the candidates' models. The judge is the annotator (a person,
-whom preflab knows only by pseudonym); the shapes without one name the dataset.
+`model_a`/`model_b` are the candidates' models. The votes are people's (Chatbot Arena's users):
+the judge is the annotator, a person whom preflab knows only by pseudonym; the shapes without
+one name the dataset, a human annotator. A row is read in the shape its own columns say
+(`_shape`), so a reason names a field of that shape: a conversations row without `winner` is
+told so. The 55k shape's 0/1 flags and id may come as 1.0, as pandas writes an integer column
+with a missing value.
 
 A battle may go on for several turns. The prompt is what both conversations share, up
 to its last user turn (`split_shared`: the user's first message, and any identical
@@ -29,7 +33,7 @@ from typing import Any
 import orjson
 
 from preflab.db.conversation import Messages, messages
-from preflab.db.ingest.datasets.base import Format, Invalid, choice, ranking, split_shared
+from preflab.db.ingest.datasets.base import Format, Invalid, choice, identifier, integer, ranking, split_shared
 from preflab.db.ingest.records import RankingRecord, shown
 
 # winner -> (tiers of [a, b], whether it says both were bad: None where it does not tell)
@@ -100,7 +104,7 @@ def _interleaved(row: dict[str, Any], side: str) -> Messages:
 
 def _winner_55k(row: dict[str, Any]) -> str:
     """The 55k shape's verdict: the one of winner_model_a, winner_model_b and winner_tie that is 1."""
-    flags = {name: choice(row, f"winner_{name}", (0, 1)) for name in ("model_a", "model_b", "tie")}
+    flags = {name: integer(row, f"winner_{name}", (0, 1)) for name in ("model_a", "model_b", "tie")}
     won = [name for name, flag in flags.items() if flag == 1]
     if len(won) != 1:
         raise Invalid(f"unknown winner: winner_model_a, winner_model_b and winner_tie are "
@@ -109,8 +113,8 @@ def _winner_55k(row: dict[str, Any]) -> str:
 
 
 def _shape(row: dict[str, Any]) -> str:
-    """Which of the three shapes a row is in ("conversations", "55k" or "140k")."""
-    if "winner" not in row:
+    """Which of the three shapes a row is in ("conversations", "55k" or "140k"), from the columns it fills."""
+    if all(row.get(key) is None for key in ("winner", "conversation_a", "conversation_b")):
         return "55k"
     first = row.get("conversation_a")
     if "evaluation_session_id" in row or (isinstance(first, list) and any(
@@ -136,10 +140,10 @@ def parse(row: dict[str, Any]) -> list[RankingRecord]:
     if both_bad is not None and shape != "55k":  # the 55k shape's winner_tie counts both kinds of tie
         details["both_bad"] = both_bad
     judge = row.get("judge")
-    external_id = row.get("question_id", row.get("id"))
+    external_id = identifier(row.get("question_id", row.get("id")))
     models = [row.get(f"model_{side}") if isinstance(row.get(f"model_{side}"), str) else None for side in SIDES]
     return [ranking(prompt, replies, tiers, judge if isinstance(judge, str) and judge.strip() else DATASETS[shape],
-                    models=models, details=details, external_id=None if external_id is None else str(external_id),
+                    models=models, details=details, external_id=external_id,
                     names=("model_a's reply", "model_b's reply"))]
 
 
@@ -148,4 +152,6 @@ EXAMPLE = ('{"question_id": "q1", "model_a": "vicuna-13b", "model_b": "alpaca-13
            '{"role": "assistant", "content": "Hello! How can I help?"}], "conversation_b": [{"role": "user", '
            '"content": "Hi!"}, {"role": "assistant", "content": "hi"}]}')
 
-FORMAT = Format(name="arena", columns=frozenset({"model_a", "model_b"}), parse=parse, example=EXAMPLE)
+FORMAT = Format(name="arena", columns=frozenset({"model_a", "model_b"}), parse=parse, example=EXAMPLE,
+                annotator="the row's judge, else the dataset's name", kind="human",
+                judged_by="Chatbot Arena users")

@@ -6,12 +6,16 @@ a row is quarantined. Most formats read one row at a time; a format whose rankin
 span rows (oasst2's message trees) groups consecutive rows by a column (`group_by`) and
 parses each group.
 
+Each format says who ranked its rows, as its dataset card documents (`Format.annotator`, `kind`,
+`judged_by`): GPT-4 for UltraFeedback and Nectar, people for the rest. Where preflab cannot know
+(the generic trl format), the names it assumes are in `Format.assumed`, and the import's summary says so.
+
 `ranking` builds a record from a dataset's parts, checking them as an import
 checks its lines: the prompt ends with the user's turn, the replies are
 distinct, every string is storable. The small readers below (`text`, `number`,
-`choice`, `messages_or_text`) read one field of a row, or raise `Invalid` naming it;
+`integer`, `choice`, `messages_or_text`) read one field of a row, or raise `Invalid` naming it;
 `split_shared` cuts two whole conversations into the prompt they share and the
-reply each goes on with.
+reply each goes on with; `without_empty` sets aside the empty replies of a row that has enough others.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from preflab.db.conversation import (Messages, messages, prompt_hash, prompt_mes
 from preflab.db.ingest.lines import Invalid
 from preflab.db.ingest.records import KINDS, LIMITS, RankingRecord, first_repeat, shown, unstorable, unstorable_text
 
-__all__ = ["Format", "Invalid", "choice", "messages_or_text", "number", "ranking", "split_shared", "text"]
+__all__ = ["Format", "Invalid", "choice", "identifier", "integer", "messages_or_text", "number", "ranking",
+           "split_shared", "text", "without_empty"]
 
 
 def ranking(prompt: Any, replies: Sequence[Any], tiers: Sequence[Sequence[int]], annotator: str, *,
@@ -81,6 +86,10 @@ class Format:
         options: the import settings this format takes (`DatasetImportSettings` field name -> its default,
             e.g. {"score_field": "overall_score"}); `parse` receives them as keyword arguments.
         example: one row, for the README's "Bring your data" and `--help`.
+        annotator: the annotator its rankings are stored under (a pattern where a row or an option names it).
+        kind: "human" or "ai": who ranked, as the dataset card documents.
+        judged_by: who ranked, in words ("GPT-4", "Chatbot Arena users").
+        assumed: annotator name -> why it is preflab's assumption, not the dataset's word (the import says so).
     """
 
     name: str
@@ -90,6 +99,10 @@ class Format:
     group_name: str = "group"
     options: dict[str, Any] = field(default_factory=dict)
     example: str = ""
+    annotator: str = ""
+    kind: str = "human"
+    judged_by: str = ""
+    assumed: dict[str, str] = field(default_factory=dict)
 
 
 def _storable(value: Any) -> bool:
@@ -122,6 +135,52 @@ def number(row: dict[str, Any], key: str, required: bool = True) -> float | None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise Invalid(f"missing '{key}'" if value is None else f"'{key}' must be a finite number, not {shown(value)}")
     return float(value)
+
+
+def integer(row: dict[str, Any], key: str, allowed: Sequence[int]) -> int:
+    """An integer field that must be one of `allowed`; a whole-number float (1.0) is that integer.
+
+    pandas writes an integer column with a missing value as floats (1.0, and NaN for the missing one);
+    1.5 and booleans are refused. Raises Invalid naming the field.
+    """
+    value = row.get(key)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value in allowed:
+        return value
+    expected = ", ".join(map(str, allowed))
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        raise Invalid(f"missing '{key}'")
+    if isinstance(value, float) and math.isfinite(value):
+        raise Invalid(f"'{key}' is {shown(value)}, not a whole number (one of {expected})")
+    raise Invalid(f"'{key}' is {shown(value)}, not one of {expected}")
+
+
+def identifier(value: Any) -> str | None:
+    """A row's id as text: a string as it is, an integer (or a whole-number float, as pandas writes one) in digits."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    return str(value)
+
+
+def without_empty(replies: Sequence[Any], names: Sequence[str], parts: Sequence[Any] | None = None
+                  ) -> tuple[list[int], list[tuple[str, Any, str]]]:
+    """The indices of the replies to rank, and (name, part, reason) for each empty one set aside.
+
+    One empty reply does not lose its row: with two or more others left, the empty ones are set aside
+    (`RankingRecord.set_aside`: the import quarantines each alone, its part of the row, `parts[i]`, as
+    its payload). With fewer, nothing is set aside, and `ranking` names the empty reply as the reason
+    the row is quarantined.
+    """
+    empty = {i for i, reply in enumerate(replies) if isinstance(reply, str) and not reply.strip()}
+    if not empty or len(replies) - len(empty) < 2:
+        return list(range(len(replies))), []
+    kept = [i for i in range(len(replies)) if i not in empty]
+    parts = replies if parts is None else parts
+    return kept, [(names[i], parts[i], f"{names[i]} is empty, so the row's other {len(kept)} replies were ranked "
+                                       "without it") for i in sorted(empty)]
 
 
 def choice(row: dict[str, Any], key: str, allowed: Sequence[Any]) -> Any:

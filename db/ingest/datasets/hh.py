@@ -3,7 +3,8 @@
 A transcript is turns headed `\\n\\nHuman:` and `\\n\\nAssistant:` (`transcript_messages`; nectar's
 prompts are written the same way). The two transcripts of a row share their turns up to the last
 assistant turn: those are the prompt, and what follows in each is its reply (`split_shared`).
-chosen > rejected, by the crowdworker who chose (one annotator, `hh-rlhf`, for the whole dataset).
+chosen > rejected, by the crowdworker who chose (people, as the dataset card says; one human annotator,
+`hh-rlhf`, for the whole dataset: the rows do not say which crowdworker).
 Identical sides, or text with no turns, are quarantined.
 """
 
@@ -53,4 +54,5 @@ EXAMPLE = ('{"chosen": "\\n\\nHuman: What is a good name for a goldfish?\\n\\nAs
            '"rejected": "\\n\\nHuman: What is a good name for a goldfish?\\n\\nAssistant: How about Goldie?'
            '\\n\\nHuman: Something less common?\\n\\nAssistant: Fish."}')
 
-FORMAT = Format(name="hh-rlhf", columns=frozenset({"chosen", "rejected"}), parse=parse, example=EXAMPLE)
+FORMAT = Format(name="hh-rlhf", columns=frozenset({"chosen", "rejected"}), parse=parse, example=EXAMPLE,
+                annotator=ANNOTATOR, kind="human", judged_by="crowdworkers")

@@ -12,13 +12,19 @@ columns they fit (when another one does). A format whose rankings span rows (oas
 grouping column read first, alone (`_split_groups`): a group whose rows are not together, or that
 `--limit` cuts, is quarantined whole, and a note (`DatasetSummary.notes`, on stderr) says how to fix
 the file.
+
+Who ranked is the format's (`Format.kind`, as the dataset card says), unless `--annotator` and
+`--annotator-kind` say otherwise; where the format cannot know (trl), the summary's `assumed` says what
+was assumed. A reply a format sets aside (an empty one beside enough others) is stored raw alone, as
+`<split>:<index>/<its name>`, and quarantined; a row quarantined earlier in the same import, met again,
+is counted a duplicate, as a ranking met again is.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from itertools import chain, islice
 from pathlib import Path
 from typing import Any
@@ -30,7 +36,10 @@ from preflab.db.ingest.datasets.base import Format, Invalid
 from preflab.db.ingest.datasets.formats import (FORMATS, PEEK_ROWS, Refusals, Refused, columns, detect,
                                                 format_options, parse_unit, readable, split_groups, units)
 from preflab.db.ingest.datasets.sources import Row, column_values, open_source
+from preflab.db.ingest.datasets.summary import (DatasetSummary, Repeated, assumed_notes, once, part_digest,
+                                                part_payload)
 from preflab.db.ingest.jsonl import ImportSummary, cycles_unchecked, sample_grown_tables, write_rankings
+from preflab.db.ingest.records import LIMITS, unstorable_text
 from preflab.db.models import RawStatus
 from preflab.db.overlap import aside, commit_behind
 from preflab.db.store import quarantine, release, store_raw
@@ -66,6 +75,11 @@ class DatasetImportSettings:
     dimension: str | None = field(default=None, metadata={
         "help": "pku-saferlhf: rank by the better (default) or the safer response.",
         "choices": ("better", "safer")})
+    annotator: str | None = field(default=None, metadata={
+        "help": "Store every ranking under this annotator name instead of the format's."})
+    annotator_kind: str | None = field(default=None, metadata={
+        "help": "Who ranked: people (human) or a model (ai), instead of what the format says.",
+        "choices": ("human", "ai")})
     batch_rows: int = field(default=BATCH_ROWS, metadata={
         "help": "Rows per transaction: a crash loses, and a conflict with another writer redoes, at most this many."})
 
@@ -76,51 +90,14 @@ class DatasetImportSettings:
             raise InputError("--limit must be at least 1")
         if self.batch_rows < 1:
             raise InputError("--batch-rows must be at least 1")
+        if self.annotator is not None and (not self.annotator.strip() or len(self.annotator) > LIMITS["annotator"]
+                                           or unstorable_text(self.annotator)):
+            raise InputError(f"--annotator must be a name of 1 to {LIMITS['annotator']} characters the database "
+                             "can store")
 
     def options(self) -> dict[str, Any]:
         """The format options given (None where not given)."""
         return {"score_field": self.score_field, "dimension": self.dimension}
-
-
-@dataclass
-class DatasetSummary:
-    """What an import did with the rows it read.
-
-    rows = the rows read; rankings = the new rankings (ties among them: rankings of one tier, which give
-    no pair); duplicates = rankings stored before (or twice in the source); quarantined = rows that
-    could not be used. A row may give no ranking (an oasst2 prompter message) or several.
-    """
-
-    format: str
-    rows: int = 0
-    rankings: int = 0
-    ties: int = 0
-    duplicates: int = 0
-    quarantined: int = 0
-    prompts: int = 0
-    candidates: int = 0
-    retried: int = 0
-    splits: dict[str, int] = field(default_factory=dict)
-    reasons: dict[str, int] = field(default_factory=dict)
-
-    def __post_init__(self):
-        # What to do about the file, one line each, said on stderr (`--json` has the reasons; not a field).
-        self.notes: list[str] = []
-
-    @property
-    def all_quarantined(self) -> bool:
-        """Rows were read and every one was quarantined: the exit status is `EXIT_ALL_QUARANTINED`."""
-        return self.quarantined > 0 and self.quarantined == self.rows
-
-    def add(self, other: DatasetSummary) -> None:
-        for name in ("rows", "rankings", "ties", "duplicates", "quarantined", "prompts", "candidates", "retried"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for mine, theirs in ((self.splits, other.splits), (self.reasons, other.reasons)):
-            for key, n in theirs.items():
-                mine[key] = mine.get(key, 0) + n
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def import_dataset(sessions: sessionmaker[Session], source: str, settings: DatasetImportSettings,
@@ -144,9 +121,9 @@ def import_dataset(sessions: sessionmaker[Session], source: str, settings: Datas
     summary = DatasetSummary(fmt.name)
     with (reporter.progress(f"importing {fmt.name}", total) as advance, cycles_unchecked(),
           aside(_split_groups, fmt, source, settings, fork=_read_aside(fmt, source)) as first_read):
-        parsed = (parse_batch(batch, fmt, options)
+        parsed = (parse_batch(batch, fmt, options, settings.annotator, settings.annotator_kind)
                   for batch in _batches(units(fmt, chain(head, rows)), settings.batch_rows))
-        batches = _refused(_ahead(parsed, first_read.done), fmt, first_read)
+        batches = once(_refused(_ahead(parsed, first_read.done), fmt, first_read))
         written = 0
 
         def done(_batch: list[Parsed], result: DatasetSummary, retries: int) -> None:
@@ -167,6 +144,7 @@ def import_dataset(sessions: sessionmaker[Session], source: str, settings: Datas
             summary.notes.append(f"{plural(apart, fmt.group_name)} of {source} {are} not together, so their rows "
                                  f"are quarantined and none of their rankings stored: sort the file by "
                                  f"{fmt.group_by} and import it again")
+    summary.notes += assumed_notes(summary.assumed, summary.quarantined_replies)
     for line in summary.notes:
         reporter.note(line)
     return summary
@@ -292,14 +270,24 @@ def _batches(groups: Iterable[list[Row]], size: int) -> Iterator[list[list[Row]]
 Parsed = tuple[list[Row], list[Any] | Invalid]
 
 
-def parse_batch(batch: list[list[Row]], fmt: Format, options: dict[str, Any]) -> list[Parsed]:
-    """Parse a batch's units (no database: this runs while the batch before it commits)."""
+def parse_batch(batch: list[list[Row]], fmt: Format, options: dict[str, Any], annotator: str | None = None,
+                kind: str | None = None) -> list[Parsed]:
+    """Parse a batch's units (no database: this runs while the batch before it commits).
+
+    `annotator`, `kind`: who ranked, where the import says (`--annotator`, `--annotator-kind`); what the
+    format assumed (`Format.assumed`) is marked on the record unless the kind is given.
+    """
     parsed: list[Parsed] = []
     for unit in batch:
         try:
-            parsed.append((unit, parse_unit(fmt, unit, options)))
+            records = parse_unit(fmt, unit, options)
         except Invalid as exc:
             parsed.append((unit, exc))
+            continue
+        for record in records:
+            record.assumed = fmt.assumed.get(record.annotator) if kind is None else None
+            record.annotator, record.kind = annotator or record.annotator, kind or record.kind
+        parsed.append((unit, records))
     return parsed
 
 
@@ -311,11 +299,20 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
     summary.rows = len(rows)
     for row in rows:
         summary.splits[row.split] = summary.splits.get(row.split, 0) + 1
-    raw = store_raw(session, source, origin, [(row.locator, row.payload, row.digest) for row in rows], append=True)
-    reasons: dict[int, str] = {}
+    # the replies set aside, each stored raw alone (its part of the row) and quarantined with its reason
+    parts = [(f"{unit[0].locator}/{name}", part_payload(value), part_digest(unit[0].digest, name), reason)
+             for unit, records in batch if not isinstance(records, Invalid)
+             for record in records for name, value, reason in record.set_aside]
+    raw = store_raw(session, source, origin, [(row.locator, row.payload, row.digest) for row in rows]
+                    + [part[:3] for part in parts], append=True)
+    reasons: dict[int, str] = {raw[h][0]: reason for _, _, h, reason in parts if h in raw.new}
+    summary.quarantined_replies = len(parts)
     released: list[int] = []
     parsed = []
     for unit, records in batch:
+        if isinstance(records, Repeated):
+            summary.duplicates += len(unit)
+            continue
         if isinstance(records, Invalid):
             # Only rows stored by this import: a row stored before was used then (its rankings are stored),
             # and a row of a tree not together is only quarantined because of where it is.
@@ -330,12 +327,14 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
             if record.external_id is None:  # the payload's hash: the row's identity where the dataset gives none
                 record.external_id = first if len(records) == 1 and len(unit) == 1 else f"{first}:{i}"
             record.source = record.source or source
+            summary.count_assumed(record)
             parsed.append((record, first, raw[first][0]))
     quarantine(session, reasons)
     release(session, released)
     written = ImportSummary()
     new = write_rankings(session, parsed, source, written)
-    summary.rankings, summary.duplicates = written.imported, written.duplicates
+    summary.rankings = written.imported
+    summary.duplicates += written.duplicates
     summary.prompts, summary.candidates = written.prompts, written.candidates
     summary.ties = sum(1 for record in new if len(record.tiers) == 1)
     return summary

@@ -4,6 +4,8 @@ The rows are messages (`message_id`, `parent_id`, `message_tree_id`, `role` prom
 assistant, `text`, `rank`, `deleted`, `review_result`, `lang`, ...), a tree's rows one
 after another, as the released files hold them. The importer groups consecutive rows by
 `message_tree_id` and hands each tree to `parse`, so memory holds one tree at a time.
+The rankings are by people, OpenAssistant's volunteers (one human annotator, `OpenAssistant`:
+the rows do not say which volunteer ranked).
 
 Every parent with two or more ranked assistant replies that are neither deleted nor
 failed review gives one ranking of them by `rank` (0 is best; equal ranks tie). The
@@ -135,4 +137,5 @@ EXAMPLE = "\n".join((
 ))
 
 FORMAT = Format(name="oasst2", columns=frozenset({"message_id", "message_tree_id", "role", "text"}), parse=parse,
-                group_by="message_tree_id", group_name="message tree", example=EXAMPLE)
+                group_by="message_tree_id", group_name="message tree", example=EXAMPLE, annotator=ANNOTATOR,
+                kind="human", judged_by="OpenAssistant volunteers")

@@ -1,6 +1,7 @@
 """stanfordnlp/SHP: a Reddit post (`history`) and two top-level comments, `human_ref_A` and `human_ref_B`.
 
-`labels` 1 means A is preferred, 0 B: one pair, by the post's readers (one annotator, `shp`). The
+`labels` 1 means A is preferred, 0 B (1.0 and 0.0, as pandas writes a column with a missing value, too):
+one pair, by the post's readers, whose upvotes made the preference (people: one human annotator, `shp`). The
 `score_ratio` (the preferred comment's score over the other's) is kept in the ranking's details.
 The ranking's id is the post's and the two comments' (`post_id`, `c_root_id_A`, `c_root_id_B`).
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from preflab.db.ingest.datasets.base import Format, choice, number, ranking, text
+from preflab.db.ingest.datasets.base import Format, integer, number, ranking, text
 from preflab.db.ingest.records import RankingRecord
 
 ANNOTATOR = "shp"
@@ -17,7 +18,7 @@ _ID = ("post_id", "c_root_id_A", "c_root_id_B")
 
 
 def parse(row: dict[str, Any]) -> list[RankingRecord]:
-    a_preferred = choice(row, "labels", (1, 0))
+    a_preferred = integer(row, "labels", (1, 0))
     ids = [row.get(key) for key in _ID]
     external_id = "/".join(ids) if all(isinstance(i, str) and i for i in ids) else None
     return [ranking(text(row, "history"), [text(row, "human_ref_A"), text(row, "human_ref_B")],
@@ -33,4 +34,4 @@ EXAMPLE = ('{"post_id": "qt3nxl", "domain": "askculinary_train", "upvote_ratio":
            '"human_ref_B": "Freeze it.", "labels": 1, "seconds_difference": 2.0, "score_ratio": 2.048}')
 
 FORMAT = Format(name="shp", columns=frozenset({"history", "human_ref_A", "human_ref_B", "labels"}), parse=parse,
-                example=EXAMPLE)
+                example=EXAMPLE, annotator=ANNOTATOR, kind="human", judged_by="Reddit users (their upvotes)")

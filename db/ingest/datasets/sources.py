@@ -9,7 +9,8 @@ SOURCE (`open_source`) is one of:
   any other text (`NA`, `null`) as the text it is;
 - a folder written by `save_to_disk` (a Dataset or a DatasetDict: its Arrow files are read a batch at a time);
 - any other folder of data files, or a Hugging Face Hub dataset id: `datasets.load_dataset`, streaming
-  (under `HF_HUB_OFFLINE=1` a Hub id is read from the local cache, as `datasets` does offline).
+  (under `HF_HUB_OFFLINE=1` a Hub id is read from the local cache, as `datasets` does offline; an
+  unreachable Hub stops the import at once: `preflab.db.ingest.datasets.hub`).
 
 Every row comes as a `Row`: where it is (split and index, the `raw_records` locator), the payload stored
 raw (a JSON Lines line as received; any other row as JSON), its hash, and its data, or why it is not a row
@@ -89,9 +90,13 @@ def open_source(source: str, split: str | None = None) -> Source:
             raise InputError(f"{path} holds no data files ({', '.join(FILE_SUFFIXES)}) and was not written by "
                              "save_to_disk")
         csv = all(_data_file(p, (".csv",)) for p in files)
+        from preflab.db.ingest.datasets.hub import hub_source  # it imports this module's rows
+
         return hub_source(str(path), split, origin=_origin(path), options=_CSV_OPTIONS if csv else None)
     if path.exists() or source.startswith((".", "/", "~")) or source.count("/") > 1 or _data_file(path):
         raise InputError(f"{source} is not a file or folder")
+    from preflab.db.ingest.datasets.hub import hub_source
+
     return hub_source(source, split)
 
 
@@ -213,18 +218,20 @@ def _file_source(path: Path, split: str | None) -> Source:
             reader = pq.ParquetFile(path)
         except Exception as exc:  # pyarrow raises its own ArrowInvalid/OSError for a file that is not parquet
             raise InputError(f"{path} cannot be read as Parquet ({exc})") from None
-        return Source(origin, _batch_rows((b.to_pylist() for b in reader.iter_batches(_ARROW_BATCH)), DEFAULT_SPLIT),
+        return Source(origin, batch_rows((b.to_pylist() for b in reader.iter_batches(_ARROW_BATCH)), DEFAULT_SPLIT),
                       reader.metadata.num_rows)
     if not _data_file(path):
         raise InputError(f"{path} is not a data file preflab reads ({', '.join(FILE_SUFFIXES)}, plain or compressed)")
     if _data_file(path, (".csv",)):
+        from preflab.db.ingest.datasets.hub import hub_source
+
         return hub_source("csv", split, origin=origin, options={"data_files": str(path), **_CSV_OPTIONS})
     if _is_json_array(path):
         return Source(origin, _array_rows(path, DEFAULT_SPLIT))
     return Source(origin, line_rows(path, DEFAULT_SPLIT))
 
 
-def _batch_rows(batches: Iterator[list[dict]], split: str, start: int = 0) -> Iterator[Row]:
+def batch_rows(batches: Iterator[list[dict]], split: str, start: int = 0) -> Iterator[Row]:
     index = count(start)
     for batch in batches:
         for data in batch:
@@ -360,45 +367,4 @@ def _saved_rows_iter(chosen: list[tuple[str, Path]]) -> Iterator[Row]:
                     for batch in reader:
                         yield batch.to_pylist()
 
-        yield from _batch_rows(batches(), split)
-
-
-# --- datasets.load_dataset: a Hub id, or a folder of data files -------------------------------------
-
-def hub_source(name: str, split: str | None, origin: str | None = None,
-               options: dict[str, Any] | None = None) -> Source:
-    """Rows through `datasets.load_dataset(name, **options)`: streamed; offline (`HF_HUB_OFFLINE=1`) from the cache.
-
-    A folder of data files goes this way too, so `datasets` names its splits (from file names, or the
-    `configs` of its README) as it would for the same files on the Hub; and a CSV file (`name` "csv").
-    """
-    import datasets
-    from huggingface_hub import constants
-
-    streaming = origin is not None or not constants.HF_HUB_OFFLINE
-    try:
-        loaded = datasets.load_dataset(name, split=split, streaming=streaming, **(options or {}))
-    except ValueError as exc:
-        if split is not None and "split" in str(exc).lower():
-            raise InputError(f"{name} has no split {split!r} ({str(exc).splitlines()[0]})") from None
-        raise InputError(f"{name} cannot be loaded by datasets: {str(exc).splitlines()[0]}") from None
-    except Exception as exc:  # datasets raises many kinds (DatasetNotFoundError, ConnectionError, FileNotFoundError…)
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        offline = " (HF_HUB_OFFLINE is set: only a dataset in the local cache can be loaded)" \
-            if constants.HF_HUB_OFFLINE and origin is None else ""
-        raise InputError(f"{name} cannot be loaded by datasets{offline}: {first}") from None
-    parts = [(split, loaded)] if split is not None else list(loaded.items())
-    total = None
-    if not streaming:
-        total = sum(len(part) for _, part in parts)
-    return Source(origin or f"hub:{name}", _loaded_rows(parts), total)
-
-
-def _loaded_rows(parts) -> Iterator[Row]:
-    for split, part in parts:
-        yield from _batch_rows((_columns_to_rows(b) for b in part.iter(batch_size=_ARROW_BATCH)), split)
-
-
-def _columns_to_rows(batch: dict[str, list]) -> list[dict[str, Any]]:
-    names = list(batch)
-    return [dict(zip(names, values)) for values in zip(*batch.values())]
+        yield from batch_rows(batches(), split)

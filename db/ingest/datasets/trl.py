@@ -5,10 +5,17 @@
   shared prefix ending with a user turn, and each reply is what follows it (`split_shared`).
   HuggingFaceH4/ultrafeedback_binarized is this, with a `prompt` string beside them: it must be
   the last user turn of that prefix.
-- `score_chosen` and `score_rejected`, when given, are kept as the replies' scores.
+- `score_chosen` and `score_rejected`, when given, are kept as the replies' scores; equal scores are a
+  tie (one tier), as the ultrafeedback format ranks equal scores.
 
 Plain-text `chosen` and `rejected` without a `prompt` carry no prompt to separate: quarantined.
-The TRL format does not say who chose: every row is ranked by one annotator, `trl`.
+
+Who chose: the TRL format does not say, so preflab assumes (`FORMAT.assumed`, which the import's
+summary reports, with `--annotator`/`--annotator-kind` to say otherwise). A row with `score_chosen`
+and `score_rejected` is the UltraFeedback-binarized shape (HuggingFaceH4/ultrafeedback_binarized:
+`prompt`, `prompt_id`, `chosen`, `rejected`, `messages`, `score_chosen`, `score_rejected`), whose
+scores are GPT-4's UltraFeedback ratings: an AI annotator, `HuggingFaceH4/ultrafeedback_binarized`.
+Any other row is ranked by one human annotator, `trl`.
 """
 
 from __future__ import annotations
@@ -20,7 +27,12 @@ from preflab.db.ingest.datasets.base import Format, Invalid, messages_or_text, n
 from preflab.db.ingest.records import RankingRecord
 
 ANNOTATOR = "trl"
+BINARIZED = "HuggingFaceH4/ultrafeedback_binarized"
 NAMES = ("'chosen'", "'rejected'")
+# Why each annotator is an assumption (the import's summary says so)
+ASSUMED = {ANNOTATOR: "the trl format does not say who chose",
+           BINARIZED: "score_chosen and score_rejected are the UltraFeedback-binarized shape, whose scores are "
+                      "GPT-4's ratings"}
 
 
 def _whole(reply: str | Messages) -> bool:
@@ -50,10 +62,11 @@ def parse(row: dict[str, Any]) -> list[RankingRecord]:
                       "whole conversations: lists of messages)")
     else:
         prompt, better, worse = prompt_messages(row["prompt"], "'prompt'"), chosen, rejected
-    scores = None
-    if row.get("score_chosen") is not None or row.get("score_rejected") is not None:
-        scores = [number(row, "score_chosen"), number(row, "score_rejected")]
-    return [ranking(prompt, [better, worse], [[0], [1]], ANNOTATOR, scores=scores, names=NAMES)]
+    if row.get("score_chosen") is None and row.get("score_rejected") is None:
+        return [ranking(prompt, [better, worse], [[0], [1]], ANNOTATOR, names=NAMES)]
+    scores = [number(row, "score_chosen"), number(row, "score_rejected")]
+    tiers = [[0, 1]] if scores[0] == scores[1] else [[0], [1]]
+    return [ranking(prompt, [better, worse], tiers, BINARIZED, kind="ai", scores=scores, names=NAMES)]
 
 
 EXAMPLE = ('{"prompt": "Name a prime number.", '
@@ -61,4 +74,6 @@ EXAMPLE = ('{"prompt": "Name a prime number.", '
            '"rejected": [{"role": "user", "content": "Name a prime number."}, {"role": "assistant", "content": "9"}], '
            '"score_chosen": 9.0, "score_rejected": 2.0}')
 
-FORMAT = Format(name="trl", columns=frozenset({"chosen", "rejected"}), parse=parse, example=EXAMPLE)
+FORMAT = Format(name="trl", columns=frozenset({"chosen", "rejected"}), parse=parse, example=EXAMPLE,
+                annotator=f"{ANNOTATOR} (human); with scores, {BINARIZED} (ai)", kind="human",
+                judged_by="not said: assumed people; GPT-4 for the UltraFeedback-binarized shape", assumed=ASSUMED)

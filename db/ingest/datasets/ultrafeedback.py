@@ -11,10 +11,12 @@ numeric field of the completion (`overall_score`, `fine-grained_score`) or an as
 of its annotations, whose `Rating` is read (`helpfulness`, ...). The scores are kept
 with the ranking, so a pair's margin is its score gap. A completion without a number
 there (an "N/A" rating) quarantines the row: ranking the rest would silently drop it.
+A completion whose `response` is empty is set aside instead (`without_empty`): the import
+quarantines it alone, and the row's other completions, two or more, are its ranking.
 
-The annotator is the AI that scored them, named for the field ranked by
-("openbmb/UltraFeedback:overall_score"), so rankings by another field are other
-rankings rather than duplicates of the first.
+The annotator is GPT-4, which scored them (the dataset card: "we use GPT-4 to provide
+ratings"), an AI annotator named for the field ranked by ("openbmb/UltraFeedback:overall_score"),
+so rankings by another field are other rankings rather than duplicates of the first.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from preflab.db.ingest.datasets.base import Format, Invalid, number, ranking, text
+from preflab.db.ingest.datasets.base import Format, Invalid, number, ranking, text, without_empty
 from preflab.db.ingest.records import RankingRecord, shown
 
+ANNOTATOR, KIND = "openbmb/UltraFeedback:{}", "ai"
 ASPECTS = ("helpfulness", "honesty", "instruction_following", "truthfulness")
 DEFAULT_FIELD = "overall_score"
 
@@ -66,12 +69,17 @@ def parse(row: dict[str, Any], score_field: str = DEFAULT_FIELD) -> list[Ranking
         if not isinstance(completion, dict):
             raise Invalid(f"completion {i} is {type(completion).__name__}, not an object")
     instruction = text(row, "instruction")
-    scores = [score(c, score_field, i) for i, c in enumerate(completions)]
+    names = [f"completion {i}" for i in range(len(completions))]
+    kept, set_aside = without_empty([c.get("response") for c in completions], names, completions)
+    completions = [completions[i] for i in kept]
+    scores = [score(c, score_field, i) for i, c in zip(kept, completions)]
     tiers = [[i for i, s in enumerate(scores) if s == value] for value in sorted(set(scores), reverse=True)]
     models = [c.get("model") if isinstance(c.get("model"), str) else None for c in completions]
-    return [ranking(instruction, [c.get("response") for c in completions], tiers,
-                    f"openbmb/UltraFeedback:{score_field}", kind="ai", models=models, scores=scores,
-                    details={"score_field": score_field}, names=[f"completion {i}" for i in range(len(completions))])]
+    record = ranking(instruction, [c.get("response") for c in completions], tiers, ANNOTATOR.format(score_field),
+                     kind=KIND, models=models, scores=scores, details={"score_field": score_field},
+                     names=[names[i] for i in kept])
+    record.set_aside = set_aside
+    return [record]
 
 
 EXAMPLE = ('{"source": "evol_instruct", "instruction": "Name a prime number.", "models": ["gpt-4", "alpaca-7b"], '
@@ -81,4 +89,5 @@ EXAMPLE = ('{"source": "evol_instruct", "instruction": "Name a prime number.", "
            '"annotations": {"helpfulness": {"Rating": "1", "Rationale": "9 = 3 x 3."}}}]}')
 
 FORMAT = Format(name="ultrafeedback", columns=frozenset({"instruction", "completions"}), parse=parse,
-                options={"score_field": DEFAULT_FIELD}, example=EXAMPLE)
+                options={"score_field": DEFAULT_FIELD}, example=EXAMPLE, annotator=ANNOTATOR.format("<score field>"),
+                kind=KIND, judged_by="GPT-4")

@@ -193,3 +193,15 @@ def test_the_example_row_gives_its_ranking():
     (got,) = parsed(FORMAT.parse(json.loads(FORMAT.example)))
     assert (got["prompt"], got["tiers"], got["details"]) == ("Hi!", [["Hello! How can I help?"], ["hi"]],
                                                              {"winner": "model_a"})
+
+
+def test_a_row_is_told_the_field_of_its_own_shape(sessions, tmp_path):
+    no_winner = {k: v for k, v in CONVERSATIONS[0].items() if k != "winner"}
+    with pytest.raises(Invalid, match=r"^missing 'winner'$"):
+        FORMAT.parse(no_winner)
+    with pytest.raises(Invalid, match=r"^missing 'winner'$"):
+        FORMAT.parse({k: v for k, v in ARENA_140K[0].items() if k != "winner"})
+    with pytest.raises(Invalid, match=r"^missing 'winner_model_a'$"):  # the 55k shape's own field
+        FORMAT.parse({k: v for k, v in KAGGLE[0].items() if k != "winner_model_a"})
+    summary = run_import(sessions, write_jsonl(tmp_path / "arena.jsonl", [CONVERSATIONS[1], no_winner]), "arena")
+    assert (summary.rankings, summary.reasons) == (1, {"missing 'winner'": 1})

@@ -104,3 +104,15 @@ def test_damaged_part_way_keeps_the_batches_before(sessions, tmp_path):
         import_dataset(sessions, str(path), DatasetImportSettings(format="hh-rlhf", batch_rows=7))
     assert len(stored(sessions)) == 3 and len(raw_rows(sessions)) == 3
     assert quarantined(sessions) == {}
+
+
+def test_a_quarantined_row_met_again_is_a_duplicate(cli, sessions, tmp_path):
+    bad, good = test_hh.ROWS[3], test_hh.ROWS[0]
+    path = write_jsonl(tmp_path / "hh.jsonl", [bad, good, bad, bad])
+    summary = import_dataset(sessions, str(path), DatasetImportSettings(format="hh-rlhf", batch_rows=2))
+    assert (summary.rows, summary.rankings, summary.quarantined, summary.duplicates) == (4, 1, 1, 2)
+    assert sum(summary.reasons.values()) == summary.quarantined
+    listed = cli("quarantine", "list").stdout.splitlines()
+    assert len(listed) == summary.quarantined == 1  # the summary counts what `quarantine list` shows
+    again = run_import(sessions, path, "hh-rlhf")
+    assert (again.rankings, again.quarantined, again.duplicates) == (0, 1, 3)

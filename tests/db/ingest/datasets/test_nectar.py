@@ -1,5 +1,6 @@
 """nectar: berkeley-nest/Nectar rows become one k-wise ranking by GPT-4 (an AI annotator)."""
 
+import json
 from collections import Counter
 
 import pytest
@@ -67,3 +68,18 @@ def test_import_k_wise_rankings(sessions, tmp_path, writer):
         ("Hat.", "Bat.", 1.0), ("Hat.", "Mat.", 1.0), ("Hat.", "Dog.", 2.0), ("Bat.", "Dog.", 1.0),
         ("Mat.", "Dog.", 1.0), ("Knock knock.", "Why did the chicken cross the road?", 1.0)])
     assert run_import(sessions, path, "nectar").duplicates == 2
+
+
+def test_one_empty_answer_is_quarantined_alone(cli, sessions, tmp_path):
+    one_empty = row(CAT, ("Hat.", "gpt-4", 1.0), ("", "llama-2-7b-chat", 2.0), ("Bat.", "gpt-3.5-turbo", 3.0))
+    path = write_jsonl(tmp_path / "nectar.jsonl", [one_empty])
+    summary = run_import(sessions, path, "nectar")
+    assert (summary.rankings, summary.quarantined, summary.quarantined_replies) == (1, 0, 1)
+    assert stored(sessions)[0]["tiers"] == [["Hat."], ["Bat."]]
+    reason = "'answers'[1] is empty, so the row's other 2 replies were ranked without it"
+    assert quarantined(sessions) == {"train:0/'answers'[1]": reason}
+    listed = json.loads(cli("quarantine", "list", "--json").stdout)
+    assert [(r["source"], r["locator"], r["reason"]) for r in listed] == [
+        ("import:nectar", "train:0/'answers'[1]", reason)]
+    assert run_import(sessions, path, "nectar").duplicates == 1
+    assert len(quarantined(sessions)) == 1

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from preflab.db.ingest.datasets.sources import hub_source, open_source
+from preflab.db.ingest.datasets.hub import hub_source
+from preflab.db.ingest.datasets.sources import open_source
 from preflab.errors import InputError
 
 from tests.db.ingest.datasets.shapes_b import write_csv, write_jsonl, write_parquet
@@ -143,3 +144,24 @@ def test_hub_ids_load_through_datasets_offline(tmp_path, monkeypatch):
         open_source("no-such-owner/no-such-dataset")
     with pytest.raises(InputError, match=r"^\./missing\.jsonl is not a file or folder$"):
         open_source("./missing.jsonl")
+
+
+def test_an_unreachable_hub_fails_at_once_saying_what_to_do(monkeypatch):
+    import socket
+    import time
+
+    from huggingface_hub import constants
+
+    # The Hub at a local port nothing listens on: as unreachable as with no network, without reaching for it.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    started = time.monotonic()
+    with pytest.raises(InputError) as stopped:
+        open_source("Anthropic/hh-rlhf")
+    assert time.monotonic() - started < 5  # huggingface_hub's own retries took 25 s
+    assert str(stopped.value).startswith(f"Anthropic/hh-rlhf cannot be loaded: the Hugging Face Hub "
+                                         f"(http://127.0.0.1:{port}) cannot be reached (")
+    assert str(stopped.value).endswith("); set HF_HUB_OFFLINE=1 to read it from the local cache, or give a local path")

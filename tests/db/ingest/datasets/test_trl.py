@@ -3,7 +3,7 @@
 import pytest
 
 from preflab.db.ingest.datasets.base import Invalid
-from preflab.db.ingest.datasets.trl import FORMAT
+from preflab.db.ingest.datasets.trl import ASSUMED, BINARIZED, FORMAT
 
 from tests.db.ingest.datasets.shapes_a import pair_counts
 from tests.db.ingest.datasets.shapes_b import parsed, quarantined, run_import, stored, write_jsonl, write_parquet
@@ -63,7 +63,8 @@ def test_rows_parse_row_by_row():
         ("Name a prime.", [["7"], ["9"]], [8.5, 3.0]),
         (("user: Hi", "assistant: Hello", "user: Joke?"), [["Knock knock."], ["No."]], None),
     ]
-    assert {(r["annotator"], r["kind"]) for r in got} == {("trl", "human")}
+    assert [(r["annotator"], r["kind"]) for r in got] == [("trl", "human")] * 3 + [
+        ("HuggingFaceH4/ultrafeedback_binarized", "ai"), ("trl", "human")]  # row 3 has GPT-4's scores
     for locator, reason in REASONS.items():
         with pytest.raises(Invalid) as caught:
             FORMAT.parse(ROWS[int(locator.split(":")[1])])
@@ -81,7 +82,7 @@ def test_import_keeps_scores_and_quarantines_the_rest(sessions, tmp_path, writer
         len(rows), len(rows) - len(bad), 0, len(bad))
     assert quarantined(sessions) == bad
     prime = next(r for r in stored(sessions) if r["prompt"] == "Name a prime.")
-    assert prime["scores"] == {"7": 8.5, "9": 3.0} and prime["annotator"] == ("human", "trl")
+    assert prime["scores"] == {"7": 8.5, "9": 3.0} and prime["annotator"] == ("ai", BINARIZED)
     made = pair_counts(sessions)
     assert made[("7", "9", 5.5)] == 1  # the score gap is the margin
     assert sum(made.values()) == summary.rankings
@@ -89,3 +90,40 @@ def test_import_keeps_scores_and_quarantines_the_rest(sessions, tmp_path, writer
     again = run_import(sessions, path, "trl")
     assert (again.rankings, again.duplicates, again.quarantined) == (0, summary.rankings, len(bad))
     assert pair_counts(sessions) == made
+
+
+def binarized(prompt, chosen, rejected, score_chosen, score_rejected, prompt_id):
+    """A HuggingFaceH4/ultrafeedback_binarized row (train_prefs), all seven of its columns."""
+    convo = [user(prompt)]
+    return {"prompt": prompt, "prompt_id": prompt_id, "chosen": [*convo, bot(chosen)],
+            "rejected": [*convo, bot(rejected)], "messages": [*convo, bot(chosen)],
+            "score_chosen": score_chosen, "score_rejected": score_rejected}
+
+
+BINARIZED_ROWS = [binarized("Name a prime.", "7", "9", 8.5, 3.0, "5a1f"),
+                  binarized("Say yes.", "Yes.", "Yes!", 7.0, 7.0, "77c2")]  # equal scores: a tie
+
+
+def test_the_ultrafeedback_binarized_shape_is_gpt_4s_and_equal_scores_tie(sessions, tmp_path):
+    path = write_parquet(tmp_path / "train_prefs-00000-of-00001.parquet", BINARIZED_ROWS)
+    summary = run_import(sessions, path, "auto")
+    assert (summary.format, summary.rankings, summary.ties) == ("trl", 2, 1)
+    assert summary.assumed == {BINARIZED: {"annotator_kind": "ai", "rankings": 2, "why": ASSUMED[BINARIZED],
+                                           "override": "--annotator NAME --annotator-kind human|ai"}}
+    assert [(r["tiers"], r["annotator"]) for r in stored(sessions)] == [
+        ([["7"], ["9"]], ("ai", BINARIZED)), ([["Yes.", "Yes!"]], ("ai", BINARIZED))]
+    assert pair_counts(sessions) == {("7", "9", 5.5): 1}  # the tie gives no pair, not a win with margin 0
+
+
+def test_annotator_and_kind_override_what_the_format_assumes(sessions, tmp_path):
+    plain = run_import(sessions, write_jsonl(tmp_path / "plain.jsonl", ROWS[:3]), "trl")
+    assert plain.assumed == {"trl": {"annotator_kind": "human", "rankings": 3, "why": ASSUMED["trl"],
+                                     "override": "--annotator NAME --annotator-kind human|ai"}}
+    path = write_jsonl(tmp_path / "binarized.jsonl", BINARIZED_ROWS)
+    said = run_import(sessions, path, "trl", annotator="our-raters", annotator_kind="human")
+    assert (said.rankings, said.assumed) == (2, {})
+    # the name alone leaves the kind assumed, and says so under the name given
+    named = run_import(sessions, path, "trl", annotator="uf-gpt-4")
+    assert (named.rankings, named.assumed["uf-gpt-4"]["annotator_kind"]) == (2, "ai")
+    assert [r["annotator"] for r in stored(sessions)] == [("human", "trl")] * 3 + [("human", "our-raters")] * 2 + [
+        ("ai", "uf-gpt-4")] * 2

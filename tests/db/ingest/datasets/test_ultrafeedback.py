@@ -137,3 +137,30 @@ def test_the_example_row_gives_its_ranking():
     (got,) = parsed(FORMAT.parse(json.loads(FORMAT.example)))
     assert (got["prompt"], got["tiers"], got["scores"]) == ("Name a prime number.", [["7 is prime."], ["9 is prime."]],
                                                             [8.5, 3.0])
+
+
+# four completions, one of them empty: the other three are the ranking, the empty one quarantined alone
+ONE_EMPTY = row("Name a colour.", completion("gpt-4", "Blue.", 8.0), completion("bard", "Red.", 6.0),
+                completion("alpaca-7b", "", 2.0), completion("falcon-40b", "Green.", 4.0))
+EMPTY_REASON = "completion 2 is empty, so the row's other 3 replies were ranked without it"
+
+
+def test_one_empty_completion_is_quarantined_alone(cli, sessions, tmp_path):
+    # the same row twice, as a file joined from two exports holds it
+    path = write_jsonl(tmp_path / "uf.jsonl", [ONE_EMPTY, ROWS[0], ONE_EMPTY])
+    summary = run_import(sessions, path, "ultrafeedback")
+    assert (summary.rows, summary.rankings, summary.duplicates, summary.quarantined, summary.quarantined_replies) == (
+        3, 2, 1, 0, 1)
+    colour = stored(sessions)[0]
+    assert (colour["tiers"], colour["models"]) == ([["Blue."], ["Red."], ["Green."]], {
+        "Blue.": "gpt-4", "Red.": "bard", "Green.": "falcon-40b"})
+    assert quarantined(sessions) == {"train:0/completion 2": EMPTY_REASON}
+    listed = cli("quarantine", "list").stdout.splitlines()
+    assert len(listed) == 1
+    assert listed[0].endswith(f" import:ultrafeedback uf.jsonl:train:0/completion 2: {EMPTY_REASON}")
+    shown_json = json.loads(cli("quarantine", "show", listed[0].split()[0][1:], "--json").stdout)
+    assert json.loads(shown_json["payload"])["model"] == "alpaca-7b"  # the completion as the row held it
+
+    again = run_import(sessions, path, "ultrafeedback")
+    assert (again.rankings, again.duplicates, again.quarantined, again.quarantined_replies) == (0, 3, 0, 1)
+    assert quarantined(sessions) == {"train:0/completion 2": EMPTY_REASON} and len(stored(sessions)) == 2

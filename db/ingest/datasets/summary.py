@@ -1,0 +1,132 @@
+"""What an import of a dataset counts (`DatasetSummary`), and the notes it says beside its summary line.
+
+Two things are counted here rather than by a format, because they span the import: a row quarantined
+earlier in the same import and met again is a duplicate (`once`), as a ranking met again is, so the
+summary's quarantined rows are the rows `preflab quarantine list` shows; and a reply a format set aside
+(`RankingRecord.set_aside`: an empty one) is a raw record of its own, `<split>:<index>/<name>`, identified
+by its row and its name (`part_digest`), so importing the row again quarantines nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from preflab.console import plural
+from preflab.db.ingest.lines import Invalid
+from preflab.db.ingest.records import RankingRecord
+
+OVERRIDE = "--annotator NAME --annotator-kind human|ai"
+
+
+@dataclass
+class DatasetSummary:
+    """What an import did with the rows it read.
+
+    rows = the rows read; rankings = the new rankings (ties among them: rankings of one tier, which give
+    no pair); duplicates = rankings stored before (or twice in the source), and rows quarantined earlier in
+    this import met again; quarantined = rows that could not be used; quarantined_replies = replies left out
+    of their row's ranking and quarantined alone (an empty one). A row may give no ranking (an oasst2 prompter
+    message) or several. assumed: annotator -> {annotator_kind, rankings, why, override} where preflab
+    assumed who ranked (the trl format does not say).
+    """
+
+    format: str
+    rows: int = 0
+    rankings: int = 0
+    ties: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    quarantined_replies: int = 0
+    prompts: int = 0
+    candidates: int = 0
+    retried: int = 0
+    splits: dict[str, int] = field(default_factory=dict)
+    reasons: dict[str, int] = field(default_factory=dict)
+    assumed: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        # What to do about the file, one line each, said on stderr (`--json` has the reasons; not a field).
+        self.notes: list[str] = []
+
+    @property
+    def all_quarantined(self) -> bool:
+        """Rows were read and every one was quarantined: the exit status is `EXIT_ALL_QUARANTINED`."""
+        return self.quarantined > 0 and self.quarantined == self.rows
+
+    def add(self, other: DatasetSummary) -> None:
+        for name in ("rows", "rankings", "ties", "duplicates", "quarantined", "quarantined_replies", "prompts",
+                     "candidates", "retried"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name, what in other.assumed.items():
+            self.assumed.setdefault(name, {**what, "rankings": 0})["rankings"] += what["rankings"]
+        for mine, theirs in ((self.splits, other.splits), (self.reasons, other.reasons)):
+            for key, n in theirs.items():
+                mine[key] = mine.get(key, 0) + n
+
+    def count_assumed(self, record: RankingRecord) -> None:
+        """Count a ranking whose annotator preflab assumed (`record.assumed`: why)."""
+        if record.assumed:
+            self.assumed.setdefault(record.annotator, {"annotator_kind": record.kind, "rankings": 0,
+                                                       "why": record.assumed, "override": OVERRIDE})["rankings"] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Repeated(Invalid):
+    """A unit of rows quarantined earlier in this import, met again: counted a duplicate, not quarantined twice."""
+
+
+def part_digest(row_digest: str, name: str) -> str:
+    """The identity of a reply set aside: its row's and its name's (two rows' identical empty replies are two)."""
+    return hashlib.sha256(f"{row_digest}/{name}".encode()).hexdigest()
+
+
+def part_payload(value: Any) -> str:
+    """A reply set aside, stored raw as its part of the row: JSON (a completion, an answer, or the text)."""
+    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY).decode()
+
+
+def once(batches: Iterator[list[tuple[list[Any], Any]]]) -> Iterator[list[tuple[list[Any], Any]]]:
+    """The parsed batches, in file order, with what this import quarantined before made a repeat.
+
+    A unit every row of which was quarantined earlier in the import is `Repeated`; a reply set aside
+    before (the same row met again) is not set aside twice. Only the quarantined are remembered.
+    """
+    seen: set[str] = set()
+    for batch in batches:
+        out = []
+        for unit, records in batch:
+            if isinstance(records, Invalid):
+                digests = {row.digest for row in unit}
+                if digests <= seen:
+                    records = Repeated(str(records))
+                seen |= digests
+            else:
+                for record in records:
+                    if record.set_aside:
+                        parts = [(part, part_digest(unit[0].digest, part[0])) for part in record.set_aside]
+                        record.set_aside = [part for part, h in parts if h not in seen]
+                        seen.update(h for _, h in parts)
+            out.append((unit, records))
+        yield out
+
+
+def assumed_notes(assumed: dict[str, dict[str, Any]], replies: int) -> list[str]:
+    """The lines said beside the summary: who preflab assumed ranked, and the replies quarantined alone."""
+    lines = []
+    for name, what in assumed.items():
+        who = "an AI" if what["annotator_kind"] == "ai" else "people"
+        lines.append(f"assumed {plural(what['rankings'], 'ranking')} {'is' if what['rankings'] == 1 else 'are'} "
+                     f"by {who}, stored under the {what['annotator_kind']} annotator {name!r} ({what['why']}); "
+                     f"say who ranked with {what['override']}")
+    if replies:
+        lines.append(f"{plural(replies, 'empty reply', 'empty replies')} quarantined alone, the rest of "
+                     f"{'its row' if replies == 1 else 'their rows'} ranked without "
+                     f"{'it' if replies == 1 else 'them'}: see them with: preflab quarantine list")
+    return lines
