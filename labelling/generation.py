@@ -7,14 +7,27 @@ re-run only tops each prompt up to N candidates from the same model: a response
 already stored (same content hash) is never stored twice, and a prompt left
 short by duplicates is sampled again, up to `max_rounds` times.
 
-`run_generation` is the `preflab generate` job (load the model by name, then
-generate); `generate_candidates` does the sampling with a model already loaded.
+Sampling goes through an engine (`preflab.lm.engines`): the model in this process,
+or an OpenAI-compatible server. In process, a batch shares one seed and one
+`generate` call, as always. On a server each sample is its own request, seeded
+by its prompt, round and sample index rather than by the batch it happens to be
+in, so a re-run (or a run resumed after `kill -9`) asks the same things again and
+the request store answers what was asked before, without paying for it twice. A
+prompt the server refuses (over its context length) is quarantined with the
+server's reason (kept in the request store) and skipped; a sample with no answer
+after every retry is left for the next run.
+
+`run_generation` is the `preflab generate` job (open the engine, then generate);
+`generate_with` samples on an engine already open, and `generate_candidates`
+with a model already loaded.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
+from collections import Counter
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -27,8 +40,14 @@ from preflab.db.models import Candidate, Prompt
 from preflab.db.store import chunks, content_hash, ensure_candidates
 from preflab.errors import ConfigError
 from preflab.labelling.selection import PromptSelection, prompts_from_file, selected_prompt_ids
-from preflab.lm.names import ModelCache, load_named_model, resolve_model
+from preflab.lm.engines import EngineConfig, Failed, Generate, Sampling, open_engine
+from preflab.lm.names import ModelCache, resolve_model
+from preflab.lm.names import model_version_id as record_version
 from preflab.lm.sampling import Generation, SamplingConfig, sample_texts
+
+# On a server, a call to the engine holds this many of --concurrency's requests for each one in flight,
+# so few wait on the slowest answer of a call; candidates are stored after each call.
+ASKS_PER_SLOT = 4
 
 
 @dataclass
@@ -55,6 +74,10 @@ class GenerateSummary:
     waiting: int = 0          # selected prompts below N left for a later run by the limit
     tokens: int = 0
     seconds: float = 0.0
+    quarantined: int = 0      # prompts a server refused for themselves (over its context length): not asked again
+    failed: int = 0           # samples with no answer after every retry: asked again by the next run
+    reasons: dict[str, int] = field(default_factory=dict)  # why, with how many samples each
+    engine: dict | None = None  # the engine's stats: requests, cache hits, tokens in/out, retries, errors, cost
 
     def as_dict(self) -> dict:
         out = asdict(self)
@@ -107,50 +130,103 @@ def prompts_needing(session: Session, model: str, n: int,
 def generate_candidates(sessions: sessionmaker[Session], model, tokenizer, model_name: str, config: GenerateConfig,
                         prompt_ids: list[int] | None = None, model_version_id: int | None = None,
                         reporter: Reporter = SILENT) -> GenerateSummary:
-    """Top every prompt (or those given) up to `config.n` candidates from `model_name`.
+    """Top every prompt (or those given) up to `config.n` candidates from a model loaded in this process.
 
     Args:
-        sessions: each batch is written in its own transaction, so a crash keeps what was made.
         model, tokenizer: the loaded causal LM (see `preflab.lm.names.load_named_model`).
         model_name: the label stored on each candidate (`Candidate.model`).
         model_version_id: the model version stored on each candidate.
     """
+    from preflab.lm.engines.local import TransformersEngine
+
+    engine = TransformersEngine(model, tokenizer, model_name, config.batch_size, model_version_id)
+    return generate_with(sessions, engine, config, prompt_ids, model_version_id, reporter)
+
+
+def generate_with(sessions: sessionmaker[Session], engine, config: GenerateConfig, prompt_ids: list[int] | None = None,
+                  model_version_id: int | None = None, reporter: Reporter = SILENT) -> GenerateSummary:
+    """Top every prompt (or those given) up to `config.n` candidates from `engine`, stored as `engine.name`.
+
+    Args:
+        sessions: each call to the engine is stored in its own transaction, so a crash keeps what was made.
+        engine: an open engine (`preflab.lm.engines.open_engine`).
+        model_version_id: the model version stored on each candidate.
+    """
+    model_name = engine.name
     summary = GenerateSummary(model=model_name)
     start = time.perf_counter()
     needed_prompts: set[int] = set()
+    refused: set[int] = set()  # prompts the server refused for themselves: not asked again in this run
+    reasons: Counter[str] = Counter()
     with sessions.begin() as session:
         todo = prompts_needing(session, model_name, config.n, prompt_ids)
     with reporter.progress("generating", sum(config.n - have for *_, have in todo)) as advance:
         for round_ in range(config.max_rounds):
             if round_:  # the first round's prompts were read above, for the bar's total
                 with sessions.begin() as session:
-                    todo = prompts_needing(session, model_name, config.n, prompt_ids)
+                    todo = [row for row in prompts_needing(session, model_name, config.n, prompt_ids)
+                            if row[0] not in refused]
             if not todo:
                 break
             needed_prompts.update(pid for pid, _, _ in todo)
-            # Similar lengths share a batch, so little of each forward pass is padding.
-            rows = sorted(((pid, prompt, have) for pid, prompt, have in todo for _ in range(config.n - have)),
-                          key=lambda r: (prompt_length(r[1]), r[0]))
-            for batch in chunks(rows, config.batch_size):
-                seed = _batch_seed(config.seed, round_, [(pid, have) for pid, _, have in batch])
-                results = sample_responses(model, tokenizer, [prompt for _, prompt, _ in batch], config, seed)
-                summary.tokens += sum(r.tokens for r in results)
+            for asks in _calls(engine, todo, config, round_):
+                results = engine.generate([ask for _, ask, _ in asks])
+                for (pid, _, _), result in zip(asks, results):
+                    if isinstance(result, Failed):
+                        reasons[result.reason] += 1
+                        if result.quarantined:
+                            refused.add(pid)
+                        else:
+                            summary.failed += 1
+                summary.tokens += sum(r.tokens for r in results if not isinstance(r, Failed))
                 with sessions.begin() as session:
-                    _store(session, batch, results, model_name, model_version_id, config, seed, summary)
-                advance(len(batch))
+                    _store(session, asks, results, model_name, model_version_id, config, summary)
+                advance(len(asks))
     if needed_prompts:
         with sessions.begin() as session:
             summary.short = len(prompts_needing(session, model_name, config.n, list(needed_prompts)))
     summary.prompts = len(needed_prompts)
+    summary.quarantined = len(refused)
+    # The first few reasons: a context-length refusal names each prompt's own length.
+    summary.reasons = dict(reasons.most_common(10))
     summary.seconds = time.perf_counter() - start
+    summary.engine = engine.stats.as_dict()
     return summary
+
+
+def _calls(engine, todo: list[tuple[int, str | Messages, int]], config: GenerateConfig, round_: int):
+    """The asks of each call to the engine: (prompt id, what is asked, how it was sampled, to store)."""
+    if engine.kind == "transformers":
+        # Similar lengths share a batch, so little of each forward pass is padding; the batch shares a seed.
+        rows = sorted(((pid, prompt, have) for pid, prompt, have in todo for _ in range(config.n - have)),
+                      key=lambda r: (prompt_length(r[1]), r[0]))
+        for batch in chunks(rows, config.batch_size):
+            seed = _batch_seed(config.seed, round_, [(pid, have) for pid, _, have in batch])
+            sampling = Sampling.of(config, seed)
+            yield [(pid, Generate(prompt, sampling, index=i), {"seed": seed, "batch_row": i})
+                   for i, (pid, prompt, _) in enumerate(batch)]
+        return
+    # On a server a sample is asked by its prompt, round and index alone, never by its neighbours in a call:
+    # a re-run asks what it asked before, and the request store answers. A prompt's samples share a call.
+    size = max(config.batch_size, ASKS_PER_SLOT * engine.config.concurrency)
+    call: list = []
+    for pid, prompt, have in todo:
+        seed = _batch_seed(config.seed, round_, [(pid, have)])
+        sampling = Sampling.of(config, seed)
+        asks = [(pid, Generate(prompt, sampling, index=j), {"seed": seed, "index": j}) for j in range(have, config.n)]
+        if call and len(call) + len(asks) > size:
+            yield call
+            call = []
+        call.extend(asks)
+    if call:
+        yield call
 
 
 def run_generation(sessions: sessionmaker[Session], model_name: str, config: GenerateConfig, *,
                    prompts: str | Path | None = None, max_prompts: int | None = None,
-                   selection: PromptSelection = PromptSelection(),
+                   selection: PromptSelection = PromptSelection(), engine: EngineConfig | None = None,
                    cache: ModelCache | None = None, reporter: Reporter = SILENT) -> GenerateSummary:
-    """The `generate` job: load `model_name` and top every prompt up to `config.n` candidates.
+    """The `generate` job: open the engine for `model_name` and top every prompt up to `config.n` candidates.
 
     Args:
         model_name: `--model NAME` (a model version, embedded name, path or hub id);
@@ -159,33 +235,48 @@ def run_generation(sessions: sessionmaker[Session], model_name: str, config: Gen
         max_prompts: generate for the first this many prompts of the file only.
         selection: which stored prompts (by id, split, source, shard), and at most how many of those
             still short of N (in id order, or the file's; within the shard): a re-run goes on with the next ones.
+        engine: where the model runs (default: in this process); on a server, `model_name` is
+            the served model's, and the candidates are stored as `openai:<served model>`.
         cache: models already loaded by the calling job (the pipeline loads its model once).
     """
+    engine = engine or EngineConfig(engine="transformers")
     prompt_ids = prompts_from_file(sessions, prompts)[:max_prompts] if prompts else None
     waiting = 0
-    with sessions.begin() as session:
-        prompt_ids = selected_prompt_ids(session, selection, prompt_ids)
-        label = resolve_model(session, model_name)[0]
-        needing = [pid for pid, _, _ in prompts_needing(session, label, config.n, prompt_ids)]
-    if selection.limit is not None:
-        if prompt_ids is not None:  # the file's order, or the order the ids were given in
-            position = {pid: n for n, pid in enumerate(prompt_ids)}
-            needing.sort(key=position.__getitem__)
-        waiting = max(len(needing) - selection.limit, 0)
-        needing = prompt_ids = needing[:selection.limit]
-    if not needing:
-        return GenerateSummary(model=label)  # every prompt has its candidates: no model to load
-    named = load_named_model(sessions, model_name, cache=cache)
-    summary = generate_candidates(sessions, named.model, named.tokenizer, named.label, config, prompt_ids,
-                                  named.version_id, reporter)
+    with ExitStack() as stack:
+        # A server's engine is cheap to open (nothing is asked before its first call), and it names the candidates.
+        served = (stack.enter_context(open_engine(engine, sessions, model=model_name))
+                  if engine.engine != "transformers" else None)
+        with sessions.begin() as session:
+            prompt_ids = selected_prompt_ids(session, selection, prompt_ids)
+            label = served.name if served else resolve_model(session, model_name)[0]
+            needing = [pid for pid, _, _ in prompts_needing(session, label, config.n, prompt_ids)]
+        if selection.limit is not None:
+            if prompt_ids is not None:  # the file's order, or the order the ids were given in
+                position = {pid: n for n, pid in enumerate(prompt_ids)}
+                needing.sort(key=position.__getitem__)
+            waiting = max(len(needing) - selection.limit, 0)
+            needing = prompt_ids = needing[:selection.limit]
+        if not needing:
+            return GenerateSummary(model=label)  # every prompt has its candidates: no model to load, nothing to ask
+        if served is None:
+            running = stack.enter_context(open_engine(engine, sessions, model=model_name, cache=cache,
+                                                      batch_size=config.batch_size))
+            version_id = running.version_id
+        else:
+            running = served
+            with sessions.begin() as session:  # the served model is recorded under the name it is stored as
+                version_id = record_version(session, served.name)
+        summary = generate_with(sessions, running, config, prompt_ids, version_id, reporter)
     summary.waiting = waiting
     return summary
 
 
-def _store(session: Session, batch, results: list[Generation], model_name: str, model_version_id: int | None,
-           config: GenerateConfig, seed: int, summary: GenerateSummary) -> None:
+def _store(session: Session, asks, results: list, model_name: str, model_version_id: int | None,
+           config: GenerateConfig, summary: GenerateSummary) -> None:
     rows: dict[tuple[int, str], dict] = {}
-    for index, ((pid, _, _), result) in enumerate(zip(batch, results)):
+    for (pid, _, record), result in zip(asks, results):
+        if isinstance(result, Failed):  # counted by the caller
+            continue
         if not result.text:
             summary.empty += 1
             continue
@@ -195,7 +286,7 @@ def _store(session: Session, batch, results: list[Generation], model_name: str, 
             continue
         rows[key] = {"text": result.text, "model": model_name, "model_version_id": model_version_id,
                      "sampling": {"temperature": config.temperature, "top_p": config.top_p,
-                                  "max_new_tokens": config.max_new_tokens, "seed": seed, "batch_row": index,
+                                  "max_new_tokens": config.max_new_tokens, **record,
                                   "tokens": result.tokens, "finished": result.finished}}
     ids = ensure_candidates(session, rows)
     summary.duplicates += len(rows) - ids.created

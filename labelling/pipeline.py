@@ -28,6 +28,7 @@ from preflab.errors import ConfigError
 from preflab.labelling.generation import GenerateConfig, run_generation
 from preflab.labelling.judges.run import run_judge
 from preflab.labelling.judges.table import JUDGES, LM_JUDGES
+from preflab.lm.engines.config import EngineConfig
 from preflab.settings import data_dir
 from preflab.lm.names import ModelCache
 
@@ -87,12 +88,15 @@ def judge_config(kind: str, generation: GenerateConfig):
 
 
 def run_pipeline(sessions: sessionmaker[Session], model_name: str, config: PipelineConfig,
-                 generation: GenerateConfig, reporter: Reporter = SILENT) -> dict[str, Any]:
+                 generation: GenerateConfig, reporter: Reporter = SILENT, *,
+                 engine: EngineConfig | None = None) -> dict[str, Any]:
     """Import, generate, judge, build pairs, report agreement and export; one dict per step.
 
     Args:
-        model_name: `--model NAME`: the model that generates and judges (loaded once).
+        model_name: `--model NAME`: the model that generates and judges (loaded once; on a
+            server, the served model's name).
         generation: how candidates are sampled (`preflab generate`'s config).
+        engine: where generation runs (default: in this process).
     """
     report: dict[str, Any] = {}
     report["import"] = import_file(sessions, config.rankings or sample_rankings_path(), import_rankings_batch,
@@ -103,7 +107,7 @@ def run_pipeline(sessions: sessionmaker[Session], model_name: str, config: Pipel
         reporter.step(f"pipeline: generating candidates for up to {config.max_prompts} prompts with {model_name}")
         report["generate"] = run_generation(
             sessions, model_name, generation, prompts=config.prompts or sample_prompts_path(),
-            max_prompts=config.max_prompts, cache=models, reporter=reporter).as_dict()
+            max_prompts=config.max_prompts, engine=engine, cache=models, reporter=reporter).as_dict()
     if config.judge != NO_JUDGE:
         reporter.step(f"pipeline: ranking every prompt's candidates with the {config.judge} judge")
         report["judge"] = run_judge(sessions, config.judge, judge_config(config.judge, generation), model_name,

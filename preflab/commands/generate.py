@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from preflab.commands.engine_options import engine_config, engine_line, engine_options
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
 from preflab.labelling.generation import GenerateConfig
 from preflab.labelling.pipeline import GENERATE_DEFAULTS, PipelineConfig
@@ -13,8 +14,10 @@ from preflab.settings import Settings
 
 @click.command("generate")
 @click.option("--model", "model_name", metavar="ID_OR_PATH",
-              help="Causal LM (hub id, path, embedded name or model version); default: the global --model.")
+              help="Causal LM (hub id, path, embedded name or model version; with --engine openai, the served "
+                   "model's name); default: the global --model.")
 @config_options(GenerateConfig)
+@engine_options
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
               help="JSON Lines prompts to import and generate for (default: every stored prompt).")
 @config_options(PromptSelection)
@@ -28,6 +31,11 @@ def generate_command(settings: Settings, model_name, prompts_file, as_json, **op
     --shard K/N takes slice K (from 0) of N, for N workers on one store: a Slurm
     array (--shard $SLURM_ARRAY_TASK_ID/8) or a Kubernetes indexed Job.
 
+    --engine openai samples on an OpenAI-compatible server (vLLM, SGLang, TGI, llama.cpp,
+    Ollama, a hosted API) at --api-base, --model naming the served model; the key comes
+    from OPENAI_API_KEY. Every answer is stored as it arrives: a re-run, or a run resumed
+    after a crash, pays only for what is missing.
+
     Example: preflab generate -n 4 --limit 10 --split train --max-new-tokens 128
     """
     from preflab.db.engine import open_sessions
@@ -35,8 +43,9 @@ def generate_command(settings: Settings, model_name, prompts_file, as_json, **op
 
     config = build_config(GenerateConfig, options)
     selection = build_config(PromptSelection, options)
+    engine = engine_config(options, model_name or settings.model)
     summary = run_generation(open_sessions(settings.database_url), model_name or settings.model, config,
-                             prompts=prompts_file, selection=selection, reporter=Reporter(not as_json))
+                             prompts=prompts_file, selection=selection, engine=engine, reporter=Reporter(not as_json))
     if as_json:
         echo_json(summary.as_dict())
         return
@@ -44,11 +53,29 @@ def generate_command(settings: Settings, model_name, prompts_file, as_json, **op
     click.echo(f"generated {plural(summary.stored, 'candidate')} for {plural(summary.prompts, 'prompt')} with "
                f"{summary.model} ({summary.duplicates:,} duplicates, {summary.empty:,} empty, "
                f"{plural(summary.short, 'prompt')} short of {config.n}{waiting})")
+    for line in unanswered_lines(summary):
+        click.echo(line)
+    if line := engine_line(summary.engine):
+        click.echo(line)
+
+
+def unanswered_lines(summary) -> list[str]:
+    """What the server would not answer: prompts quarantined (and why), samples left for the next run."""
+    lines = []
+    if summary.quarantined:
+        lines.append(f"quarantined {plural(summary.quarantined, 'prompt')} the server refused "
+                     f"(kept with the reason; not asked again)")
+    if summary.failed:
+        lines.append(f"{plural(summary.failed, 'sample')} had no answer after every retry: "
+                     f"left for the next run, which asks only for those")
+    lines += [f"  {count:,} × {reason}" for reason, count in summary.reasons.items()]
+    return lines
 
 
 @click.command("pipeline")
 @config_options(PipelineConfig)
 @config_options(GenerateConfig, defaults=GENERATE_DEFAULTS)
+@engine_options
 @json_option
 @pass_settings
 def pipeline_command(settings: Settings, as_json, **options):
@@ -56,7 +83,8 @@ def pipeline_command(settings: Settings, as_json, **options):
 
     Import rankings, generate candidates and rank them with an AI judge, build
     pairs, report agreement, export a dataset version. Generation and judging
-    use the global --model (default: the embedded SmolLM2).
+    use the global --model (default: the embedded SmolLM2); with --engine openai,
+    generation asks the server at --api-base for the model it serves under that name.
 
     Example: preflab pipeline --out out/prefs
     """
@@ -65,9 +93,10 @@ def pipeline_command(settings: Settings, as_json, **options):
 
     config = build_config(PipelineConfig, options)
     generation = build_config(GenerateConfig, options)
+    engine = engine_config(options, settings.model)
     report = {"database": settings.redacted_url(),
               **run_pipeline(open_sessions(settings.database_url), settings.model, config, generation,
-                             Reporter(not as_json))}
+                             Reporter(not as_json), engine=engine)}
     if as_json:
         echo_json(report)
         return
@@ -78,6 +107,11 @@ def pipeline_command(settings: Settings, as_json, **options):
         gen = report["generate"]
         click.echo(f"generate: {gen['stored']:,} new candidates for {gen['prompts']:,} prompts with {gen['model']} "
                    f"({gen['tokens_per_s'] or 0:,.0f} tokens/s)")
+        if gen["quarantined"] or gen["failed"]:
+            click.echo(f"generate: {plural(gen['quarantined'], 'prompt')} quarantined by the server, "
+                       f"{plural(gen['failed'], 'sample')} left for the next run")
+        if line := engine_line(gen["engine"]):
+            click.echo(f"generate: {line}")
     if "judge" in report:
         j, agree_h = report["judge"], report["judge"]["report"]["human_agreement"]
         line = f"judge: {j['judge']} ranked {j['ranked']:,} prompts ({j['kept']:,} already ranked)"

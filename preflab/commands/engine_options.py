@@ -1,0 +1,39 @@
+"""Where a generating command runs its model: the engine options, and the engine's costs in a summary.
+
+Every command that generates takes `EngineConfig`'s options (`--engine`, `--api-base`,
+`--concurrency`, `--timeout`, `--max-retries`, `--price-in`, `--price-out`) beside its own
+`--model`, which on a server names the served model. The key is read from OPENAI_API_KEY
+by the engine itself, never from an option.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from preflab.console import build_config, config_options
+from preflab.lm.engines.config import EngineConfig
+
+# `--model` is each command's own (the model to load, or the served model's name).
+engine_options = config_options(EngineConfig, exclude=("model",))
+
+
+def engine_config(options: dict[str, Any], model: str | None) -> EngineConfig:
+    """The engine the options name, for `model` (on a server: the served model's name)."""
+    return build_config(EngineConfig, options, model=model)
+
+
+def engine_line(stats: dict[str, Any] | None) -> str:
+    """What a server was asked and what it cost, for a summary line ("" when none was asked).
+
+    In process nothing is paid for, retried or read back from the store: its tokens and
+    seconds are in --json, and its summary line stays as it was.
+    """
+    if not stats or stats["engine"] == "transformers" or not (
+            stats["requests"] or stats["cache_hits"] or stats["errors"] or stats["quarantined"]):
+        return ""
+    line = (f"{stats['engine']} {stats['model']}: {stats['requests']:,} requests, {stats['cache_hits']:,} cache hits, "
+            f"{stats['tokens_in']:,} tokens in / {stats['tokens_out']:,} out, {stats['retries']:,} retries, "
+            f"{stats['errors']:,} errors, {stats['seconds']:.1f} s")
+    if stats["price_in"] or stats["price_out"]:
+        line += f", cost {stats['cost']:.4f}"
+    return line
