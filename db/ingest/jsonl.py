@@ -185,6 +185,10 @@ def _parse_batch(session: Session, batch: list[Line], source: str, origin: str,
     parsed: list[tuple[Any, str, int, bool]] = []
     seen: set[str] = set()
     for line, payload, h in lines:
+        if h in seen:  # the very same line twice in one batch: one raw record, quarantined or used once
+            summary.duplicates += 1
+            continue
+        seen.add(h)
         raw_id, status = raw[h]
         try:
             record = parse(payload if isinstance(payload, str) else line.text())
@@ -194,10 +198,6 @@ def _parse_batch(session: Session, batch: list[Line], source: str, origin: str,
             summary.quarantined += 1
             summary.reasons[str(exc)] = summary.reasons.get(str(exc), 0) + 1
             continue
-        if h in seen:  # the very same line twice in one batch
-            summary.duplicates += 1
-            continue
-        seen.add(h)
         parsed.append((record, h, raw_id, h not in raw.new))
     quarantine(session, reasons)
     return parsed

@@ -68,6 +68,15 @@ def test_reimport_and_overlap_add_nothing_twice(cli, sessions, tmp_path):
         assert count(s, RawRecord) == 3  # a line seen again is not stored again
 
 
+def test_a_bad_line_met_twice_is_quarantined_once_and_counted_a_duplicate(cli, sessions, tmp_path):
+    bad = ranking_line("p", ["only one"], [[0]])
+    path = write_lines(tmp_path / "r.jsonl", [GOOD[0], bad, bad])
+    out = json.loads(cli("import", "rankings", path, "--json", expect_ok=False).stdout)
+    assert (out["quarantined"], out["duplicates"], out["imported"]) == (1, 1, 1)
+    listed = cli("quarantine", "list", "--json").stdout
+    assert len(json.loads(listed)) == out["quarantined"]  # the summary says what `quarantine list` shows
+
+
 def test_same_id_different_annotator_is_a_different_ranking(cli, sessions, tmp_path):
     path = write_lines(tmp_path / "r.jsonl", GOOD[:2])  # both have id r1
     cli("import", "rankings", path)
