@@ -24,7 +24,7 @@ from preflab.report.privacy import model_label
 
 MEASURES = ("swap_consistency", "first_position_rate", "longer_wins", "length_correlation", "parse_failure_rate")
 # Measures `judge_report` gives where the judges record them (newer judges); shown when any judge has one.
-OPTIONAL = ("method", "score_mass", "seconds_per_candidate")
+OPTIONAL = ("method", "score_mass", "seconds_per_candidate", "cost_per_1000_pairs", "pairs_per_s")
 
 
 def judges_section(session: Session) -> list[dict[str, Any]]:

@@ -100,20 +100,56 @@ def write_ranking(session: Session, annotator_id: int, run: JudgeRun, item: Prom
 
 
 def timed(judgement: Judgement, seconds: float) -> Judgement:
-    """The judgement with each candidate's share of the judging time in its details (for the report)."""
+    """The judgement with each candidate's share of the judging time in its details (for the report).
+
+    A judgement that measured its own (a panel's: its members' time) keeps it.
+    """
     scores, details = judgement
-    return scores, {c: {**(details.get(c) or {}), "seconds": round(seconds, 4)} for c in {*scores, *details}}
+    return scores, {c: {"seconds": round(seconds, 4), **(details.get(c) or {})} for c in {*scores, *details}}
+
+
+def record_stats(session: Session, annotator_id: int, stats: dict[str, Any]) -> dict[str, Any]:
+    """Add a run's engine stats (`EngineStats.as_dict`) to those stored on its annotator; returns the sums.
+
+    They live in the annotator's configuration under "engine" (what every run of this judge asked and cost,
+    all runs together), read by `judge report`, `stats --judges` and the report. The row is locked while
+    it is updated, so shards finishing at once add up (Postgres; SQLite has one writer at a time).
+    """
+    from preflab.db.models import Annotator
+
+    row = session.scalars(select(Annotator).where(Annotator.id == annotator_id).with_for_update()).one()
+    config = dict(row.config or {})
+    total = dict(config.get("engine") or {})
+    for name in ENGINE_SUMS:
+        total[name] = round((total.get(name) or 0) + (stats.get(name) or 0), 6)
+    total["runs"] = int(total.get("runs") or 0) + 1
+    total.update({name: stats[name] for name in ("engine", "model", "price_in", "price_out") if name in stats})
+    config["engine"] = total
+    row.config = config
+    return total
+
+
+# The engine stats that add up over runs.
+ENGINE_SUMS = ("requests", "cache_hits", "tokens_in", "tokens_out", "retries", "errors", "quarantined", "seconds",
+               "cost")
 
 
 def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
-                  judge: Callable[[list[PromptCandidates]], list[Judgement]], prompt_ids: list[int] | None = None,
-                  candidate_model: str | None = None, require_reference: bool = False, prompts_per_batch: int = 8,
-                  reporter: Reporter = SILENT) -> JudgeSummary:
+                  judge: Callable[[list[PromptCandidates]], list[Judgement | None]],
+                  prompt_ids: list[int] | None = None, candidate_model: str | None = None,
+                  require_reference: bool = False, prompts_per_batch: int = 8,
+                  reporter: Reporter = SILENT, stats: Callable[[], dict[str, Any]] | None = None) -> JudgeSummary:
     """Judge every prompt with two or more candidates that this run has not ranked yet.
 
     `judge` turns a batch of prompts into one judgement per prompt; each batch's
     rankings are written in their own transaction, so a crash keeps them. Each
-    candidate's details record its share of its batch's judging time.
+    candidate's details record its share of its batch's judging time. A judgement of
+    None (a server gave no answer after every retry) leaves its prompt unranked, for the
+    next run to ask again (`unanswered`).
+
+    Args:
+        stats: the run's engine stats so far (`EngineStats.as_dict`), read when the run ends:
+            added to those stored on the judge's annotator, and given as the summary's "engine".
     """
     start = time.perf_counter()
     with sessions.begin() as session:
@@ -132,13 +168,20 @@ def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
             began = time.perf_counter()
             judgements = judge(list(batch))
             per_candidate = (time.perf_counter() - began) / max(1, sum(len(i.candidate_ids) for i in batch))
-            judgements = [timed(judgement, per_candidate) for judgement in judgements]
+            judgements = [None if judgement is None else timed(judgement, per_candidate) for judgement in judgements]
             with sessions.begin() as session:
                 for item, judgement in zip(batch, judgements):
+                    if judgement is None:
+                        summary.extra["unanswered"] = summary.extra.get("unanswered", 0) + 1
+                        continue
                     _, old = write_ranking(session, annotator_id, run, item, judgement)
                     summary.ranked += 1
                     summary.superseded += old
                     summary.unscored += sum(1 for c in item.candidate_ids if judgement[0].get(c) is None)
             advance(len(batch))
     summary.seconds = time.perf_counter() - start
+    if stats is not None:
+        summary.extra["engine"] = stats()
+        with sessions.begin() as session:
+            summary.extra["engine_total"] = record_stats(session, annotator_id, summary.extra["engine"])
     return summary

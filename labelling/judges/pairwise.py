@@ -57,16 +57,22 @@ def letter_ids(tokenizer, letter: str) -> list[int]:
     return ids
 
 
-def judge_text(tokenizer, prompt: str | Messages, first: str, second: str) -> str:
-    """The judge's prompt for two responses to `prompt` (a user's message, or the conversation so far)."""
-    from preflab.lm.loading import chat_text
-
+def judge_messages(prompt: str | Messages, first: str, second: str) -> Messages:
+    """The judge's conversation for two responses to `prompt` (a user's message, or the conversation so far):
+    its system prompt and one user message (a server applies the chat template to these)."""
     turns = user_turn(prompt) if isinstance(prompt, str) else prompt
     if is_multi_turn(turns):
-        return chat_text(tokenizer, PAIRWISE_CONVERSATION_USER.format(conversation=transcript(turns), a=first,
-                                                                      b=second), system=PAIRWISE_CONVERSATION_SYSTEM)
-    return chat_text(tokenizer, PAIRWISE_USER.format(question=turns[0]["content"], a=first, b=second),
-                     system=PAIRWISE_SYSTEM)
+        user = PAIRWISE_CONVERSATION_USER.format(conversation=transcript(turns), a=first, b=second)
+        return [{"role": "system", "content": PAIRWISE_CONVERSATION_SYSTEM}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": PAIRWISE_SYSTEM},
+            {"role": "user", "content": PAIRWISE_USER.format(question=turns[0]["content"], a=first, b=second)}]
+
+
+def judge_text(tokenizer, prompt: str | Messages, first: str, second: str) -> str:
+    """The judge's prompt for two responses to `prompt`, in the judge model's chat format."""
+    from preflab.lm.loading import chat_prompt
+
+    return chat_prompt(tokenizer, judge_messages(prompt, first, second))
 
 
 def prob_first_better(model, tokenizer, texts: list[str], batch_size: int = 8) -> list[float]:
@@ -103,8 +109,14 @@ def _logsumexp(values: list[float]) -> float:
     return top + math.log(sum(math.exp(v - top) for v in values))
 
 
-def outcome(p_as_a: float, p_as_b: float) -> str:
-    """A candidate's outcome against another from P(it is better) shown first and shown second."""
+def outcome(p_as_a: float | None, p_as_b: float | None) -> str:
+    """A candidate's outcome against another from P(it is better) shown first and shown second.
+
+    An order whose verdict could not be read (None: a server's reply that named neither answer)
+    makes the pair an abstention: not a tie, not a guess.
+    """
+    if p_as_a is None or p_as_b is None:
+        return "abstain"
     if p_as_a > 0.5 and p_as_b > 0.5:
         return "win"
     if p_as_a < 0.5 and p_as_b < 0.5:
@@ -112,19 +124,39 @@ def outcome(p_as_a: float, p_as_b: float) -> str:
     return "tie"
 
 
-def rank_pairs(candidate_ids: list[int], results: dict[tuple[int, int], tuple[float, float]],
+FLIPPED = {"win": "loss", "loss": "win"}
+TALLY = {"win": "wins", "loss": "losses", "tie": "ties", "abstain": "abstentions"}
+
+
+def _flip(p: float | None) -> float | None:
+    return None if p is None else 1 - p
+
+
+def _round(p: float | None) -> float | None:
+    return None if p is None else round(p, 4)
+
+
+def rank_pairs(candidate_ids: list[int], results: dict[tuple[int, int], tuple[float | None, float | None]],
                aggregate: str) -> Judgement:
     """Scores and details from each pair's (P(x better | x first), P(x better | x second))."""
+    return rank_outcomes(candidate_ids, {pair: (outcome(*ps), *ps, {}) for pair, ps in results.items()}, aggregate)
+
+
+def rank_outcomes(candidate_ids: list[int],
+                  verdicts: dict[tuple[int, int], tuple[str, float | None, float | None, dict]],
+                  aggregate: str) -> Judgement:
+    """Scores and details from each pair's (x's outcome, P(x better | x first), P(x better | x second), more
+    details of the pair). An abstention counts for neither candidate (and is kept in their details)."""
     details = {c: {"wins": 0, "losses": 0, "ties": 0, "pairs": []} for c in candidate_ids}
     decided: list[list[list[int]]] = []
-    for (x, y), (p_first, p_second) in results.items():
-        result = outcome(p_first, p_second)
+    for (x, y), (result, p_first, p_second, extra) in verdicts.items():
         for me, other, p_a, p_b, mine in ((x, y, p_first, p_second, result),
-                                          (y, x, 1 - p_second, 1 - p_first, {"win": "loss", "loss": "win"}.get(result, "tie"))):
+                                          (y, x, _flip(p_second), _flip(p_first), FLIPPED.get(result, result))):
             d = details[me]
-            d[{"win": "wins", "loss": "losses", "tie": "ties"}[mine]] += 1
-            d["pairs"].append({"vs": other, "p_as_a": round(p_a, 4), "p_as_b": round(p_b, 4), "outcome": mine})
-        decided.append([[x], [y]] if result == "win" else [[y], [x]] if result == "loss" else [[x, y]])
+            d[TALLY[mine]] = d.get(TALLY[mine], 0) + 1
+            d["pairs"].append({"vs": other, "p_as_a": _round(p_a), "p_as_b": _round(p_b), "outcome": mine, **extra})
+        if result != "abstain":
+            decided.append([[x], [y]] if result == "win" else [[y], [x]] if result == "loss" else [[x, y]])
     if aggregate == "bradley-terry":
         from preflab.db.pairs.build import bradley_terry
 

@@ -48,6 +48,9 @@ class _Tally:
     attempts: int = 0
     failures: int = 0
     masses: list = field(default_factory=list)                      # expected score: mass on the score tokens
+    abstentions: int = 0                                            # pair entries / candidates with no readable reply
+    pairs_ranked: int = 0                                           # candidate pairs its rankings order
+    seen: dict = field(default_factory=dict)                        # ranking id -> its candidates read so far
     seconds: list = field(default_factory=list)                     # judging time per candidate
 
 
@@ -85,6 +88,9 @@ def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
     rows = session.connection().execute(query)
     for annotator_id, ranking_id, prompt_id, source, cid, tier, score, details, length in rows:
         t = tallies[annotator_id]
+        seen = t.seen.setdefault(ranking_id, 0)
+        t.pairs_ranked += seen  # the ranking's candidates so far, each a pair with this one
+        t.seen[ranking_id] = seen + 1
         t.rankings.add(ranking_id)
         t.prompts.add(prompt_id)
         t.sources.add(source)
@@ -96,6 +102,9 @@ def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
             t.scored.append((score, length))
         details = details or {}
         for entry in details.get("pairs", []):
+            if entry.get("outcome") == "abstain":  # a reply that could not be read: no verdict to measure
+                t.abstentions += 1
+                continue
             t.pair_entries += 1
             t.consistent += entry.get("outcome") != "tie"
             p_a, p_b = entry.get("p_as_a", 0.5), entry.get("p_as_b", 0.5)
@@ -104,11 +113,22 @@ def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
             t.second_both += p_a < 0.5 < p_b
         t.attempts += details.get("attempts", 0)
         t.failures += details.get("parse_failures", 0)
+        t.abstentions += 2 * bool(details.get("abstain"))  # two per candidate, as a pair's are counted
         if "mass" in details:
             t.masses.append(details["mass"])
         if "seconds" in details:
             t.seconds.append(details["seconds"])
     return tallies
+
+
+def _costs(t: _Tally, engine: dict | None) -> dict:
+    """What the judge's runs cost (stored with its annotator by runs on a server) per 1,000 candidate pairs
+    its rankings order, and how many pairs a second its judging time ranked (the time in its details)."""
+    seconds = sum(t.seconds)
+    cost = engine.get("cost") if engine else None
+    return {"engine": engine, "pairs_ranked": t.pairs_ranked,
+            "pairs_per_s": t.pairs_ranked / seconds if seconds > 0 and t.pairs_ranked else None,
+            "cost_per_1000_pairs": 1000 * cost / t.pairs_ranked if cost is not None and t.pairs_ranked else None}
 
 
 def _longer_wins(t: _Tally) -> tuple[int, float | None]:
@@ -206,5 +226,6 @@ def judge_report(session: Session, annotator_ids: list[int] | None = None,
             "length_correlation": _pearson(t.scored),
             "longer_wins": longer, "length_pairs": n_longer,
             "human_agreement": agreement.get(judge.id, nobody | ({"per_prompt": []} if per_prompt else {})),
+            "abstentions": t.abstentions // 2, **_costs(t, (judge.config or {}).get("engine")),
         })
     return out

@@ -98,9 +98,14 @@ def refuse_unread(config: ScoreConfig, given: Collection[str]) -> None:
 
 
 def grading_text(tokenizer, item: PromptCandidates, response: str, with_reference: bool) -> str:
-    """The grader's prompt for one response: the user's question, or the whole conversation, then the response."""
-    from preflab.lm.loading import chat_text
+    """The grader's prompt for one response, in the judge model's chat format."""
+    from preflab.lm.loading import chat_prompt
 
+    return chat_prompt(tokenizer, grading_messages(item, response, with_reference))
+
+
+def grading_messages(item: PromptCandidates, response: str, with_reference: bool) -> list[dict[str, str]]:
+    """The grader's one user message: the user's question, or the whole conversation, then the response."""
     turns = item.history
     if is_multi_turn(turns):
         shown = {"conversation": transcript(turns), "response": response}
@@ -108,7 +113,8 @@ def grading_text(tokenizer, item: PromptCandidates, response: str, with_referenc
     else:
         shown = {"question": turns[0]["content"], "response": response}
         template = REFERENCE_PROMPT if with_reference else SCORE_PROMPT
-    return chat_text(tokenizer, template.format(**shown, **({"reference": item.reference} if with_reference else {})))
+    text = template.format(**shown, **({"reference": item.reference} if with_reference else {}))
+    return [{"role": "user", "content": text}]
 
 
 def _seed(base: int, round_: int, keys: list[int]) -> int:

@@ -89,6 +89,9 @@ def trust_rows(report: list[dict[str, Any]], rounds: int = ROUNDS, seed: int = 0
             "kendall_tau": human["kendall_tau"], "position_bias": judge["position_bias"],
             "position_first": judge["position_first"], "position_second": judge["position_second"],
             "pairs_judged": judge["pairs_judged"],
+            # What it costs beside how far to trust it: the cheapest judge one can trust.
+            "cost_per_1000_pairs": judge.get("cost_per_1000_pairs"), "pairs_per_s": judge.get("pairs_per_s"),
+            "abstentions": judge.get("abstentions", 0),
         })
     return sorted(rows, key=_order)
 

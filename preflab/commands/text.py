@@ -100,6 +100,14 @@ def _tail(text: str | None, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
+def _cost(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.4f}" if value < 1 else f"{value:,.2f}"
+
+
+def _rate(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.1f}"
+
+
 def judges_text(trust: dict[str, Any]) -> str:
     """The `preflab stats --judges` table: which judge to trust, best first (no trailing newline)."""
     rows, boot = trust["judges"], trust["bootstrap"]
@@ -113,7 +121,7 @@ def judges_text(trust: dict[str, Any]) -> str:
              f"({boot['level']:.0%} interval: {boot['rounds']:,} bootstrap resamples of the shared prompts, "
              f"seed {boot['seed']})",
              f"{'judge':<16} {'kind':<20} {'model':<28} {'prompts':>7} {'pairs':>7}  {'agreement [interval]':<20}"
-             f" {'tau-b':>6}  position bias"]
+             f" {'tau-b':>6} {'$/1k pairs':>10} {'pairs/s':>8}  position bias"]
     for r in rows:
         kind = f"{r['kind']} ({r['method']})" if r["method"] else r["kind"]
         agreement = ("n/a (no prompt shared)" if not r["shared_prompts"] else
@@ -124,10 +132,12 @@ def judges_text(trust: dict[str, Any]) -> str:
                 "n/a (scores each reply alone)" if r["position_bias"] is None else
                 f"{num(r['position_bias'])} (first {num(r['position_first'])}, second {num(r['position_second'])})")
         lines.append(f"{_tail(r['judge'], 16):<16} {_tail(kind, 20):<20} {_tail(r['model'] or r.get('source'), 28):<28} "
-                     f"{r['shared_prompts']:>7,} {r['shared_pairs']:>7,}  {agreement:<20} {num(r['kendall_tau']):>6}  "
-                     f"{bias}")
+                     f"{r['shared_prompts']:>7,} {r['shared_pairs']:>7,}  {agreement:<20} {num(r['kendall_tau']):>6} "
+                     f"{_cost(r.get('cost_per_1000_pairs')):>10} {_rate(r.get('pairs_per_s')):>8}  {bias}")
     lines.append("position bias: the share of pairs judged in both orders whose verdict followed the position "
                  "(the reply shown first won both times, or the one shown second did)")
+    lines.append("$/1k pairs: what its runs on a server cost (--price-in, --price-out) per 1,000 candidate pairs "
+                 "it ranked; pairs/s: pairs ranked per second of its judging")
     return "\n".join(lines)
 
 
