@@ -27,14 +27,12 @@ import urllib.request
 from pathlib import Path
 
 from common import cpu_seconds, peak_rss_mb, postgres_schema_url
+from worlds import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def start_stub(latency: float) -> tuple[subprocess.Popen, str]:
-    sys.path.insert(0, str(ROOT))
-    from tests.fault_app import free_port
-
     port = free_port()
     proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fault_app.py"), str(port), str(latency)],
                             cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})

@@ -14,7 +14,7 @@ Each case runs in a fresh process, so its peak RSS is its own (goal: ≤ 30 s an
 - style: `--style-control` on a tenth of the battles with a tenth of the rounds
   (style control fits battle by battle, one sample at a time);
 - fastchat: the baseline in the same run, FastChat's `compute_bt` and
-  `compute_bootstrap_bt` as written out in tests/db/leaderboard/fastchat_reference.py
+  `compute_bootstrap_bt` as written out in bench/fastchat_bt.py
   (L-BFGS per sample), on the same battles, `--fastchat-rounds` rounds in one process
   (FastChat spreads them over a process pool), scaled to `--rounds`.
 Prints one line per case and a JSON document of all of them.
@@ -30,8 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.db.leaderboard: the simulation and FastChat's formulas
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import peak_rss_mb  # noqa: E402
@@ -41,7 +39,7 @@ def simulated(args):
     import numpy as np
 
     from preflab.db.leaderboard.battles import Battles
-    from tests.db.leaderboard.simulate import simulate
+    from worlds import simulate
 
     rng = np.random.default_rng(0)
     strengths = np.sort(rng.normal(0, 100, args.models))  # a spread of ±300 Elo leaves room for the ties
@@ -157,8 +155,8 @@ def case_style(args) -> dict:
 def case_fastchat(args) -> dict:
     import pandas as pd
 
-    from tests.db.leaderboard import fastchat_reference as fastchat
-    from tests.db.leaderboard.simulate import winners
+    import fastchat_bt as fastchat
+    from worlds import winners
 
     battles = simulated(args)
     names = pd.Series(battles.models)

@@ -6,8 +6,8 @@ Usage: python bench/bench_reward_eval.py [--pairs 100000] [--replies 4] [--round
 The pairs are the k·(k−1)/2 pairs of rankings of `--replies` replies (4: six pairs a
 prompt, 16,667 prompts), chat messages as a conversational export holds them, each
 prompt a user turn of about 20 words and each reply about 30, with a category, an
-annotator kind and a margin. The model is the tests' tiny Llama reward model (2
-layers, hidden 32, ChatML template), on the CPU with one torch thread per case.
+annotator kind and a margin. The model is the tests' tiny Llama reward model, built by
+bench/worlds.py (2 layers, hidden 32, ChatML template), on the CPU with one torch thread per case.
 
 Each case runs in a fresh process, so its peak RSS is its own:
 - preflab: `score.score_split` (loading the model, warm; every distinct reply of a side
@@ -31,8 +31,6 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # tests.tiny_models: the tiny reward model
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import peak_rss_mb  # noqa: E402
@@ -80,7 +78,7 @@ def held_out(n_pairs: int, replies: int, seed: int = 0):
 
 
 def tiny_model(workdir: Path) -> str:
-    from tests.tiny_models import tiny_reward_model
+    from worlds import tiny_reward_model
 
     path = workdir / "tiny-rm"
     if not path.exists():
