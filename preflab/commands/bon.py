@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.engine_options import engine_config, engine_line, engine_options
+from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
 from preflab.errors import InputError
 from preflab.settings import Settings
 from preflab.training.bestofn.config import BON_DEFAULTS, BonSampleConfig
@@ -157,10 +158,12 @@ def plot_command(settings: Settings, path, from_db, proxy, true_name, out, ns, a
 @click.option("--reward-model", "reward_model", required=True, metavar="MODEL_VERSION",
               help="The reward model: a model version of kind 'reward'.")
 @click.option("--policy", metavar="ID_OR_PATH",
-              help="The causal LM to sample from (model version, path, hub id); default: the global --model.")
+              help="The causal LM to sample from (model version, path, hub id; with --engine openai, the served "
+                   "model's name); default: the global --model.")
 @click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
               help="JSON Lines prompts to import and sample for (default: every stored prompt).")
 @config_options(BonSampleConfig, defaults=BON_DEFAULTS)
+@engine_options
 @json_option
 @pass_settings
 def sample_command(settings: Settings, reward_model, policy, prompts_file, as_json, **fields):
@@ -170,6 +173,9 @@ def sample_command(settings: Settings, reward_model, policy, prompts_file, as_js
     ranking by an AI annotator named after the reward model, so that
     `preflab bon estimate --from-db --proxy MODEL_VERSION` estimates every n ≤ N.
     Re-running the same settings samples only the prompts not yet done.
+    With --engine openai the policy samples on a server (--policy names the served
+    model) and the reward model scores here; a server gives no sampling
+    probabilities, so the KL is given by its bound alone.
 
     Example: preflab bon sample --reward-model rm-v1 --n 8 --prompts prompts.jsonl
     """
@@ -177,23 +183,41 @@ def sample_command(settings: Settings, reward_model, policy, prompts_file, as_js
     from preflab.training.bestofn.jobs import sample_best_of_n
 
     config = build_config(BonSampleConfig, fields)
+    engine = engine_config(fields, policy or settings.model)
     report = sample_best_of_n(open_sessions(settings.database_url), reward_model, policy or settings.model, config,
-                              prompts_file, reporter=Reporter(not as_json))
+                              prompts_file, reporter=Reporter(not as_json), engine=engine)
     if as_json:
         echo_json(report)
         return
     selected = report["selected"]
-    if not selected:
+    if selected:
+        mean = sum(s["mean_score"] for s in selected) / len(selected)
+        best = sum(s["score"] for s in selected) / len(selected)
+        beirami = "n/a" if report["kl_beirami"] is None else f"{report['kl_beirami']:.3f}"
+        click.echo(f"best-of-{config.n} over {report['prompts']:,} prompts with {report['policy']}: reward "
+                   f"{mean:.3f} (mean draw) → {best:.3f} (kept); KL ≤ {report['kl_bound']:.3f} nats, Beirami's "
+                   f"estimate {beirami}; {report['stored']:,} new candidates, {report['duplicates']:,} repeated "
+                   f"draws, {report['kept']:,} prompts already done")
+        click.echo(f"estimate every n ≤ {report['estimate']['largest_group']} with: "
+                   f"preflab bon estimate --from-db --proxy {reward_model}")
+    elif not (report["quarantined"] or report["failed"]):
         click.echo(f"nothing to sample: these {report['kept']:,} prompts were sampled with these settings before")
-        return
-    mean = sum(s["mean_score"] for s in selected) / len(selected)
-    best = sum(s["score"] for s in selected) / len(selected)
-    click.echo(f"best-of-{config.n} over {report['prompts']:,} prompts with {report['policy']}: reward {mean:.3f} "
-               f"(mean draw) → {best:.3f} (kept); KL ≤ {report['kl_bound']:.3f} nats, Beirami's estimate "
-               f"{report['kl_beirami']:.3f}; {report['stored']:,} new candidates, {report['duplicates']:,} repeated "
-               f"draws, {report['kept']:,} prompts already done")
-    click.echo(f"estimate every n ≤ {report['estimate']['largest_group']} with: "
-               f"preflab bon estimate --from-db --proxy {reward_model}")
+    for line in _unanswered(report):
+        click.echo(line)
+    if line := engine_line(report["engine"]):
+        click.echo(line)
+
+
+def _unanswered(report: dict) -> list[str]:
+    """What the server would not answer: prompts quarantined (and why), prompts left for the next run."""
+    lines = []
+    if report["quarantined"]:
+        lines.append(f"quarantined {plural(report['quarantined'], 'prompt')} the server refused "
+                     f"(kept with the reason; not asked again)")
+    if report["failed"]:
+        lines.append(f"{plural(report['failed'], 'prompt')} had a draw without an answer after every retry: "
+                     f"left for the next run")
+    return lines + [f"  {count:,} × {reason}" for reason, count in report["reasons"].items()]
 
 
 @bon_group.command("frontier")

@@ -6,6 +6,7 @@ commands in `preflab.commands.bon` only parse options and print.
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.errors import InputError
+from preflab.errors import ConfigError, InputError
+from preflab.lm.engines.config import EngineConfig
 from preflab.training.bestofn.config import BonSampleConfig
 from preflab.training.bestofn.estimator import BonEstimate, estimate
 from preflab.training.bestofn.fit import GaoFit
@@ -74,7 +76,8 @@ def plot_groups(groups: list[Group], ns: str, out: str | Path, title: str) -> Go
 
 
 def sample_best_of_n(sessions: sessionmaker[Session], reward_model: str, policy: str, config: BonSampleConfig,
-                     prompts_file: str | Path | None = None, reporter: Reporter = SILENT) -> dict[str, Any]:
+                     prompts_file: str | Path | None = None, reporter: Reporter = SILENT, *,
+                     engine: EngineConfig | None = None) -> dict[str, Any]:
     """Best-of-n sampling with a trained reward model, and what it did to the policy.
 
     Samples and stores N responses per prompt (`preflab.training.bestofn.sample.best_of_n`),
@@ -84,8 +87,10 @@ def sample_best_of_n(sessions: sessionmaker[Session], reward_model: str, policy:
 
     Args:
         reward_model: a model version of kind `reward`.
-        policy: the causal LM to sample from (model version, embedded name, path or hub id).
+        policy: the causal LM to sample from (model version, embedded name, path or hub id; on a
+            server, the served model's name: the draws are stored as `openai:<served model>`).
         prompts_file: JSON Lines prompts to import and sample for; default every stored prompt.
+        engine: where the policy samples (default: in this process); the reward model scores here.
 
     Returns:
         The summary (`BonSampleSummary.as_dict()`) with `kl_bound`, `kl_beirami` and `estimate`.
@@ -93,25 +98,41 @@ def sample_best_of_n(sessions: sessionmaker[Session], reward_model: str, policy:
     from preflab.labelling.selection import prompts_from_file
     from preflab.training.bestofn.kl import beirami_kl_log, kl_bound
     from preflab.training.bestofn.sample import best_of_n, reward_model_version
-    from preflab.lm.names import ModelCache, load_named_model
+    from preflab.lm.engines import open_engine
+    from preflab.lm.names import ModelCache, NamedModel, load_named_model, model_version_id
 
+    engine = engine or EngineConfig(engine="transformers")
+    if engine.engine != "transformers" and config.top_k:
+        raise ConfigError("--top-k cannot be sent to a server (the OpenAI API has none): leave it at 0 "
+                          "with --engine openai")
     with sessions.begin() as session:
         reward_model_version(session, reward_model)  # a reward model with weights, or a one-line error
     prompt_ids = prompts_from_file(sessions, prompts_file) if prompts_file else None
     cache = ModelCache()
-    policy_model = load_named_model(sessions, policy, cache=cache)
-    reward = load_named_model(sessions, reward_model, record=False, scorer=True, cache=cache)
-    reporter.note(f"best-of-{config.n} with {policy_model.label}, scored by {reward.label}")
-    summary = best_of_n(sessions, policy_model, reward, config, prompt_ids, reporter)
+    with ExitStack() as stack:
+        served = None
+        if engine.engine == "transformers":
+            policy_model = load_named_model(sessions, policy, cache=cache)
+        else:
+            served = stack.enter_context(open_engine(engine, sessions, model=policy))
+            with sessions.begin() as session:  # the served model is recorded under the name its draws are stored as
+                policy_model = NamedModel(served.name, served.model, model_version_id(session, served.name),
+                                          None, None)
+        reward = load_named_model(sessions, reward_model, record=False, scorer=True, cache=cache)
+        reporter.note(f"best-of-{config.n} with {policy_model.label}, scored by {reward.label}")
+        summary = best_of_n(sessions, policy_model, reward, config, prompt_ids, reporter, engine=served)
     cache.clear()
     report = summary.as_dict()
     report["kl_bound"] = float(kl_bound(config.n))
-    # Beirami et al.: ε is the sampling probability of each kept response.
-    report["kl_beirami"] = (float(np.mean(beirami_kl_log([s.logprob for s in summary.selected], config.n)))
-                            if summary.selected else None)
-    with sessions.begin() as session:
-        groups, _ = db_samples(session, reward_model)
-    est = estimate_groups([(name, proxy, None) for name, proxy, _ in groups], "pow2")
-    report["estimate"] = {"n": est.n, "proxy": est.proxy, "groups": est.groups, "kl_bound": est.kl_bound,
-                          "largest_group": max(p.size for _, p, _ in groups)}
+    # Beirami et al.: ε is the sampling probability of each kept response (a server does not give it).
+    logprobs = [s.logprob for s in summary.selected]
+    report["kl_beirami"] = (float(np.mean(beirami_kl_log(logprobs, config.n)))
+                            if logprobs and None not in logprobs else None)
+    report["estimate"] = None
+    if summary.selected or summary.kept:  # else nothing is scored yet: every draw went unanswered
+        with sessions.begin() as session:
+            groups, _ = db_samples(session, reward_model)
+        est = estimate_groups([(name, proxy, None) for name, proxy, _ in groups], "pow2")
+        report["estimate"] = {"n": est.n, "proxy": est.proxy, "groups": est.groups, "kl_bound": est.kl_bound,
+                              "largest_group": max(p.size for _, p, _ in groups)}
     return report

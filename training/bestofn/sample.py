@@ -16,6 +16,10 @@ n ≤ N from them, and a human or gold judge can rank them to measure the truth:
 Sampling uses the policy's own generation loop with the scores of the processed
 (temperature, top-p) distribution, so each response's probability under what
 was actually sampled is known: Beirami et al.'s KL estimate d_n(ε) needs it.
+On a server (`--engine openai`) each draw is a request of its own, seeded by its
+prompt and index so a re-run is answered from the request store; a server does
+not say what the processed distribution gave a reply, so its draws' `logprob`
+is None and the KL is left at its bound.
 Loading comes from `preflab.lm.loading`, prompt formatting from its chat
 helpers, and scoring from `preflab.lm.scoring` (inputs tokenized as the
 reward model was trained on them), as `preflab judge reward-model` scores.
@@ -27,6 +31,7 @@ import hashlib
 import json
 import random
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,8 +45,9 @@ from preflab.db.models import Annotator, ModelVersion, Prompt, Ranking, RankingI
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
 from preflab.errors import InputError, NotFound
-from preflab.training.bestofn.config import BonSampleConfig
+from preflab.lm.engines import Failed, Generate, Sampling
 from preflab.lm.names import NamedModel
+from preflab.training.bestofn.config import BonSampleConfig
 
 SOURCE = "bon"
 
@@ -49,7 +55,7 @@ SOURCE = "bon"
 @dataclass
 class Sample:
     text: str
-    logprob: float    # log P(token sequence) under the processed sampling distribution
+    logprob: float | None  # log P(token sequence) under the processed sampling distribution (None: a server's)
     tokens: int       # generated tokens, the end-of-turn token included
     finished: bool    # ended with an end-of-turn token rather than at max_new_tokens
     token_ids: list[int] = field(default_factory=list, repr=False)  # generated, up to the end-of-turn token
@@ -99,7 +105,7 @@ class Selected:
     candidate_id: int
     score: float
     mean_score: float
-    logprob: float
+    logprob: float | None
     text: str
 
 
@@ -114,6 +120,10 @@ class BonSampleSummary:
     stored: int = 0           # new candidates
     duplicates: int = 0       # draws identical to another draw of the same prompt
     superseded: int = 0       # earlier best-of-n rankings by this reward model replaced
+    quarantined: int = 0      # prompts a server refused for themselves (over its context length)
+    failed: int = 0           # prompts with a draw left unanswered after every retry: sampled by the next run
+    reasons: dict[str, int] = field(default_factory=dict)  # why, with how many draws each
+    engine: dict | None = None  # a server's stats: requests, cache hits, tokens in/out, retries, errors, cost
     seconds: float = 0.0
     selected: list[Selected] = field(default_factory=list)
 
@@ -131,6 +141,20 @@ def run_id(policy: str, reward_model: str, config: BonSampleConfig) -> str:
 def _batch_seed(base: int, prompt_ids: list[int]) -> int:
     key = f"{base}:{prompt_ids}".encode()
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
+
+
+def draw_on_server(engine, batch: list[tuple[int, Messages]], config: BonSampleConfig) -> list[list[Sample] | Failed]:
+    """`config.n` draws per prompt from a server, or why a prompt got none; each prompt seeded by itself."""
+    asks = [Generate(turns, Sampling(config.max_new_tokens, config.temperature, config.top_p,
+                                     _batch_seed(config.seed, [pid])), index=i)
+            for pid, turns in batch for i in range(config.n)]
+    answers = engine.generate(asks)
+    out: list[list[Sample] | Failed] = []
+    for k in range(len(batch)):
+        mine = answers[k * config.n:(k + 1) * config.n]
+        failed = next((a for a in mine if isinstance(a, Failed)), None)
+        out.append(failed or [Sample(a.text, None, a.tokens, a.finished) for a in mine])
+    return out
 
 
 def _prompts_to_sample(session: Session, run: str,
@@ -192,7 +216,7 @@ def _store_prompt(session: Session, annotator_id: int, run: str, prompt_id: int,
 
 
 def best_of_n(sessions: sessionmaker[Session], policy: NamedModel, reward: NamedModel, config: BonSampleConfig,
-              prompt_ids: list[int] | None = None, reporter: Reporter = SILENT) -> BonSampleSummary:
+              prompt_ids: list[int] | None = None, reporter: Reporter = SILENT, *, engine=None) -> BonSampleSummary:
     """Sample N responses per prompt, score them, keep the best; store everything.
 
     Each batch of prompts is one transaction, so an interrupted run keeps what it
@@ -201,6 +225,8 @@ def best_of_n(sessions: sessionmaker[Session], policy: NamedModel, reward: Named
     Args:
         policy: the loaded causal LM; its label and version are stored on the candidates.
         reward: the loaded reward model; its label names the AI annotator of the rankings.
+        engine: an open server engine (`preflab.lm.engines`) that samples in the policy's
+            stead (`policy` then names it and holds no model).
     """
     from preflab.lm.loading import chat_prompt
     from preflab.lm.scoring import exchange, reward_scores
@@ -218,25 +244,40 @@ def best_of_n(sessions: sessionmaker[Session], policy: NamedModel, reward: Named
                 "model_version": reward.label, "use": "best-of-n"}}])
         todo, summary.kept = _prompts_to_sample(session, run, prompt_ids)
     per_batch = max(1, config.batch_size // config.n)
+    if engine is not None:  # enough draws to a call to keep --concurrency requests in flight
+        per_batch = max(per_batch, 4 * engine.config.concurrency // config.n)
+    reasons: Counter[str] = Counter()
     with reporter.progress("best-of-n", len(todo)) as advance:
         for batch in chunks(todo, per_batch):
             seed = _batch_seed(config.seed, [pid for pid, _ in batch])
-            # The policy reads every message of the history through its chat template, and the reward
-            # model scores each draw given that history (plain text only for a lone user message).
-            texts = [chat_prompt(policy.tokenizer, turns) for _, turns in batch]
-            drawn = sample_sequences(policy.model, policy.tokenizer, texts, config, seed)
+            if engine is None:
+                # The policy reads every message of the history through its chat template, and the reward
+                # model scores each draw given that history (plain text only for a lone user message).
+                texts = [chat_prompt(policy.tokenizer, turns) for _, turns in batch]
+                drawn = sample_sequences(policy.model, policy.tokenizer, texts, config, seed)
+            else:
+                drawn = draw_on_server(engine, batch, config)
+            for d in drawn:
+                if isinstance(d, Failed):  # not stored: the prompt is sampled again by the next run
+                    reasons[d.reason] += 1
+                    summary.quarantined += d.quarantined
+                    summary.failed += not d.quarantined
+            kept = [(item, d) for item, d in zip(batch, drawn) if not isinstance(d, Failed)]
             inputs = [exchange(turns, assistant_turn(s.text), config.conversational)
-                      for (_, turns), samples in zip(batch, drawn) for s in samples]
+                      for (_, turns), samples in kept for s in samples]
             values = iter(reward_scores(reward.model, reward.tokenizer, [p for p, _ in inputs],
-                                        [r for _, r in inputs], config.batch_size))
+                                        [r for _, r in inputs], config.batch_size) if inputs else [])
             rng = random.Random(seed)
             with sessions.begin() as session:
-                for (prompt_id, _), samples in zip(batch, drawn):
+                for (prompt_id, _), samples in kept:
                     scores = [round(next(values), 6) for _ in samples]
+                    drawn_with = seed if engine is None else _batch_seed(config.seed, [prompt_id])
                     _store_prompt(session, annotator_id, run, prompt_id, samples, scores, policy.label,
-                                  policy.version_id, config, seed, rng, summary)
-            summary.prompts += len(batch)
-            summary.samples += sum(len(s) for s in drawn)
+                                  policy.version_id, config, drawn_with, rng, summary)
+            summary.prompts += len(kept)
+            summary.samples += sum(len(s) for _, s in kept)
             advance(len(batch))
+    summary.reasons = dict(reasons.most_common(10))
+    summary.engine = engine.stats.as_dict() if engine is not None else None
     summary.seconds = time.perf_counter() - start
     return summary
