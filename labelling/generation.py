@@ -144,15 +144,18 @@ def generate_candidates(sessions: sessionmaker[Session], model, tokenizer, model
 
 
 def generate_with(sessions: sessionmaker[Session], engine, config: GenerateConfig, prompt_ids: list[int] | None = None,
-                  model_version_id: int | None = None, reporter: Reporter = SILENT) -> GenerateSummary:
+                  model_version_id: int | None = None, reporter: Reporter = SILENT, *,
+                  label: str | None = None) -> GenerateSummary:
     """Top every prompt (or those given) up to `config.n` candidates from `engine`, stored as `engine.name`.
 
     Args:
         sessions: each call to the engine is stored in its own transaction, so a crash keeps what was made.
         engine: an open engine (`preflab.lm.engines.open_engine`).
         model_version_id: the model version stored on each candidate.
+        label: store the candidates under this name instead (the self-rewarding loop's M_{t-1},
+            wherever it runs); a server's candidates still say which engine drew them.
     """
-    model_name = engine.name
+    model_name = label or engine.name
     summary = GenerateSummary(model=model_name)
     start = time.perf_counter()
     needed_prompts: set[int] = set()
@@ -213,7 +216,8 @@ def _calls(engine, todo: list[tuple[int, str | Messages, int]], config: Generate
     for pid, prompt, have in todo:
         seed = _batch_seed(config.seed, round_, [(pid, have)])
         sampling = Sampling.of(config, seed)
-        asks = [(pid, Generate(prompt, sampling, index=j), {"seed": seed, "index": j}) for j in range(have, config.n)]
+        asks = [(pid, Generate(prompt, sampling, index=j), {"seed": seed, "index": j, "engine": engine.name})
+                for j in range(have, config.n)]
         if call and len(call) + len(asks) > size:
             yield call
             call = []

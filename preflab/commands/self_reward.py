@@ -7,6 +7,7 @@ import dataclasses
 import click
 from click.core import ParameterSource
 
+from preflab.commands.engine_options import engine_config, engine_line, engine_options
 from preflab.console import DefaultGroup, Reporter, config_options, echo_json, json_option
 from preflab.settings import Settings
 from preflab.training.config import DPOTrainConfig
@@ -66,6 +67,7 @@ def self_reward_group():
 @config_options(SelfRewardConfig, exclude=tuple(LOOP_RENAMED))
 @config_options(SelfRewardConfig, exclude=_only(SelfRewardConfig, LOOP_RENAMED), prefix="sampling_")
 @config_options(DPOTrainConfig)
+@engine_options
 @click.pass_context
 def run_command(ctx, iterations, loop, output_dir, as_json, **fields):
     """Run the loop until T iterations are done (the default command).
@@ -83,6 +85,11 @@ def run_command(ctx, iterations, loop, output_dir, as_json, **fields):
     extends a loop with its own settings. Set
     PREFLAB_FAIL_AT=self-reward:STEP[:ITERATION] to rehearse a crash.
 
+    With --engine openai, M_t writes its prompts and samples its candidates on the
+    server at --api-base, which serves it under its model version's name (M_0: the
+    name --model gives); judging and DPO run here. The engine options are this run's
+    alone: they are not stored with the loop.
+
     Example: preflab self-reward run --iterations 3 --with-human
     """
     if iterations is None:
@@ -96,7 +103,10 @@ def run_command(ctx, iterations, loop, output_dir, as_json, **fields):
     with sessions.begin() as session:
         config, dpo = loop_settings(session, loop, _given(ctx, fields, SelfRewardConfig, LOOP_RENAMED),
                                     _given(ctx, fields, DPOTrainConfig), settings.model)
-    summaries = run_self_reward(sessions, config, dpo, iterations, loop, output_dir, reporter=Reporter(not as_json))
+    # The served model is named per step (each iteration's M_{t-1}); M_0's name checks the options now.
+    engine = engine_config(dict(fields), config.model)
+    summaries = run_self_reward(sessions, config, dpo, iterations, loop, output_dir, reporter=Reporter(not as_json),
+                                engine=engine)
     if as_json:
         echo_json(summaries)
         return
@@ -106,6 +116,9 @@ def run_command(ctx, iterations, loop, output_dir, as_json, **fields):
                    f"{s['prompts']} prompts, {s['candidates']} candidates, {pairs.get('judge', 0)} judge pairs"
                    f" + {pairs.get('human', 0)} from people; win rate {_rate(s['win_rate'])} against {s['parent']}"
                    f"{_people(s['judge_agreement_ranked'])}")
+        for step, stats in s["engine"].items():
+            if line := engine_line(stats):
+                click.echo(f"iteration {s['iteration']}: {step} on {line}")
     click.echo(f"loop {loop}: ran {len(summaries)} iteration(s)" if summaries else
                f"loop {loop} already has {iterations} finished iteration(s); nothing to do")
 

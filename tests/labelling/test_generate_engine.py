@@ -148,3 +148,22 @@ def test_a_run_killed_mid_way_is_finished_asking_only_for_what_is_missing(cli, s
     assert redo["engine"]["requests"] == asks - kept == faults.asked["chat"] - asked_before
     assert redo["engine"]["cache_hits"] == kept - 4 * done
     assert count(sessions, Candidate) == count(sessions, EngineRequest) == asks
+
+
+def test_a_server_that_cannot_be_used_stops_the_run_with_one_sentence(cli, sessions, fault_server, tmp_path):
+    from tests.fault_app import free_port
+
+    url, faults = fault_server(key="right-key")
+    prompts = write_prompts(tmp_path / "p.jsonl", QUESTIONS)
+    refused = cli(*on_server(url, "--prompts", prompts), expect_ok=False)
+    assert refused.exit_code != 0 and f"the server at {url} refused the key (401)" in refused.output
+    assert "right-key" not in refused.output and "Traceback" not in refused.output
+
+    url, faults = fault_server()
+    unknown = cli("generate", "--engine", "openai", "--api-base", url, "--model", "no-such-model",
+                  "--prompts", prompts, expect_ok=False)
+    assert unknown.exit_code != 0 and "has no model 'no-such-model'; it offers: fault-model" in unknown.output
+    silent = f"http://127.0.0.1:{free_port()}/v1"
+    down = cli(*on_server(silent, "--prompts", prompts), expect_ok=False)
+    assert down.exit_code != 0 and f"the server at {silent} does not answer" in down.output
+    assert faults.asked["chat"] == 0 and count(sessions, Candidate) == count(sessions, EngineRequest) == 0

@@ -37,6 +37,7 @@ from preflab.console import SILENT, Reporter
 from preflab.db.engine import as_utc
 from preflab.db.models import DatasetVersion, ModelVersion, Prompt, SelfRewardIteration
 from preflab.errors import InputError
+from preflab.lm.engines.config import EngineConfig
 from preflab.settings import data_dir
 from preflab.training.selfreward.config import SelfRewardConfig
 from preflab.training.selfreward.state import load_context
@@ -47,13 +48,16 @@ from preflab.training.selfreward.steps import STEP_FUNCTIONS
 
 def run_self_reward(sessions: sessionmaker[Session], config: SelfRewardConfig, dpo_config, iterations: int,
                     loop: str = "default", output_dir: str | None = None,
-                    reporter: Reporter = SILENT) -> list[dict[str, Any]]:
+                    reporter: Reporter = SILENT, *, engine: EngineConfig | None = None) -> list[dict[str, Any]]:
     """Run (or resume) the loop until it has `iterations` finished iterations.
 
     An unfinished iteration is finished first, with these settings for the
     steps it has still to run (see `preflab.training.selfreward.config.loop_settings`).
     Every step commits its work before it is recorded as done, so a crash loses
     at most the step in progress. Returns a summary per iteration run now.
+
+    With a server `engine`, M_{t-1} writes its prompts and samples its candidates there,
+    served under its model version's name; judging and DPO run here.
     """
     from preflab.lm.names import ModelCache
 
@@ -68,6 +72,7 @@ def run_self_reward(sessions: sessionmaker[Session], config: SelfRewardConfig, d
         try:
             while True:
                 ctx = load_context(sessions, row_id)
+                ctx.engine = engine
                 if ctx.step == "done":
                     break
                 started = time.perf_counter()
@@ -149,4 +154,5 @@ def iteration_summary(sessions: sessionmaker[Session], row_id: int) -> dict[str,
                 "win_rate": (metrics.get("eval") or {}).get("win_rate"),
                 "judge_agreement": (metrics.get("judge_agreement") or {}).get("pairwise_agreement"),
                 "judge_agreement_ranked": metrics.get("judge_agreement_ranked"),
+                "engine": {"prompts": metrics.get("engine_prompts"), "candidates": metrics.get("engine_candidates")},
                 **{k: metrics.get(k) for k in ("prompts", "candidates", "pairs")}}

@@ -7,6 +7,12 @@ other; a writing round that falls short is followed by another (up to
 `max_rounds`). A model that cannot follow a few-shot instruction (the digit toy
 world's tiny LM, say) takes its prompts from a JSON Lines pool file instead:
 the next prompts in the file that are not stored yet.
+
+M_t writes in process (its reply begun for it with "Task 9:") or on a server
+(`--engine openai`: the instruction alone, as a user's message; a server cannot be
+relied on to continue a reply, and `clean_reply` drops a "Task 9:" the model writes
+itself). Each request is seeded by its round, its batch and its place in it, so a
+resumed step's first requests are those asked before, answered from the request store.
 """
 
 from __future__ import annotations
@@ -44,16 +50,48 @@ class WrittenPrompts:
     requests: int = 0          # replies asked for
     unusable: int = 0          # empty, too short or too long
     duplicates: int = 0        # already stored, an example, or written twice
+    unanswered: int = 0        # asked of a server that gave no reply (refused, or none after every retry)
+
+
+# How a batch of requests is answered: (the examples each shows, the batch's seed) -> each reply, None for none.
+Draw = Callable[[list[list[str]], int], list[str | None]]
+
+
+def few_shot_message(examples: list[str]) -> str:
+    shown = "\n\n".join(f"Task {i}: {text.strip()}" for i, text in enumerate(examples, start=1))
+    return FEW_SHOT_PROMPT.format(k=len(examples), examples=shown)
 
 
 def few_shot_text(tokenizer, examples: list[str]) -> str:
     from preflab.lm.loading import chat_text
 
-    shown = "\n\n".join(f"Task {i}: {text.strip()}" for i, text in enumerate(examples, start=1))
     # The reply is begun for the model ("Task 9:"), so it continues the list with a task instead of
     # talking about one: small models follow the pattern far better than the instruction.
-    return chat_text(tokenizer, FEW_SHOT_PROMPT.format(k=len(examples), examples=shown),
-                     assistant=f"Task {len(examples) + 1}:")
+    return chat_text(tokenizer, few_shot_message(examples), assistant=f"Task {len(examples) + 1}:")
+
+
+def draw_in_process(model, tokenizer, *, max_new_tokens: int, temperature: float, top_p: float) -> Draw:
+    """Replies from a model loaded here, one batched `generate` per batch, the reply begun for it."""
+    from preflab.lm.sampling import generate_texts
+
+    def draw(shown: list[list[str]], seed: int) -> list[str | None]:
+        replies = generate_texts(model, tokenizer, [few_shot_text(tokenizer, s) for s in shown],
+                                 max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+        return [r.text for r in replies]
+
+    return draw
+
+
+def draw_on_server(engine, *, max_new_tokens: int, temperature: float, top_p: float) -> Draw:
+    """Replies from a server engine (`preflab.lm.engines`): each request its own, told apart by its index."""
+    from preflab.lm.engines import Failed, Generate, Sampling
+
+    def draw(shown: list[list[str]], seed: int) -> list[str | None]:
+        sampling = Sampling(max_new_tokens, temperature, top_p, seed)
+        answers = engine.generate([Generate(few_shot_message(s), sampling, index=i) for i, s in enumerate(shown)])
+        return [None if isinstance(a, Failed) else a.text for a in answers]
+
+    return draw
 
 
 def clean_reply(reply: str) -> str | None:
@@ -79,19 +117,18 @@ def _seed(base: int, iteration: int, round_: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def write_prompts(model, tokenizer, examples: list[str], n: int, *, shots: int = 8, seed: int = 0,
-                  iteration: int = 0, max_new_tokens: int = 128, temperature: float = 1.0, top_p: float = 0.9,
-                  batch_size: int = 8, max_rounds: int = 3, is_new: Callable[[list[str]], list[bool]],
+def write_prompts(draw: Draw, examples: list[str], n: int, *, shots: int = 8, seed: int = 0,
+                  iteration: int = 0, batch_size: int = 8, max_rounds: int = 3,
+                  is_new: Callable[[list[str]], list[bool]],
                   on_batch: Callable[[list[str]], None] | None = None) -> WrittenPrompts:
     """Ask the model for `n` new prompts, each request showing `shots` examples drawn at random.
 
     Args:
+        draw: how a batch of requests is answered (`draw_in_process`, `draw_on_server`).
         examples: the prompts shown (at least one).
         is_new: tells, for a list of texts, which are not stored yet (checked per batch).
         on_batch: called with each batch of new prompts, so the caller can store them as they come.
     """
-    from preflab.lm.sampling import generate_texts
-
     if not examples:
         raise InputError("there are no prompts to show as examples; import some with `preflab import prompts`")
     out = WrittenPrompts()
@@ -107,13 +144,14 @@ def write_prompts(model, tokenizer, examples: list[str], n: int, *, shots: int =
             if len(out.texts) >= n:
                 break
             part = requests[start:start + batch_size]
-            replies = generate_texts(model, tokenizer, [few_shot_text(tokenizer, shown) for shown in part],
-                                     max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                     seed=_seed(seed, iteration, round_ * 100_000 + start))
+            replies = draw(part, _seed(seed, iteration, round_ * 100_000 + start))
             out.requests += len(part)
             fresh: list[str] = []
             for reply in replies:
-                text = clean_reply(reply.text)
+                if reply is None:
+                    out.unanswered += 1
+                    continue
+                text = clean_reply(reply)
                 if text is None:
                     out.unusable += 1
                     continue

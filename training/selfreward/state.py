@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.db.conversation import Messages, prompt_columns, user_turn
 from preflab.db.models import Candidate, ModelVersion, Prompt, Ranking, SelfRewardIteration
 from preflab.db.store import chunks, ensure_prompts
+from preflab.lm.engines.config import EngineConfig
 from preflab.training.faults import fail_point
 from preflab.training.selfreward.config import SelfRewardConfig
 
@@ -40,6 +41,8 @@ class Context:
     judge_annotator_id: int | None
     dataset_version_id: int | None
     model_version_id: int | None
+    # Where M_{t-1} writes prompts and samples candidates (None: in this process); a run's setting, never stored.
+    engine: EngineConfig | None = None
 
     @property
     def source(self) -> str:

@@ -9,6 +9,8 @@ and does only the rest. Every step is `step(sessions, ctx, models, reporter)`:
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -77,41 +79,74 @@ def _judge(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) ->
     return _policy(ctx, models)
 
 
+@contextmanager
+def _policy_engine(sessions: sessionmaker[Session], ctx: Context, models: ModelCache):
+    """M_{t-1} as an engine: loaded here (once per iteration), or on the server, served under its own name."""
+    if ctx.engine is None or ctx.engine.engine == "transformers":
+        from preflab.lm.engines.local import TransformersEngine
+
+        policy = _policy(ctx, models)
+        yield TransformersEngine(policy.model, policy.tokenizer, policy.label, ctx.config.batch_size, policy.version_id)
+        return
+    from preflab.lm.engines import open_engine
+
+    with open_engine(replace(ctx.engine, model=ctx.policy), sessions) as engine:
+        yield engine
+
+
+def _on_server(ctx: Context) -> bool:
+    return ctx.engine is not None and ctx.engine.engine != "transformers"
+
+
+def _unanswered(summary) -> str:
+    """", 1 prompt quarantined by the server, 2 samples unanswered" (those left for a re-run of the step)."""
+    out = f", {summary.quarantined} prompts quarantined by the server" if summary.quarantined else ""
+    return out + (f", {summary.failed} samples unanswered" if summary.failed else "")
+
+
 def prompts_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
-    from preflab.training.selfreward.prompts import pool_prompts, write_prompts
+    from preflab.training.selfreward.prompts import draw_in_process, draw_on_server, pool_prompts, write_prompts
 
     cfg = ctx.config
     with sessions.begin() as session:
         missing = cfg.prompts_per_iteration - count_iteration_prompts(session, ctx)
         examples = [] if cfg.prompt_pool else _examples(session, ctx)
-    detail = ""
+    detail, stats = "", None
     if missing > 0 and cfg.prompt_pool:
         items = pool_prompts(cfg.prompt_pool, missing, _is_new(sessions))
         store_prompts(sessions, ctx, items, written=False)
         detail = f" from {cfg.prompt_pool}"
     elif missing > 0:
-        policy = _policy(ctx, models)
-        with reporter.progress(f"iteration {ctx.iteration}: writing prompts", missing) as step:
+        sampling = {"max_new_tokens": cfg.prompt_max_new_tokens, "temperature": cfg.prompt_temperature,
+                    "top_p": cfg.top_p}
+        batch_size = cfg.batch_size
+        with _policy_engine(sessions, ctx, models) as engine, \
+                reporter.progress(f"iteration {ctx.iteration}: writing prompts", missing) as step:
+            if _on_server(ctx):
+                draw = draw_on_server(engine, **sampling)
+                batch_size = max(batch_size, engine.config.concurrency)  # keep the server's slots busy
+            else:
+                draw = draw_in_process(engine.model, engine.tokenizer, **sampling)
             written = write_prompts(
-                policy.model, policy.tokenizer, examples, missing, shots=cfg.shots, seed=cfg.seed,
-                iteration=ctx.iteration, max_new_tokens=cfg.prompt_max_new_tokens,
-                temperature=cfg.prompt_temperature, top_p=cfg.top_p, batch_size=cfg.batch_size,
-                is_new=_is_new(sessions),
+                draw, examples, missing, shots=cfg.shots, seed=cfg.seed, iteration=ctx.iteration,
+                batch_size=batch_size, is_new=_is_new(sessions),
                 on_batch=lambda texts: (store_prompts(sessions, ctx, [(t, None) for t in texts], True),
                                         step(len(texts))))
+            stats = engine.stats.as_dict() if _on_server(ctx) else None
+        unanswered = f", {written.unanswered} unanswered" if written.unanswered else ""
         detail = (f" written by {ctx.policy} ({written.requests} asked, {written.duplicates} duplicates, "
-                  f"{written.unusable} unusable)")
+                  f"{written.unusable} unusable{unanswered})")
     with sessions.begin() as session:
         have = count_iteration_prompts(session, ctx)
         if have == 0:
             raise InputError(f"iteration {ctx.iteration} got no new prompts{detail or ''}; "
                              "give a prompt pool with more prompts, or more examples to show")
         reporter.note(f"iteration {ctx.iteration}: {have} new prompts{detail}")
-        advance(session, ctx, metrics={"prompts": have})
+        advance(session, ctx, metrics={"prompts": have, **({"engine_prompts": stats} if stats else {})})
 
 
 def candidates_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
-    from preflab.labelling.generation import GenerateConfig, GenerateSummary, generate_candidates, prompts_needing
+    from preflab.labelling.generation import GenerateConfig, GenerateSummary, generate_with, prompts_needing
 
     cfg = ctx.config
     gen = GenerateConfig(**cfg.sampling(), batch_size=cfg.batch_size)
@@ -120,17 +155,18 @@ def candidates_step(sessions: sessionmaker[Session], ctx: Context, models: Model
         todo = prompts_needing(session, ctx.policy, cfg.n, ids)
     summary = GenerateSummary()
     if todo:
-        policy = _policy(ctx, models)
-        summary = generate_candidates(sessions, policy.model, policy.tokenizer, policy.label, gen, ids,
-                                      policy.version_id, reporter)
+        # Stored under M_{t-1}'s own name wherever it ran, as the judge and pairs steps read them.
+        with _policy_engine(sessions, ctx, models) as engine:
+            summary = generate_with(sessions, engine, gen, ids, ctx.policy_id, reporter, label=ctx.policy)
     with sessions.begin() as session:
         tag_iteration(session, ctx, ids)
         total = session.scalar(select(func.count()).select_from(Candidate).where(
             Candidate.model == ctx.policy, Candidate.iteration == ctx.iteration))
         reporter.note(f"iteration {ctx.iteration}: {total} candidates from {ctx.policy} "
                       f"({summary.stored} new, {summary.duplicates} duplicates, "
-                      f"{summary.short} prompts short of {cfg.n})")
-        advance(session, ctx, metrics={"candidates": total})
+                      f"{summary.short} prompts short of {cfg.n}{_unanswered(summary)})")
+        engine = {"engine_candidates": summary.engine} if _on_server(ctx) and summary.engine else {}
+        advance(session, ctx, metrics={"candidates": total, **engine})
 
 
 def judge_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
