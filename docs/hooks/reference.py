@@ -8,7 +8,8 @@ A page asks for a part with a marker line, replaced before the page is rendered:
   comments written beside each column in the models;
 - `<!-- preflab:errors -->`: the domain errors of `preflab.errors`, with their docstrings;
 - `<!-- preflab:include PATH -->`: a Markdown file from elsewhere in the repository (bench/README.md),
-  its links outside the site turned into plain paths so the strict build still checks the rest.
+  less its title, its links outside the site turned into plain paths so the strict build still
+  checks the rest.
 
 The command reference itself is mkdocs-click's `::: mkdocs-click` block (docs/reference/commands.md).
 tests/test_docs.py imports this module to walk the same commands.
@@ -157,6 +158,8 @@ def include(path: str, page_path: str) -> str:
     """A repository file inside a page; a link that leaves the site becomes the path it names."""
     text = (ROOT / path).read_text(encoding="utf-8")
     folder = posixpath.dirname(path)
+    # The page has its own title: the file's, when it opens with one, would be a second.
+    text = re.sub(r"\A\s*# [^\n]*\n", "", text)
 
     def relink(match: re.Match) -> str:
         bang, label, target = match.groups()
