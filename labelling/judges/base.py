@@ -108,8 +108,9 @@ def timed(judgement: Judgement, seconds: float) -> Judgement:
     return scores, {c: {"seconds": round(seconds, 4), **(details.get(c) or {})} for c in {*scores, *details}}
 
 
-def record_stats(session: Session, annotator_id: int, stats: dict[str, Any]) -> dict[str, Any]:
-    """Add a run's engine stats (`EngineStats.as_dict`) to those stored on its annotator; returns the sums.
+def record_stats(session: Session, annotator_id: int, stats: dict[str, Any], replace: bool = False) -> dict[str, Any]:
+    """Add a run's engine stats (`EngineStats.as_dict`) to those stored on its annotator; returns the sums
+    (`replace`: store `stats` as the sums, a panel's being its members' own).
 
     They live in the annotator's configuration under "engine" (what every run of this judge asked and cost,
     all runs together), read by `judge report`, `stats --judges` and the report. The row is locked while
@@ -119,10 +120,10 @@ def record_stats(session: Session, annotator_id: int, stats: dict[str, Any]) -> 
 
     row = session.scalars(select(Annotator).where(Annotator.id == annotator_id).with_for_update()).one()
     config = dict(row.config or {})
-    total = dict(config.get("engine") or {})
+    total = {} if replace else dict(config.get("engine") or {})
     for name in ENGINE_SUMS:
         total[name] = round((total.get(name) or 0) + (stats.get(name) or 0), 6)
-    total["runs"] = int(total.get("runs") or 0) + 1
+    total["runs"] = int(stats.get("runs") or 0) if replace else int(total.get("runs") or 0) + 1
     total.update({name: stats[name] for name in ("engine", "model", "price_in", "price_out") if name in stats})
     config["engine"] = total
     row.config = config

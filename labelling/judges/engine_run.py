@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.errors import ConfigError
-from preflab.labelling.judges.base import JudgeRun, judge_prompts
+from preflab.labelling.judges.base import JudgeRun, judge_prompts, record_stats
 from preflab.labelling.judges.table import JUDGES
 from preflab.lm.engines import EngineConfig
 from preflab.lm.names import ModelCache
@@ -120,11 +120,15 @@ def judge_on_engine(sessions: sessionmaker[Session], kind: str, config, models: 
     else:
         label = panel_label([m.label for m in members])
         run = JudgeRun(kind, label, {**identity(kind, config), "members": [r.run_id for r in runs]})
-        served = [s.extra["engine"] for s in summaries if "engine" in s.extra]
         summary = judge_prompts(sessions, run, panel_judge(sessions, kind, config, runs, summaries), prompt_ids,
-                                candidates_from, needs_reference, PANEL_BATCH, reporter,
-                                (lambda: added(served, label)) if served else None)
+                                candidates_from, needs_reference, PANEL_BATCH, reporter)
         summary.extra["members"] = [{"model": m.label, **s.as_dict()} for m, s in zip(members, summaries)]
+        if any("engine" in s.extra for s in summaries):
+            # What the panel asked and cost is what its members did: this run's, and all their runs'.
+            summary.extra["engine"] = added([s.extra["engine"] for s in summaries if "engine" in s.extra], label)
+            totals = added([s.extra["engine_total"] for s in summaries if "engine_total" in s.extra], label)
+            with sessions.begin() as session:
+                summary.extra["engine_total"] = record_stats(session, summary.annotator_id, totals, replace=True)
     with sessions.begin() as session:
         (measures,) = judge_report(session, [summary.annotator_id])
     return JudgeResult(label, summary, measures)
@@ -134,7 +138,7 @@ def added(stats: list[dict[str, Any]], model: str) -> dict[str, Any]:
     """The members' stats of one run as the panel's: what the panel asked and cost is what its members did."""
     from preflab.labelling.judges.base import ENGINE_SUMS
 
-    out: dict[str, Any] = {"engine": "panel", "model": model}
+    out: dict[str, Any] = {"engine": "panel", "model": model, "runs": sum(int(s.get("runs") or 0) for s in stats)}
     for name in ENGINE_SUMS:
         out[name] = round(sum(s.get(name) or 0 for s in stats), 6)
     return out

@@ -56,20 +56,23 @@ def _share(values: list[float | None]) -> float | None:
 def _stored(session: Session, runs: list[JudgeRun], summaries: list[JudgeSummary],
             items: list[PromptCandidates]) -> dict[tuple[int, int], dict[int, tuple[float | None, dict]]]:
     """(member, prompt) -> candidate -> (score, details), from each member's valid ranking of the same candidates."""
-    wanted = {(m, external_id(run.run_id, item.prompt_id, item.candidate_ids)): (m, item.prompt_id)
-              for m, run in enumerate(runs) for item in items}
-    member_of = {s.annotator_id: m for m, s in enumerate(summaries)}
+    ids = {external_id(run.run_id, item.prompt_id, item.candidate_ids): item.prompt_id
+           for run in runs for item in items}
+    # A judge named twice sits twice (two votes): its ranking is read once.
+    members_of: dict[int, list[int]] = {}
+    for m, summary in enumerate(summaries):
+        members_of.setdefault(summary.annotator_id, []).append(m)
     rankings = session.execute(select(Ranking.id, Ranking.annotator_id, Ranking.external_id).where(
-        Ranking.annotator_id.in_(list(member_of)), Ranking.status == RankingStatus.valid.value,
-        Ranking.source == "judge", Ranking.external_id.in_([eid for _, eid in wanted])))
-    owner = {rid: wanted[member_of[aid], eid] for rid, aid, eid in rankings if (member_of[aid], eid) in wanted}
-    out: dict[tuple[int, int], dict[int, tuple[float | None, dict]]] = {key: {} for key in owner.values()}
+        Ranking.annotator_id.in_(list(members_of)), Ranking.status == RankingStatus.valid.value,
+        Ranking.source == "judge", Ranking.external_id.in_(list(ids))))
+    owner = {rid: (aid, ids[eid]) for rid, aid, eid in rankings if eid in ids}
+    found: dict[tuple[int, int], dict[int, tuple[float | None, dict]]] = {key: {} for key in owner.values()}
     if owner:
         for rid, cid, value, details in session.execute(
                 select(RankingItem.ranking_id, RankingItem.candidate_id, RankingItem.score, RankingItem.details)
                 .where(RankingItem.ranking_id.in_(list(owner)))):
-            out[owner[rid]][cid] = (value, details or {})
-    return out
+            found[owner[rid]][cid] = (value, details or {})
+    return {(m, prompt_id): ranked for (aid, prompt_id), ranked in found.items() for m in members_of[aid]}
 
 
 def panel_judge(sessions: sessionmaker[Session], kind: str, config, runs: list[JudgeRun],

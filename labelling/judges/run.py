@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from preflab.labelling.judges.base import JudgeRun, JudgeSummary, judge_prompts
 from preflab.labelling.judges.report import judge_report
 from preflab.labelling.judges.table import JUDGES
 from preflab.labelling.selection import PromptSelection, prompts_from_file, selected_prompt_ids
+from preflab.lm.engines import EngineConfig
 from preflab.lm.names import ModelCache, load_named_model, resolve_model
 
 # Settings that change how fast a judge runs, not what it decides: not part of its identity.
@@ -63,6 +65,11 @@ def judge_candidates(sessions: sessionmaker[Session], kind: str, model, tokenize
                          require_reference=JUDGES[kind].needs_reference, reporter=reporter)
 
 
+def _served(name: str) -> bool:
+    """`NAME@URL` (a model on that server) or a TOML file of a panel's members."""
+    return "@http" in name or name.endswith(".toml")
+
+
 @dataclass
 class JudgeResult:
     """What a judge run did and how far the judge can be trusted."""
@@ -75,18 +82,20 @@ class JudgeResult:
         return {**self.summary.as_dict(), "report": self.measures}
 
 
-def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: str, *,
+def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: str | Sequence[str], *,
               prompts: str | Path | None = None, candidates_from: str | None = None,
-              selection: PromptSelection = PromptSelection(),
+              selection: PromptSelection = PromptSelection(), engine: EngineConfig | None = None,
               cache: ModelCache | None = None, reporter: Reporter = SILENT) -> JudgeResult:
     """The `judge KIND` job: load the judge model, rank what it has not ranked, and report on it.
 
     Args:
         kind, config: the judge and its config dataclass (`JUDGES[kind].config`).
-        model_name: `--model NAME` of the judge (for `reward-model`, the reward model).
+        model_name: `--model NAME` of the judge (for `reward-model`, the reward model); several: a panel
+            (`preflab.labelling.judges.engine_run`).
         prompts: a JSON Lines prompts file: judge only its prompts (imported first).
         candidates_from: judge only the candidates this model (any name it goes by) generated.
         selection: which stored prompts (by id, split, source, shard); its limit is not read.
+        engine: where the model runs (`--engine openai`: on a server); None: in this process.
         cache: models already loaded by the calling job (the pipeline loads its model once).
     """
     prompt_ids = prompts_from_file(sessions, prompts) if prompts else None
@@ -94,6 +103,13 @@ def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: st
         prompt_ids = selected_prompt_ids(session, selection, prompt_ids)
         if candidates_from:
             candidates_from = resolve_model(session, candidates_from, record=False)[0]
+    names = [model_name] if isinstance(model_name, str) else list(model_name)
+    if len(names) > 1 or (engine is not None and engine.engine != "transformers") or _served(names[0]):
+        from preflab.labelling.judges.engine_run import judge_on_engine
+
+        return judge_on_engine(sessions, kind, config, names, engine or EngineConfig(), prompt_ids=prompt_ids,
+                               candidates_from=candidates_from, cache=cache, reporter=reporter)
+    model_name = names[0]
     named = load_named_model(sessions, model_name, record=False, scorer=JUDGES[kind].scorer, cache=cache)
     summary = judge_candidates(sessions, kind, named.model, named.tokenizer, named.label, config, prompt_ids,
                                candidates_from, reporter)

@@ -14,6 +14,7 @@ from preflab.console import Reporter, build_config, config_options, echo_json, j
 from preflab.labelling.judges.report import LOW_MASS
 from preflab.labelling.judges.table import JUDGES, Judge
 from preflab.labelling.selection import PromptSelection
+from preflab.lm.engines import EngineConfig
 from preflab.settings import Settings
 
 
@@ -30,6 +31,12 @@ def judge_group():
 model_option = click.option(
     "--model", "model_name", metavar="ID_OR_PATH",
     help="Judge model (hub id, path, embedded name or model version); default: the global --model.")
+# The judges that read a causal LM run on an engine: in this process, or on a server; several models are a panel.
+panel_option = click.option(
+    "--model", "model_name", metavar="NAME", multiple=True,
+    help="Judge model (hub id, path, embedded name or model version; with --engine openai the served model's "
+         "name); default: the global --model. Repeat it for a panel of judges (majority of verdicts, mean of "
+         "scores); a member may sit on a server of its own (NAME@URL), or list the members in a TOML file.")
 
 
 # Of the prompt selection `generate` takes, the judges take the shard: one worker's slice of what is stored.
@@ -50,15 +57,15 @@ def target_options(func):
     return pass_settings(func)
 
 
-def judge_and_print(settings: Settings, kind: str, config, model_name: str | None, prompts_file: str | None,
-                    candidate_model: str | None, as_json: bool,
-                    selection: PromptSelection = PromptSelection()) -> None:
+def judge_and_print(settings: Settings, kind: str, config, model_name: str | tuple[str, ...] | None,
+                    prompts_file: str | None, candidate_model: str | None, as_json: bool,
+                    selection: PromptSelection = PromptSelection(), engine=None) -> None:
     """Run the judge job and print what it did, with the measures of how far to trust it."""
     from preflab.db.engine import open_sessions
     from preflab.labelling.judges.run import run_judge
 
     result = run_judge(open_sessions(settings.database_url), kind, config, model_name or settings.model,
-                       prompts=prompts_file, candidates_from=candidate_model, selection=selection,
+                       prompts=prompts_file, candidates_from=candidate_model, selection=selection, engine=engine,
                        reporter=Reporter(not as_json))
     if as_json:
         echo_json(result.as_dict())
@@ -67,9 +74,24 @@ def judge_and_print(settings: Settings, kind: str, config, model_name: str | Non
     click.echo(f"{judge_label(kind, result.measures['method'])} judge {s.run_id} ({result.model}): "
                f"ranked {s.ranked:,} prompts, "
                f"kept {s.kept:,} already ranked, superseded {s.superseded:,}, {s.unscored:,} candidates unscored")
+    for member in s.extra.get("members", []):
+        click.echo(f"  member {member['run_id']} ({member['model']}): ranked {member['ranked']:,} prompts, "
+                   f"kept {member['kept']:,}")
+    if s.extra.get("unanswered"):
+        click.echo(f"{s.extra['unanswered']:,} prompts left unranked (no answer after every retry): run it again "
+                   f"to ask for what is missing")
+    if "engine" in s.extra:
+        click.echo(engine_line(s.extra["engine"]))
     line = measures_line(result.measures)
     if line:
         click.echo(line)
+
+
+def engine_line(stats: dict) -> str:
+    """What the run asked of its server(s) and what it cost."""
+    return (f"{stats['requests']:,} requests ({stats['cache_hits']:,} answered from the store), "
+            f"{stats['tokens_in']:,} tokens in, {stats['tokens_out']:,} out, {stats['retries']:,} retries, "
+            f"{stats['errors']:,} errors, {stats['seconds']:.1f} s, cost {stats['cost']:.4f}")
 
 
 def _fmt(value, spec=".2f") -> str:
@@ -96,6 +118,12 @@ def measures_line(m: dict) -> str:
         parts.append(f"{mass}, {below}: the judge is guessing" if m["guessing"] else f"{mass} ({below})")
     if m["seconds_per_candidate"] is not None:
         parts.append(f"{_fmt(m['seconds_per_candidate'], '.3f')} s per candidate")
+    if m.get("abstentions"):
+        parts.append(f"{m['abstentions']:,} abstentions (replies that could not be read)")
+    if m.get("cost_per_1000_pairs") is not None:
+        parts.append(f"cost {m['cost_per_1000_pairs']:.4f} per 1,000 pairs")
+    if m.get("pairs_per_s") is not None:
+        parts.append(f"{m['pairs_per_s']:,.1f} pairs/s")
     if m["longer_wins"] is not None:
         parts.append(f"longer response ranked higher {_fmt(m['longer_wins'])}")
     agree = m["human_agreement"]
@@ -114,13 +142,25 @@ def judge_command(kind: str, judge: Judge) -> click.Command:
         ctx = click.get_current_context()
         given = {name for name in options if ctx.get_parameter_source(name) in GIVEN}
         selection = build_config(PromptSelection, options)
+        # The served model is each --model (the config checks one is named for --engine openai).
+        engine = build_config(EngineConfig, options, model=(model_name or (settings.model,))[0]) if on_engine else None
         config = build_config(judge.config, options)
         if judge.check_given is not None:
             judge.check_given(config, given)
-        judge_and_print(settings, kind, config, model_name, prompts_file, candidate_model, as_json, selection)
+        judge_and_print(settings, kind, config, model_name, prompts_file, candidate_model, as_json, selection,
+                        engine)
 
-    model = click.argument("model_name", metavar=judge.model_argument) if judge.model_argument else model_option
-    return judge_group.command(kind, help=judge.help)(model(config_options(judge.config)(target_options(command))))
+    on_engine = kind in ENGINE_JUDGES
+    model = (click.argument("model_name", metavar=judge.model_argument) if judge.model_argument
+             else panel_option if on_engine else model_option)
+    command = config_options(judge.config)(target_options(command))
+    if on_engine:
+        command = config_options(EngineConfig, exclude=("model",))(command)
+    return judge_group.command(kind, help=judge.help)(model(command))
+
+
+# The judges that read a causal LM: they take --engine and its options, and a panel of --model.
+ENGINE_JUDGES = ("pairwise", "score", "reference", "likelihood")
 
 
 JUDGE_COMMANDS = {kind: judge_command(kind, judge) for kind, judge in JUDGES.items()}
