@@ -96,7 +96,7 @@ def run_pipeline(sessions: sessionmaker[Session], model_name: str, config: Pipel
         model_name: `--model NAME`: the model that generates and judges (loaded once; on a
             server, the served model's name).
         generation: how candidates are sampled (`preflab generate`'s config).
-        engine: where generation runs (default: in this process).
+        engine: where generation and judging run (default: in this process).
     """
     report: dict[str, Any] = {}
     report["import"] = import_file(sessions, config.rankings or sample_rankings_path(), import_rankings_batch,
@@ -111,7 +111,7 @@ def run_pipeline(sessions: sessionmaker[Session], model_name: str, config: Pipel
     if config.judge != NO_JUDGE:
         reporter.step(f"pipeline: ranking every prompt's candidates with the {config.judge} judge")
         report["judge"] = run_judge(sessions, config.judge, judge_config(config.judge, generation), model_name,
-                                    cache=models, reporter=reporter).as_dict()
+                                    engine=engine, cache=models, reporter=reporter).as_dict()
     models.clear()
     with sessions.begin() as session:
         report["pairs"] = build_pairs(session, strategy=config.strategy).as_dict()
