@@ -134,6 +134,21 @@ def judge_on_engine(sessions: sessionmaker[Session], kind: str, config, models: 
     return JudgeResult(label, summary, measures)
 
 
+def judge_on(sessions: sessionmaker[Session], kind: str, engine, config, prompt_ids: list[int] | None = None,
+             candidate_model: str | None = None, reporter: Reporter = SILENT):
+    """Rank with a judge of `kind` on an engine already open (a server's: self-reward's judging step);
+    its annotator names the engine's model, its stats are stored with it (`base.JudgeSummary`)."""
+    from preflab.labelling.judges.on_engine import engine_judge
+    from preflab.labelling.judges.run import identity
+
+    if kind == "likelihood":
+        engine.check_likelihood()
+    run = JudgeRun(kind, engine.name, identity(kind, config))
+    return judge_prompts(sessions, run, engine_judge(kind, engine, config), prompt_ids, candidate_model,
+                         JUDGES[kind].needs_reference, max(8, engine.config.concurrency // 2), reporter,
+                         engine.stats.as_dict)
+
+
 def added(stats: list[dict[str, Any]], model: str) -> dict[str, Any]:
     """The members' stats of one run as the panel's: what the panel asked and cost is what its members did."""
     from preflab.labelling.judges.base import ENGINE_SUMS

@@ -175,17 +175,28 @@ def judge_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
     cfg = ctx.config
     with sessions.begin() as session:
         ids = iteration_prompt_ids(session, ctx)
-    judge = _judge(sessions, ctx, models)
-    summary = judge_candidates(sessions, cfg.judge, judge.model, judge.tokenizer, judge.label, cfg.judge_config(),
-                               ids, candidate_model=ctx.policy, reporter=reporter)
+    if _on_server(ctx) and not JUDGES[cfg.judge].scorer:
+        # The judge asks the server too: the --judge-model, else M_{t-1}, by its served name.
+        from preflab.labelling.judges.engine_run import judge_on
+        from preflab.lm.engines import open_engine
+
+        with open_engine(replace(ctx.engine, model=cfg.judge_model or ctx.policy), sessions) as engine:
+            summary = judge_on(sessions, cfg.judge, engine, cfg.judge_config(), ids, ctx.policy, reporter)
+        label = engine.name
+    else:
+        judge = _judge(sessions, ctx, models)
+        label = judge.label
+        summary = judge_candidates(sessions, cfg.judge, judge.model, judge.tokenizer, judge.label,
+                                   cfg.judge_config(), ids, candidate_model=ctx.policy, reporter=reporter)
     with sessions.begin() as session:
         tag_iteration(session, ctx, ids, summary.annotator_id)
-        reporter.note(f"iteration {ctx.iteration}: {cfg.judge} judge ({judge.label}) ranked "
+        reporter.note(f"iteration {ctx.iteration}: {cfg.judge} judge ({label}) ranked "
                       f"{summary.ranked + summary.kept} prompts ({summary.kept} already ranked), "
                       f"{summary.unscored} candidates unscored")
         advance(session, ctx, judge_annotator_id=summary.annotator_id,
-                metrics={"judge": {"kind": cfg.judge, "model": judge.label, "run_id": summary.run_id,
-                                   "ranked": summary.ranked + summary.kept, "unscored": summary.unscored}})
+                metrics={"judge": {"kind": cfg.judge, "model": label, "run_id": summary.run_id,
+                                   "ranked": summary.ranked + summary.kept, "unscored": summary.unscored,
+                                   **({"engine": summary.extra["engine"]} if "engine" in summary.extra else {})}})
 
 
 def pairs_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:

@@ -76,7 +76,8 @@ def test_a_pairwise_judge_on_a_server_stores_what_the_in_process_judge_would(cli
             c: (scores[c], details[c]) for c in scores}
     with sessions.begin() as session:
         (judge,) = session.scalars(select(Annotator).where(Annotator.judge_kind == "pairwise"))
-        assert judge.name == f"judge:pairwise:{out['run_id']}:openai:fault-model" and judge.model == "openai:fault-model"
+        assert judge.name == f"judge:pairwise:{out['run_id']}:openai:fault-model"
+        assert judge.model == "openai:fault-model"
         assert judge.config["engine"]["requests"] == 8 and judge.config["engine"]["runs"] == 1
 
     # A re-run keeps every ranking and asks nothing; a new candidate is judged against the others,
