@@ -225,3 +225,14 @@ def test_a_score_panel_is_the_mean_of_its_members(cli, sessions, ranked, fault_s
     member_a = scored[out["members"][0]["run_id"]]
     assert panel == pytest.approx(member_a) and all(v is not None for v in panel.values())
     assert all(v is None for v in scored[out["members"][1]["run_id"]].values())
+
+
+def test_sampled_grades_on_a_server_are_asked_again_where_no_score_is_read(cli, sessions, ranked, fault_server):
+    url, faults = fault_server()  # its replies are words, never "Score: n"
+    out = json.loads(cli("judge", "score", "--method", "sampled", "--samples", "2", "--retries", "1",
+                         *served(url)).stdout)
+    # 5 candidates, 2 samples each, asked once more: every ask its own request (its own seed), none a guess.
+    assert out["unscored"] == 5 and out["engine"]["requests"] == 20 == len(faults.bodies)
+    assert out["report"]["parse_failure_rate"] == 1.0 and out["report"]["score_attempts"] == 20
+    indices = {json.loads(body)["seed"] for body in faults.bodies}
+    assert len(indices) == 4  # the seeds of samples 0-3 of the one --seed
