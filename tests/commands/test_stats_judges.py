@@ -29,7 +29,7 @@ def test_stats_judges_prints_the_judges_best_first(cli, sessions, tmp_path):
     assert f"0.67 [{noisy['agreement_low']:.2f}, {noisy['agreement_high']:.2f}]" in rows[1]
     assert "n/a (no shared pair)" in rows[2] and "1.00 (first 1.00, second 0.00)" in rows[2]
     assert "1.00 (first 0.00, second 1.00)" in rows[3]
-    assert lines[-1].startswith("position bias: ")
+    assert lines[-2].startswith("position bias: ") and lines[-1].startswith("$/1k pairs: ")
 
 
 def test_stats_judges_with_no_judge(cli, sessions):
