@@ -53,7 +53,7 @@ from preflab.db.ingest.lines import Invalid
 from preflab.db.models import Annotator, AnnotatorKind, Candidate, LSTask, Prompt, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks
-from preflab.errors import NotFound
+from preflab.errors import ConfigError, NotFound
 from preflab.labelling.judges.base import Judgement, ensure_judge, timed, write_ranking
 from preflab.labelling.judges.run import make_judge
 from preflab.labelling.judges.table import JUDGES
@@ -173,18 +173,28 @@ def stored_rankings(session: Session, annotator: str, prompt_ids: set[int]) -> d
     return out
 
 
-def judge_items(served: ServedJudge, items: list[PromptCandidates], cache: ModelCache | None = None
-                ) -> list[Judgement]:
-    """The served judge's judgement of each prompt's candidates (no database: the caller holds no transaction)."""
-    judge = JUDGES[served.kind]
-    model, tokenizer = (cache or ModelCache()).get(served.location, scorer=judge.scorer)
-    rank = make_judge(served.kind, model, tokenizer, served.config)
-    judgements = []
+def judge_items(served: ServedJudge, items: list[PromptCandidates], cache: ModelCache | None = None,
+                engine=None) -> list[Judgement | None]:
+    """The served judge's judgement of each prompt's candidates (no database: the caller holds no transaction).
+
+    A judge on a server ranks on `engine` (open on its `served.engine`), and leaves None for a prompt it got no
+    answer for after every retry: not stored, asked again by the next retrieve.
+    """
+    if served.remote:
+        from preflab.labelling.judges.on_engine import engine_judge
+
+        if engine is None:
+            raise ConfigError(f"{served.describe()} ranks on a server: open its engine first")
+        rank = engine_judge(served.kind, engine, served.config)
+    else:
+        model, tokenizer = (cache or ModelCache()).get(served.location, scorer=JUDGES[served.kind].scorer)
+        rank = make_judge(served.kind, model, tokenizer, served.config)
+    judgements: list[Judgement | None] = []
     for batch in chunks(items, PROMPTS_PER_BATCH):
         began = time.perf_counter()
         done = rank(list(batch))
         per_candidate = (time.perf_counter() - began) / max(1, sum(len(i.candidate_ids) for i in batch))
-        judgements.extend(timed(judgement, per_candidate) for judgement in done)
+        judgements.extend(None if judgement is None else timed(judgement, per_candidate) for judgement in done)
     return judgements
 
 
@@ -194,6 +204,8 @@ def store_judgements(session: Session, served: ServedJudge, items: list[PromptCa
     annotator_id = ensure_judge(session, served.run)
     out = {}
     for item, judgement in zip(items, judgements):
+        if judgement is None:  # no answer from the server: left for the next retrieve
+            continue
         write_ranking(session, annotator_id, served.run, item, judgement)
         scores = {cid: s for cid, s in judgement[0].items() if s is not None}
         out[item.prompt_id] = Ranked(tiers_from_scores(scores), scores, frozenset(item.candidate_ids))

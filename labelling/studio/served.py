@@ -15,6 +15,11 @@
   same run). An AI annotator that is no judge run (imported AI rankings) only has its stored
   rankings served.
 
+With `engine` on a server (`--engine openai`), a kind of judge that reads a causal LM (and the default
+likelihood judge) runs there instead (`preflab.labelling.judges.on_engine`): nothing is loaded here, and
+its annotator is the one `preflab judge KIND --engine openai --model NAME` ranks as
+(`judge:KIND:RUN:openai:NAME`). A reward model is always scored in process.
+
 `model_version` is the judge's annotator name (the name `ls predict` uploads under, so Label Studio
 does not ask again for what `ls predict` sent), or the model version's name when the judge's model
 is a trained model version (a reward model, a pair ranker).
@@ -39,6 +44,7 @@ from preflab.lm.names import resolve_model
 NO_MODEL = "no-reward-model"  # model_version while no reward model exists to serve
 REWARD_JUDGE = "reward-model"
 DEFAULT_JUDGE = "likelihood"  # served on the default model while nothing is trained: no judge prompt to get wrong
+ON_ENGINE = ("pairwise", "score", "reference", "likelihood")  # the judges that read a causal LM (`on_engine`)
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,12 @@ class ServedJudge:
     location: str | None = None  # what to load
     config: Any = None
     default: bool = False  # the default model's likelihood judge: no reward model, no --judge
+    engine: Any = None  # the `EngineConfig` it runs on when that is a server; None: in this process
+
+    @property
+    def remote(self) -> bool:
+        """Whether it ranks on a server (nothing to load here)."""
+        return self.engine is not None
 
     @property
     def model(self) -> str | None:
@@ -63,7 +75,8 @@ class ServedJudge:
         if self.kind is None:
             return f"the stored rankings of {self.name} (it cannot rank anything new)"
         why = " (the default model: no reward model is trained yet)" if self.default else ""
-        return f"the {self.kind} judge on {self.model}{why}"
+        where = f" at {self.engine.api_base}" if self.remote else ""
+        return f"the {self.kind} judge on {self.model}{where}{why}"
 
 
 def _build_config(kind: str, values: dict[str, Any]):
@@ -85,6 +98,12 @@ def _served(kind: str, label: str, location: str, version_id: int | None, config
     return ServedJudge(name, run.annotator_name, kind, run, location, config)
 
 
+def _on_server(kind: str, engine, config) -> ServedJudge:
+    """The judge of `kind` on the server `engine` names, as `preflab judge KIND --engine openai` runs it."""
+    served = _served(kind, f"openai:{engine.model}", None, None, config)
+    return dataclasses.replace(served, engine=engine)
+
+
 def _rebuilt(session: Session, row: Annotator, options: dict[str, Any]) -> ServedJudge:
     """The judge run behind an AI annotator, from its stored configuration (and speed-only `options`)."""
     if row.judge_kind not in JUDGES or not row.model or not isinstance(row.config, dict):
@@ -102,7 +121,7 @@ def _rebuilt(session: Session, row: Annotator, options: dict[str, Any]) -> Serve
 
 
 def served_judge(session: Session, judge: str | None = None, *, model: str | None = None,
-                 default: str | None = None, **config) -> ServedJudge | None:
+                 default: str | None = None, engine=None, **config) -> ServedJudge | None:
     """The judge `judge` names (see the module docstring); None when nothing can be served.
 
     Args:
@@ -110,8 +129,12 @@ def served_judge(session: Session, judge: str | None = None, *, model: str | Non
         model: the judge's model (a model version, embedded name, path or hub id).
         default: the model of the likelihood judge served while no reward model exists, and of a
             kind of judge named without `model`.
+        engine: the `EngineConfig` of `--engine`; on a server (openai) the judges that read a causal LM run
+            there, on its served model (`engine.model`).
         config: fields of the judge kind's config dataclass.
     """
+    if engine is not None and engine.engine != "openai":
+        engine = None  # in process: as without --engine
     if judge is None and model is not None:
         judge = REWARD_JUDGE  # a model alone is a reward model to score with
     if judge is None or (judge == REWARD_JUDGE and model is None):
@@ -119,11 +142,16 @@ def served_judge(session: Session, judge: str | None = None, *, model: str | Non
         if version is not None:
             return _served(REWARD_JUDGE, version.name, version.path, version.id,
                            _build_config(REWARD_JUDGE, config))
-        if judge is not None or default is None:  # `--judge reward-model` asked for a trained one
+        if judge is not None or (default is None and engine is None):  # `--judge reward-model` asked for one
             return None
+        if engine is not None:
+            return dataclasses.replace(_on_server(DEFAULT_JUDGE, engine, _build_config(DEFAULT_JUDGE, config)),
+                                       default=True)
         label, location, _ = resolve_model(session, default, record=False)
         served = _served(DEFAULT_JUDGE, label, location, None, _build_config(DEFAULT_JUDGE, config))
         return dataclasses.replace(served, default=True)
+    if judge in JUDGES and engine is not None and judge in ON_ENGINE:
+        return _on_server(judge, engine, _build_config(judge, config))
     if judge in JUDGES:
         model = model or default
         if model is None:

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import click
 
+from preflab.commands.engine_options import engine_config, engine_options
 from preflab.console import build_config, config_options, pass_settings
 from preflab.server.config import ServeConfig
 from preflab.settings import Settings
 
 
 @click.command("serve")
-@config_options(ServeConfig)
+@config_options(ServeConfig, exclude=("engine",))
+@engine_options
+@click.option("--model", "model_name", metavar="NAME",
+              help="With --engine openai: the served model the judge runs on (default: --judge-model, else the "
+                   "global --model). In process: the judge's model, as --judge-model.")
 @pass_settings
-def serve_command(settings: Settings, **options):
+def serve_command(settings: Settings, model_name: str | None, **options):
     """Serve Label Studio live: predictions, annotations as they are submitted, retraining on arrival.
 
     Label Studio calls GET /health, POST /setup and POST /predict (its ML
@@ -27,8 +32,16 @@ def serve_command(settings: Settings, **options):
     it, serve listens on loopback only. SIGTERM or Ctrl-C lets requests in
     flight finish.
 
+    With --engine openai, the judge --judge names (pairwise, score, reference,
+    likelihood) runs on an OpenAI-compatible server (--api-base, --model; the
+    key from OPENAI_API_KEY), its answers stored as `preflab judge` stores them.
+
     Example: PREFLAB_WEBHOOK_SECRET=… preflab serve --host 0.0.0.0 --port 9090 --retrain-every 200
     """
     from preflab.server.run import serve
 
-    serve(settings, build_config(ServeConfig, options))
+    judge_model = options.get("judge_model") or model_name
+    engine = engine_config(options, model_name or judge_model or settings.model)
+    if engine.engine != "openai":
+        engine, options["judge_model"] = None, judge_model  # in process: as today
+    serve(settings, build_config(ServeConfig, options, engine=engine))

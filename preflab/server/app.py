@@ -123,6 +123,7 @@ def create_app(settings: Settings, config: ServeConfig | None = None, *, backgro
             if background:
                 await run_in_threadpool(stop_workers, services)
             await run_in_threadpool(stop_loop, services.scorer.loop)
+            await run_in_threadpool(services.scorer.close)
             await run_in_threadpool(services.receiver.stop, STOP_WAIT)
 
     app = FastAPI(title="preflab", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)

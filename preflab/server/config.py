@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import os
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from preflab.errors import ConfigError
 from preflab.labelling.studio.connect import SECRET_ENV, SECRET_HEADER  # one definition, shared with ls connect
@@ -67,6 +69,9 @@ class ServeConfig:
                 "DATA_DIR/retrain.toml)."})
     max_body_mb: float = field(default=10.0, metadata={
         "help": "Largest request body accepted, in MB; a larger one gets 413 and is not stored."})
+    # Where the judge runs (`preflab.lm.engines.EngineConfig`, from the engine options `serve` adds): not an option
+    # of its own. On a server (openai) a judge that reads a causal LM ranks there; None: in this process.
+    engine: Any = None
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -79,6 +84,10 @@ class ServeConfig:
             raise ConfigError(f"--max-body-mb must be positive, got {self.max_body_mb}")
         self.sync_seconds = parse_duration(self.sync_every, "--sync-every")  # checked now, before binding
         self.predict_seconds = parse_duration(self.predict_budget, "--predict-budget")
+        if isinstance(self.engine, dict):  # as `as_dict` gave it to a --workers process
+            from preflab.lm.engines.config import EngineConfig
+
+            self.engine = EngineConfig(**self.engine)
 
     @property
     def max_body(self) -> int:
@@ -94,10 +103,14 @@ class ServeConfig:
 
     def judge_options(self) -> dict:
         """What `backend.model_version` and `predict_tasks` take beside the judge's name."""
-        return {"model": self.judge_model} if self.judge_model else {}
+        options = {"model": self.judge_model} if self.judge_model else {}
+        return options | ({"engine": self.engine} if self.engine is not None else {})
 
     def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        if self.engine is not None:
+            out["engine"] = dataclasses.asdict(self.engine)  # its fields only: the key is never one of them
+        return out
 
 
 def webhook_secret() -> str | None:

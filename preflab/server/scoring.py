@@ -16,6 +16,10 @@ embedded SmolLM2 and ranking 3,000-word replies took 143 s for 4 tasks and 420 s
   that shows predictions) finds the rest stored and answers at once.
 
 One thread runs the model, so two retrieves never compete for it; requests only wait.
+
+A judge on a server (`--engine openai`) loads nothing: the worker opens its engine once (checking that the
+server has the model, and prompt log-probabilities for the likelihood judge) and ranks through it, within the
+same budget; its answers are stored as they arrive (`preflab.lm.engines`), so nothing is paid for twice.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ class Scorer:
         self.eager = eager  # load the model at start and at each new version; else only once something is queued
         self.cache, self.loaded, self.loading = ModelCache(), None, False
         self.served = None  # the judge of the last round (`served.ServedJudge`)
+        self.engine = None  # the open engine of a judge on a server (opened by the worker, used by it only)
         self.pending: dict[int, frozenset[int]] = {}
         self.busy: set[int] = set()
         self.later: set[int] = set()  # prompts a /predict answered `[]` for, not ranked yet
@@ -127,8 +132,14 @@ class Scorer:
         self.served = served
         if served is None or served.kind is None:  # nothing to rank with: stored rankings only
             self.unload()
+            self.close()
             self.drop("nothing ranks for /predict")
             return None
+        if served.remote:
+            self.unload()
+            self.open_engine(served)
+            return served
+        self.close()  # a judge on a server no longer serves
         key = (served.location, JUDGES[served.kind].scorer)
         if key != self.loaded and (self.eager or self.pending):
             self.unload()
@@ -146,6 +157,30 @@ class Scorer:
         if self.loaded is not None:
             self.cache.clear()
             self.loaded = None
+
+    def open_engine(self, served) -> None:
+        """The served judge's server, opened and checked once (before anything is paid for)."""
+        from preflab.lm.engines import open_engine
+
+        if self.engine is not None and self.engine.config == served.engine:
+            return
+        self.close()
+        engine = open_engine(served.engine, self.sessions)
+        try:
+            engine.server()
+            if served.kind == "likelihood":
+                engine.check_likelihood()
+        except BaseException:
+            engine.close()
+            raise
+        self.engine = engine
+        log.info("/predict ranks on %s at %s", engine.name, served.engine.api_base)
+
+    def close(self) -> None:
+        """Let the server's engine go (the worker has stopped, or the judge changed)."""
+        if self.engine is not None:
+            engine, self.engine = self.engine, None
+            engine.close()
 
     def drop(self, why: str) -> None:
         """Give up the queue: the requests waiting answer at once."""
@@ -176,11 +211,11 @@ class Scorer:
         items = in_transaction(self.sessions, read)
         if not items:
             return 0
-        judgements = judge_items(served, items, self.cache)
+        judgements = judge_items(served, items, self.cache, self.engine)
 
         def write(session: Session) -> int:
             todo = uncovered(session, {i.prompt_id: frozenset(i.candidate_ids) for i in items})
-            fresh = [(i, j) for i, j in zip(items, judgements) if i.prompt_id in todo]
+            fresh = [(i, j) for i, j in zip(items, judgements) if i.prompt_id in todo and j is not None]
             if fresh:
                 store_judgements(session, served, [i for i, _ in fresh], [j for _, j in fresh])
             return len(fresh)
@@ -189,7 +224,12 @@ class Scorer:
 
     def health(self) -> dict:
         served = self.served
-        return {"judge": served.name if served else None, "loaded": self.loaded is not None, "loading": self.loading,
+        on = served.engine if served is not None and served.remote else None
+        where = {"engine": on.engine, "served_model": on.model, "api_base": on.api_base} if on else {
+            "engine": "transformers"}
+        stats = {"engine_stats": self.engine.stats.as_dict()} if on is not None and self.engine is not None else {}
+        return {"judge": served.name if served else None, **where, **stats,
+                "loaded": self.loaded is not None or self.engine is not None, "loading": self.loading,
                 "queued": len(self.pending) + len(self.busy), "left_for_later": len(self.later),
                 **self.loop.activity.as_dict()}
 
