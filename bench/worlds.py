@@ -1,13 +1,14 @@
 """What the benchmarks run against, built here so that no bench imports from tests/.
 
-- `simulate` / `winners`: battles drawn from known strengths (bench_leaderboard.py), the same
-  draws as tests/db/leaderboard/simulate.py makes for the leaderboard's tests;
+- `simulate` / `winners`: battles drawn from known strengths (bench_leaderboard.py and the
+  leaderboard's tests);
 - `tiny_reward_model`: a random 2-layer Llama reward model with a ChatML tokenizer
-  (bench_reward_eval.py), the same model as tests/tiny_models.py builds for the same seed;
+  (bench_reward_eval.py), the same model tests/tiny_models.py builds for the same seed;
 - `free_port`: a loopback port for a bench's stub server (bench_engine_client.py).
 
-The copies are kept identical to the tests' so that a figure measured before the move
-still compares with one measured after it. numpy, torch and transformers are imported
+The tests import these from here (tests/db/leaderboard/simulate.py, fastchat_reference.py,
+tests/tiny_models.py): one copy, so a figure measured before the move still compares with one
+measured after it. numpy, torch and transformers are imported
 where they are used: bench_engine_client.py reads its own peak RSS.
 """
 

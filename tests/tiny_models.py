@@ -21,20 +21,9 @@ from pathlib import Path
 
 import pytest
 
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
-CHATML = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-CORPUS = [
-    "What is the capital of France? The capital of France is Paris.",
-    "How many legs does a spider have? A spider has eight legs.",
-    "Write a short poem about the sea. The sea is wide and blue and deep.",
-    "Explain why the sky is blue. Sunlight scatters off the air, and blue light scatters most.",
-    "good bad answer response question user assistant judge score points reference",
-    "Which assistant's answer is better? Reply with one letter: \"A\" or \"B\". A B",
-    "Score: 0 Score: 1 Score: 2 Score: 3 Score: 4 Score: 5",
-]
+# The tokenizer's special tokens, chat template and corpus: one copy, in bench/ (the reward bench builds the
+# same model; benches never import tests/).
+from bench.worlds import CHATML, CORPUS, SPECIAL
 
 
 def _judge_corpus() -> list[str]:
