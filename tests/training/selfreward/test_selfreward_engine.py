@@ -19,15 +19,15 @@ EXAMPLES = ["What is the capital of France?", "How many legs does a spider have?
             "Name three primary colours.", "Explain why the sky is blue."]
 
 
-def test_m0_on_a_server_writes_the_prompts_and_samples_the_candidates(cli, sessions, fault_server, tmp_path):
+def served_loop(cli, sessions, url: str, tmp_path):
+    """Iteration 1 of a loop whose M_0 the fault app at `url` serves: (its row id, `run(step)`)."""
     from preflab.lm.engines import EngineConfig
     from preflab.lm.names import ModelCache
     from preflab.training.selfreward.config import SelfRewardConfig
-    from preflab.training.selfreward.loop import _next_iteration, iteration_summary
+    from preflab.training.selfreward.loop import _next_iteration
     from preflab.training.selfreward.state import load_context
     from preflab.training.selfreward.steps import STEP_FUNCTIONS
 
-    url, faults = fault_server()
     examples = tmp_path / "examples.jsonl"
     examples.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in EXAMPLES), encoding="utf-8")
     cli("import", "prompts", examples)
@@ -40,6 +40,15 @@ def test_m0_on_a_server_writes_the_prompts_and_samples_the_candidates(cli, sessi
         ctx = load_context(sessions, row_id)
         ctx.engine = engine
         STEP_FUNCTIONS[step](sessions, ctx, ModelCache(), SILENT)
+
+    return row_id, run
+
+
+def test_m0_on_a_server_writes_the_prompts_and_samples_the_candidates(cli, sessions, fault_server, tmp_path):
+    from preflab.training.selfreward.loop import iteration_summary
+
+    url, faults = fault_server()
+    row_id, run = served_loop(cli, sessions, url, tmp_path)
 
     run("prompts")
     written = faults.asked["chat"]
