@@ -5,7 +5,6 @@ Against the fault app (tests/fault_app.py), on SQLite and Postgres.
 
 from __future__ import annotations
 
-
 from sqlalchemy import select
 
 from preflab.db.models import Annotator, Ranking, SelfRewardIteration
