@@ -87,8 +87,9 @@ def run_command(ctx, iterations, loop, output_dir, as_json, **fields):
 
     With --engine openai, M_t writes its prompts and samples its candidates on the
     server at --api-base, which serves it under its model version's name (M_0: the
-    name --model gives); judging and DPO run here. The engine options are this run's
-    alone: they are not stored with the loop.
+    name --model gives), and an LM judge (likelihood, pairwise, score, reference) asks it
+    there too (or --judge-model, by its served name); a reward-model judge and DPO run here.
+    The engine options are this run's alone: they are not stored with the loop.
 
     Example: preflab self-reward run --iterations 3 --with-human
     """
