@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -37,9 +38,16 @@ def start(url: str, *args: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+# A job's progress in a log (`preflab.console`): "importing r.jsonl: 150/1,500 (10%), 12s elapsed, about 1m 48s left".
+PROGRESS = re.compile(r"[^:\n]+: [\d,]+(/[\d,]+ \(\d+%\)| done), \S+( \S+)? elapsed(, about \S+( \S+)? left)?")
+
+
 def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of a finished process; stderr without the progress lines a job says every
+    10 s where stderr is no terminal (a slow machine makes some), so what is left is what went wrong."""
     out, err = proc.communicate(timeout=timeout)
-    return proc.returncode, out, err
+    return proc.returncode, out, "".join(line for line in err.splitlines(keepends=True)
+                                         if not PROGRESS.fullmatch(line.rstrip("\n")))
 
 
 def run_ok(url: str, *args: str) -> dict:
