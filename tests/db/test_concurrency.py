@@ -122,10 +122,15 @@ def test_two_pairs_builds_at_once_keep_one_set_of_pairs(db_url, tmp_path):
 
 def test_kill_9_mid_import_leaves_whole_batches_and_a_rerun_completes(db_url, other_url, tmp_path):
     path = rankings_file(tmp_path / "r.jsonl", range(2000))
-    proc = start(db_url, "import", "rankings", str(path), "--json", "--batch-lines", "50")
+    name = f"preflab-test-{uuid.uuid4().hex[:8]}"
+    url = f"{db_url}&application_name={name}" if db_url.startswith("postgresql") else db_url
+    proc = start(url, "import", "rankings", str(path), "--json", "--batch-lines", "50")
     wait_for(lambda: counts(db_url)["rankings"] >= 150, what="three batches")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    if url != db_url:  # a COMMIT sent just before the kill may still complete: wait for its backend to end
+        wait_for(lambda: not rows(db_url, f"SELECT pid FROM pg_stat_activity WHERE application_name = '{name}'"),
+                 what="the killed import's connection to end")
     killed = consistent(db_url)
     assert killed["rankings"] % 50 == 0 and 150 <= killed["rankings"] < 2000  # whole batches only
     assert killed["raw_records"] == killed["rankings"]
