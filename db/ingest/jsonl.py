@@ -124,10 +124,8 @@ def sample_grown_tables(sessions: sessionmaker[Session], batch: int) -> None:
     index: on rows of about 1 kB, stored in the table itself, a 25,000-row oasst2 import spent 27 of its
     35 s there (bench/README.md, issue 30). Doubling the interval keeps the sampling a small share.
     """
-    if batch & (batch - 1) == 0:
-        with sessions.begin() as session:
-            for table in LOOKED_UP:
-                refresh_statistics(session, table)
+    if batch & (batch - 1) == 0:  # run again if the connection is lost, as a batch is (`in_transaction`)
+        in_transaction(sessions, lambda session: [refresh_statistics(session, table) for table in LOOKED_UP])
 
 
 def open_jsonl(path: str | Path) -> TextIO:
