@@ -109,6 +109,8 @@ run: setup
 
 # Property tests are derandomised here and in CI (tests/properties.py): the same examples every run.
 test: test-setup postgres
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	PREFLAB_HYPOTHESIS_PROFILE=deterministic $(BIN)/python -m pytest -q
 
 # The same properties with fresh random examples, FUZZ_SCALE times as many (not part of CI).

@@ -148,8 +148,10 @@ def choose(strategy: str, world: World, labelled, k: int, seed: int, judged) -> 
     if strategy == "random":
         return [c.prompt_id for c in active.pick_random(pool, k, seed)]
     if strategy == "uncertainty":
-        members = [run_model(train(world.pool, labelled, seed * 100 + m, bootstrap=True), world.pool[pool])[0]
-                   for m in range(4)]
+        members = [
+            run_model(train(world.pool, labelled, seed * 100 + m, bootstrap=True), world.pool[pool])[0]
+            for m in range(4)
+        ]
         scores = {p: [members[m][i].tolist() for m in range(4)] for i, p in enumerate(pool)}
         return [c.prompt_id for c in active.pick_uncertainty(scores, k)]
     model = train(world.pool, labelled, seed)
@@ -157,17 +159,26 @@ def choose(strategy: str, world: World, labelled, k: int, seed: int, judged) -> 
     if strategy == "uncertainty-gap":
         return [c.prompt_id for c in active.pick_uncertainty({p: [scores[p].tolist()] for p in pool}, k)]
     if strategy == "diversity":
-        return [c.prompt_id for c in active.pick_diversity(
-            {p: feats[p] for p in pool}, k, scores={p: scores[p].tolist() for p in range(len(world.pool))},
-            labelled={p: feats[p] for p in labelled})]
+        return [
+            c.prompt_id
+            for c in active.pick_diversity(
+                {p: feats[p] for p in pool},
+                k,
+                scores={p: scores[p].tolist() for p in range(len(world.pool))},
+                labelled={p: feats[p] for p in labelled},
+            )
+        ]
     rankings = {p: judged[p] + [active.ranking_from_scores(range(N_CANDIDATES), scores[p].tolist())] for p in pool}
     return [c.prompt_id for c in active.pick_disagreement(rankings, k)]
 
 
 def run(strategy: str, seed: int, args) -> list[tuple[int, float]]:
     world = World(seed, args.pool, args.held_out, args.temperature, args.spread_sigma)
-    judged = {p: [world.judge(p, j) for j in range(3)] for p in range(len(world.pool))} \
-        if strategy == "disagreement" else None
+    judged = (
+        {p: [world.judge(p, j) for j in range(3)] for p in range(len(world.pool))}
+        if strategy == "disagreement"
+        else None
+    )
     from preflab.labelling.active import pick_random
 
     # The first batch is random for every strategy (no reward model yet): the same prompts per seed.
@@ -186,7 +197,7 @@ def run(strategy: str, seed: int, args) -> list[tuple[int, float]]:
 
 def rankings_to_reach(curve: list[tuple[int, float]], target: float) -> float | None:
     """Rankings where the curve first reaches `target` (linear between measured points)."""
-    for (n0, a0), (n1, a1) in zip([(0, 0.5)] + curve[:-1], curve):
+    for (n0, a0), (n1, a1) in zip([(0, 0.5), *curve[:-1]], curve):
         if a1 >= target:
             return n1 if a1 == a0 else n0 + (n1 - n0) * (target - a0) / (a1 - a0)
     return None
@@ -224,8 +235,12 @@ def main() -> None:
     parser.add_argument("--pool", type=int, default=1500)
     parser.add_argument("--held-out", type=int, default=400)
     parser.add_argument("--temperature", type=float, default=0.5, help="The annotator's Plackett–Luce noise.")
-    parser.add_argument("--spread-sigma", type=float, default=0.9,
-                        help="How much the candidates' spread varies between prompts (log-normal sigma; 0: none).")
+    parser.add_argument(
+        "--spread-sigma",
+        type=float,
+        default=0.9,
+        help="How much the candidates' spread varies between prompts (log-normal sigma; 0: none).",
+    )
     parser.add_argument("--strategies", nargs="+", default=list(STRATEGIES), choices=STRATEGIES)
     parser.add_argument("--plot", default="bench/out/active.png")
     parser.add_argument("--threads", type=int, default=1)
@@ -238,8 +253,11 @@ def main() -> None:
         for strategy in strategies:
             t = time.perf_counter()
             results[strategy].append(run(strategy, seed, args))
-            print(f"seed {seed} {strategy:<16} final acc {results[strategy][-1][-1][1]:.4f} "
-                  f"({time.perf_counter() - t:.1f}s)", flush=True)
+            print(
+                f"seed {seed} {strategy:<16} final acc {results[strategy][-1][-1][1]:.4f} "
+                f"({time.perf_counter() - t:.1f}s)",
+                flush=True,
+            )
     budget = results["random"][0][-1][0]
     xs = [n for n, _ in results["random"][0]]
     print(f"\nheld-out accuracy (mean over seeds {args.seeds}) by human rankings:")
@@ -257,18 +275,28 @@ def main() -> None:
             savings.append(1 - need / budget if need is not None else None)
         reached = [v for v in savings if v is not None]
         need_mean = rankings_to_reach(mean_curve[s], random_final)
-        summary[s] = {"per_seed": savings, "mean": mean(reached) if reached else None,
-                      "std": pstdev(reached) if reached else None, "reached": f"{len(reached)}/{len(savings)}",
-                      "on_mean_curves": 1 - need_mean / budget if need_mean is not None else None,
-                      "final_accuracy": mean_curve[s][-1][1]}
+        summary[s] = {
+            "per_seed": savings,
+            "mean": mean(reached) if reached else None,
+            "std": pstdev(reached) if reached else None,
+            "reached": f"{len(reached)}/{len(savings)}",
+            "on_mean_curves": 1 - need_mean / budget if need_mean is not None else None,
+            "final_accuracy": mean_curve[s][-1][1],
+        }
         per = ", ".join("not reached" if v is None else f"{v:.0%}" for v in savings)
         on_mean = "not reached" if need_mean is None else f"{1 - need_mean / budget:.0%}"
-        stats = (f"mean {mean(reached):.0%} ± {pstdev(reached):.0%}, min {min(reached):.0%}, max {max(reached):.0%}"
-                 if reached else "never")
-        print(f"  {s:<16} per seed [{per}]; {stats} (reached in {len(reached)}/{len(savings)} seeds); "
-              f"on the seed-mean curves {on_mean}")
-    print(f"\nrandom's final accuracy {random_final:.4f} at {budget} rankings; "
-          f"wall {time.perf_counter() - started:.0f}s")
+        stats = (
+            f"mean {mean(reached):.0%} ± {pstdev(reached):.0%}, min {min(reached):.0%}, max {max(reached):.0%}"
+            if reached
+            else "never"
+        )
+        print(
+            f"  {s:<16} per seed [{per}]; {stats} (reached in {len(reached)}/{len(savings)} seeds); "
+            f"on the seed-mean curves {on_mean}"
+        )
+    print(
+        f"\nrandom's final accuracy {random_final:.4f} at {budget} rankings; wall {time.perf_counter() - started:.0f}s"
+    )
     plot(results, args, Path(args.plot))
     print(f"plot: {args.plot}")
     print(json.dumps({"budget": budget, "random_final": random_final, "savings": summary}))

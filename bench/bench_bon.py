@@ -23,8 +23,8 @@ import tracemalloc
 
 import numpy as np
 
-from preflab.training.demos.bon import toy_samples
 from preflab.training.bestofn.estimator import bon_expectations
+from preflab.training.demos.bon import toy_samples
 
 
 def subset_monte_carlo(rng: np.random.Generator, proxy: np.ndarray, true: np.ndarray, n: int) -> float:
@@ -54,8 +54,10 @@ def all_n(samples: int, seed: int) -> None:
     print(f"## every n = 1 … {samples:,} from one pool of N = {samples:,}")
     print(f"unbiased estimator : {fast_s:8.3f} s   peak {fast_mb:8.1f} MiB")
     print(f"subset Monte Carlo : {slow_s:8.3f} s   peak {slow_mb:8.1f} MiB")
-    print(f"time ratio (MC / estimator): {slow_s / fast_s:.2f}×;  an N × N float64 matrix would be "
-          f"{samples * samples * 8 / 2**20:,.0f} MiB")
+    print(
+        f"time ratio (MC / estimator): {slow_s / fast_s:.2f}×;  an N × N float64 matrix would be "
+        f"{samples * samples * 8 / 2**20:,.0f} MiB"
+    )
     for n in (1, 2, 16, 256, 2048, samples):
         print(f"  n = {n:>6}: estimator {fast[n - 1]:.4f}   Monte Carlo {slow[n - 1]:.4f}")
     print()
@@ -72,13 +74,17 @@ def variance(samples: int, replicates: int, ns: list[int], seed: int) -> None:
         fast[r] = bon_expectations(proxy, true, ns)
         slow[r] = [subset_monte_carlo(rng, proxy, true, n) for n in ns]
     seconds = time.perf_counter() - start
-    print(f"## variance across {replicates} pools of N = {samples:,} (equal budget: both see the same N samples)"
-          f"  [{seconds:.1f} s]")
+    print(
+        f"## variance across {replicates} pools of N = {samples:,} (equal budget: both see the same N samples)"
+        f"  [{seconds:.1f} s]"
+    )
     print(f"{'n':>6}  {'mean (est.)':>11}  {'sd estimator':>12}  {'sd Monte Carlo':>14}  {'variance ratio':>14}")
     for j, n in enumerate(ns):
         ratio = slow[:, j].var(ddof=1) / fast[:, j].var(ddof=1) if fast[:, j].var() > 0 else float("inf")
-        print(f"{n:>6}  {fast[:, j].mean():>11.4f}  {fast[:, j].std(ddof=1):>12.2e}  "
-              f"{slow[:, j].std(ddof=1):>14.2e}  {ratio:>14.2f}")
+        print(
+            f"{n:>6}  {fast[:, j].mean():>11.4f}  {fast[:, j].std(ddof=1):>12.2e}  "
+            f"{slow[:, j].std(ddof=1):>14.2e}  {ratio:>14.2f}"
+        )
     print()
 
 

@@ -51,10 +51,19 @@ def build(workdir: Path, model: str | None, pairs: int, seed: int) -> str:
 
         tokenizer = word_tokenizer(VOCAB)
         torch.manual_seed(seed)
-        config = LlamaConfig(vocab_size=VOCAB, hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                             tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+        config = LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=256,
+            intermediate_size=768,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=1024,
+            tie_word_embeddings=True,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=None,
+        )
         LlamaForCausalLM(config).save_pretrained(workdir / "model")
         tokenizer.save_pretrained(workdir / "model")
         model = str(workdir / "model")
@@ -67,8 +76,9 @@ def build(workdir: Path, model: str | None, pairs: int, seed: int) -> str:
     def words(low, high):
         return " ".join(f"w{rng.randrange(VOCAB - 3)}" for _ in range(rng.randint(low, high)))
 
-    rows = [{"prompt": words(10, 30), "chosen": " " + words(10, 30), "rejected": " " + words(10, 30)}
-            for _ in range(pairs)]
+    rows = [
+        {"prompt": words(10, 30), "chosen": " " + words(10, 30), "rejected": " " + words(10, 30)} for _ in range(pairs)
+    ]
     for mode in ("whole-split", "rows-reached"):
         Dataset.from_list(rows).save_to_disk(str(workdir / f"data-{mode}"))
     return model
@@ -103,8 +113,13 @@ def run_mode(mode: str, workdir: Path, model: str, steps: int, batch: int, threa
     trainer = DPOTrainer(model, args=args, train_dataset=given, processing_class=tokenizer, callbacks=[FirstStep()])
     built = time.perf_counter()
     trainer.train()
-    return {"mode": mode, "rows": len(split), "reference_rows": len(trainer.train_dataset),
-            "build_s": built - start, "first_step_s": marks["first_step"] - start}
+    return {
+        "mode": mode,
+        "rows": len(split),
+        "reference_rows": len(trainer.train_dataset),
+        "build_s": built - start,
+        "first_step_s": marks["first_step"] - start,
+    }
 
 
 def main() -> None:
@@ -128,18 +143,36 @@ def main() -> None:
         location = build(workdir, args.model, args.pairs, args.seed)
         results = {}
         for mode in ("whole-split", "rows-reached"):
-            child = [sys.executable, __file__, "--mode", mode, "--workdir", str(workdir), "--location", location,
-                     "--steps", str(args.steps), "--batch", str(args.batch), "--threads", str(args.threads)]
+            child = [
+                sys.executable,
+                __file__,
+                "--mode",
+                mode,
+                "--workdir",
+                str(workdir),
+                "--location",
+                location,
+                "--steps",
+                str(args.steps),
+                "--batch",
+                str(args.batch),
+                "--threads",
+                str(args.threads),
+            ]
             done = subprocess.run(child, capture_output=True, text=True)
             lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
             if done.returncode != 0 or not lines:
                 sys.exit(f"the {mode} run failed:\n{done.stderr[-4000:]}")
-            results[mode] = json.loads(lines[-1][len("RESULT "):])
-    print(f"model: {args.model or 'random 4-layer Llama, hidden 256'}; {args.pairs} pairs, --max-steps {args.steps}, "
-          f"batch {args.batch}, {args.threads} torch thread(s)")
+            results[mode] = json.loads(lines[-1][len("RESULT ") :])
+    print(
+        f"model: {args.model or 'random 4-layer Llama, hidden 256'}; {args.pairs} pairs, --max-steps {args.steps}, "
+        f"batch {args.batch}, {args.threads} torch thread(s)"
+    )
     for mode, r in results.items():
-        print(f"{mode:13} reference log-probs for {r['reference_rows']:>5,} rows; trainer built in "
-              f"{r['build_s']:6.1f} s; first step done at {r['first_step_s']:6.1f} s")
+        print(
+            f"{mode:13} reference log-probs for {r['reference_rows']:>5,} rows; trainer built in "
+            f"{r['build_s']:6.1f} s; first step done at {r['first_step_s']:6.1f} s"
+        )
     before, after = results["whole-split"]["first_step_s"], results["rows-reached"]["first_step_s"]
     print(f"time to the first step: {before:.1f} s before, {after:.1f} s after: {before / after:.1f}× sooner")
 

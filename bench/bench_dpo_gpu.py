@@ -35,8 +35,15 @@ import tempfile
 import time
 from pathlib import Path
 
-PEAK_BF16_TFLOPS = {"H100 PCIe": 756.0, "H100 NVL": 835.0, "H100": 989.4, "H200": 989.4, "A100": 312.0,
-                    "L40S": 362.0, "A10G": 125.0}
+PEAK_BF16_TFLOPS = {
+    "H100 PCIe": 756.0,
+    "H100 NVL": 835.0,
+    "H100": 989.4,
+    "H200": 989.4,
+    "A100": 312.0,
+    "L40S": 362.0,
+    "A10G": 125.0,
+}
 
 
 def peak_tflops(name: str) -> float | None:
@@ -63,14 +70,35 @@ def build(workdir: Path, smoke: bool, pairs: int, seed: int) -> dict:
     from datasets import Dataset
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    shape = (dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2) if smoke else
-             dict(vocab_size=151_936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                  num_attention_heads=14, num_key_value_heads=2))
+    shape = (
+        {
+            "vocab_size": 512,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+        }
+        if smoke
+        else {
+            "vocab_size": 151_936,
+            "hidden_size": 896,
+            "intermediate_size": 4864,
+            "num_hidden_layers": 24,
+            "num_attention_heads": 14,
+            "num_key_value_heads": 2,
+        }
+    )
     tokenizer = word_tokenizer(shape["vocab_size"])
     torch.manual_seed(seed)
-    config = Qwen2Config(**shape, max_position_embeddings=2048, tie_word_embeddings=True,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    config = Qwen2Config(
+        **shape,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
     model = Qwen2ForCausalLM(config)
     model.save_pretrained(workdir / "model")
     # Apart from the model: AutoTokenizer would rebuild it as a BPE from a qwen2 config beside it.
@@ -81,13 +109,20 @@ def build(workdir: Path, smoke: bool, pairs: int, seed: int) -> dict:
     def words(low, high):
         return " ".join(f"w{rng.randrange(shape['vocab_size'] - 3)}" for _ in range(rng.randint(low, high)))
 
-    rows = [{"prompt": words(*lengths[0]), "chosen": " " + words(*lengths[1]), "rejected": " " + words(*lengths[1])}
-            for _ in range(pairs)]
+    rows = [
+        {"prompt": words(*lengths[0]), "chosen": " " + words(*lengths[1]), "rejected": " " + words(*lengths[1])}
+        for _ in range(pairs)
+    ]
     Dataset.from_list(rows).save_to_disk(str(workdir / "data"))
     embedding = model.get_input_embeddings().weight.numel()
-    return {"params": sum(p.numel() for p in model.parameters()), "matmul_params": sum(
-        p.numel() for p in model.parameters()) - embedding + (embedding if config.tie_word_embeddings else 0),
-        "layers": config.num_hidden_layers, "hidden": config.hidden_size}
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "matmul_params": sum(p.numel() for p in model.parameters())
+        - embedding
+        + (embedding if config.tie_word_embeddings else 0),
+        "layers": config.num_hidden_layers,
+        "hidden": config.hidden_size,
+    }
 
 
 def run_mode(mode: str, workdir: Path, steps: int, batch: int, smoke: bool) -> dict:
@@ -97,20 +132,32 @@ def run_mode(mode: str, workdir: Path, steps: int, batch: int, smoke: bool) -> d
     from transformers import AutoTokenizer
     from trl import DPOConfig, DPOTrainer
 
-    from preflab.training.config import DPOTrainConfig
     from preflab.lm.loading import prefer_reusable_attention
+    from preflab.training.config import DPOTrainConfig
 
     cuda = torch.cuda.is_available()
     device_overrides = {} if cuda else {"use_cpu": True, "bf16": False}
-    common = dict(output_dir=str(workdir / f"out-{mode}"), per_device_train_batch_size=batch, max_steps=steps,
-                  save_strategy="no", report_to=[], logging_steps=max(1, steps // 4), disable_tqdm=True,
-                  learning_rate=1e-6)
+    common = {
+        "output_dir": str(workdir / f"out-{mode}"),
+        "per_device_train_batch_size": batch,
+        "max_steps": steps,
+        "save_strategy": "no",
+        "report_to": [],
+        "logging_steps": max(1, steps // 4),
+        "disable_tqdm": True,
+        "learning_rate": 1e-6,
+    }
     if mode == "trl-default":
         args = DPOConfig(**common, **device_overrides)
     else:
-        config = DPOTrainConfig(per_device_train_batch_size=batch, max_steps=steps, learning_rate=1e-6,
-                                logging_steps=max(1, steps // 4), save_steps=10**9,
-                                use_cpu=None if cuda else True)
+        config = DPOTrainConfig(
+            per_device_train_batch_size=batch,
+            max_steps=steps,
+            learning_rate=1e-6,
+            logging_steps=max(1, steps // 4),
+            save_steps=10**9,
+            use_cpu=None if cuda else True,
+        )
         args = config.to_trl(common["output_dir"])
         args.save_strategy = "no"
         prefer_reusable_attention()  # as `preflab train` does before it builds a trainer
@@ -118,18 +165,30 @@ def run_mode(mode: str, workdir: Path, steps: int, batch: int, smoke: bool) -> d
         torch.cuda.reset_peak_memory_stats()
     tokenizer = AutoTokenizer.from_pretrained(workdir / "tokenizer")
     start = time.perf_counter()
-    trainer = DPOTrainer(str(workdir / "model"), args=args, train_dataset=load_from_disk(str(workdir / "data")),
-                         processing_class=tokenizer)
+    trainer = DPOTrainer(
+        str(workdir / "model"),
+        args=args,
+        train_dataset=load_from_disk(str(workdir / "data")),
+        processing_class=tokenizer,
+    )
     built = time.perf_counter() - start
     output = trainer.train()
     total = time.perf_counter() - start
     tokens = max(entry.get("num_tokens", 0) for entry in trainer.state.log_history)
     pairs = steps * batch * trainer.args.world_size
-    return {"mode": mode, "construct_s": built, "train_s": output.metrics["train_runtime"], "total_s": total,
-            "tokens": tokens, "pairs": pairs, "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),
-            "precompute": bool(trainer.args.precompute_ref_log_probs), "bf16": bool(trainer.args.bf16),
-            "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
-            "device": torch.cuda.get_device_name() if cuda else "cpu"}
+    return {
+        "mode": mode,
+        "construct_s": built,
+        "train_s": output.metrics["train_runtime"],
+        "total_s": total,
+        "tokens": tokens,
+        "pairs": pairs,
+        "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),
+        "precompute": bool(trainer.args.precompute_ref_log_probs),
+        "bf16": bool(trainer.args.bf16),
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+    }
 
 
 def flops(info: dict, result: dict) -> float:
@@ -159,9 +218,11 @@ def main() -> None:
         print("RESULT " + json.dumps(result))
         return
     if not torch.cuda.is_available() and not args.smoke:
-        print("bench_dpo_gpu.py measures DPO on a CUDA GPU and none is available here "
-              "(torch.cuda.is_available() is False): nothing measured. Run it on a GPU machine, "
-              "or pass --smoke to check the script on this device.")
+        print(
+            "bench_dpo_gpu.py measures DPO on a CUDA GPU and none is available here "
+            "(torch.cuda.is_available() is False): nothing measured. Run it on a GPU machine, "
+            "or pass --smoke to check the script on this device."
+        )
         return
     if args.smoke:
         args.pairs, args.steps, args.batch = min(args.pairs, 32), min(args.steps, 4), min(args.batch, 4)
@@ -170,13 +231,23 @@ def main() -> None:
         info = build(workdir, args.smoke, args.pairs, args.seed)
         results = {}
         for mode in ("trl-default", "preflab"):
-            child = [sys.executable, __file__, "--mode", mode, "--workdir", str(workdir), "--steps", str(args.steps),
-                     "--batch", str(args.batch)] + (["--smoke"] if args.smoke else [])
+            child = [
+                sys.executable,
+                __file__,
+                "--mode",
+                mode,
+                "--workdir",
+                str(workdir),
+                "--steps",
+                str(args.steps),
+                "--batch",
+                str(args.batch),
+            ] + (["--smoke"] if args.smoke else [])
             done = subprocess.run(child, capture_output=True, text=True)
             lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
             if done.returncode != 0 or not lines:
                 sys.exit(f"the {mode} run failed:\n{done.stderr[-4000:]}")
-            results[mode] = json.loads(lines[-1][len("RESULT "):])
+            results[mode] = json.loads(lines[-1][len("RESULT ") :])
     device = results["preflab"]["device"]
     peak = args.peak_tflops or peak_tflops(device)
     print(f"device: {device}; model: {info['params']:,} parameters; {args.steps} steps × {args.batch} pairs")
@@ -185,12 +256,16 @@ def main() -> None:
         loop, e2e = r["tokens"] / r["train_s"], r["tokens"] / r["total_s"]
         mfu = f"{flops(info, r) / r['total_s'] / (peak * 1e12):.1%}" if peak else "n/a"
         memory = f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "n/a"
-        settings = (f"bf16={r['bf16']} grad-ckpt={r['gradient_checkpointing']} precompute={r['precompute']}")
-        print(f"{mode:14}{loop:>12,.0f}{e2e:>11,.0f}{r['train_s']:>8.1f}{r['total_s']:>9.1f}{mfu:>8}{memory:>10}  "
-              f"{settings}")
+        settings = f"bf16={r['bf16']} grad-ckpt={r['gradient_checkpointing']} precompute={r['precompute']}"
+        print(
+            f"{mode:14}{loop:>12,.0f}{e2e:>11,.0f}{r['train_s']:>8.1f}{r['total_s']:>9.1f}{mfu:>8}{memory:>10}  "
+            f"{settings}"
+        )
     d, p = results["trl-default"], results["preflab"]
-    print(f"preflab / TRL defaults: end-to-end throughput {d['total_s'] / p['total_s']:.2f}×, "
-          f"training loop {(p['tokens'] / p['train_s']) / (d['tokens'] / d['train_s']):.2f}×")
+    print(
+        f"preflab / TRL defaults: end-to-end throughput {d['total_s'] / p['total_s']:.2f}×, "
+        f"training loop {(p['tokens'] / p['train_s']) / (d['tokens'] / d['train_s']):.2f}×"
+    )
     if not peak:
         print("MFU needs the GPU's peak: pass --peak-tflops")
 

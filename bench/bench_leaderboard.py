@@ -32,14 +32,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import peak_rss_mb  # noqa: E402
+from common import peak_rss_mb
 
 
 def simulated(args):
     import numpy as np
+    from worlds import simulate
 
     from preflab.db.leaderboard.battles import Battles
-    from worlds import simulate
 
     rng = np.random.default_rng(0)
     strengths = np.sort(rng.normal(0, 100, args.models))  # a spread of ±300 Elo leaves room for the ties
@@ -68,10 +68,15 @@ def case_arrays(args) -> dict:
             samples[name] = bootstrap_ratings(battles, args.rounds, 0, begin, cells=cells)
             timed[name].append(time.perf_counter() - start)
     timed = {name: min(times) for name, times in timed.items()}
-    return {"seconds": seconds, "peak_rss_mb": rss, "bootstrap_warm_s": timed["warm"],
-            "bootstrap_cold_s": timed["cold"],
-            "warm_vs_cold_max_elo": float(400 * np.abs(samples["warm"] - samples["cold"]).max()),
-            "top": board.ratings[0].model, "widest_interval": max(x.upper - x.lower for x in board.ratings)}
+    return {
+        "seconds": seconds,
+        "peak_rss_mb": rss,
+        "bootstrap_warm_s": timed["warm"],
+        "bootstrap_cold_s": timed["cold"],
+        "warm_vs_cold_max_elo": float(400 * np.abs(samples["warm"] - samples["cold"]).max()),
+        "top": board.ratings[0].model,
+        "widest_interval": max(x.upper - x.lower for x in board.ratings),
+    }
 
 
 def write_store(path: Path, args) -> float:
@@ -91,20 +96,37 @@ def write_store(path: Path, args) -> float:
     prompt = rng.integers(0, prompts, len(battles))
     con = sqlite3.connect(path)
     with con:
-        con.executemany("INSERT INTO prompts (id, text, content_hash, created_at) VALUES (?, ?, ?, ?)",
-                        ((p + 1, f"prompt {p}", f"{p:064d}", now) for p in range(prompts)))
+        con.executemany(
+            "INSERT INTO prompts (id, text, content_hash, created_at) VALUES (?, ?, ?, ?)",
+            ((p + 1, f"prompt {p}", f"{p:064d}", now) for p in range(prompts)),
+        )
         # Each battle its own two replies, as in Chatbot Arena: the read joins 2 M candidates.
-        con.executemany("INSERT INTO candidates (id, prompt_id, text, content_hash, model, created_at) "
-                        "VALUES (?, ?, ?, ?, ?, ?)",
-                        ((2 * k + side + 1, int(prompt[k]) + 1, f"reply {side} of battle {k}", f"{k:063d}{side}",
-                          battles.models[int(m[k])], now) for k in range(len(battles))
-                         for side, m in ((0, battles.a), (1, battles.b))))
-        con.execute("INSERT INTO annotators (id, kind, name, pseudonym, created_at) VALUES (1, 'human', 'ana', "
-                    "'annotator-1', ?)", (now,))
-        con.executemany("INSERT INTO rankings (id, prompt_id, annotator_id, source, external_id, version, status, "
-                        "n_tiers, same_as_shown, created_at, updated_at) "
-                        "VALUES (?, ?, 1, 'import', ?, 1, 'valid', 2, 0, ?, ?)",
-                        ((k + 1, int(prompt[k]) + 1, str(k), now, now) for k in range(len(battles))))
+        con.executemany(
+            "INSERT INTO candidates (id, prompt_id, text, content_hash, model, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                (
+                    2 * k + side + 1,
+                    int(prompt[k]) + 1,
+                    f"reply {side} of battle {k}",
+                    f"{k:063d}{side}",
+                    battles.models[int(m[k])],
+                    now,
+                )
+                for k in range(len(battles))
+                for side, m in ((0, battles.a), (1, battles.b))
+            ),
+        )
+        con.execute(
+            "INSERT INTO annotators (id, kind, name, pseudonym, created_at) VALUES (1, 'human', 'ana', "
+            "'annotator-1', ?)",
+            (now,),
+        )
+        con.executemany(
+            "INSERT INTO rankings (id, prompt_id, annotator_id, source, external_id, version, status, "
+            "n_tiers, same_as_shown, created_at, updated_at) "
+            "VALUES (?, ?, 1, 'import', ?, 1, 'valid', 2, 0, ?, ?)",
+            ((k + 1, int(prompt[k]) + 1, str(k), now, now) for k in range(len(battles))),
+        )
         tier_a = np.where(battles.outcome == 0.0, 1, 0)
         tier_b = np.where(battles.outcome == 1.0, 1, 0)
 
@@ -113,8 +135,9 @@ def write_store(path: Path, args) -> float:
                 yield k + 1, 2 * k + 1, int(tier_a[k]), 0
                 yield k + 1, 2 * k + 2, int(tier_b[k]), 1
 
-        con.executemany("INSERT INTO ranking_items (ranking_id, candidate_id, tier, shown_position) "
-                        "VALUES (?, ?, ?, ?)", items())
+        con.executemany(
+            "INSERT INTO ranking_items (ranking_id, candidate_id, tier, shown_position) VALUES (?, ?, ?, ?)", items()
+        )
     con.close()
     return time.perf_counter() - start
 
@@ -133,8 +156,13 @@ def case_store(args) -> dict:
     start = time.perf_counter()
     with sessions.begin() as session:
         read = len(read_battles(session, Filters()))
-    return {"seconds": seconds, "peak_rss_mb": rss, "read_battles_s": time.perf_counter() - start,
-            "battles": board.battles, "read": read}
+    return {
+        "seconds": seconds,
+        "peak_rss_mb": rss,
+        "read_battles_s": time.perf_counter() - start,
+        "battles": board.battles,
+        "read": read,
+    }
 
 
 def case_style(args) -> dict:
@@ -148,26 +176,34 @@ def case_style(args) -> dict:
     style = rng.integers(0, 40, (len(battles), 2, 4)).astype(float)
     start = time.perf_counter()
     rate(battles, LeaderboardConfig(bootstrap=args.rounds // 10, style_control=True), style)
-    return {"seconds": time.perf_counter() - start, "peak_rss_mb": peak_rss_mb(), "battles": len(battles),
-            "rounds": args.rounds // 10}
+    return {
+        "seconds": time.perf_counter() - start,
+        "peak_rss_mb": peak_rss_mb(),
+        "battles": len(battles),
+        "rounds": args.rounds // 10,
+    }
 
 
 def case_fastchat(args) -> dict:
-    import pandas as pd
-
     import fastchat_bt as fastchat
+    import pandas as pd
     from worlds import winners
 
     battles = simulated(args)
     names = pd.Series(battles.models)
-    df = pd.DataFrame({"model_a": names[battles.a].values, "model_b": names[battles.b].values,
-                       "winner": winners(battles.outcome)})
+    df = pd.DataFrame(
+        {"model_a": names[battles.a].values, "model_b": names[battles.b].values, "winner": winners(battles.outcome)}
+    )
     start = time.perf_counter()
     fastchat.compute_bt(df)
     fastchat.compute_bootstrap_bt(df, args.fastchat_rounds)
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "peak_rss_mb": peak_rss_mb(), "rounds": args.fastchat_rounds,
-            "seconds_scaled_to_rounds": seconds * args.rounds / args.fastchat_rounds}
+    return {
+        "seconds": seconds,
+        "peak_rss_mb": peak_rss_mb(),
+        "rounds": args.fastchat_rounds,
+        "seconds_scaled_to_rounds": seconds * args.rounds / args.fastchat_rounds,
+    }
 
 
 CASES = {"arrays": case_arrays, "store": case_store, "style": case_style, "fastchat": case_fastchat}
@@ -187,8 +223,16 @@ def main() -> None:
         print(json.dumps(CASES[args.case](args)))
         return
     results = {}
-    common = ["--battles", str(args.battles), "--models", str(args.models), "--rounds", str(args.rounds),
-              "--fastchat-rounds", str(args.fastchat_rounds)]
+    common = [
+        "--battles",
+        str(args.battles),
+        "--models",
+        str(args.models),
+        "--rounds",
+        str(args.rounds),
+        "--fastchat-rounds",
+        str(args.fastchat_rounds),
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "bench.db"
         for name in args.only.split(","):
@@ -196,11 +240,15 @@ def main() -> None:
             if name == "store":
                 results["store_written_s"] = write_store(store, args)
                 extra = ["--store", str(store)]
-            out = subprocess.run([sys.executable, __file__, "--case", name, *common, *extra],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--case", name, *common, *extra], capture_output=True, text=True, check=True
+            ).stdout
             results[name] = json.loads(out.strip().splitlines()[-1])
-            print(f"{name}: {results[name]['seconds']:.2f} s, peak RSS {results[name]['peak_rss_mb']:.0f} MB "
-                  f"{ {k: v for k, v in results[name].items() if k not in ('seconds', 'peak_rss_mb')} }", flush=True)
+            print(
+                f"{name}: {results[name]['seconds']:.2f} s, peak RSS {results[name]['peak_rss_mb']:.0f} MB "
+                f"{ {k: v for k, v in results[name].items() if k not in ('seconds', 'peak_rss_mb')} }",
+                flush=True,
+            )
     print(json.dumps({"battles": args.battles, "models": args.models, "rounds": args.rounds, **results}, indent=2))
 
 

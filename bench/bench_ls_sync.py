@@ -23,20 +23,57 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import uuid
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from common import peak_rss_mb, postgres_schema_url
 
-WORDS = ("the model answer prompt reward policy gradient token river mountain quick brown fox "
-         "jumps over lazy dog data train test split human judge rank prefer better worse "
-         "explain because therefore example python function value list return error fix").split()
+WORDS = [
+    "the",
+    "model",
+    "answer",
+    "prompt",
+    "reward",
+    "policy",
+    "gradient",
+    "token",
+    "river",
+    "mountain",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dog",
+    "data",
+    "train",
+    "test",
+    "split",
+    "human",
+    "judge",
+    "rank",
+    "prefer",
+    "better",
+    "worse",
+    "explain",
+    "because",
+    "therefore",
+    "example",
+    "python",
+    "function",
+    "value",
+    "list",
+    "return",
+    "error",
+    "fix",
+]
 
 
 def sentence(rng: random.Random, n: int) -> str:
@@ -52,8 +89,14 @@ def write_export(path: Path, n_tasks: int, per_task: int, seed: int = 0) -> None
         out.write("[")
         for t in range(n_tasks):
             k = rng.randint(4, 6)
-            items = [{"id": f"c{t * 10 + j}", "title": f"Response {j + 1}",
-                      "body": f"[{t}.{j}] " + sentence(rng, rng.randint(20, 60))} for j in range(k)]
+            items = [
+                {
+                    "id": f"c{t * 10 + j}",
+                    "title": f"Response {j + 1}",
+                    "body": f"[{t}.{j}] " + sentence(rng, rng.randint(20, 60)),
+                }
+                for j in range(k)
+            ]
             annotations = []
             for a in range(per_task):
                 annotation_id += 1
@@ -64,21 +107,48 @@ def write_export(path: Path, n_tasks: int, per_task: int, seed: int = 0) -> None
                     value["tier_1"], value["tier_2"], value["_"] = ids[:2], ids[2:-1], ids[-1:]
                 else:
                     value = {"rank": ids}
-                annotations.append({
-                    "id": annotation_id, "completed_by": 1 + a, "was_cancelled": rng.random() < 0.03,
-                    "result": [{"value": {"ranker": value}, "id": uuid.UUID(int=rng.getrandbits(128)).hex[:10],
-                                "from_name": "rank", "to_name": "responses", "type": "ranker", "origin": "manual"}],
-                    "ground_truth": False, "created_at": "2026-01-02T03:04:05.000000Z",
-                    "updated_at": "2026-01-02T03:04:05.000000Z", "lead_time": round(rng.uniform(5, 90), 2),
-                    "prediction": {}, "result_count": 1, "task": t + 1, "project": 1, "updated_by": 1 + a,
-                    "parent_prediction": None, "parent_annotation": None, "last_action": None})
-            task = {"id": t + 1, "annotations": annotations, "drafts": [], "predictions": [],
-                    "data": {"prompt": f"Prompt {t}: " + sentence(rng, rng.randint(8, 20)), "items": items},
-                    "meta": {}, "created_at": "2026-01-01T00:00:00.000000Z", "inner_id": t + 1, "project": 1}
+                annotations.append(
+                    {
+                        "id": annotation_id,
+                        "completed_by": 1 + a,
+                        "was_cancelled": rng.random() < 0.03,
+                        "result": [
+                            {
+                                "value": {"ranker": value},
+                                "id": uuid.UUID(int=rng.getrandbits(128)).hex[:10],
+                                "from_name": "rank",
+                                "to_name": "responses",
+                                "type": "ranker",
+                                "origin": "manual",
+                            }
+                        ],
+                        "ground_truth": False,
+                        "created_at": "2026-01-02T03:04:05.000000Z",
+                        "updated_at": "2026-01-02T03:04:05.000000Z",
+                        "lead_time": round(rng.uniform(5, 90), 2),
+                        "prediction": {},
+                        "result_count": 1,
+                        "task": t + 1,
+                        "project": 1,
+                        "updated_by": 1 + a,
+                        "parent_prediction": None,
+                        "parent_annotation": None,
+                        "last_action": None,
+                    }
+                )
+            task = {
+                "id": t + 1,
+                "annotations": annotations,
+                "drafts": [],
+                "predictions": [],
+                "data": {"prompt": f"Prompt {t}: " + sentence(rng, rng.randint(8, 20)), "items": items},
+                "meta": {},
+                "created_at": "2026-01-01T00:00:00.000000Z",
+                "inner_id": t + 1,
+                "project": 1,
+            }
             out.write(("," if t else "") + json.dumps(task))
         out.write("]")
-
-
 
 
 def fast_path(url: str, path: Path) -> dict:
@@ -89,10 +159,16 @@ def fast_path(url: str, path: Path) -> dict:
     out = {}
     for run in ("first", "again"):
         t = time.perf_counter()
-        _, summary = import_export(sessions, path, base_url="http://bench", project_id=1,
-                                   buckets=["tier_1", "tier_2", "tier_3", "tier_4"])
-        out[run] = {"seconds": time.perf_counter() - t, "tasks": summary.tasks, "new": summary.new,
-                    "unchanged": summary.unchanged, "peak_rss_mb": peak_rss_mb()}
+        _, summary = import_export(
+            sessions, path, base_url="http://bench", project_id=1, buckets=["tier_1", "tier_2", "tier_3", "tier_4"]
+        )
+        out[run] = {
+            "seconds": time.perf_counter() - t,
+            "tasks": summary.tasks,
+            "new": summary.new,
+            "unchanged": summary.unchanged,
+            "peak_rss_mb": peak_rss_mb(),
+        }
     return out
 
 
@@ -117,8 +193,12 @@ def baseline(url: str, path: Path, limit: int) -> dict:
                 for ann in task["annotations"]:
                     text = json.dumps({"task": task["id"], "data": data, "annotation": ann}, sort_keys=True)
                     h = payload_hash(text)
-                    if s.scalar(select(RawRecord.id).where(RawRecord.source == "baseline",
-                                                           RawRecord.payload_hash == h)) is not None:
+                    if (
+                        s.scalar(
+                            select(RawRecord.id).where(RawRecord.source == "baseline", RawRecord.payload_hash == h)
+                        )
+                        is not None
+                    ):
                         continue
                     raw = RawRecord(source="baseline", payload=text, payload_hash=h)
                     s.add(raw)
@@ -132,8 +212,9 @@ def baseline(url: str, path: Path, limit: int) -> dict:
                     cids = {}
                     for it in data["items"]:
                         ch = content_hash(it["body"])
-                        cand = s.scalar(select(Candidate).where(Candidate.prompt_id == prompt.id,
-                                                                Candidate.content_hash == ch))
+                        cand = s.scalar(
+                            select(Candidate).where(Candidate.prompt_id == prompt.id, Candidate.content_hash == ch)
+                        )
                         if cand is None:
                             cand = Candidate(prompt_id=prompt.id, text=it["body"], content_hash=ch)
                             s.add(cand)
@@ -146,25 +227,38 @@ def baseline(url: str, path: Path, limit: int) -> dict:
                         s.add(who)
                         s.flush()
                     value = ann["result"][0]["value"]["ranker"]
-                    tiers = ([[i] for i in value["rank"]] if "rank" in value else
-                             [value[b] for b in ("tier_1", "tier_2", "tier_3", "tier_4") if value[b]])
-                    ranking = Ranking(prompt_id=prompt.id, annotator_id=who.id, source="baseline",
-                                      external_id=str(ann["id"]), ls_annotation_id=ann["id"], ls_task_id=task["id"],
-                                      status="skipped" if ann["was_cancelled"] else "valid",
-                                      n_tiers=0 if ann["was_cancelled"] else len(tiers), raw_record_id=raw.id)
+                    tiers = (
+                        [[i] for i in value["rank"]]
+                        if "rank" in value
+                        else [value[b] for b in ("tier_1", "tier_2", "tier_3", "tier_4") if value[b]]
+                    )
+                    ranking = Ranking(
+                        prompt_id=prompt.id,
+                        annotator_id=who.id,
+                        source="baseline",
+                        external_id=str(ann["id"]),
+                        ls_annotation_id=ann["id"],
+                        ls_task_id=task["id"],
+                        status="skipped" if ann["was_cancelled"] else "valid",
+                        n_tiers=0 if ann["was_cancelled"] else len(tiers),
+                        raw_record_id=raw.id,
+                    )
                     s.add(ranking)
                     s.flush()
                     tier_of = {} if ann["was_cancelled"] else {i: n for n, tier in enumerate(tiers) for i in tier}
                     for pos, it in enumerate(data["items"]):
-                        s.add(RankingItem(ranking_id=ranking.id, candidate_id=cids[it["id"]],
-                                          tier=tier_of.get(it["id"]), shown_position=pos))
+                        s.add(
+                            RankingItem(
+                                ranking_id=ranking.id,
+                                candidate_id=cids[it["id"]],
+                                tier=tier_of.get(it["id"]),
+                                shown_position=pos,
+                            )
+                        )
                     new += 1
-        out[run] = {"seconds": time.perf_counter() - t, "tasks": len(tasks), "new": new,
-                    "peak_rss_mb": peak_rss_mb()}
+        out[run] = {"seconds": time.perf_counter() - t, "tasks": len(tasks), "new": new, "peak_rss_mb": peak_rss_mb()}
         del tasks
     return out
-
-
 
 
 def run_child(database: str, kind: str, path: Path, limit: int, work: Path) -> dict:
@@ -203,8 +297,10 @@ def main() -> None:
         path = tmp / "export.json"
         t = time.perf_counter()
         write_export(path, args.tasks, args.annotations_per_task)
-        print(f"generated an export of {args.tasks:,} tasks × {args.annotations_per_task} annotations "
-              f"({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s")
+        print(
+            f"generated an export of {args.tasks:,} tasks × {args.annotations_per_task} annotations "
+            f"({path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - t:.1f} s"
+        )
         databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
         runs = {database: {"fast": [], "baseline": []} for database in databases}
         for kind in ("fast", "baseline"):
@@ -214,18 +310,36 @@ def main() -> None:
         for database in databases:
             report(database, {kind: found[0] for kind, found in runs[database].items()})
         if len(databases) > 1:
-            shares = [sq["first"]["seconds"] / pg["first"]["seconds"]  # same tasks: the ratio of the rates
-                      for sq, pg in zip(runs["sqlite"]["fast"], runs["postgres"]["fast"])]
-            print(f"\npostgres first-sync rate / sqlite's: {statistics.median(shares):.2f}x "
-                  f"(runs: {', '.join(f'{x:.2f}' for x in shares)}); load average now {os.getloadavg()[0]:.1f}")
+            shares = [
+                sq["first"]["seconds"] / pg["first"]["seconds"]  # same tasks: the ratio of the rates
+                for sq, pg in zip(runs["sqlite"]["fast"], runs["postgres"]["fast"])
+            ]
+            print(
+                f"\npostgres first-sync rate / sqlite's: {statistics.median(shares):.2f}x "
+                f"(runs: {', '.join(f'{x:.2f}' for x in shares)}); load average now {os.getloadavg()[0]:.1f}"
+            )
         print(json.dumps(runs))
 
 
 def child(database: str, kind: str, tmp: Path, path: Path, limit: int) -> dict:
     """One run of `kind` (fast or baseline) on `database`, in a fresh process."""
     work = Path(tempfile.mkdtemp(prefix=f"{database}-{kind}-", dir=tmp))
-    proc = subprocess.run([sys.executable, __file__, "--child", database, kind, str(work),
-                           "--input", str(path), "--baseline-tasks", str(limit)], capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            database,
+            kind,
+            str(work),
+            "--input",
+            str(path),
+            "--baseline-tasks",
+            str(limit),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         sys.exit(proc.stderr)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -238,14 +352,18 @@ def report(database: str, runs: dict) -> None:
     again_rate = fast["again"]["tasks"] / fast["again"]["seconds"]
     base_again_rate = base["again"]["tasks"] / base["again"]["seconds"]
     print(f"\n== {database} ==")
-    print(f"first sync : {fast['first']['tasks']:,} tasks ({fast['first']['new']:,} rankings) in "
-          f"{fast['first']['seconds']:.1f} s = {rate:,.0f} tasks/s (baseline {base_rate:,.0f} tasks/s on "
-          f"{base['first']['tasks']:,}; {rate / base_rate:.1f}x); peak RSS {fast['first']['peak_rss_mb']:.0f} MB "
-          f"(baseline {base['first']['peak_rss_mb']:.0f} MB)")
-    print(f"re-sync    : nothing new ({fast['again']['unchanged']:,} unchanged) in {fast['again']['seconds']:.1f} s"
-          f" = {again_rate:,.0f} tasks/s, {fast['again']['seconds'] / fast['first']['seconds']:.3f} of the first "
-          f"sync (baseline {base_again_rate:,.0f} tasks/s, {base['again']['seconds'] / base['first']['seconds']:.3f}"
-          f" of its first; {again_rate / base_again_rate:.1f}x); peak RSS {fast['again']['peak_rss_mb']:.0f} MB")
+    print(
+        f"first sync : {fast['first']['tasks']:,} tasks ({fast['first']['new']:,} rankings) in "
+        f"{fast['first']['seconds']:.1f} s = {rate:,.0f} tasks/s (baseline {base_rate:,.0f} tasks/s on "
+        f"{base['first']['tasks']:,}; {rate / base_rate:.1f}x); peak RSS {fast['first']['peak_rss_mb']:.0f} MB "
+        f"(baseline {base['first']['peak_rss_mb']:.0f} MB)"
+    )
+    print(
+        f"re-sync    : nothing new ({fast['again']['unchanged']:,} unchanged) in {fast['again']['seconds']:.1f} s"
+        f" = {again_rate:,.0f} tasks/s, {fast['again']['seconds'] / fast['first']['seconds']:.3f} of the first "
+        f"sync (baseline {base_again_rate:,.0f} tasks/s, {base['again']['seconds'] / base['first']['seconds']:.3f}"
+        f" of its first; {again_rate / base_again_rate:.1f}x); peak RSS {fast['again']['peak_rss_mb']:.0f} MB"
+    )
 
 
 if __name__ == "__main__":

@@ -69,11 +69,14 @@ def train_both(sessions, base: Path, dataset: str, workdir: Path, settings: dict
     for name, method in (("reward", "reward"), ("ranker", "pair-ranker")):
         clock = cpu_clock()
         config = METHODS[method].config(save_steps=1_000_000, logging_steps=10, use_cpu=True, **settings)
-        result = train(method, sessions, config, str(base), dataset, output_dir=str(workdir / name),
-                       callbacks=[clock])
-        out[name] = {"accuracy": result.metrics["heldout_accuracy"], "pairs": result.metrics["heldout_pairs"],
-                     "loop_s": result.metrics["train_runtime"], "cpu_s": clock.seconds,
-                     "steps": result.metrics["global_step"]}
+        result = train(method, sessions, config, str(base), dataset, output_dir=str(workdir / name), callbacks=[clock])
+        out[name] = {
+            "accuracy": result.metrics["heldout_accuracy"],
+            "pairs": result.metrics["heldout_pairs"],
+            "loop_s": result.metrics["train_runtime"],
+            "cpu_s": clock.seconds,
+            "steps": result.metrics["global_step"],
+        }
     return out
 
 
@@ -81,16 +84,29 @@ def bench_world(world: str, seed: int, args) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"bench-ranker-{world}-") as tmp:
         workdir = Path(tmp)
         if world == "toy":
-            sessions, dataset, pairs, base = toy_store(workdir, args.toy_prompts, args.toy_candidates,
-                                                       args.toy_base_steps, seed)
-            settings = dict(learning_rate=1e-3, num_train_epochs=args.epochs, per_device_train_batch_size=16,
-                            warmup_steps=0.1, max_length=16, seed=seed)
+            sessions, dataset, pairs, base = toy_store(
+                workdir, args.toy_prompts, args.toy_candidates, args.toy_base_steps, seed
+            )
+            settings = {
+                "learning_rate": 1e-3,
+                "num_train_epochs": args.epochs,
+                "per_device_train_batch_size": 16,
+                "warmup_steps": 0.1,
+                "max_length": 16,
+                "seed": seed,
+            }
         else:
             sessions, dataset, pairs, _ = build_store(workdir, 4, args.sum_prompts, seed)
             base = initial_model(workdir / "init", seed)
             # bench_reward_grouped's settings: 8 prompts' pairs (8·C(4, 2)) per step.
-            settings = dict(learning_rate=1e-3, num_train_epochs=args.epochs, per_device_train_batch_size=48,
-                            warmup_steps=0.05, max_length=64, seed=seed)
+            settings = {
+                "learning_rate": 1e-3,
+                "num_train_epochs": args.epochs,
+                "per_device_train_batch_size": 48,
+                "warmup_steps": 0.05,
+                "max_length": 64,
+                "seed": seed,
+            }
         return {"pairs": pairs, **train_both(sessions, base, dataset, workdir, settings)}
 
 
@@ -111,25 +127,33 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU; load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU; load average "
+        f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+    )
     for world in args.worlds:
         runs = [bench_world(world, seed, args) for seed in args.seeds]
-        print(f"\n## {world}: {args.epochs:g} epochs, ≈{runs[0]['pairs']:,} pairs "
-              f"({runs[0]['reward']['pairs']:,} held out)")
+        print(
+            f"\n## {world}: {args.epochs:g} epochs, ≈{runs[0]['pairs']:,} pairs "
+            f"({runs[0]['reward']['pairs']:,} held out)"
+        )
         print(f"{'seed':>4}  {'':22}{'held-out acc':>13}{'loop wall':>11}{'loop CPU':>10}{'steps':>7}")
         for seed, r in zip(args.seeds, runs):
             for name, label in (("reward", "Bradley–Terry reward"), ("ranker", "pair ranker")):
                 row = r[name]
-                print(f"{seed:>4}  {label:22}{row['accuracy']:>13.3f}{row['loop_s']:>10.1f}s{row['cpu_s']:>9.1f}s"
-                      f"{row['steps']:>7}")
+                print(
+                    f"{seed:>4}  {label:22}{row['accuracy']:>13.3f}{row['loop_s']:>10.1f}s{row['cpu_s']:>9.1f}s"
+                    f"{row['steps']:>7}"
+                )
         diffs = [r["ranker"]["accuracy"] - r["reward"]["accuracy"] for r in runs]
         spread = f" ± {stdev(diffs):.3f} (sd over seeds)" if len(diffs) > 1 else ""
         reward, ranker = (mean(r[m]["accuracy"] for r in runs) for m in ("reward", "ranker"))
         cost = mean(r["ranker"]["cpu_s"] / r["reward"]["cpu_s"] for r in runs)
-        print(f"held-out accuracy: reward model {reward:.3f}, pair ranker {ranker:.3f}; difference (ranker − reward) "
-              f"{mean(diffs):+.3f}{spread}; per seed {', '.join(f'{d:+.3f}' for d in diffs)}; "
-              f"ranker's training CPU {cost:.2f}× the reward model's")
+        print(
+            f"held-out accuracy: reward model {reward:.3f}, pair ranker {ranker:.3f}; difference (ranker − reward) "
+            f"{mean(diffs):+.3f}{spread}; per seed {', '.join(f'{d:+.3f}' for d in diffs)}; "
+            f"ranker's training CPU {cost:.2f}× the reward model's"
+        )
     print(f"\nload average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 

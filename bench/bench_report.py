@@ -76,7 +76,7 @@ class Clock:
 
     def stages(self) -> dict[str, tuple[float, float]]:
         """Stage -> (seconds, CPU seconds)."""
-        ends = self.marks[1:] + [("end", time.perf_counter(), time.process_time())]
+        ends = [*self.marks[1:], ("end", time.perf_counter(), time.process_time())]
         return {name: (end - start, cpu_end - cpu) for (name, start, cpu), (_, end, cpu_end) in zip(self.marks, ends)}
 
 
@@ -88,10 +88,15 @@ def fast(url: str, out: Path) -> dict:
     t, cpu = time.perf_counter(), time.process_time()
     with open_sessions(url).begin() as session:
         report = write_report(session, out, reporter=clock)
-    return {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
-            "stages": clock.stages(), "peak_rss_mb": peak_rss_mb(),
-            "sections": report["sections"], "bytes": out.stat().st_size,
-            "agreement": report["agreement"]["categories"]["all"]}
+    return {
+        "seconds": time.perf_counter() - t,
+        "cpu_seconds": time.process_time() - cpu,
+        "stages": clock.stages(),
+        "peak_rss_mb": peak_rss_mb(),
+        "sections": report["sections"],
+        "bytes": out.stat().st_size,
+        "agreement": report["agreement"]["categories"]["all"],
+    }
 
 
 def _monday(moment) -> str:
@@ -116,24 +121,34 @@ def naive(url: str, agreement: bool) -> dict:
             counts["prompts"][(prompt.source, _monday(prompt.created_at))] += 1
         for candidate in session.scalars(select(Candidate)):
             counts["candidates"][(candidate.model, _monday(candidate.created_at))] += 1
-        rankings = session.scalars(select(Ranking).options(selectinload(Ranking.items),
-                                                           joinedload(Ranking.annotator))).all()
+        rankings = session.scalars(
+            select(Ranking).options(selectinload(Ranking.items), joinedload(Ranking.annotator))
+        ).all()
         for r in rankings:
             ranked = sum(1 for item in r.items if item.tier is not None)
-            counts["rankings"][(r.source, r.status, r.annotator.kind, r.same_as_shown, _monday(r.created_at),
-                                ranked > 0)] += 1
+            counts["rankings"][
+                (r.source, r.status, r.annotator.kind, r.same_as_shown, _monday(r.created_at), ranked > 0)
+            ] += 1
         for record in session.scalars(select(RawRecord).where(RawRecord.status == "quarantined")):
             counts["quarantine"][(record.source, record.reason)] += 1
-        result["data"] = {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
-                          "rankings": len(rankings), "peak_rss_mb": peak_rss_mb()}
+        result["data"] = {
+            "seconds": time.perf_counter() - t,
+            "cpu_seconds": time.process_time() - cpu,
+            "rankings": len(rankings),
+            "peak_rss_mb": peak_rss_mb(),
+        }
         del rankings
         if agreement:
             from preflab.db.quality.agreement import agreement as library_agreement
 
             t, cpu = time.perf_counter(), time.process_time()
             found = library_agreement(session)
-            result["agreement"] = {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
-                                   "all": found["all"], "peak_rss_mb": peak_rss_mb()}
+            result["agreement"] = {
+                "seconds": time.perf_counter() - t,
+                "cpu_seconds": time.process_time() - cpu,
+                "all": found["all"],
+                "peak_rss_mb": peak_rss_mb(),
+            }
     return result
 
 
@@ -152,25 +167,45 @@ def sql_join(url: str) -> dict:
     def total(condition):
         return func.sum(case((condition, 1), else_=0))
 
-    query = (select(r1.annotator_id, r2.annotator_id, total(d1 * d2 > 0), total(d1 * d2 < 0), func.count(),
-                    total(d1 == 0), total(d2 == 0))
-             .select_from(r1)
-             .join(r2, and_(r2.prompt_id == r1.prompt_id, r2.id > r1.id, r2.annotator_id != r1.annotator_id))
-             .join(x1, x1.ranking_id == r1.id)
-             .join(y1, and_(y1.ranking_id == r1.id, y1.candidate_id > x1.candidate_id))
-             .join(x2, and_(x2.ranking_id == r2.id, x2.candidate_id == x1.candidate_id))
-             .join(y2, and_(y2.ranking_id == r2.id, y2.candidate_id == y1.candidate_id))
-             .where(r1.status == "valid", r2.status == "valid", x1.tier.is_not(None), y1.tier.is_not(None),
-                    x2.tier.is_not(None), y2.tier.is_not(None))
-             .group_by(r1.id, r2.id))
+    query = (
+        select(
+            r1.annotator_id,
+            r2.annotator_id,
+            total(d1 * d2 > 0),
+            total(d1 * d2 < 0),
+            func.count(),
+            total(d1 == 0),
+            total(d2 == 0),
+        )
+        .select_from(r1)
+        .join(r2, and_(r2.prompt_id == r1.prompt_id, r2.id > r1.id, r2.annotator_id != r1.annotator_id))
+        .join(x1, x1.ranking_id == r1.id)
+        .join(y1, and_(y1.ranking_id == r1.id, y1.candidate_id > x1.candidate_id))
+        .join(x2, and_(x2.ranking_id == r2.id, x2.candidate_id == x1.candidate_id))
+        .join(y2, and_(y2.ranking_id == r2.id, y2.candidate_id == y1.candidate_id))
+        .where(
+            r1.status == "valid",
+            r2.status == "valid",
+            x1.tier.is_not(None),
+            y1.tier.is_not(None),
+            x2.tier.is_not(None),
+            y2.tier.is_not(None),
+        )
+        .group_by(r1.id, r2.id)
+    )
     t, cpu = time.perf_counter(), time.process_time()
     with open_sessions(url).begin() as session:
         rows = session.execute(query).all()
     shared = sum(con + dis for _, _, con, dis, *_ in rows)
     agree = sum(con for _, _, con, *_ in rows)
-    return {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
-            "ranking_pairs": len(rows), "shared_pairs": shared,
-            "pairwise_agreement": agree / shared if shared else None, "peak_rss_mb": peak_rss_mb()}
+    return {
+        "seconds": time.perf_counter() - t,
+        "cpu_seconds": time.process_time() - cpu,
+        "ranking_pairs": len(rows),
+        "shared_pairs": shared,
+        "pairwise_agreement": agree / shared if shared else None,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def judge(url: str) -> dict:
@@ -181,9 +216,13 @@ def judge(url: str) -> dict:
     t, cpu = time.perf_counter(), time.process_time()
     with open_sessions(url).begin() as session:
         rows = judges_section(session)
-    return {"seconds": time.perf_counter() - t, "cpu_seconds": time.process_time() - cpu,
-            "judges": len(rows or []), "rankings": rows[0]["rankings"],
-            "peak_rss_mb": peak_rss_mb()}
+    return {
+        "seconds": time.perf_counter() - t,
+        "cpu_seconds": time.process_time() - cpu,
+        "judges": len(rows or []),
+        "rankings": rows[0]["rankings"],
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def child(kind: str, *args: str) -> dict:
@@ -208,16 +247,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rankings", type=int, default=100_000)
     parser.add_argument("--store", type=Path, help="the SQLite file (built when missing)")
-    parser.add_argument("--naive-agreement", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time the library's Python agreement loop (minutes)")
+    parser.add_argument(
+        "--naive-agreement",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time the library's Python agreement loop (minutes)",
+    )
     parser.add_argument("--sql-join", action="store_true", help="also time the all-SQL agreement (the dead end)")
     parser.add_argument("--judge", action="store_true", help="also time the Judges section with one annotator a judge")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         kind, url, *rest = args.child
-        result = {"fast": lambda: fast(url, Path(rest[0])), "naive": lambda: naive(url, rest[0] == "1"),
-                  "sql-join": lambda: sql_join(url), "judge": lambda: judge(url)}[kind]()
+        result = {
+            "fast": lambda: fast(url, Path(rest[0])),
+            "naive": lambda: naive(url, rest[0] == "1"),
+            "sql-join": lambda: sql_join(url),
+            "judge": lambda: judge(url),
+        }[kind]()
         print(json.dumps(result))
         return
 
@@ -226,8 +273,10 @@ def main() -> None:
     url = f"sqlite:///{store}"
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="preflab-bench-report-") as tmp:
-        results = {"fast": child("fast", url, str(Path(tmp) / "report.html")),
-                   "naive": child("naive", url, "1" if args.naive_agreement else "0")}
+        results = {
+            "fast": child("fast", url, str(Path(tmp) / "report.html")),
+            "naive": child("naive", url, "1" if args.naive_agreement else "0"),
+        }
         if args.sql_join:
             results["sql_join"] = child("sql-join", url)
         if args.judge:
@@ -242,33 +291,45 @@ def print_results(results: dict) -> None:
     stages = ", ".join(f"{name} {seconds:.2f} ({cpu:.2f})" for name, (seconds, cpu) in f["stages"].items())
     load = results["load"]
     print(f"\nload average before {load['before'][0]:.1f} / after {load['after'][0]:.1f} (1 min)")
-    print(f"report  : {f['seconds']:.1f} s ({f['cpu_seconds']:.1f} s of CPU), peak RSS {f['peak_rss_mb']:.0f} MB, "
-          f"{f['bytes'] / 1e3:.0f} kB page, sections {', '.join(f['sections'])}")
+    print(
+        f"report  : {f['seconds']:.1f} s ({f['cpu_seconds']:.1f} s of CPU), peak RSS {f['peak_rss_mb']:.0f} MB, "
+        f"{f['bytes'] / 1e3:.0f} kB page, sections {', '.join(f['sections'])}"
+    )
     print(f"          by stage, s (CPU s): {stages}")
     data = f["stages"]["data"][0]
-    print(f"naive   : Data counted from {n['data']['rankings']:,} loaded rankings (+ prompts, candidates) in "
-          f"{n['data']['seconds']:.1f} s ({n['data']['cpu_seconds']:.1f} s of CPU) vs {data:.2f} s "
-          f"({n['data']['seconds'] / data:.0f}x), "
-          f"peak RSS {n['data']['peak_rss_mb']:.0f} MB")
+    print(
+        f"naive   : Data counted from {n['data']['rankings']:,} loaded rankings (+ prompts, candidates) in "
+        f"{n['data']['seconds']:.1f} s ({n['data']['cpu_seconds']:.1f} s of CPU) vs {data:.2f} s "
+        f"({n['data']['seconds'] / data:.0f}x), "
+        f"peak RSS {n['data']['peak_rss_mb']:.0f} MB"
+    )
     ours = f["stages"]["agreement"][0]
     if "agreement" in n:
-        print(f"          agreement by preflab.db.quality.agreement in {n['agreement']['seconds']:.1f} s "
-              f"({n['agreement']['cpu_seconds']:.1f} s of CPU) vs {ours:.2f} s "
-              f"({n['agreement']['seconds'] / ours:.0f}x); same result: "
-              f"{abs(n['agreement']['all']['pairwise_agreement'] - f['agreement']['pairwise_agreement']) < 1e-12}")
+        print(
+            f"          agreement by preflab.db.quality.agreement in {n['agreement']['seconds']:.1f} s "
+            f"({n['agreement']['cpu_seconds']:.1f} s of CPU) vs {ours:.2f} s "
+            f"({n['agreement']['seconds'] / ours:.0f}x); same result: "
+            f"{abs(n['agreement']['all']['pairwise_agreement'] - f['agreement']['pairwise_agreement']) < 1e-12}"
+        )
         total = n["data"]["seconds"] + n["agreement"]["seconds"]
-        print(f"          naive total {total:.1f} s vs the whole report {f['seconds']:.1f} s "
-              f"({total / f['seconds']:.0f}x)")
+        print(
+            f"          naive total {total:.1f} s vs the whole report {f['seconds']:.1f} s "
+            f"({total / f['seconds']:.0f}x)"
+        )
     if "sql_join" in results:
         s = results["sql_join"]
         ours_cpu = f["stages"]["agreement"][1]
-        print(f"sql join: agreement as one SQL self-join in {s['seconds']:.1f} s ({s['cpu_seconds']:.1f} s of CPU) "
-              f"vs {ours:.2f} s ({ours_cpu:.2f} s of CPU): {s['cpu_seconds'] / ours_cpu:.1f}x the CPU, "
-              f"{s['ranking_pairs']:,} ranking pairs")
+        print(
+            f"sql join: agreement as one SQL self-join in {s['seconds']:.1f} s ({s['cpu_seconds']:.1f} s of CPU) "
+            f"vs {ours:.2f} s ({ours_cpu:.2f} s of CPU): {s['cpu_seconds'] / ours_cpu:.1f}x the CPU, "
+            f"{s['ranking_pairs']:,} ranking pairs"
+        )
     if "judge" in results:
         j = results["judge"]
-        print(f"judges  : one score judge with {j['rankings']:,} rankings: Judges section in {j['seconds']:.1f} s "
-              f"({j['cpu_seconds']:.1f} s of CPU), peak RSS {j['peak_rss_mb']:.0f} MB")
+        print(
+            f"judges  : one score judge with {j['rankings']:,} rankings: Judges section in {j['seconds']:.1f} s "
+            f"({j['cpu_seconds']:.1f} s of CPU), peak RSS {j['peak_rss_mb']:.0f} MB"
+        )
 
 
 if __name__ == "__main__":

@@ -33,10 +33,36 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import peak_rss_mb  # noqa: E402
+from common import peak_rss_mb
 
-WORDS = ("the a model answer question reply number value because which there about would could water light "
-         "river city music paper colour window garden little great simple").split()
+WORDS = [
+    "the",
+    "a",
+    "model",
+    "answer",
+    "question",
+    "reply",
+    "number",
+    "value",
+    "because",
+    "which",
+    "there",
+    "about",
+    "would",
+    "could",
+    "water",
+    "light",
+    "river",
+    "city",
+    "music",
+    "paper",
+    "colour",
+    "window",
+    "garden",
+    "little",
+    "great",
+    "simple",
+]
 CATEGORIES = ("chat", "math", "code", "safety", "reasoning")
 
 
@@ -72,8 +98,12 @@ def held_out(n_pairs: int, replies: int, seed: int = 0):
             margins.append(float(worse - better))
     n = min(n_pairs, len(ids))
     split = Dataset.from_dict({k: v[:n] for k, v in rows.items()})
-    facts = PairFacts(np.array(ids[:n]), np.array(categories[:n], dtype=object), np.array(kinds[:n], dtype=object),
-                      np.array(margins[:n]))
+    facts = PairFacts(
+        np.array(ids[:n]),
+        np.array(categories[:n], dtype=object),
+        np.array(kinds[:n], dtype=object),
+        np.array(margins[:n]),
+    )
     return split, facts
 
 
@@ -89,10 +119,9 @@ def tiny_model(workdir: Path) -> str:
 def case_preflab(args) -> dict:
     import torch
 
+    from preflab.lm.loading import load_sequence_scorer
     from preflab.training.reward_eval.bench import bench
     from preflab.training.reward_eval.score import score_split
-
-    from preflab.lm.loading import load_sequence_scorer
 
     torch.set_num_threads(1)
     split, facts = held_out(args.pairs, args.replies)
@@ -104,11 +133,20 @@ def case_preflab(args) -> dict:
     start = time.perf_counter()
     report = bench(scored, facts, read, rounds=args.rounds, seed=0)
     stats = time.perf_counter() - start
-    return {"case": "preflab", "pairs": len(split), "prompts": report["prompts"],
-            "distinct_replies": args.replies * report["prompts"],
-            "scoring_s": round(scoring, 2), "bench_s": round(stats, 2), "total_s": round(scoring + stats, 2),
-            "rounds": args.rounds, "accuracy": report["accuracy"], "low": report["low"], "high": report["high"],
-            "peak_rss_mb": round(peak_rss_mb())}
+    return {
+        "case": "preflab",
+        "pairs": len(split),
+        "prompts": report["prompts"],
+        "distinct_replies": args.replies * report["prompts"],
+        "scoring_s": round(scoring, 2),
+        "bench_s": round(stats, 2),
+        "total_s": round(scoring + stats, 2),
+        "rounds": args.rounds,
+        "accuracy": report["accuracy"],
+        "low": report["low"],
+        "high": report["high"],
+        "peak_rss_mb": round(peak_rss_mb()),
+    }
 
 
 def case_rewardbench(args) -> dict:
@@ -119,21 +157,35 @@ def case_rewardbench(args) -> dict:
     split, _ = held_out(args.baseline_pairs, args.replies)
     path = tiny_model(Path(args.workdir))
     tokenizer = AutoTokenizer.from_pretrained(path)
-    reward_pipe = pipeline("text-classification", model=AutoModelForSequenceClassification.from_pretrained(path),
-                           tokenizer=tokenizer, device="cpu")
+    reward_pipe = pipeline(
+        "text-classification",
+        model=AutoModelForSequenceClassification.from_pretrained(path),
+        tokenizer=tokenizer,
+        device="cpu",
+    )
     kwargs = {"batch_size": 64, "truncation": True, "max_length": 2048, "function_to_apply": "none"}
     start = time.perf_counter()
-    texts = {side: [tokenizer.apply_chat_template(list(p) + list(r), tokenize=False)
-                    for p, r in zip(split["prompt"], split[side])] for side in ("chosen", "rejected")}
+    texts = {
+        side: [
+            tokenizer.apply_chat_template(list(p) + list(r), tokenize=False)
+            for p, r in zip(split["prompt"], split[side])
+        ]
+        for side in ("chosen", "rejected")
+    }
     right = 0
     for begin in range(0, len(split), 64):
-        chosen = reward_pipe(texts["chosen"][begin:begin + 64], **kwargs)
-        rejected = reward_pipe(texts["rejected"][begin:begin + 64], **kwargs)
+        chosen = reward_pipe(texts["chosen"][begin : begin + 64], **kwargs)
+        rejected = reward_pipe(texts["rejected"][begin : begin + 64], **kwargs)
         right += sum(c["score"] > r["score"] for c, r in zip(chosen, rejected))
     seconds = time.perf_counter() - start
-    return {"case": "rewardbench", "pairs": len(split), "seconds": round(seconds, 2),
-            "scaled_s": round(seconds * args.pairs / len(split), 1), "accuracy": right / len(split),
-            "peak_rss_mb": round(peak_rss_mb())}
+    return {
+        "case": "rewardbench",
+        "pairs": len(split),
+        "seconds": round(seconds, 2),
+        "scaled_s": round(seconds * args.pairs / len(split), 1),
+        "accuracy": right / len(split),
+        "peak_rss_mb": round(peak_rss_mb()),
+    }
 
 
 CASES = {"preflab": case_preflab, "rewardbench": case_rewardbench}
@@ -153,20 +205,33 @@ def main() -> None:
     if args.case:
         print(json.dumps(CASES[args.case](args)))
         return
-    common = ["--pairs", str(args.pairs), "--replies", str(args.replies), "--rounds", str(args.rounds),
-              "--baseline-pairs", str(args.baseline_pairs), "--workdir", args.workdir]
+    common = [
+        "--pairs",
+        str(args.pairs),
+        "--replies",
+        str(args.replies),
+        "--rounds",
+        str(args.rounds),
+        "--baseline-pairs",
+        str(args.baseline_pairs),
+        "--workdir",
+        args.workdir,
+    ]
     results = {}
     for name in args.only.split(","):
-        out = subprocess.run([sys.executable, __file__, "--case", name, *common], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--case", name, *common], capture_output=True, text=True, check=True
+        )
         results[name] = json.loads(out.stdout.strip().splitlines()[-1])
         print(results[name], flush=True)
     if {"preflab", "rewardbench"} <= set(results):
         mine, theirs = results["preflab"], results["rewardbench"]
-        print(f"{mine['pairs']:,} pairs: preflab {mine['total_s']} s (scoring {mine['scoring_s']} s, bench with "
-              f"{mine['rounds']:,} bootstrap rounds {mine['bench_s']} s, peak RSS {mine['peak_rss_mb']} MB); "
-              f"RewardBench's path {theirs['scaled_s']} s (scaled from {theirs['pairs']:,} pairs); "
-              f"ratio {theirs['scaled_s'] / mine['total_s']:.1f}×")
+        print(
+            f"{mine['pairs']:,} pairs: preflab {mine['total_s']} s (scoring {mine['scoring_s']} s, bench with "
+            f"{mine['rounds']:,} bootstrap rounds {mine['bench_s']} s, peak RSS {mine['peak_rss_mb']} MB); "
+            f"RewardBench's path {theirs['scaled_s']} s (scaled from {theirs['pairs']:,} pairs); "
+            f"ratio {theirs['scaled_s'] / mine['total_s']:.1f}×"
+        )
     print(json.dumps(results))
 
 

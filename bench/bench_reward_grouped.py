@@ -51,8 +51,18 @@ def build_store(workdir: Path, k: int, prompts: int, seed: int):
                 responses[" ".join(map(str, digits))] = sum(digits)
             texts = list(responses)
             tiers = tiers_from_scores({j: float(responses[t]) for j, t in enumerate(texts)})
-            handle.write(json.dumps({"prompt": prompt, "responses": texts, "ranking": tiers,
-                                     "annotator": "digit-sum", "id": f"bench-{i}"}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "prompt": prompt,
+                        "responses": texts,
+                        "ranking": tiers,
+                        "annotator": "digit-sum",
+                        "id": f"bench-{i}",
+                    }
+                )
+                + "\n"
+            )
     sessions, version, pairs = sqlite_dataset(workdir, path, seed)
     return sessions, version.name, pairs, version.n_train
 
@@ -65,20 +75,38 @@ def initial_model(path: Path, seed: int) -> Path:
 
     tokenizer = digit_tokenizer()
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
     LlamaForCausalLM(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
 
 
-def train_once(sessions, base: Path, dataset: str, workdir: Path, grouped: bool, k: int, prompts_per_step: int,
-               epochs: float, seed: int) -> dict:
+def train_once(
+    sessions,
+    base: Path,
+    dataset: str,
+    workdir: Path,
+    grouped: bool,
+    k: int,
+    prompts_per_step: int,
+    epochs: float,
+    seed: int,
+) -> dict:
+    from transformers import TrainerCallback
+
     from preflab.training.config import RewardTrainConfig
     from preflab.training.methods import train
-
-    from transformers import TrainerCallback
 
     class CpuClock(TrainerCallback):
         """CPU seconds of the training loop: steadier than wall time on a machine others share."""
@@ -91,15 +119,30 @@ def train_once(sessions, base: Path, dataset: str, workdir: Path, grouped: bool,
 
     clock = CpuClock()
     batch = prompts_per_step if grouped else prompts_per_step * comb(k, 2)
-    config = RewardTrainConfig(grouped=grouped, num_train_epochs=epochs, per_device_train_batch_size=batch,
-                               per_device_eval_batch_size=64, learning_rate=1e-3, warmup_steps=0.05, max_length=64,
-                               logging_steps=10, save_steps=1_000_000, seed=seed, use_cpu=True)
+    config = RewardTrainConfig(
+        grouped=grouped,
+        num_train_epochs=epochs,
+        per_device_train_batch_size=batch,
+        per_device_eval_batch_size=64,
+        learning_rate=1e-3,
+        warmup_steps=0.05,
+        max_length=64,
+        logging_steps=10,
+        save_steps=1_000_000,
+        seed=seed,
+        use_cpu=True,
+    )
     start = time.perf_counter()
     output_dir = workdir / ("grouped" if grouped else "pairwise")
     result = train("reward", sessions, config, str(base), dataset, output_dir=str(output_dir), callbacks=[clock])
-    return {"wall_s": time.perf_counter() - start, "train_s": result.metrics["train_runtime"], "cpu_s": clock.seconds,
-            "steps": result.metrics["global_step"], "accuracy": result.metrics["heldout_accuracy"],
-            "loss": result.metrics["last_loss"]}
+    return {
+        "wall_s": time.perf_counter() - start,
+        "train_s": result.metrics["train_runtime"],
+        "cpu_s": clock.seconds,
+        "steps": result.metrics["global_step"],
+        "accuracy": result.metrics["heldout_accuracy"],
+        "loss": result.metrics["last_loss"],
+    }
 
 
 def bench(k: int, prompts: int, epochs: float, prompts_per_step: int, seed: int) -> dict:
@@ -120,13 +163,23 @@ def bench(k: int, prompts: int, epochs: float, prompts_per_step: int, seed: int)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--k", type=int, nargs="+", default=[4, 8], help="Candidates per prompt.")
-    parser.add_argument("--prompts", type=int, nargs="+", default=[400, 200],
-                        help="Prompts for each K (80%% train, 20%% held out); K = 8 has 28 pairs a prompt.")
+    parser.add_argument(
+        "--prompts",
+        type=int,
+        nargs="+",
+        default=[400, 200],
+        help="Prompts for each K (80%% train, 20%% held out); K = 8 has 28 pairs a prompt.",
+    )
     parser.add_argument("--epochs", type=float, default=2.0)
     parser.add_argument("--prompts-per-step", type=int, default=8, help="Prompts whose pairs make one step.")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads.")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0],
-                        help="One fresh data set and initial model per seed; several give a mean.")
+    parser.add_argument(
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0],
+        help="One fresh data set and initial model per seed; several give a mean.",
+    )
     args = parser.parse_args()
 
     import torch
@@ -136,21 +189,31 @@ def main() -> None:
     prompts = dict(zip(args.k, args.prompts + args.prompts[-1:] * len(args.k)))
     for k in args.k:
         runs = [bench(k, prompts[k], args.epochs, args.prompts_per_step, seed) for seed in args.seeds]
-        print(f"\n## K = {k}: {prompts[k]} prompts (≈{runs[0]['pairs']:,} pairs), {args.epochs:g} epochs, "
-              f"{args.prompts_per_step} prompts' pairs per step")
-        print(f"{'seed':>4}  {'':16}{'loop wall':>10}{'loop CPU':>10}{'whole run':>11}{'steps':>7}"
-              f"{'seq/epoch':>11}{'held-out acc':>14}")
+        print(
+            f"\n## K = {k}: {prompts[k]} prompts (≈{runs[0]['pairs']:,} pairs), {args.epochs:g} epochs, "
+            f"{args.prompts_per_step} prompts' pairs per step"
+        )
+        print(
+            f"{'seed':>4}  {'':16}{'loop wall':>10}{'loop CPU':>10}{'whole run':>11}{'steps':>7}"
+            f"{'seq/epoch':>11}{'held-out acc':>14}"
+        )
         for seed, r in zip(args.seeds, runs):
             for name, row in (("TRL pairwise", r["pairwise"]), ("preflab grouped", r["grouped"])):
-                print(f"{seed:>4}  {name:16}{row['train_s']:>9.1f}s{row['cpu_s']:>9.1f}s{row['wall_s']:>10.1f}s"
-                      f"{row['steps']:>7}{row['sequences_per_epoch']:>11,}{row['accuracy']:>14.3f}")
+                print(
+                    f"{seed:>4}  {name:16}{row['train_s']:>9.1f}s{row['cpu_s']:>9.1f}s{row['wall_s']:>10.1f}s"
+                    f"{row['steps']:>7}{row['sequences_per_epoch']:>11,}{row['accuracy']:>14.3f}"
+                )
         ratio = {key: [r["pairwise"][key] / r["grouped"][key] for r in runs] for key in ("train_s", "cpu_s", "wall_s")}
         acc = {m: [r[m]["accuracy"] for r in runs] for m in ("pairwise", "grouped")}
-        print(f"speed-up (mean over {len(runs)} seed(s), min in brackets): training loop {mean(ratio['train_s']):.2f}× "
-              f"wall ({min(ratio['train_s']):.2f}×), {mean(ratio['cpu_s']):.2f}× CPU ({min(ratio['cpu_s']):.2f}×); "
-              f"whole run {mean(ratio['wall_s']):.2f}× wall")
-        print(f"held-out accuracy: pairwise {mean(acc['pairwise']):.3f}, grouped {mean(acc['grouped']):.3f} "
-              f"(difference {mean(acc['grouped']) - mean(acc['pairwise']):+.3f})")
+        print(
+            f"speed-up (mean over {len(runs)} seed(s), min in brackets): training loop {mean(ratio['train_s']):.2f}× "
+            f"wall ({min(ratio['train_s']):.2f}×), {mean(ratio['cpu_s']):.2f}× CPU ({min(ratio['cpu_s']):.2f}×); "
+            f"whole run {mean(ratio['wall_s']):.2f}× wall"
+        )
+        print(
+            f"held-out accuracy: pairwise {mean(acc['pairwise']):.3f}, grouped {mean(acc['grouped']):.3f} "
+            f"(difference {mean(acc['grouped']) - mean(acc['pairwise']):+.3f})"
+        )
 
 
 if __name__ == "__main__":

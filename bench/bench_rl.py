@@ -46,26 +46,53 @@ def word_tokenizer(vocab_size: int):
     vocab.update({f"w{i}": i + 3 for i in range(vocab_size - 3)})
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                                   padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", padding_side="left"
+    )
 
 
 def build(workdir: Path, gpu: bool, seed: int = 0) -> tuple[Path, Path, list[str]]:
     """Save a random policy and reward model; return their folders and the prompts."""
     import torch
-    from transformers import (LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification, Qwen2Config,
-                              Qwen2ForCausalLM, Qwen2ForSequenceClassification)
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        LlamaForSequenceClassification,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen2ForSequenceClassification,
+    )
 
     vocab = 151_936 if gpu else 512
     tokenizer = word_tokenizer(vocab)
-    common = dict(vocab_size=vocab, pad_token_id=0, eos_token_id=1, bos_token_id=None, max_position_embeddings=2048)
+    common = {
+        "vocab_size": vocab,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+        "bos_token_id": None,
+        "max_position_embeddings": 2048,
+    }
     if gpu:
-        config = Qwen2Config(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
-                             num_key_value_heads=2, tie_word_embeddings=True, **common)
+        config = Qwen2Config(
+            hidden_size=896,
+            intermediate_size=4864,
+            num_hidden_layers=24,
+            num_attention_heads=14,
+            num_key_value_heads=2,
+            tie_word_embeddings=True,
+            **common,
+        )
         classes = (Qwen2ForCausalLM, Qwen2ForSequenceClassification)
     else:
-        config = LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
-                             num_key_value_heads=4, tie_word_embeddings=False, **common)
+        config = LlamaConfig(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            tie_word_embeddings=False,
+            **common,
+        )
         classes = (LlamaForCausalLM, LlamaForSequenceClassification)
     torch.manual_seed(seed)
     paths = []
@@ -84,10 +111,21 @@ def build(workdir: Path, gpu: bool, seed: int = 0) -> tuple[Path, Path, list[str
 def rl_config(args, reward: Path, out: Path):
     from preflab.training.rl import RLTrainConfig
 
-    config = RLTrainConfig(reward_model=str(reward), algorithm="rloo", beta=0.05, learning_rate=1e-5, n=args.n,
-                           max_steps=args.warmup + args.steps, per_device_train_batch_size=args.prompts * args.n,
-                           max_new_tokens=args.completion, max_length=args.completion + 64, logging_steps=10_000,
-                           save_steps=100_000, use_cpu=not args.gpu, eval_prompts=0)
+    config = RLTrainConfig(
+        reward_model=str(reward),
+        algorithm="rloo",
+        beta=0.05,
+        learning_rate=1e-5,
+        n=args.n,
+        max_steps=args.warmup + args.steps,
+        per_device_train_batch_size=args.prompts * args.n,
+        max_new_tokens=args.completion,
+        max_length=args.completion + 64,
+        logging_steps=10_000,
+        save_steps=100_000,
+        use_cpu=not args.gpu,
+        eval_prompts=0,
+    )
     trl_args = config.to_trl(str(out))
     trl_args.generation_kwargs = {"min_new_tokens": args.completion}  # the same work per step on both sides
     return config, trl_args
@@ -102,22 +140,30 @@ def run_trl(args, policy: Path, reward: Path, prompts: list[str], out: Path) -> 
 
     from preflab.training.rl import RewardModelReward
 
-    config, trl_args = rl_config(args, reward, out)
+    _config, trl_args = rl_config(args, reward, out)
     marks: dict[int, float] = {}
 
     class Clock(TrainerCallback):
         def on_step_end(self, a, state, control, **kwargs):
             marks[state.global_step] = time.perf_counter()
 
-    trainer = RLOOTrainer(str(policy), reward_funcs=RewardModelReward(str(reward), str(trl_args.device)),
-                          args=trl_args, train_dataset=Dataset.from_dict({"prompt": prompts}),
-                          processing_class=AutoTokenizer.from_pretrained(policy), callbacks=[Clock()])
+    trainer = RLOOTrainer(
+        str(policy),
+        reward_funcs=RewardModelReward(str(reward), str(trl_args.device)),
+        args=trl_args,
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        processing_class=AutoTokenizer.from_pretrained(policy),
+        callbacks=[Clock()],
+    )
     trainer.remove_callback(PrinterCallback)  # its log dicts would interleave with the report
     trainer.train()
     seconds = marks[args.warmup + args.steps] - marks[args.warmup]
-    return {"seconds": seconds, "steps_per_s": args.steps / seconds,
-            "completion_tokens_per_s": args.steps * args.prompts * args.n * args.completion / seconds,
-            "num_tokens": trainer.state.num_input_tokens_seen}
+    return {
+        "seconds": seconds,
+        "steps_per_s": args.steps / seconds,
+        "completion_tokens_per_s": args.steps * args.prompts * args.n * args.completion / seconds,
+        "num_tokens": trainer.state.num_input_tokens_seen,
+    }
 
 
 def run_plain(args, policy_path: Path, reward_path: Path, prompts: list[str]) -> dict:
@@ -137,13 +183,18 @@ def run_plain(args, policy_path: Path, reward_path: Path, prompts: list[str]) ->
     for step in range(args.warmup + args.steps):
         if step == args.warmup:
             start, generation, update = time.perf_counter(), 0.0, 0.0
-        batch = [p for p in prompts[step * args.prompts:(step + 1) * args.prompts] for _ in range(n)]
+        batch = [p for p in prompts[step * args.prompts : (step + 1) * args.prompts] for _ in range(n)]
         enc = tokenizer(batch, return_tensors="pt", padding=True)
         t0 = time.perf_counter()
         policy.eval()
         with torch.no_grad():
-            out = policy.generate(**enc, do_sample=True, max_new_tokens=args.completion,
-                                  min_new_tokens=args.completion, pad_token_id=tokenizer.pad_token_id)
+            out = policy.generate(
+                **enc,
+                do_sample=True,
+                max_new_tokens=args.completion,
+                min_new_tokens=args.completion,
+                pad_token_id=tokenizer.pad_token_id,
+            )
         t1 = time.perf_counter()
         policy.train()
         width = enc["input_ids"].shape[1]
@@ -151,15 +202,16 @@ def run_plain(args, policy_path: Path, reward_path: Path, prompts: list[str]) ->
         targets = out[:, width:]
 
         def logps(model):
-            logits = model(input_ids=out, attention_mask=mask).logits[:, width - 1:-1].float()
-            return logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1).sum(-1)
+            logits = model(input_ids=out, attention_mask=mask).logits[:, width - 1 : -1].float()  # noqa: B023 (called within this iteration)
+            return logits.log_softmax(-1).gather(-1, targets[..., None]).squeeze(-1).sum(-1)  # noqa: B023 (called within this iteration)
 
         mine = logps(policy)
         with torch.no_grad():
             theirs = logps(reference)
             eos = torch.full((out.shape[0], 1), tokenizer.eos_token_id)
-            rewards = scorer(input_ids=torch.cat([out, eos], 1),
-                             attention_mask=torch.cat([mask, torch.ones_like(eos)], 1)).logits[:, 0]
+            rewards = scorer(
+                input_ids=torch.cat([out, eos], 1), attention_mask=torch.cat([mask, torch.ones_like(eos)], 1)
+            ).logits[:, 0]
             shaped = (rewards - beta * (mine.detach() - theirs)).view(-1, n)
             advantages = (shaped - (shaped.sum(1, keepdim=True) - shaped) / (n - 1)).view(-1)
         loss = -(advantages * mine).mean()
@@ -169,9 +221,13 @@ def run_plain(args, policy_path: Path, reward_path: Path, prompts: list[str]) ->
         generation += t1 - t0
         update += time.perf_counter() - t1
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "steps_per_s": args.steps / seconds,
-            "completion_tokens_per_s": args.steps * args.prompts * n * args.completion / seconds,
-            "generation_share": generation / seconds, "update_share": update / seconds}
+    return {
+        "seconds": seconds,
+        "steps_per_s": args.steps / seconds,
+        "completion_tokens_per_s": args.steps * args.prompts * n * args.completion / seconds,
+        "generation_share": generation / seconds,
+        "update_share": update / seconds,
+    }
 
 
 def run_gpu(args, workdir: Path) -> dict:
@@ -181,13 +237,19 @@ def run_gpu(args, workdir: Path) -> dict:
     policy, reward, prompts = build(workdir, gpu=True)
     tokenizer = AutoTokenizer.from_pretrained(policy)
     model = AutoModelForCausalLM.from_pretrained(policy, dtype=torch.bfloat16).cuda()
-    enc = tokenizer([p for p in prompts[:args.prompts] for _ in range(args.n)], return_tensors="pt",
-                    padding=True).to("cuda")
-    for timed in (False, True):  # the first call warms up kernels
+    enc = tokenizer([p for p in prompts[: args.prompts] for _ in range(args.n)], return_tensors="pt", padding=True).to(
+        "cuda"
+    )
+    for _timed in (False, True):  # the first call warms up kernels
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        model.generate(**enc, do_sample=True, max_new_tokens=args.completion, min_new_tokens=args.completion,
-                       pad_token_id=tokenizer.pad_token_id)
+        model.generate(
+            **enc,
+            do_sample=True,
+            max_new_tokens=args.completion,
+            min_new_tokens=args.completion,
+            pad_token_id=tokenizer.pad_token_id,
+        )
         torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
     generation = args.prompts * args.n * args.completion / seconds
@@ -195,10 +257,13 @@ def run_gpu(args, workdir: Path) -> dict:
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     result = run_trl(args, policy, reward, prompts, workdir / "trl")
-    return {"generation_tokens_per_s": generation,
-            "training_tokens_per_s": result["num_tokens"] / result["seconds"] * args.steps / (args.warmup + args.steps),
-            "steps_per_s": result["steps_per_s"], "peak_gpu_memory_gb": torch.cuda.max_memory_allocated() / 2**30,
-            "device": torch.cuda.get_device_name()}
+    return {
+        "generation_tokens_per_s": generation,
+        "training_tokens_per_s": result["num_tokens"] / result["seconds"] * args.steps / (args.warmup + args.steps),
+        "steps_per_s": result["steps_per_s"],
+        "peak_gpu_memory_gb": torch.cuda.max_memory_allocated() / 2**30,
+        "device": torch.cuda.get_device_name(),
+    }
 
 
 def main() -> None:
@@ -233,8 +298,10 @@ def main() -> None:
     print(f"{'':<26} {'steps/s':>8} {'completion tok/s':>17}")
     for name, row in (("preflab (TRL RLOOTrainer)", trl), ("plain PyTorch REINFORCE", plain)):
         print(f"{name:<26} {row['steps_per_s']:>8.3f} {row['completion_tokens_per_s']:>17.1f}")
-    print(f"ratio preflab / plain: {trl['steps_per_s'] / plain['steps_per_s']:.2f}; the plain loop spends "
-          f"{plain['generation_share']:.0%} of its time generating")
+    print(
+        f"ratio preflab / plain: {trl['steps_per_s'] / plain['steps_per_s']:.2f}; the plain loop spends "
+        f"{plain['generation_share']:.0%} of its time generating"
+    )
     print(json.dumps({"preflab": trl, "plain": plain}))
 
 

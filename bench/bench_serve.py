@@ -86,50 +86,137 @@ def _stamp(seconds: int) -> str:
     return when.isoformat(timespec="microseconds") + "Z"
 
 
-def label_studio_body(action: str, annotation: int, user: int, task: dict, order: list[str], version: int,
-                      label_config: str) -> bytes:
+def label_studio_body(
+    action: str, annotation: int, user: int, task: dict, order: list[str], version: int, label_config: str
+) -> bytes:
     """A webhook body as Label Studio 1.23 posts it: every field of the annotation, its task and the project."""
     created, updated = _stamp(annotation), _stamp(annotation + 86_400 * (version - 1))  # an edit: a day later
-    ann = {"id": annotation, "result": [{"id": f"r{annotation}v{version}", "from_name": "rank", "to_name": "responses",
-                                         "type": "ranker", "origin": "manual", "value": {"ranker": {"rank": order}}}],
-           "was_cancelled": False, "ground_truth": False, "created_at": created, "updated_at": updated,
-           "draft_created_at": None, "lead_time": 12.5 + annotation % 40, "prediction": {}, "result_count": 1,
-           "unique_id": f"00000000-0000-4000-8000-{annotation:012d}", "import_id": None,
-           "last_action": "updated" if version > 1 else None, "bulk_created": False, "task": task["id"],
-           "project": PROJECT, "completed_by": user, "updated_by": user, "parent_prediction": None,
-           "parent_annotation": None, "last_created_by": None}
-    project = {"id": PROJECT, "task_number": TASKS, "finished_task_number": 0, "total_predictions_number": 0,
-               "total_annotations_number": annotation, "num_tasks_with_annotations": annotation // 3,
-               "useful_annotation_number": annotation, "ground_truth_number": 0, "skipped_annotations_number": 0,
-               "title": "bench serve", "description": "preflab ranking project", "label_config": label_config,
-               "parsed_label_config": {"rank": {"type": "Ranker", "to_name": ["responses"],
-                                                "inputs": [{"type": "List", "valueType": None, "value": "items"}],
-                                                "labels": [], "labels_attrs": {}}},
-               "label_config_hash": 1004393354671515870, "expert_instruction": "", "show_instruction": False,
-               "show_skip_button": True, "enable_empty_annotation": True, "reveal_preannotations_interactively": False,
-               "show_annotation_history": False, "show_collab_predictions": False,
-               "evaluate_predictions_automatically": False, "token": "Xq3-invite-token-9fKd", "result_count": 0,
-               "color": "#FFFFFF", "maximum_annotations": 3, "min_annotations_to_start_training": 0,
-               "control_weights": {"rank": {"overall": 1.0, "type": "Ranker", "labels": {}}}, "model_version": "",
-               "data_types": {"system": "Text", "dialogue": "Paragraphs", "items": "List"}, "is_draft": False,
-               "is_published": False, "created_at": LS_EPOCH + "Z", "updated_at": LS_EPOCH + "Z",
-               "sampling": "Sequential sampling", "skip_queue": "REQUEUE_FOR_OTHERS", "show_ground_truth_first": False,
-               "annotator_evaluation_enabled": False, "show_overlap_first": False, "overlap_cohort_percentage": 100,
-               "task_data_login": None, "task_data_password": None, "pinned_at": None, "custom_task_lock_ttl": None,
-               "deleted_at": None, "purge_at": None, "search_vector": None, "organization": 1, "created_by": 1,
-               "deleted_by": None}
-    body_task = {**task, "meta": {}, "created_at": LS_EPOCH + "Z", "updated_at": updated, "is_labeled": False,
-                 "allow_skip": True, "overlap": 3, "inner_id": task["id"], "total_annotations": 1,
-                 "cancelled_annotations": 0, "total_predictions": 0, "precomputed_agreement": None,
-                 "comment_count": 0, "unresolved_comment_count": 0, "last_comment_updated_at": None,
-                 "project": PROJECT, "updated_by": user, "file_upload": None, "comment_authors": []}
+    ann = {
+        "id": annotation,
+        "result": [
+            {
+                "id": f"r{annotation}v{version}",
+                "from_name": "rank",
+                "to_name": "responses",
+                "type": "ranker",
+                "origin": "manual",
+                "value": {"ranker": {"rank": order}},
+            }
+        ],
+        "was_cancelled": False,
+        "ground_truth": False,
+        "created_at": created,
+        "updated_at": updated,
+        "draft_created_at": None,
+        "lead_time": 12.5 + annotation % 40,
+        "prediction": {},
+        "result_count": 1,
+        "unique_id": f"00000000-0000-4000-8000-{annotation:012d}",
+        "import_id": None,
+        "last_action": "updated" if version > 1 else None,
+        "bulk_created": False,
+        "task": task["id"],
+        "project": PROJECT,
+        "completed_by": user,
+        "updated_by": user,
+        "parent_prediction": None,
+        "parent_annotation": None,
+        "last_created_by": None,
+    }
+    project = {
+        "id": PROJECT,
+        "task_number": TASKS,
+        "finished_task_number": 0,
+        "total_predictions_number": 0,
+        "total_annotations_number": annotation,
+        "num_tasks_with_annotations": annotation // 3,
+        "useful_annotation_number": annotation,
+        "ground_truth_number": 0,
+        "skipped_annotations_number": 0,
+        "title": "bench serve",
+        "description": "preflab ranking project",
+        "label_config": label_config,
+        "parsed_label_config": {
+            "rank": {
+                "type": "Ranker",
+                "to_name": ["responses"],
+                "inputs": [{"type": "List", "valueType": None, "value": "items"}],
+                "labels": [],
+                "labels_attrs": {},
+            }
+        },
+        "label_config_hash": 1004393354671515870,
+        "expert_instruction": "",
+        "show_instruction": False,
+        "show_skip_button": True,
+        "enable_empty_annotation": True,
+        "reveal_preannotations_interactively": False,
+        "show_annotation_history": False,
+        "show_collab_predictions": False,
+        "evaluate_predictions_automatically": False,
+        "token": "Xq3-invite-token-9fKd",
+        "result_count": 0,
+        "color": "#FFFFFF",
+        "maximum_annotations": 3,
+        "min_annotations_to_start_training": 0,
+        "control_weights": {"rank": {"overall": 1.0, "type": "Ranker", "labels": {}}},
+        "model_version": "",
+        "data_types": {"system": "Text", "dialogue": "Paragraphs", "items": "List"},
+        "is_draft": False,
+        "is_published": False,
+        "created_at": LS_EPOCH + "Z",
+        "updated_at": LS_EPOCH + "Z",
+        "sampling": "Sequential sampling",
+        "skip_queue": "REQUEUE_FOR_OTHERS",
+        "show_ground_truth_first": False,
+        "annotator_evaluation_enabled": False,
+        "show_overlap_first": False,
+        "overlap_cohort_percentage": 100,
+        "task_data_login": None,
+        "task_data_password": None,
+        "pinned_at": None,
+        "custom_task_lock_ttl": None,
+        "deleted_at": None,
+        "purge_at": None,
+        "search_vector": None,
+        "organization": 1,
+        "created_by": 1,
+        "deleted_by": None,
+    }
+    body_task = {
+        **task,
+        "meta": {},
+        "created_at": LS_EPOCH + "Z",
+        "updated_at": updated,
+        "is_labeled": False,
+        "allow_skip": True,
+        "overlap": 3,
+        "inner_id": task["id"],
+        "total_annotations": 1,
+        "cancelled_annotations": 0,
+        "total_predictions": 0,
+        "precomputed_agreement": None,
+        "comment_count": 0,
+        "unresolved_comment_count": 0,
+        "last_comment_updated_at": None,
+        "project": PROJECT,
+        "updated_by": user,
+        "file_upload": None,
+        "comment_authors": [],
+    }
     return json.dumps({"action": action, "annotation": ann, "project": project, "task": body_task}).encode()
 
 
 def setup_store(url: str, label_studio: str, users: list[int]) -> tuple[list[dict], int]:
     """A project of TASKS pushed tasks, and one stored annotation per user; returns (tasks, stored rankings)."""
-    from preflab.db.conversation import assistant_turn, prompt_columns, prompt_hash, reply_columns, reply_hash, \
-        user_turn
+    from preflab.db.conversation import (
+        assistant_turn,
+        prompt_columns,
+        prompt_hash,
+        reply_columns,
+        reply_hash,
+        user_turn,
+    )
     from preflab.db.engine import dispose_all, open_sessions
     from preflab.db.store import ensure_candidates, ensure_prompts
     from preflab.labelling.studio.projects import ensure_project
@@ -138,17 +225,47 @@ def setup_store(url: str, label_studio: str, users: list[int]) -> tuple[list[dic
     from preflab.templates import label_config
 
     rng = random.Random(1)
-    words = "the model answer reward policy token river mountain data train human judge rank better".split()
-    prompts = {f"Question {n}: " + " ".join(rng.choices(words, k=12)) + "?":
-               [f"Reply {r} to {n}: " + " ".join(rng.choices(words, k=40)) for r in range(REPLIES)]
-               for n in range(TASKS)}
+    words = [
+        "the",
+        "model",
+        "answer",
+        "reward",
+        "policy",
+        "token",
+        "river",
+        "mountain",
+        "data",
+        "train",
+        "human",
+        "judge",
+        "rank",
+        "better",
+    ]
+    prompts = {
+        f"Question {n}: " + " ".join(rng.choices(words, k=12)) + "?": [
+            f"Reply {r} to {n}: " + " ".join(rng.choices(words, k=40)) for r in range(REPLIES)
+        ]
+        for n in range(TASKS)
+    }
     sessions = open_sessions(url)
     with sessions.begin() as session:
         pids = ensure_prompts(session, {prompt_hash(user_turn(p)): prompt_columns(user_turn(p)) for p in prompts})
-        ensure_candidates(session, {(pids[prompt_hash(user_turn(p))], reply_hash(assistant_turn(r))):
-                                    reply_columns(assistant_turn(r)) for p, rs in prompts.items() for r in rs})
-        project = ensure_project(session, label_studio, PROJECT, title="bench serve", template="ranking",
-                                 label_config=label_config("ranking"))
+        ensure_candidates(
+            session,
+            {
+                (pids[prompt_hash(user_turn(p))], reply_hash(assistant_turn(r))): reply_columns(assistant_turn(r))
+                for p, rs in prompts.items()
+                for r in rs
+            },
+        )
+        project = ensure_project(
+            session,
+            label_studio,
+            PROJECT,
+            title="bench serve",
+            template="ranking",
+            label_config=label_config("ranking"),
+        )
         planned, _ = plan_tasks(session, project)
         rows = [(1000 + n, t.prompt_id, t.set_hash, t.order) for n, t in enumerate(planned)]
         _record(session, project, rows)
@@ -158,12 +275,15 @@ def setup_store(url: str, label_studio: str, users: list[int]) -> tuple[list[dic
     with sessions.begin() as session:
         for n, user in enumerate(users):
             task = tasks[-1 - n]
-            receive(session, label_studio_body("ANNOTATION_CREATED", 900_000 + n, user, task,
-                                               [i["id"] for i in task["data"]["items"]], 1, config))
-        apply_pending(session, label_studio, lambda: {u: f"annotator{u}@bench.test" for u in users},
-                      limit=len(users))
+            receive(
+                session,
+                label_studio_body(
+                    "ANNOTATION_CREATED", 900_000 + n, user, task, [i["id"] for i in task["data"]["items"]], 1, config
+                ),
+            )
+        apply_pending(session, label_studio, lambda: {u: f"annotator{u}@bench.test" for u in users}, limit=len(users))
     dispose_all()
-    return tasks[:-len(users)], len(users)
+    return tasks[: -len(users)], len(users)
 
 
 def plan_events(tasks: list[dict], users: list[int], n: int, duplicates: float, seed: int) -> list[list[Event]]:
@@ -192,8 +312,10 @@ def plan_events(tasks: list[dict], users: list[int], n: int, duplicates: float, 
         task = tasks[(a - 1) // 3 % len(tasks)]
         first = orders[a]
         ids = first[1:] + first[:1]  # a different order than the one it replaces, or it is no edit
-        own.insert(rng.randint(at + 1, len(own)), Event(a, 2, label_studio_body(
-            "ANNOTATION_UPDATED", a, users[a % len(users)], task, ids, 2, config)))
+        own.insert(
+            rng.randint(at + 1, len(own)),
+            Event(a, 2, label_studio_body("ANNOTATION_UPDATED", a, users[a % len(users)], task, ids, 2, config)),
+        )
     for _ in range(replays):
         own = clients[rng.randrange(len(clients))]
         at = rng.randint(1, len(own))
@@ -222,8 +344,10 @@ async def _send(port: int, clients: list[list[Event]], rate: float = 0) -> tuple
     a second, all clients together) each at its share of that rate, on a schedule (a late answer is not waited
     out again: the next request goes at once)."""
     latencies, statuses = [], []
-    head = (f"POST /webhook HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
-            f"X-Preflab-Secret: {SECRET}\r\nContent-Length: %d\r\n\r\n").encode()
+    head = (
+        f"POST /webhook HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"X-Preflab-Secret: {SECRET}\r\nContent-Length: %d\r\n\r\n"
+    ).encode()
 
     async def client(n: int, events: list[Event]) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -276,17 +400,36 @@ def _stop(proc: subprocess.Popen) -> None:
 def _stats(latencies: list[float], wall: float) -> dict:
     ordered = sorted(latencies)
     q = statistics.quantiles(ordered, n=100, method="inclusive")
-    return {"requests": len(ordered), "p50_ms": round(q[49] * 1000, 1), "p99_ms": round(q[98] * 1000, 1),
-            "max_ms": round(ordered[-1] * 1000, 1), "wall_s": round(wall, 2),
-            "per_s": round(len(ordered) / wall, 1)}
+    return {
+        "requests": len(ordered),
+        "p50_ms": round(q[49] * 1000, 1),
+        "p99_ms": round(q[98] * 1000, 1),
+        "max_ms": round(ordered[-1] * 1000, 1),
+        "wall_s": round(wall, 2),
+        "per_s": round(len(ordered) / wall, 1),
+    }
 
 
 def run_bare(clients: list[list[Event]], workdir: Path, rate: float) -> dict:
     app = workdir / "bare_app.py"
     app.write_text(BARE_APP)
     port = _free_port()
-    proc = _start([sys.executable, "-m", "uvicorn", "bare_app:app", "--port", str(port), "--no-access-log",
-                   "--log-level", "warning"], {**os.environ, "PYTHONPATH": str(workdir)}, workdir / "bare.log", port)
+    proc = _start(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "bare_app:app",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ],
+        {**os.environ, "PYTHONPATH": str(workdir)},
+        workdir / "bare.log",
+        port,
+    )
     try:
         latencies, statuses, wall = asyncio.run(_send(port, clients, rate))
     finally:
@@ -311,28 +454,43 @@ def check_store(url: str, clients: list[list[Event]], warm: int) -> dict:
         sent[e.annotation] = max(sent.get(e.annotation, 0), e.version)
     sessions = open_sessions(url)
     with sessions() as s:
-        raw = dict(s.execute(select(RawRecord.status, func.count()).where(RawRecord.source == WEBHOOK_SOURCE)
-                             .group_by(RawRecord.status)).all())
-        rows = s.execute(select(Ranking.ls_annotation_id, Ranking.version, Ranking.status)
-                         .where(Ranking.source == SOURCE, Ranking.ls_annotation_id < 900_000)).all()
+        raw = dict(
+            s.execute(
+                select(RawRecord.status, func.count())
+                .where(RawRecord.source == WEBHOOK_SOURCE)
+                .group_by(RawRecord.status)
+            ).all()
+        )
+        rows = s.execute(
+            select(Ranking.ls_annotation_id, Ranking.version, Ranking.status).where(
+                Ranking.source == SOURCE, Ranking.ls_annotation_id < 900_000
+            )
+        ).all()
         total = s.scalar(select(func.count()).select_from(Ranking).where(Ranking.source == SOURCE))
     dispose_all()
     versions = sorted((a, v) for a, v, _ in rows)
     expected = sorted((a, v) for a, top in sent.items() for v in range(1, top + 1))
     status = {(a, v): st for a, v, st in rows}
-    wrong = [(a, v) for a, v in expected
-             if status.get((a, v)) != ("valid" if v == sent[a] else "superseded")]
-    result = {"raw_records": raw, "distinct_bodies": len(distinct) + warm, "rankings": len(rows),
-              "expected_rankings": len(expected), "lost": len(set(expected) - set(versions)),
-              "doubled": len(versions) - len(set(versions)), "wrong_status": len(wrong), "all_rankings": total}
-    ok = (raw == {"ok": len(distinct) + warm} and versions == expected and not wrong and total == len(rows) + warm)
+    wrong = [(a, v) for a, v in expected if status.get((a, v)) != ("valid" if v == sent[a] else "superseded")]
+    result = {
+        "raw_records": raw,
+        "distinct_bodies": len(distinct) + warm,
+        "rankings": len(rows),
+        "expected_rankings": len(expected),
+        "lost": len(set(expected) - set(versions)),
+        "doubled": len(versions) - len(set(versions)),
+        "wrong_status": len(wrong),
+        "all_rankings": total,
+    }
+    ok = raw == {"ok": len(distinct) + warm} and versions == expected and not wrong and total == len(rows) + warm
     if not ok:
         raise SystemExit(f"the store is not exact: {json.dumps(result)}")
     return result
 
 
-def run_serve(url: str, clients: list[list[Event]], warm: int, label_studio: str, workdir: Path, name: str,
-              rate: float) -> dict:
+def run_serve(
+    url: str, clients: list[list[Event]], warm: int, label_studio: str, workdir: Path, name: str, rate: float
+) -> dict:
     from sqlalchemy import func, select
 
     from preflab.db.engine import dispose_all, open_sessions
@@ -340,10 +498,19 @@ def run_serve(url: str, clients: list[list[Event]], warm: int, label_studio: str
     from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE
 
     port = _free_port()
-    env = {**os.environ, "PREFLAB_WEBHOOK_SECRET": SECRET, "LABEL_STUDIO_URL": label_studio,
-           "LABEL_STUDIO_API_KEY": "bench-no-label-studio", "PREFLAB_HOME": str(workdir / "home")}
-    proc = _start([sys.executable, "-m", "preflab", "--database-url", url, "serve", "--port", str(port),
-                   "--sync-every", "off"], env, workdir / f"serve-{name}.log", port)
+    env = {
+        **os.environ,
+        "PREFLAB_WEBHOOK_SECRET": SECRET,
+        "LABEL_STUDIO_URL": label_studio,
+        "LABEL_STUDIO_API_KEY": "bench-no-label-studio",
+        "PREFLAB_HOME": str(workdir / "home"),
+    }
+    proc = _start(
+        [sys.executable, "-m", "preflab", "--database-url", url, "serve", "--port", str(port), "--sync-every", "off"],
+        env,
+        workdir / f"serve-{name}.log",
+        port,
+    )
     try:
         latencies, statuses, wall = asyncio.run(_send(port, clients, rate))
         sent_at = time.perf_counter()
@@ -351,8 +518,11 @@ def run_serve(url: str, clients: list[list[Event]], warm: int, label_studio: str
         pending = -1
         while time.perf_counter() - sent_at < 120:
             with sessions() as s:
-                pending = s.scalar(select(func.count()).select_from(RawRecord).where(
-                    RawRecord.source == WEBHOOK_SOURCE, RawRecord.status == "pending"))
+                pending = s.scalar(
+                    select(func.count())
+                    .select_from(RawRecord)
+                    .where(RawRecord.source == WEBHOOK_SOURCE, RawRecord.status == "pending")
+                )
             if not pending:
                 break
             time.sleep(0.1)
@@ -365,9 +535,12 @@ def run_serve(url: str, clients: list[list[Event]], warm: int, label_studio: str
         raise SystemExit(f"{name}: statuses {sorted(set(statuses))}:\n{log}")
     if pending:
         raise SystemExit(f"{name}: {pending} deliveries still pending after 120 s")
-    return {**_stats(latencies, wall), "drained_after_s": round(drained, 2),
-            "parse_per_s": round(sum(map(len, clients)) / (wall + drained), 1),
-            "store": check_store(url, clients, warm)}
+    return {
+        **_stats(latencies, wall),
+        "drained_after_s": round(drained, 2),
+        "parse_per_s": round(sum(map(len, clients)) / (wall + drained), 1),
+        "store": check_store(url, clients, warm),
+    }
 
 
 def main() -> None:
@@ -377,8 +550,12 @@ def main() -> None:
     parser.add_argument("--duplicates", type=float, default=0.1)
     parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--rate", type=float, default=0,
-                        help="deliveries a second, all clients together (default 0: each client as fast as it can)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=0,
+        help="deliveries a second, all clients together (default 0: each client as fast as it can)",
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="bench-serve-"))
@@ -386,9 +563,15 @@ def main() -> None:
     nobody.bind(("127.0.0.1", 0))
     label_studio = f"http://127.0.0.1:{nobody.getsockname()[1]}"
     users = [100 + c for c in range(args.clients)]
-    report = {"workdir": str(workdir), "load_before": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
-              "deliveries": args.deliveries, "clients": args.clients, "duplicates": args.duplicates,
-              "rate": args.rate or "as fast as answers come"}
+    report = {
+        "workdir": str(workdir),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
+        "deliveries": args.deliveries,
+        "clients": args.clients,
+        "duplicates": args.duplicates,
+        "rate": args.rate or "as fast as answers come",
+    }
     began = time.perf_counter()
     databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
     clients = None
@@ -408,18 +591,25 @@ def main() -> None:
             drop()
     report["bare_fastapi"] = run_bare(clients, workdir, args.rate)
     for name in databases:
-        report[name]["vs_bare"] = {k: round(report[name][k] / report["bare_fastapi"][k], 2)
-                                   for k in ("p50_ms", "p99_ms", "per_s")}
+        report[name]["vs_bare"] = {
+            k: round(report[name][k] / report["bare_fastapi"][k], 2) for k in ("p50_ms", "p99_ms", "per_s")
+        }
     report["load_after"] = [round(x, 2) for x in os.getloadavg()]
     report["seconds"] = round(time.perf_counter() - began, 1)
     nobody.close()
     print(json.dumps(report, indent=2))
     for name in [*databases, "bare_fastapi"]:
         r = report[name]
-        extra = (f", parsed {r['parse_per_s']:,}/s end to end, drained {r['drained_after_s']} s after the last answer; "
-                 f"p99 {r['vs_bare']['p99_ms']}x bare" if name != "bare_fastapi" else "")
-        print(f"{name}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, max {r['max_ms']} ms, "
-              f"{r['per_s']:,} requests/s{extra}")
+        extra = (
+            f", parsed {r['parse_per_s']:,}/s end to end, drained {r['drained_after_s']} s after the last answer; "
+            f"p99 {r['vs_bare']['p99_ms']}x bare"
+            if name != "bare_fastapi"
+            else ""
+        )
+        print(
+            f"{name}: p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, max {r['max_ms']} ms, "
+            f"{r['per_s']:,} requests/s{extra}"
+        )
     goal = report.get("sqlite", {}).get("p99_ms")
     if goal is not None:
         print(f"goal p99 <= 100 ms on SQLite: {'met' if goal <= 100 else 'NOT met'} ({goal} ms)")

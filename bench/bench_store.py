@@ -42,9 +42,46 @@ from pathlib import Path
 
 from common import cpu_seconds, peak_rss_mb, postgres_schema_url
 
-WORDS = ("the model answer prompt reward policy gradient token river mountain quick brown fox "
-         "jumps over lazy dog data train test split human judge rank prefer better worse "
-         "explain because therefore example python function value list return error fix").split()
+WORDS = [
+    "the",
+    "model",
+    "answer",
+    "prompt",
+    "reward",
+    "policy",
+    "gradient",
+    "token",
+    "river",
+    "mountain",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "lazy",
+    "dog",
+    "data",
+    "train",
+    "test",
+    "split",
+    "human",
+    "judge",
+    "rank",
+    "prefer",
+    "better",
+    "worse",
+    "explain",
+    "because",
+    "therefore",
+    "example",
+    "python",
+    "function",
+    "value",
+    "list",
+    "return",
+    "error",
+    "fix",
+]
 
 
 def sentence(rng: random.Random, n_words: int) -> str:
@@ -70,12 +107,21 @@ def write_rankings(path: Path, n_rankings: int, seed: int = 0, prefix: str = "be
             tiers, t = [], 0
             while t < k:  # mostly strict, some ties
                 size = 2 if rng.random() < 0.1 and t + 1 < k else 1
-                tiers.append(order[t:t + size])
+                tiers.append(order[t : t + size])
                 t += size
-            out.write(json.dumps({
-                "prompt": f"Prompt {p}: " + sentence(prng, prng.randint(8, 20)), "responses": responses,
-                "ranking": tiers, "annotator": f"annotator-{i // n_prompts}", "annotator_kind": "human",
-                "id": f"{prefix}-{i}"}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "prompt": f"Prompt {p}: " + sentence(prng, prng.randint(8, 20)),
+                        "responses": responses,
+                        "ranking": tiers,
+                        "annotator": f"annotator-{i // n_prompts}",
+                        "annotator_kind": "human",
+                        "id": f"{prefix}-{i}",
+                    }
+                )
+                + "\n"
+            )
     return n_rankings
 
 
@@ -94,10 +140,13 @@ def time_bulk_calls(implementation: str) -> dict[str, dict[str, float]]:
     from preflab.db import bulk
 
     assert "preflab.db.store" not in sys.modules, "time_bulk_calls() must run before the store is imported"
-    spent = {name: {"seconds": 0.0, "cpu_seconds": 0.0, "calls": 0, "rows": 0}
-             for name in ("insert_rows", "append_rows", "lookup")}
-    insert_rows, lookup = {"core": (bulk.insert_rows, bulk.lookup),
-                           "driver": (driver_insert_rows, driver_lookup)}[implementation]
+    spent = {
+        name: {"seconds": 0.0, "cpu_seconds": 0.0, "calls": 0, "rows": 0}
+        for name in ("insert_rows", "append_rows", "lookup")
+    }
+    insert_rows, lookup = {"core": (bulk.insert_rows, bulk.lookup), "driver": (driver_insert_rows, driver_lookup)}[
+        implementation
+    ]
 
     def add(name: str, started: tuple[float, float], rows: int) -> None:
         spent[name]["seconds"] += time.perf_counter() - started[0]
@@ -149,21 +198,33 @@ def fast_path(url: str, path: Path, out_dir: Path, bulk: str = "core", more: Pat
     result = {"bulk": bulk, "load_before": os.getloadavg()[0]}
     t, cpu, before = time.perf_counter(), cpu_seconds(), snapshot(spent)
     summary = import_file(sessions, path, import_rankings_batch)
-    result["import"] = {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_seconds() - cpu,
-                        "rankings": summary.imported,
-                        "peak_rss_mb": peak_rss_mb(), "in_bulk": since(before, spent)}
+    result["import"] = {
+        "seconds": time.perf_counter() - t,
+        "cpu_seconds": cpu_seconds() - cpu,
+        "rankings": summary.imported,
+        "peak_rss_mb": peak_rss_mb(),
+        "in_bulk": since(before, spent),
+    }
     t, cpu, before = time.perf_counter(), cpu_seconds(), snapshot(spent)
     with sessions.begin() as session:
         built = build_pairs(session)
-    result["pairs"] = {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_seconds() - cpu,
-                       "pairs": built.pairs, "peak_rss_mb": peak_rss_mb(),
-                       "in_bulk": since(before, spent)}
+    result["pairs"] = {
+        "seconds": time.perf_counter() - t,
+        "cpu_seconds": cpu_seconds() - cpu,
+        "pairs": built.pairs,
+        "peak_rss_mb": peak_rss_mb(),
+        "in_bulk": since(before, spent),
+    }
     t, cpu, before = time.perf_counter(), cpu_seconds(), snapshot(spent)
     with sessions.begin() as session:
         version = export_dataset(session, out_dir, ExportSettings(format="parquet"))
-    result["export"] = {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_seconds() - cpu,
-                        "pairs": version.n_train + version.n_test,
-                        "peak_rss_mb": peak_rss_mb(), "in_bulk": since(before, spent)}
+    result["export"] = {
+        "seconds": time.perf_counter() - t,
+        "cpu_seconds": cpu_seconds() - cpu,
+        "pairs": version.n_train + version.n_test,
+        "peak_rss_mb": peak_rss_mb(),
+        "in_bulk": since(before, spent),
+    }
     if more is not None:
         result["more"] = add_more(sessions, more)
     result["load_after"] = os.getloadavg()[0]
@@ -182,8 +243,13 @@ def add_more(sessions, path: Path) -> dict:
         t, cpu = time.perf_counter(), cpu_seconds()
         with sessions.begin() as session:
             built = build_pairs(session, full=mode == "full")
-        out[mode] = {"seconds": time.perf_counter() - t, "cpu_seconds": cpu_seconds() - cpu,
-                     "pairs": built.pairs, "changed": built.changed, "mode": built.mode}
+        out[mode] = {
+            "seconds": time.perf_counter() - t,
+            "cpu_seconds": cpu_seconds() - cpu,
+            "pairs": built.pairs,
+            "changed": built.changed,
+            "mode": built.mode,
+        }
     assert out["incremental"]["pairs"] == out["full"]["pairs"]
     out["peak_rss_mb"] = peak_rss_mb()
     return out
@@ -212,7 +278,13 @@ def peer(path: Path, out: Path) -> dict:
     con.execute(PEER_QUERY.replace("{out}", str(out)), [str(path)])  # our own temporary path
     seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     pairs = con.execute("SELECT count(*) FROM read_parquet(?)", [str(out)]).fetchone()[0]
-    return {"seconds": seconds, "cpu_seconds": cpu, "pairs": pairs, "peak_rss_mb": peak_rss_mb(), "duckdb": duckdb.__version__}
+    return {
+        "seconds": seconds,
+        "cpu_seconds": cpu,
+        "pairs": pairs,
+        "peak_rss_mb": peak_rss_mb(),
+        "duckdb": duckdb.__version__,
+    }
 
 
 def baseline(url: str, path: Path, limit: int) -> dict:
@@ -261,8 +333,13 @@ def baseline(url: str, path: Path, limit: int) -> dict:
                     s.add(cand)
                     s.flush()
                 ids.append(cand.id)
-            ranking = Ranking(prompt_id=prompt.id, annotator_id=annotator.id, source="baseline",
-                              external_id=rec["id"], n_tiers=len(rec["ranking"]))
+            ranking = Ranking(
+                prompt_id=prompt.id,
+                annotator_id=annotator.id,
+                source="baseline",
+                external_id=rec["id"],
+                n_tiers=len(rec["ranking"]),
+            )
             s.add(ranking)
             s.flush()
             tier_of = {i: t for t, tier in enumerate(rec["ranking"]) for i in tier}
@@ -282,15 +359,23 @@ def baseline(url: str, path: Path, limit: int) -> dict:
             for a in items:
                 for b in items:
                     if a.tier < b.tier:
-                        s.add(Comparison(build_id=build.id, prompt_id=ranking.prompt_id, chosen_id=a.candidate_id,
-                                         rejected_id=b.candidate_id, ranking_id=ranking.id,
-                                         annotator_kind="human",
-                                         margin=float(b.tier - a.tier), weight=1.0))
+                        s.add(
+                            Comparison(
+                                build_id=build.id,
+                                prompt_id=ranking.prompt_id,
+                                chosen_id=a.candidate_id,
+                                rejected_id=b.candidate_id,
+                                ranking_id=ranking.id,
+                                annotator_kind="human",
+                                margin=float(b.tier - a.tier),
+                                weight=1.0,
+                            )
+                        )
                         pairs += 1
-    return {"import": {"seconds": import_seconds, "rankings": n},
-            "pairs": {"seconds": time.perf_counter() - t, "pairs": pairs}}
-
-
+    return {
+        "import": {"seconds": import_seconds, "rankings": n},
+        "pairs": {"seconds": time.perf_counter() - t, "pairs": pairs},
+    }
 
 
 def run_one(database: str, kind: str, path: Path, limit: int, work: Path, more: Path | None) -> dict:
@@ -303,8 +388,7 @@ def run_one(database: str, kind: str, path: Path, limit: int, work: Path, more: 
     else:
         url, drop = postgres_schema_url()
     try:
-        result = (baseline(url, path, limit) if kind == "baseline"
-                  else fast_path(url, path, work / "export", kind, more))
+        result = baseline(url, path, limit) if kind == "baseline" else fast_path(url, path, work / "export", kind, more)
     finally:
         from preflab.db.engine import dispose_all
 
@@ -318,9 +402,22 @@ def child(database: str, kind: str, work: Path, path: Path, limit: int, more: Pa
     """Run one measurement (`kind`: core, driver, baseline or peer) in a fresh process."""
     work.mkdir()
     proc = subprocess.run(
-        [sys.executable, __file__, "--child", database, kind, str(work), "--input", str(path),
-         "--baseline-rankings", str(limit), *(["--more-input", str(more)] if more else [])],
-        capture_output=True, text=True)
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            database,
+            kind,
+            str(work),
+            "--input",
+            str(path),
+            "--baseline-rankings",
+            str(limit),
+            *(["--more-input", str(more)] if more else []),
+        ],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         sys.exit(proc.stderr)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -330,14 +427,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rankings", type=int, default=100_000)
     parser.add_argument("--baseline-rankings", type=int, default=3_000, help="0 skips the baseline")
-    parser.add_argument("--more", type=int, default=1_000,
-                        help="rankings added to the store afterwards, then pairs rebuilt incrementally (0: none)")
+    parser.add_argument(
+        "--more",
+        type=int,
+        default=1_000,
+        help="rankings added to the store afterwards, then pairs rebuilt incrementally (0: none)",
+    )
     parser.add_argument("--database", choices=["sqlite", "postgres", "both"], default="both")
-    parser.add_argument("--bulk", nargs="+", choices=["core", "driver"], default=["core"],
-                        help="bulk insert/lookup implementations to run the fast path with (core: preflab.db.bulk; "
-                             "driver: the driver-level path it replaced); the first is reported against the baseline")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="rounds of fast-path runs, each running every database and implementation once")
+    parser.add_argument(
+        "--bulk",
+        nargs="+",
+        choices=["core", "driver"],
+        default=["core"],
+        help="bulk insert/lookup implementations to run the fast path with (core: preflab.db.bulk; "
+        "driver: the driver-level path it replaced); the first is reported against the baseline",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds of fast-path runs, each running every database and implementation once",
+    )
     parser.add_argument("--child", nargs=3, metavar=("DATABASE", "KIND", "WORKDIR"), help=argparse.SUPPRESS)
     parser.add_argument("--input", help=argparse.SUPPRESS)
     parser.add_argument("--more-input", help=argparse.SUPPRESS)
@@ -357,8 +467,10 @@ def main() -> None:
         if args.more:
             more = tmp / "more.jsonl"
             write_rankings(more, args.more, seed=1, prefix="more")
-        print(f"generated {args.rankings:,} rankings ({path.stat().st_size / 1e6:.0f} MB) "
-              f"in {time.perf_counter() - t:.1f} s; load average {os.getloadavg()[0]:.1f}")
+        print(
+            f"generated {args.rankings:,} rankings ({path.stat().st_size / 1e6:.0f} MB) "
+            f"in {time.perf_counter() - t:.1f} s; load average {os.getloadavg()[0]:.1f}"
+        )
         report = {"peer": child("none", "peer", tmp / "peer", path, 0)}
         print_peer(report["peer"])
         databases = ["sqlite", "postgres"] if args.database == "both" else [args.database]
@@ -373,24 +485,35 @@ def main() -> None:
                     runs[database][bulk].append(child(database, bulk, work, path, args.baseline_rankings, more))
         for database in databases:
             if args.baseline_rankings:
-                runs[database]["baseline"] = child(database, "baseline", tmp / f"{database}-baseline", path,
-                                                   args.baseline_rankings)
+                runs[database]["baseline"] = child(
+                    database, "baseline", tmp / f"{database}-baseline", path, args.baseline_rankings
+                )
             report[database] = runs[database]
             fast = runs[database][args.bulk[0]]
             print_report(database, median_run(fast), runs[database].get("baseline"), report["peer"])
             if len(fast) > 1:
-                print(f"whole path of each run: {', '.join(f'{whole_path(r):.1f} s' for r in fast)} "
-                      f"(the median run is shown)")
+                print(
+                    f"whole path of each run: {', '.join(f'{whole_path(r):.1f} s' for r in fast)} "
+                    f"(the median run is shown)"
+                )
             if len(args.bulk) > 1:
                 print_bulk_comparison(runs[database], args.bulk)
         if len(databases) == 2:
-            pairs = [(whole_path(p), whole_path(s)) for p, s in zip(runs["postgres"][args.bulk[0]],
-                                                                      runs["sqlite"][args.bulk[0]])]
+            pairs = [
+                (whole_path(p), whole_path(s))
+                for p, s in zip(runs["postgres"][args.bulk[0]], runs["sqlite"][args.bulk[0]])
+            ]
             ratios = [p / q for p, q in pairs]
             medians = [statistics.median(side) for side in zip(*pairs)]
-            print(f"\npostgres whole path / sqlite whole path: {statistics.median(ratios):.2f}x"
-                  + (f" (median of the rounds' ratios {', '.join(f'{r:.2f}x' for r in ratios)}; ratio of the "
-                     f"medians {medians[0] / medians[1]:.2f}x)" if len(pairs) > 1 else ""))
+            print(
+                f"\npostgres whole path / sqlite whole path: {statistics.median(ratios):.2f}x"
+                + (
+                    f" (median of the rounds' ratios {', '.join(f'{r:.2f}x' for r in ratios)}; ratio of the "
+                    f"medians {medians[0] / medians[1]:.2f}x)"
+                    if len(pairs) > 1
+                    else ""
+                )
+            )
         print(f"load average now {os.getloadavg()[0]:.1f}")
         Path(tmp, "report.json").write_text(json.dumps(report))
         print(json.dumps(report))
@@ -407,8 +530,11 @@ def median_run(runs: list[dict]) -> dict:
 
 
 def print_peer(result: dict) -> None:
-    print(f"peer (DuckDB {result['duckdb']}, one query: read_json, self-join, COPY to Parquet): "
-          f"{result['pairs']:,} pairs in {result['seconds']:.2f} s ({result['cpu_seconds']:.2f} s CPU), peak RSS {result['peak_rss_mb']:.0f} MB")
+    print(
+        f"peer (DuckDB {result['duckdb']}, one query: read_json, self-join, COPY to Parquet): "
+        f"{result['pairs']:,} pairs in {result['seconds']:.2f} s ({result['cpu_seconds']:.2f} s CPU), "
+        f"peak RSS {result['peak_rss_mb']:.0f} MB"
+    )
 
 
 def print_report(database: str, fast: dict, base: dict | None, peer_result: dict) -> None:
@@ -420,29 +546,40 @@ def print_report(database: str, fast: dict, base: dict | None, peer_result: dict
     if base:
         base_imp_rate = base["import"]["rankings"] / base["import"]["seconds"]
         base_pair_rate = base["pairs"]["pairs"] / base["pairs"]["seconds"]
-        vs_import = (f" (baseline {base_imp_rate:,.0f}/s on {base['import']['rankings']:,}; "
-                     f"{imp_rate / base_imp_rate:.1f}x)")
+        vs_import = (
+            f" (baseline {base_imp_rate:,.0f}/s on {base['import']['rankings']:,}; {imp_rate / base_imp_rate:.1f}x)"
+        )
         vs_pairs = f" (baseline {base_pair_rate:,.0f}/s; {pair_rate / base_pair_rate:.1f}x)"
     else:
         vs_import = vs_pairs = ""
     print(f"\n== {database} (bulk: {fast['bulk']}) ==")
     cpu = {stage: f" ({fast[stage]['cpu_seconds']:.1f} s CPU)" for stage in ("import", "pairs", "export")}
-    print(f"import : {fast['import']['rankings']:,} rankings in {fast['import']['seconds']:.1f} s{cpu['import']} = "
-          f"{imp_rate:,.0f} rankings/s{vs_import} peak RSS {fast['import']['peak_rss_mb']:.0f} MB")
-    print(f"pairs  : {fast['pairs']['pairs']:,} pairs in {fast['pairs']['seconds']:.1f} s{cpu['pairs']} = "
-          f"{pair_rate:,.0f} pairs/s{vs_pairs} peak RSS {fast['pairs']['peak_rss_mb']:.0f} MB")
-    print(f"export : {fast['export']['pairs']:,} pairs in {fast['export']['seconds']:.1f} s{cpu['export']} = "
-          f"{export_rate:,.0f} pairs/s, peak RSS {fast['export']['peak_rss_mb']:.0f} MB")
-    print(f"total  : {total:.1f} s for the whole path ({total_cpu:.1f} s CPU) = {total / peer_result['seconds']:.1f}x "
-          f"the peer's {peer_result['seconds']:.2f} s (load average {fast['load_before']:.1f} before, "
-          f"{fast['load_after']:.1f} after)")
+    print(
+        f"import : {fast['import']['rankings']:,} rankings in {fast['import']['seconds']:.1f} s{cpu['import']} = "
+        f"{imp_rate:,.0f} rankings/s{vs_import} peak RSS {fast['import']['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"pairs  : {fast['pairs']['pairs']:,} pairs in {fast['pairs']['seconds']:.1f} s{cpu['pairs']} = "
+        f"{pair_rate:,.0f} pairs/s{vs_pairs} peak RSS {fast['pairs']['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"export : {fast['export']['pairs']:,} pairs in {fast['export']['seconds']:.1f} s{cpu['export']} = "
+        f"{export_rate:,.0f} pairs/s, peak RSS {fast['export']['peak_rss_mb']:.0f} MB"
+    )
+    print(
+        f"total  : {total:.1f} s for the whole path ({total_cpu:.1f} s CPU) = {total / peer_result['seconds']:.1f}x "
+        f"the peer's {peer_result['seconds']:.2f} s (load average {fast['load_before']:.1f} before, "
+        f"{fast['load_after']:.1f} after)"
+    )
     if "more" in fast:
         more = fast["more"]
         inc, full = more["incremental"], more["full"]
-        print(f"more   : {more['rankings']:,} rankings imported in {more['import_seconds']:.2f} s; pairs rebuilt "
-              f"incrementally in {inc['seconds']:.2f} s ({inc['cpu_seconds']:.2f} s CPU; {inc['changed']:,} rankings "
-              f"changed), in full in {full['seconds']:.2f} s ({full['cpu_seconds']:.2f} s CPU): "
-              f"{inc['pairs']:,} pairs both ways; peak RSS {more['peak_rss_mb']:.0f} MB")
+        print(
+            f"more   : {more['rankings']:,} rankings imported in {more['import_seconds']:.2f} s; pairs rebuilt "
+            f"incrementally in {inc['seconds']:.2f} s ({inc['cpu_seconds']:.2f} s CPU; {inc['changed']:,} rankings "
+            f"changed), in full in {full['seconds']:.2f} s ({full['cpu_seconds']:.2f} s CPU): "
+            f"{inc['pairs']:,} pairs both ways; peak RSS {more['peak_rss_mb']:.0f} MB"
+        )
 
 
 def print_bulk_comparison(runs: dict, sides: list[str]) -> None:
@@ -453,8 +590,10 @@ def print_bulk_comparison(runs: dict, sides: list[str]) -> None:
         return statistics.median(r[stage]["in_bulk"][op][key] if op else r[stage][key] for r in runs[side])
 
     loads = [r[k] for side in sides for r in runs[side] for k in ("load_before", "load_after")]
-    print(f"bulk, {first} vs {second} (median of {len(runs[first])} each; ratio = {first} / {second}, "
-          f"> 1: {second} faster; load average {min(loads):.1f}–{max(loads):.1f})")
+    print(
+        f"bulk, {first} vs {second} (median of {len(runs[first])} each; ratio = {first} / {second}, "
+        f"> 1: {second} faster; load average {min(loads):.1f}–{max(loads):.1f})"
+    )
     for stage in ("import", "pairs", "export"):
         a, b = median(first, stage), median(second, stage)
         print(f"  {stage:<6} stage: {first} {a:6.2f} s, {second} {b:6.2f} s, ratio {a / b:.2f}")
@@ -465,9 +604,11 @@ def print_bulk_comparison(runs: dict, sides: list[str]) -> None:
             a, b = median(first, stage, op), median(second, stage, op)
             ca, cb = median(first, stage, op, "cpu_seconds"), median(second, stage, op, "cpu_seconds")
             unit = "rows" if op == "insert_rows" else "values"
-            print(f"    {op:<11}: {first} {a:6.2f} s, {second} {b:6.2f} s, ratio {a / b:.2f}; "
-                  f"CPU {ca:.2f} s vs {cb:.2f} s, ratio {ca / cb:.2f} "
-                  f"({done['rows']:,} {unit} in {done['calls']:,} calls)")
+            print(
+                f"    {op:<11}: {first} {a:6.2f} s, {second} {b:6.2f} s, ratio {a / b:.2f}; "
+                f"CPU {ca:.2f} s vs {cb:.2f} s, ratio {ca / cb:.2f} "
+                f"({done['rows']:,} {unit} in {done['calls']:,} calls)"
+            )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,9 @@ import time
 from pathlib import Path
 
 from bench_store import child, whole_path, write_rankings
-from preflab.db.ingest.jsonl import BATCH_LINES
 from sqlalchemy import bindparam, create_engine, insert, select, text
+
+from preflab.db.ingest.jsonl import BATCH_LINES
 
 # Copied parents first, so the foreign keys that remain hold at every step.
 TABLES = ("raw_records", "prompts", "candidates", "annotators", "rankings", "ranking_items")
@@ -69,13 +70,17 @@ def floor(source: Path, target: Path, peer_parquet: Path, batches: int) -> dict[
     connection = engine.raw_connection()
     try:
         # The table's columns in order, as `?` placeholders: what `bulk.append_rows` hands the driver.
-        statements = {table: str(insert(table).values({c.name: bindparam(c.name) for c in table.c})
-                                 .compile(dialect=engine.dialect)) for table in tables}
+        statements = {
+            table: str(
+                insert(table).values({c.name: bindparam(c.name) for c in table.c}).compile(dialect=engine.dialect)
+            )
+            for table in tables
+        }
         for part in range(batches):  # as the import: a transaction per batch, each table's share of it
             cursor = connection.cursor()
             for table, values in rows.items():
-                share = values[len(values) * part // batches:len(values) * (part + 1) // batches]
-                spent[f"insert {table.name}"] += timed(lambda: cursor.executemany(statements[table], share))[0]
+                share = values[len(values) * part // batches : len(values) * (part + 1) // batches]
+                spent[f"insert {table.name}"] += timed(lambda: cursor.executemany(statements[table], share))[0]  # noqa: B023 (called within this iteration)
             spent["commits"] += timed(connection.commit)[0]
     finally:
         connection.close()
@@ -108,12 +113,17 @@ def main() -> None:
         print(f"{args.rankings:,} rankings ({path.stat().st_size / 1e6:.0f} MB); load average {os.getloadavg()[0]:.1f}")
         peer = child("none", "peer", tmp / "peer", path, 0)
         fast = child("sqlite", "core", tmp / "preflab", path, 0)
-        low = floor(tmp / "preflab" / "core.db", tmp / "floor.db", tmp / "peer" / "pairs.parquet",
-                    batches=-(-args.rankings // BATCH_LINES))
+        low = floor(
+            tmp / "preflab" / "core.db",
+            tmp / "floor.db",
+            tmp / "peer" / "pairs.parquet",
+            batches=-(-args.rankings // BATCH_LINES),
+        )
         load = os.getloadavg()[0]
     if low["n_pairs"] != peer["pairs"] or fast["pairs"]["pairs"] != peer["pairs"]:
-        raise SystemExit(f"pair counts differ: preflab {fast['pairs']['pairs']:,}, floor {low['n_pairs']:,}, "
-                         f"peer {peer['pairs']:,}")
+        raise SystemExit(
+            f"pair counts differ: preflab {fast['pairs']['pairs']:,}, floor {low['n_pairs']:,}, peer {peer['pairs']:,}"
+        )
     print(f"peer: DuckDB {peer['duckdb']}, one query: {peer['seconds']:.2f} s, {peer['pairs']:,} pairs")
     print(f"{'':10} {'preflab':>9} {'floor':>9}")
     for stage in ("import", "pairs", "export"):
@@ -123,8 +133,10 @@ def main() -> None:
     print(f"{'whole':10} {preflab_total:8.2f}s {floor_total:8.2f}s")
     print(f"÷ peer     {preflab_total / peer['seconds']:8.1f}x {floor_total / peer['seconds']:8.1f}x   (goal ≤ 8x)")
     print(f"preflab ÷ floor: {preflab_total / floor_total:.2f}x")
-    print("floor, by step: " + ", ".join(f"{k} {v:.2f} s" for k, v in low.items()
-                                        if k.startswith(("insert", "commits", "export "))))
+    print(
+        "floor, by step: "
+        + ", ".join(f"{k} {v:.2f} s" for k, v in low.items() if k.startswith(("insert", "commits", "export ")))
+    )
     print(f"load average now {load:.1f}")
 
 

@@ -26,7 +26,7 @@ def _defaults(table: Table, columns: Sequence[str]) -> dict[str, Any]:
     """Values for the Python-side defaults of `table` that the rows do not carry."""
     out = {}
     for column in table.columns:
-        if column.name in columns or column.primary_key and column.autoincrement:
+        if column.name in columns or (column.primary_key and column.autoincrement):
             continue
         default = column.default
         if default is None:
@@ -47,8 +47,9 @@ def _insert_sql(table: Table, columns: tuple[str, ...], dialect, conflict: tuple
     return str(compiled), compiled.positiontup if compiled.positional else None
 
 
-def driver_insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]],
-                       conflict: Sequence[str] | None = None) -> None:
+def driver_insert_rows(
+    session: Session, table: Table, rows: Sequence[dict[str, Any]], conflict: Sequence[str] | None = None
+) -> None:
     """bulk.insert_rows as it was: compiled once, the driver's executemany, SQLAlchemy's private bind processors."""
     if not rows:
         return
@@ -71,8 +72,7 @@ def driver_insert_rows(session: Session, table: Table, rows: Sequence[dict[str, 
 
 @lru_cache(maxsize=256)
 def _lookup_sql(table: Table, columns: tuple[str, ...], key: str, dialect, size: int):
-    stmt = select(*(table.c[c] for c in columns)).where(
-        table.c[key].in_([bindparam(f"v{i}") for i in range(size)]))
+    stmt = select(*(table.c[c] for c in columns)).where(table.c[key].in_([bindparam(f"v{i}") for i in range(size)]))
     compiled = stmt.compile(dialect=dialect)
     return str(compiled), compiled.positiontup if compiled.positional else None
 
@@ -85,7 +85,7 @@ def driver_lookup(session: Session, table: Table, columns: Sequence[str], key: s
     conn = session.connection()
     out: list[tuple] = []
     for start in range(0, len(values), IN_CHUNK):
-        part = values[start:start + IN_CHUNK]
+        part = values[start : start + IN_CHUNK]
         size = IN_CHUNK if len(values) > IN_CHUNK else len(part)
         part = part + [part[-1]] * (size - len(part))  # pad: one compiled shape per size
         sql, order = _lookup_sql(table, tuple(columns), key, conn.dialect, size)

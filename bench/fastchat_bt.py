@@ -53,13 +53,20 @@ def bt_loss_and_grad(ratings, matchups, outcomes, weights, alpha=1.0):
 
 def fit_bt(matchups, outcomes, weights, n_models, alpha, tol=1e-6):
     initial_ratings = np.zeros(n_models, dtype=np.float64)
-    result = minimize(fun=bt_loss_and_grad, x0=initial_ratings, args=(matchups, outcomes, weights, alpha),
-                      jac=True, method="L-BFGS-B", options={"maxiter": 100, "gtol": tol})
+    result = minimize(
+        fun=bt_loss_and_grad,
+        x0=initial_ratings,
+        args=(matchups, outcomes, weights, alpha),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 100, "gtol": tol},
+    )
     return result["x"]
 
 
-def scale_and_offset(ratings, models, scale=400, init_rating=1000, baseline_model="mixtral-8x7b-instruct-v0.1",
-                     baseline_rating=1114):
+def scale_and_offset(
+    ratings, models, scale=400, init_rating=1000, baseline_model="mixtral-8x7b-instruct-v0.1", baseline_rating=1114
+):
     scaled_ratings = (ratings * scale) + init_rating
     if baseline_model in models:
         baseline_idx = models.index(baseline_model)
@@ -79,8 +86,7 @@ def compute_bootstrap_bt(battles, num_round, base=10.0, scale=400.0, init_rating
     rng = np.random.default_rng(seed=0)
     idxs = rng.multinomial(n=len(battles), pvals=weights / weights.sum(), size=(num_round))
     boot_weights = idxs.astype(np.float64) / len(battles)
-    results = [fit_bt(matchups, outcomes, w, n_models=len(models), alpha=np.log(base), tol=tol)
-               for w in boot_weights]
+    results = [fit_bt(matchups, outcomes, w, n_models=len(models), alpha=np.log(base), tol=tol) for w in boot_weights]
     ratings = np.array(results)
     scaled_ratings = scale_and_offset(ratings, models, scale, init_rating)
     df = pd.DataFrame(scaled_ratings, columns=models)

@@ -65,7 +65,7 @@ CORPUS = [
     "Write a short poem about the sea. The sea is wide and blue and deep.",
     "Explain why the sky is blue. Sunlight scatters off the air, and blue light scatters most.",
     "good bad answer response question user assistant judge score points reference",
-    "Which assistant's answer is better? Reply with one letter: \"A\" or \"B\". A B",
+    'Which assistant\'s answer is better? Reply with one letter: "A" or "B". A B',
     "Score: 0 Score: 1 Score: 2 Score: 3 Score: 4 Score: 5",
 ]
 
@@ -82,11 +82,21 @@ def tiny_tokenizer(vocab_size: int = 700):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(CORPUS * 3 + judge_corpus, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|pad|>",
-                                   unk_token="<|endoftext|>", chat_template=CHATML, padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        unk_token="<|endoftext|>",
+        chat_template=CHATML,
+        padding_side="left",
+    )
 
 
 def tiny_reward_model(path: str | Path, seed: int = 0) -> Path:
@@ -95,10 +105,20 @@ def tiny_reward_model(path: str | Path, seed: int = 0) -> Path:
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
     tokenizer = tiny_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=None, tie_word_embeddings=True, num_labels=1)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=4096,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=True,
+        num_labels=1,
+    )
     torch.manual_seed(seed)
     model = LlamaForSequenceClassification(config)
     model.save_pretrained(path)

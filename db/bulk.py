@@ -30,8 +30,9 @@ from sqlalchemy.orm import Session
 IN_CHUNK = 500  # values per lookup statement (SQLite took longer with 5,000: bench/README.md)
 
 
-def insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]],
-                conflict: Sequence[str] | None = None) -> None:
+def insert_rows(
+    session: Session, table: Table, rows: Sequence[dict[str, Any]], conflict: Sequence[str] | None = None
+) -> None:
     """INSERT many rows (all with the same keys); with `conflict`, skip rows that collide on those columns."""
     if not rows:
         return
@@ -43,9 +44,15 @@ def insert_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]],
     session.execute(stmt, list(rows))
 
 
-def append_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]] | Sequence[tuple], *,
-                columns: Sequence[str] | None = None, new_ids: bool = True,
-                skip: Sequence[str] | None = None) -> list[int] | None:
+def append_rows(
+    session: Session,
+    table: Table,
+    rows: Sequence[dict[str, Any]] | Sequence[tuple],
+    *,
+    columns: Sequence[str] | None = None,
+    new_ids: bool = True,
+    skip: Sequence[str] | None = None,
+) -> list[int] | None:
     """INSERT rows (all with the same keys) that take new ids, fast; returns the ids, in order.
 
     For writers whose transaction is run again when another writer adds the same
@@ -70,8 +77,11 @@ def append_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]] |
     given = list(columns or rows[0])
     defaults = {}  # the Python-side defaults of the columns not given: a value, or a function called once
     for column in table.c:
-        if column.name not in given and column.default is not None and (column.default.is_scalar
-                                                                          or column.default.is_callable):
+        if (
+            column.name not in given
+            and column.default is not None
+            and (column.default.is_scalar or column.default.is_callable)
+        ):
             arg = column.default.arg
             defaults[column.name] = arg(None) if column.default.is_callable else arg
     if columns:
@@ -89,8 +99,12 @@ def append_rows(session: Session, table: Table, rows: Sequence[dict[str, Any]] |
     columns = [*given, *defaults]
     if dialect.name == "postgresql":
         ids = _draw_ids(session, table, len(rows)) if new_ids else []
-        _copy(session, table, (["id"] if new_ids else []) + columns,
-              [(i, *v, *constants) for i, v in zip(ids, values)] if new_ids else [(*v, *constants) for v in values])
+        _copy(
+            session,
+            table,
+            (["id"] if new_ids else []) + columns,
+            [(i, *v, *constants) for i, v in zip(ids, values)] if new_ids else [(*v, *constants) for v in values],
+        )
         return list(ids)
     statement = insert(table) if skip is None else sqlite.insert(table).on_conflict_do_nothing(index_elements=skip)
     statement = statement.values({c: bindparam(c) for c in columns}).compile(dialect=dialect)
@@ -111,8 +125,9 @@ def _draw_ids(session: Session, table: Table, n: int) -> list[int]:
     The sequence is named once, as its oid: `nextval(pg_get_serial_sequence(...))`
     looked the name up for every id drawn (100 ms for 13,000 ids against 16 ms).
     """
-    sequence = session.scalar(select(cast(cast(func.pg_get_serial_sequence(table.name, "id"),
-                                                 postgresql.REGCLASS), postgresql.OID)))
+    sequence = session.scalar(
+        select(cast(cast(func.pg_get_serial_sequence(table.name, "id"), postgresql.REGCLASS), postgresql.OID))
+    )
     draw = func.nextval(cast(bindparam("sequence", sequence, type_=postgresql.OID), postgresql.REGCLASS))
     return list(session.scalars(select(draw).select_from(func.generate_series(1, n))).all())
 
@@ -147,14 +162,26 @@ def _converted(column, dialect, value):
 
 # Column types (oids) psycopg writes in binary form, with the Python types it writes them from (None is NULL).
 # Any other column or value, and the COPY is text.
-_BINARY = {16: {bool}, 17: {bytes}, 20: {int, bool}, 21: {int, bool}, 23: {int, bool}, 25: {str}, 1043: {str},
-           114: {str}, 701: {float, int}, 1184: {datetime}}
+_BINARY = {
+    16: {bool},
+    17: {bytes},
+    20: {int, bool},
+    21: {int, bool},
+    23: {int, bool},
+    25: {str},
+    1043: {str},
+    114: {str},
+    701: {float, int},
+    1184: {datetime},
+}
 _SENT_AS = {114: 25}  # json's binary form is its text: written as text's
 # Integers a binary COPY writes exactly: an integer column's range (past it psycopg writes the low bits), and
 # in a double precision column those a double holds (past 2**1024 psycopg raises where the server refused).
-_INT_RANGE = {21: (-2**15, 2**15 - 1), 23: (-2**31, 2**31 - 1), 20: (-2**63, 2**63 - 1), 701: (-2**53, 2**53)}
-_COLUMN_OIDS = text("SELECT attname, atttypid FROM pg_attribute "
-                    "WHERE attrelid = CAST(quote_ident(:table) AS regclass) AND attnum > 0 AND NOT attisdropped")
+_INT_RANGE = {21: (-(2**15), 2**15 - 1), 23: (-(2**31), 2**31 - 1), 20: (-(2**63), 2**63 - 1), 701: (-(2**53), 2**53)}
+_COLUMN_OIDS = text(
+    "SELECT attname, atttypid FROM pg_attribute "
+    "WHERE attrelid = CAST(quote_ident(:table) AS regclass) AND attnum > 0 AND NOT attisdropped"
+)
 
 
 def _copy(session: Session, table: Table, columns: list[str], rows: list[Sequence]) -> None:
@@ -169,8 +196,10 @@ def _copy(session: Session, table: Table, columns: list[str], rows: list[Sequenc
 
     oids = _binary_oids(dict(session.execute(_COLUMN_OIDS, {"table": table.name}).all()), columns, rows)
     statement = sql.SQL("COPY {} ({}) FROM STDIN{}").format(
-        sql.Identifier(table.name), sql.SQL(", ").join(map(sql.Identifier, columns)),
-        sql.SQL(" (FORMAT BINARY)" if oids else ""))
+        sql.Identifier(table.name),
+        sql.SQL(", ").join(map(sql.Identifier, columns)),
+        sql.SQL(" (FORMAT BINARY)" if oids else ""),
+    )
     try:
         with session.connection().connection.dbapi_connection.cursor() as cursor, cursor.copy(statement) as copy:
             if oids:
@@ -196,7 +225,7 @@ def _binary_oids(types: dict[str, int], columns: list[str], rows: list[Sequence]
         given = set(map(type, map(itemgetter(i), rows))) - {type(None)}
         if writes is None or not given <= writes:
             return None
-        if (oid in _INT_RANGE and int in given or datetime in given) and not _fits(oid, map(itemgetter(i), rows)):
+        if ((oid in _INT_RANGE and int in given) or datetime in given) and not _fits(oid, map(itemgetter(i), rows)):
             return None
         oids.append(_SENT_AS.get(oid, oid))
     return oids
@@ -207,7 +236,7 @@ def _fits(oid: int, values: Iterable) -> bool:
     if oid in _INT_RANGE:
         low, high = _INT_RANGE[oid]
         numbers = [v for v in values if type(v) is int]
-        return not numbers or low <= min(numbers) and max(numbers) <= high
+        return not numbers or (low <= min(numbers) and max(numbers) <= high)
     return all(v.tzinfo is not None for v in values if v is not None)
 
 
@@ -227,7 +256,7 @@ def lookup(session: Session, table: Table, columns: Sequence[str], key: str, val
     dialect = connection.dialect
     stmt = select(*(table.c[c] for c in columns)).where(_is_in(table.c[key], dialect.name))
     out: list[tuple] = []
-    chunks = (values[start:start + IN_CHUNK] for start in range(0, len(values), IN_CHUNK))
+    chunks = (values[start : start + IN_CHUNK] for start in range(0, len(values), IN_CHUNK))
     if not all(_plain(table.c[c].type) for c in columns):
         for chunk in chunks:
             # .all() fetches the chunk's rows at once; iterating the result would fetch them one by one.
@@ -237,7 +266,7 @@ def lookup(session: Session, table: Table, columns: Sequence[str], key: str, val
         session.flush()
     sql = str(stmt.compile(dialect=dialect))
     # The one parameter, bound as `_is_in` declares it: a JSON list on SQLite, an array on Postgres.
-    bind = ((lambda chunk: (json.dumps(chunk),)) if dialect.name == "sqlite" else (lambda chunk: {"values": chunk}))
+    bind = (lambda chunk: (json.dumps(chunk),)) if dialect.name == "sqlite" else (lambda chunk: {"values": chunk})
     cursor = connection.connection.dbapi_connection.cursor()
     try:
         for chunk in chunks:
@@ -273,8 +302,10 @@ def in_values(session: Session, column, *, semi_join: bool = False):
 def for_values(session: Session, statement, values: Iterable) -> int:
     """Run an UPDATE or DELETE whose WHERE holds `in_values`, IN_CHUNK values at a time; rows affected."""
     values = list(dict.fromkeys(values))
-    return sum(session.execute(statement, {"values": values[start:start + IN_CHUNK]}).rowcount
-               for start in range(0, len(values), IN_CHUNK))
+    return sum(
+        session.execute(statement, {"values": values[start : start + IN_CHUNK]}).rowcount
+        for start in range(0, len(values), IN_CHUNK)
+    )
 
 
 def refresh_statistics(session: Session, table: Table) -> None:

@@ -45,7 +45,7 @@ def assistant_turn(text: str) -> Messages:
 
 def _shown(value: Any, width: int = 30) -> str:
     text = repr(value)
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def messages(value: Any, where: str) -> Messages:
@@ -55,15 +55,20 @@ def messages(value: Any, where: str) -> Messages:
     out: Messages = []
     for i, message in enumerate(value):
         if not isinstance(message, dict):
-            raise Invalid(f"{where}[{i}] is {type(message).__name__}, not a message "
-                          "(an object with 'role' and 'content')")
+            raise Invalid(
+                f"{where}[{i}] is {type(message).__name__}, not a message (an object with 'role' and 'content')"
+            )
         role, content = message.get("role"), message.get("content")
         if role not in ROLES:
-            raise Invalid(f"{where}[{i}] has {'no role' if role is None else f'an unknown role {_shown(role)}'} "
-                          "(expected system, user or assistant)")
+            raise Invalid(
+                f"{where}[{i}] has {'no role' if role is None else f'an unknown role {_shown(role)}'} "
+                "(expected system, user or assistant)"
+            )
         if not isinstance(content, str):
-            raise Invalid(f"{where}[{i}] 'content' must be a string, not "
-                          f"{'missing' if content is None else type(content).__name__}")
+            raise Invalid(
+                f"{where}[{i}] 'content' must be a string, not "
+                f"{'missing' if content is None else type(content).__name__}"
+            )
         out.append({"role": role, "content": content})
     return out
 
@@ -77,8 +82,10 @@ def prompt_messages(value: Any, where: str = "'prompt'") -> Messages:
     turns = messages(value, where)
     last = turns[-1]
     if last["role"] != "user":
-        raise Invalid(f"{where} ends with {'an' if last['role'] == 'assistant' else 'a'} {last['role']} turn; "
-                      "a prompt ends with the user's message")
+        raise Invalid(
+            f"{where} ends with {'an' if last['role'] == 'assistant' else 'a'} {last['role']} turn; "
+            "a prompt ends with the user's message"
+        )
     if not last["content"].strip():
         raise Invalid(f"{where}[{len(turns) - 1}] (the last user turn) is empty")
     return turns

@@ -24,9 +24,9 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from functools import lru_cache
-from pathlib import Path
 from datetime import datetime, timezone
+from functools import cache
+from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy import create_engine, event, text
@@ -80,7 +80,7 @@ def _parse(url: str):
     except (ArgumentError, ValueError):
         raise DatabaseError(f"{masked(url)!r} is not a database URL: expected {EXPECTED}") from None
     if parsed.drivername.split("+")[0] == "postgres":
-        parsed = parsed.set(drivername="postgresql" + parsed.drivername[len("postgres"):])
+        parsed = parsed.set(drivername="postgresql" + parsed.drivername[len("postgres") :])
     return parsed
 
 
@@ -91,8 +91,10 @@ def _require_file(url: str) -> None:
         return
     path = Path(parsed.database).expanduser()
     if not path.is_file():
-        raise DatabaseError(f"there is no preflab database at {path.absolute()}: check --database-url or "
-                            f"PREFLAB_DATABASE_URL (commands that write, such as `preflab import`, create it)")
+        raise DatabaseError(
+            f"there is no preflab database at {path.absolute()}: check --database-url or "
+            f"PREFLAB_DATABASE_URL (commands that write, such as `preflab import`, create it)"
+        )
 
 
 def make_engine(url: str) -> Engine:
@@ -104,16 +106,19 @@ def make_engine(url: str) -> Engine:
     parsed = _parse(url)
     shown = parsed.render_as_string(hide_password=True)
     if parsed.drivername not in DRIVERS:
-        raise DatabaseError(f"preflab stores its data in SQLite or PostgreSQL, and cannot use {shown}: "
-                            f"expected {EXPECTED}")
+        raise DatabaseError(
+            f"preflab stores its data in SQLite or PostgreSQL, and cannot use {shown}: expected {EXPECTED}"
+        )
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             folder = Path(parsed.database).expanduser().parent
             try:
                 folder.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise DatabaseError(f"cannot create the SQLite database {parsed.database}: "
-                                    f"{exc.strerror or exc} ({exc.filename or folder})") from None
+                raise DatabaseError(
+                    f"cannot create the SQLite database {parsed.database}: "
+                    f"{exc.strerror or exc} ({exc.filename or folder})"
+                ) from None
         engine = create_engine(parsed, connect_args={"timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "checkin", _restore_autocheckpoint)
@@ -235,8 +240,10 @@ def _check_known(engine: Engine, revision: str | None) -> None:
     try:
         ScriptDirectory(str(MIGRATIONS)).get_revision(revision)
     except CommandError:  # alembic's "Can't locate revision": a migration this preflab lacks
-        raise DatabaseError(f"the database at {shown_url(engine)} is at revision {revision}, which a newer "
-                            f"preflab made (this one knows up to {head_revision()}): upgrade preflab") from None
+        raise DatabaseError(
+            f"the database at {shown_url(engine)} is at revision {revision}, which a newer "
+            f"preflab made (this one knows up to {head_revision()}): upgrade preflab"
+        ) from None
 
 
 def _ensure_schema(engine: Engine) -> None:
@@ -249,16 +256,17 @@ def _ensure_schema(engine: Engine) -> None:
         upgrade(engine)
         return
     if current is None:
-        raise DatabaseError(f'the database at {shown_url(engine)} has no preflab schema yet: '
-                            f'run "preflab db upgrade"')
-    raise DatabaseError(f'the database at {shown_url(engine)} is at revision {current}; this preflab needs '
-                        f'{head}: run "preflab db upgrade"')
+        raise DatabaseError(f'the database at {shown_url(engine)} has no preflab schema yet: run "preflab db upgrade"')
+    raise DatabaseError(
+        f"the database at {shown_url(engine)} is at revision {current}; this preflab needs "
+        f'{head}: run "preflab db upgrade"'
+    )
 
 
 _opened_engines: list[Engine] = []
 
 
-@lru_cache(maxsize=None)
+@cache
 def _opened(url: str, ensure_schema: bool) -> Engine:
     engine = make_engine(url)
     try:
@@ -324,8 +332,11 @@ def as_utc(value: datetime | None) -> datetime | None:
 
 # --- transactions that may be retried -------------------------------------------------------
 
-_CONFLICTS = {"40001": "a serialization failure", "40P01": "a deadlock",
-              "23505": "another writer added the same row first"}
+_CONFLICTS = {
+    "40001": "a serialization failure",
+    "40P01": "a deadlock",
+    "23505": "another writer added the same row first",
+}
 
 
 def retry_reason(exc: DBAPIError) -> str | None:
@@ -346,8 +357,13 @@ def retry_reason(exc: DBAPIError) -> str | None:
     return None
 
 
-def in_transaction(sessions: sessionmaker[Session], work: Callable[[Session], T], *, attempts: int = ATTEMPTS,
-                   isolation: str | None = None) -> T:
+def in_transaction(
+    sessions: sessionmaker[Session],
+    work: Callable[[Session], T],
+    *,
+    attempts: int = ATTEMPTS,
+    isolation: str | None = None,
+) -> T:
     """Run `work(session)` in one transaction, running it again if it lost a race or its connection.
 
     `work` must be idempotent (its writes look up what exists first), so that the
@@ -375,8 +391,10 @@ def in_transaction(sessions: sessionmaker[Session], work: Callable[[Session], T]
                 raise
             detail = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
             if attempt == attempts:
-                raise DatabaseError(f"a write to the database failed {attempts} times ({why}: {detail}); "
-                                    f"what was saved before it is kept: run the command again to resume") from None
+                raise DatabaseError(
+                    f"a write to the database failed {attempts} times ({why}: {detail}); "
+                    f"what was saved before it is kept: run the command again to resume"
+                ) from None
             log.info("transaction attempt %d of %d failed (%s); retrying", attempt, attempts, why)
             # Back off, with jitter, so the writers that collided do not collide again at once.
-            time.sleep(min(0.05 * 2 ** attempt, 2.0) * random.uniform(0.5, 1.5))
+            time.sleep(min(0.05 * 2**attempt, 2.0) * random.uniform(0.5, 1.5))

@@ -74,9 +74,11 @@ def try_acquire(sessions: sessionmaker[Session], name: str, holder: str, ttl: fl
     with sessions.begin() as session:
         now = db_now(session)
         until = now + timedelta(seconds=ttl)
-        session.execute(update(JobLock).where(JobLock.name == name,
-                                              or_(JobLock.holder == holder, JobLock.expires_at < now))
-                        .values(holder=holder, acquired_at=now, expires_at=until))
+        session.execute(
+            update(JobLock)
+            .where(JobLock.name == name, or_(JobLock.holder == holder, JobLock.expires_at < now))
+            .values(holder=holder, acquired_at=now, expires_at=until)
+        )
     with sessions.begin() as session:
         row = session.get(JobLock, name)
         if row is None or row.holder != holder:
@@ -88,8 +90,9 @@ def renew(sessions: sessionmaker[Session], lease: Lease, ttl: float) -> bool:
     """Push the expiry of a lease we hold `ttl` seconds ahead; False if it is no longer ours."""
     with sessions.begin() as session:
         until = db_now(session) + timedelta(seconds=ttl)
-        renewed = session.execute(update(JobLock).where(JobLock.name == lease.name, JobLock.holder == lease.holder)
-                                  .values(expires_at=until)).rowcount
+        renewed = session.execute(
+            update(JobLock).where(JobLock.name == lease.name, JobLock.holder == lease.holder).values(expires_at=until)
+        ).rowcount
     if renewed:
         lease.expires_at = until
     return bool(renewed)
@@ -109,8 +112,13 @@ def describe(sessions: sessionmaker[Session], name: str) -> dict | None:
             return None
         now = db_now(session)
         expires = as_utc(row.expires_at)
-        return {"name": name, "holder": row.holder, "acquired_at": as_utc(row.acquired_at),
-                "expires_at": expires, "expired": expires < now}
+        return {
+            "name": name,
+            "holder": row.holder,
+            "acquired_at": as_utc(row.acquired_at),
+            "expires_at": expires,
+            "expired": expires < now,
+        }
 
 
 class _Heartbeat(threading.Thread):

@@ -46,7 +46,7 @@ def utcnow() -> datetime:
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}
+    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}  # noqa: RUF012 (SQLAlchemy reads it)
 
 
 class AnnotatorKind(str, enum.Enum):
@@ -55,10 +55,10 @@ class AnnotatorKind(str, enum.Enum):
 
 
 class RankingStatus(str, enum.Enum):
-    valid = "valid"            # yields pairs
+    valid = "valid"  # yields pairs
     superseded = "superseded"  # replaced by a newer version of the same annotation
-    deleted = "deleted"        # the annotation was deleted at the source
-    skipped = "skipped"        # the annotator skipped the task: recorded, no pairs
+    deleted = "deleted"  # the annotation was deleted at the source
+    skipped = "skipped"  # the annotator skipped the task: recorded, no pairs
 
 
 class RawStatus(str, enum.Enum):
@@ -86,8 +86,9 @@ class Prompt(Base):
     model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
     created_at: Mapped[datetime] = _ts()
 
-    candidates: Mapped[list["Candidate"]] = relationship(
-        back_populates="prompt", primaryjoin="Prompt.id == foreign(Candidate.prompt_id)")
+    candidates: Mapped[list[Candidate]] = relationship(
+        back_populates="prompt", primaryjoin="Prompt.id == foreign(Candidate.prompt_id)"
+    )
 
 
 class Candidate(Base):
@@ -107,8 +108,9 @@ class Candidate(Base):
     iteration: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = _ts()
 
-    prompt: Mapped[Prompt] = relationship(back_populates="candidates",
-                                          primaryjoin="Prompt.id == foreign(Candidate.prompt_id)")
+    prompt: Mapped[Prompt] = relationship(
+        back_populates="candidates", primaryjoin="Prompt.id == foreign(Candidate.prompt_id)"
+    )
 
 
 class Annotator(Base):
@@ -135,12 +137,19 @@ class RawRecord(Base):
 
     __tablename__ = "raw_records"
     # payload_hash first: imports look records up by hash. `serve`'s deliveries by status (imports never write it).
-    __table_args__ = (UniqueConstraint("payload_hash", "source"), Index(
-        "ix_raw_records_deliveries", "status", "id", sqlite_where=text("source = 'label-studio:webhook'"),
-        postgresql_where=text("source = 'label-studio:webhook'")))
+    __table_args__ = (
+        UniqueConstraint("payload_hash", "source"),
+        Index(
+            "ix_raw_records_deliveries",
+            "status",
+            "id",
+            sqlite_where=text("source = 'label-studio:webhook'"),
+            postgresql_where=text("source = 'label-studio:webhook'"),
+        ),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    source: Mapped[str] = mapped_column(String(40))        # "import:rankings", "label-studio", ...
+    source: Mapped[str] = mapped_column(String(40))  # "import:rankings", "label-studio", ...
     origin: Mapped[str | None] = mapped_column(String(500))  # file path, project id
     locator: Mapped[str | None] = mapped_column(String(200))  # line number, annotation id
     # What was received, as text. Bytes text cannot hold (not UTF-8, a NUL, a line too long to keep whole) are kept
@@ -193,8 +202,10 @@ class Ranking(Base):
     created_at: Mapped[datetime] = _ts()
     updated_at: Mapped[datetime] = _ts()
 
-    items: Mapped[list["RankingItem"]] = relationship(
-        back_populates="ranking", cascade="all, delete-orphan", order_by="RankingItem.candidate_id",
+    items: Mapped[list[RankingItem]] = relationship(
+        back_populates="ranking",
+        cascade="all, delete-orphan",
+        order_by="RankingItem.candidate_id",
         primaryjoin="Ranking.id == foreign(RankingItem.ranking_id)",
     )
     annotator: Mapped[Annotator] = relationship(primaryjoin="Annotator.id == foreign(Ranking.annotator_id)")
@@ -215,7 +226,7 @@ class Ranking(Base):
 class RankingItem(Base):
     __tablename__ = "ranking_items"
     # Read by ranking only: the primary key serves it; on SQLite the rows are stored in its order.
-    __table_args__ = {"sqlite_with_rowid": False}
+    __table_args__ = {"sqlite_with_rowid": False}  # noqa: RUF012 (SQLAlchemy reads it)
 
     # No foreign-key constraints, as for rankings: items are written with their ranking, in the
     # transaction that finds or creates their candidates (15 s of a 100k-ranking Postgres import).
@@ -228,8 +239,9 @@ class RankingItem(Base):
     details: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     model: Mapped[str | None] = mapped_column(String(300))  # its author in this ranking (NULL: the candidate's)
 
-    ranking: Mapped[Ranking] = relationship(back_populates="items",
-                                            primaryjoin="Ranking.id == foreign(RankingItem.ranking_id)")
+    ranking: Mapped[Ranking] = relationship(
+        back_populates="items", primaryjoin="Ranking.id == foreign(RankingItem.ranking_id)"
+    )
 
 
 class PairBuild(Base):

@@ -124,8 +124,12 @@ class _Committer:
         self.checkpoints.shutdown()
 
 
-def commit_behind(sessions: sessionmaker[Session], batches: Iterable[B], write: Callable[[Session, B], R],
-                  done: Callable[[B, R, int], None]) -> None:
+def commit_behind(
+    sessions: sessionmaker[Session],
+    batches: Iterable[B],
+    write: Callable[[Session, B], R],
+    done: Callable[[B, R, int], None],
+) -> None:
     """`write(session, batch)` for each batch in its own transaction, committed behind the next batch's reading.
 
     `done(batch, result, retries)` is called on this thread once the batch's transaction has committed,
@@ -141,8 +145,12 @@ def commit_behind(sessions: sessionmaker[Session], batches: Iterable[B], write: 
             reading.close()  # stopped early: the reading thread stops too
 
 
-def _commit_each(sessions: sessionmaker[Session], batches: Iterable[B], write: Callable[[Session, B], R],
-                 done: Callable[[B, R, int], None]) -> None:
+def _commit_each(
+    sessions: sessionmaker[Session],
+    batches: Iterable[B],
+    write: Callable[[Session, B], R],
+    done: Callable[[B, R, int], None],
+) -> None:
     with _Committer() as committer:
         behind: tuple[Future[None], B, R] | None = None
         try:
@@ -169,8 +177,14 @@ def _commit_each(sessions: sessionmaker[Session], batches: Iterable[B], write: C
                 _settle(sessions, write, done, *behind)
 
 
-def _settle(sessions: sessionmaker[Session], write: Callable[[Session, B], R], done: Callable[[B, R, int], None],
-            future: Future[None], batch: B, result: R) -> None:
+def _settle(
+    sessions: sessionmaker[Session],
+    write: Callable[[Session, B], R],
+    done: Callable[[B, R, int], None],
+    future: Future[None],
+    batch: B,
+    result: R,
+) -> None:
     try:
         future.result()
     except DBAPIError as exc:
@@ -181,8 +195,13 @@ def _settle(sessions: sessionmaker[Session], write: Callable[[Session, B], R], d
     done(batch, result, 0)
 
 
-def _again(sessions: sessionmaker[Session], write: Callable[[Session, B], R], done: Callable[[B, R, int], None],
-           batch: B, retries: int) -> None:
+def _again(
+    sessions: sessionmaker[Session],
+    write: Callable[[Session, B], R],
+    done: Callable[[B, R, int], None],
+    batch: B,
+    retries: int,
+) -> None:
     attempts = 0
 
     def attempt(session: Session) -> R:
@@ -225,8 +244,7 @@ class Aside:
     def __init__(self, fn: Callable[..., R], args: tuple[Any, ...]):
         context = multiprocessing.get_context("fork")
         self._receive, send = context.Pipe(duplex=False)
-        self._process = context.Process(target=_send_result, args=(send, fn, args), daemon=True,
-                                        name="preflab-aside")
+        self._process = context.Process(target=_send_result, args=(send, fn, args), daemon=True, name="preflab-aside")
         self._process.start()  # multiprocessing flushes stdout and stderr first, so nothing is written twice
         send.close()
         self._fn, self._args = fn, args
@@ -247,7 +265,7 @@ class Aside:
             except EOFError:  # killed (out of memory, a signal): nothing came back
                 try:
                     self._outcome = (True, self._fn(*self._args))
-                except Exception as exc:  # noqa: BLE001 - raised below, and again if asked again
+                except Exception as exc:
                     self._outcome = (False, exc)
         ok, value = self._outcome
         if not ok:
@@ -266,7 +284,7 @@ def _send_result(send, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which stops this child (no traceback)
     try:
         outcome = (True, fn(*args))
-    except Exception as exc:  # noqa: BLE001 - raised again in the parent by Aside.result
+    except Exception as exc:
         outcome = (False, exc)
     send.send(outcome)
     send.close()

@@ -57,8 +57,9 @@ class EngineRequest(Base):
 
 def request_key(endpoint: str, model: str, body: dict[str, Any]) -> str:
     """SHA-256 of what was asked: the endpoint, the model and the body, keys sorted (the same ask, the same key)."""
-    blob = json.dumps({"endpoint": endpoint, "model": model, "body": body}, sort_keys=True, ensure_ascii=False,
-                      separators=(",", ":"))
+    blob = json.dumps(
+        {"endpoint": endpoint, "model": model, "body": body}, sort_keys=True, ensure_ascii=False, separators=(",", ":")
+    )
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 

@@ -45,15 +45,14 @@ def shown_payload(data: bytes) -> str:
     return data.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
 
 
-def insert_ignore(session: Session, table: Table, rows: Sequence[dict[str, Any]],
-                  conflict: Sequence[str]) -> None:
+def insert_ignore(session: Session, table: Table, rows: Sequence[dict[str, Any]], conflict: Sequence[str]) -> None:
     """Insert `rows`, skipping any that collide with an existing row on `conflict`."""
     insert_rows(session, table, rows, conflict)
 
 
 def chunks(items: Sequence, size: int = IN_CHUNK) -> Iterable[Sequence]:
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 class IdMap(dict):
@@ -63,9 +62,18 @@ class IdMap(dict):
     fresh: frozenset = frozenset()
 
 
-def _get_or_create(session: Session, table: Table, wanted: Mapping[Any, Any], natural: tuple[str, ...], key: str,
-                   row_columns: tuple[str, ...], make_row, extra: tuple[str, ...] = (), append: bool = False,
-                   skip: Collection = ()) -> tuple[IdMap, dict[Any, tuple]]:
+def _get_or_create(
+    session: Session,
+    table: Table,
+    wanted: Mapping[Any, Any],
+    natural: tuple[str, ...],
+    key: str,
+    row_columns: tuple[str, ...],
+    make_row,
+    extra: tuple[str, ...] = (),
+    append: bool = False,
+    skip: Collection = (),
+) -> tuple[IdMap, dict[Any, tuple]]:
     """Look up rows by their natural keys and insert the missing ones.
 
     `wanted` maps each natural key to what the caller gave for it. `natural` names
@@ -113,21 +121,45 @@ def ensure_prompts(session: Session, prompts: dict[str, dict[str, Any]], append:
     """
     if not prompts:
         return IdMap()
-    ids, existing = _get_or_create(session, Prompt.__table__, prompts, ("content_hash",), "content_hash",
-                                   _PROMPT_COLUMNS, lambda h, v: (h, v["text"], *map(v.get, _PROMPT_COLUMNS[2:])),
-                                   ("reference",), append)
-    missing_reference = [{"id": r[0], "reference": prompts[h]["reference"]}
-                         for h, r in existing.items() if r[2] is None and prompts[h].get("reference")]
+    ids, existing = _get_or_create(
+        session,
+        Prompt.__table__,
+        prompts,
+        ("content_hash",),
+        "content_hash",
+        _PROMPT_COLUMNS,
+        lambda h, v: (h, v["text"], *map(v.get, _PROMPT_COLUMNS[2:])),
+        ("reference",),
+        append,
+    )
+    missing_reference = [
+        {"id": r[0], "reference": prompts[h]["reference"]}
+        for h, r in existing.items()
+        if r[2] is None and prompts[h].get("reference")
+    ]
     if missing_reference:
         session.execute(update(Prompt), missing_reference)
     return ids
 
 
-_CANDIDATE_COLUMNS = ("prompt_id", "content_hash", "text", "messages", "model", "model_version_id", "sampling", "iteration")
+_CANDIDATE_COLUMNS = (
+    "prompt_id",
+    "content_hash",
+    "text",
+    "messages",
+    "model",
+    "model_version_id",
+    "sampling",
+    "iteration",
+)
 
 
-def ensure_candidates(session: Session, candidates: dict[tuple[int, str], dict[str, Any]],
-                      append: bool = False, fresh_prompts: Collection[int] = ()) -> IdMap:
+def ensure_candidates(
+    session: Session,
+    candidates: dict[tuple[int, str], dict[str, Any]],
+    append: bool = False,
+    fresh_prompts: Collection[int] = (),
+) -> IdMap:
     """Get or create candidates keyed by (prompt id, content hash); returns key -> id (`.created`: new ones).
 
     Each value holds the candidate's columns: text, and optionally messages (a
@@ -137,9 +169,17 @@ def ensure_candidates(session: Session, candidates: dict[tuple[int, str], dict[s
     """
     if not candidates:
         return IdMap()
-    return _get_or_create(session, Candidate.__table__, candidates, ("prompt_id", "content_hash"), "prompt_id",
-                          _CANDIDATE_COLUMNS, lambda k, v: (*k, v["text"], *map(v.get, _CANDIDATE_COLUMNS[3:])),
-                          append=append, skip=fresh_prompts)[0]
+    return _get_or_create(
+        session,
+        Candidate.__table__,
+        candidates,
+        ("prompt_id", "content_hash"),
+        "prompt_id",
+        _CANDIDATE_COLUMNS,
+        lambda k, v: (*k, v["text"], *map(v.get, _CANDIDATE_COLUMNS[3:])),
+        append=append,
+        skip=fresh_prompts,
+    )[0]
 
 
 def new_pseudonym(kind: str) -> str:
@@ -147,7 +187,9 @@ def new_pseudonym(kind: str) -> str:
     return f"{kind}-{secrets.token_hex(6)}"
 
 
-def ensure_annotators(session: Session, annotators: dict[tuple[str, str], dict[str, Any]]) -> dict[tuple[str, str], int]:
+def ensure_annotators(
+    session: Session, annotators: dict[tuple[str, str], dict[str, Any]]
+) -> dict[tuple[str, str], int]:
     """Get or create annotators keyed by (kind, name); returns key -> id.
 
     Each value holds extra columns (judge_kind, model, config, ls_user_id) used
@@ -155,8 +197,15 @@ def ensure_annotators(session: Session, annotators: dict[tuple[str, str], dict[s
     """
     if not annotators:
         return {}
-    ids, _ = _get_or_create(session, Annotator.__table__, annotators, ("kind", "name"), "name", _ANNOTATOR_COLUMNS,
-                            lambda k, v: (*k, new_pseudonym(k[0]), *map(v.get, _ANNOTATOR_COLUMNS[3:])))
+    ids, _ = _get_or_create(
+        session,
+        Annotator.__table__,
+        annotators,
+        ("kind", "name"),
+        "name",
+        _ANNOTATOR_COLUMNS,
+        lambda k, v: (*k, new_pseudonym(k[0]), *map(v.get, _ANNOTATOR_COLUMNS[3:])),
+    )
     return dict(ids)
 
 
@@ -173,12 +222,24 @@ def _raw_row(source: str, origin: str | None, locator: str, payload: str | bytes
     text, data = (payload, None) if isinstance(payload, str) else (shown_payload(payload), payload)
     # Cut to the columns' widths: a locator or origin only points to where the payload came from.
     origin, locator = (origin[-500:] if origin else origin), (locator[:200] if locator else locator)
-    return {"source": source, "origin": origin, "locator": locator, "payload": text, "payload_bytes": data,
-            "payload_hash": digest, "status": RawStatus.ok.value}
+    return {
+        "source": source,
+        "origin": origin,
+        "locator": locator,
+        "payload": text,
+        "payload_bytes": data,
+        "payload_hash": digest,
+        "status": RawStatus.ok.value,
+    }
 
 
-def store_raw(session: Session, source: str, origin: str | None,
-              payloads: Sequence[tuple[str, str | bytes] | tuple[str, str | bytes, str]], append: bool = False) -> RawMap:
+def store_raw(
+    session: Session,
+    source: str,
+    origin: str | None,
+    payloads: Sequence[tuple[str, str | bytes] | tuple[str, str | bytes, str]],
+    append: bool = False,
+) -> RawMap:
     """Store payloads as received, before parsing; returns payload hash -> (id, status).
 
     `payloads` holds (locator, payload) or (locator, payload, hash): text, or bytes
@@ -199,8 +260,12 @@ def store_raw(session: Session, source: str, origin: str | None,
     found = _stored_raw(session, source, rows)
     missing = [row for h, row in rows.items() if h not in found]
     if missing and append:
-        found.update({row["payload_hash"]: (rid, row["status"])
-                      for rid, row in zip(append_rows(session, RawRecord.__table__, missing), missing)})
+        found.update(
+            {
+                row["payload_hash"]: (rid, row["status"])
+                for rid, row in zip(append_rows(session, RawRecord.__table__, missing), missing)
+            }
+        )
     elif missing:
         insert_rows(session, RawRecord.__table__, missing, ["source", "payload_hash"])
         found.update(_stored_raw(session, source, [row["payload_hash"] for row in missing]))
@@ -210,8 +275,11 @@ def store_raw(session: Session, source: str, origin: str | None,
 
 def _stored_raw(session: Session, source: str, hashes: Iterable[str]) -> RawMap:
     columns = ("id", "payload_hash", "status", "source")
-    return RawMap((h, (rid, status)) for rid, h, status, src in lookup(session, RawRecord.__table__, columns,
-                                                                        "payload_hash", hashes) if src == source)
+    return RawMap(
+        (h, (rid, status))
+        for rid, h, status, src in lookup(session, RawRecord.__table__, columns, "payload_hash", hashes)
+        if src == source
+    )
 
 
 def _append_unseen(session: Session, source: str, rows: dict[str, dict[str, Any]]) -> RawMap:
@@ -236,9 +304,10 @@ def quarantine(session: Session, reasons: dict[int, str]) -> None:
     """Mark raw records as quarantined with the reason each could not be used."""
     if not reasons:
         return
-    session.execute(update(RawRecord), [
-        {"id": rid, "status": RawStatus.quarantined.value, "reason": reason} for rid, reason in reasons.items()
-    ])
+    session.execute(
+        update(RawRecord),
+        [{"id": rid, "status": RawStatus.quarantined.value, "reason": reason} for rid, reason in reasons.items()],
+    )
 
 
 def release(session: Session, ids: Collection[int]) -> None:
@@ -249,12 +318,13 @@ def release(session: Session, ids: Collection[int]) -> None:
 
 def quarantined_records(session: Session, source: str | None = None, limit: int = 100) -> list[dict[str, Any]]:
     """The quarantined raw records, oldest first: id, source, origin, locator and reason."""
-    query = (select(RawRecord).where(RawRecord.status == RawStatus.quarantined.value)
-             .order_by(RawRecord.id).limit(limit))
+    query = select(RawRecord).where(RawRecord.status == RawStatus.quarantined.value).order_by(RawRecord.id).limit(limit)
     if source:
         query = query.where(RawRecord.source == source)
-    return [{"id": r.id, "source": r.source, "origin": r.origin, "locator": r.locator, "reason": r.reason}
-            for r in session.scalars(query)]
+    return [
+        {"id": r.id, "source": r.source, "origin": r.origin, "locator": r.locator, "reason": r.reason}
+        for r in session.scalars(query)
+    ]
 
 
 def raw_record(session: Session, record_id: int) -> dict[str, Any]:
@@ -267,6 +337,13 @@ def raw_record(session: Session, record_id: int) -> dict[str, Any]:
     if record is None:
         raise NotFound(f"there is no raw record #{record_id} (see `preflab quarantine list`)")
     data = record.payload_bytes if record.payload_bytes is not None else record.payload.encode("utf-8")
-    return {"id": record.id, "source": record.source, "origin": record.origin, "locator": record.locator,
-            "status": record.status, "reason": record.reason, "received_at": record.received_at.isoformat(),
-            "payload": data}
+    return {
+        "id": record.id,
+        "source": record.source,
+        "origin": record.origin,
+        "locator": record.locator,
+        "status": record.status,
+        "reason": record.reason,
+        "received_at": record.received_at.isoformat(),
+        "payload": data,
+    }

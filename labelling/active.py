@@ -33,9 +33,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.quality.agreement import compare_rankings
 from preflab.db.models import Annotator, Ranking, RankingStatus
 from preflab.db.pairs.build import iter_prompt_rankings, tiers_from_scores
+from preflab.db.quality.agreement import compare_rankings
 from preflab.errors import ConfigError, InputError
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 from preflab.lm.scoring import Text
@@ -62,14 +62,22 @@ class Choice:
 class SelectConfig:
     """How `ls push --select` chooses the prompts people rank next."""
 
-    select: str | None = field(default=None, metadata={
-        "help": "Choose the prompts to push by a strategy (with --limit K: the K best): random, disagreement "
-                "(AI judges rank most differently), uncertainty (reward-model score gaps smallest, or an "
-                "ensemble varies most), diversity (greedy D-optimal on the reward model's last-layer features).",
-        "choices": STRATEGIES})
-    reward_model: str | None = field(default=None, metadata={
-        "help": "Reward model for --select uncertainty/diversity (and a voice in disagreement): a model version, "
-                "path or hub id; several, comma-separated, make an ensemble."})
+    select: str | None = field(
+        default=None,
+        metadata={
+            "help": "Choose the prompts to push by a strategy (with --limit K: the K best): random, disagreement "
+            "(AI judges rank most differently), uncertainty (reward-model score gaps smallest, or an "
+            "ensemble varies most), diversity (greedy D-optimal on the reward model's last-layer features).",
+            "choices": STRATEGIES,
+        },
+    )
+    reward_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "Reward model for --select uncertainty/diversity (and a voice in disagreement): a model version, "
+            "path or hub id; several, comma-separated, make an ensemble."
+        },
+    )
     select_batch_size: int = field(default=8, metadata={"help": "Responses the reward model scores per forward pass."})
 
     def __post_init__(self) -> None:
@@ -166,9 +174,15 @@ def _pair_rows(features, scores):
     return np.asarray(rows, dtype=np.float64)
 
 
-def pick_diversity(features: Mapping[int, object], k: int, *, scores: Mapping[int, Sequence[float]] | None = None,
-                   labelled: Mapping[int, object] | None = None, ridge: float = 1.0,
-                   max_dim: int = 64) -> list[Choice]:
+def pick_diversity(
+    features: Mapping[int, object],
+    k: int,
+    *,
+    scores: Mapping[int, Sequence[float]] | None = None,
+    labelled: Mapping[int, object] | None = None,
+    ridge: float = 1.0,
+    max_dim: int = 64,
+) -> list[Choice]:
     """Greedy D-optimal: K prompts that add most to log det of the last-layer information.
 
     Args:
@@ -215,8 +229,14 @@ def pick_diversity(features: Mapping[int, object], k: int, *, scores: Mapping[in
             fresh.add(pid)
             continue
         value = -stale
-        chosen.append(Choice(pid, value, f"adds {value:.4f} nats to log det of the reward model's "
-                                         f"last-layer information (pick {len(chosen) + 1})"))
+        chosen.append(
+            Choice(
+                pid,
+                value,
+                f"adds {value:.4f} nats to log det of the reward model's "
+                f"last-layer information (pick {len(chosen) + 1})",
+            )
+        )
         info = info + rows[pid].T @ rows[pid]
         inverse = np.linalg.inv(info)
         fresh = set()
@@ -226,8 +246,9 @@ def pick_diversity(features: Mapping[int, object], k: int, *, scores: Mapping[in
 # --- from the store -------------------------------------------------------------------------
 
 
-def last_layer_features(model, tokenizer, prompts: Sequence[Text], responses: Sequence[Text],
-                        batch_size: int = 8) -> list[list[float]]:
+def last_layer_features(
+    model, tokenizer, prompts: Sequence[Text], responses: Sequence[Text], batch_size: int = 8
+) -> list[list[float]]:
     """The hidden state the reward model's scoring head reads (last token, last layer) per response.
 
     Prompts and responses are text, or messages, read as `preflab.lm.scoring.reward_scores` reads them.
@@ -242,32 +263,48 @@ def last_layer_features(model, tokenizer, prompts: Sequence[Text], responses: Se
     model.eval()
     with torch.no_grad():
         for start in range(0, len(rows), batch_size):
-            batch = rows[start:start + batch_size]
+            batch = rows[start : start + batch_size]
             width = max(map(len, batch))
             ids = torch.full((len(batch), width), pad_id(tokenizer), dtype=torch.long)
             mask = torch.zeros_like(ids)
             for i, row in enumerate(batch):  # right padding, as scoring pads
-                ids[i, :len(row)], mask[i, :len(row)] = torch.tensor(row), 1
-            hidden = model(input_ids=ids.to(device), attention_mask=mask.to(device),
-                           output_hidden_states=True).hidden_states[-1]
+                ids[i, : len(row)], mask[i, : len(row)] = torch.tensor(row), 1
+            hidden = model(
+                input_ids=ids.to(device), attention_mask=mask.to(device), output_hidden_states=True
+            ).hidden_states[-1]
             for i, row in enumerate(batch):
                 out[start + i] = hidden[i, len(row) - 1].float().cpu().tolist()
     return out
 
 
 def _judge_rankings(session: Session, wanted: set[int]) -> dict[int, list[Tiers]]:
-    return {pid: [v.tiers for v in views] for pid, views in iter_prompt_rankings(session, annotator_kind="ai")
-            if pid in wanted}
+    return {
+        pid: [v.tiers for v in views]
+        for pid, views in iter_prompt_rankings(session, annotator_kind="ai")
+        if pid in wanted
+    }
 
 
 def _human_ranked(session: Session) -> set[int]:
-    return set(session.scalars(select(Ranking.prompt_id).join(Annotator, Annotator.id == Ranking.annotator_id)
-                               .where(Annotator.kind == "human", Ranking.status == RankingStatus.valid.value)
-                               .distinct()))
+    return set(
+        session.scalars(
+            select(Ranking.prompt_id)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(Annotator.kind == "human", Ranking.status == RankingStatus.valid.value)
+            .distinct()
+        )
+    )
 
 
-def select_prompts(sessions: sessionmaker[Session], among: Sequence[int], config: SelectConfig, k: int, *,
-                   seed: int = 0, reporter: Reporter = SILENT) -> list[Choice]:
+def select_prompts(
+    sessions: sessionmaker[Session],
+    among: Sequence[int],
+    config: SelectConfig,
+    k: int,
+    *,
+    seed: int = 0,
+    reporter: Reporter = SILENT,
+) -> list[Choice]:
     """The K prompts of `among` that `config.select` chooses, best first, with score and reason.
 
     Reads the store in short transactions; the reward models are loaded and run
@@ -288,27 +325,37 @@ def select_prompts(sessions: sessionmaker[Session], among: Sequence[int], config
         context = prompts_with_candidates(session, ranked, min_candidates=2) if ranked else []
     if not items:
         raise InputError("none of the prompts to choose from has two or more candidates")
-    members = [_run_reward_model(sessions, name, items + context, strategy, config, reporter)
-               for name in config.reward_models]
+    members = [
+        _run_reward_model(sessions, name, items + context, strategy, config, reporter) for name in config.reward_models
+    ]
     if strategy == "disagreement":
         for scores, _ in members:
             for item in items:
-                judged.setdefault(item.prompt_id, []).append(ranking_from_scores(item.candidate_ids,
-                                                                                 scores[item.prompt_id]))
+                judged.setdefault(item.prompt_id, []).append(
+                    ranking_from_scores(item.candidate_ids, scores[item.prompt_id])
+                )
         if not any(len(v) >= 2 for v in judged.values()):
-            raise InputError("no prompt to choose from has two AI rankings to compare; run two judges "
-                             "(`preflab judge …`) or give --reward-model")
+            raise InputError(
+                "no prompt to choose from has two AI rankings to compare; run two judges "
+                "(`preflab judge …`) or give --reward-model"
+            )
         return pick_disagreement(judged, k)
     if strategy == "uncertainty":
-        return pick_uncertainty({item.prompt_id: [scores[item.prompt_id] for scores, _ in members]
-                                 for item in items}, k)
+        return pick_uncertainty(
+            {item.prompt_id: [scores[item.prompt_id] for scores, _ in members] for item in items}, k
+        )
     scores, features = members[0]
-    return pick_diversity({item.prompt_id: features[item.prompt_id] for item in items}, k, scores=scores,
-                          labelled={item.prompt_id: features[item.prompt_id] for item in context})
+    return pick_diversity(
+        {item.prompt_id: features[item.prompt_id] for item in items},
+        k,
+        scores=scores,
+        labelled={item.prompt_id: features[item.prompt_id] for item in context},
+    )
 
 
-def _run_reward_model(sessions, name: str, items: list[PromptCandidates], strategy: str, config: SelectConfig,
-                      reporter: Reporter):
+def _run_reward_model(
+    sessions, name: str, items: list[PromptCandidates], strategy: str, config: SelectConfig, reporter: Reporter
+):
     """(scores, features) of every candidate, by prompt id; features only for `diversity`."""
     from preflab.lm.names import load_named_model
     from preflab.lm.scoring import exchange, reward_scores
@@ -319,13 +366,16 @@ def _run_reward_model(sessions, name: str, items: list[PromptCandidates], strate
     prompts, responses = [p for p, _ in inputs], [r for _, r in inputs]
     reporter.note(f"scoring {len(responses):,} candidates with {named.label}")
     flat = reward_scores(named.model, named.tokenizer, prompts, responses, config.select_batch_size)
-    embedded = (last_layer_features(named.model, named.tokenizer, prompts, responses, config.select_batch_size)
-                if strategy == "diversity" else None)
+    embedded = (
+        last_layer_features(named.model, named.tokenizer, prompts, responses, config.select_batch_size)
+        if strategy == "diversity"
+        else None
+    )
     scores, features, at = {}, {}, 0
     for item in items:
         n = len(item.texts)
-        scores[item.prompt_id] = flat[at:at + n]
+        scores[item.prompt_id] = flat[at : at + n]
         if embedded is not None:
-            features[item.prompt_id] = embedded[at:at + n]
+            features[item.prompt_id] = embedded[at : at + n]
         at += n
     return scores, features

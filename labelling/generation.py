@@ -65,17 +65,17 @@ class GenerateConfig(SamplingConfig):
 
 @dataclass
 class GenerateSummary:
-    model: str = ""           # the label stored on the candidates
-    prompts: int = 0          # prompts that needed candidates
-    stored: int = 0           # new candidates
-    duplicates: int = 0       # samples identical to a stored candidate
-    empty: int = 0            # samples with no text
-    short: int = 0            # prompts still below N after every round
-    waiting: int = 0          # selected prompts below N left for a later run by the limit
+    model: str = ""  # the label stored on the candidates
+    prompts: int = 0  # prompts that needed candidates
+    stored: int = 0  # new candidates
+    duplicates: int = 0  # samples identical to a stored candidate
+    empty: int = 0  # samples with no text
+    short: int = 0  # prompts still below N after every round
+    waiting: int = 0  # selected prompts below N left for a later run by the limit
     tokens: int = 0
     seconds: float = 0.0
-    quarantined: int = 0      # prompts a server refused for themselves (over its context length): not asked again
-    failed: int = 0           # samples with no answer after every retry: asked again by the next run
+    quarantined: int = 0  # prompts a server refused for themselves (over its context length): not asked again
+    failed: int = 0  # samples with no answer after every retry: asked again by the next run
     reasons: dict[str, int] = field(default_factory=dict)  # why, with how many samples each
     engine: dict | None = None  # the engine's stats: requests, cache hits, tokens in/out, retries, errors, cost
 
@@ -85,8 +85,9 @@ class GenerateSummary:
         return out
 
 
-def sample_responses(model, tokenizer, prompts: list[str | Messages], config: SamplingConfig,
-                     seed: int) -> list[Generation]:
+def sample_responses(
+    model, tokenizer, prompts: list[str | Messages], config: SamplingConfig, seed: int
+) -> list[Generation]:
     """Sample one response per prompt (repeat a prompt to get several).
 
     Args:
@@ -109,27 +110,48 @@ def _batch_seed(base: int, round_: int, rows: list[tuple[int, int]]) -> int:
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
 
 
-def prompts_needing(session: Session, model: str, n: int,
-                    prompt_ids: list[int] | None = None) -> list[tuple[int, str | Messages, int]]:
+def prompts_needing(
+    session: Session, model: str, n: int, prompt_ids: list[int] | None = None
+) -> list[tuple[int, str | Messages, int]]:
     """(prompt id, prompt, candidates from `model` already stored) for prompts below n, in id order.
 
     The prompt is as the model reads it (`compact`): its text, or the whole conversation as messages.
     """
-    have = (select(Candidate.prompt_id, func.count().label("have"))
-            .where(Candidate.model == model).group_by(Candidate.prompt_id).subquery())
-    query = (select(Prompt.id, Prompt.text, Prompt.messages, func.coalesce(have.c.have, 0))
-             .outerjoin(have, have.c.prompt_id == Prompt.id)
-             .where(func.coalesce(have.c.have, 0) < n).order_by(Prompt.id))
-    parts = [query] if prompt_ids is None else \
-        [query.where(Prompt.id.in_(part)) for part in chunks(sorted(set(prompt_ids)))]
-    out = [(pid, compact(stored_prompt(text, messages)), count)
-           for part in parts for pid, text, messages, count in session.execute(part)]
+    have = (
+        select(Candidate.prompt_id, func.count().label("have"))
+        .where(Candidate.model == model)
+        .group_by(Candidate.prompt_id)
+        .subquery()
+    )
+    query = (
+        select(Prompt.id, Prompt.text, Prompt.messages, func.coalesce(have.c.have, 0))
+        .outerjoin(have, have.c.prompt_id == Prompt.id)
+        .where(func.coalesce(have.c.have, 0) < n)
+        .order_by(Prompt.id)
+    )
+    parts = (
+        [query]
+        if prompt_ids is None
+        else [query.where(Prompt.id.in_(part)) for part in chunks(sorted(set(prompt_ids)))]
+    )
+    out = [
+        (pid, compact(stored_prompt(text, messages)), count)
+        for part in parts
+        for pid, text, messages, count in session.execute(part)
+    ]
     return sorted(out, key=lambda row: row[0])
 
 
-def generate_candidates(sessions: sessionmaker[Session], model, tokenizer, model_name: str, config: GenerateConfig,
-                        prompt_ids: list[int] | None = None, model_version_id: int | None = None,
-                        reporter: Reporter = SILENT) -> GenerateSummary:
+def generate_candidates(
+    sessions: sessionmaker[Session],
+    model,
+    tokenizer,
+    model_name: str,
+    config: GenerateConfig,
+    prompt_ids: list[int] | None = None,
+    model_version_id: int | None = None,
+    reporter: Reporter = SILENT,
+) -> GenerateSummary:
     """Top every prompt (or those given) up to `config.n` candidates from a model loaded in this process.
 
     Args:
@@ -143,9 +165,16 @@ def generate_candidates(sessions: sessionmaker[Session], model, tokenizer, model
     return generate_with(sessions, engine, config, prompt_ids, model_version_id, reporter)
 
 
-def generate_with(sessions: sessionmaker[Session], engine, config: GenerateConfig, prompt_ids: list[int] | None = None,
-                  model_version_id: int | None = None, reporter: Reporter = SILENT, *,
-                  label: str | None = None) -> GenerateSummary:
+def generate_with(
+    sessions: sessionmaker[Session],
+    engine,
+    config: GenerateConfig,
+    prompt_ids: list[int] | None = None,
+    model_version_id: int | None = None,
+    reporter: Reporter = SILENT,
+    *,
+    label: str | None = None,
+) -> GenerateSummary:
     """Top every prompt (or those given) up to `config.n` candidates from `engine`, stored as `engine.name`.
 
     Args:
@@ -167,8 +196,11 @@ def generate_with(sessions: sessionmaker[Session], engine, config: GenerateConfi
         for round_ in range(config.max_rounds):
             if round_:  # the first round's prompts were read above, for the bar's total
                 with sessions.begin() as session:
-                    todo = [row for row in prompts_needing(session, model_name, config.n, prompt_ids)
-                            if row[0] not in refused]
+                    todo = [
+                        row
+                        for row in prompts_needing(session, model_name, config.n, prompt_ids)
+                        if row[0] not in refused
+                    ]
             if not todo:
                 break
             needed_prompts.update(pid for pid, _, _ in todo)
@@ -201,13 +233,17 @@ def _calls(engine, todo: list[tuple[int, str | Messages, int]], config: Generate
     """The asks of each call to the engine: (prompt id, what is asked, how it was sampled, to store)."""
     if engine.kind == "transformers":
         # Similar lengths share a batch, so little of each forward pass is padding; the batch shares a seed.
-        rows = sorted(((pid, prompt, have) for pid, prompt, have in todo for _ in range(config.n - have)),
-                      key=lambda r: (prompt_length(r[1]), r[0]))
+        rows = sorted(
+            ((pid, prompt, have) for pid, prompt, have in todo for _ in range(config.n - have)),
+            key=lambda r: (prompt_length(r[1]), r[0]),
+        )
         for batch in chunks(rows, config.batch_size):
             seed = _batch_seed(config.seed, round_, [(pid, have) for pid, _, have in batch])
             sampling = Sampling.of(config, seed)
-            yield [(pid, Generate(prompt, sampling, index=i), {"seed": seed, "batch_row": i})
-                   for i, (pid, prompt, _) in enumerate(batch)]
+            yield [
+                (pid, Generate(prompt, sampling, index=i), {"seed": seed, "batch_row": i})
+                for i, (pid, prompt, _) in enumerate(batch)
+            ]
         return
     # On a server a sample is asked by its prompt, round and index alone, never by its neighbours in a call:
     # a re-run asks what it asked before, and the request store answers. A prompt's samples share a call.
@@ -216,8 +252,10 @@ def _calls(engine, todo: list[tuple[int, str | Messages, int]], config: Generate
     for pid, prompt, have in todo:
         seed = _batch_seed(config.seed, round_, [(pid, have)])
         sampling = Sampling.of(config, seed)
-        asks = [(pid, Generate(prompt, sampling, index=j), {"seed": seed, "index": j, "engine": engine.name})
-                for j in range(have, config.n)]
+        asks = [
+            (pid, Generate(prompt, sampling, index=j), {"seed": seed, "index": j, "engine": engine.name})
+            for j in range(have, config.n)
+        ]
         if call and len(call) + len(asks) > size:
             yield call
             call = []
@@ -226,10 +264,18 @@ def _calls(engine, todo: list[tuple[int, str | Messages, int]], config: Generate
         yield call
 
 
-def run_generation(sessions: sessionmaker[Session], model_name: str, config: GenerateConfig, *,
-                   prompts: str | Path | None = None, max_prompts: int | None = None,
-                   selection: PromptSelection = PromptSelection(), engine: EngineConfig | None = None,
-                   cache: ModelCache | None = None, reporter: Reporter = SILENT) -> GenerateSummary:
+def run_generation(
+    sessions: sessionmaker[Session],
+    model_name: str,
+    config: GenerateConfig,
+    *,
+    prompts: str | Path | None = None,
+    max_prompts: int | None = None,
+    selection: PromptSelection = PromptSelection(),
+    engine: EngineConfig | None = None,
+    cache: ModelCache | None = None,
+    reporter: Reporter = SILENT,
+) -> GenerateSummary:
     """The `generate` job: open the engine for `model_name` and top every prompt up to `config.n` candidates.
 
     Args:
@@ -248,8 +294,11 @@ def run_generation(sessions: sessionmaker[Session], model_name: str, config: Gen
     waiting = 0
     with ExitStack() as stack:
         # A server's engine is cheap to open (nothing is asked before its first call), and it names the candidates.
-        served = (stack.enter_context(open_engine(engine, sessions, model=model_name))
-                  if engine.engine != "transformers" else None)
+        served = (
+            stack.enter_context(open_engine(engine, sessions, model=model_name))
+            if engine.engine != "transformers"
+            else None
+        )
         with sessions.begin() as session:
             prompt_ids = selected_prompt_ids(session, selection, prompt_ids)
             label = served.name if served else resolve_model(session, model_name)[0]
@@ -259,12 +308,13 @@ def run_generation(sessions: sessionmaker[Session], model_name: str, config: Gen
                 position = {pid: n for n, pid in enumerate(prompt_ids)}
                 needing.sort(key=position.__getitem__)
             waiting = max(len(needing) - selection.limit, 0)
-            needing = prompt_ids = needing[:selection.limit]
+            needing = prompt_ids = needing[: selection.limit]
         if not needing:
             return GenerateSummary(model=label)  # every prompt has its candidates: no model to load, nothing to ask
         if served is None:
-            running = stack.enter_context(open_engine(engine, sessions, model=model_name, cache=cache,
-                                                      batch_size=config.batch_size))
+            running = stack.enter_context(
+                open_engine(engine, sessions, model=model_name, cache=cache, batch_size=config.batch_size)
+            )
             version_id = running.version_id
         else:
             running = served
@@ -275,8 +325,15 @@ def run_generation(sessions: sessionmaker[Session], model_name: str, config: Gen
     return summary
 
 
-def _store(session: Session, asks, results: list, model_name: str, model_version_id: int | None,
-           config: GenerateConfig, summary: GenerateSummary) -> None:
+def _store(
+    session: Session,
+    asks,
+    results: list,
+    model_name: str,
+    model_version_id: int | None,
+    config: GenerateConfig,
+    summary: GenerateSummary,
+) -> None:
     rows: dict[tuple[int, str], dict] = {}
     for (pid, _, record), result in zip(asks, results):
         if isinstance(result, Failed):  # counted by the caller
@@ -288,10 +345,19 @@ def _store(session: Session, asks, results: list, model_name: str, model_version
         if key in rows:
             summary.duplicates += 1
             continue
-        rows[key] = {"text": result.text, "model": model_name, "model_version_id": model_version_id,
-                     "sampling": {"temperature": config.temperature, "top_p": config.top_p,
-                                  "max_new_tokens": config.max_new_tokens, **record,
-                                  "tokens": result.tokens, "finished": result.finished}}
+        rows[key] = {
+            "text": result.text,
+            "model": model_name,
+            "model_version_id": model_version_id,
+            "sampling": {
+                "temperature": config.temperature,
+                "top_p": config.top_p,
+                "max_new_tokens": config.max_new_tokens,
+                **record,
+                "tokens": result.tokens,
+                "finished": result.finished,
+            },
+        }
     ids = ensure_candidates(session, rows)
     summary.duplicates += len(rows) - ids.created
     summary.stored += ids.created

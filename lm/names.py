@@ -21,12 +21,20 @@ from preflab.db.store import insert_ignore
 
 def model_version_id(session: Session, label: str, path: str | None = None) -> int:
     """The ModelVersion a model label names, created as a `base` version when new."""
-    found = session.scalar(select(ModelVersion.id).where(
-        (ModelVersion.name == label) | (ModelVersion.path == label)).order_by(ModelVersion.id).limit(1))
+    found = session.scalar(
+        select(ModelVersion.id)
+        .where((ModelVersion.name == label) | (ModelVersion.path == label))
+        .order_by(ModelVersion.id)
+        .limit(1)
+    )
     if found is not None:
         return found
-    insert_ignore(session, ModelVersion.__table__,
-                  [{"name": label[:200], "kind": "base", "base_model": label, "path": path}], ["name"])
+    insert_ignore(
+        session,
+        ModelVersion.__table__,
+        [{"name": label[:200], "kind": "base", "base_model": label, "path": path}],
+        ["name"],
+    )
     return session.scalar(select(ModelVersion.id).where(ModelVersion.name == label[:200]))
 
 
@@ -39,8 +47,9 @@ def resolve_model(session: Session, name: str, record: bool = True) -> tuple[str
     """
     from preflab.lm.loading import model_label
 
-    row = session.execute(select(ModelVersion.id, ModelVersion.path).where(
-        ModelVersion.name == name, ModelVersion.path.is_not(None))).first()
+    row = session.execute(
+        select(ModelVersion.id, ModelVersion.path).where(ModelVersion.name == name, ModelVersion.path.is_not(None))
+    ).first()
     if row is not None:
         return name, row.path, row.id
     label = model_label(name)
@@ -54,9 +63,9 @@ def resolve_model(session: Session, name: str, record: bool = True) -> tuple[str
 class NamedModel:
     """A model resolved from `--model NAME` and loaded: what a job runs and what it records."""
 
-    label: str                 # stored on candidates and judges
-    location: str              # what was loaded: a path or hub id
-    version_id: int | None     # its model version, when recorded
+    label: str  # stored on candidates and judges
+    location: str  # what was loaded: a path or hub id
+    version_id: int | None  # its model version, when recorded
     model: Any
     tokenizer: Any
 
@@ -81,8 +90,14 @@ class ModelCache:
         gc.collect()
 
 
-def load_named_model(sessions: sessionmaker[Session], name: str, *, record: bool = True, scorer: bool = False,
-                     cache: ModelCache | None = None) -> NamedModel:
+def load_named_model(
+    sessions: sessionmaker[Session],
+    name: str,
+    *,
+    record: bool = True,
+    scorer: bool = False,
+    cache: ModelCache | None = None,
+) -> NamedModel:
     """Resolve `--model NAME` (recording a new base model version with `record`), then load it.
 
     The resolution is its own short transaction, so the slow load holds no database lock.

@@ -68,7 +68,7 @@ def _response_text(tokenizer, prompt: Text, response: Text) -> str:
     before_last = tokenizer.apply_chat_template(prompt + response[:-1], tokenize=False, add_generation_prompt=True)
     if not before_last.startswith(head):
         return transcript(response)
-    return before_last[len(head):] + (response[-1].get("content") or "")
+    return before_last[len(head) :] + (response[-1].get("content") or "")
 
 
 def _eos(tokenizer) -> int:
@@ -83,7 +83,7 @@ def _cut(head: list[int], a: list[int], b: list[int], max_length: int | None) ->
     if max_length is None or len(head) + len(a) + len(b) <= max_length:
         return head, a, b
     head_room = max(max_length - len(a) - len(b), max_length // 3)
-    head = head[len(head) - head_room:] if len(head) > head_room else head
+    head = head[len(head) - head_room :] if len(head) > head_room else head
     room = max(max_length - len(head), 2)
     if len(a) + len(b) <= room:
         return head, a, b
@@ -95,19 +95,20 @@ def _cut(head: list[int], a: list[int], b: list[int], max_length: int | None) ->
         cap_a, cap_b = room - len(b), len(b)
     else:
         cap_a = cap_b = cap
-    return head, a[:cap_a - 1] + a[-1:], b[:cap_b - 1] + b[-1:]
+    return head, a[: cap_a - 1] + a[-1:], b[: cap_b - 1] + b[-1:]
 
 
-def pair_ids(tokenizer, prompt: Text, first: Text, second: Text,
-             max_length: int | None = None) -> tuple[list[int], int]:
+def pair_ids(
+    tokenizer, prompt: Text, first: Text, second: Text, max_length: int | None = None
+) -> tuple[list[int], int]:
     """One (prompt, A, B) sequence, at most `max_length` long: (token ids, the index of A's EOS).
 
     The ids are the prompt, A, EOS, B, EOS; B's EOS is the last token.
     """
     eos = _eos(tokenizer)
     head = list(tokenizer(_prompt_text(tokenizer, prompt))["input_ids"])
-    a = list(tokenizer(_response_text(tokenizer, prompt, first), add_special_tokens=False)["input_ids"]) + [eos]
-    b = list(tokenizer(_response_text(tokenizer, prompt, second), add_special_tokens=False)["input_ids"]) + [eos]
+    a = [*list(tokenizer(_response_text(tokenizer, prompt, first), add_special_tokens=False)["input_ids"]), eos]
+    b = [*list(tokenizer(_response_text(tokenizer, prompt, second), add_special_tokens=False)["input_ids"]), eos]
     head, a, b = _cut(head, a, b, max_length)
     return head + a + b, len(head) + len(a) - 1
 
@@ -122,10 +123,13 @@ def pair_logits(model, input_ids, attention_mask, a_end):
 
     head = getattr(model, "score", None)
     if head is None:
-        raise ConfigError("a pair ranker needs a sequence classifier with a `score` head (a causal LM such as "
-                          "the embedded SmolLM2, or a reward model trained from one)")
-    hidden = model(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                   use_cache=False).hidden_states[-1]
+        raise ConfigError(
+            "a pair ranker needs a sequence classifier with a `score` head (a causal LM such as "
+            "the embedded SmolLM2, or a reward model trained from one)"
+        )
+    hidden = model(
+        input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, use_cache=False
+    ).hidden_states[-1]
     rows = torch.arange(input_ids.shape[0], device=input_ids.device)
     b_end = attention_mask.sum(-1) - 1
     ends = hidden[torch.stack([rows, rows]), torch.stack([a_end.to(rows.device), b_end])]  # (2, batch, hidden)
@@ -143,8 +147,9 @@ def read_format(location: str | Path) -> dict[str, Any]:
     """The `pair_ranker.json` of a saved pair ranker; a clear error for any other model."""
     path = Path(location) / FORMAT_FILE
     if not path.is_file():
-        raise ConfigError(f"{location} is not a pair ranker (it has no {FORMAT_FILE}); "
-                          "train one with `preflab train pair-ranker`")
+        raise ConfigError(
+            f"{location} is not a pair ranker (it has no {FORMAT_FILE}); train one with `preflab train pair-ranker`"
+        )
     settings = json.loads(path.read_text(encoding="utf-8"))
     if settings.get("format") != FORMAT:
         raise ConfigError(f"{location} holds a pair ranker of an unknown format {settings.get('format')!r}")
@@ -184,8 +189,15 @@ def pair_scores(model, tokenizer, sequences: Sequence[tuple[list[int], int]], ba
     return out
 
 
-def order_scores(model, tokenizer, prompts: Sequence[Text], firsts: Sequence[Text], seconds: Sequence[Text],
-                 max_length: int | None = None, batch_size: int = 32) -> tuple[list[float], list[float]]:
+def order_scores(
+    model,
+    tokenizer,
+    prompts: Sequence[Text],
+    firsts: Sequence[Text],
+    seconds: Sequence[Text],
+    max_length: int | None = None,
+    batch_size: int = 32,
+) -> tuple[list[float], list[float]]:
     """(s(first, second), s(second, first)) for each (prompt, first, second): both orders, read in one batch.
 
     Each order's own verdict: s > 0 prefers the response shown first.
@@ -202,9 +214,15 @@ def preferences(forward: Sequence[float], backward: Sequence[float]) -> list[flo
     return [_sigmoid(a - b) for a, b in zip(forward, backward)]
 
 
-def preference_probabilities(model, tokenizer, prompts: Sequence[Text], firsts: Sequence[Text],
-                             seconds: Sequence[Text], max_length: int | None = None,
-                             batch_size: int = 32) -> list[float]:
+def preference_probabilities(
+    model,
+    tokenizer,
+    prompts: Sequence[Text],
+    firsts: Sequence[Text],
+    seconds: Sequence[Text],
+    max_length: int | None = None,
+    batch_size: int = 32,
+) -> list[float]:
     """P(first ≻ second) = σ(s(first, second) − s(second, first)) for each (prompt, first, second)."""
     return preferences(*order_scores(model, tokenizer, prompts, firsts, seconds, max_length, batch_size))
 
@@ -213,13 +231,19 @@ def _sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x)) if x >= 0 else math.exp(x) / (1.0 + math.exp(x))
 
 
-def ranker_accuracy(model, tokenizer, split, max_length: int | None = None,
-                    batch_size: int = 32) -> dict[str, float | int | None]:
+def ranker_accuracy(
+    model, tokenizer, split, max_length: int | None = None, batch_size: int = 32
+) -> dict[str, float | int | None]:
     """Held-out numbers of a pair ranker: the share of pairs with P(chosen ≻ rejected) > ½, and more."""
     n = len(split)
     if not n:
         return {"accuracy": None, "pairs": 0, "mean_probability": None, "log_loss": None}
-    probs = preference_probabilities(model, tokenizer, list(split["prompt"]), list(split["chosen"]),
-                                     list(split["rejected"]), max_length, batch_size)
-    return {"accuracy": sum(p > 0.5 for p in probs) / n, "pairs": n, "mean_probability": sum(probs) / n,
-            "log_loss": -sum(math.log(max(p, 1e-12)) for p in probs) / n}
+    probs = preference_probabilities(
+        model, tokenizer, list(split["prompt"]), list(split["chosen"]), list(split["rejected"]), max_length, batch_size
+    )
+    return {
+        "accuracy": sum(p > 0.5 for p in probs) / n,
+        "pairs": n,
+        "mean_probability": sum(probs) / n,
+        "log_loss": -sum(math.log(max(p, 1e-12)) for p in probs) / n,
+    }

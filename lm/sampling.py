@@ -38,8 +38,8 @@ class SamplingConfig:
 @dataclass
 class Generation:
     text: str
-    tokens: int       # generated tokens, the end-of-turn token included
-    finished: bool    # ended with an end-of-turn token rather than hitting max_new_tokens
+    tokens: int  # generated tokens, the end-of-turn token included
+    finished: bool  # ended with an end-of-turn token rather than hitting max_new_tokens
 
 
 def stop_ids(model, tokenizer) -> set[int]:
@@ -50,20 +50,32 @@ def stop_ids(model, tokenizer) -> set[int]:
     return ids
 
 
-def generate_texts(model, tokenizer, texts: list[str], *, max_new_tokens: int, do_sample: bool = True,
-                   temperature: float = 0.7, top_p: float = 0.9, seed: int = 0) -> list[Generation]:
+def generate_texts(
+    model,
+    tokenizer,
+    texts: list[str],
+    *,
+    max_new_tokens: int,
+    do_sample: bool = True,
+    temperature: float = 0.7,
+    top_p: float = 0.9,
+    seed: int = 0,
+) -> list[Generation]:
     """Continue already formatted texts in one batched `generate` call (left padding)."""
     import torch
 
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-    sampling = {"do_sample": True, "temperature": temperature, "top_p": top_p} if do_sample else \
-        {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    sampling = (
+        {"do_sample": True, "temperature": temperature, "top_p": top_p}
+        if do_sample
+        else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
+    )
     torch.manual_seed(seed)
     with torch.inference_mode():
         out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
     stop = stop_ids(model, tokenizer)
     results = []
-    for row in out[:, enc["input_ids"].shape[1]:].tolist():
+    for row in out[:, enc["input_ids"].shape[1] :].tolist():
         end = next((i for i, t in enumerate(row) if t in stop), None)
         kept = row if end is None else row[:end]
         # NUL cannot be stored in a Postgres text column; a sampled one carries no meaning.
@@ -74,5 +86,12 @@ def generate_texts(model, tokenizer, texts: list[str], *, max_new_tokens: int, d
 
 def sample_texts(model, tokenizer, texts: list[str], config: SamplingConfig, seed: int) -> list[Generation]:
     """One sampled reply per formatted text, with `config`'s temperature, top-p and length."""
-    return generate_texts(model, tokenizer, texts, max_new_tokens=config.max_new_tokens,
-                          temperature=config.temperature, top_p=config.top_p, seed=seed)
+    return generate_texts(
+        model,
+        tokenizer,
+        texts,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        seed=seed,
+    )

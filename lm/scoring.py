@@ -56,8 +56,9 @@ def sequence_ids(tokenizer, prompt: Text, response: Text) -> list[int]:
 def completion_split(tokenizer, prompt: Text, completion: Text) -> tuple[list[int], list[int]]:
     """(prompt ids, completion ids) as TRL's DPOTrainer splits them: at the common prefix."""
     if isinstance(prompt, list):
-        prompt_ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True,
-                                                   return_dict=True)["input_ids"]
+        prompt_ids = tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, return_dict=True)[
+            "input_ids"
+        ]
         full = tokenizer.apply_chat_template(prompt + completion, tokenize=True, return_dict=True)["input_ids"]
     else:
         eos = tokenizer.eos_token or ""
@@ -77,7 +78,7 @@ def _device(model):
 
 def _batches(items: Sequence, size: int):
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]
 
 
 def _right_pad(rows: Sequence[Sequence[int]], pad_id: int):
@@ -87,8 +88,8 @@ def _right_pad(rows: Sequence[Sequence[int]], pad_id: int):
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
-        ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
-        mask[i, :len(row)] = 1
+        ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, : len(row)] = 1
     return ids, mask
 
 
@@ -96,8 +97,9 @@ def pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
-def reward_scores(model, tokenizer, prompts: Sequence[Text], responses: Sequence[Text],
-                  batch_size: int = 32) -> list[float]:
+def reward_scores(
+    model, tokenizer, prompts: Sequence[Text], responses: Sequence[Text], batch_size: int = 32
+) -> list[float]:
     """The reward model's scalar score of each (prompt, response), read in the form it trained on (`as_trained`)."""
     import torch
 
@@ -107,8 +109,9 @@ def reward_scores(model, tokenizer, prompts: Sequence[Text], responses: Sequence
         unique.setdefault(key, (p, r))
     order = list(unique)
     # Sorting by length keeps padding (and wasted compute) low.
-    encoded = sorted(((k, sequence_ids(tokenizer, *as_trained(tokenizer, *unique[k]))) for k in order),
-                     key=lambda kv: len(kv[1]))
+    encoded = sorted(
+        ((k, sequence_ids(tokenizer, *as_trained(tokenizer, *unique[k]))) for k in order), key=lambda kv: len(kv[1])
+    )
     scores: dict[str, float] = {}
     model.eval()
     device = _device(model)
@@ -121,8 +124,9 @@ def reward_scores(model, tokenizer, prompts: Sequence[Text], responses: Sequence
     return [scores[k] for k in keys]
 
 
-def completion_logprobs(model, tokenizer, prompts: Sequence[Text], completions: Sequence[Text],
-                        batch_size: int = 32) -> list[float]:
+def completion_logprobs(
+    model, tokenizer, prompts: Sequence[Text], completions: Sequence[Text], batch_size: int = 32
+) -> list[float]:
     """Sum of log π(completion token | prefix) for each (prompt, completion)."""
     import torch
 
@@ -141,12 +145,13 @@ def completion_logprobs(model, tokenizer, prompts: Sequence[Text], completions: 
             for row, i in enumerate(batch):
                 start, end = len(rows[i][0]), len(rows[i][0]) + len(rows[i][1])
                 # Position t predicts token t + 1, so the completion's tokens are scored at start-1 … end-2.
-                out[i] = token_logps[row, start - 1:end - 1].sum().item()
+                out[i] = token_logps[row, start - 1 : end - 1].sum().item()
     return out
 
 
-def pair_rewards(model, tokenizer, prompts: Sequence[Text], chosen: Sequence[Text], rejected: Sequence[Text],
-                 batch_size: int = 32) -> tuple[list[float], list[float]]:
+def pair_rewards(
+    model, tokenizer, prompts: Sequence[Text], chosen: Sequence[Text], rejected: Sequence[Text], batch_size: int = 32
+) -> tuple[list[float], list[float]]:
     """(chosen's scores, rejected's scores): both sides in one `reward_scores` call, so a reply that is
     chosen in one pair and rejected in another (every middle reply of a ranking) is scored once."""
     n = len(prompts)
@@ -157,16 +162,21 @@ def pair_rewards(model, tokenizer, prompts: Sequence[Text], chosen: Sequence[Tex
 def pairwise_accuracy(model, tokenizer, split, batch_size: int = 32) -> dict[str, float | int]:
     """Held-out accuracy of a reward model: the share of pairs where chosen outscores rejected."""
     prompts = list(split["prompt"])
-    chosen, rejected = pair_rewards(model, tokenizer, prompts, list(split["chosen"]), list(split["rejected"]),
-                                    batch_size)
+    chosen, rejected = pair_rewards(
+        model, tokenizer, prompts, list(split["chosen"]), list(split["rejected"]), batch_size
+    )
     n = len(prompts)
     wins = sum(c > r for c, r in zip(chosen, rejected))
-    return {"accuracy": wins / n if n else None, "pairs": n,
-            "mean_margin": sum(c - r for c, r in zip(chosen, rejected)) / n if n else None}
+    return {
+        "accuracy": wins / n if n else None,
+        "pairs": n,
+        "mean_margin": sum(c - r for c, r in zip(chosen, rejected)) / n if n else None,
+    }
 
 
-def implicit_reward_metrics(policy, reference, tokenizer, split, beta: float,
-                            batch_size: int = 32) -> dict[str, float | int]:
+def implicit_reward_metrics(
+    policy, reference, tokenizer, split, beta: float, batch_size: int = 32
+) -> dict[str, float | int]:
     """DPO's implicit reward β·log(π/π_ref) on held-out pairs: accuracy and margins."""
     prompts = list(split["prompt"])
     n = len(prompts)
@@ -179,6 +189,10 @@ def implicit_reward_metrics(policy, reference, tokenizer, split, beta: float,
         ref = completion_logprobs(reference, tokenizer, prompts, texts, batch_size)
         rewards[side] = [beta * (p - r) for p, r in zip(pol, ref)]
     margins = [c - r for c, r in zip(rewards["chosen"], rewards["rejected"])]
-    return {"reward_accuracy": sum(m > 0 for m in margins) / n, "reward_margin": sum(margins) / n,
-            "chosen_reward": sum(rewards["chosen"]) / n, "rejected_reward": sum(rewards["rejected"]) / n,
-            "pairs": n}
+    return {
+        "reward_accuracy": sum(m > 0 for m in margins) / n,
+        "reward_margin": sum(margins) / n,
+        "chosen_reward": sum(rewards["chosen"]) / n,
+        "rejected_reward": sum(rewards["rejected"]) / n,
+        "pairs": n,
+    }

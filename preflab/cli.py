@@ -76,14 +76,34 @@ def _empty_is_unset(ctx: click.Context, param: click.Parameter, value: str | Non
 @click.group(cls=LazyGroup, lazy=COMMANDS, summaries=SUMMARIES)
 @click.version_option(__version__, prog_name="preflab")
 # Each option: the command line, else its environment variable, else its default; click alone reads them.
-@click.option("--database-url", envvar="PREFLAB_DATABASE_URL", default=default_database_url, metavar="URL",
-              callback=_empty_is_unset, help="SQLAlchemy URL; default: a SQLite file in the preflab data directory.")
-@click.option("--label-studio-url", envvar="LABEL_STUDIO_URL", metavar="URL",
-              help="Label Studio base URL (the token is read from LABEL_STUDIO_API_KEY).")
-@click.option("--model", envvar="PREFLAB_MODEL", default=DEFAULT_MODEL, metavar="ID_OR_PATH",
-              callback=_empty_is_unset, help="Default causal LM: a hub id or a local path; default: the embedded SmolLM2-135M-Instruct.")
-@click.option("-v", "--verbose", is_flag=True,
-              help="Log at INFO on stderr: preflab's notes (under --json too), HTTP requests, migrations.")
+@click.option(
+    "--database-url",
+    envvar="PREFLAB_DATABASE_URL",
+    default=default_database_url,
+    metavar="URL",
+    callback=_empty_is_unset,
+    help="SQLAlchemy URL; default: a SQLite file in the preflab data directory.",
+)
+@click.option(
+    "--label-studio-url",
+    envvar="LABEL_STUDIO_URL",
+    metavar="URL",
+    help="Label Studio base URL (the token is read from LABEL_STUDIO_API_KEY).",
+)
+@click.option(
+    "--model",
+    envvar="PREFLAB_MODEL",
+    default=DEFAULT_MODEL,
+    metavar="ID_OR_PATH",
+    callback=_empty_is_unset,
+    help="Default causal LM: a hub id or a local path; default: the embedded SmolLM2-135M-Instruct.",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Log at INFO on stderr: preflab's notes (under --json too), HTTP requests, migrations.",
+)
 @click.pass_context
 def cli(ctx, database_url, label_studio_url, model, verbose):
     """Collect rankings of model responses, turn them into preference pairs,

@@ -35,8 +35,9 @@ from preflab.settings import Settings
 
 pass_settings = click.make_pass_decorator(Settings)
 
-json_option = click.option("--json", "as_json", is_flag=True,
-                           help="Print the result as one JSON document instead of text.")
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the result as one JSON document instead of text."
+)
 
 
 def echo_json(data: Any) -> None:
@@ -50,6 +51,7 @@ def plural(n: int, noun: str, plural_noun: str | None = None) -> str:
 
 
 # --- progress and notes ------------------------------------------------------------------
+
 
 class Reporter:
     """How a long job says what it is doing: progress bars, step lines and one-line notes on stderr.
@@ -108,15 +110,21 @@ class Reporter:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=True) as bar:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        ) as bar:
             task = bar.add_task(description, total=total)
             yield lambda n: bar.advance(task, n)
 
 
 def clock(seconds: float) -> str:
     """`42s`, `8m 31s`, `1h 02m`."""
-    seconds = int(round(seconds))
+    seconds = round(seconds)
     if seconds < 60:
         return f"{seconds}s"
     if seconds < 3600:
@@ -255,12 +263,14 @@ def config_fields(config_cls, exclude: tuple[str, ...] = ()) -> list[dataclasses
     return [f for f in dataclasses.fields(config_cls) if f.init and f.name not in exclude]
 
 
-def config_options(config_cls, *, exclude: tuple[str, ...] = (), prefix: str = "",
-                   defaults: dict[str, Any] | None = None):
+def config_options(
+    config_cls, *, exclude: tuple[str, ...] = (), prefix: str = "", defaults: dict[str, Any] | None = None
+):
     """Add one click option per field of a config dataclass: `--field-name`, with its help.
 
     A field's metadata may carry `help`, `choices` (a click.Choice), `flags`
-    (extra short flags such as `-n`), `metavar` (`K/N`) and `multiple` (a repeatable option). `bool` fields become `--x/--no-x`. With
+    (extra short flags such as `-n`), `metavar` (`K/N`) and `multiple` (a repeatable option).
+    `bool` fields become `--x/--no-x`. With
     `prefix`, options are `--PREFIX-field-name` (two configs in one command);
     `defaults` overrides a field's default for this command only. Read the
     config back with `build_config`.
@@ -306,6 +316,7 @@ def build_config(config_cls: type[C], options: dict[str, Any], *, prefix: str = 
 
 # --- the lazy group -----------------------------------------------------------------------
 
+
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use.
 
@@ -314,8 +325,7 @@ class LazyGroup(click.Group):
     to the command's own first docstring line).
     """
 
-    def __init__(self, *args, lazy: dict[str, str] | None = None,
-                 summaries: dict[str, str] | None = None, **kwargs):
+    def __init__(self, *args, lazy: dict[str, str] | None = None, summaries: dict[str, str] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy or {})
         self.summaries = dict(summaries or {})

@@ -33,7 +33,7 @@ from preflab.report.privacy import excerpt
 CATEGORIES = ("all", "human-human", "human-ai", "ai-ai")
 HEATMAP_ANNOTATORS = 24  # the most active annotators the heatmap shows (a larger grid is unreadable)
 HOT_SPOTS = 5
-BLOCK_ROWS = 100_000     # ranking items fetched and compared at a time
+BLOCK_ROWS = 100_000  # ranking items fetched and compared at a time
 PROMPT, RANKING, ANNOTATOR, CANDIDATE, TIER = range(5)
 
 
@@ -45,14 +45,17 @@ class Tally:
     tau_sum: float = 0.0
     tau_count: int = 0
 
-    def add(self, other: "Tally") -> None:
+    def add(self, other: Tally) -> None:
         for name in self.__dataclass_fields__:
             setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ranking_pairs": self.ranking_pairs, "shared_pairs": self.shared_pairs,
-                "pairwise_agreement": self.agreeing_pairs / self.shared_pairs if self.shared_pairs else None,
-                "kendall_tau": self.tau_sum / self.tau_count if self.tau_count else None}
+        return {
+            "ranking_pairs": self.ranking_pairs,
+            "shared_pairs": self.shared_pairs,
+            "pairwise_agreement": self.agreeing_pairs / self.shared_pairs if self.shared_pairs else None,
+            "kendall_tau": self.tau_sum / self.tau_count if self.tau_count else None,
+        }
 
 
 def _category(first: str, second: str) -> str:
@@ -84,10 +87,12 @@ def item_blocks(session: Session, rows: int = BLOCK_ROWS) -> Iterator[np.ndarray
 
     Blocks hold whole prompts: the rows of a prompt cut by a block's end move to the next block.
     """
-    query = (select(Ranking.prompt_id, Ranking.id, Ranking.annotator_id, RankingItem.candidate_id, RankingItem.tier)
-             .join(RankingItem, RankingItem.ranking_id == Ranking.id)
-             .where(Ranking.status == RankingStatus.valid.value, RankingItem.tier.is_not(None))
-             .order_by(Ranking.prompt_id))
+    query = (
+        select(Ranking.prompt_id, Ranking.id, Ranking.annotator_id, RankingItem.candidate_id, RankingItem.tier)
+        .join(RankingItem, RankingItem.ranking_id == Ranking.id)
+        .where(Ranking.status == RankingStatus.valid.value, RankingItem.tier.is_not(None))
+        .order_by(Ranking.prompt_id)
+    )
     carry = np.empty((0, 5), dtype=np.int64)
     for part in stream_rows(session, query, rows):
         block = np.fromiter(itertools.chain.from_iterable(part), dtype=np.int64, count=5 * len(part)).reshape(-1, 5)
@@ -100,8 +105,10 @@ def item_blocks(session: Session, rows: int = BLOCK_ROWS) -> Iterator[np.ndarray
         yield carry
 
 
-def _offset_pairs(groups: np.ndarray, keep: Callable[[int], np.ndarray] | None = None,
-                  ) -> Iterator[tuple[np.ndarray, int]]:
+def _offset_pairs(
+    groups: np.ndarray,
+    keep: Callable[[int], np.ndarray] | None = None,
+) -> Iterator[tuple[np.ndarray, int]]:
     """(indices i, offset k) of every two rows i < i + k in one group; `groups` must be sorted.
 
     Every two rows of a group of size g are (i, i + k) for one k < g, so a loop over
@@ -146,9 +153,21 @@ def _shared_candidates(items: np.ndarray) -> np.ndarray:
     rows = items[np.lexsort((items[:, RANKING], items[:, CANDIDATE], items[:, PROMPT]))]
     group = rows[:, PROMPT] * (rows[:, CANDIDATE].max() + 1) + rows[:, CANDIDATE]
     annotators = rows[:, ANNOTATOR]
-    parts = [np.column_stack([rows[i, RANKING], rows[i + k, RANKING], rows[i, CANDIDATE], rows[i, TIER],
-                              rows[i + k, TIER], rows[i, ANNOTATOR], rows[i + k, ANNOTATOR], rows[i, PROMPT]])
-             for i, k in _offset_pairs(group, lambda k: annotators[:-k] != annotators[k:])]
+    parts = [
+        np.column_stack(
+            [
+                rows[i, RANKING],
+                rows[i + k, RANKING],
+                rows[i, CANDIDATE],
+                rows[i, TIER],
+                rows[i + k, TIER],
+                rows[i, ANNOTATOR],
+                rows[i + k, ANNOTATOR],
+                rows[i, PROMPT],
+            ]
+        )
+        for i, k in _offset_pairs(group, lambda k: annotators[:-k] != annotators[k:])
+    ]
     return np.concatenate(parts) if parts else np.empty((0, 8), dtype=np.int64)
 
 
@@ -197,12 +216,17 @@ def compare_block(items: np.ndarray) -> tuple[dict[int, Tally], np.ndarray, np.n
 
 def _annotators(session: Session) -> dict[int, dict[str, Any]]:
     """Every annotator's kind, public label and number of valid rankings (never its name)."""
-    rankings = dict(session.execute(
-        select(Ranking.annotator_id, func.count()).where(Ranking.status == RankingStatus.valid.value)
-        .group_by(Ranking.annotator_id)).all())
+    rankings = dict(
+        session.execute(
+            select(Ranking.annotator_id, func.count())
+            .where(Ranking.status == RankingStatus.valid.value)
+            .group_by(Ranking.annotator_id)
+        ).all()
+    )
     out = {}
     for aid, kind, pseudonym, judge_kind in session.execute(
-            select(Annotator.id, Annotator.kind, Annotator.pseudonym, Annotator.judge_kind)):
+        select(Annotator.id, Annotator.kind, Annotator.pseudonym, Annotator.judge_kind)
+    ):
         label = pseudonym if kind == "human" or not judge_kind else f"{pseudonym} ({judge_kind})"
         out[aid] = {"kind": kind, "label": label, "pseudonym": pseudonym, "rankings": rankings.get(aid, 0)}
     return out
@@ -297,14 +321,21 @@ def heatmap(people: dict[int, dict[str, Any]], by_pair: dict[tuple[int, int], Ta
             i, j = index[a], index[b]
             rate[i][j] = rate[j][i] = t.agreeing_pairs / t.shared_pairs
             shared[i][j] = shared[j][i] = t.shared_pairs
-    return {"labels": [people[a]["label"] for a in shown], "kinds": [people[a]["kind"] for a in shown],
-            "rankings": [people[a]["rankings"] for a in shown], "agreement": rate, "shared_pairs": shared,
-            "left_out": len(chosen) - len(shown)}
+    return {
+        "labels": [people[a]["label"] for a in shown],
+        "kinds": [people[a]["kind"] for a in shown],
+        "rankings": [people[a]["rankings"] for a in shown],
+        "agreement": rate,
+        "shared_pairs": shared,
+        "left_out": len(chosen) - len(shown),
+    }
 
 
 def hot_spots(session: Session, spots: list[tuple[float, int, int]]) -> list[dict[str, Any]]:
     """The prompts whose annotators disagree most (at least 3 shared pairs), with a prompt excerpt."""
     ids = [pid for _, _, pid in spots]
     texts = dict(session.execute(select(Prompt.id, func.substr(Prompt.text, 1, 200)).where(Prompt.id.in_(ids))).all())
-    return [{"prompt_id": pid, "prompt": excerpt(texts.get(pid)), "disagreement": rate, "shared_pairs": shared}
-            for rate, shared, pid in spots]
+    return [
+        {"prompt_id": pid, "prompt": excerpt(texts.get(pid)), "disagreement": rate, "shared_pairs": shared}
+        for rate, shared, pid in spots
+    ]

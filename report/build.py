@@ -32,12 +32,20 @@ def build_report(session: Session, *, no_text: bool = False, reporter: Reporter 
     from preflab.report.models import models_section
     from preflab.report.optimisation import optimisation_section
 
-    builders = {"data": data_section, "agreement": lambda s: agreement_section(s, no_text=no_text),
-                "judges": judges_section, "leaderboard": leaderboard_section, "models": models_section,
-                "optimisation": optimisation_section}
-    report: dict[str, Any] = {"generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                              "preflab_version": __version__, "database": session.get_bind().dialect.name,
-                              "no_text": no_text}
+    builders = {
+        "data": data_section,
+        "agreement": lambda s: agreement_section(s, no_text=no_text),
+        "judges": judges_section,
+        "leaderboard": leaderboard_section,
+        "models": models_section,
+        "optimisation": optimisation_section,
+    }
+    report: dict[str, Any] = {
+        "generated_at": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "preflab_version": __version__,
+        "database": session.get_bind().dialect.name,
+        "no_text": no_text,
+    }
     for name, build in builders.items():
         reporter.note(f"report: {SECTIONS[name].lower()}")
         report[name] = build(session)
@@ -59,8 +67,9 @@ def holds_data(name: str, section: Any) -> bool:
     return any(section.values())
 
 
-def write_report(session: Session, out: str | Path, *, no_text: bool = False,
-                 reporter: Reporter = SILENT) -> dict[str, Any]:
+def write_report(
+    session: Session, out: str | Path, *, no_text: bool = False, reporter: Reporter = SILENT
+) -> dict[str, Any]:
     """Build the report from the store and write it as one self-contained HTML file.
 
     Returns:

@@ -18,20 +18,47 @@ from preflab.errors import ConfigError
 
 KIND_COLOURS = {"base": "#9aa5b1", "reward": "#e8a33d", "policy": "#3b7dd8"}
 # Sixteen colours told apart side by side (hue and lightness both vary): a stacked bar per source, a line per curve.
-SOURCE_COLOURS = ["#3b7dd8", "#e8a33d", "#4caf7a", "#c75c8a", "#8a6fd1", "#5bb6c9", "#b08d57", "#9aa5b1",
-                  "#d64541", "#1f3a68", "#a8c545", "#f4d03f", "#6e3b1f", "#f39bc0", "#137a63", "#3d3d3d"]
+SOURCE_COLOURS = [
+    "#3b7dd8",
+    "#e8a33d",
+    "#4caf7a",
+    "#c75c8a",
+    "#8a6fd1",
+    "#5bb6c9",
+    "#b08d57",
+    "#9aa5b1",
+    "#d64541",
+    "#1f3a68",
+    "#a8c545",
+    "#f4d03f",
+    "#6e3b1f",
+    "#f39bc0",
+    "#137a63",
+    "#3d3d3d",
+]
 OTHER_COLOUR = "#d5dae0"
-STYLE = {"font.size": 9, "axes.titlesize": 10, "axes.titleweight": "bold", "axes.spines.top": False,
-         "axes.spines.right": False, "axes.grid": True, "grid.color": "#e6e9ee", "grid.linewidth": 0.8,
-         "axes.axisbelow": True, "legend.frameon": False, "svg.fonttype": "path"}
+STYLE = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.titleweight": "bold",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "#e6e9ee",
+    "grid.linewidth": 0.8,
+    "axes.axisbelow": True,
+    "legend.frameon": False,
+    "svg.fonttype": "path",
+}
 
 
 def require_matplotlib() -> None:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ConfigError("the report draws its charts with matplotlib: pip install 'preflab[ml]' "
-                          "(or just matplotlib)") from None
+        raise ConfigError(
+            "the report draws its charts with matplotlib: pip install 'preflab[ml]' (or just matplotlib)"
+        ) from None
 
 
 def _figure(width: float, height: float):
@@ -51,11 +78,12 @@ def to_svg(fig, name: str) -> str:
     with matplotlib.rc_context({**STYLE, "svg.hashsalt": name}):
         fig.savefig(buffer, format="svg", metadata={"Date": None})
     text = buffer.getvalue()
-    return text[text.index("<svg"):]
+    return text[text.index("<svg") :]
 
 
 def _styled(draw):
     """Run a chart function with the page's matplotlib style."""
+
     def wrapper(*args, **kwargs):
         import matplotlib
 
@@ -91,9 +119,11 @@ def source_colours(by_source: dict[str, list[int]]) -> list[tuple[str, list[int]
     """
     kept = list(by_source)
     if len(kept) > len(SOURCE_COLOURS):
-        kept = sorted(kept, key=lambda source: (-sum(by_source[source]), source))[:len(SOURCE_COLOURS) - 1]
-    out = [(source, by_source[source], colour) for source, colour in zip([s for s in by_source if s in kept],
-                                                                          SOURCE_COLOURS)]
+        kept = sorted(kept, key=lambda source: (-sum(by_source[source]), source))[: len(SOURCE_COLOURS) - 1]
+    out = [
+        (source, by_source[source], colour)
+        for source, colour in zip([s for s in by_source if s in kept], SOURCE_COLOURS)
+    ]
     rest = [values for source, values in by_source.items() if source not in kept]
     if rest:
         out.append((f"other ({len(rest)} sources)", [sum(week) for week in zip(*rest)], OTHER_COLOUR))
@@ -121,8 +151,9 @@ def weekly_chart(weekly: dict[str, Any]) -> str:
         left.text(0.5, 0.5, "no rankings yet", transform=left.transAxes, ha="center", va="center", color="#616e7c")
     width = 0.38
     right.bar([i - width / 2 for i in range(len(weeks))], weekly["prompts"], width, label="prompts", color="#5bb6c9")
-    right.bar([i + width / 2 for i in range(len(weeks))], weekly["candidates"], width, label="candidates",
-              color="#8a6fd1")
+    right.bar(
+        [i + width / 2 for i in range(len(weeks))], weekly["candidates"], width, label="candidates", color="#8a6fd1"
+    )
     right.set_title("Prompts and candidates added per week")
     right.legend(fontsize=8, loc="upper left")
     for ax in (left, right):
@@ -158,15 +189,26 @@ def heatmap_chart(heatmap: dict[str, Any]) -> str:
         for i in range(size):
             for j in range(size):
                 if not np.isnan(values[i, j]):
-                    ax.text(j, i, f"{values[i, j]:.2f}", ha="center", va="center", fontsize=7.5,
-                            color="black" if 0.25 < values[i, j] < 0.8 else "white")
+                    ax.text(
+                        j,
+                        i,
+                        f"{values[i, j]:.2f}",
+                        ha="center",
+                        va="center",
+                        fontsize=7.5,
+                        color="black" if 0.25 < values[i, j] < 0.8 else "white",
+                    )
     fig.colorbar(image, ax=ax, shrink=0.7, label="pairwise agreement")
     ax.set_title("Agreement between annotators (people in black, AI in purple)")
     return to_svg(fig, "heatmap")
 
 
-JUDGE_BARS = (("swap_consistency", "swap consistency"), ("first_position_rate", "first position wins"),
-              ("longer_wins", "longer answer wins"), ("human_agreement", "agreement with people"))
+JUDGE_BARS = (
+    ("swap_consistency", "swap consistency"),
+    ("first_position_rate", "first position wins"),
+    ("longer_wins", "longer answer wins"),
+    ("human_agreement", "agreement with people"),
+)
 
 
 def judges_has_chart(judges: list[dict[str, Any]]) -> bool:
@@ -183,8 +225,9 @@ def judges_chart(judges: list[dict[str, Any]]) -> str:
     for m, (key, label) in enumerate(measures):
         points = [(j[key], i) for i, j in enumerate(judges) if j.get(key) is not None]
         colour, marker = styles[m % len(styles)]
-        ax.scatter([x for x, _ in points], [y for _, y in points], s=55, color=colour, marker=marker, label=label,
-                   zorder=3)
+        ax.scatter(
+            [x for x, _ in points], [y for _, y in points], s=55, color=colour, marker=marker, label=label, zorder=3
+        )
     ax.axvline(0.5, color="#555", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(judges)))
     ax.set_yticklabels([f"{j['judge']} ({j['kind']})" for j in judges], fontsize=8)
@@ -224,22 +267,50 @@ def lineage_chart(lineage: dict[str, Any]) -> str:
         x, y = place[node["id"]]
         text = node["name"] if len(node["name"]) <= 22 else node["name"][:21] + "…"
         boxes[node["id"]] = ax.text(
-            x, y, text + ("  ★" if node["current"] else ""), ha="center", va="center", fontsize=8,
+            x,
+            y,
+            text + ("  ★" if node["current"] else ""),
+            ha="center",
+            va="center",
+            fontsize=8,
             color="white" if node["kind"] == "policy" else "#1f2933",
             fontweight="bold" if node["current"] else "normal",
-            bbox={"boxstyle": "round,pad=0.4", "facecolor": KIND_COLOURS.get(node["kind"], "#cbd2d9"),
-                  "edgecolor": "#1f2933" if node["current"] else "white", "linewidth": 1.6})
+            bbox={
+                "boxstyle": "round,pad=0.4",
+                "facecolor": KIND_COLOURS.get(node["kind"], "#cbd2d9"),
+                "edgecolor": "#1f2933" if node["current"] else "white",
+                "linewidth": 1.6,
+            },
+        )
     for edge in lineage["edges"]:
         (x0, y0), (x1, y1) = place[edge["from"]], place[edge["to"]]
         # Arrows run from box edge to box edge (matplotlib clips them at the boxes).
-        ax.annotate("", xy=(x1, y1), xytext=(x0, y0),
-                    arrowprops={"arrowstyle": "-|>", "color": "#7b8794", "lw": 1.1, "shrinkA": 3, "shrinkB": 3,
-                                "patchA": boxes[edge["from"]].get_bbox_patch(),
-                                "patchB": boxes[edge["to"]].get_bbox_patch()})
+        ax.annotate(
+            "",
+            xy=(x1, y1),
+            xytext=(x0, y0),
+            arrowprops={
+                "arrowstyle": "-|>",
+                "color": "#7b8794",
+                "lw": 1.1,
+                "shrinkA": 3,
+                "shrinkB": 3,
+                "patchA": boxes[edge["from"]].get_bbox_patch(),
+                "patchB": boxes[edge["to"]].get_bbox_patch(),
+            },
+        )
         label = edge["label"] + (f" · iteration {edge['iteration']}" if edge["iteration"] is not None else "")
         if label:
-            ax.text((x0 + x1) / 2, (y0 + y1) / 2 + 0.08, label, ha="center", va="bottom", fontsize=7.5,
-                    color="#52606d", bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"})
+            ax.text(
+                (x0 + x1) / 2,
+                (y0 + y1) / 2 + 0.08,
+                label,
+                ha="center",
+                va="bottom",
+                fontsize=7.5,
+                color="#52606d",
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
+            )
     ax.set_xlim(-0.55, depth + 0.55)
     ax.set_ylim(-rows / 2 - 0.1, rows / 2 + 0.1)
     handles = [_patch(colour, kind) for kind, colour in KIND_COLOURS.items()]
@@ -264,8 +335,9 @@ def bon_chart(curves: list[dict[str, Any]]) -> str:
         colour = SOURCE_COLOURS[i % len(SOURCE_COLOURS)]
         axes[0].plot(curve["n"], curve["proxy"], "o-", color=colour, label=curve["reward_model"], markersize=4)
         if with_true and curve["true_values"]:
-            axes[1].plot(curve["n"], curve["true_values"], "s--", color=colour, label=curve["reward_model"],
-                         markersize=4)
+            axes[1].plot(
+                curve["n"], curve["true_values"], "s--", color=colour, label=curve["reward_model"], markersize=4
+            )
     axes[0].set_title("Proxy reward of the best of n")
     axes[0].set_ylabel("reward model score")
     if with_true:
@@ -292,11 +364,21 @@ def self_reward_chart(loops: list[dict[str, Any]]) -> str:
         rows = loop["iterations"]
         name = f" ({loop['loop']})" if len(loops) > 1 else ""
         xs = [r["iteration"] for r in rows]
-        ax.plot(xs, [math.nan if r["win_rate"] is None else r["win_rate"] for r in rows], "o-", color=colour,
-                label=f"win rate against the parent{name}")
+        ax.plot(
+            xs,
+            [math.nan if r["win_rate"] is None else r["win_rate"] for r in rows],
+            "o-",
+            color=colour,
+            label=f"win rate against the parent{name}",
+        )
         if any(r["judge_agreement"] is not None for r in rows):
-            ax.plot(xs, [math.nan if r["judge_agreement"] is None else r["judge_agreement"] for r in rows], "s:",
-                    color=colour, label=f"judge agreement with people{name}")
+            ax.plot(
+                xs,
+                [math.nan if r["judge_agreement"] is None else r["judge_agreement"] for r in rows],
+                "s:",
+                color=colour,
+                label=f"judge agreement with people{name}",
+            )
     iterations = sorted({r["iteration"] for loop in loops for r in loop["iterations"]})
     ax.set_xticks(iterations)
     ax.set_xlim(min(iterations) - 0.5, max(iterations) + 0.5)

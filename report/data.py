@@ -11,9 +11,8 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RankingStatus, RawRecord, RawStatus
 from preflab.db.quality.agreement import counts
-from preflab.db.models import (Annotator, Candidate, Prompt, Ranking, RankingItem, RankingStatus, RawRecord,
-                                RawStatus)
 from preflab.report.privacy import excerpt, model_label
 
 TOP = 10  # rows of a "by source" table before the rest are summed as "other"
@@ -50,14 +49,22 @@ def _top(rows: list[tuple[Any, int]], label=lambda key: key or "(none)") -> list
 def rankings_by_source(session: Session) -> list[dict[str, Any]]:
     """Per source: rankings by status, and valid ones identical to the order shown, by annotator kind."""
     rows = session.execute(
-        select(Ranking.source, Ranking.status, Annotator.kind, func.count(),
-               func.sum(case((Ranking.same_as_shown.is_(True), 1), else_=0)))
+        select(
+            Ranking.source,
+            Ranking.status,
+            Annotator.kind,
+            func.count(),
+            func.sum(case((Ranking.same_as_shown.is_(True), 1), else_=0)),
+        )
         .join(Annotator, Annotator.id == Ranking.annotator_id)
-        .group_by(Ranking.source, Ranking.status, Annotator.kind)).all()
+        .group_by(Ranking.source, Ranking.status, Annotator.kind)
+    ).all()
     out: dict[str, dict[str, Any]] = {}
     for source, status, kind, n, same in rows:
-        entry = out.setdefault(source, {"source": source, "total": 0, "valid": 0, "human": 0, "ai": 0,
-                                        "other_status": 0, "same_as_shown": 0})
+        entry = out.setdefault(
+            source,
+            {"source": source, "total": 0, "valid": 0, "human": 0, "ai": 0, "other_status": 0, "same_as_shown": 0},
+        )
         entry["total"] += n
         if status == RankingStatus.valid.value:
             entry["valid"] += n
@@ -76,6 +83,7 @@ def weekly(session: Session) -> dict[str, Any]:
     The database counts by day (`date()` in SQLite and Postgres alike, and cheaper
     than a week expression per row); the few days are folded into weeks here.
     """
+
     def per_day(column, *by):
         day = func.date(column)
         return session.execute(select(day, *by, func.count()).group_by(day, *by)).all()
@@ -98,8 +106,9 @@ def weekly(session: Session) -> dict[str, Any]:
 def quarantine(session: Session) -> dict[str, Any] | None:
     """Quarantined records by source and by reason (reasons cut to an excerpt)."""
     quarantined = RawRecord.status == RawStatus.quarantined.value
-    by_source = session.execute(select(RawRecord.source, func.count()).where(quarantined)
-                                .group_by(RawRecord.source)).all()
+    by_source = session.execute(
+        select(RawRecord.source, func.count()).where(quarantined).group_by(RawRecord.source)
+    ).all()
     if not by_source:
         return None
     reason = func.substr(RawRecord.reason, 1, 200)
@@ -107,8 +116,11 @@ def quarantine(session: Session) -> dict[str, Any] | None:
     for text, n in session.execute(select(reason, func.count()).where(quarantined).group_by(reason)):
         key = excerpt(text, 120) or "(no reason)"
         by_reason[key] = by_reason.get(key, 0) + n
-    return {"total": sum(n for _, n in by_source), "by_source": _top(by_source),
-            "by_reason": _top(list(by_reason.items()))}
+    return {
+        "total": sum(n for _, n in by_source),
+        "by_source": _top(by_source),
+        "by_reason": _top(list(by_reason.items())),
+    }
 
 
 def data_section(session: Session) -> dict[str, Any]:
@@ -118,8 +130,11 @@ def data_section(session: Session) -> dict[str, Any]:
     # Who wrote a reply is its ranking's to say (one text can be two models' replies): a reply counts once for each.
     author = func.coalesce(RankingItem.model, Candidate.model)
     candidates_by_model = session.execute(
-        select(author, func.count(func.distinct(Candidate.id))).select_from(Candidate)
-        .outerjoin(RankingItem, RankingItem.candidate_id == Candidate.id).group_by(author)).all()
+        select(author, func.count(func.distinct(Candidate.id)))
+        .select_from(Candidate)
+        .outerjoin(RankingItem, RankingItem.candidate_id == Candidate.id)
+        .group_by(author)
+    ).all()
     return {
         "counts": totals,
         "rankings_by_source": rankings_by_source(session),

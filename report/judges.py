@@ -34,23 +34,40 @@ def judges_section(session: Session) -> list[dict[str, Any]]:
     if not trust:
         return []
     rows = [report[t["annotator_id"]] for t in trust]
-    configs = {aid: config or {} for aid, config in session.execute(
-        select(Annotator.id, Annotator.config).where(Annotator.id.in_([r["annotator_id"] for r in rows])))}
+    configs = {
+        aid: config or {}
+        for aid, config in session.execute(
+            select(Annotator.id, Annotator.config).where(Annotator.id.in_([r["annotator_id"] for r in rows]))
+        )
+    }
     out = []
     for row, t in zip(rows, trust):
         agreement = row["human_agreement"]
         # A reward model is named by its model version where the judge recorded it (best-of-n does); an import
         # with no model by where it came from ("import:ultrafeedback"), as the Data section names sources.
         model = configs[row["annotator_id"]].get("model_version") or model_label(
-            row["model"] or (row["source"] if row["imported"] else None))
-        out.append({
-            "judge": t["judge"], "kind": row["kind"], "imported": row["imported"], "model": model,
-            "rankings": row["rankings"], "prompts": row["prompts"], "pairs_judged": row["pairs_judged"],
-            "score_attempts": row["score_attempts"], "length_pairs": row["length_pairs"],
-            **{name: row[name] for name in MEASURES}, **{name: row.get(name) for name in OPTIONAL},
-            "human_prompts": agreement["prompts"], "human_shared_pairs": agreement["shared_pairs"],
-            "human_agreement": agreement["pairwise_agreement"], "human_kendall_tau": agreement["kendall_tau"],
-            "human_agreement_low": t["agreement_low"], "human_agreement_high": t["agreement_high"],
-            **{name: t[name] for name in ("position_bias", "position_first", "position_second")},
-        })
+            row["model"] or (row["source"] if row["imported"] else None)
+        )
+        out.append(
+            {
+                "judge": t["judge"],
+                "kind": row["kind"],
+                "imported": row["imported"],
+                "model": model,
+                "rankings": row["rankings"],
+                "prompts": row["prompts"],
+                "pairs_judged": row["pairs_judged"],
+                "score_attempts": row["score_attempts"],
+                "length_pairs": row["length_pairs"],
+                **{name: row[name] for name in MEASURES},
+                **{name: row.get(name) for name in OPTIONAL},
+                "human_prompts": agreement["prompts"],
+                "human_shared_pairs": agreement["shared_pairs"],
+                "human_agreement": agreement["pairwise_agreement"],
+                "human_kendall_tau": agreement["kendall_tau"],
+                "human_agreement_low": t["agreement_low"],
+                "human_agreement_high": t["agreement_high"],
+                **{name: t[name] for name in ("position_bias", "position_first", "position_second")},
+            }
+        )
     return out

@@ -16,12 +16,19 @@ from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from preflab.report.privacy import excerpt, model_label
 from preflab.report.reward_bench import reward_bench_rows
 
-LIMIT = 20           # dataset versions and training runs listed
-LINEAGE_LIMIT = 40   # newest model versions drawn (with their ancestors)
+LIMIT = 20  # dataset versions and training runs listed
+LINEAGE_LIMIT = 40  # newest model versions drawn (with their ancestors)
 FILTER_KEYS = ("strategy", "aggregate", "annotator_kind", "test_size", "seed", "conversational", "with_human")
 CONFIG_KEYS = ("learning_rate", "num_train_epochs", "max_steps", "beta", "loss_type", "grouped", "lora")
-METRIC_KEYS = ("heldout_accuracy", "heldout_reward_accuracy", "heldout_reward_margin", "heldout_pairs",
-               "first_loss", "last_loss", "global_step")
+METRIC_KEYS = (
+    "heldout_accuracy",
+    "heldout_reward_accuracy",
+    "heldout_reward_margin",
+    "heldout_pairs",
+    "first_loss",
+    "last_loss",
+    "global_step",
+)
 
 
 def _pick(values: dict[str, Any] | None, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -35,28 +42,56 @@ def _iso(moment) -> str | None:
 
 def datasets(session: Session) -> list[dict[str, Any]]:
     rows = session.scalars(select(DatasetVersion).order_by(DatasetVersion.id.desc()).limit(LIMIT))
-    return [{"name": d.name, "created": _iso(d.created_at), "train": d.n_train, "test": d.n_test,
-             "prompts": d.n_prompts, "hash": d.content_hash[:12], "format": d.format, "iteration": d.iteration,
-             "filters": _pick(d.settings, FILTER_KEYS), "hub": d.hub_repo} for d in rows]
+    return [
+        {
+            "name": d.name,
+            "created": _iso(d.created_at),
+            "train": d.n_train,
+            "test": d.n_test,
+            "prompts": d.n_prompts,
+            "hash": d.content_hash[:12],
+            "format": d.format,
+            "iteration": d.iteration,
+            "filters": _pick(d.settings, FILTER_KEYS),
+            "hub": d.hub_repo,
+        }
+        for d in rows
+    ]
 
 
 def training_runs(session: Session) -> list[dict[str, Any]]:
     runs = list(session.scalars(select(TrainingRun).order_by(TrainingRun.id.desc()).limit(LIMIT)))
     ids = {r.dataset_version_id for r in runs} | {r.output_model_version_id for r in runs}
-    names = {("d", i): n for i, n in session.execute(select(DatasetVersion.id, DatasetVersion.name)
-                                                     .where(DatasetVersion.id.in_(ids)))}
-    names |= {("m", i): n for i, n in session.execute(select(ModelVersion.id, ModelVersion.name)
-                                                      .where(ModelVersion.id.in_(ids)))}
+    names = {
+        ("d", i): n
+        for i, n in session.execute(select(DatasetVersion.id, DatasetVersion.name).where(DatasetVersion.id.in_(ids)))
+    }
+    names |= {
+        ("m", i): n
+        for i, n in session.execute(select(ModelVersion.id, ModelVersion.name).where(ModelVersion.id.in_(ids)))
+    }
     out = []
     for r in runs:
         seconds = (r.finished_at - r.started_at).total_seconds() if r.finished_at and r.started_at else None
-        out.append({"id": r.id, "kind": r.kind, "status": r.status, "iteration": r.iteration,
-                    "dataset": names.get(("d", r.dataset_version_id)), "base": model_label(r.base_model),
-                    "model": names.get(("m", r.output_model_version_id)), "started": _iso(r.started_at),
-                    "seconds": seconds, "world_size": r.world_size,
-                    "config": {k: v for k, v in _pick(r.config, CONFIG_KEYS).items()
-                               if not (k == "max_steps" and v < 1)},  # -1: epochs decide
-                    "metrics": _pick(r.metrics, METRIC_KEYS), "error": excerpt(r.error, 120) or None})
+        out.append(
+            {
+                "id": r.id,
+                "kind": r.kind,
+                "status": r.status,
+                "iteration": r.iteration,
+                "dataset": names.get(("d", r.dataset_version_id)),
+                "base": model_label(r.base_model),
+                "model": names.get(("m", r.output_model_version_id)),
+                "started": _iso(r.started_at),
+                "seconds": seconds,
+                "world_size": r.world_size,
+                "config": {
+                    k: v for k, v in _pick(r.config, CONFIG_KEYS).items() if not (k == "max_steps" and v < 1)
+                },  # -1: epochs decide
+                "metrics": _pick(r.metrics, METRIC_KEYS),
+                "error": excerpt(r.error, 120) or None,
+            }
+        )
     return out
 
 
@@ -87,8 +122,13 @@ def lineage(session: Session) -> dict[str, Any] | None:
         found = list(session.scalars(select(ModelVersion).where(ModelVersion.id.in_(missing))))
         nodes |= {m.id: m for m in found}
         missing = {m.parent_id for m in found if m.parent_id and m.parent_id not in nodes}
-    made_by = dict(session.execute(select(TrainingRun.output_model_version_id, TrainingRun.kind)
-                                   .where(TrainingRun.output_model_version_id.in_(list(nodes)))).all())
+    made_by = dict(
+        session.execute(
+            select(TrainingRun.output_model_version_id, TrainingRun.kind).where(
+                TrainingRun.output_model_version_id.in_(list(nodes))
+            )
+        ).all()
+    )
     depth: dict[int, int] = {}
 
     def depth_of(mid: int, seen: frozenset = frozenset()) -> int:
@@ -100,11 +140,23 @@ def lineage(session: Session) -> dict[str, Any] | None:
     out_nodes = []
     for mid in sorted(nodes):
         m = nodes[mid]
-        out_nodes.append({"id": mid, "name": model_label(m.name), "kind": m.kind, "iteration": m.iteration,
-                          "current": mid in current, "depth": depth_of(mid), "parent": m.parent_id
-                          if m.parent_id in nodes else None, "made_by": made_by.get(mid)})
-    edges = [{"from": n["parent"], "to": n["id"],
-              "label": n["made_by"] or "", "iteration": n["iteration"]} for n in out_nodes if n["parent"]]
+        out_nodes.append(
+            {
+                "id": mid,
+                "name": model_label(m.name),
+                "kind": m.kind,
+                "iteration": m.iteration,
+                "current": mid in current,
+                "depth": depth_of(mid),
+                "parent": m.parent_id if m.parent_id in nodes else None,
+                "made_by": made_by.get(mid),
+            }
+        )
+    edges = [
+        {"from": n["parent"], "to": n["id"], "label": n["made_by"] or "", "iteration": n["iteration"]}
+        for n in out_nodes
+        if n["parent"]
+    ]
     total = session.scalar(select(func.count()).select_from(ModelVersion))
     return {"nodes": out_nodes, "edges": edges, "left_out": max(0, total - len(nodes))}
 
@@ -114,20 +166,35 @@ def current_models(session: Session) -> list[dict[str, Any]]:
     out = []
     kinds = session.scalars(select(ModelVersion.kind).distinct()).all()
     for kind in sorted(kinds):
-        current = session.scalars(select(ModelVersion).where(ModelVersion.kind == kind,
-                                                             ModelVersion.is_current.is_(True))
-                                  .order_by(ModelVersion.id.desc())).first()
+        current = session.scalars(
+            select(ModelVersion)
+            .where(ModelVersion.kind == kind, ModelVersion.is_current.is_(True))
+            .order_by(ModelVersion.id.desc())
+        ).first()
         marked = current is not None
         if current is None:
-            current = session.scalars(select(ModelVersion).where(ModelVersion.kind == kind)
-                                      .order_by(ModelVersion.id.desc())).first()
-        out.append({"kind": kind, "name": model_label(current.name), "marked_current": marked,
-                    "iteration": current.iteration, "created": _iso(current.created_at),
-                    "metrics": _pick(current.metrics, METRIC_KEYS)})
+            current = session.scalars(
+                select(ModelVersion).where(ModelVersion.kind == kind).order_by(ModelVersion.id.desc())
+            ).first()
+        out.append(
+            {
+                "kind": kind,
+                "name": model_label(current.name),
+                "marked_current": marked,
+                "iteration": current.iteration,
+                "created": _iso(current.created_at),
+                "metrics": _pick(current.metrics, METRIC_KEYS),
+            }
+        )
     return out
 
 
 def models_section(session: Session) -> dict[str, Any]:
     """Datasets, runs, lineage, current models and the reward-model bench (empty where there are none)."""
-    return {"datasets": datasets(session), "runs": training_runs(session), "lineage": lineage(session),
-            "current": current_models(session), "bench": reward_bench_rows(session)}
+    return {
+        "datasets": datasets(session),
+        "runs": training_runs(session),
+        "lineage": lineage(session),
+        "current": current_models(session),
+        "bench": reward_bench_rows(session),
+    }

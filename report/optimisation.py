@@ -33,10 +33,21 @@ def _people_ranked(session: Session, annotator_id: int) -> bool:
     """Did a person rank any prompt this reward model drew best-of-n samples for?"""
     bon, person = aliased(Ranking), aliased(Ranking)
     valid = RankingStatus.valid.value
-    return bool(session.scalar(select(exists().where(
-        bon.annotator_id == annotator_id, bon.source == BON_SOURCE, bon.status == valid,
-        person.prompt_id == bon.prompt_id, person.status == valid, person.annotator_id == Annotator.id,
-        Annotator.kind == "human"))))
+    return bool(
+        session.scalar(
+            select(
+                exists().where(
+                    bon.annotator_id == annotator_id,
+                    bon.source == BON_SOURCE,
+                    bon.status == valid,
+                    person.prompt_id == bon.prompt_id,
+                    person.status == valid,
+                    person.annotator_id == Annotator.id,
+                    Annotator.kind == "human",
+                )
+            )
+        )
+    )
 
 
 def bon_curves(session: Session) -> list[dict[str, Any]]:
@@ -44,7 +55,9 @@ def bon_curves(session: Session) -> list[dict[str, Any]]:
     drawn = session.execute(
         select(Ranking.annotator_id, func.count())
         .where(Ranking.source == BON_SOURCE, Ranking.status == RankingStatus.valid.value)
-        .group_by(Ranking.annotator_id).order_by(Ranking.annotator_id)).all()
+        .group_by(Ranking.annotator_id)
+        .order_by(Ranking.annotator_id)
+    ).all()
     out = []
     for annotator_id, _ in drawn:
         annotator = session.get(Annotator, annotator_id)
@@ -57,10 +70,20 @@ def bon_curves(session: Session) -> list[dict[str, Any]]:
         largest = max(proxy.size for _, proxy, _ in groups)
         result = estimate([(proxy, true) for _, proxy, true in groups], _ns(largest))
         label = (annotator.config or {}).get("model_version") or annotator.pseudonym
-        out.append({"reward_model": model_label(label), "prompts": summary.prompts, "samples": summary.samples,
-                    "draws_per_prompt": largest, "true": "people (mean Borda)" if truth else None,
-                    "n": result.n, "proxy": result.proxy, "proxy_stderr": result.proxy_stderr,
-                    "true_values": result.true if truth else None, "kl_bound": result.kl_bound})
+        out.append(
+            {
+                "reward_model": model_label(label),
+                "prompts": summary.prompts,
+                "samples": summary.samples,
+                "draws_per_prompt": largest,
+                "true": "people (mean Borda)" if truth else None,
+                "n": result.n,
+                "proxy": result.proxy,
+                "proxy_stderr": result.proxy_stderr,
+                "true_values": result.true if truth else None,
+                "kl_bound": result.kl_bound,
+            }
+        )
     return out
 
 
@@ -72,15 +95,27 @@ def self_reward_loops(session: Session) -> list[dict[str, Any]]:
         for r in loop_report(session, loop):
             pairs = r["pairs"] or {}
             agreement = r["judge_agreement"]
-            rows.append({
-                "iteration": r["iteration"], "step": r["step"], "parent": model_label(r["parent"]),
-                "model": model_label(r["model_version"]) if r["model_version"] else None,
-                "dataset": r["dataset_version"], "prompts": r["prompts"], "candidates": r["candidates"],
-                "judge_pairs": pairs.get("judge", 0), "human_pairs": pairs.get("human", 0),
-                "win_rate": r["win_rate"], "wins": r["wins"], "losses": r["losses"], "ties": r["ties"],
-                "eval_prompts": r["eval_prompts"], "dpo_accuracy": r["dpo_heldout_reward_accuracy"],
-                "judge_agreement": agreement["pairwise_agreement"], "judge_shared_pairs": agreement["shared_pairs"],
-            })
+            rows.append(
+                {
+                    "iteration": r["iteration"],
+                    "step": r["step"],
+                    "parent": model_label(r["parent"]),
+                    "model": model_label(r["model_version"]) if r["model_version"] else None,
+                    "dataset": r["dataset_version"],
+                    "prompts": r["prompts"],
+                    "candidates": r["candidates"],
+                    "judge_pairs": pairs.get("judge", 0),
+                    "human_pairs": pairs.get("human", 0),
+                    "win_rate": r["win_rate"],
+                    "wins": r["wins"],
+                    "losses": r["losses"],
+                    "ties": r["ties"],
+                    "eval_prompts": r["eval_prompts"],
+                    "dpo_accuracy": r["dpo_heldout_reward_accuracy"],
+                    "judge_agreement": agreement["pairwise_agreement"],
+                    "judge_shared_pairs": agreement["shared_pairs"],
+                }
+            )
         loops.append({"loop": loop, "iterations": rows})
     return loops
 

@@ -25,7 +25,7 @@ def excerpt(text: str | None, limit: int = EXCERPT_CHARS) -> str:
     if not text:
         return ""
     flat = " ".join(text.split())
-    cut = flat if len(flat) <= limit else flat[:limit - 1].rstrip() + "…"
+    cut = flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
     return redact(cut)
 
 

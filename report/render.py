@@ -20,8 +20,14 @@ from preflab.report import charts
 
 HERE = Path(__file__).parent
 # The page's sections, in order, with their titles: the builders (build.py) fill them, the template draws them.
-SECTIONS = {"data": "Data", "agreement": "Agreement", "judges": "Judges", "leaderboard": "Leaderboard",
-            "models": "Datasets and models", "optimisation": "Optimisation"}
+SECTIONS = {
+    "data": "Data",
+    "agreement": "Agreement",
+    "judges": "Judges",
+    "leaderboard": "Leaderboard",
+    "models": "Datasets and models",
+    "optimisation": "Optimisation",
+}
 
 
 def make_charts(report: dict[str, Any]) -> dict[str, str | None]:
@@ -61,8 +67,13 @@ def _value(value) -> str:
 def _duration(seconds) -> str:
     if seconds is None:
         return "—"
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min" if seconds < 5400 else \
-        f"{seconds / 3600:.1f} h"
+    return (
+        f"{seconds:.0f} s"
+        if seconds < 90
+        else f"{seconds / 60:.1f} min"
+        if seconds < 5400
+        else f"{seconds / 3600:.1f} h"
+    )
 
 
 def _count(value) -> str:
@@ -76,8 +87,13 @@ def _percent(value) -> str:
 def _environment():
     from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-    env = Environment(loader=FileSystemLoader(str(HERE)), autoescape=True, undefined=StrictUndefined,
-                      trim_blocks=True, lstrip_blocks=True)
+    env = Environment(
+        loader=FileSystemLoader(str(HERE)),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     env.filters.update(rate=_rate, count=_count, percent=_percent, value=_value, duration=_duration)
     return env
 
@@ -88,9 +104,17 @@ def render_html(report: dict[str, Any]) -> str:
 
     svgs = {name: Markup(svg) if svg else None for name, svg in make_charts(report).items()}
     data = {k: v for k, v in report.items() if k != "path"}
-    return _environment().get_template("page.html.j2").render(
-        report=report, data=data, charts=svgs, css=Markup((HERE / "page.css").read_text(encoding="utf-8")),
-        sections=[(name, title, name in report["sections"]) for name, title in SECTIONS.items()])
+    return (
+        _environment()
+        .get_template("page.html.j2")
+        .render(
+            report=report,
+            data=data,
+            charts=svgs,
+            css=Markup((HERE / "page.css").read_text(encoding="utf-8")),
+            sections=[(name, title, name in report["sections"]) for name, title in SECTIONS.items()],
+        )
+    )
 
 
 def render_report(report: dict[str, Any], out: str | Path) -> Path:

@@ -31,8 +31,9 @@ def _groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def reward_bench_rows(session: Session) -> list[dict[str, Any]]:
     """One row per reward model or pair ranker whose stored evaluation has the bench, newest first."""
-    versions = session.scalars(select(ModelVersion).where(ModelVersion.kind.in_(("reward", "pair-ranker")))
-                               .order_by(ModelVersion.id.desc()))
+    versions = session.scalars(
+        select(ModelVersion).where(ModelVersion.kind.in_(("reward", "pair-ranker"))).order_by(ModelVersion.id.desc())
+    )
     out = []
     for version in versions:
         report = (version.metrics or {}).get("eval") or {}
@@ -42,21 +43,42 @@ def reward_bench_rows(session: Session) -> list[dict[str, Any]]:
         position = bench.get("position") or {}
         shorter, longer = bench["length_bias"]["rows"]
         compared = report.get("compare")
-        out.append({
-            "model": model_label(version.name), "kind": version.kind, "dataset": report.get("dataset_version"),
-            "overall": _cell(bench), "prompts": bench["prompts"], "ties": bench["ties"],
-            "bootstrap": bench["bootstrap"],
-            "categories": _groups(bench["by_category"]), "kinds": _groups(bench["by_annotator_kind"]),
-            "margins": _groups(bench["by_margin"]),
-            "shorter": _cell(shorter), "longer": _cell(longer), "length_gap": bench["length_bias"]["gap"],
-            "position": ({"first": _cell(position["chosen_shown_first"]),
-                          "second": _cell(position["chosen_shown_second"]),
-                          "order_decides": position["order_decides"]} if position.get("applies") else None),
-            "compare": None if not compared else {
-                "other": model_label(compared["other"]), "difference": compared["difference"],
-                "low": compared["low"], "high": compared["high"], "p_value": compared["p_value"],
-                "other_accuracy": compared["other_accuracy"]["accuracy"]},
-        })
+        out.append(
+            {
+                "model": model_label(version.name),
+                "kind": version.kind,
+                "dataset": report.get("dataset_version"),
+                "overall": _cell(bench),
+                "prompts": bench["prompts"],
+                "ties": bench["ties"],
+                "bootstrap": bench["bootstrap"],
+                "categories": _groups(bench["by_category"]),
+                "kinds": _groups(bench["by_annotator_kind"]),
+                "margins": _groups(bench["by_margin"]),
+                "shorter": _cell(shorter),
+                "longer": _cell(longer),
+                "length_gap": bench["length_bias"]["gap"],
+                "position": (
+                    {
+                        "first": _cell(position["chosen_shown_first"]),
+                        "second": _cell(position["chosen_shown_second"]),
+                        "order_decides": position["order_decides"],
+                    }
+                    if position.get("applies")
+                    else None
+                ),
+                "compare": None
+                if not compared
+                else {
+                    "other": model_label(compared["other"]),
+                    "difference": compared["difference"],
+                    "low": compared["low"],
+                    "high": compared["high"],
+                    "p_value": compared["p_value"],
+                    "other_accuracy": compared["other_accuracy"]["accuracy"],
+                },
+            }
+        )
         if len(out) == LIMIT:
             break
     return out

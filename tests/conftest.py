@@ -19,12 +19,18 @@ from click.testing import CliRunner
 # module is collected: offline from the start, whatever imports them first (isolated_env sets it per test too).
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import tests.properties  # noqa: E402,F401  (loads the Hypothesis profile before any test module is imported)
-from tests.vllm_server import vllm_server  # noqa: E402,F401  (one real vLLM server per session, started on first use)
+import tests.properties
+from tests.vllm_server import vllm_server  # noqa: F401  (one real vLLM server per session, started on first use)
 
 POSTGRES_URL = os.environ.get("PREFLAB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-SECRETS = ("LABEL_STUDIO_API_KEY", "HF_TOKEN", "PREFLAB_DATABASE_URL", "LABEL_STUDIO_URL", "PREFLAB_MODEL",
-           "PREFLAB_WEBHOOK_SECRET")
+SECRETS = (
+    "LABEL_STUDIO_API_KEY",
+    "HF_TOKEN",
+    "PREFLAB_DATABASE_URL",
+    "LABEL_STUDIO_URL",
+    "PREFLAB_MODEL",
+    "PREFLAB_WEBHOOK_SECRET",
+)
 
 
 def pytest_collection_modifyitems(items):
@@ -117,8 +123,7 @@ def cli(db_url):
     runner = CliRunner()
 
     def run(*args, input=None, expect_ok=True):
-        result = runner.invoke(root, ["--database-url", db_url, *map(str, args)], input=input,
-                               catch_exceptions=False)
+        result = runner.invoke(root, ["--database-url", db_url, *map(str, args)], input=input, catch_exceptions=False)
         if expect_ok:
             assert result.exit_code == 0, result.output
         return result

@@ -37,18 +37,18 @@ TOKEN = re.compile(r"\s+|\S+")
 class Faults:
     model: str = "fault-model"
     owned_by: str = "vllm"
-    delay: float = 0.0             # seconds before each answer
-    slow: float = 5.0              # seconds a "slow" answer takes
+    delay: float = 0.0  # seconds before each answer
+    slow: float = 5.0  # seconds a "slow" answer takes
     retry_after: str = "1"
     key: str | None = None
-    max_context: int = 10_000      # characters of prompt
-    prompt_logprobs: bool = True   # vLLM's prompt_logprobs on chat
-    echo: bool = True              # completions with echo + logprobs
+    max_context: int = 10_000  # characters of prompt
+    prompt_logprobs: bool = True  # vLLM's prompt_logprobs on chat
+    echo: bool = True  # completions with echo + logprobs
     plan: deque = field(default_factory=deque)
     always: str | None = None
-    asked: Counter = field(default_factory=Counter)     # path -> requests received
-    bodies: Counter = field(default_factory=Counter)    # the request body (as JSON) -> times received
-    served: Counter = field(default_factory=Counter)    # the request body (as JSON) -> times answered 200
+    asked: Counter = field(default_factory=Counter)  # path -> requests received
+    bodies: Counter = field(default_factory=Counter)  # the request body (as JSON) -> times received
+    served: Counter = field(default_factory=Counter)  # the request body (as JSON) -> times answered 200
     in_flight: int = 0
     peak: int = 0
 
@@ -60,8 +60,11 @@ class Faults:
 
 
 def _error(status: int, message: str, kind: str, headers: dict | None = None) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "param": None, "code": status}},
-                        status_code=status, headers=headers)
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": status}},
+        status_code=status,
+        headers=headers,
+    )
 
 
 def _digest(value) -> int:
@@ -119,8 +122,17 @@ def make_app(faults: Faults) -> FastAPI:
         _, refused = await guard(request, "models")
         if refused is not None:
             return refused
-        return {"object": "list", "data": [{"id": faults.model, "object": "model", "owned_by": faults.owned_by,
-                                            "max_model_len": faults.max_context}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": faults.model,
+                    "object": "model",
+                    "owned_by": faults.owned_by,
+                    "max_model_len": faults.max_context,
+                }
+            ],
+        }
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
@@ -151,9 +163,13 @@ def make_app(faults: Faults) -> FastAPI:
                 return bad
             prompt = rendered(body["messages"], body) if path == "chat" else body["prompt"]
             if len(prompt) > f.max_context:
-                return _error(400, f"This model's maximum context length is {f.max_context} tokens. However, your "
-                                   f"request has {len(prompt)} input tokens. Please reduce the length of the "
-                                   f"input messages.", "BadRequestError")
+                return _error(
+                    400,
+                    f"This model's maximum context length is {f.max_context} tokens. However, your "
+                    f"request has {len(prompt)} input tokens. Please reduce the length of the "
+                    f"input messages.",
+                    "BadRequestError",
+                )
             out = chat_answer(body, prompt, f) if path == "chat" else completion_answer(body, prompt, f)
             f.served[json.dumps(body, sort_keys=True)] += 1
             return out
@@ -167,8 +183,13 @@ class _Drop(Response):
     """A response that promises a body and closes the connection after a part of it: a dropped connection."""
 
     async def __call__(self, scope, receive, send):
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"1000")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"1000")],
+            }
+        )
         await send({"type": "http.response.body", "body": b'{"id": ', "more_body": False})
 
 
@@ -177,8 +198,9 @@ DROP = _Drop()
 
 def chat_answer(body: dict, prompt: str, faults: Faults) -> dict:
     tokens = TOKEN.findall(prompt)
-    choices = ((body.get("structured_outputs") or {}).get("choice")
-               or ((body.get("extra_body") or {}).get("structured_outputs") or {}).get("choice"))
+    choices = (body.get("structured_outputs") or {}).get("choice") or (
+        (body.get("extra_body") or {}).get("structured_outputs") or {}
+    ).get("choice")
     seed = body.get("seed")
     n = _digest([prompt, seed, body.get("temperature")])
     if choices:
@@ -186,11 +208,24 @@ def chat_answer(body: dict, prompt: str, faults: Faults) -> dict:
     else:
         words = [f"word{(n >> k) % 7}" for k in range(min(int(body.get("max_tokens") or 16), 8))]
     reply = " ".join(words)
-    out = {"id": f"chatcmpl-{n}", "object": "chat.completion", "created": 0, "model": body["model"],
-           "choices": [{"index": 0, "message": {"role": "assistant", "content": reply},
-                        "finish_reason": "stop" if len(words) < int(body.get("max_tokens") or 16) else "length"}],
-           "usage": {"prompt_tokens": len(tokens), "completion_tokens": len(words),
-                     "total_tokens": len(tokens) + len(words)}}
+    out = {
+        "id": f"chatcmpl-{n}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": body["model"],
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply},
+                "finish_reason": "stop" if len(words) < int(body.get("max_tokens") or 16) else "length",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": len(tokens),
+            "completion_tokens": len(words),
+            "total_tokens": len(tokens) + len(words),
+        },
+    }
     if body.get("logprobs"):
         k = int(body.get("top_logprobs") or 0)
         alternatives = choices or ["A", "B", "C"]
@@ -198,32 +233,48 @@ def chat_answer(body: dict, prompt: str, faults: Faults) -> dict:
         for i, word in enumerate(words):
             token = word if i == 0 else " " + word
             top = [{"token": token, "logprob": -0.25}] + [
-                {"token": alt, "logprob": -1.5 - j} for j, alt in enumerate(a for a in alternatives if a != word)]
+                {"token": alt, "logprob": -1.5 - j} for j, alt in enumerate(a for a in alternatives if a != word)
+            ]
             content.append({"token": token, "logprob": -0.25, "top_logprobs": top[:k]})
         out["choices"][0]["logprobs"] = {"content": content}
     extra = body.get("extra_body") or {}
     asked = body.get("prompt_logprobs", extra.get("prompt_logprobs"))
     if asked is not None and faults.prompt_logprobs:
-        out["prompt_logprobs"] = [None] + [{str(i): {"logprob": token_logprob(t), "rank": 1, "decoded_token": t}}
-                                           for i, t in enumerate(tokens[1:], 1)]
+        out["prompt_logprobs"] = [None] + [
+            {str(i): {"logprob": token_logprob(t), "rank": 1, "decoded_token": t}} for i, t in enumerate(tokens[1:], 1)
+        ]
     return out
 
 
 def completion_answer(body: dict, prompt: str, faults: Faults) -> dict:
     tokens = TOKEN.findall(prompt)
     generated = " next"
-    out = {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": body["model"],
-           "choices": [{"index": 0, "text": (prompt if body.get("echo") else "") + generated, "finish_reason": "length",
-                        "logprobs": None}],
-           "usage": {"prompt_tokens": len(tokens), "completion_tokens": 1, "total_tokens": len(tokens) + 1}}
+    out = {
+        "id": "cmpl-1",
+        "object": "text_completion",
+        "created": 0,
+        "model": body["model"],
+        "choices": [
+            {
+                "index": 0,
+                "text": (prompt if body.get("echo") else "") + generated,
+                "finish_reason": "length",
+                "logprobs": None,
+            }
+        ],
+        "usage": {"prompt_tokens": len(tokens), "completion_tokens": 1, "total_tokens": len(tokens) + 1},
+    }
     if body.get("echo") and body.get("logprobs") is not None and faults.echo:
         offsets, at = [], 0
-        for t in tokens + [generated]:
+        for t in [*tokens, generated]:
             offsets.append(at)
             at += len(t)
         out["choices"][0]["logprobs"] = {
-            "tokens": tokens + [generated], "text_offset": offsets,
-            "token_logprobs": [None] + [token_logprob(t) for t in tokens[1:]] + [-0.5], "top_logprobs": None}
+            "tokens": [*tokens, generated],
+            "text_offset": offsets,
+            "token_logprobs": [None] + [token_logprob(t) for t in tokens[1:]] + [-0.5],
+            "top_logprobs": None,
+        }
     return out
 
 
@@ -238,8 +289,9 @@ def serve(faults: Faults, port: int | None = None):
     import uvicorn
 
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(make_app(faults), host="127.0.0.1", port=port, log_level="critical",
-                                           access_log=False))
+    server = uvicorn.Server(
+        uvicorn.Config(make_app(faults), host="127.0.0.1", port=port, log_level="critical", access_log=False)
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

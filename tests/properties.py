@@ -23,11 +23,18 @@ FUZZ_SCALE = int(os.environ.get("PREFLAB_FUZZ_SCALE", "20"))
 # (re-running must change nothing), and some draw large files.
 QUIET = [HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large]
 
-settings.register_profile("deterministic", derandomize=True, database=None, print_blob=True, deadline=None,
-                          suppress_health_check=QUIET)
-settings.register_profile("fuzz", derandomize=False, max_examples=100 * FUZZ_SCALE, print_blob=True, deadline=None,
-                          suppress_health_check=QUIET,
-                          database=DirectoryBasedExampleDatabase(".hypothesis/examples"))
+settings.register_profile(
+    "deterministic", derandomize=True, database=None, print_blob=True, deadline=None, suppress_health_check=QUIET
+)
+settings.register_profile(
+    "fuzz",
+    derandomize=False,
+    max_examples=100 * FUZZ_SCALE,
+    print_blob=True,
+    deadline=None,
+    suppress_health_check=QUIET,
+    database=DirectoryBasedExampleDatabase(".hypothesis/examples"),
+)
 if PROFILE not in ("deterministic", "fuzz"):
     raise SystemExit(f"PREFLAB_HYPOTHESIS_PROFILE must be deterministic or fuzz, not {PROFILE!r}")
 settings.load_profile(PROFILE)

@@ -12,10 +12,10 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -31,16 +31,25 @@ def source_folders() -> dict[str, Path]:
 def installed_layout(tmp_path_factory) -> Path:
     target = tmp_path_factory.mktemp("layout")
     for name, folder in sorted(source_folders().items(), key=lambda item: item[0].count(".")):
-        shutil.copytree(folder, target / name.replace(".", "/"), dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(
+            folder,
+            target / name.replace(".", "/"),
+            dirs_exist_ok=True,
+            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+        )
     return target
 
 
 def test_import_contracts_hold(installed_layout):
     lint = Path(sys.executable).with_name("lint-imports")
     env = {**os.environ, "PYTHONPATH": str(installed_layout)}
-    result = subprocess.run([str(lint), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
-                            cwd=installed_layout, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [str(lint), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=installed_layout,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "0 broken" in result.stdout
 

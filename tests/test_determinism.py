@@ -19,21 +19,27 @@ def test_property_tests_are_derandomised_without_an_example_database():
 def test_two_runs_draw_the_same_examples(tmp_path):
     """The same property test, run in two fresh processes, sees the same values in the same order."""
     (tmp_path / "conftest.py").write_text("import tests.properties  # noqa: F401\n")
-    (tmp_path / "test_draws.py").write_text(textwrap.dedent("""
+    (tmp_path / "test_draws.py").write_text(
+        textwrap.dedent("""
         from hypothesis import given, strategies as st
 
         @given(st.text(), st.integers())
         def test_draws(text, number):
             with open("draws.txt", "a", encoding="utf-8") as out:
                 out.write(repr((text, number)) + "\\n")
-    """))
+    """)
+    )
     root = Path(__file__).resolve().parents[1]
     draws = []
-    for run in range(2):
+    for _run in range(2):
         (tmp_path / "draws.txt").unlink(missing_ok=True)
-        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_draws.py"],
-                                cwd=tmp_path, capture_output=True, text=True,
-                                env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"})
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_draws.py"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         draws.append((tmp_path / "draws.txt").read_text(encoding="utf-8"))
     assert draws[0] == draws[1] and draws[0].count("\n") >= 50

@@ -22,8 +22,19 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # The floors the drawing lists module by module; db's stages are listed inside db's line.
-FLOORS = ["preflab/commands", "report", "training", "labelling", "lm", "db", "db/ingest", "db/pairs",
-          "db/quality", "db/export", "db/leaderboard"]
+FLOORS = [
+    "preflab/commands",
+    "report",
+    "training",
+    "labelling",
+    "lm",
+    "db",
+    "db/ingest",
+    "db/pairs",
+    "db/quality",
+    "db/export",
+    "db/leaderboard",
+]
 
 
 def drawing() -> str:
@@ -70,8 +81,13 @@ def site(tmp_path_factory) -> Path:
     """The site as `mkdocs build --strict` writes it: a broken link, a missing page or anchor fails here."""
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
-                            cwd=ROOT, env=env, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     return out
 

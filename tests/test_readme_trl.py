@@ -46,8 +46,12 @@ def test_the_readme_trl_dpo_command_trains_on_a_cpu(sqlite_url, tmp_path, monkey
     # SQLite only: what is tested is TRL reading the export (the export itself runs on both databases elsewhere),
     # and one run takes about 40 s.
     cli = make_cli(sqlite_url)
-    lines = [ranking_line(f"What is {i} plus {i}?", [f"It is {2 * i}.", f"Maybe {i + 1}.", "No idea."],
-                          [[0], [1], [2]], id=f"r{i}") for i in range(6)]
+    lines = [
+        ranking_line(
+            f"What is {i} plus {i}?", [f"It is {2 * i}.", f"Maybe {i + 1}.", "No idea."], [[0], [1], [2]], id=f"r{i}"
+        )
+        for i in range(6)
+    ]
     cli("import", "rankings", write_lines(tmp_path / "rankings.jsonl", lines))
     cli("pairs", "build")
     export, trl = readme_commands()
@@ -56,9 +60,20 @@ def test_the_readme_trl_dpo_command_trains_on_a_cpu(sqlite_url, tmp_path, monkey
     model = trl[trl.index("--model_name_or_path") + 1]
     trl[trl.index(model)] = str(tiny_causal_lm(tmp_path / "tiny-lm"))
     entry_point = Path(sys.executable).with_name("trl")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"),
-           "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([str(entry_point), *trl[1:], "--max_steps", "1"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(tmp_path / "hf-cache"),
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    done = subprocess.run(
+        [str(entry_point), *trl[1:], "--max_steps", "1"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / trl[trl.index("--output_dir") + 1] / "model.safetensors").is_file()

@@ -18,10 +18,11 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
-import tomllib
 import venv
 import zipfile
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -80,8 +81,11 @@ def test_a_wheel_holds_every_module_and_runs_every_command(tmp_path):
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             (source / name).write_bytes((ROOT / name).read_bytes())
     dist = tmp_path / "dist"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                            "-w", str(dist), str(source)], capture_output=True, text=True)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dist), str(source)],
+        capture_output=True,
+        text=True,
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = dist.glob("preflab-*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -91,17 +95,35 @@ def test_a_wheel_holds_every_module_and_runs_every_command(tmp_path):
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"
-    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q",
-                                str(wheel)], capture_output=True, text=True)
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+        capture_output=True,
+        text=True,
+    )
     assert installed.returncode == 0, installed.stderr[-3000:]
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     (site / "zz_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
 
-    result = subprocess.run([str(python), "-c", CHECK, json.dumps(source_modules()), str(site)],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                            env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1",
-                                 "PREFLAB_HOME": str(tmp_path / "home")})
+    result = subprocess.run(
+        [str(python), "-c", CHECK, json.dumps(source_modules()), str(site)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(tmp_path),
+            "HF_HUB_OFFLINE": "1",
+            "PREFLAB_HOME": str(tmp_path / "home"),
+        },
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["failed"] == {}

@@ -40,20 +40,39 @@ def tiny_tokenizer(vocab_size: int = 700):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train_from_iterator(CORPUS * 3 + _judge_corpus(), trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|pad|>",
-                                   unk_token="<|endoftext|>", chat_template=CHATML, padding_side="left")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|pad|>",
+        unk_token="<|endoftext|>",
+        chat_template=CHATML,
+        padding_side="left",
+    )
 
 
 def _config(tokenizer, **overrides):
     from transformers import LlamaConfig
 
-    values = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-                  pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                  bos_token_id=None, tie_word_embeddings=True)
+    values = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 4096,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "bos_token_id": None,
+        "tie_word_embeddings": True,
+    }
     values.update(overrides)
     return LlamaConfig(**values)
 
@@ -86,8 +105,9 @@ def tiny_reward_model(path: str | Path, seed: int = 0, tokenizer=None, num_label
     return Path(path)
 
 
-def fit_completions(path: str | Path, examples: list[tuple[str, str]], steps: int = 150, lr: float = 3e-3,
-                    seed: int = 0) -> Path:
+def fit_completions(
+    path: str | Path, examples: list[tuple[str, str]], steps: int = 150, lr: float = 3e-3, seed: int = 0
+) -> Path:
     """Teach the causal LM at `path` to answer each chat prompt with its completion; re-saves it.
 
     `examples` holds (full prompt text, already chat-formatted, completion); the

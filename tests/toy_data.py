@@ -24,8 +24,9 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def load_toy_rankings(sessions, base: Path, workdir: Path, prompts: int = 60, candidates: int = 4,
-                      seed: int = 0) -> int:
+def load_toy_rankings(
+    sessions, base: Path, workdir: Path, prompts: int = 60, candidates: int = 4, seed: int = 0
+) -> int:
     """Import the simulated annotator's rankings of the base model's samples and build pairs."""
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.db.pairs.build import build_pairs

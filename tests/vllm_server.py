@@ -22,6 +22,7 @@ both cores (VLLM_CPU_OMP_THREADS_BIND=0-1). Keeping the engine's worker in its p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -44,11 +45,11 @@ STOP_TIMEOUT_S = 30
 
 @dataclass(frozen=True)
 class VllmServer:
-    url: str          # the OpenAI base URL, ending in /v1
-    model: str        # the served model's name
-    model_dir: Path   # the converted folder it serves
-    log: Path         # the server's stdout and stderr
-    start_s: float    # seconds from the start to /health answering
+    url: str  # the OpenAI base URL, ending in /v1
+    model: str  # the served model's name
+    model_dir: Path  # the converted folder it serves
+    log: Path  # the server's stdout and stderr
+    start_s: float  # seconds from the start to /health answering
     max_model_len: int = MAX_MODEL_LEN
 
 
@@ -63,10 +64,26 @@ NO_CHUNKED_PREFILL = ("--no-enable-chunked-prefill",)
 
 
 def server_command(python: Path, model_dir: Path, port: int) -> list[str]:
-    return [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-            "--served-model-name", SERVED_MODEL, "--dtype", "float32", "--host", "127.0.0.1",
-            "--port", str(port), "--max-model-len", str(MAX_MODEL_LEN), "--enforce-eager",
-            "--disable-uvicorn-access-log", *NO_CHUNKED_PREFILL]
+    return [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        SERVED_MODEL,
+        "--dtype",
+        "float32",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--enforce-eager",
+        "--disable-uvicorn-access-log",
+        *NO_CHUNKED_PREFILL,
+    ]
 
 
 def server_env() -> dict[str, str]:
@@ -97,17 +114,28 @@ def start(model_dir: Path, log: Path, timeout: float = START_TIMEOUT_S) -> tuple
     root = f"http://127.0.0.1:{port}"
     with log.open("ab") as out:  # appending, so the fixture's own lines cannot be written over
         # Its own session, so stopping it stops the engine process it spawns too.
-        process = subprocess.Popen(server_command(python, model_dir, port), stdout=out, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=server_env(), start_new_session=True)
+        process = subprocess.Popen(
+            server_command(python, model_dir, port),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=server_env(),
+            start_new_session=True,
+        )
     deadline = time.monotonic() + timeout
     while not healthy(root):
         if process.poll() is not None:
-            pytest.fail(f"vLLM exited with status {process.returncode} before it answered; its log "
-                        f"({log}) ends:\n{log_tail(log)}", pytrace=False)
+            pytest.fail(
+                f"vLLM exited with status {process.returncode} before it answered; its log "
+                f"({log}) ends:\n{log_tail(log)}",
+                pytrace=False,
+            )
         if time.monotonic() > deadline:
             stop(process)
-            pytest.fail(f"vLLM did not answer {root}/health within {timeout:.0f} s; its log ({log}) ends:\n"
-                        f"{log_tail(log)}", pytrace=False)
+            pytest.fail(
+                f"vLLM did not answer {root}/health within {timeout:.0f} s; its log ({log}) ends:\n{log_tail(log)}",
+                pytrace=False,
+            )
         time.sleep(0.5)
     return process, root
 
@@ -124,10 +152,8 @@ def stop(process: subprocess.Popen) -> None:
             break
         except subprocess.TimeoutExpired:
             continue
-    try:  # the engine's process may outlive the server by a moment
+    with contextlib.suppress(ProcessLookupError):  # the engine's process may outlive the server by a moment
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def converted_model(tmp_path_factory) -> Path:

@@ -65,35 +65,55 @@ class TrainConfig:
 
     learning_rate: float = field(default=1e-4, metadata={"help": "Peak learning rate for AdamW."})
     num_train_epochs: float = field(default=1.0, metadata={"help": "Passes over the training split."})
-    max_steps: int = field(default=-1, metadata={"help": "Stop after this many optimizer steps (overrides epochs when > 0)."})
-    per_device_train_batch_size: int = field(default=8, metadata={
-        "help": "Training batch per device: pairs, or prompts (groups) with --grouped."})
+    max_steps: int = field(
+        default=-1, metadata={"help": "Stop after this many optimizer steps (overrides epochs when > 0)."}
+    )
+    per_device_train_batch_size: int = field(
+        default=8, metadata={"help": "Training batch per device: pairs, or prompts (groups) with --grouped."}
+    )
     per_device_eval_batch_size: int = field(default=16, metadata={"help": "Evaluation batch per device."})
     gradient_accumulation_steps: int = field(default=1, metadata={"help": "Batches per optimizer step."})
-    max_length: int | None = field(default=1024, metadata={
-        "help": "Longest tokenized prompt+response; longer pairs are dropped (reward) or truncated (DPO)."})
-    lr_scheduler_type: str = field(default="linear", metadata={"help": "Learning-rate schedule.", "choices": SCHEDULERS})
+    max_length: int | None = field(
+        default=1024,
+        metadata={"help": "Longest tokenized prompt+response; longer pairs are dropped (reward) or truncated (DPO)."},
+    )
+    lr_scheduler_type: str = field(
+        default="linear", metadata={"help": "Learning-rate schedule.", "choices": SCHEDULERS}
+    )
     warmup_steps: float = field(default=0.0, metadata={"help": "Warmup steps, or a fraction of all steps when < 1."})
     weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay."})
     seed: int = field(default=42, metadata={"help": "Seed for initialisation and shuffling."})
-    bf16: bool | None = field(default=None, metadata={
-        "help": "bf16 mixed precision (default: on where the GPU supports it, off on CPU)."})
-    gradient_checkpointing: bool = field(default=False, metadata={
-        "help": "Recompute activations in the backward pass: less memory, ~20% slower."})
-    use_cpu: bool | None = field(default=None, metadata={"help": "Train on the CPU (default: only when no GPU is present)."})
+    bf16: bool | None = field(
+        default=None, metadata={"help": "bf16 mixed precision (default: on where the GPU supports it, off on CPU)."}
+    )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "Recompute activations in the backward pass: less memory, ~20% slower."}
+    )
+    use_cpu: bool | None = field(
+        default=None, metadata={"help": "Train on the CPU (default: only when no GPU is present)."}
+    )
     lora: bool = field(default=False, metadata={"help": "Train LoRA adapters (peft) instead of all weights."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA scaling alpha."})
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout."})
-    lora_target_modules: str = field(default="all-linear", metadata={
-        "help": "Comma-separated module names for LoRA, or 'all-linear'."})
+    lora_target_modules: str = field(
+        default="all-linear", metadata={"help": "Comma-separated module names for LoRA, or 'all-linear'."}
+    )
     logging_steps: int = field(default=10, metadata={"help": "Log the loss every N steps."})
     save_steps: int = field(default=500, metadata={"help": "Save a checkpoint (for --resume) every N steps."})
-    save_total_limit: int | None = field(default=1, metadata={
-        "help": "Keep at most this many checkpoints while training (the newest is what --resume continues from)."})
-    keep_checkpoints: bool = field(default=False, metadata={
-        "help": "Keep the checkpoints once the run succeeds (they hold the optimizer state, often twice the "
-                "model's size; by default they are deleted, and a failed run keeps them for --resume)."})
+    save_total_limit: int | None = field(
+        default=1,
+        metadata={
+            "help": "Keep at most this many checkpoints while training (the newest is what --resume continues from)."
+        },
+    )
+    keep_checkpoints: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep the checkpoints once the run succeeds (they hold the optimizer state, often twice the "
+            "model's size; by default they are deleted, and a failed run keeps them for --resume)."
+        },
+    )
     report_to: str = field(default="none", metadata={"help": "Experiment trackers (wandb, tensorboard…), or none."})
 
     def __post_init__(self) -> None:
@@ -101,8 +121,15 @@ class TrainConfig:
             raise ConfigError(f"--learning-rate must be positive, got {self.learning_rate}")
         if self.num_train_epochs <= 0 and self.max_steps <= 0:
             raise ConfigError("set --num-train-epochs or --max-steps to a positive number")
-        for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
-                     "logging_steps", "save_steps", "lora_r", "lora_alpha"):
+        for name in (
+            "per_device_train_batch_size",
+            "per_device_eval_batch_size",
+            "gradient_accumulation_steps",
+            "logging_steps",
+            "save_steps",
+            "lora_r",
+            "lora_alpha",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
         if self.max_length is not None and self.max_length < 2:
@@ -139,14 +166,24 @@ class TrainConfig:
     def trainer_kwargs(self, output_dir: str) -> dict[str, Any]:
         """Keyword arguments shared by TRL's RewardConfig and DPOConfig."""
         return dict(
-            output_dir=output_dir, learning_rate=self.learning_rate, num_train_epochs=self.num_train_epochs,
-            max_steps=self.max_steps, per_device_train_batch_size=self.per_device_train_batch_size,
+            output_dir=output_dir,
+            learning_rate=self.learning_rate,
+            num_train_epochs=self.num_train_epochs,
+            max_steps=self.max_steps,
+            per_device_train_batch_size=self.per_device_train_batch_size,
             per_device_eval_batch_size=self.per_device_eval_batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation_steps, max_length=self.max_length,
-            lr_scheduler_type=self.lr_scheduler_type, warmup_steps=self.warmup_steps,
-            weight_decay=self.weight_decay, seed=self.seed, **{_checkpointing_field(): self.gradient_checkpointing},
-            logging_steps=self.logging_steps, save_strategy="steps", save_steps=self.save_steps,
-            save_total_limit=self.save_total_limit, report_to=[] if self.report_to == "none" else self.report_to.split(","),
+            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            max_length=self.max_length,
+            lr_scheduler_type=self.lr_scheduler_type,
+            warmup_steps=self.warmup_steps,
+            weight_decay=self.weight_decay,
+            seed=self.seed,
+            **{_checkpointing_field(): self.gradient_checkpointing},
+            logging_steps=self.logging_steps,
+            save_strategy="steps",
+            save_steps=self.save_steps,
+            save_total_limit=self.save_total_limit,
+            report_to=[] if self.report_to == "none" else self.report_to.split(","),
             disable_tqdm=True,  # preflab shows its own progress bar on stderr
             **self.device_settings(),
         )
@@ -160,20 +197,33 @@ class TrainConfig:
         modules = targets if targets == "all-linear" else [m.strip() for m in targets.split(",") if m.strip()]
         # A reward head is new: train it in full next to the adapters.
         extra = {"modules_to_save": ["score"]} if task_type == "SEQ_CLS" else {}
-        return LoraConfig(r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
-                          target_modules=modules, task_type=task_type, **extra)
+        return LoraConfig(
+            r=self.lora_r,
+            lora_alpha=self.lora_alpha,
+            lora_dropout=self.lora_dropout,
+            target_modules=modules,
+            task_type=task_type,
+            **extra,
+        )
 
 
 @dataclass
 class RewardTrainConfig(TrainConfig):
     """A Bradley–Terry reward model (TRL's RewardTrainer, or preflab's grouped trainer)."""
 
-    grouped: bool = field(default=False, metadata={
-        "help": "One forward pass per candidate and all of a prompt's pairs as one batch element (InstructGPT)."})
-    use_margin: bool = field(default=False, metadata={
-        "help": "Subtract the dataset's `margin` column inside the loss: -log σ(r_c - r_r - margin)."})
-    center_rewards_coefficient: float | None = field(default=None, metadata={
-        "help": "Push rewards towards zero mean with this weight (0.01 is typical)."})
+    grouped: bool = field(
+        default=False,
+        metadata={
+            "help": "One forward pass per candidate and all of a prompt's pairs as one batch element (InstructGPT)."
+        },
+    )
+    use_margin: bool = field(
+        default=False,
+        metadata={"help": "Subtract the dataset's `margin` column inside the loss: -log σ(r_c - r_r - margin)."},
+    )
+    center_rewards_coefficient: float | None = field(
+        default=None, metadata={"help": "Push rewards towards zero mean with this weight (0.01 is typical)."}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -183,8 +233,9 @@ class RewardTrainConfig(TrainConfig):
     def to_trl(self, output_dir: str):
         from trl import RewardConfig
 
-        return RewardConfig(center_rewards_coefficient=self.center_rewards_coefficient,
-                            **self.trainer_kwargs(output_dir))
+        return RewardConfig(
+            center_rewards_coefficient=self.center_rewards_coefficient, **self.trainer_kwargs(output_dir)
+        )
 
 
 @dataclass
@@ -192,23 +243,34 @@ class DPOTrainConfig(TrainConfig):
     """Direct preference optimisation with TRL's DPOTrainer."""
 
     learning_rate: float = field(default=1e-6, metadata={"help": "Peak learning rate for AdamW."})
-    beta: float = field(default=0.1, metadata={
-        "help": "Strength of the pull towards the reference model (higher: stay closer)."})
-    loss_type: str = field(default="sigmoid", metadata={
-        "flags": ("--loss",),
-        "help": "DPO loss, or several joined by commas and summed with --loss-weights (e.g. sigmoid,sft: DPO "
-                "plus the chosen responses' NLL, as in RPO). One of the installed TRL's: "
-                f"{', '.join(DPO_LOSS_TYPES) or 'none (TRL is not installed)'}."})
-    loss_weights: str | None = field(default=None, metadata={
-        "help": "Comma-separated weights of the losses in --loss-type (default: 1 each)."})
-    label_smoothing: float = field(default=0.0, metadata={
-        "help": "Probability that a label is flipped (robust/cDPO), or EXO's epsilon."})
-    precompute_ref_log_probs: bool = field(default=True, metadata={
-        "help": "Compute the reference log-probabilities once before training instead of on every step."})
-    precompute_ref_batch_size: int | None = field(default=None, metadata={
-        "help": "Batch size of that precomputation (default: the training batch size)."})
-    pad_to_multiple_of: int | None = field(default=None, metadata={
-        "help": "Pad sequences to a multiple of this (8 suits tensor cores)."})
+    beta: float = field(
+        default=0.1, metadata={"help": "Strength of the pull towards the reference model (higher: stay closer)."}
+    )
+    loss_type: str = field(
+        default="sigmoid",
+        metadata={
+            "flags": ("--loss",),
+            "help": "DPO loss, or several joined by commas and summed with --loss-weights (e.g. sigmoid,sft: DPO "
+            "plus the chosen responses' NLL, as in RPO). One of the installed TRL's: "
+            f"{', '.join(DPO_LOSS_TYPES) or 'none (TRL is not installed)'}.",
+        },
+    )
+    loss_weights: str | None = field(
+        default=None, metadata={"help": "Comma-separated weights of the losses in --loss-type (default: 1 each)."}
+    )
+    label_smoothing: float = field(
+        default=0.0, metadata={"help": "Probability that a label is flipped (robust/cDPO), or EXO's epsilon."}
+    )
+    precompute_ref_log_probs: bool = field(
+        default=True,
+        metadata={"help": "Compute the reference log-probabilities once before training instead of on every step."},
+    )
+    precompute_ref_batch_size: int | None = field(
+        default=None, metadata={"help": "Batch size of that precomputation (default: the training batch size)."}
+    )
+    pad_to_multiple_of: int | None = field(
+        default=None, metadata={"help": "Pad sequences to a multiple of this (8 suits tensor cores)."}
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -223,7 +285,9 @@ class DPOTrainConfig(TrainConfig):
             try:
                 weights = [float(w) for w in self.loss_weights.split(",")]
             except ValueError:
-                raise ConfigError(f"--loss-weights must be numbers joined by commas, got {self.loss_weights!r}") from None
+                raise ConfigError(
+                    f"--loss-weights must be numbers joined by commas, got {self.loss_weights!r}"
+                ) from None
             if len(weights) != len(self.losses):
                 raise ConfigError(f"--loss-weights has {len(weights)} weights for {len(self.losses)} losses")
         if not 0 <= self.label_smoothing < 0.5:
@@ -239,8 +303,13 @@ class DPOTrainConfig(TrainConfig):
         from trl import DPOConfig
 
         weights = None if self.loss_weights is None else [float(w) for w in self.loss_weights.split(",")]
-        return DPOConfig(beta=self.beta, loss_type=self.losses, loss_weights=weights,
-                         label_smoothing=self.label_smoothing,
-                         precompute_ref_log_probs=self.precompute_ref_log_probs,
-                         precompute_ref_batch_size=self.precompute_ref_batch_size,
-                         pad_to_multiple_of=self.pad_to_multiple_of, **self.trainer_kwargs(output_dir))
+        return DPOConfig(
+            beta=self.beta,
+            loss_type=self.losses,
+            loss_weights=weights,
+            label_smoothing=self.label_smoothing,
+            precompute_ref_log_probs=self.precompute_ref_log_probs,
+            precompute_ref_batch_size=self.precompute_ref_batch_size,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            **self.trainer_kwargs(output_dir),
+        )

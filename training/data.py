@@ -36,8 +36,9 @@ from preflab.settings import data_dir
 def find_dataset_version(session: Session, name_or_id: str) -> DatasetVersion:
     query = select(DatasetVersion).where(DatasetVersion.name == name_or_id)
     if name_or_id.isdigit():
-        query = select(DatasetVersion).where(or_(DatasetVersion.name == name_or_id,
-                                                 DatasetVersion.id == int(name_or_id)))
+        query = select(DatasetVersion).where(
+            or_(DatasetVersion.name == name_or_id, DatasetVersion.id == int(name_or_id))
+        )
     version = session.scalars(query.order_by(DatasetVersion.id.desc())).first()
     if version is None:
         raise NotFound(f"there is no dataset version {name_or_id!r}; list them with `preflab stats` or export one")
@@ -61,8 +62,9 @@ def resolve_dataset_version(session: Session, name_or_id: str | None = None) -> 
             version, exported = export_for_training(session, version), True
     if not version.path or not Path(version.path).exists():
         where = version.hub_repo or version.path or "nowhere"
-        raise NotFound(f"dataset version {version.name} is not on this machine ({where}); "
-                       "export it again with `preflab export`")
+        raise NotFound(
+            f"dataset version {version.name} is not on this machine ({where}); export it again with `preflab export`"
+        )
     return version, exported
 
 
@@ -73,8 +75,11 @@ def export_for_training(session: Session, previous: DatasetVersion | None) -> Da
     settings = ExportSettings()
     if previous is not None:
         kept = previous.settings or {}
-        settings = ExportSettings(format=previous.format if previous.format in ("disk", "parquet", "jsonl") else "disk",
-                                  test_size=kept.get("test_size", 0.1), seed=kept.get("seed", 0))
+        settings = ExportSettings(
+            format=previous.format if previous.format in ("disk", "parquet", "jsonl") else "disk",
+            test_size=kept.get("test_size", 0.1),
+            seed=kept.get("seed", 0),
+        )
     exports = data_dir() / "exports"
     exports.mkdir(parents=True, exist_ok=True)
     # The version's name is known only once it is written, so the folder gets a unique name of its own.
@@ -137,8 +142,10 @@ def for_model(split, tokenizer, where: str = "the dataset", cache_file: str | No
     if explicit and conversational == chat:
         return split
     if not explicit and not conversational:
-        raise InputError(f"{where} has no `prompt` column, and its plain-text replies cannot be told apart from "
-                         "their prompts: export it with --prompt explicit")
+        raise InputError(
+            f"{where} has no `prompt` column, and its plain-text replies cannot be told apart from "
+            "their prompts: export it with --prompt explicit"
+        )
 
     def convert(rows: dict[str, list]) -> dict[str, list]:
         out: dict[str, list] = {"prompt": [], "chosen": [], "rejected": []}
@@ -149,14 +156,22 @@ def for_model(split, tokenizer, where: str = "the dataset", cache_file: str | No
             if chat and not conversational:
                 prompt, chosen, rejected = user_turn(prompt), assistant_turn(chosen), assistant_turn(rejected)
             elif conversational and not chat:
-                prompt, chosen, rejected = (_one(prompt, "user", where), _one(chosen, "assistant", where),
-                                            _one(rejected, "assistant", where))
+                prompt, chosen, rejected = (
+                    _one(prompt, "user", where),
+                    _one(chosen, "assistant", where),
+                    _one(rejected, "assistant", where),
+                )
             for key, value in (("prompt", prompt), ("chosen", chosen), ("rejected", rejected)):
                 out[key].append(value)
         return out
 
-    converted = split.map(convert, batched=True, keep_in_memory=cache_file is None, cache_file_name=cache_file,
-                          desc=f"Preparing {where} for the model")
+    converted = split.map(
+        convert,
+        batched=True,
+        keep_in_memory=cache_file is None,
+        cache_file_name=cache_file,
+        desc=f"Preparing {where} for the model",
+    )
     return converted.select_columns(["prompt"] + [c for c in converted.column_names if c != "prompt"])
 
 
@@ -166,16 +181,20 @@ def _explicit(chosen: list, rejected: list, where: str) -> tuple[list, list, lis
     while n and chosen[n - 1]["role"] != "user":
         n -= 1
     if not n or n == len(chosen) or n == len(rejected):
-        raise InputError(f"{where} holds a pair whose chosen and rejected conversations share no prompt "
-                         "(the messages up to a user's turn)")
+        raise InputError(
+            f"{where} holds a pair whose chosen and rejected conversations share no prompt "
+            "(the messages up to a user's turn)"
+        )
     return chosen[:n], chosen[n:], rejected[n:]
 
 
 def _one(turns: list, role: str, where: str) -> str:
     if len(turns) != 1 or turns[0]["role"] != role:
-        raise InputError(f"the model has no chat template, so it cannot read the conversations of several messages "
-                         f"in {where}: train a model that has one (a base model reads single-message prompts and "
-                         "replies, as plain text)")
+        raise InputError(
+            f"the model has no chat template, so it cannot read the conversations of several messages "
+            f"in {where}: train a model that has one (a base model reads single-message prompts and "
+            "replies, as plain text)"
+        )
     return turns[0]["content"]
 
 
@@ -191,16 +210,22 @@ def prepare_run_data(export_path: str, model_path: str, data_dir: str, name: str
 
     rendered = export_settings(export_path).get("chat_template")
     if rendered:
-        raise InputError(f"dataset version {name} is text already rendered with {rendered}'s chat template, for "
-                         "other tools; training applies the model's own: export a conversational version "
-                         "(`preflab export`, its default) and train on that")
+        raise InputError(
+            f"dataset version {name} is text already rendered with {rendered}'s chat template, for "
+            "other tools; training applies the model's own: export a conversational version "
+            "(`preflab export`, its default) and train on that"
+        )
     splits = load_splits(export_path)
     tokenizer = load_tokenizer_for_training(model_path)
     scratch = Path(data_dir).parent / ".preparing"
     scratch.mkdir(parents=True, exist_ok=True)
     try:
-        DatasetDict({part: for_model(split, tokenizer, f"dataset version {name}", str(scratch / f"{part}.arrow"))
-                     for part, split in splits.items()}).save_to_disk(data_dir)
+        DatasetDict(
+            {
+                part: for_model(split, tokenizer, f"dataset version {name}", str(scratch / f"{part}.arrow"))
+                for part, split in splits.items()
+            }
+        ).save_to_disk(data_dir)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -210,7 +235,7 @@ def run_test_split(data_dir: str):
     from datasets import load_from_disk
 
     splits = load_from_disk(data_dir)
-    return splits["test"] if "test" in splits else None
+    return splits.get("test", None)
 
 
 def group_by_prompt(split):
@@ -227,9 +252,20 @@ def group_by_prompt(split):
     weights = split["weight"] if "weight" in columns else [1.0] * len(split)
     margins = split["margin"] if "margin" in columns else [0.0] * len(split)
     for prompt_id, prompt, chosen, rejected, margin, weight in zip(
-            split["prompt_id"], split["prompt"], split["chosen"], split["rejected"], margins, weights):
-        group = groups.setdefault(prompt_id, {"prompt": prompt, "index": {}, "responses": [], "chosen_index": [],
-                                              "rejected_index": [], "margins": [], "weights": []})
+        split["prompt_id"], split["prompt"], split["chosen"], split["rejected"], margins, weights
+    ):
+        group = groups.setdefault(
+            prompt_id,
+            {
+                "prompt": prompt,
+                "index": {},
+                "responses": [],
+                "chosen_index": [],
+                "rejected_index": [],
+                "margins": [],
+                "weights": [],
+            },
+        )
         ids = []
         for response in (chosen, rejected):
             key = repr(response)  # chat messages are lists: key them by their text form

@@ -35,9 +35,16 @@ def rows_reached(split, config: DPOTrainConfig, processes: int, tokenizer=None):
     if tokenizer is not None and config.max_length is not None:
         from trl.data_utils import _tokenize  # TRL's own rule (pinned <1.17: tests/training/test_train_dpo.py)
 
-        fits = [i for i, prompt in enumerate(order["prompt"])
-                if len(_tokenize(tokenizer, prompt, **({"add_generation_prompt": True} if isinstance(prompt, list)
-                                                       else {}))["input_ids"]) < config.max_length]
+        fits = [
+            i
+            for i, prompt in enumerate(order["prompt"])
+            if len(
+                _tokenize(tokenizer, prompt, **({"add_generation_prompt": True} if isinstance(prompt, list) else {}))[
+                    "input_ids"
+                ]
+            )
+            < config.max_length
+        ]
         if len(fits) > needed:
             return order.select(fits[:needed], keep_in_memory=True)
         return order.select(fits, keep_in_memory=True) if fits else order.select(range(needed))
@@ -58,13 +65,18 @@ def build_dpo_trainer(plan: RunPlan, config: DPOTrainConfig):
     train_split = load_from_disk(plan.data_dir)["train"].select_columns(["prompt", "chosen", "rejected"])
     args = config.to_trl(plan.checkpoint_dir)
     tokenizer = load_tokenizer_for_training(plan.model_path)
-    return DPOTrainer(plan.model_path, args=args, processing_class=tokenizer,
-                      train_dataset=rows_reached(train_split, config, args.world_size, tokenizer),
-                      peft_config=config.peft_config("CAUSAL_LM"))
+    return DPOTrainer(
+        plan.model_path,
+        args=args,
+        processing_class=tokenizer,
+        train_dataset=rows_reached(train_split, config, args.world_size, tokenizer),
+        peft_config=config.peft_config("CAUSAL_LM"),
+    )
 
 
-def evaluate_policy_on_pairs(policy_path: str, reference_path: str, split, beta: float,
-                             batch_size: int = 32) -> dict[str, Any]:
+def evaluate_policy_on_pairs(
+    policy_path: str, reference_path: str, split, beta: float, batch_size: int = 32
+) -> dict[str, Any]:
     """Held-out implicit-reward accuracy and margin of the policy saved at `policy_path` (on `split` in its form)."""
     from preflab.lm.loading import load_causal_lm
     from preflab.lm.scoring import implicit_reward_metrics
@@ -100,5 +112,6 @@ def evaluate_run(plan: RunPlan, config: DPOTrainConfig, sessions=None) -> dict[s
     """Held-out implicit-reward accuracy and margin of a run's policy, against its starting model."""
     from preflab.training.data import run_test_split
 
-    return evaluate_policy_on_pairs(plan.model_dir, plan.model_path, run_test_split(plan.data_dir),
-                                    config.beta, config.per_device_eval_batch_size)
+    return evaluate_policy_on_pairs(
+        plan.model_dir, plan.model_path, run_test_split(plan.data_dir), config.beta, config.per_device_eval_batch_size
+    )

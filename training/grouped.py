@@ -18,7 +18,7 @@ them against the installed TRL, and pyproject.toml bounds trl to that minor vers
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -26,8 +26,8 @@ from transformers.data.data_collator import DataCollatorMixin
 from trl import RewardTrainer
 from trl.trainer.utils import global_then_local_main_first, pad
 
-from preflab.training.data import group_by_prompt
 from preflab.lm.scoring import sequence_ids
+from preflab.training.data import group_by_prompt
 
 GROUP_COLUMNS = ["candidate_ids", "chosen_index", "rejected_index", "margins", "weights"]
 
@@ -57,10 +57,18 @@ class DataCollatorForGroups(DataCollatorMixin):
             weights.extend(example["weights"])
             margins.extend(example["margins"])
         out = {
-            "input_ids": pad(sequences, padding_value=self.pad_token_id, padding_side="right",
-                             pad_to_multiple_of=self.pad_to_multiple_of),
-            "attention_mask": pad([torch.ones_like(s) for s in sequences], padding_value=0, padding_side="right",
-                                  pad_to_multiple_of=self.pad_to_multiple_of),
+            "input_ids": pad(
+                sequences,
+                padding_value=self.pad_token_id,
+                padding_side="right",
+                pad_to_multiple_of=self.pad_to_multiple_of,
+            ),
+            "attention_mask": pad(
+                [torch.ones_like(s) for s in sequences],
+                padding_value=0,
+                padding_side="right",
+                pad_to_multiple_of=self.pad_to_multiple_of,
+            ),
             "chosen_index": torch.tensor(chosen, dtype=torch.long),
             "rejected_index": torch.tensor(rejected, dtype=torch.long),
             "pair_group": torch.tensor(group, dtype=torch.long),
@@ -95,14 +103,22 @@ def prepare_groups(dataset, tokenizer, max_length: int | None, name: str = "trai
 
     def tokenize(group):
         ids = [sequence_ids(tokenizer, group["prompt"], r) for r in group["responses"]]
-        keep = [i for i, (c, r) in enumerate(zip(group["chosen_index"], group["rejected_index"]))
-                if max_length is None or (len(ids[c]) <= max_length and len(ids[r]) <= max_length)]
-        return {"candidate_ids": ids, "chosen_index": [group["chosen_index"][i] for i in keep],
-                "rejected_index": [group["rejected_index"][i] for i in keep],
-                "margins": [group["margins"][i] for i in keep], "weights": [group["weights"][i] for i in keep]}
+        keep = [
+            i
+            for i, (c, r) in enumerate(zip(group["chosen_index"], group["rejected_index"]))
+            if max_length is None or (len(ids[c]) <= max_length and len(ids[r]) <= max_length)
+        ]
+        return {
+            "candidate_ids": ids,
+            "chosen_index": [group["chosen_index"][i] for i in keep],
+            "rejected_index": [group["rejected_index"][i] for i in keep],
+            "margins": [group["margins"][i] for i in keep],
+            "weights": [group["weights"][i] for i in keep],
+        }
 
-    grouped = group_by_prompt(dataset).map(tokenize, remove_columns=["prompt", "responses"],
-                                           desc=f"Tokenizing {name} groups")
+    grouped = group_by_prompt(dataset).map(
+        tokenize, remove_columns=["prompt", "responses"], desc=f"Tokenizing {name} groups"
+    )
     return grouped.filter(lambda g: len(g["chosen_index"]) > 0)
 
 
@@ -114,23 +130,43 @@ class GroupedRewardTrainer(RewardTrainer):
     batch size counts prompts.
     """
 
-    _tag_names = ["trl", "reward-trainer", "preflab-grouped"]
+    _tag_names: ClassVar[list[str]] = ["trl", "reward-trainer", "preflab-grouped"]
 
-    def __init__(self, model, args=None, train_dataset=None, eval_dataset=None, processing_class=None,
-                 use_margin: bool = False, **kwargs):
+    def __init__(
+        self,
+        model,
+        args=None,
+        train_dataset=None,
+        eval_dataset=None,
+        processing_class=None,
+        use_margin: bool = False,
+        **kwargs,
+    ):
         if processing_class is None:
             from transformers import AutoTokenizer
 
-            processing_class = AutoTokenizer.from_pretrained(model if isinstance(model, str)
-                                                             else model.config._name_or_path)
+            processing_class = AutoTokenizer.from_pretrained(
+                model if isinstance(model, str) else model.config._name_or_path
+            )
         if processing_class.pad_token is None:
             processing_class.pad_token = processing_class.eos_token
         self.use_margin = use_margin
-        kwargs.setdefault("data_collator", DataCollatorForGroups(
-            pad_token_id=processing_class.pad_token_id,
-            pad_to_multiple_of=getattr(args, "pad_to_multiple_of", None), use_margin=use_margin))
-        super().__init__(model, args=args, train_dataset=train_dataset, eval_dataset=eval_dataset,
-                         processing_class=processing_class, **kwargs)
+        kwargs.setdefault(
+            "data_collator",
+            DataCollatorForGroups(
+                pad_token_id=processing_class.pad_token_id,
+                pad_to_multiple_of=getattr(args, "pad_to_multiple_of", None),
+                use_margin=use_margin,
+            ),
+        )
+        super().__init__(
+            model,
+            args=args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=processing_class,
+            **kwargs,
+        )
 
     def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
         if "candidate_ids" in dataset.column_names:
@@ -148,7 +184,7 @@ class GroupedRewardTrainer(RewardTrainer):
         rewards = outputs.logits.squeeze(-1)
         loss, gaps = grouped_loss(rewards, inputs)
         if self.args.center_rewards_coefficient is not None:
-            loss = loss + self.args.center_rewards_coefficient * torch.mean(rewards ** 2)
+            loss = loss + self.args.center_rewards_coefficient * torch.mean(rewards**2)
 
         if mode == "train":
             tokens = self.accelerator.gather_for_metrics(inputs["attention_mask"].sum()).sum().item()
@@ -158,8 +194,17 @@ class GroupedRewardTrainer(RewardTrainer):
             # Ranks hold different numbers of candidates and pairs, and gathering tensors of unequal
             # sizes breaks the collective: gather fixed-size summaries instead.
             r, g = rewards.detach().float(), gaps.detach().float()
-            local = torch.stack([r.min(), r.max(), r.sum(), r.new_tensor(r.numel()), (g > 0).float().sum(),
-                                 g.sum(), g.new_tensor(g.numel())])
+            local = torch.stack(
+                [
+                    r.min(),
+                    r.max(),
+                    r.sum(),
+                    r.new_tensor(r.numel()),
+                    (g > 0).float().sum(),
+                    g.sum(),
+                    g.new_tensor(g.numel()),
+                ]
+            )
             every = self.accelerator.gather(local[None]).view(-1, local.numel())
             self._metrics[mode]["min_reward"].append(every[:, 0].min().item())
             self._metrics[mode]["max_reward"].append(every[:, 1].max().item())

@@ -57,28 +57,63 @@ class Method:
         return summary
 
 
-METHODS: dict[str, Method] = {method.name: method for method in (
-    Method("reward", RewardTrainConfig, build=reward.build_reward_trainer,
-           model_class="AutoModelForSequenceClassification", model_kind="reward", evaluate=reward.evaluate_run,
-           run_kind=reward.run_kind, retrain=True, help="""\
+METHODS: dict[str, Method] = {
+    method.name: method
+    for method in (
+        Method(
+            "reward",
+            RewardTrainConfig,
+            build=reward.build_reward_trainer,
+            model_class="AutoModelForSequenceClassification",
+            model_kind="reward",
+            evaluate=reward.evaluate_run,
+            run_kind=reward.run_kind,
+            retrain=True,
+            help="""\
 Train a Bradley–Terry reward model (TRL's RewardTrainer, or --grouped) and record it.
 
 Example: preflab train reward --model smollm2-135m-instruct --grouped --use-margin
-"""),
-    Method("dpo", DPOTrainConfig, build=dpo.build_dpo_trainer, model_class="AutoModelForCausalLM",
-           model_kind="policy", evaluate=dpo.evaluate_run, finish=dpo.finish, retrain=True, help="""\
+""",
+        ),
+        Method(
+            "dpo",
+            DPOTrainConfig,
+            build=dpo.build_dpo_trainer,
+            model_class="AutoModelForCausalLM",
+            model_kind="policy",
+            evaluate=dpo.evaluate_run,
+            finish=dpo.finish,
+            retrain=True,
+            help="""\
 Train a policy with DPO (TRL's DPOTrainer) from a base model or model version, and record it.
 
 Example: preflab train dpo --model policy-3 --beta 0.1 --lora --learning-rate 5e-6
-"""),
-    Method("simpo", simpo.SimPOTrainConfig, build=simpo.build_simpo_trainer, model_class="AutoModelForCausalLM",
-           model_kind="policy", evaluate=simpo.evaluate_run, finish=simpo.finish, help="""\
+""",
+        ),
+        Method(
+            "simpo",
+            simpo.SimPOTrainConfig,
+            build=simpo.build_simpo_trainer,
+            model_class="AutoModelForCausalLM",
+            model_kind="policy",
+            evaluate=simpo.evaluate_run,
+            finish=simpo.finish,
+            help="""\
 Train a policy with SimPO (TRL's CPO trainer, loss simpo): no reference model, and record it.
 
 Example: preflab train simpo --model policy-3 --beta 2.0 --simpo-gamma 0.5 --learning-rate 5e-7
-"""),
-    Method("rl", rl.RLTrainConfig, build=rl.build_rl_trainer, model_class="AutoModelForCausalLM",
-           model_kind="policy", evaluate=rl.evaluate_run, finish=rl.finish, prepare=rl.prepare, help="""\
+""",
+        ),
+        Method(
+            "rl",
+            rl.RLTrainConfig,
+            build=rl.build_rl_trainer,
+            model_class="AutoModelForCausalLM",
+            model_kind="policy",
+            evaluate=rl.evaluate_run,
+            finish=rl.finish,
+            prepare=rl.prepare,
+            help="""\
 Optimise a policy against a reward model with RL (TRL's RLOOTrainer, or GRPO), and record it.
 
 The reward is R_RM − β·KL(π‖π_ref); prompts are the dataset version's training
@@ -86,23 +121,40 @@ prompts (or --prompts-file's). TRL 1.x has no PPO trainer: RLOO is the critic-fr
 PPO of the minimal-RLHF notebook, with a leave-one-out baseline.
 
 Example: preflab train rl --model policy-3 --reward-model reward-2 --beta 0.05 --max-steps 200
-"""),
-    Method("pair-ranker", pair_ranker.PairRankerTrainConfig, build=pair_ranker.build_pair_ranker_trainer,
-           model_class="AutoModelForSequenceClassification", model_kind="pair-ranker",
-           evaluate=pair_ranker.evaluate_run, finish=pair_ranker.finish, help="""\
+""",
+        ),
+        Method(
+            "pair-ranker",
+            pair_ranker.PairRankerTrainConfig,
+            build=pair_ranker.build_pair_ranker_trainer,
+            model_class="AutoModelForSequenceClassification",
+            model_kind="pair-ranker",
+            evaluate=pair_ranker.evaluate_run,
+            finish=pair_ranker.finish,
+            help="""\
 Train a pairwise ranker (PairRM-style: reads the prompt and both responses at once) and record it.
 
 Trained on each comparison in both orders; P(A ≻ B) = σ(s(A,B) − s(B,A)), so
 P(A ≻ B) = 1 − P(B ≻ A). Judge with it: `preflab judge pair-ranker VERSION`.
 
 Example: preflab train pair-ranker --model smollm2-135m-instruct --learning-rate 2e-5 --num-train-epochs 2
-"""),
-)}
+""",
+        ),
+    )
+}
 
 
-def train(method: str, sessions: sessionmaker[Session] | None, config, model_name: str,
-          dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
-          callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
+def train(
+    method: str,
+    sessions: sessionmaker[Session] | None,
+    config,
+    model_name: str,
+    dataset_version: str | None = None,
+    resume: bool = False,
+    output_dir: str | None = None,
+    callbacks: Sequence = (),
+    reporter: Reporter = SILENT,
+) -> RunResult | None:
     """Train a model with one of `METHODS` and record the run; the result on rank 0 (None on the other ranks).
 
     Args:
@@ -111,19 +163,26 @@ def train(method: str, sessions: sessionmaker[Session] | None, config, model_nam
         config: the method's config; on resume, the run's stored config replaces it.
         Others as in `preflab.training.runs.execute`.
     """
-    return execute(METHODS[method], config, sessions, model_name, dataset_version, resume, output_dir, callbacks,
-                   reporter)
+    return execute(
+        METHODS[method], config, sessions, model_name, dataset_version, resume, output_dir, callbacks, reporter
+    )
 
 
 # --- what every method's training does ---------------------------------------------------
 
+
 def training_summary(trainer, output) -> dict[str, Any]:
     """The numbers of the training loop itself: steps, runtime, first and last logged loss."""
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    return {"global_step": trainer.state.global_step, "train_loss": output.training_loss,
-            "first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
-            "train_runtime": output.metrics.get("train_runtime"), "epochs": trainer.state.epoch,
-            "world_size": trainer.args.world_size}  # what the Trainer really ran on, not what was asked
+    return {
+        "global_step": trainer.state.global_step,
+        "train_loss": output.training_loss,
+        "first_loss": losses[0] if losses else None,
+        "last_loss": losses[-1] if losses else None,
+        "train_runtime": output.metrics.get("train_runtime"),
+        "epochs": trainer.state.epoch,
+        "world_size": trainer.args.world_size,
+    }  # what the Trainer really ran on, not what was asked
 
 
 def run_trainer(trainer, plan: RunPlan, callbacks: Sequence = (), reporter: Reporter = SILENT):
@@ -137,8 +196,11 @@ def run_trainer(trainer, plan: RunPlan, callbacks: Sequence = (), reporter: Repo
 
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
-    progress = (training_progress(f"training {plan.kind} run {plan.run_id}", reporter)
-                if reporter.steps() and is_main_process() else None)
+    progress = (
+        training_progress(f"training {plan.kind} run {plan.run_id}", reporter)
+        if reporter.steps() and is_main_process()
+        else None
+    )
     for callback in ([progress] if progress else []) + list(callbacks):
         trainer.add_callback(callback)
     try:

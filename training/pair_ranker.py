@@ -25,11 +25,16 @@ from preflab.training.runs import RunPlan, is_main_process
 class PairRankerTrainConfig(TrainConfig):
     """A pairwise ranker (cross-encoder over prompt, A and B) trained on comparisons in both orders."""
 
-    per_device_train_batch_size: int = field(default=8, metadata={
-        "help": "Training batch per device, in comparisons (each is read in both orders)."})
-    max_length: int | None = field(default=1024, metadata={
-        "help": "Longest tokenized prompt + both responses; longer inputs keep the prompt's end and cut the two "
-                "responses alike (in training and when judging)."})
+    per_device_train_batch_size: int = field(
+        default=8, metadata={"help": "Training batch per device, in comparisons (each is read in both orders)."}
+    )
+    max_length: int | None = field(
+        default=1024,
+        metadata={
+            "help": "Longest tokenized prompt + both responses; longer inputs keep the prompt's end and cut the two "
+            "responses alike (in training and when judging)."
+        },
+    )
 
     def to_trainer_args(self, output_dir: str):
         from transformers import TrainingArguments
@@ -49,8 +54,13 @@ def tokenize_pairs(split, tokenizer, max_length: int | None, name: str = "train"
     def encode(row):
         forward, forward_end = pair_ids(tokenizer, row["prompt"], row["chosen"], row["rejected"], max_length)
         swapped, swapped_end = pair_ids(tokenizer, row["prompt"], row["rejected"], row["chosen"], max_length)
-        return {"forward_ids": forward, "forward_a_end": forward_end, "swapped_ids": swapped,
-                "swapped_a_end": swapped_end, "pair_weight": float(1.0 if row.get("weight") is None else row["weight"])}
+        return {
+            "forward_ids": forward,
+            "forward_a_end": forward_end,
+            "swapped_ids": swapped,
+            "swapped_a_end": swapped_end,
+            "pair_weight": float(1.0 if row.get("weight") is None else row["weight"]),
+        }
 
     return split.map(encode, remove_columns=columns, desc=f"Tokenizing {name} pairs")
 
@@ -69,8 +79,12 @@ class PairCollator:
         rows = [e["forward_ids"] for e in examples] + [e["swapped_ids"] for e in examples]
         ids, mask = _right_pad(rows, self.pad_token_id)
         a_end = [e["forward_a_end"] for e in examples] + [e["swapped_a_end"] for e in examples]
-        return {"input_ids": ids, "attention_mask": mask, "a_end": torch.tensor(a_end, dtype=torch.long),
-                "pair_weight": torch.tensor([e["pair_weight"] for e in examples], dtype=torch.float)}
+        return {
+            "input_ids": ids,
+            "attention_mask": mask,
+            "a_end": torch.tensor(a_end, dtype=torch.long),
+            "pair_weight": torch.tensor([e["pair_weight"] for e in examples], dtype=torch.float),
+        }
 
 
 def pair_ranker_loss(scores, weights):
@@ -108,8 +122,13 @@ def build_pair_ranker_trainer(plan: RunPlan, config: PairRankerTrainConfig):
 
         model = get_peft_model(model, peft_config)
     train_split = tokenize_pairs(load_from_disk(plan.data_dir)["train"], tokenizer, config.max_length)
-    return PairRankerTrainer(model=model, args=config.to_trainer_args(plan.checkpoint_dir), train_dataset=train_split,
-                             data_collator=PairCollator(tokenizer.pad_token_id), processing_class=tokenizer)
+    return PairRankerTrainer(
+        model=model,
+        args=config.to_trainer_args(plan.checkpoint_dir),
+        train_dataset=train_split,
+        data_collator=PairCollator(tokenizer.pad_token_id),
+        processing_class=tokenizer,
+    )
 
 
 def is_conversational(data_dir: str) -> bool:
@@ -126,13 +145,21 @@ def evaluate_pair_ranker(path: str, split, batch_size: int = 32) -> dict[str, An
     from preflab.training.data import for_model
 
     if split is None or len(split) == 0:
-        return {"heldout_accuracy": None, "heldout_pairs": 0, "heldout_mean_probability": None,
-                "heldout_log_loss": None}
+        return {
+            "heldout_accuracy": None,
+            "heldout_pairs": 0,
+            "heldout_mean_probability": None,
+            "heldout_log_loss": None,
+        }
     model, tokenizer, settings = load_pair_ranker(path)
     split = for_model(split, tokenizer, "the held-out pairs")
     result = ranker_accuracy(model, tokenizer, split, settings["max_length"], batch_size)
-    return {"heldout_accuracy": result["accuracy"], "heldout_pairs": result["pairs"],
-            "heldout_mean_probability": result["mean_probability"], "heldout_log_loss": result["log_loss"]}
+    return {
+        "heldout_accuracy": result["accuracy"],
+        "heldout_pairs": result["pairs"],
+        "heldout_mean_probability": result["mean_probability"],
+        "heldout_log_loss": result["log_loss"],
+    }
 
 
 def finish(trainer, plan: RunPlan, config: PairRankerTrainConfig) -> dict[str, Any]:

@@ -49,12 +49,25 @@ def training_progress(description: str, reporter: Reporter):
             if shown != "bar":
                 return
             from rich.console import Console
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
 
-            self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[loss]}"),
-                                console=Console(stderr=True), transient=True)
+            self.bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[loss]}"),
+                console=Console(stderr=True),
+                transient=True,
+            )
             self.bar.start()
             self.task = self.bar.add_task(description, total=state.max_steps, completed=state.global_step, loss="")
 
@@ -84,8 +97,9 @@ def training_progress(description: str, reporter: Reporter):
             elapsed, done = time.monotonic() - self.started, state.global_step - self.first_step
             left = f", about {clock(elapsed / done * (state.max_steps - state.global_step))} left" if done else ""
             shown = "" if loss is None else f", loss {loss:.4f}"
-            return (f"{description}: step {state.global_step:,}/{state.max_steps:,}{shown}, "
-                    f"{clock(elapsed)} elapsed{left}")
+            return (
+                f"{description}: step {state.global_step:,}/{state.max_steps:,}{shown}, {clock(elapsed)} elapsed{left}"
+            )
 
         def on_train_end(self, args, state, control, **kwargs):
             self.close()

@@ -29,9 +29,12 @@ def build_reward_trainer(plan: RunPlan, config: RewardTrainConfig):
     train_split = load_from_disk(plan.data_dir)["train"]
     if not config.use_margin and "margin" in train_split.column_names:
         train_split = train_split.remove_columns("margin")  # TRL subtracts a margin whenever the column exists
-    common = dict(args=config.to_trl(plan.checkpoint_dir), train_dataset=train_split,
-                  processing_class=load_tokenizer_for_training(plan.model_path),
-                  peft_config=config.peft_config("SEQ_CLS"))
+    common = {
+        "args": config.to_trl(plan.checkpoint_dir),
+        "train_dataset": train_split,
+        "processing_class": load_tokenizer_for_training(plan.model_path),
+        "peft_config": config.peft_config("SEQ_CLS"),
+    }
     if config.grouped:
         return GroupedRewardTrainer(plan.model_path, use_margin=config.use_margin, **common)
     return RewardTrainer(plan.model_path, **common)
@@ -47,8 +50,11 @@ def evaluate_reward_model(path: str, split, batch_size: int = 32) -> dict[str, A
         return {"heldout_accuracy": None, "heldout_pairs": 0, "heldout_mean_margin": None}
     model, tokenizer = load_sequence_scorer(path)
     result = pairwise_accuracy(model, tokenizer, for_model(split, tokenizer, "the held-out pairs"), batch_size)
-    return {"heldout_accuracy": result["accuracy"], "heldout_pairs": result["pairs"],
-            "heldout_mean_margin": result["mean_margin"]}
+    return {
+        "heldout_accuracy": result["accuracy"],
+        "heldout_pairs": result["pairs"],
+        "heldout_mean_margin": result["mean_margin"],
+    }
 
 
 def evaluate_run(plan: RunPlan, config: RewardTrainConfig, sessions=None) -> dict[str, Any]:

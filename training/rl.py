@@ -43,35 +43,66 @@ class RLTrainConfig(TrainConfig, SamplingConfig):
     """Online RL from a reward model: TRL's RLOOTrainer, or its GRPOTrainer."""
 
     learning_rate: float = field(default=1e-6, metadata={"help": "Peak learning rate for AdamW."})
-    per_device_train_batch_size: int = field(default=8, metadata={
-        "help": "Completions per device per optimizer step (whole groups of --n completions)."})
-    max_length: int | None = field(default=1024, metadata={
-        "help": "Longest prompt plus completion, in tokens; longer prompts are skipped."})
-    n: int = field(default=4, metadata={
-        "flags": ("--num-generations",),  # TRL's name; also what torchrun's own parser cannot mistake for --nnodes
-        "help": "Completions sampled per prompt: each one's baseline is the others' mean reward (RLOO) "
-                "or the group's mean and spread (GRPO)."})
+    per_device_train_batch_size: int = field(
+        default=8, metadata={"help": "Completions per device per optimizer step (whole groups of --n completions)."}
+    )
+    max_length: int | None = field(
+        default=1024, metadata={"help": "Longest prompt plus completion, in tokens; longer prompts are skipped."}
+    )
+    n: int = field(
+        default=4,
+        metadata={
+            "flags": ("--num-generations",),  # TRL's name; also what torchrun's own parser cannot mistake for --nnodes
+            "help": "Completions sampled per prompt: each one's baseline is the others' mean reward (RLOO) "
+            "or the group's mean and spread (GRPO).",
+        },
+    )
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature of the policy while training."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling probability mass while training."})
     max_new_tokens: int = field(default=256, metadata={"help": "Longest completion, in tokens."})
-    algorithm: str = field(default="rloo", metadata={
-        "help": "rloo: REINFORCE with a leave-one-out baseline and the KL in the reward; grpo: group-normalised "
-                "advantages, the KL in the loss.", "choices": RL_ALGORITHMS})
-    reward_model: str | None = field(default=None, metadata={
-        "help": "The reward: a reward-model version (from `train reward`), or the path or hub id of any "
-                "one-label sequence-classification model."})
-    beta: float | None = field(default=None, metadata={
-        "help": "KL coefficient β in R = R_RM − β·KL(π‖π_ref) (default: TRL's, 0.05 for rloo; 0 for grpo, "
-                "which then loads no reference model)."})
-    num_iterations: int = field(default=1, metadata={
-        "help": "Optimisation passes over each sampled batch; above 1 the probability ratio is clipped as in PPO."})
+    algorithm: str = field(
+        default="rloo",
+        metadata={
+            "help": "rloo: REINFORCE with a leave-one-out baseline and the KL in the reward; grpo: group-normalised "
+            "advantages, the KL in the loss.",
+            "choices": RL_ALGORITHMS,
+        },
+    )
+    reward_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "The reward: a reward-model version (from `train reward`), or the path or hub id of any "
+            "one-label sequence-classification model."
+        },
+    )
+    beta: float | None = field(
+        default=None,
+        metadata={
+            "help": "KL coefficient β in R = R_RM − β·KL(π‖π_ref) (default: TRL's, 0.05 for rloo; 0 for grpo, "
+            "which then loads no reference model)."
+        },
+    )
+    num_iterations: int = field(
+        default=1,
+        metadata={
+            "help": "Optimisation passes over each sampled batch; above 1 the probability ratio is clipped as in PPO."
+        },
+    )
     epsilon: float = field(default=0.2, metadata={"help": "Clip range of the probability ratio (PPO's ε)."})
-    prompts_file: str | None = field(default=None, metadata={
-        "help": "Train on this JSON Lines file's prompts (imported into the store) instead of the dataset "
-                "version's training prompts."})
-    eval_prompts: int = field(default=64, metadata={
-        "help": "Held-out prompts on which the start and trained policies are sampled and scored after "
-                "training (0: skip)."})
+    prompts_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train on this JSON Lines file's prompts (imported into the store) instead of the dataset "
+            "version's training prompts."
+        },
+    )
+    eval_prompts: int = field(
+        default=64,
+        metadata={
+            "help": "Held-out prompts on which the start and trained policies are sampled and scored after "
+            "training (0: skip)."
+        },
+    )
 
     def __post_init__(self) -> None:
         TrainConfig.__post_init__(self)
@@ -85,15 +116,19 @@ class RLTrainConfig(TrainConfig, SamplingConfig):
         if self.n < 2:
             raise ConfigError(f"--n must be at least 2: a completion's baseline is the other ones, got {self.n}")
         if (self.per_device_train_batch_size * self.gradient_accumulation_steps) % self.n:
-            raise ConfigError(f"--per-device-train-batch-size × --gradient-accumulation-steps must be a multiple of "
-                              f"--n ({self.n}), so every prompt's completions land in one batch")
+            raise ConfigError(
+                f"--per-device-train-batch-size × --gradient-accumulation-steps must be a multiple of "
+                f"--n ({self.n}), so every prompt's completions land in one batch"
+            )
         if self.num_iterations < 1 or self.epsilon <= 0:
             raise ConfigError("--num-iterations must be at least 1 and --epsilon positive")
         if self.eval_prompts < 0:
             raise ConfigError("--eval-prompts cannot be negative")
         if self.max_length is not None and self.max_length <= self.max_new_tokens:
-            raise ConfigError(f"--max-length ({self.max_length}) leaves no room for a prompt next to "
-                              f"--max-new-tokens ({self.max_new_tokens})")
+            raise ConfigError(
+                f"--max-length ({self.max_length}) leaves no room for a prompt next to "
+                f"--max-new-tokens ({self.max_new_tokens})"
+            )
 
     def to_trl(self, output_dir: str):
         from trl import GRPOConfig, RLOOConfig
@@ -101,9 +136,16 @@ class RLTrainConfig(TrainConfig, SamplingConfig):
         kwargs = self.trainer_kwargs(output_dir)
         kwargs.pop("max_length")  # prompts are filtered by length here; TRL's RL configs have no such field
         trl_class = RLOOConfig if self.algorithm == "rloo" else GRPOConfig
-        return trl_class(beta=self.beta, num_generations=self.n, max_completion_length=self.max_new_tokens,
-                         temperature=self.temperature, top_p=self.top_p, num_iterations=self.num_iterations,
-                         epsilon=self.epsilon, **kwargs)
+        return trl_class(
+            beta=self.beta,
+            num_generations=self.n,
+            max_completion_length=self.max_new_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            num_iterations=self.num_iterations,
+            epsilon=self.epsilon,
+            **kwargs,
+        )
 
 
 class RewardModelReward:
@@ -148,8 +190,11 @@ def file_prompts(path: str) -> list:
 
 def prompt_length(tokenizer, prompt) -> int:
     if isinstance(prompt, list):
-        return len(tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True,
-                                                 return_dict=True)["input_ids"])
+        return len(
+            tokenizer.apply_chat_template(prompt, tokenize=True, add_generation_prompt=True, return_dict=True)[
+                "input_ids"
+            ]
+        )
     return len(tokenizer(text=prompt)["input_ids"])
 
 
@@ -166,9 +211,11 @@ def training_prompts(plan: RunPlan, config: RLTrainConfig, tokenizer) -> list:
         prompts = list(load_from_disk(plan.data_dir)["train"]["prompt"])
     distinct = list({_key(p): p for p in prompts}.values())
     if any(isinstance(p, list) for p in distinct) and not has_chat_template(tokenizer):
-        raise InputError("the model has no chat template, so it cannot read the conversations of several messages "
-                         f"in {config.prompts_file or 'the dataset version'}: train a model that has one (a base "
-                         "model reads single-message prompts, as plain text)")
+        raise InputError(
+            "the model has no chat template, so it cannot read the conversations of several messages "
+            f"in {config.prompts_file or 'the dataset version'}: train a model that has one (a base "
+            "model reads single-message prompts, as plain text)"
+        )
     if has_chat_template(tokenizer):
         # Every prompt as messages, so the policy reads each through its chat template (a conversation's
         # whole history), as training on a dataset version gives it; and the column holds one type.
@@ -177,8 +224,9 @@ def training_prompts(plan: RunPlan, config: RLTrainConfig, tokenizer) -> list:
         room = config.max_length - config.max_new_tokens
         distinct = [p for p in distinct if prompt_length(tokenizer, p) <= room]
     if not distinct:
-        raise ConfigError(f"no prompt fits in --max-length {config.max_length} with --max-new-tokens "
-                          f"{config.max_new_tokens}")
+        raise ConfigError(
+            f"no prompt fits in --max-length {config.max_length} with --max-new-tokens {config.max_new_tokens}"
+        )
     return distinct
 
 
@@ -192,14 +240,23 @@ def build_rl_trainer(plan: RunPlan, config: RLTrainConfig):
     prompts = Dataset.from_dict({"prompt": training_prompts(plan, config, tokenizer)})
     reward = RewardModelReward(config.reward_model, str(args.device), config.per_device_eval_batch_size)
     trainer_class = RLOOTrainer if config.algorithm == "rloo" else GRPOTrainer
-    return trainer_class(plan.model_path, reward_funcs=reward, args=args, train_dataset=prompts,
-                         processing_class=tokenizer, peft_config=config.peft_config("CAUSAL_LM"))
+    return trainer_class(
+        plan.model_path,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=prompts,
+        processing_class=tokenizer,
+        peft_config=config.peft_config("CAUSAL_LM"),
+    )
 
 
 def training_history(log_history: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Mean reward, KL and entropy as logged over training: the series and its first and last values."""
-    rows = [{"step": entry.get("step"), **{k: entry[k] for k in HISTORY if k in entry}}
-            for entry in log_history if "reward" in entry]
+    rows = [
+        {"step": entry.get("step"), **{k: entry[k] for k in HISTORY if k in entry}}
+        for entry in log_history
+        if "reward" in entry
+    ]
     out: dict[str, Any] = {"history": rows}
     for key in HISTORY:
         values = [row[key] for row in rows if key in row]
@@ -218,8 +275,9 @@ def _as_response(prompt, text: str):
     return [{"role": "assistant", "content": text}] if isinstance(prompt, list) else text
 
 
-def heldout_samples(model, tokenizer, prompts: list, config: SamplingConfig, seed: int,
-                    batch_size: int = 32) -> tuple[list, list]:
+def heldout_samples(
+    model, tokenizer, prompts: list, config: SamplingConfig, seed: int, batch_size: int = 32
+) -> tuple[list, list]:
     """`config.n` sampled completions per prompt: (prompt of each, completion of each)."""
     from preflab.lm.sampling import generate_texts
 
@@ -227,9 +285,20 @@ def heldout_samples(model, tokenizer, prompts: list, config: SamplingConfig, see
     texts = [_formatted(tokenizer, p) for p in rows]
     completions = []
     for start in range(0, len(texts), batch_size):
-        completions += [_as_response(rows[start + i], g.text) for i, g in enumerate(generate_texts(
-            model, tokenizer, texts[start:start + batch_size], max_new_tokens=config.max_new_tokens,
-            temperature=config.temperature, top_p=config.top_p, seed=seed + start))]
+        completions += [
+            _as_response(rows[start + i], g.text)
+            for i, g in enumerate(
+                generate_texts(
+                    model,
+                    tokenizer,
+                    texts[start : start + batch_size],
+                    max_new_tokens=config.max_new_tokens,
+                    temperature=config.temperature,
+                    top_p=config.top_p,
+                    seed=seed + start,
+                )
+            )
+        ]
     return rows, completions
 
 
@@ -242,8 +311,9 @@ def mean_and_stderr(values: Sequence[float]) -> tuple[float | None, float | None
     return mean, math.sqrt(var / n)
 
 
-def evaluate_policy_rewards(policy_path: str, start_path: str, reward_path: str, prompts: list,
-                            config: SamplingConfig, batch_size: int = 32) -> dict[str, Any]:
+def evaluate_policy_rewards(
+    policy_path: str, start_path: str, reward_path: str, prompts: list, config: SamplingConfig, batch_size: int = 32
+) -> dict[str, Any]:
     """Fresh samples of the start and trained policies on held-out prompts, scored by the reward model.
 
     Also the KL(π‖π_start) of the trained policy, a Monte-Carlo estimate from its
@@ -311,10 +381,20 @@ def evaluate_run(plan: RunPlan, config: RLTrainConfig, sessions: sessionmaker[Se
 
     with sessions.begin() as session:
         name, _, version_id = resolve_reward_model(session, config.reward_model)
-    lineage = {"reward_model_version": name, "reward_model_version_id": version_id, "beta": config.beta,
-               "algorithm": config.algorithm}
+    lineage = {
+        "reward_model_version": name,
+        "reward_model_version_id": version_id,
+        "beta": config.beta,
+        "algorithm": config.algorithm,
+    }
     splits = load_from_disk(plan.data_dir)
     test = list({_key(p): p for p in splits["test"]["prompt"]}.values()) if "test" in splits else []
-    held = evaluate_policy_rewards(plan.model_dir, plan.model_path, config.reward_model,
-                                   test[:config.eval_prompts], config, config.per_device_eval_batch_size)
+    held = evaluate_policy_rewards(
+        plan.model_dir,
+        plan.model_path,
+        config.reward_model,
+        test[: config.eval_prompts],
+        config,
+        config.per_device_eval_batch_size,
+    )
     return {**lineage, **held}

@@ -99,6 +99,7 @@ def one_line(exc: BaseException) -> str:
 
 # --- rank 0: planning and recording ------------------------------------------------------
 
+
 def _starting_model(session: Session, model_name: str) -> tuple[str, str, int | None, list[dict[str, Any]]]:
     """(label, from_pretrained location, model version id, what was written) for the model a run starts from.
 
@@ -119,8 +120,14 @@ def written(path: str | Path, what: str) -> dict[str, Any]:
     return {"path": str(path), "what": what, "bytes": folder_bytes(path)}
 
 
-def plan_run(session: Session, kind: str, config: dict[str, Any], model_name: str,
-             dataset_version: str | None = None, output_dir: str | None = None) -> RunPlan:
+def plan_run(
+    session: Session,
+    kind: str,
+    config: dict[str, Any],
+    model_name: str,
+    dataset_version: str | None = None,
+    output_dir: str | None = None,
+) -> RunPlan:
     """Record a new run (status running); its data is copied by `copy_data` once this is committed."""
     from preflab.training.data import resolve_dataset_version
 
@@ -128,14 +135,22 @@ def plan_run(session: Session, kind: str, config: dict[str, Any], model_name: st
     label, location, version_id, elsewhere = _starting_model(session, model_name)
     if exported:  # the pairs had changed since the newest version
         elsewhere.append(written(version.path, f"dataset version {version.name} exported for it"))
-    run = TrainingRun(kind=kind, status="running", config=config, dataset_version_id=version.id,
-                      base_model=label, base_model_version_id=version_id, world_size=world_size())
+    run = TrainingRun(
+        kind=kind,
+        status="running",
+        config=config,
+        dataset_version_id=version.id,
+        base_model=label,
+        base_model_version_id=version_id,
+        world_size=world_size(),
+    )
     session.add(run)
     session.flush()
     run_dir = _fresh_run_dir(session, Path(output_dir) if output_dir else None, f"{kind}-{run.id}")
     run.output_path = str(run_dir.resolve())
-    return RunPlan(run.id, kind, config, version.name, location, run.output_path, export_path=version.path,
-                   elsewhere=elsewhere)
+    return RunPlan(
+        run.id, kind, config, version.name, location, run.output_path, export_path=version.path, elsewhere=elsewhere
+    )
 
 
 def copy_data(plan: RunPlan) -> None:
@@ -163,8 +178,9 @@ def _fresh_run_dir(session: Session, chosen: Path | None, name: str) -> Path:
             candidate = base.with_name(f"{name}-{n}")
         return candidate
     resolved = chosen.resolve()
-    owner = session.scalar(select(ModelVersion.name).where(ModelVersion.path.in_(
-        [str(resolved / "model"), str(resolved)])).limit(1))
+    owner = session.scalar(
+        select(ModelVersion.name).where(ModelVersion.path.in_([str(resolved / "model"), str(resolved)])).limit(1)
+    )
     if owner is not None:
         raise InputError(f"{chosen} holds model version {owner}; choose another --output-dir")
     for part in ("checkpoints", "data", "model", "adapter"):
@@ -176,16 +192,19 @@ def plan_resume(session: Session, kind: str) -> RunPlan:
     """The newest unfinished run of this kind, to continue from its last checkpoint."""
     from transformers.trainer_utils import get_last_checkpoint
 
-    run = session.scalars(select(TrainingRun).where(TrainingRun.kind == kind,
-                                                    TrainingRun.status.in_(("running", "failed")))
-                          .order_by(TrainingRun.id.desc())).first()
+    run = session.scalars(
+        select(TrainingRun)
+        .where(TrainingRun.kind == kind, TrainingRun.status.in_(("running", "failed")))
+        .order_by(TrainingRun.id.desc())
+    ).first()
     if run is None or not run.output_path or not (Path(run.output_path) / "data").exists():
         raise NotFound(f"there is no unfinished {kind} run to resume")
     version = session.get(DatasetVersion, run.dataset_version_id)
-    label, location, _, elsewhere = _starting_model(session, _model_name(session, run))
+    _label, location, _, elsewhere = _starting_model(session, _model_name(session, run))
     run.status, run.error, run.world_size, run.finished_at = "running", None, world_size(), None
-    plan = RunPlan(run.id, kind, run.config, version.name if version else "?", location, run.output_path,
-                   elsewhere=elsewhere)
+    plan = RunPlan(
+        run.id, kind, run.config, version.name if version else "?", location, run.output_path, elsewhere=elsewhere
+    )
     checkpoints = Path(plan.checkpoint_dir)
     plan.resume_from = get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
     return plan
@@ -207,7 +226,7 @@ def record_success(session: Session, plan: RunPlan, metrics: dict[str, Any], mod
     if version is None:
         version = ModelVersion(name=f"{model_kind}-{run.id}", kind=model_kind)
         session.add(version)
-    version.base_model = (base.base_model if base is not None and base.base_model else run.base_model)
+    version.base_model = base.base_model if base is not None and base.base_model else run.base_model
     version.parent_id = base.id if base is not None else None
     version.path, version.metrics = plan.model_dir, metrics
     version.iteration = run.iteration
@@ -226,6 +245,7 @@ def record_failure(session: Session, run_id: int, error: str) -> None:
 
 # --- every rank ----------------------------------------------------------------------------
 
+
 def _share(value):
     """Rank 0's value, on every rank."""
     if world_size() == 1:
@@ -237,9 +257,17 @@ def _share(value):
     return box[0]
 
 
-def execute(method, config, sessions: sessionmaker[Session] | None, model_name: str,
-            dataset_version: str | None = None, resume: bool = False, output_dir: str | None = None,
-            callbacks: Sequence = (), reporter: Reporter = SILENT) -> RunResult | None:
+def execute(
+    method,
+    config,
+    sessions: sessionmaker[Session] | None,
+    model_name: str,
+    dataset_version: str | None = None,
+    resume: bool = False,
+    output_dir: str | None = None,
+    callbacks: Sequence = (),
+    reporter: Reporter = SILENT,
+) -> RunResult | None:
     """Plan (rank 0), train (all ranks), evaluate and record (rank 0) a run of one training method.
 
     Args:
@@ -259,8 +287,7 @@ def execute(method, config, sessions: sessionmaker[Session] | None, model_name: 
     if method.prepare is not None and is_main_process() and not resume:
         config = method.prepare(sessions, config)
     with quiet_libraries(reporter.enabled):
-        return _execute(method, config, sessions, model_name, dataset_version, resume, output_dir, callbacks,
-                        reporter)
+        return _execute(method, config, sessions, model_name, dataset_version, resume, output_dir, callbacks, reporter)
 
 
 def _execute(method, config, sessions, model_name, dataset_version, resume, output_dir, callbacks, reporter):
@@ -273,8 +300,11 @@ def _execute(method, config, sessions, model_name, dataset_version, resume, outp
     if is_main_process():
         try:
             with sessions.begin() as session:
-                plan = (plan_resume(session, kind) if resume else
-                        plan_run(session, kind, config.as_dict(), model_name, dataset_version, output_dir))
+                plan = (
+                    plan_resume(session, kind)
+                    if resume
+                    else plan_run(session, kind, config.as_dict(), model_name, dataset_version, output_dir)
+                )
             if plan.export_path:
                 copy_data(plan)
         except Exception as exc:  # the other ranks wait on the broadcast below: tell them, then raise
@@ -309,8 +339,18 @@ def _execute(method, config, sessions, model_name, dataset_version, resume, outp
         return None
     with sessions.begin() as session:
         version = record_success(session, plan, metrics, method.model_kind)
-        result = RunResult(plan.run_id, kind, version.name, version.id, version.path, plan.dataset_version,
-                           metrics, world_size(), resumed=plan.resume_from is not None, elsewhere=plan.elsewhere)
+        result = RunResult(
+            plan.run_id,
+            kind,
+            version.name,
+            version.id,
+            version.path,
+            plan.dataset_version,
+            metrics,
+            world_size(),
+            resumed=plan.resume_from is not None,
+            elsewhere=plan.elsewhere,
+        )
     # Only once the success is recorded: a crash while deleting loses nothing the run needs.
     if not getattr(config, "keep_checkpoints", False):
         result.freed_bytes = folder_bytes(plan.checkpoint_dir)
@@ -327,7 +367,7 @@ def folder_bytes(path: str | Path) -> int:
 
 def disk_size(n: int) -> str:
     """`517 MB`, `1.1 GB`: a size for people (decimal units, as `du -h --si` and file managers show)."""
-    for unit, scale in (("GB", 10 ** 9), ("MB", 10 ** 6), ("kB", 10 ** 3)):
+    for unit, scale in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
         if n >= scale:
             value = n / scale
             return f"{value:.1f} {unit}" if value < 10 else f"{value:,.0f} {unit}"

@@ -26,12 +26,19 @@ class SimPOTrainConfig(TrainConfig):
     """SimPO with TRL's CPOTrainer (loss_type="simpo")."""
 
     learning_rate: float = field(default=1e-6, metadata={"help": "Peak learning rate for AdamW."})
-    beta: float = field(default=2.0, metadata={
-        "help": "Scale β of the reward β/|y|·log π(y|x) (the SimPO paper uses 2 to 2.5)."})
-    simpo_gamma: float = field(default=0.5, metadata={
-        "help": "Target reward margin γ by which the chosen response should beat the rejected one."})
-    cpo_alpha: float = field(default=0.0, metadata={
-        "help": "Weight of the chosen responses' NLL added to the loss (CPO-SimPO); 0 is SimPO as published."})
+    beta: float = field(
+        default=2.0, metadata={"help": "Scale β of the reward β/|y|·log π(y|x) (the SimPO paper uses 2 to 2.5)."}
+    )
+    simpo_gamma: float = field(
+        default=0.5,
+        metadata={"help": "Target reward margin γ by which the chosen response should beat the rejected one."},
+    )
+    cpo_alpha: float = field(
+        default=0.0,
+        metadata={
+            "help": "Weight of the chosen responses' NLL added to the loss (CPO-SimPO); 0 is SimPO as published."
+        },
+    )
     label_smoothing: float = field(default=0.0, metadata={"help": "Probability that a label is flipped."})
 
     def __post_init__(self) -> None:
@@ -46,9 +53,15 @@ class SimPOTrainConfig(TrainConfig):
     def to_trl(self, output_dir: str):
         config_class, _ = cpo_classes()
         # remove_unused_columns=False: TRL's pairwise collator needs the columns (it warns and sets it otherwise).
-        return config_class(loss_type="simpo", beta=self.beta, simpo_gamma=self.simpo_gamma, cpo_alpha=self.cpo_alpha,
-                            label_smoothing=self.label_smoothing, remove_unused_columns=False,
-                            **self.trainer_kwargs(output_dir))
+        return config_class(
+            loss_type="simpo",
+            beta=self.beta,
+            simpo_gamma=self.simpo_gamma,
+            cpo_alpha=self.cpo_alpha,
+            label_smoothing=self.label_smoothing,
+            remove_unused_columns=False,
+            **self.trainer_kwargs(output_dir),
+        )
 
 
 def cpo_classes():
@@ -64,9 +77,13 @@ def build_simpo_trainer(plan: RunPlan, config: SimPOTrainConfig):
 
     _, trainer_class = cpo_classes()
     train_split = load_from_disk(plan.data_dir)["train"].select_columns(["prompt", "chosen", "rejected"])
-    return trainer_class(plan.model_path, args=config.to_trl(plan.checkpoint_dir), train_dataset=train_split,
-                         processing_class=load_tokenizer_for_training(plan.model_path),
-                         peft_config=config.peft_config("CAUSAL_LM"))
+    return trainer_class(
+        plan.model_path,
+        args=config.to_trl(plan.checkpoint_dir),
+        train_dataset=train_split,
+        processing_class=load_tokenizer_for_training(plan.model_path),
+        peft_config=config.peft_config("CAUSAL_LM"),
+    )
 
 
 def length_normalised_margins(model, tokenizer, split, beta: float, batch_size: int = 32) -> list[float]:
@@ -93,8 +110,9 @@ def evaluate_simpo(policy_path: str, start_path: str, split, beta: float, batch_
     out: dict[str, Any] = {"heldout_pairs": len(split)}
     for name, path in (("", policy_path), ("start_", start_path)):
         model, tokenizer = load_causal_lm(path)
-        margins = length_normalised_margins(model, tokenizer, for_model(split, tokenizer, "the held-out pairs"),
-                                            beta, batch_size)
+        margins = length_normalised_margins(
+            model, tokenizer, for_model(split, tokenizer, "the held-out pairs"), beta, batch_size
+        )
         out[f"heldout_{name}reward_accuracy"] = sum(m > 0 for m in margins) / len(margins)
         out[f"heldout_{name}reward_margin"] = sum(margins) / len(margins)
     return out
@@ -109,5 +127,6 @@ def evaluate_run(plan: RunPlan, config: SimPOTrainConfig, sessions=None) -> dict
     """Held-out SimPO reward accuracy and margin of a run's policy, and of its starting model."""
     from preflab.training.data import run_test_split
 
-    return evaluate_simpo(plan.model_dir, plan.model_path, run_test_split(plan.data_dir),
-                          config.beta, config.per_device_eval_batch_size)
+    return evaluate_simpo(
+        plan.model_dir, plan.model_path, run_test_split(plan.data_dir), config.beta, config.per_device_eval_batch_size
+    )

@@ -164,5 +164,6 @@ def _adbc_reader(session: Session, query: Select, batch_rows: int) -> _Reader | 
     # result in memory: 600 MB for 1.9 M pairs), so the values are rendered into it, quoted by
     # SQLAlchemy's literal processors for their types.
     compiled = query.compile(dialect=psycopg.dialect(), compile_kwargs={"literal_binds": True})
-    return _Reader(adbc.connect(libpq_url), str(compiled),
-                   {"adbc.postgresql.batch_size_hint_bytes": str(64 * batch_rows)})  # ~batch_rows id rows
+    return _Reader(
+        adbc.connect(libpq_url), str(compiled), {"adbc.postgresql.batch_size_hint_bytes": str(64 * batch_rows)}
+    )  # ~batch_rows id rows

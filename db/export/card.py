@@ -24,8 +24,15 @@ ANNOTATORS = {
 
 def size_category(n: int) -> str:
     """The Hub's `size_categories` value for a dataset of n rows."""
-    bounds = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"),
-              (10_000_000, "1M<n<10M"), (100_000_000, "10M<n<100M"), (1_000_000_000, "100M<n<1B")]
+    bounds = [
+        (1_000, "n<1K"),
+        (10_000, "1K<n<10K"),
+        (100_000, "10K<n<100K"),
+        (1_000_000, "100K<n<1M"),
+        (10_000_000, "1M<n<10M"),
+        (100_000_000, "10M<n<100M"),
+        (1_000_000_000, "100M<n<1B"),
+    ]
     return next((name for bound, name in bounds if n < bound), "n>1B")
 
 
@@ -40,9 +47,12 @@ def dataset_card(version: DatasetVersion, prompts: dict[str, int]) -> str:
     lines = [
         "---",
         f"license: {_yaml(settings.get('license', LICENSE_UNKNOWN))}",
-        "task_categories:", *(f"- {t}" for t in TASK_CATEGORIES),
-        "size_categories:", f"- {_yaml(size_category(version.n_train + version.n_test))}",
-        "tags:", *(f"- {t}" for t in TAGS),
+        "task_categories:",
+        *(f"- {t}" for t in TASK_CATEGORIES),
+        "size_categories:",
+        f"- {_yaml(size_category(version.n_train + version.n_test))}",
+        "tags:",
+        *(f"- {t}" for t in TAGS),
         "configs:",
         "- config_name: default",
         # `load_dataset` caches a folder read through these configs by the folder's name and this block alone,
@@ -108,16 +118,23 @@ def _annotators(settings: dict) -> list[str]:
     lines.append("")
     left_out = settings.get("left_out_by_kind") or {}
     if left_out:
-        lines += ["Left out: " + ", ".join(f"{n:,} pairs by {KIND_NAMES.get(k, k)}" for k, n in
-                                           sorted(left_out.items())) + ".", ""]
+        lines += [
+            "Left out: "
+            + ", ".join(f"{n:,} pairs by {KIND_NAMES.get(k, k)}" for k, n in sorted(left_out.items()))
+            + ".",
+            "",
+        ]
     lines += _excluded(settings)
     n = settings.get("contradicting_pairs", 0)
     if n:
         by_split = settings.get("contradicting_by_split") or {}
         where = ", ".join(f"{by_split[s]:,} in {s}" for s in ("train", "test") if by_split.get(s))
-        lines += [f"{n:,} pairs contradict another pair of the same prompt (the same two responses in the "
-                  f"opposite order){f': {where}' if where else ''}. They are annotators who disagree; "
-                  "`preflab pairs build --aggregate majority` keeps one verdict per pair.", ""]
+        lines += [
+            f"{n:,} pairs contradict another pair of the same prompt (the same two responses in the "
+            f"opposite order){f': {where}' if where else ''}. They are annotators who disagree; "
+            "`preflab pairs build --aggregate majority` keeps one verdict per pair.",
+            "",
+        ]
     else:
         lines += ["No pair contradicts another (no prompt has the same two responses in both orders).", ""]
     return lines
@@ -130,10 +147,13 @@ def _excluded(settings: dict) -> list[str]:
         return []
     if not excluded:
         return ["No annotator was left out (see `preflab annotators`).", ""]
-    lines = [f"Left out {len(excluded)} annotator{'s' if len(excluded) != 1 else ''} flagged by "
-             "`preflab annotators` (their rankings gave no pairs):", ""]
+    lines = [
+        f"Left out {len(excluded)} annotator{'s' if len(excluded) != 1 else ''} flagged by "
+        "`preflab annotators` (their rankings gave no pairs):",
+        "",
+    ]
     lines += [f"- `{pseudonym}`: {'; '.join(reasons)}" for pseudonym, reasons in sorted(excluded.items())]
-    return lines + [""]
+    return [*lines, ""]
 
 
 def form_name(settings: dict) -> str:
@@ -152,31 +172,51 @@ def form_lines(settings: dict) -> list[str]:
     implicit = settings.get("prompt") == "implicit"
     if settings.get("conversational"):
         if implicit:
-            text = ("Form: **conversational, implicit prompt**. `chosen` and `rejected` are whole conversations, "
-                    "lists of `{role, content}` messages: the shared history, then each reply. There is no `prompt` "
-                    "column (TRL's implicit-prompt preference format, which it advises for `RewardTrainer`).")
+            text = (
+                "Form: **conversational, implicit prompt**. `chosen` and `rejected` are whole conversations, "
+                "lists of `{role, content}` messages: the shared history, then each reply. There is no `prompt` "
+                "column (TRL's implicit-prompt preference format, which it advises for `RewardTrainer`)."
+            )
         else:
-            text = ("Form: **conversational, explicit prompt**. `prompt` is the conversation so far, a list of "
-                    "`{role, content}` messages ending with the user's turn; `chosen` and `rejected` are the replies "
-                    "that follow it, as messages (TRL's conversational preference format, which it advises for "
-                    "`DPOTrainer`). Trainers apply the model's chat template.")
+            text = (
+                "Form: **conversational, explicit prompt**. `prompt` is the conversation so far, a list of "
+                "`{role, content}` messages ending with the user's turn; `chosen` and `rejected` are the replies "
+                "that follow it, as messages (TRL's conversational preference format, which it advises for "
+                "`DPOTrainer`). Trainers apply the model's chat template."
+            )
     elif settings.get("chat_template"):
-        text = (f"Form: **plain text rendered with the chat template of {settings['chat_template']}**. "
-                + ("`chosen` and `rejected` are whole conversations as text." if implicit else
-                   "`prompt` ends with the template's generation prompt; `chosen` and `rejected` are the text that "
-                   "follows it.") + " Train only that model's family on it, as the template is already applied.")
+        text = (
+            f"Form: **plain text rendered with the chat template of {settings['chat_template']}**. "
+            + (
+                "`chosen` and `rejected` are whole conversations as text."
+                if implicit
+                else "`prompt` ends with the template's generation prompt; `chosen` and `rejected` are the text that "
+                "follows it."
+            )
+            + " Train only that model's family on it, as the template is already applied."
+        )
     else:
-        text = ("Form: **plain text**. Each prompt is one user message and each reply one assistant message, as "
-                "strings, without a chat template (the conversational form, the default, carries the roles).")
+        text = (
+            "Form: **plain text**. Each prompt is one user message and each reply one assistant message, as "
+            "strings, without a chat template (the conversational form, the default, carries the roles)."
+        )
     return [text, ""]
 
 
 def _loading(fmt: str) -> list[str]:
     if fmt == "disk":
-        return ["# Written by `save_to_disk`: its loader is `load_from_disk`. (`datasets.load_dataset` refuses a",
-                "# `save_to_disk` folder of one Dataset and reads this DatasetDict only as loose Arrow files; for",
-                "# tools that call `load_dataset`, such as TRL's CLI, export with --format parquet or jsonl.)",
-                "from datasets import load_from_disk", "", "pairs = load_from_disk(\"path/to/this/folder\")"]
-    return ["# `load_dataset` reads the folder through this card, and so does TRL's CLI, as is:",
-            "#   trl dpo --dataset_name path/to/this/folder --model_name_or_path MODEL",
-            "from datasets import load_dataset", "", "pairs = load_dataset(\"path/to/this/folder\")"]
+        return [
+            "# Written by `save_to_disk`: its loader is `load_from_disk`. (`datasets.load_dataset` refuses a",
+            "# `save_to_disk` folder of one Dataset and reads this DatasetDict only as loose Arrow files; for",
+            "# tools that call `load_dataset`, such as TRL's CLI, export with --format parquet or jsonl.)",
+            "from datasets import load_from_disk",
+            "",
+            'pairs = load_from_disk("path/to/this/folder")',
+        ]
+    return [
+        "# `load_dataset` reads the folder through this card, and so does TRL's CLI, as is:",
+        "#   trl dpo --dataset_name path/to/this/folder --model_name_or_path MODEL",
+        "from datasets import load_dataset",
+        "",
+        'pairs = load_dataset("path/to/this/folder")',
+    ]

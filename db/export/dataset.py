@@ -28,12 +28,19 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.export.arrow import arrow_batches
 from preflab.db.bulk import for_values, in_values
+from preflab.db.export.arrow import arrow_batches
 from preflab.db.export.card import LICENSE_UNKNOWN, dataset_card
+from preflab.db.export.pair_tables import (
+    PairRow,
+    TextForm,
+    features,
+    id_batches,
+    id_schema,
+    refuse_plain_conversations,
+    text_tables,
+)
 from preflab.db.models import Comparison, DatasetVersion, PairBuild, Prompt, Ranking
-from preflab.db.export.pair_tables import (PairRow, TextForm, features, id_batches, id_schema,
-                                           refuse_plain_conversations, text_tables)
 from preflab.db.pairs.build import EXPORT_KINDS, kept_comparisons, kept_prompts, pair_mix
 from preflab.errors import ConfigError, DatabaseError, HubError, InputError
 
@@ -47,29 +54,51 @@ BATCH_ROWS = 20_000
 class ExportSettings:
     """How an export is written: its format, and the seeded split of its prompts."""
 
-    format: str = field(default="disk", metadata={
-        "help": "disk: datasets.save_to_disk; parquet: data/{train,test}.parquet; jsonl: {train,test}.jsonl.",
-        "choices": FORMATS})
+    format: str = field(
+        default="disk",
+        metadata={
+            "help": "disk: datasets.save_to_disk; parquet: data/{train,test}.parquet; jsonl: {train,test}.jsonl.",
+            "choices": FORMATS,
+        },
+    )
     test_size: float = field(default=0.1, metadata={"help": "Share of prompts in the test split."})
     seed: int = field(default=0, metadata={"help": "Seed of the split by prompt."})
-    conversational: bool | None = field(default=None, metadata={
-        "help": "Chat messages, as TRL expects: `prompt` is the conversation so far, `chosen`/`rejected` the "
-                "replies (the default, unless --chat-template). --no-conversational: plain text, which holds only "
-                "prompts of one user message and replies of one assistant message."})
-    prompt: str = field(default="explicit", metadata={
-        "help": "explicit: a `prompt` column beside the replies (TRL advises it for DPO); implicit: the prompt "
-                "opens `chosen` and `rejected`, which are whole conversations (its advice for reward models).",
-        "choices": PROMPT_FORMS})
-    chat_template: str | None = field(default=None, metadata={
-        "help": "MODEL: plain text rendered with this model's chat template (a model version, embedded name, "
-                "path or hub id), for tools that read text; plain text of a conversation of several messages "
-                "needs it."})
-    annotators: str = field(default="human-first", metadata={
-        "help": "Whose pairs: human-first (people's, and a judge's only on prompts no person ranked, so the "
-                "two never contradict), human, ai, or any (every pair `pairs build` made).",
-        "choices": EXPORT_KINDS})
-    license: str = field(default=LICENSE_UNKNOWN, metadata={
-        "help": "The dataset's license on its card, as a Hub license id (e.g. cc-by-4.0)."})
+    conversational: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Chat messages, as TRL expects: `prompt` is the conversation so far, `chosen`/`rejected` the "
+            "replies (the default, unless --chat-template). --no-conversational: plain text, which holds only "
+            "prompts of one user message and replies of one assistant message."
+        },
+    )
+    prompt: str = field(
+        default="explicit",
+        metadata={
+            "help": "explicit: a `prompt` column beside the replies (TRL advises it for DPO); implicit: the prompt "
+            "opens `chosen` and `rejected`, which are whole conversations (its advice for reward models).",
+            "choices": PROMPT_FORMS,
+        },
+    )
+    chat_template: str | None = field(
+        default=None,
+        metadata={
+            "help": "MODEL: plain text rendered with this model's chat template (a model version, embedded name, "
+            "path or hub id), for tools that read text; plain text of a conversation of several messages "
+            "needs it."
+        },
+    )
+    annotators: str = field(
+        default="human-first",
+        metadata={
+            "help": "Whose pairs: human-first (people's, and a judge's only on prompts no person ranked, so the "
+            "two never contradict), human, ai, or any (every pair `pairs build` made).",
+            "choices": EXPORT_KINDS,
+        },
+    )
+    license: str = field(
+        default=LICENSE_UNKNOWN,
+        metadata={"help": "The dataset's license on its card, as a Hub license id (e.g. cc-by-4.0)."},
+    )
 
     def __post_init__(self) -> None:
         if self.chat_template is not None and not self.chat_template.strip():
@@ -81,8 +110,10 @@ class ExportSettings:
         if self.prompt not in PROMPT_FORMS:
             raise ConfigError(f"unknown --prompt {self.prompt!r} (expected one of {', '.join(PROMPT_FORMS)})")
         if self.prompt == "implicit" and not (self.conversational or self.chat_template):
-            raise ConfigError("--prompt implicit as plain text would glue each prompt to its replies: use it with "
-                              "--conversational (the default) or --chat-template MODEL")
+            raise ConfigError(
+                "--prompt implicit as plain text would glue each prompt to its replies: use it with "
+                "--conversational (the default) or --chat-template MODEL"
+            )
         if self.format not in FORMATS:
             raise ConfigError(f"unknown format {self.format!r} (expected one of {', '.join(FORMATS)})")
         if self.annotators not in EXPORT_KINDS:
@@ -100,8 +131,14 @@ class ExportSettings:
 
     def stored(self) -> dict[str, Any]:
         """What a dataset version records of its form and split."""
-        return {"test_size": self.test_size, "seed": self.seed, "conversational": self.conversational,
-                "prompt": self.prompt, "chat_template": self.chat_template, "license": self.license}
+        return {
+            "test_size": self.test_size,
+            "seed": self.seed,
+            "conversational": self.conversational,
+            "prompt": self.prompt,
+            "chat_template": self.chat_template,
+            "license": self.license,
+        }
 
 
 def split_prompts(hashes: dict[int, str], test_size: float, seed: int) -> dict[int, str]:
@@ -111,6 +148,7 @@ def split_prompts(hashes: dict[int, str], test_size: float, seed: int) -> dict[i
     prompts always split the same way; round(test_size × n) prompts (at least
     one when test_size > 0 and there are two or more prompts) go to test.
     """
+
     def key(pid: int) -> str:
         return hashlib.sha256(f"{seed}:{hashes[pid]}".encode()).hexdigest()
 
@@ -162,16 +200,32 @@ class _SplitWriter:
             self._handle.close()
 
 
-def write_dataset(session: Session, rows: Iterable[Sequence[PairRow]], splits: dict[int, str], out_dir: str | Path,
-                  settings: ExportSettings, **version: Any) -> DatasetVersion:
+def write_dataset(
+    session: Session,
+    rows: Iterable[Sequence[PairRow]],
+    splits: dict[int, str],
+    out_dir: str | Path,
+    settings: ExportSettings,
+    **version: Any,
+) -> DatasetVersion:
     """Write batches of `PairRow` tuples (ids, margin, weight, kind, annotator) as a dataset: see `write_batches`."""
     return write_batches(session, id_batches(rows), splits, out_dir, settings, **version)
 
 
-def write_batches(session: Session, batches: Iterable, splits: dict[int, str], out_dir: str | Path,
-                  settings: ExportSettings, *, name: str | None = None, prefix: str | None = None,
-                  build_id: int | None = None, version_settings: dict[str, Any] | None = None,
-                  iteration: int | None = None, tokenizer=None) -> DatasetVersion:
+def write_batches(
+    session: Session,
+    batches: Iterable,
+    splits: dict[int, str],
+    out_dir: str | Path,
+    settings: ExportSettings,
+    *,
+    name: str | None = None,
+    prefix: str | None = None,
+    build_id: int | None = None,
+    version_settings: dict[str, Any] | None = None,
+    iteration: int | None = None,
+    tokenizer=None,
+) -> DatasetVersion:
     """Write batches of pairs to `out_dir` as a dataset, with its card, and record its version (flushed).
 
     Args:
@@ -211,17 +265,28 @@ def write_batches(session: Session, batches: Iterable, splits: dict[int, str], o
         if name is None:
             name = f"dataset-{session.scalar(select(func.count()).select_from(DatasetVersion)) + 1}-{digest[:8]}"
         version = DatasetVersion(
-            name=name, build_id=build_id,
+            name=name,
+            build_id=build_id,
             settings={**settings.stored(), **(version_settings or {})},
-            n_train=counts["train"], n_test=counts["test"], n_prompts=sum(prompts.values()),
-            content_hash=digest, format=settings.format, path=str(out_dir.resolve()), iteration=iteration,
+            n_train=counts["train"],
+            n_test=counts["test"],
+            n_prompts=sum(prompts.values()),
+            content_hash=digest,
+            format=settings.format,
+            path=str(out_dir.resolve()),
+            iteration=iteration,
         )
         session.add(version)
         session.flush()
         _finish(staging, out_dir, settings, suffix, [s for s in SPLITS if counts[s]])
         (out_dir / "README.md").write_text(dataset_card(version, prompts), encoding="utf-8")
-        manifest = {"dataset_version": version.name, "content_hash": digest, "counts": counts,
-                    "settings": version.settings, "format": settings.format}
+        manifest = {
+            "dataset_version": version.name,
+            "content_hash": digest,
+            "counts": counts,
+            "settings": version.settings,
+            "format": settings.format,
+        }
         if iteration is not None:
             manifest["iteration"] = iteration
         (out_dir / "preflab.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
@@ -236,16 +301,26 @@ def comparison_batches(session: Session, annotators: str = "any", rows_hint: int
     Args:
         rows_hint: about how many there are (a big read may go to another process: `preflab.db.export.arrow`).
     """
-    query = (select(Comparison.prompt_id, Comparison.chosen_id, Comparison.rejected_id, Comparison.margin,
-                    Comparison.weight, Comparison.annotator_kind, Ranking.annotator_id)
-             .outerjoin(Ranking, Ranking.id == Comparison.ranking_id)
-             .where(kept_comparisons(annotators))
-             .order_by(Comparison.id))
+    query = (
+        select(
+            Comparison.prompt_id,
+            Comparison.chosen_id,
+            Comparison.rejected_id,
+            Comparison.margin,
+            Comparison.weight,
+            Comparison.annotator_kind,
+            Ranking.annotator_id,
+        )
+        .outerjoin(Ranking, Ranking.id == Comparison.ranking_id)
+        .where(kept_comparisons(annotators))
+        .order_by(Comparison.id)
+    )
     return arrow_batches(session, query, id_schema(), BATCH_ROWS, rows_hint=rows_hint)
 
 
-def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettings,
-                   name: str | None = None, tokenizer=None) -> DatasetVersion:
+def export_dataset(
+    session: Session, out_dir: str | Path, settings: ExportSettings, name: str | None = None, tokenizer=None
+) -> DatasetVersion:
     """Write the current comparisons to `out_dir` and record a dataset version; the split is stored per prompt.
 
     Only the pairs of `settings.annotators` are written; the version's settings
@@ -264,45 +339,76 @@ def export_dataset(session: Session, out_dir: str | Path, settings: ExportSettin
         if not mix.left_out:
             raise InputError("there are no comparisons to export; run `preflab pairs build` first")
         held = ", ".join(f"{n:,} {kind}" for kind, n in mix.left_out.items())
-        raise InputError(f"no pairs to export with --annotators {settings.annotators}: the comparisons hold "
-                         f"{held} pairs (choose them with --annotators any, human or ai)")
+        raise InputError(
+            f"no pairs to export with --annotators {settings.annotators}: the comparisons hold "
+            f"{held} pairs (choose them with --annotators any, human or ai)"
+        )
     if not settings.conversational and not settings.chat_template:
         refuse_plain_conversations(session, settings.annotators)
-    prompt_hashes = dict(session.execute(select(Prompt.id, Prompt.content_hash)
-                                         .where(Prompt.id.in_(kept_prompts(settings.annotators)))).all())
+    prompt_hashes = dict(
+        session.execute(
+            select(Prompt.id, Prompt.content_hash).where(Prompt.id.in_(kept_prompts(settings.annotators)))
+        ).all()
+    )
     splits = split_prompts(prompt_hashes, settings.test_size, settings.seed)
     by_split = {s: sum(n for pid, n in mix.contradicting.items() if splits.get(pid, "train") == s) for s in SPLITS}
     # The pairs are read before this transaction writes anything, so `arrow_batches` can read
     # them on a second connection.
     version = write_batches(
-        session, comparison_batches(session, settings.annotators, sum(mix.kept.values())), splits, out_dir,
-        settings, name=name, tokenizer=tokenizer,
+        session,
+        comparison_batches(session, settings.annotators, sum(mix.kept.values())),
+        splits,
+        out_dir,
+        settings,
+        name=name,
+        tokenizer=tokenizer,
         build_id=build.id if build else None,
-        version_settings={"strategy": build.strategy if build else None,
-                          "aggregate": build.aggregate if build else None,
-                          "annotator_kind": build.annotator_kind if build else None,
-                          "annotators": settings.annotators, **mix.as_dict(),
-                          "contradicting_by_split": by_split,
-                          # pseudonym -> why `pairs build` left their rankings out (empty: nobody)
-                          "excluded_annotators": (build.excluded if build else None) or {}})
+        version_settings={
+            "strategy": build.strategy if build else None,
+            "aggregate": build.aggregate if build else None,
+            "annotator_kind": build.annotator_kind if build else None,
+            "annotators": settings.annotators,
+            **mix.as_dict(),
+            "contradicting_by_split": by_split,
+            # pseudonym -> why `pairs build` left their rankings out (empty: nobody)
+            "excluded_annotators": (build.excluded if build else None) or {},
+        },
+    )
     # The pairs may be read on a second connection, which sees the latest commit: a pairs build that
     # committed since `pair_mix` counted would leave the version's counts wrong.
     written, counted = version.n_train + version.n_test, sum(mix.kept.values())
     if written != counted:
-        raise DatabaseError(f"the export read {written:,} pairs where the database counted {counted:,} (a pairs "
-                            f"build committed meanwhile?); the export was not recorded: run it again")
+        raise DatabaseError(
+            f"the export read {written:,} pairs where the database counted {counted:,} (a pairs "
+            f"build committed meanwhile?); the export was not recorded: run it again"
+        )
     # A statement per split and chunk of ids, not one per prompt.
-    stored = sum(for_values(session, update(Prompt).where(in_values(session, Prompt.id)).values(split=part),
-                            [pid for pid, split in splits.items() if split == part]) for part in SPLITS)
+    stored = sum(
+        for_values(
+            session,
+            update(Prompt).where(in_values(session, Prompt.id)).values(split=part),
+            [pid for pid, split in splits.items() if split == part],
+        )
+        for part in SPLITS
+    )
     if stored != len(splits):
-        raise DatabaseError(f"the database stored the split of {stored:,} of the export's {len(splits):,} "
-                            f"prompts; the export was not recorded")
+        raise DatabaseError(
+            f"the database stored the split of {stored:,} of the export's {len(splits):,} "
+            f"prompts; the export was not recorded"
+        )
     return version
 
 
-def export_and_push(sessions: sessionmaker[Session], out_dir: str | Path, settings: ExportSettings, *,
-                    name: str | None = None, hub_repo: str | None = None,
-                    token: str | None = None, tokenizer=None) -> DatasetVersion:
+def export_and_push(
+    sessions: sessionmaker[Session],
+    out_dir: str | Path,
+    settings: ExportSettings,
+    *,
+    name: str | None = None,
+    hub_repo: str | None = None,
+    token: str | None = None,
+    tokenizer=None,
+) -> DatasetVersion:
     """Export the comparisons, then (with `hub_repo`) push them and record the Hub revision on the version.
 
     The export is committed before the push, so a failed push keeps it. `tokenizer`:
@@ -319,26 +425,48 @@ def export_and_push(sessions: sessionmaker[Session], out_dir: str | Path, settin
         except HubError as exc:
             raise HubError(f"exported dataset version {version.name} to {out_dir}, but {exc}") from None
         with sessions.begin() as session:
-            session.execute(update(DatasetVersion).where(DatasetVersion.id == version.id)
-                            .values(hub_repo=hub_repo, hub_revision=revision))
+            session.execute(
+                update(DatasetVersion)
+                .where(DatasetVersion.id == version.id)
+                .values(hub_repo=hub_repo, hub_revision=revision)
+            )
         version.hub_repo, version.hub_revision = hub_repo, revision
     return version
 
 
 def version_info(version: DatasetVersion) -> dict[str, Any]:
     """What `preflab export --json` prints about a dataset version."""
-    info = {"id": version.id, "name": version.name, "path": version.path, "format": version.format,
-            "train": version.n_train, "test": version.n_test, "prompts": version.n_prompts,
-            "content_hash": version.content_hash}
+    info = {
+        "id": version.id,
+        "name": version.name,
+        "path": version.path,
+        "format": version.format,
+        "train": version.n_train,
+        "test": version.n_test,
+        "prompts": version.n_prompts,
+        "content_hash": version.content_hash,
+    }
     kept = version.settings or {}
-    for key in ("conversational", "prompt", "chat_template", "annotators", "pairs_by_kind", "left_out_by_kind",
-                "contradicting_pairs", "contradicting_by_split",
-                "excluded_annotators"):
+    for key in (
+        "conversational",
+        "prompt",
+        "chat_template",
+        "annotators",
+        "pairs_by_kind",
+        "left_out_by_kind",
+        "contradicting_pairs",
+        "contradicting_by_split",
+        "excluded_annotators",
+    ):
         if key in kept:
             info[key] = kept[key]
     if version.build_id is not None:  # which `pairs build` the pairs came from: the last one before the export
-        info["pairs_build"] = {"id": version.build_id, "strategy": kept.get("strategy"),
-                               "aggregate": kept.get("aggregate"), "annotator_kind": kept.get("annotator_kind")}
+        info["pairs_build"] = {
+            "id": version.build_id,
+            "strategy": kept.get("strategy"),
+            "aggregate": kept.get("aggregate"),
+            "annotator_kind": kept.get("annotator_kind"),
+        }
     if version.hub_repo:
         info |= {"hub_repo": version.hub_repo, "hub_revision": version.hub_revision}
     return info

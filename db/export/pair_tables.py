@@ -33,9 +33,11 @@ from preflab.errors import InputError
 # annotator_id is None for an aggregate of several annotators.
 PairRow = tuple[int, int, int, float, float, str, int | None]
 
-NEEDS_MESSAGES = ("{n} of the prompts and replies to export are conversations of several messages, which plain "
-                  "text cannot hold: export them with --conversational (the default), or render them as text "
-                  "with --chat-template MODEL")
+NEEDS_MESSAGES = (
+    "{n} of the prompts and replies to export are conversations of several messages, which plain "
+    "text cannot hold: export them with --conversational (the default), or render them as text "
+    "with --chat-template MODEL"
+)
 
 
 @dataclass(frozen=True)
@@ -51,11 +53,18 @@ def features(conversational: bool, explicit: bool = True):
     import pyarrow as pa
 
     text = _message_list() if conversational else pa.string()
-    return pa.schema([
-        *([("prompt", text)] if explicit else []), ("chosen", text), ("rejected", text), ("margin", pa.float64()),
-        ("prompt_id", pa.int64()), ("weight", pa.float64()), ("annotator_kind", pa.string()),
-        ("annotator", pa.string()),
-    ])
+    return pa.schema(
+        [
+            *([("prompt", text)] if explicit else []),
+            ("chosen", text),
+            ("rejected", text),
+            ("margin", pa.float64()),
+            ("prompt_id", pa.int64()),
+            ("weight", pa.float64()),
+            ("annotator_kind", pa.string()),
+            ("annotator", pa.string()),
+        ]
+    )
 
 
 def _message_list():
@@ -113,9 +122,17 @@ def rendered(tokenizer, prompt: Sequence[dict], reply: Sequence[dict]) -> tuple[
 def id_schema():
     import pyarrow as pa
 
-    return pa.schema([("prompt_id", pa.int64()), ("chosen_id", pa.int64()), ("rejected_id", pa.int64()),
-                      ("margin", pa.float64()), ("weight", pa.float64()), ("annotator_kind", pa.string()),
-                      ("annotator_id", pa.int64())])
+    return pa.schema(
+        [
+            ("prompt_id", pa.int64()),
+            ("chosen_id", pa.int64()),
+            ("rejected_id", pa.int64()),
+            ("margin", pa.float64()),
+            ("weight", pa.float64()),
+            ("annotator_kind", pa.string()),
+            ("annotator_id", pa.int64()),
+        ]
+    )
 
 
 def id_batches(rows: Iterable[Sequence[PairRow]]) -> Iterator:
@@ -128,20 +145,28 @@ def id_batches(rows: Iterable[Sequence[PairRow]]) -> Iterator:
 
 def holds_conversations(session: Session) -> bool:
     """Whether any prompt or candidate is stored with its messages (more than one plain message)."""
-    return bool(session.scalar(select(exists().where(Prompt.messages.is_not(None)))) or
-                session.scalar(select(exists().where(Candidate.messages.is_not(None)))))
+    return bool(
+        session.scalar(select(exists().where(Prompt.messages.is_not(None))))
+        or session.scalar(select(exists().where(Candidate.messages.is_not(None))))
+    )
 
 
 def refuse_plain_conversations(session: Session, annotators: str) -> None:
     """Stop, before anything is written, when an export of `annotators` as plain text holds a conversation."""
     if not holds_conversations(session):
         return
-    kept = select(Comparison.chosen_id).where(kept_comparisons(annotators)).union(
-        select(Comparison.rejected_id).where(kept_comparisons(annotators)))
-    n = (session.scalar(select(func.count()).select_from(Prompt).where(
-        Prompt.id.in_(kept_prompts(annotators)), Prompt.messages.is_not(None))) +
-         session.scalar(select(func.count()).select_from(Candidate).where(
-             Candidate.id.in_(kept), Candidate.messages.is_not(None))))
+    kept = (
+        select(Comparison.chosen_id)
+        .where(kept_comparisons(annotators))
+        .union(select(Comparison.rejected_id).where(kept_comparisons(annotators)))
+    )
+    n = session.scalar(
+        select(func.count())
+        .select_from(Prompt)
+        .where(Prompt.id.in_(kept_prompts(annotators)), Prompt.messages.is_not(None))
+    ) + session.scalar(
+        select(func.count()).select_from(Candidate).where(Candidate.id.in_(kept), Candidate.messages.is_not(None))
+    )
     if n:
         raise InputError(NEEDS_MESSAGES.format(n=f"{n:,}"))
 
@@ -152,7 +177,7 @@ def _stored_messages(session: Session, column, ids: list[int]) -> dict[int, list
     query = select(table.c.id, column).where(in_values(session, table.c.id), column.is_not(None))
     out: dict[int, list] = {}
     for start in range(0, len(ids), IN_CHUNK):
-        out.update((i, m) for i, m in session.execute(query, {"values": ids[start:start + IN_CHUNK]}) if m)
+        out.update((i, m) for i, m in session.execute(query, {"values": ids[start : start + IN_CHUNK]}) if m)
     return out
 
 
@@ -182,13 +207,24 @@ def text_tables(session: Session, batches: Iterable, splits: dict[int, str], for
         if not batch.num_rows:
             continue
         prompt_ids, chosen, rejected, margin, weight, kind, annotator = batch.columns
-        prompts = lookup(session, Prompt.__table__, ("id", "text", "content_hash"), "id",
-                         pc.unique(prompt_ids).to_pylist())
-        candidates = lookup(session, Candidate.__table__, ("id", "text", "content_hash", "prompt_id"), "id",
-                            pc.unique(pa.concat_arrays([chosen, rejected])).to_pylist())
-        turns = ({"prompts": _stored_messages(session, Prompt.messages, [p[0] for p in prompts]),
-                  "candidates": _stored_messages(session, Candidate.messages, [c[0] for c in candidates])}
-                 if conversations else {"prompts": {}, "candidates": {}})
+        prompts = lookup(
+            session, Prompt.__table__, ("id", "text", "content_hash"), "id", pc.unique(prompt_ids).to_pylist()
+        )
+        candidates = lookup(
+            session,
+            Candidate.__table__,
+            ("id", "text", "content_hash", "prompt_id"),
+            "id",
+            pc.unique(pa.concat_arrays([chosen, rejected])).to_pylist(),
+        )
+        turns = (
+            {
+                "prompts": _stored_messages(session, Prompt.messages, [p[0] for p in prompts]),
+                "candidates": _stored_messages(session, Candidate.messages, [c[0] for c in candidates]),
+            }
+            if conversations
+            else {"prompts": {}, "candidates": {}}
+        )
         # ids → positions in the looked-up rows, in Arrow's C++ (no Python loop per pair)
         prompt_idx = pc.index_in(prompt_ids, value_set=pa.array([p[0] for p in prompts], pa.int64()))
         cand_ids = pa.array([c[0] for c in candidates], pa.int64())
@@ -197,16 +233,31 @@ def text_tables(session: Session, batches: Iterable, splits: dict[int, str], for
         cand_hash = pa.array([c[2] for c in candidates], pa.string())
         public = pc.fill_null(annotator_names.take(pc.index_in(annotator, value_set=annotator_ids)), "aggregate")
         prompt_texts, reply_texts = _unique_texts(form, prompts, candidates, turns)
-        columns = {"prompt": prompt_texts.take(prompt_idx),
-                   "chosen": reply_texts.take(chosen_idx), "rejected": reply_texts.take(rejected_idx)}
+        columns = {
+            "prompt": prompt_texts.take(prompt_idx),
+            "chosen": reply_texts.take(chosen_idx),
+            "rejected": reply_texts.take(rejected_idx),
+        }
         if not form.explicit and form.conversational:  # TRL's implicit prompt: whole conversations
             columns = {side: _joined(columns["prompt"], columns[side]) for side in ("chosen", "rejected")}
-        columns |= {"margin": margin, "prompt_id": prompt_ids, "weight": weight, "annotator_kind": kind,
-                    "annotator": public}
-        identity = pa.table({
-            "prompt": pa.array([p[2] for p in prompts], pa.string()).take(prompt_idx),
-            "chosen": cand_hash.take(chosen_idx), "rejected": cand_hash.take(rejected_idx),
-            "margin": margin, "weight": weight, "kind": kind, "annotator": public})
+        columns |= {
+            "margin": margin,
+            "prompt_id": prompt_ids,
+            "weight": weight,
+            "annotator_kind": kind,
+            "annotator": public,
+        }
+        identity = pa.table(
+            {
+                "prompt": pa.array([p[2] for p in prompts], pa.string()).take(prompt_idx),
+                "chosen": cand_hash.take(chosen_idx),
+                "rejected": cand_hash.take(rejected_idx),
+                "margin": margin,
+                "weight": weight,
+                "kind": kind,
+                "annotator": public,
+            }
+        )
         table = pa.table({name: columns[name] for name in schema.names}, schema=schema)
         is_test = pc.is_in(prompt_ids, value_set=test_ids)
         for split, mask in (("train", pc.invert(is_test)), ("test", is_test)):
@@ -226,19 +277,25 @@ def _unique_texts(form: TextForm, prompts: list[tuple], candidates: list[tuple],
         by_id = {p[0]: stored_prompt(p[1], turns["prompts"].get(p[0])) for p in prompts}
         heads = {pid: rendered(form.tokenizer, messages, [])[0] for pid, messages in by_id.items()}
         part = 1 if form.explicit else 2
-        replies = [rendered(form.tokenizer, by_id[c[3]], stored_reply(c[1], turns["candidates"].get(c[0])))[part]
-                   for c in candidates]
+        replies = [
+            rendered(form.tokenizer, by_id[c[3]], stored_reply(c[1], turns["candidates"].get(c[0])))[part]
+            for c in candidates
+        ]
         return pa.array([heads[p[0]] for p in prompts], pa.string()), pa.array(replies, pa.string())
     if not form.conversational:
         if turns["prompts"] or turns["candidates"]:
             raise InputError(NEEDS_MESSAGES.format(n=f"{len(turns['prompts']) + len(turns['candidates']):,}"))
         return pa.array([p[1] for p in prompts], pa.string()), pa.array([c[1] for c in candidates], pa.string())
     if not (turns["prompts"] or turns["candidates"]):
-        return (_as_messages(pa.array([p[1] for p in prompts], pa.string()), "user"),
-                _as_messages(pa.array([c[1] for c in candidates], pa.string()), "assistant"))
+        return (
+            _as_messages(pa.array([p[1] for p in prompts], pa.string()), "user"),
+            _as_messages(pa.array([c[1] for c in candidates], pa.string()), "assistant"),
+        )
     kind = _message_list()
-    return (pa.array([turns["prompts"].get(p[0]) or user_turn(p[1]) for p in prompts], kind),
-            pa.array([turns["candidates"].get(c[0]) or assistant_turn(c[1]) for c in candidates], kind))
+    return (
+        pa.array([turns["prompts"].get(p[0]) or user_turn(p[1]) for p in prompts], kind),
+        pa.array([turns["candidates"].get(c[0]) or assistant_turn(c[1]) for c in candidates], kind),
+    )
 
 
 def _ipc_bytes(table) -> bytes:

@@ -47,11 +47,17 @@ def child_batches(path: str, sql: str, params: list, schema, batch_rows: int) ->
     """
     import pyarrow as pa
 
-    request = {"path": path, "sql": sql, "params": params, "batch_rows": batch_rows,
-               "schema": base64.b64encode(schema.serialize().to_pybytes()).decode()}
+    request = {
+        "path": path,
+        "sql": sql,
+        "params": params,
+        "batch_rows": batch_rows,
+        "schema": base64.b64encode(schema.serialize().to_pybytes()).decode(),
+    }
     with tempfile.TemporaryFile() as errors:
-        child = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=errors)
+        child = subprocess.Popen(
+            [sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errors
+        )
         try:
             try:
                 child.stdin.write(json.dumps(request).encode() + b"\n")

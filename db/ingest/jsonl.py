@@ -28,15 +28,27 @@ from preflab.db.bulk import append_rows, lookup, refresh_statistics
 from preflab.db.conversation import prompt_columns, reply_columns
 from preflab.db.engine import in_transaction
 from preflab.db.ingest.lines import Invalid, Line, count_lines, open_input, read_lines, refuse_json_document
-from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RawRecord, RawStatus
 from preflab.db.ingest.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
-from preflab.db.store import (ensure_annotators, ensure_candidates, ensure_prompts, quarantine, shown_payload,
-                              store_raw)
+from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RawRecord, RawStatus
+from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts, quarantine, shown_payload, store_raw
 from preflab.errors import InputError
 
-__all__ = ["BATCH_LINES", "ImportSummary", "Invalid", "PromptRecord", "RankingRecord", "cycles_unchecked",
-           "import_file", "import_prompts_batch", "import_rankings_batch", "open_jsonl", "parse_prompt",
-           "parse_ranking", "sample_grown_tables", "write_rankings"]
+__all__ = [
+    "BATCH_LINES",
+    "ImportSummary",
+    "Invalid",
+    "PromptRecord",
+    "RankingRecord",
+    "cycles_unchecked",
+    "import_file",
+    "import_prompts_batch",
+    "import_rankings_batch",
+    "open_jsonl",
+    "parse_prompt",
+    "parse_ranking",
+    "sample_grown_tables",
+    "write_rankings",
+]
 
 BATCH_LINES = 5000
 BATCH_BYTES = 64 * 2**20  # a batch of long lines is cut short: memory stays bounded
@@ -61,19 +73,27 @@ class ImportSummary:
         """Records were read and every one was quarantined: the exit status is `EXIT_ALL_QUARANTINED`."""
         return self.quarantined > 0 and self.imported == 0 and self.duplicates == 0
 
-    def add(self, other: "ImportSummary") -> None:
+    def add(self, other: ImportSummary) -> None:
         for name in ("read", "imported", "duplicates", "quarantined", "blank", "prompts", "candidates", "retried"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for reason, n in other.reasons.items():
             self.reasons[reason] = self.reasons.get(reason, 0) + n
 
     def as_dict(self) -> dict[str, Any]:
-        return {"read": self.read, "imported": self.imported, "duplicates": self.duplicates,
-                "quarantined": self.quarantined, "blank": self.blank, "new_prompts": self.prompts,
-                "new_candidates": self.candidates, "retried": self.retried}
+        return {
+            "read": self.read,
+            "imported": self.imported,
+            "duplicates": self.duplicates,
+            "quarantined": self.quarantined,
+            "blank": self.blank,
+            "new_prompts": self.prompts,
+            "new_candidates": self.candidates,
+            "retried": self.retried,
+        }
 
 
 # --- reading files ----------------------------------------------------------------------
+
 
 def batches(lines: Iterable[Line], max_lines: int = BATCH_LINES, max_bytes: int = BATCH_BYTES) -> Iterator[list[Line]]:
     """Group lines into batches of at most `max_lines` lines and about `max_bytes` bytes."""
@@ -138,15 +158,18 @@ def open_jsonl(path: str | Path) -> TextIO:
 
 # --- writing ----------------------------------------------------------------------------
 
-def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...]],
-                                  summary: ImportSummary):
+
+def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...]], summary: ImportSummary):
     """Get or create the prompts and candidates of parsed records; returns the id maps."""
     prompt_rows: dict[str, dict[str, Any]] = {}
     for rec, *_ in records:
         row = prompt_rows.get(rec.prompt_hash)
         if row is None:
-            prompt_rows[rec.prompt_hash] = {**prompt_columns(rec.prompt), "source": rec.source,
-                                            "reference": rec.reference}
+            prompt_rows[rec.prompt_hash] = {
+                **prompt_columns(rec.prompt),
+                "source": rec.source,
+                "reference": rec.reference,
+            }
         elif row["reference"] is None and rec.reference:
             row["reference"] = rec.reference
     prompt_ids = ensure_prompts(session, prompt_rows, append=True)
@@ -158,14 +181,16 @@ def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...
         for turns, h, model in zip(rec.responses, rec.response_hashes, rec.models):
             if (pid, h) not in cand_rows:
                 cand_rows[pid, h] = {**reply_columns(turns), "model": model}
-    cand_ids = ensure_candidates(session, cand_rows, append=True,
-                                 fresh_prompts={prompt_ids[h] for h in prompt_ids.fresh})
+    cand_ids = ensure_candidates(
+        session, cand_rows, append=True, fresh_prompts={prompt_ids[h] for h in prompt_ids.fresh}
+    )
     summary.candidates += cand_ids.created
     return prompt_ids, cand_ids
 
 
-def _parse_batch(session: Session, batch: list[Line], source: str, origin: str,
-                 parse: Callable[[str], Any], summary: ImportSummary) -> list[tuple[Any, str, int, bool]]:
+def _parse_batch(
+    session: Session, batch: list[Line], source: str, origin: str, parse: Callable[[str], Any], summary: ImportSummary
+) -> list[tuple[Any, str, int, bool]]:
     """Store the batch raw, parse it, quarantine what fails.
 
     Returns (record, payload hash, raw record id, stored before) for every line that parsed.
@@ -177,8 +202,9 @@ def _parse_batch(session: Session, batch: list[Line], source: str, origin: str,
             summary.blank += 1
         else:
             lines.append((line, line.payload(), line.digest or hashlib.sha256(line.data).hexdigest()))
-    raw = store_raw(session, source, origin, [(str(line.number), payload, h) for line, payload, h in lines],
-                    append=True)
+    raw = store_raw(
+        session, source, origin, [(str(line.number), payload, h) for line, payload, h in lines], append=True
+    )
     reasons: dict[int, str] = {}
     parsed: list[tuple[Any, str, int, bool]] = []
     seen: set[str] = set()
@@ -201,8 +227,7 @@ def _parse_batch(session: Session, batch: list[Line], source: str, origin: str,
     return parsed
 
 
-def import_rankings_batch(session: Session, batch: list[Line], origin: str,
-                          source: str = "import") -> ImportSummary:
+def import_rankings_batch(session: Session, batch: list[Line], origin: str, source: str = "import") -> ImportSummary:
     """Import one batch of JSON Lines rankings inside the caller's transaction."""
     summary = ImportSummary()
     parsed = _parse_batch(session, batch, "import:rankings", origin, parse_ranking, summary)
@@ -210,8 +235,9 @@ def import_rankings_batch(session: Session, batch: list[Line], origin: str,
     return summary
 
 
-def write_rankings(session: Session, parsed: list[tuple[RankingRecord, str, int]], source: str,
-                   summary: ImportSummary) -> list[RankingRecord]:
+def write_rankings(
+    session: Session, parsed: list[tuple[RankingRecord, str, int]], source: str, summary: ImportSummary
+) -> list[RankingRecord]:
     """Store parsed rankings, with their prompts, candidates and annotators, inside the caller's transaction.
 
     `parsed` holds (record, payload hash, raw record id). A ranking is identified by
@@ -223,9 +249,10 @@ def write_rankings(session: Session, parsed: list[tuple[RankingRecord, str, int]
     if not parsed:
         return []
     prompt_ids, cand_ids = _store_prompts_and_candidates(session, parsed, summary)
-    annotator_ids = ensure_annotators(session, {
-        (rec.kind, rec.annotator): ({"judge_kind": "import"} if rec.kind == "ai" else {}) for rec, *_ in parsed
-    })
+    annotator_ids = ensure_annotators(
+        session,
+        {(rec.kind, rec.annotator): ({"judge_kind": "import"} if rec.kind == "ai" else {}) for rec, *_ in parsed},
+    )
 
     keyed: dict[tuple[int, str], tuple[RankingRecord, int]] = {}
     for rec, h, raw_id in parsed:
@@ -234,9 +261,17 @@ def write_rankings(session: Session, parsed: list[tuple[RankingRecord, str, int]
             summary.duplicates += 1
             continue
         keyed[key] = (rec, raw_id)
-    existing = {(aid, ext) for aid, ext, src in lookup(
-        session, Ranking.__table__, ("annotator_id", "external_id", "source"), "external_id",
-        [ext for _, ext in keyed]) if src == source}
+    existing = {
+        (aid, ext)
+        for aid, ext, src in lookup(
+            session,
+            Ranking.__table__,
+            ("annotator_id", "external_id", "source"),
+            "external_id",
+            [ext for _, ext in keyed],
+        )
+        if src == source
+    }
     existing &= set(keyed)
     summary.duplicates += len(existing)
     new = [(key, rec, raw_id) for key, (rec, raw_id) in keyed.items() if key not in existing]
@@ -254,17 +289,33 @@ def write_rankings(session: Session, parsed: list[tuple[RankingRecord, str, int]
         for t, tier in enumerate(rec.tiers):
             for index in tier:
                 tier_of[index] = t
-        items_per_ranking.append(list(zip(cids, tier_of, range(len(cids)), rec.scores or [None] * len(cids),
-                                          rec.models or [None] * len(cids))))
-        ranking_rows.append({
-            "prompt_id": pid, "annotator_id": annotator_id, "source": source, "external_id": external_id,
-            "version": 1, "status": "valid", "n_tiers": len(rec.tiers), "same_as_shown": False,
-            "raw_record_id": raw_id, "details": rec.details,
-        })
+        items_per_ranking.append(
+            list(
+                zip(cids, tier_of, range(len(cids)), rec.scores or [None] * len(cids), rec.models or [None] * len(cids))
+            )
+        )
+        ranking_rows.append(
+            {
+                "prompt_id": pid,
+                "annotator_id": annotator_id,
+                "source": source,
+                "external_id": external_id,
+                "version": 1,
+                "status": "valid",
+                "n_tiers": len(rec.tiers),
+                "same_as_shown": False,
+                "raw_record_id": raw_id,
+                "details": rec.details,
+            }
+        )
     ids = append_rows(session, Ranking.__table__, ranking_rows)
-    append_rows(session, RankingItem.__table__,
-                [(rid, *item) for rid, items in zip(ids, items_per_ranking) for item in items],
-                columns=("ranking_id", "candidate_id", "tier", "shown_position", "score", "model"), new_ids=False)
+    append_rows(
+        session,
+        RankingItem.__table__,
+        [(rid, *item) for rid, items in zip(ids, items_per_ranking) for item in items],
+        columns=("ranking_id", "candidate_id", "tier", "shown_position", "score", "model"),
+        new_ids=False,
+    )
     summary.imported += len(ranking_rows)
     return [rec for _, rec, _ in new]
 
@@ -297,19 +348,32 @@ def import_prompts_batch(session: Session, batch: list[Line], origin: str) -> Im
 
 def _stored_before(session: Session, records: list[Any]) -> set[tuple[str, str]]:
     """What the database holds of these records: ("prompt", hash), ("reference", hash), (prompt hash, response hash)."""
-    prompts = {h: (pid, reference) for h, pid, reference in lookup(
-        session, Prompt.__table__, ("content_hash", "id", "reference"), "content_hash",
-        [rec.prompt_hash for rec in records])}
+    prompts = {
+        h: (pid, reference)
+        for h, pid, reference in lookup(
+            session,
+            Prompt.__table__,
+            ("content_hash", "id", "reference"),
+            "content_hash",
+            [rec.prompt_hash for rec in records],
+        )
+    }
     out = {("prompt", h) for h in prompts} | {("reference", h) for h, (_, ref) in prompts.items() if ref}
     hash_of = {pid: h for h, (pid, _) in prompts.items()}
-    out |= {(hash_of[pid], h) for pid, h in lookup(session, Candidate.__table__, ("prompt_id", "content_hash"),
-                                                   "prompt_id", list(hash_of))}
+    out |= {
+        (hash_of[pid], h)
+        for pid, h in lookup(session, Candidate.__table__, ("prompt_id", "content_hash"), "prompt_id", list(hash_of))
+    }
     return out
 
 
-def import_file(sessions: sessionmaker[Session], path: str | Path,
-                importer: Callable[[Session, list[Line], str], ImportSummary],
-                reporter: Reporter = SILENT, batch_lines: int = BATCH_LINES) -> ImportSummary:
+def import_file(
+    sessions: sessionmaker[Session],
+    path: str | Path,
+    importer: Callable[[Session, list[Line], str], ImportSummary],
+    reporter: Reporter = SILENT,
+    batch_lines: int = BATCH_LINES,
+) -> ImportSummary:
     """Import a JSON Lines file (plain or compressed) a batch per transaction.
 
     A crash keeps the batches done; a batch that loses a race with another writer
@@ -324,8 +388,11 @@ def import_file(sessions: sessionmaker[Session], path: str | Path,
     # A file name is bytes: those that are not UTF-8 would reach the database as lone surrogates.
     origin = shown_payload(os.fsencode(Path(path).resolve()))[-500:]  # raw_records.origin holds 500 characters
     lines = count_lines(path) if reporter.enabled else None  # a second read, only for the bar
-    with (open_input(path) as handle, reporter.progress(f"importing {Path(path).name}", lines) as advance,
-          cycles_unchecked()):
+    with (
+        open_input(path) as handle,
+        reporter.progress(f"importing {Path(path).name}", lines) as advance,
+        cycles_unchecked(),
+    ):
         try:
             for batch in _import_batches(sessions, read_lines(handle, path), importer, origin, batch_lines):
                 total.add(batch)
@@ -335,8 +402,9 @@ def import_file(sessions: sessionmaker[Session], path: str | Path,
     return total
 
 
-def _import_batches(sessions: sessionmaker[Session], lines: Iterable[Line], importer, origin: str,
-                    batch_lines: int) -> Iterator[ImportSummary]:
+def _import_batches(
+    sessions: sessionmaker[Session], lines: Iterable[Line], importer, origin: str, batch_lines: int
+) -> Iterator[ImportSummary]:
     """Import the lines a batch per transaction; yields each batch's summary once committed."""
     for number, batch in enumerate(batches(lines, batch_lines), 1):
         attempts = 0
@@ -344,7 +412,7 @@ def _import_batches(sessions: sessionmaker[Session], lines: Iterable[Line], impo
         def attempt(session: Session) -> ImportSummary:
             nonlocal attempts
             attempts += 1
-            return importer(session, batch, origin)
+            return importer(session, batch, origin)  # noqa: B023 (called within this iteration)
 
         summary = in_transaction(sessions, attempt)
         summary.retried = attempts - 1

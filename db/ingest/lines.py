@@ -29,14 +29,18 @@ import orjson
 from preflab.errors import InputError
 
 MAX_LINE_BYTES = 64 * 2**20  # a longer line is quarantined, not parsed
-KEPT_BYTES = 2**20           # how much of such a line is stored
+KEPT_BYTES = 2**20  # how much of such a line is stored
 _CHUNK = 2**20
 BOM = b"\xef\xbb\xbf"
 
 # Leading bytes of the formats a JSON Lines file may come in, and of those it must not.
 _COMPRESSED = {b"\x1f\x8b": ("gzip", gzip.open), b"BZh": ("bzip2", bz2.open), b"\xfd7zXZ\x00": ("xz", lzma.open)}
-_REFUSED = {b"PK\x03\x04": "a zip archive", b"\x28\xb5\x2f\xfd": "zstd-compressed",
-            b"\xff\xfe": "UTF-16 text", b"\xfe\xff": "UTF-16 text"}
+_REFUSED = {
+    b"PK\x03\x04": "a zip archive",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed",
+    b"\xff\xfe": "UTF-16 text",
+    b"\xfe\xff": "UTF-16 text",
+}
 _DAMAGED = (OSError, EOFError, zlib.error, lzma.LZMAError)
 
 
@@ -69,8 +73,10 @@ class Line:
     def text(self) -> str:
         """The line as text; raises Invalid when it is too long or not UTF-8."""
         if self.cut:
-            raise Invalid(f"line is {self.size:,} bytes, over the {MAX_LINE_BYTES:,}-byte limit for one record "
-                          f"(its first {len(self.data):,} bytes are kept)")
+            raise Invalid(
+                f"line is {self.size:,} bytes, over the {MAX_LINE_BYTES:,}-byte limit for one record "
+                f"(its first {len(self.data):,} bytes are kept)"
+            )
         try:
             return self.data.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -155,7 +161,7 @@ def read_lines(handle: BinaryIO, path: str | Path = "input") -> Iterator[Line]:
         while chunk := handle.readline(MAX_LINE_BYTES + 1):
             number += 1
             if number == 1 and chunk.startswith(BOM):
-                chunk = chunk[len(BOM):]
+                chunk = chunk[len(BOM) :]
             if len(chunk) > MAX_LINE_BYTES and not chunk.endswith(b"\n"):
                 yield _long_line(handle, number, chunk)
                 continue
@@ -217,8 +223,10 @@ def refuse_json_document(path: str | Path) -> None:
             if head not in (b"[", b"{") and not (first.cut and head.startswith(b"[")):
                 return
             if head == b"{":  # `jq .` output: objects pretty-printed one after another, or one cut short
-                raise InputError(f"{path} holds JSON written across several lines, not JSON Lines (one record "
-                                 f"per line): `jq -c . {shlex.quote(str(path))}` writes one record per line")
+                raise InputError(
+                    f"{path} holds JSON written across several lines, not JSON Lines (one record "
+                    f"per line): `jq -c . {shlex.quote(str(path))}` writes one record per line"
+                )
             value = _first_item(start)
     raise InputError(_document_sentence(path, value))
 
@@ -256,7 +264,8 @@ def _label_studio_task(item: Any) -> bool:
     if not isinstance(item, dict):
         return False
     return ("data" in item and ("annotations" in item or "id" in item)) or (
-        "annotation_id" in item and ("annotator" in item or "lead_time" in item))
+        "annotation_id" in item and ("annotator" in item or "lead_time" in item)
+    )
 
 
 def _document_sentence(path: str | Path, value: Any) -> str:

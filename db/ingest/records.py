@@ -63,7 +63,7 @@ class PromptRecord:
 def shown(value: Any, width: int = 40) -> str:
     """A value for a quarantine reason: its repr, cut short (a reason must stay one short line)."""
     text = repr(value)
-    return text if len(text) <= width else text[:width - 1] + "…"
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 class _Constant(Exception):
@@ -82,8 +82,7 @@ def unstorable_text(text: str) -> str | None:
     if "\x00" in text:
         return "holds a NUL character (\\u0000), which the database cannot store"
     if not text.isascii() and (found := _SURROGATE.search(text)):
-        return (f"holds a lone UTF-16 surrogate (\\u{ord(found.group()):04x}), which is not text "
-                "the database can store")
+        return f"holds a lone UTF-16 surrogate (\\u{ord(found.group()):04x}), which is not text the database can store"
     return None
 
 
@@ -265,8 +264,11 @@ def _scores(data: dict, n: int) -> list[float | None] | None:
     scores = data.get("scores")
     if scores is None:
         return None
-    if (not isinstance(scores, list) or len(scores) != n
-            or not all(s is None or (isinstance(s, (int, float)) and not isinstance(s, bool)) for s in scores)):
+    if (
+        not isinstance(scores, list)
+        or len(scores) != n
+        or not all(s is None or (isinstance(s, (int, float)) and not isinstance(s, bool)) for s in scores)
+    ):
         raise Invalid(f"'scores' must be a list of {n} numbers")
     out = [None if s is None else float(s) for s in scores]
     if not all(s is None or math.isfinite(s) for s in out):
@@ -293,11 +295,18 @@ def parse_ranking(line: str | bytes) -> RankingRecord:
     if not isinstance(kind, str) or kind not in KINDS:
         raise Invalid(f"unknown annotator_kind {shown(kind)} (expected 'human' or 'ai')")
     return RankingRecord(
-        prompt=prompt, responses=responses, tiers=_tiers(data, n),
-        annotator=_text(data, "annotator"), kind=kind, external_id=_external_id(data),
-        reference=_text(data, "reference", required=False), models=_models(data, n),
-        scores=_scores(data, n), source=_text(data, "source", required=False),
-        prompt_hash=prompt_hash(prompt), response_hashes=hashes,
+        prompt=prompt,
+        responses=responses,
+        tiers=_tiers(data, n),
+        annotator=_text(data, "annotator"),
+        kind=kind,
+        external_id=_external_id(data),
+        reference=_text(data, "reference", required=False),
+        models=_models(data, n),
+        scores=_scores(data, n),
+        source=_text(data, "source", required=False),
+        prompt_hash=prompt_hash(prompt),
+        response_hashes=hashes,
     )
 
 
@@ -306,6 +315,12 @@ def parse_prompt(line: str | bytes) -> PromptRecord:
     data = load_record(line)
     prompt = _prompt(data)
     responses, hashes = _responses(data, minimum=0)
-    return PromptRecord(prompt=prompt, responses=responses, reference=_text(data, "reference", required=False),
-                        models=_models(data, len(responses)), source=_text(data, "source", required=False),
-                        prompt_hash=prompt_hash(prompt), response_hashes=hashes)
+    return PromptRecord(
+        prompt=prompt,
+        responses=responses,
+        reference=_text(data, "reference", required=False),
+        models=_models(data, len(responses)),
+        source=_text(data, "source", required=False),
+        prompt_hash=prompt_hash(prompt),
+        response_hashes=hashes,
+    )

@@ -86,7 +86,7 @@ def _renumbered(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
     new = np.empty(len(order), dtype=np.int64)
     new[order] = np.arange(len(order))
     inverse = new[inverse.reshape(-1)]
-    return codes[order], inverse[:len(a)], inverse[len(a):]
+    return codes[order], inverse[: len(a)], inverse[len(a) :]
 
 
 def from_labels(model_a, model_b, winner, group=None) -> Battles:
@@ -116,16 +116,25 @@ class Filters:
         rules = []
         if self.annotator_kind != "any":
             other = "people" if self.annotator_kind == "ai" else "AI judges"
-            rules.append((f"rankings by {other} (--annotator-kind {self.annotator_kind})",
-                          Ranking.annotator_id.in_(select(Annotator.id).where(Annotator.kind == self.annotator_kind))))
+            rules.append(
+                (
+                    f"rankings by {other} (--annotator-kind {self.annotator_kind})",
+                    Ranking.annotator_id.in_(select(Annotator.id).where(Annotator.kind == self.annotator_kind)),
+                )
+            )
         if self.source is not None:
             rules.append((f"rankings whose source is not {self.source} (--source)", Ranking.source == self.source))
         if self.split is not None:
-            rules.append((f"prompts not of split {self.split} (--prompts)",
-                          Ranking.prompt_id.in_(select(Prompt.id).where(Prompt.split == self.split))))
+            rules.append(
+                (
+                    f"prompts not of split {self.split} (--prompts)",
+                    Ranking.prompt_id.in_(select(Prompt.id).where(Prompt.split == self.split)),
+                )
+            )
         if self.since is not None:
-            rules.append((f"rankings stored before {self.since:%Y-%m-%d %H:%M} UTC (--since)",
-                          Ranking.created_at >= self.since))
+            rules.append(
+                (f"rankings stored before {self.since:%Y-%m-%d %H:%M} UTC (--since)", Ranking.created_at >= self.since)
+            )
         return rules
 
 
@@ -139,22 +148,35 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
     ca, cb = aliased(Candidate), aliased(Candidate)
     va, vb = aliased(ModelVersion), aliased(ModelVersion)
     rules = filters.rules()
-    query = (select(Ranking.id, ia.candidate_id, ib.candidate_id, ia.tier, ib.tier,
-                    func.coalesce(ia.model, va.name, ca.model), func.coalesce(ib.model, vb.name, cb.model))
-             .join(ia, ia.ranking_id == Ranking.id)
-             .join(ib, and_(ib.ranking_id == Ranking.id, ib.candidate_id > ia.candidate_id))
-             .join(ca, ca.id == ia.candidate_id).join(cb, cb.id == ib.candidate_id)
-             .outerjoin(va, va.id == ca.model_version_id).outerjoin(vb, vb.id == cb.model_version_id)
-             .where(eligible("any", ()), *(rule for _, rule in rules), ia.tier.is_not(None), ib.tier.is_not(None))
-             .order_by(Ranking.id, ia.candidate_id, ib.candidate_id))
+    query = (
+        select(
+            Ranking.id,
+            ia.candidate_id,
+            ib.candidate_id,
+            ia.tier,
+            ib.tier,
+            func.coalesce(ia.model, va.name, ca.model),
+            func.coalesce(ib.model, vb.name, cb.model),
+        )
+        .join(ia, ia.ranking_id == Ranking.id)
+        .join(ib, and_(ib.ranking_id == Ranking.id, ib.candidate_id > ia.candidate_id))
+        .join(ca, ca.id == ia.candidate_id)
+        .join(cb, cb.id == ib.candidate_id)
+        .outerjoin(va, va.id == ca.model_version_id)
+        .outerjoin(vb, vb.id == cb.model_version_id)
+        .where(eligible("any", ()), *(rule for _, rule in rules), ia.tier.is_not(None), ib.tier.is_not(None))
+        .order_by(Ranking.id, ia.candidate_id, ib.candidate_id)
+    )
     filtered = _filtered_out(session, rules)
     index: dict[str, int] = {}  # model name -> its code, as first met
     parts = []
     for chunk in session.execute(query.execution_options(yield_per=CHUNK)).partitions():
         columns = list(zip(*chunk))  # a chunk at a time: a million rows as Python tuples would take ~0.5 GB
         ints = [np.array(c, dtype=np.int64) for c in columns[:5]]
-        names = [np.fromiter((-1 if m is None else index.setdefault(m, len(index)) for m in c), np.int64, len(c))
-                 for c in columns[5:]]
+        names = [
+            np.fromiter((-1 if m is None else index.setdefault(m, len(index)) for m in c), np.int64, len(c))
+            for c in columns[5:]
+        ]
         parts.append(ints + names)
     if not parts:
         none = empty()
@@ -166,8 +188,14 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
     same = ~unknown & (la == lb)
     keep = ~unknown & ~same
     left_out = dict(filtered)
-    left_out.update((reason, int(n)) for reason, n in (("a candidate of no known model", unknown.sum()),
-                                                       ("both candidates of one model", same.sum())) if n)
+    left_out.update(
+        (reason, int(n))
+        for reason, n in (
+            ("a candidate of no known model", unknown.sum()),
+            ("both candidates of one model", same.sum()),
+        )
+        if n
+    )
     names = list(index)
     codes, a, b = _renumbered(la[keep], lb[keep])
     tier_a, tier_b = tier_a[keep], tier_b[keep]
@@ -184,21 +212,32 @@ def _filtered_out(session: Session, rules: list[tuple[str, Any]]) -> dict[str, i
     """
     if not rules:
         return {}
-    ranked = (select(RankingItem.ranking_id, func.count().label("n")).where(RankingItem.tier.is_not(None))
-              .group_by(RankingItem.ranking_id).subquery())
-    failed = (select(case(*((not_(rule), k) for k, (_, rule) in enumerate(rules))).label("rule"), ranked.c.n)
-              .join_from(Ranking, ranked, ranked.c.ranking_id == Ranking.id)
-              .where(eligible("any", ()), not_(and_(*(rule for _, rule in rules)))).subquery())
-    counts = session.execute(select(failed.c.rule, func.sum(failed.c.n * (failed.c.n - 1)))
-                             .group_by(failed.c.rule).order_by(failed.c.rule))
+    ranked = (
+        select(RankingItem.ranking_id, func.count().label("n"))
+        .where(RankingItem.tier.is_not(None))
+        .group_by(RankingItem.ranking_id)
+        .subquery()
+    )
+    failed = (
+        select(case(*((not_(rule), k) for k, (_, rule) in enumerate(rules))).label("rule"), ranked.c.n)
+        .join_from(Ranking, ranked, ranked.c.ranking_id == Ranking.id)
+        .where(eligible("any", ()), not_(and_(*(rule for _, rule in rules))))
+        .subquery()
+    )
+    counts = session.execute(
+        select(failed.c.rule, func.sum(failed.c.n * (failed.c.n - 1))).group_by(failed.c.rule).order_by(failed.c.rule)
+    )
     return {rules[k][0]: int(twice) // 2 for k, twice in counts if twice}
 
 
 def markdown_counts(text: str) -> tuple[int, int, int]:
     """(headers, list items, bold spans) in a reply, outside its code blocks, as FastChat counts them."""
     text = _CODE.sub("", text)
-    return (len(_HEADER.findall(text)), len(_ORDERED.findall(text)) + len(_UNORDERED.findall(text)),
-            sum(len(p.findall(text)) for p in _BOLD))
+    return (
+        len(_HEADER.findall(text)),
+        len(_ORDERED.findall(text)) + len(_UNORDERED.findall(text)),
+        sum(len(p.findall(text)) for p in _BOLD),
+    )
 
 
 def style_counts(session: Session, candidate_ids: np.ndarray) -> np.ndarray:

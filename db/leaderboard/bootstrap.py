@@ -47,8 +47,10 @@ class Cells:
     def pair_totals(self, cell_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(score, total) per pair from counts per cell; (C,) or (B, C)."""
         counts = np.atleast_2d(cell_counts)
-        reduce = sparse.csr_matrix((np.ones(len(self.codes)), (np.arange(len(self.codes)), self.cell_pair)),
-                                   shape=(len(self.codes), len(self.pairs)))
+        reduce = sparse.csr_matrix(
+            (np.ones(len(self.codes)), (np.arange(len(self.codes)), self.cell_pair)),
+            shape=(len(self.codes), len(self.pairs)),
+        )
         total = np.asarray(counts @ reduce)
         score = np.asarray((counts * self.cell_score) @ reduce)
         if np.ndim(cell_counts) == 1:
@@ -66,8 +68,9 @@ def patterns(battles: Battles, cells: Cells) -> tuple[np.ndarray, sparse.csr_mat
     sizes = np.bincount(group)
     if (sizes == 1).all():
         kinds, counts = np.unique(cell, return_counts=True)
-        incidence = sparse.csr_matrix((np.ones(len(kinds)), (np.arange(len(kinds)), kinds)),
-                                      shape=(len(kinds), len(cells.codes)))
+        incidence = sparse.csr_matrix(
+            (np.ones(len(kinds)), (np.arange(len(kinds)), kinds)), shape=(len(kinds), len(cells.codes))
+        )
         return counts, incidence
     order = np.lexsort((cell, group))
     cell_sorted = cell[order]
@@ -81,13 +84,16 @@ def patterns(battles: Battles, cells: Cells) -> tuple[np.ndarray, sparse.csr_mat
         cols.append(kinds.reshape(-1))
         all_counts.append(counts)
         offset += len(kinds)
-    incidence = sparse.csr_matrix((np.ones(sum(len(r) for r in rows)), (np.concatenate(rows), np.concatenate(cols))),
-                                  shape=(offset, len(cells.codes)))  # duplicates within a pattern add up
+    incidence = sparse.csr_matrix(
+        (np.ones(sum(len(r) for r in rows)), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(offset, len(cells.codes)),
+    )  # duplicates within a pattern add up
     return np.concatenate(all_counts), incidence
 
 
-def bootstrap_ratings(battles: Battles, rounds: int, seed: int, start: np.ndarray, *, l2: float = L2,
-                      cells: Cells | None = None) -> np.ndarray:
+def bootstrap_ratings(
+    battles: Battles, rounds: int, seed: int, start: np.ndarray, *, l2: float = L2, cells: Cells | None = None
+) -> np.ndarray:
     """(rounds, n) ratings r of `rounds` bootstrap samples over rankings (natural units).
 
     Draws exactly as FastChat's `compute_bootstrap_bt` (`default_rng(seed).multinomial`
@@ -99,9 +105,9 @@ def bootstrap_ratings(battles: Battles, rounds: int, seed: int, start: np.ndarra
     draws = np.random.default_rng(seed).multinomial(n=n, pvals=counts / counts.sum(), size=rounds)
     out = np.empty((rounds, len(battles.models)))
     for lo in range(0, rounds, CHUNK):
-        cell_counts = np.asarray(draws[lo:lo + CHUNK].astype(np.float64) @ incidence)  # float: 10x scipy's int path
+        cell_counts = np.asarray(draws[lo : lo + CHUNK].astype(np.float64) @ incidence)  # float: 10x scipy's int path
         score, total = cells.pair_totals(cell_counts)
-        out[lo:lo + CHUNK] = fit_pairs(cells.pairs, score, total, l2=l2, start=start)
+        out[lo : lo + CHUNK] = fit_pairs(cells.pairs, score, total, l2=l2, start=start)
     return out
 
 
@@ -112,8 +118,16 @@ def bootstrap_style(battles: Battles, features: np.ndarray, rounds: int, seed: i
     out = np.empty((rounds, len(start)))
     for s in range(rounds):
         drawn = np.bincount(rng.integers(0, r, size=r), minlength=r)
-        out[s] = fit_contextual(battles.a, battles.b, battles.outcome, features, len(battles.models),
-                                weights=drawn[battles.group], l2=STYLE_L2, start=start)
+        out[s] = fit_contextual(
+            battles.a,
+            battles.b,
+            battles.outcome,
+            features,
+            len(battles.models),
+            weights=drawn[battles.group],
+            l2=STYLE_L2,
+            start=start,
+        )
     return out
 
 

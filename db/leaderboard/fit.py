@@ -49,8 +49,9 @@ class Pairs:
         return len(self.i)
 
 
-def fit_pairs(pairs: Pairs, score: np.ndarray, total: np.ndarray, *, l2: float = L2,
-              start: np.ndarray | None = None) -> np.ndarray:
+def fit_pairs(
+    pairs: Pairs, score: np.ndarray, total: np.ndarray, *, l2: float = L2, start: np.ndarray | None = None
+) -> np.ndarray:
     """Ratings r (natural units) maximising the penalised BT likelihood, for one sample or a batch.
 
     Args:
@@ -96,9 +97,17 @@ def fit_pairs(pairs: Pairs, score: np.ndarray, total: np.ndarray, *, l2: float =
     return r[0] if single else r
 
 
-def fit_contextual(a: np.ndarray, b: np.ndarray, outcome: np.ndarray, features: np.ndarray, n_models: int, *,
-                   weights: np.ndarray | None = None, l2: float = STYLE_L2,
-                   start: np.ndarray | None = None) -> np.ndarray:
+def fit_contextual(
+    a: np.ndarray,
+    b: np.ndarray,
+    outcome: np.ndarray,
+    features: np.ndarray,
+    n_models: int,
+    *,
+    weights: np.ndarray | None = None,
+    l2: float = STYLE_L2,
+    start: np.ndarray | None = None,
+) -> np.ndarray:
     """Style control: BT with covariates, logit = α·(r_a − r_b) + f·β, penalised on (r, β) alike.
 
     FastChat's contextual BT (`fit_contextual_bt`), solved by Newton's method.
@@ -131,8 +140,11 @@ def fit_contextual(a: np.ndarray, b: np.ndarray, outcome: np.ndarray, features: 
         laplacian = laplacian + laplacian.T
         hess[:n, :n] = ALPHA * ALPHA * (np.diag(laplacian.sum(axis=1)) - laplacian)
         vf = v[:, None] * features
-        cross = ALPHA * (np.stack([np.bincount(a, vf[:, c], n) - np.bincount(b, vf[:, c], n) for c in range(k)], 1)
-                         if k else np.zeros((n, 0)))
+        cross = ALPHA * (
+            np.stack([np.bincount(a, vf[:, c], n) - np.bincount(b, vf[:, c], n) for c in range(k)], 1)
+            if k
+            else np.zeros((n, 0))
+        )
         hess[:n, n:] = cross
         hess[n:, :n] = cross.T
         hess[n:, n:] = features.T @ vf

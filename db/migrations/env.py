@@ -34,8 +34,10 @@ with engine.connect() as connection:
             if sqlite:
                 broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                 if broken:
-                    raise RuntimeError(f"the migration left {len(broken)} rows whose foreign keys point nowhere, "
-                                       f"first {broken[0]}; it was rolled back")
+                    raise RuntimeError(
+                        f"the migration left {len(broken)} rows whose foreign keys point nowhere, "
+                        f"first {broken[0]}; it was rolled back"
+                    )
         connection.commit()
     finally:
         if sqlite:

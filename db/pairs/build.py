@@ -32,6 +32,7 @@ MARGIN_DIGITS = 12  # decimals a margin keeps: enough for any score, none of a f
 
 # --- the pure part: tiers in, pairs out -------------------------------------------------
 
+
 def expand_tiers(tiers: Sequence[Sequence[int]], strategy: str = "all") -> Iterator[tuple[int, int, int]]:
     """Yield (chosen, rejected, tier gap) for a ranking given as tiers, best first."""
     if strategy not in STRATEGIES:
@@ -113,12 +114,13 @@ def bradley_terry(rankings: Sequence[Sequence[Sequence[int]]], alpha: float = 0.
     index = {item: i for i, item in enumerate(items)}
     data = [(index[a], index[b]) for tiers in rankings for a, b in strict_pairs(tiers)]
     if not data:
-        return {item: 0.0 for item in items}
+        return dict.fromkeys(items, 0.0)
     params = choix.ilsr_pairwise(len(items), data, alpha=alpha)
     return {item: float(params[index[item]]) for item in items}
 
 
 # --- building comparisons in the database --------------------------------------------------
+
 
 @dataclass
 class BuildSummary:
@@ -147,8 +149,14 @@ def _check(strategy: str, aggregate: str, annotator_kind: str) -> None:
         raise InputError("majority aggregation votes on every pair; use it with --strategy all")
 
 
-def build_pairs(session: Session, strategy: str = "all", aggregate: str = "none", annotator_kind: str = "any",
-                excluded: Mapping[int, Sequence[str]] | None = None, full: bool = False) -> BuildSummary:
+def build_pairs(
+    session: Session,
+    strategy: str = "all",
+    aggregate: str = "none",
+    annotator_kind: str = "any",
+    excluded: Mapping[int, Sequence[str]] | None = None,
+    full: bool = False,
+) -> BuildSummary:
     """Bring the comparisons up to date with the rankings; the result equals a full rebuild's, row for row.
 
     Only the rankings that changed since the last build are expanded again; a
@@ -171,8 +179,14 @@ def build_pairs(session: Session, strategy: str = "all", aggregate: str = "none"
     if tail.mode == "full":  # the plan of the expansion below reads every ranking
         for table in (Ranking.__table__, RankingItem.__table__):
             refresh_statistics(session, table)
-    build = PairBuild(strategy=strategy, aggregate=aggregate, annotator_kind=annotator_kind, excluded=left_out,
-                      mode=tail.mode, n_changed=tail.changed)
+    build = PairBuild(
+        strategy=strategy,
+        aggregate=aggregate,
+        annotator_kind=annotator_kind,
+        excluded=left_out,
+        mode=tail.mode,
+        n_changed=tail.changed,
+    )
     session.add(build)
     session.flush()
     if aggregate == "none" and tail.ranking_from is not None:
@@ -183,8 +197,17 @@ def build_pairs(session: Session, strategy: str = "all", aggregate: str = "none"
     build.n_pairs = session.scalar(select(func.count()).select_from(Comparison))
     if tail.mode == "full" or tail.changed > build.n_rankings // 10:  # much of the table is new
         refresh_statistics(session, Comparison.__table__)
-    return BuildSummary(build.id, build.n_rankings, build.n_pairs, strategy, aggregate, annotator_kind, tail.mode,
-                        tail.changed, left_out)
+    return BuildSummary(
+        build.id,
+        build.n_rankings,
+        build.n_pairs,
+        strategy,
+        aggregate,
+        annotator_kind,
+        tail.mode,
+        tail.changed,
+        left_out,
+    )
 
 
 def _ranked_items(strategy: str, ranking_from: int):
@@ -199,8 +222,11 @@ def _ranked_items(strategy: str, ranking_from: int):
     if strategy == "all":
         return items.alias("a"), items.alias("b")
     place = func.dense_rank().over(partition_by=items.c.ranking_id, order_by=items.c.tier) - 1
-    ranked = (select(items.c.ranking_id, items.c.candidate_id, items.c.tier, items.c.score, place.label("place"))
-              .where(items.c.tier.is_not(None), items.c.ranking_id >= ranking_from).subquery())
+    ranked = (
+        select(items.c.ranking_id, items.c.candidate_id, items.c.tier, items.c.score, place.label("place"))
+        .where(items.c.tier.is_not(None), items.c.ranking_id >= ranking_from)
+        .subquery()
+    )
     return ranked.alias("a"), ranked.alias("b")
 
 
@@ -221,8 +247,14 @@ def _insert_expanded(session: Session, build_id: int, strategy: str, ranking_fro
     margin = func.coalesce(gap, cast(b.tier - a.tier, Float))
     query = (
         select(
-            literal(build_id), Ranking.prompt_id, a.candidate_id, b.candidate_id, Ranking.id,
-            Annotator.kind, margin, literal(1.0),
+            literal(build_id),
+            Ranking.prompt_id,
+            a.candidate_id,
+            b.candidate_id,
+            Ranking.id,
+            Annotator.kind,
+            margin,
+            literal(1.0),
         )
         .join(Annotator, Annotator.id == Ranking.annotator_id)
         .join(ta, a.ranking_id == Ranking.id)
@@ -230,8 +262,7 @@ def _insert_expanded(session: Session, build_id: int, strategy: str, ranking_fro
         .where(Ranking.in_pairs, Ranking.id >= ranking_from, a.tier.is_not(None), b.tier.is_not(None))
         .order_by(Ranking.id, a.tier, b.tier, a.candidate_id, b.candidate_id)
     )
-    columns = ["build_id", "prompt_id", "chosen_id", "rejected_id", "ranking_id", "annotator_kind", "margin",
-               "weight"]
+    columns = ["build_id", "prompt_id", "chosen_id", "rejected_id", "ranking_id", "annotator_kind", "margin", "weight"]
     session.execute(insert(Comparison).from_select(columns, query))
 
 
@@ -245,17 +276,27 @@ class RankedView:
     tiers: list[list[int]]
 
 
-def iter_prompt_rankings(session: Session, annotator_kind: str = "any", *,
-                         in_pairs_from: int | None = None) -> Iterator[tuple[int, list[RankedView]]]:
+def iter_prompt_rankings(
+    session: Session, annotator_kind: str = "any", *, in_pairs_from: int | None = None
+) -> Iterator[tuple[int, list[RankedView]]]:
     """Stream each prompt's valid rankings, a prompt at a time, in id order.
 
     With `in_pairs_from`: instead, the rankings the comparisons hold, of prompts from that id on.
     """
-    chosen = ((Ranking.status == RankingStatus.valid.value) if in_pairs_from is None
-              else and_(Ranking.in_pairs, Ranking.prompt_id >= in_pairs_from))
+    chosen = (
+        (Ranking.status == RankingStatus.valid.value)
+        if in_pairs_from is None
+        else and_(Ranking.in_pairs, Ranking.prompt_id >= in_pairs_from)
+    )
     query = (
-        select(Ranking.prompt_id, Ranking.id, Ranking.annotator_id, Annotator.kind,
-               RankingItem.candidate_id, RankingItem.tier)
+        select(
+            Ranking.prompt_id,
+            Ranking.id,
+            Ranking.annotator_id,
+            Annotator.kind,
+            RankingItem.candidate_id,
+            RankingItem.tier,
+        )
         .join(Annotator, Annotator.id == Ranking.annotator_id)
         .join(RankingItem, RankingItem.ranking_id == Ranking.id)
         .where(chosen, RankingItem.tier.is_not(None))
@@ -288,7 +329,9 @@ def iter_prompt_rankings(session: Session, annotator_kind: str = "any", *,
         yield prompt, views
 
 
-def aggregate_prompt(rankings: list[list[list[int]]], strategy: str, aggregate: str) -> list[tuple[int, int, float, float]]:
+def aggregate_prompt(
+    rankings: list[list[list[int]]], strategy: str, aggregate: str
+) -> list[tuple[int, int, float, float]]:
     """(chosen, rejected, margin, weight) for one prompt's rankings combined."""
     if aggregate == "majority":
         return [(a, b, float(m), w) for a, b, m, w in majority(rankings)]
@@ -304,11 +347,18 @@ def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate
         kinds = {v.kind for v in views}
         kind = kinds.pop() if len(kinds) == 1 else "mixed"
         for chosen, rejected, margin, weight in aggregate_prompt([v.tiers for v in views], strategy, aggregate):
-            rows.append({"build_id": build_id, "prompt_id": prompt_id, "chosen_id": chosen,
-                         "rejected_id": rejected, "ranking_id": None,
-                         "annotator_kind": kind,
-                         "margin": round(margin, MARGIN_DIGITS) if math.isfinite(margin) else 0.0,
-                         "weight": weight})
+            rows.append(
+                {
+                    "build_id": build_id,
+                    "prompt_id": prompt_id,
+                    "chosen_id": chosen,
+                    "rejected_id": rejected,
+                    "ranking_id": None,
+                    "annotator_kind": kind,
+                    "margin": round(margin, MARGIN_DIGITS) if math.isfinite(margin) else 0.0,
+                    "weight": weight,
+                }
+            )
         if len(rows) >= INSERT_BATCH:
             session.execute(insert(Comparison), rows)
             rows = []
@@ -360,8 +410,11 @@ class PairMix:
         return sum(self.contradicting.values())
 
     def as_dict(self) -> dict:
-        return {"pairs_by_kind": self.kept, "left_out_by_kind": self.left_out,
-                "contradicting_pairs": self.n_contradicting}
+        return {
+            "pairs_by_kind": self.kept,
+            "left_out_by_kind": self.left_out,
+            "contradicting_pairs": self.n_contradicting,
+        }
 
 
 def pair_mix(session: Session, kind: str = "any") -> PairMix:
@@ -372,16 +425,24 @@ def pair_mix(session: Session, kind: str = "any") -> PairMix:
     the unordered pair, so it scales with the comparisons, not their square.
     """
     keep = kept_comparisons(kind)
-    counted = session.execute(select(Comparison.annotator_kind, func.count(), func.sum(case((keep, 1), else_=0)))
-                              .group_by(Comparison.annotator_kind)).all()  # one pass for both counts
+    counted = session.execute(
+        select(Comparison.annotator_kind, func.count(), func.sum(case((keep, 1), else_=0))).group_by(
+            Comparison.annotator_kind
+        )
+    ).all()  # one pass for both counts
     by_kind = {k: n for k, n, _ in counted}
     kept = {k: int(n) for k, _, n in counted if n}
     low = case((Comparison.chosen_id < Comparison.rejected_id, Comparison.chosen_id), else_=Comparison.rejected_id)
     high = case((Comparison.chosen_id < Comparison.rejected_id, Comparison.rejected_id), else_=Comparison.chosen_id)
-    groups = (select(Comparison.prompt_id, func.count().label("n"))
-              .where(keep).group_by(Comparison.prompt_id, low, high)
-              .having(func.min(Comparison.chosen_id) != func.max(Comparison.chosen_id)).subquery())
-    contradicting = dict(session.execute(select(groups.c.prompt_id, func.sum(groups.c.n))
-                                         .group_by(groups.c.prompt_id)).all())
+    groups = (
+        select(Comparison.prompt_id, func.count().label("n"))
+        .where(keep)
+        .group_by(Comparison.prompt_id, low, high)
+        .having(func.min(Comparison.chosen_id) != func.max(Comparison.chosen_id))
+        .subquery()
+    )
+    contradicting = dict(
+        session.execute(select(groups.c.prompt_id, func.sum(groups.c.n)).group_by(groups.c.prompt_id)).all()
+    )
     left_out = {k: n - kept.get(k, 0) for k, n in by_kind.items() if n - kept.get(k, 0)}
     return PairMix(kept, left_out, {int(p): int(n) for p, n in contradicting.items()})

@@ -38,18 +38,23 @@ def excluded_record(session: Session, excluded: Mapping[int, Sequence[str]] | No
     """
     if not excluded:
         return None
-    pseudonyms = dict(session.execute(select(Annotator.id, Annotator.pseudonym)
-                                      .where(Annotator.id.in_(list(excluded)))).all())
+    pseudonyms = dict(
+        session.execute(select(Annotator.id, Annotator.pseudonym).where(Annotator.id.in_(list(excluded)))).all()
+    )
     unknown = sorted(set(excluded) - set(pseudonyms))
     if unknown:
         raise InputError(f"cannot leave out annotator {', '.join(map(str, unknown))}: there is no such annotator")
-    return {pseudonyms[aid]: list(reasons) for aid, reasons in sorted(excluded.items(), key=lambda kv: pseudonyms[kv[0]])}
+    return {
+        pseudonyms[aid]: list(reasons) for aid, reasons in sorted(excluded.items(), key=lambda kv: pseudonyms[kv[0]])
+    }
 
 
 def eligible(annotator_kind: str, excluded_ids: Sequence[int]):
     """SQL: the ranking is one the build takes (valid, of the kind, not excluded, not of a gold prompt)."""
-    clauses = [rankings.c.status == RankingStatus.valid.value,
-               rankings.c.prompt_id.not_in(select(GoldAnswer.prompt_id))]
+    clauses = [
+        rankings.c.status == RankingStatus.valid.value,
+        rankings.c.prompt_id.not_in(select(GoldAnswer.prompt_id)),
+    ]
     if annotator_kind != "any":
         clauses.append(rankings.c.annotator_id.in_(select(Annotator.id).where(Annotator.kind == annotator_kind)))
     if excluded_ids:
@@ -57,12 +62,20 @@ def eligible(annotator_kind: str, excluded_ids: Sequence[int]):
     return and_(*clauses)
 
 
-def needs_full(previous: PairBuild | None, strategy: str, aggregate: str, annotator_kind: str,
-               excluded: dict[str, list[str]] | None) -> bool:
+def needs_full(
+    previous: PairBuild | None,
+    strategy: str,
+    aggregate: str,
+    annotator_kind: str,
+    excluded: dict[str, list[str]] | None,
+) -> bool:
     """A full rebuild is due when no build tracked its rankings, or the settings changed."""
-    return (previous is None or previous.mode is None
-            or (previous.strategy, previous.aggregate, previous.annotator_kind) != (strategy, aggregate, annotator_kind)
-            or set(previous.excluded or {}) != set(excluded or {}))
+    return (
+        previous is None
+        or previous.mode is None
+        or (previous.strategy, previous.aggregate, previous.annotator_kind) != (strategy, aggregate, annotator_kind)
+        or set(previous.excluded or {}) != set(excluded or {})
+    )
 
 
 @dataclass
@@ -75,8 +88,9 @@ class Tail:
     prompt_from: int | None = None  # aggregated: re-aggregate prompts with id >= this (None: none)
 
 
-def mark_and_clear(session: Session, aggregated: bool, annotator_kind: str, excluded_ids: Sequence[int],
-                   full: bool) -> Tail:
+def mark_and_clear(
+    session: Session, aggregated: bool, annotator_kind: str, excluded_ids: Sequence[int], full: bool
+) -> Tail:
     """Set every changed ranking's mark and delete the comparisons that must be written again."""
     rule = eligible(annotator_kind, excluded_ids)
     if full:
@@ -84,22 +98,24 @@ def mark_and_clear(session: Session, aggregated: bool, annotator_kind: str, excl
         went = session.execute(update(rankings).where(not_(rule), rankings.c.in_pairs).values(in_pairs=False)).rowcount
         session.execute(delete(comparisons))
         return Tail("full", came + went, ranking_from=0, prompt_from=0)
-    came = session.execute(select(rankings.c.id, rankings.c.prompt_id)
-                           .where(rule, not_(rankings.c.in_pairs))).all()
-    went = session.execute(select(rankings.c.id, rankings.c.prompt_id)
-                           .where(not_(rule), rankings.c.in_pairs)).all()
+    came = session.execute(select(rankings.c.id, rankings.c.prompt_id).where(rule, not_(rankings.c.in_pairs))).all()
+    went = session.execute(select(rankings.c.id, rankings.c.prompt_id).where(not_(rule), rankings.c.in_pairs)).all()
     tail = Tail("incremental", len(came) + len(went))
     if not came and not went:
         return tail
     for rows, value in ((came, True), (went, False)):
-        for_values(session, update(rankings).where(in_values(session, rankings.c.id)).values(in_pairs=value),
-                   [rid for rid, _ in rows])
+        for_values(
+            session,
+            update(rankings).where(in_values(session, rankings.c.id)).values(in_pairs=value),
+            [rid for rid, _ in rows],
+        )
     if aggregated:
         tail.prompt_from = min(pid for _, pid in came + went)
         session.execute(delete(comparisons).where(comparisons.c.prompt_id >= tail.prompt_from))
         return tail
-    for_values(session, delete(comparisons).where(in_values(session, comparisons.c.ranking_id)),
-               [rid for rid, _ in went])
+    for_values(
+        session, delete(comparisons).where(in_values(session, comparisons.c.ranking_id)), [rid for rid, _ in went]
+    )
     if came:
         tail.ranking_from = min(rid for rid, _ in came)
         session.execute(delete(comparisons).where(comparisons.c.ranking_id >= tail.ranking_from))

@@ -117,13 +117,19 @@ def agreement(session: Session) -> dict[str, dict]:
 
 def counts(session: Session) -> dict:
     """Row counts of everything a user asks about first."""
+
     def count(*where, model=None):
         return session.scalar(select(func.count()).select_from(model).where(*where))
 
     by_status = dict(session.execute(select(Ranking.status, func.count()).group_by(Ranking.status)).all())
-    by_kind = dict(session.execute(
-        select(Annotator.kind, func.count()).join(Ranking, Ranking.annotator_id == Annotator.id)
-        .where(Ranking.status == "valid").group_by(Annotator.kind)).all())
+    by_kind = dict(
+        session.execute(
+            select(Annotator.kind, func.count())
+            .join(Ranking, Ranking.annotator_id == Annotator.id)
+            .where(Ranking.status == "valid")
+            .group_by(Annotator.kind)
+        ).all()
+    )
     return {
         "prompts": count(model=Prompt),
         "candidates": count(model=Candidate),

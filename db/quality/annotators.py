@@ -26,9 +26,9 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from preflab.db.models import Annotator, AnnotatorKind, GoldAnswer, Ranking, RankingStatus
 from preflab.db.quality.agreement import Agreement
 from preflab.db.quality.gold import gold_tiers
-from preflab.db.models import Annotator, AnnotatorKind, GoldAnswer, Ranking, RankingStatus
 from preflab.errors import ConfigError, InputError
 
 FLAGS = ("low-gold-agreement", "low-consensus-agreement", "mostly-unchanged", "too-fast")
@@ -39,16 +39,34 @@ AGREEMENT_FLAGS = ("low-gold-agreement", "low-consensus-agreement")
 class QualityConfig:
     """Thresholds of the annotator flags."""
 
-    min_gold_tau: float = field(default=0.3, metadata={
-        "help": "Flag an annotator whose mean Kendall tau-b with the gold answers is below this."})
-    min_consensus_tau: float = field(default=0.2, metadata={
-        "help": "Flag an annotator whose mean Kendall tau-b with the others' consensus (leave-one-out) is below this."})
-    max_unchanged: float = field(default=0.5, metadata={
-        "help": "Flag an annotator when more than this share of their rankings is the order shown, untouched."})
-    min_seconds: float = field(default=4.0, metadata={
-        "help": "Flag an annotator whose median time per task (Label Studio's lead_time) is below this many seconds."})
-    min_measured: int = field(default=3, metadata={
-        "help": "A flag needs at least this many rankings behind it (gold, consensus, timed or all)."})
+    min_gold_tau: float = field(
+        default=0.3,
+        metadata={"help": "Flag an annotator whose mean Kendall tau-b with the gold answers is below this."},
+    )
+    min_consensus_tau: float = field(
+        default=0.2,
+        metadata={
+            "help": "Flag an annotator whose mean Kendall tau-b with the others' consensus (leave-one-out)"
+            " is below this."
+        },
+    )
+    max_unchanged: float = field(
+        default=0.5,
+        metadata={
+            "help": "Flag an annotator when more than this share of their rankings is the order shown, untouched."
+        },
+    )
+    min_seconds: float = field(
+        default=4.0,
+        metadata={
+            "help": "Flag an annotator whose median time per task (Label Studio's lead_time) is below"
+            " this many seconds."
+        },
+    )
+    min_measured: int = field(
+        default=3,
+        metadata={"help": "A flag needs at least this many rankings behind it (gold, consensus, timed or all)."},
+    )
 
     def __post_init__(self) -> None:
         for name in ("min_gold_tau", "min_consensus_tau"):
@@ -86,29 +104,39 @@ class AnnotatorQuality:
 
     def as_dict(self) -> dict[str, Any]:
         gold, consensus = self.gold.as_dict(), self.consensus.as_dict()
-        return {"annotator": self.pseudonym, "rankings": self.rankings,
-                "gold_rankings": gold["ranking_pairs"], "gold_tau": gold["kendall_tau"],
-                "gold_pairwise": gold["pairwise_agreement"],
-                "consensus_rankings": consensus["ranking_pairs"], "consensus_tau": consensus["kendall_tau"],
-                "consensus_pairwise": consensus["pairwise_agreement"],
-                "same_as_shown": self.unchanged_share, "timed_rankings": len(self.lead_times),
-                "median_seconds": self.median_seconds, "flags": dict(self.flags)}
+        return {
+            "annotator": self.pseudonym,
+            "rankings": self.rankings,
+            "gold_rankings": gold["ranking_pairs"],
+            "gold_tau": gold["kendall_tau"],
+            "gold_pairwise": gold["pairwise_agreement"],
+            "consensus_rankings": consensus["ranking_pairs"],
+            "consensus_tau": consensus["kendall_tau"],
+            "consensus_pairwise": consensus["pairwise_agreement"],
+            "same_as_shown": self.unchanged_share,
+            "timed_rankings": len(self.lead_times),
+            "median_seconds": self.median_seconds,
+            "flags": dict(self.flags),
+        }
 
 
 def _flag(q: AnnotatorQuality, config: QualityConfig) -> None:
     enough = config.min_measured
     gold, consensus = q.gold.as_dict()["kendall_tau"], q.consensus.as_dict()["kendall_tau"]
     if len(q.gold.taus) >= enough and gold < config.min_gold_tau:
-        q.flags["low-gold-agreement"] = (f"agrees with gold at tau-b {gold:.2f}, below {config.min_gold_tau:.2f}"
-                                         f" ({len(q.gold.taus)} gold rankings)")
+        q.flags["low-gold-agreement"] = (
+            f"agrees with gold at tau-b {gold:.2f}, below {config.min_gold_tau:.2f} ({len(q.gold.taus)} gold rankings)"
+        )
     if len(q.consensus.taus) >= enough and consensus < config.min_consensus_tau:
         q.flags["low-consensus-agreement"] = (
             f"agrees with the others' consensus at tau-b {consensus:.2f}, below {config.min_consensus_tau:.2f}"
-            f" ({len(q.consensus.taus)} rankings)")
+            f" ({len(q.consensus.taus)} rankings)"
+        )
     share = q.unchanged_share
     if q.shown_known >= enough and share > config.max_unchanged:
-        q.flags["mostly-unchanged"] = (f"{share:.0%} of rankings are the order shown, untouched "
-                                       f"(more than {config.max_unchanged:.0%})")
+        q.flags["mostly-unchanged"] = (
+            f"{share:.0%} of rankings are the order shown, untouched (more than {config.max_unchanged:.0%})"
+        )
     median = q.median_seconds
     if len(q.lead_times) >= enough and median < config.min_seconds:
         q.flags["too-fast"] = f"median {median:.1f} s per task, under {config.min_seconds:g} s"
@@ -127,19 +155,32 @@ class QualityTally:
         valid = (Ranking.status == RankingStatus.valid.value, Annotator.kind == AnnotatorKind.human.value)
         self.people: dict[int, AnnotatorQuality] = {}
         for aid, pseudonym, n, known, unchanged in session.execute(
-            select(Annotator.id, Annotator.pseudonym, func.count(), func.count(Ranking.same_as_shown),
-                   func.sum(case((Ranking.same_as_shown.is_(True), 1), else_=0)))
-            .join(Ranking, Ranking.annotator_id == Annotator.id).where(*valid)
-            .group_by(Annotator.id, Annotator.pseudonym).order_by(Annotator.id)
+            select(
+                Annotator.id,
+                Annotator.pseudonym,
+                func.count(),
+                func.count(Ranking.same_as_shown),
+                func.sum(case((Ranking.same_as_shown.is_(True), 1), else_=0)),
+            )
+            .join(Ranking, Ranking.annotator_id == Annotator.id)
+            .where(*valid)
+            .group_by(Annotator.id, Annotator.pseudonym)
+            .order_by(Annotator.id)
         ):
             self.people[aid] = AnnotatorQuality(aid, pseudonym, n, unchanged=int(unchanged or 0), shown_known=known)
-        for aid, lead in session.execute(select(Ranking.annotator_id, Ranking.lead_time)
-                                         .join(Annotator, Annotator.id == Ranking.annotator_id)
-                                         .where(*valid, Ranking.lead_time.is_not(None))):
+        for aid, lead in session.execute(
+            select(Ranking.annotator_id, Ranking.lead_time)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(*valid, Ranking.lead_time.is_not(None))
+        ):
             self.people[aid].lead_times.append(lead)
         self.ids = np.array(sorted(self.people), dtype=np.int64)
-        gold = sorted(((pid << 32) | cid, -float(t)) for pid, tiers in gold_tiers(session).items()
-                      for t, tier in enumerate(tiers) for cid in tier)
+        gold = sorted(
+            ((pid << 32) | cid, -float(t))
+            for pid, tiers in gold_tiers(session).items()
+            for t, tier in enumerate(tiers)
+            for cid in tier
+        )
         self.gold_keys = np.array([k for k, _ in gold], dtype=np.int64)
         self.gold_values = np.array([v for _, v in gold], dtype=np.float64)
         self.gold_prompts = np.unique(self.gold_keys >> 32)
@@ -192,9 +233,14 @@ def quality_exists(session: Session) -> bool:
     """Whether there is anything to measure: gold answers, or two or more human annotators."""
     if session.scalar(select(GoldAnswer.id).limit(1)) is not None:
         return True
-    people = (select(Ranking.annotator_id).join(Annotator, Annotator.id == Ranking.annotator_id)
-              .where(Annotator.kind == AnnotatorKind.human.value, Ranking.status == RankingStatus.valid.value)
-              .distinct().limit(2).subquery())
+    people = (
+        select(Ranking.annotator_id)
+        .join(Annotator, Annotator.id == Ranking.annotator_id)
+        .where(Annotator.kind == AnnotatorKind.human.value, Ranking.status == RankingStatus.valid.value)
+        .distinct()
+        .limit(2)
+        .subquery()
+    )
     return session.scalar(select(func.count()).select_from(people)) >= 2
 
 
@@ -208,8 +254,9 @@ def exclusions(qualities: list[AnnotatorQuality], flags: tuple[str, ...] = FLAGS
     return out
 
 
-def excluded_annotators(session: Session, config: QualityConfig | None = None, flagged: bool = False,
-                        min_agreement: float | None = None) -> dict[int, list[str]]:
+def excluded_annotators(
+    session: Session, config: QualityConfig | None = None, flagged: bool = False, min_agreement: float | None = None
+) -> dict[int, list[str]]:
     """Who `pairs build --exclude-flagged` / `--min-agreement X` leaves out, with the reasons.
 
     `flagged` leaves out every flagged annotator (the thresholds of `config`);

@@ -30,10 +30,12 @@ BLOCK_ROWS = 100_000
 
 def item_blocks(session: Session, kind: str | None = None, rows: int = BLOCK_ROWS) -> Iterator[np.ndarray]:
     """Ranked items of valid rankings (of annotators of `kind`) as int64 rows, in blocks of whole prompts."""
-    query = (select(Ranking.prompt_id, Ranking.id, Ranking.annotator_id, RankingItem.candidate_id, RankingItem.tier)
-             .join(RankingItem, RankingItem.ranking_id == Ranking.id)
-             .where(Ranking.status == RankingStatus.valid.value, RankingItem.tier.is_not(None))
-             .order_by(Ranking.prompt_id))
+    query = (
+        select(Ranking.prompt_id, Ranking.id, Ranking.annotator_id, RankingItem.candidate_id, RankingItem.tier)
+        .join(RankingItem, RankingItem.ranking_id == Ranking.id)
+        .where(Ranking.status == RankingStatus.valid.value, RankingItem.tier.is_not(None))
+        .order_by(Ranking.prompt_id)
+    )
     if kind is not None:
         query = query.join(Annotator, Annotator.id == Ranking.annotator_id).where(Annotator.kind == kind)
     carry = np.empty((0, 5), dtype=np.int64)
@@ -118,16 +120,21 @@ def against(rows: np.ndarray, reference: np.ndarray) -> Compared:
         strict_first = t[i] != t[j]  # sorted by tier: i is ranked above j, or tied with it
         gap = reference[i] - reference[j]
         strict_second = np.abs(gap) > TIE
-        for name, hit in (("concordant", strict_first & strict_second & (gap > 0)),
-                          ("discordant", strict_first & strict_second & (gap < 0)),
-                          ("tied_first", ~strict_first & strict_second),
-                          ("tied_second", strict_first & ~strict_second)):
+        for name, hit in (
+            ("concordant", strict_first & strict_second & (gap > 0)),
+            ("discordant", strict_first & strict_second & (gap < 0)),
+            ("tied_first", ~strict_first & strict_second),
+            ("tied_second", strict_first & ~strict_second),
+        ):
             counts[name] += np.bincount(ranking_id[i], hit, n)
         k += 1
     strict = counts["concordant"] + counts["discordant"]
     denominator = (strict + counts["tied_first"]) * (strict + counts["tied_second"])
-    tau = np.where(denominator > 0, (counts["concordant"] - counts["discordant"])
-                   / np.sqrt(np.where(denominator > 0, denominator, 1)), np.nan)
+    tau = np.where(
+        denominator > 0,
+        (counts["concordant"] - counts["discordant"]) / np.sqrt(np.where(denominator > 0, denominator, 1)),
+        np.nan,
+    )
     return Compared(r[first], rows[first, PROMPT], rows[first, ANNOTATOR], strict, counts["concordant"], tau)
 
 

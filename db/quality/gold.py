@@ -17,10 +17,10 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from preflab.db.ingest.lines import Invalid, open_input, read_lines
-from preflab.db.models import GoldAnswer
 from preflab.db.conversation import prompt_columns, reply_columns
+from preflab.db.ingest.lines import Invalid, open_input, read_lines
 from preflab.db.ingest.records import RankingRecord, load_object, parse_ranking
+from preflab.db.models import GoldAnswer
 from preflab.db.store import ensure_candidates, ensure_prompts
 from preflab.errors import InputError
 
@@ -50,12 +50,13 @@ def read_gold(path: str | Path) -> list[RankingRecord]:
             try:
                 record = parse_gold(line.data)
             except Invalid as exc:
-                raise InputError(f"{Path(path).name} line {line.number:,}: {exc}; no gold answer was stored") \
-                    from None
+                raise InputError(f"{Path(path).name} line {line.number:,}: {exc}; no gold answer was stored") from None
             if record.prompt_hash in seen:
-                raise InputError(f"{Path(path).name} line {line.number:,}: the prompt of line "
-                                 f"{seen[record.prompt_hash]:,} again (one gold answer per prompt); "
-                                 "no gold answer was stored")
+                raise InputError(
+                    f"{Path(path).name} line {line.number:,}: the prompt of line "
+                    f"{seen[record.prompt_hash]:,} again (one gold answer per prompt); "
+                    "no gold answer was stored"
+                )
             seen[record.prompt_hash] = line.number
             records.append(record)
     if not records:
@@ -79,13 +80,22 @@ def store_gold(session: Session, records: list[RankingRecord], origin: str | Non
     A prompt whose stored gold answer ranks differently is refused: rankings
     measured against the old answer would silently change meaning.
     """
-    prompt_ids = ensure_prompts(session, {r.prompt_hash: {**prompt_columns(r.prompt), "source": GOLD_SOURCE,
-                                                          "reference": r.reference} for r in records})
-    candidate_ids = ensure_candidates(session, {
-        (prompt_ids[r.prompt_hash], h): {**reply_columns(turns), "model": model}
-        for r in records for turns, h, model in zip(r.responses, r.response_hashes, r.models)})
-    stored = {g.prompt_id: g for g in session.scalars(
-        select(GoldAnswer).where(GoldAnswer.prompt_id.in_(set(prompt_ids.values()))))}
+    prompt_ids = ensure_prompts(
+        session,
+        {r.prompt_hash: {**prompt_columns(r.prompt), "source": GOLD_SOURCE, "reference": r.reference} for r in records},
+    )
+    candidate_ids = ensure_candidates(
+        session,
+        {
+            (prompt_ids[r.prompt_hash], h): {**reply_columns(turns), "model": model}
+            for r in records
+            for turns, h, model in zip(r.responses, r.response_hashes, r.models)
+        },
+    )
+    stored = {
+        g.prompt_id: g
+        for g in session.scalars(select(GoldAnswer).where(GoldAnswer.prompt_id.in_(set(prompt_ids.values()))))
+    }
     summary = GoldSummary()
     for n, r in enumerate(records):
         pid = prompt_ids[r.prompt_hash]
@@ -94,8 +104,10 @@ def store_gold(session: Session, records: list[RankingRecord], origin: str | Non
         summary.prompt_ids.append(pid)
         if pid in stored:
             if stored[pid].tiers != tiers:
-                raise InputError(f"gold answer {n + 1} ranks prompt {pid} differently from its stored gold answer"
-                                 f" (from {stored[pid].origin or 'an earlier file'}); no gold answer was stored")
+                raise InputError(
+                    f"gold answer {n + 1} ranks prompt {pid} differently from its stored gold answer"
+                    f" (from {stored[pid].origin or 'an earlier file'}); no gold answer was stored"
+                )
             summary.unchanged += 1
             continue
         session.add(GoldAnswer(prompt_id=pid, tiers=tiers, origin=origin))
@@ -106,8 +118,9 @@ def store_gold(session: Session, records: list[RankingRecord], origin: str | Non
 
 def gold_tiers(session: Session) -> dict[int, list[list[int]]]:
     """prompt id -> its gold ranking (candidate ids by tier, best first)."""
-    return {pid: [list(t) for t in tiers] for pid, tiers in session.execute(
-        select(GoldAnswer.prompt_id, GoldAnswer.tiers))}
+    return {
+        pid: [list(t) for t in tiers] for pid, tiers in session.execute(select(GoldAnswer.prompt_id, GoldAnswer.tiers))
+    }
 
 
 def gold_prompt_ids(session: Session) -> set[int]:

@@ -41,8 +41,13 @@ class Cell:
     prompts: int = 0
 
     def as_dict(self) -> dict:
-        return {"accuracy": self.value, "low": self.low, "high": self.high, "pairs": self.pairs,
-                "prompts": self.prompts}
+        return {
+            "accuracy": self.value,
+            "low": self.low,
+            "high": self.high,
+            "pairs": self.pairs,
+            "prompts": self.prompts,
+        }
 
 
 class Resampler:
@@ -89,8 +94,10 @@ class Resampler:
     def _per_prompt(self, values: np.ndarray, mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         index = self.index if mask is None else self.index[mask]
         values = values if mask is None else values[mask]
-        return (np.bincount(index, weights=values, minlength=self.n_prompts),
-                np.bincount(index, minlength=self.n_prompts).astype(float))
+        return (
+            np.bincount(index, weights=values, minlength=self.n_prompts),
+            np.bincount(index, minlength=self.n_prompts).astype(float),
+        )
 
     def estimates(self, columns: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
         """(rounds × columns) resampled means, one column per (values, mask) (NaN: no pair drawn)."""
@@ -110,9 +117,8 @@ class Resampler:
                 out.append(Cell(None, None, None, 0))
                 continue
             prompts = len(np.unique(self.index if mask is None else self.index[mask]))
-            low, high = (interval(rounds[:, j], self.level) if len(rounds) and prompts >= MIN_PROMPTS
-                         else (None, None))
-            out.append(Cell(float(picked.mean()), low, high, int(len(picked)), prompts))
+            low, high = interval(rounds[:, j], self.level) if len(rounds) and prompts >= MIN_PROMPTS else (None, None)
+            out.append(Cell(float(picked.mean()), low, high, len(picked), prompts))
         return out
 
 
@@ -146,6 +152,13 @@ def paired_difference(resampler: Resampler, right_a: np.ndarray, right_b: np.nda
         rounds = rounds[~np.isnan(rounds)]
         far = (rounds <= 0) if observed > 0 else (rounds >= 0)
         p_value = 1.0 if observed == 0 else min(1.0, 2 * (int(far.sum()) + 1) / (len(rounds) + 1))
-    return {"difference": observed, "low": low, "high": high, "p_value": p_value,
-            "both_right": int((right_a & right_b).sum()), "only_this": int((right_a & ~right_b).sum()),
-            "only_other": int((~right_a & right_b).sum()), "both_wrong": int((~right_a & ~right_b).sum())}
+    return {
+        "difference": observed,
+        "low": low,
+        "high": high,
+        "p_value": p_value,
+        "both_right": int((right_a & right_b).sum()),
+        "only_this": int((right_a & ~right_b).sum()),
+        "only_other": int((~right_a & right_b).sum()),
+        "both_wrong": int((~right_a & ~right_b).sum()),
+    }

@@ -91,8 +91,11 @@ def _column_notes(cls: type) -> dict[str, str]:
     notes: dict[str, str] = {}
     pending: list[str] = []
     lines = source.splitlines()
-    comments = {tok.start[0]: tok.string.lstrip("# ").strip()
-                for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT}
+    comments = {
+        tok.start[0]: tok.string.lstrip("# ").strip()
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    }
     for number, line in enumerate(lines, start=1):
         stripped = line.strip()
         if stripped.startswith("#"):
@@ -144,10 +147,15 @@ def tables_reference() -> str:
             null = "yes" if column.nullable and not column.primary_key else ""
             note = notes.get(keys.get(column.name, column.name), "")
             out.append(f"| `{column.name}` | {_cell(_type_name(column))} | {null} | {' '.join(key)} | {_cell(note)} |")
-        extras = [f"unique ({', '.join(c.name for c in con.columns)})" for con in table.constraints
-                  if con.__class__.__name__ == "UniqueConstraint" and len(con.columns) > 1]
-        extras += [f"index `{index.name}` ({', '.join(c.name for c in index.columns)})"
-                   for index in sorted(table.indexes, key=lambda i: i.name or "")]
+        extras = [
+            f"unique ({', '.join(c.name for c in con.columns)})"
+            for con in table.constraints
+            if con.__class__.__name__ == "UniqueConstraint" and len(con.columns) > 1
+        ]
+        extras += [
+            f"index `{index.name}` ({', '.join(c.name for c in index.columns)})"
+            for index in sorted(table.indexes, key=lambda i: i.name or "")
+        ]
         if extras:
             out.append("\nAlso: " + "; ".join(extras) + ".")
         out.append("")
@@ -168,7 +176,7 @@ def include(path: str, page_path: str) -> str:
         file, _, anchor = target.partition("#")
         where = posixpath.normpath(posixpath.join(folder, file))
         if where.startswith("docs/") and where.endswith(".md"):
-            rel = posixpath.relpath(where[len("docs/"):], posixpath.dirname(page_path) or ".")
+            rel = posixpath.relpath(where[len("docs/") :], posixpath.dirname(page_path) or ".")
             return f"{bang}[{label}]({rel}{'#' + anchor if anchor else ''})"
         return label if f"`{where}`" in label or label.strip("`") == where else f"{label} (`{where}`)"
 

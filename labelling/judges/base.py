@@ -50,11 +50,11 @@ class JudgeSummary:
     judge: str
     run_id: str
     annotator_id: int
-    prompts: int = 0        # prompts with enough candidates
-    ranked: int = 0         # new rankings written
-    kept: int = 0           # rankings this run had already written
-    superseded: int = 0     # older rankings of this judge replaced (the prompt gained candidates)
-    unscored: int = 0       # candidates the judge could not score (left unranked)
+    prompts: int = 0  # prompts with enough candidates
+    ranked: int = 0  # new rankings written
+    kept: int = 0  # rankings this run had already written
+    superseded: int = 0  # older rankings of this judge replaced (the prompt gained candidates)
+    unscored: int = 0  # candidates the judge could not score (left unranked)
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -73,29 +73,57 @@ def ensure_judge(session: Session, run: JudgeRun) -> int:
     """The AI annotator for this judge configuration (created on first use)."""
     key = ("ai", run.annotator_name)
     # The name holds the run id, so an existing annotator already has this configuration.
-    return ensure_annotators(session, {key: {"judge_kind": run.kind, "model": run.model[:300],
-                                             "config": {"run_id": run.run_id, **run.config}}})[key]
+    return ensure_annotators(
+        session,
+        {key: {"judge_kind": run.kind, "model": run.model[:300], "config": {"run_id": run.run_id, **run.config}}},
+    )[key]
 
 
-def write_ranking(session: Session, annotator_id: int, run: JudgeRun, item: PromptCandidates,
-                  judgement: Judgement) -> tuple[int, int]:
+def write_ranking(
+    session: Session, annotator_id: int, run: JudgeRun, item: PromptCandidates, judgement: Judgement
+) -> tuple[int, int]:
     """Store one prompt's judge ranking (tiers by score, best first); returns (ranking id, superseded)."""
     scores, details = judgement
     tiers = tiers_from_scores({c: s for c, s in scores.items() if s is not None})
     tier_of = {c: t for t, tier in enumerate(tiers) for c in tier}
     old = session.execute(
-        update(Ranking).where(Ranking.annotator_id == annotator_id, Ranking.prompt_id == item.prompt_id,
-                              Ranking.status == RankingStatus.valid.value)
-        .values(status=RankingStatus.superseded.value)).rowcount
-    ranking_id = session.execute(insert(Ranking).values(
-        prompt_id=item.prompt_id, annotator_id=annotator_id, source="judge",
-        external_id=external_id(run.run_id, item.prompt_id, item.candidate_ids), version=1,
-        status=RankingStatus.valid.value, n_tiers=len(tiers), same_as_shown=False,
-        judge_run=run.run_id).returning(Ranking.id)).scalar_one()
-    session.execute(insert(RankingItem), [
-        {"ranking_id": ranking_id, "candidate_id": cid, "tier": tier_of.get(cid), "shown_position": position,
-         "score": scores.get(cid), "details": details.get(cid)}
-        for position, cid in enumerate(item.candidate_ids)])
+        update(Ranking)
+        .where(
+            Ranking.annotator_id == annotator_id,
+            Ranking.prompt_id == item.prompt_id,
+            Ranking.status == RankingStatus.valid.value,
+        )
+        .values(status=RankingStatus.superseded.value)
+    ).rowcount
+    ranking_id = session.execute(
+        insert(Ranking)
+        .values(
+            prompt_id=item.prompt_id,
+            annotator_id=annotator_id,
+            source="judge",
+            external_id=external_id(run.run_id, item.prompt_id, item.candidate_ids),
+            version=1,
+            status=RankingStatus.valid.value,
+            n_tiers=len(tiers),
+            same_as_shown=False,
+            judge_run=run.run_id,
+        )
+        .returning(Ranking.id)
+    ).scalar_one()
+    session.execute(
+        insert(RankingItem),
+        [
+            {
+                "ranking_id": ranking_id,
+                "candidate_id": cid,
+                "tier": tier_of.get(cid),
+                "shown_position": position,
+                "score": scores.get(cid),
+                "details": details.get(cid),
+            }
+            for position, cid in enumerate(item.candidate_ids)
+        ],
+    )
     return ranking_id, old
 
 
@@ -131,15 +159,30 @@ def record_stats(session: Session, annotator_id: int, stats: dict[str, Any], rep
 
 
 # The engine stats that add up over runs.
-ENGINE_SUMS = ("requests", "cache_hits", "tokens_in", "tokens_out", "retries", "errors", "quarantined", "seconds",
-               "cost")
+ENGINE_SUMS = (
+    "requests",
+    "cache_hits",
+    "tokens_in",
+    "tokens_out",
+    "retries",
+    "errors",
+    "quarantined",
+    "seconds",
+    "cost",
+)
 
 
-def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
-                  judge: Callable[[list[PromptCandidates]], list[Judgement | None]],
-                  prompt_ids: list[int] | None = None, candidate_model: str | None = None,
-                  require_reference: bool = False, prompts_per_batch: int = 8,
-                  reporter: Reporter = SILENT, stats: Callable[[], dict[str, Any]] | None = None) -> JudgeSummary:
+def judge_prompts(
+    sessions: sessionmaker[Session],
+    run: JudgeRun,
+    judge: Callable[[list[PromptCandidates]], list[Judgement | None]],
+    prompt_ids: list[int] | None = None,
+    candidate_model: str | None = None,
+    require_reference: bool = False,
+    prompts_per_batch: int = 8,
+    reporter: Reporter = SILENT,
+    stats: Callable[[], dict[str, Any]] | None = None,
+) -> JudgeSummary:
     """Judge every prompt with two or more candidates that this run has not ranked yet.
 
     `judge` turns a batch of prompts into one judgement per prompt; each batch's
@@ -159,8 +202,13 @@ def judge_prompts(sessions: sessionmaker[Session], run: JudgeRun,
         done = set()
         ids = [external_id(run.run_id, i.prompt_id, i.candidate_ids) for i in items]
         for part in chunks(ids):
-            done.update(session.scalars(select(Ranking.external_id).where(
-                Ranking.annotator_id == annotator_id, Ranking.source == "judge", Ranking.external_id.in_(part))))
+            done.update(
+                session.scalars(
+                    select(Ranking.external_id).where(
+                        Ranking.annotator_id == annotator_id, Ranking.source == "judge", Ranking.external_id.in_(part)
+                    )
+                )
+            )
     summary = JudgeSummary(run.kind, run.run_id, annotator_id, prompts=len(items))
     todo = [i for i, eid in zip(items, ids) if eid not in done]
     summary.kept = len(items) - len(todo)

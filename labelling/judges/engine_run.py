@@ -18,13 +18,13 @@ own), or `--model FILE.toml` listing them:
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import tomllib
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
@@ -44,8 +44,8 @@ class Member:
 
     label: str
     judge: Any
-    stats: Any = None        # () -> EngineStats.as_dict(), on a server
-    batch: int = 8           # prompts per batch
+    stats: Any = None  # () -> EngineStats.as_dict(), on a server
+    batch: int = 8  # prompts per batch
 
 
 def members_of(models: Sequence[str], engine: EngineConfig) -> list[EngineConfig]:
@@ -58,7 +58,7 @@ def members_of(models: Sequence[str], engine: EngineConfig) -> list[EngineConfig
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"{given} is not valid TOML: {exc}") from None
             if not listed or not all(isinstance(m, dict) and m.get("model") for m in listed):
-                raise ConfigError(f"{given} lists no panel: give each member as [[member]] with model = \"NAME\"")
+                raise ConfigError(f'{given} lists no panel: give each member as [[member]] with model = "NAME"')
             out += [_member(engine, str(m["model"]), m.get("api_base"), m.get("engine")) for m in listed]
             continue
         name, at, url = given.rpartition("@")
@@ -71,12 +71,19 @@ def members_of(models: Sequence[str], engine: EngineConfig) -> list[EngineConfig
 
 def _member(engine: EngineConfig, model: str, url: str | None, kind: str | None) -> EngineConfig:
     kind = kind or ("openai" if url else engine.engine)
-    return EngineConfig(**{**engine.__dict__, "engine": kind, "model": model,
-                           "api_base": url or (engine.api_base if kind == engine.engine else None)})
+    return EngineConfig(
+        **{
+            **engine.__dict__,
+            "engine": kind,
+            "model": model,
+            "api_base": url or (engine.api_base if kind == engine.engine else None),
+        }
+    )
 
 
-def _open(stack: ExitStack, sessions: sessionmaker[Session], kind: str, config, engine: EngineConfig,
-          cache: ModelCache) -> Member:
+def _open(
+    stack: ExitStack, sessions: sessionmaker[Session], kind: str, config, engine: EngineConfig, cache: ModelCache
+) -> Member:
     """A member ready to judge: on a server, checked (the model is there; prompt log-probabilities for
     the likelihood judge) before anything is paid for; in process, loaded."""
     from preflab.labelling.judges.on_engine import engine_judge
@@ -88,15 +95,25 @@ def _open(stack: ExitStack, sessions: sessionmaker[Session], kind: str, config, 
         served.server()
         if kind == "likelihood":
             served.check_likelihood()
-        return Member(served.name, engine_judge(kind, served, config), served.stats.as_dict,
-                      max(8, engine.concurrency // 2))
+        return Member(
+            served.name, engine_judge(kind, served, config), served.stats.as_dict, max(8, engine.concurrency // 2)
+        )
     named = load_named_model(sessions, engine.model, record=False, cache=cache)
     return Member(named.label, JUDGES[kind].make(named.model, named.tokenizer, config))
 
 
-def judge_on_engine(sessions: sessionmaker[Session], kind: str, config, models: Sequence[str],
-                    engine: EngineConfig, *, prompt_ids: list[int] | None = None, candidates_from: str | None = None,
-                    cache: ModelCache | None = None, reporter: Reporter = SILENT):
+def judge_on_engine(
+    sessions: sessionmaker[Session],
+    kind: str,
+    config,
+    models: Sequence[str],
+    engine: EngineConfig,
+    *,
+    prompt_ids: list[int] | None = None,
+    candidates_from: str | None = None,
+    cache: ModelCache | None = None,
+    reporter: Reporter = SILENT,
+):
     """The `judge KIND` job for a judge on a server or a panel: rank, store the stats, report (`run.JudgeResult`)."""
     from preflab.labelling.judges.panel import panel_judge, panel_label
     from preflab.labelling.judges.report import judge_report
@@ -112,16 +129,35 @@ def judge_on_engine(sessions: sessionmaker[Session], kind: str, config, models: 
         runs, summaries = [], []
         for member in members:
             run = JudgeRun(kind, member.label, identity(kind, config))
-            summaries.append(judge_prompts(sessions, run, member.judge, prompt_ids, candidates_from, needs_reference,
-                                           member.batch, reporter, member.stats))
+            summaries.append(
+                judge_prompts(
+                    sessions,
+                    run,
+                    member.judge,
+                    prompt_ids,
+                    candidates_from,
+                    needs_reference,
+                    member.batch,
+                    reporter,
+                    member.stats,
+                )
+            )
             runs.append(run)
     if len(members) == 1:
         summary, label = summaries[0], members[0].label
     else:
         label = panel_label([m.label for m in members])
         run = JudgeRun(kind, label, {**identity(kind, config), "members": [r.run_id for r in runs]})
-        summary = judge_prompts(sessions, run, panel_judge(sessions, kind, config, runs, summaries), prompt_ids,
-                                candidates_from, needs_reference, PANEL_BATCH, reporter)
+        summary = judge_prompts(
+            sessions,
+            run,
+            panel_judge(sessions, kind, config, runs, summaries),
+            prompt_ids,
+            candidates_from,
+            needs_reference,
+            PANEL_BATCH,
+            reporter,
+        )
         summary.extra["members"] = [{"model": m.label, **s.as_dict()} for m, s in zip(members, summaries)]
         if any("engine" in s.extra for s in summaries):
             # What the panel asked and cost is what its members did: this run's, and all their runs'.
@@ -134,8 +170,15 @@ def judge_on_engine(sessions: sessionmaker[Session], kind: str, config, models: 
     return JudgeResult(label, summary, measures)
 
 
-def judge_on(sessions: sessionmaker[Session], kind: str, engine, config, prompt_ids: list[int] | None = None,
-             candidate_model: str | None = None, reporter: Reporter = SILENT):
+def judge_on(
+    sessions: sessionmaker[Session],
+    kind: str,
+    engine,
+    config,
+    prompt_ids: list[int] | None = None,
+    candidate_model: str | None = None,
+    reporter: Reporter = SILENT,
+):
     """Rank with a judge of `kind` on an engine already open (a server's: self-reward's judging step);
     its annotator names the engine's model, its stats are stored with it (`base.JudgeSummary`)."""
     from preflab.labelling.judges.on_engine import engine_judge
@@ -144,9 +187,17 @@ def judge_on(sessions: sessionmaker[Session], kind: str, engine, config, prompt_
     if kind == "likelihood":
         engine.check_likelihood()
     run = JudgeRun(kind, engine.name, identity(kind, config))
-    return judge_prompts(sessions, run, engine_judge(kind, engine, config), prompt_ids, candidate_model,
-                         JUDGES[kind].needs_reference, max(8, engine.config.concurrency // 2), reporter,
-                         engine.stats.as_dict)
+    return judge_prompts(
+        sessions,
+        run,
+        engine_judge(kind, engine, config),
+        prompt_ids,
+        candidate_model,
+        JUDGES[kind].needs_reference,
+        max(8, engine.config.concurrency // 2),
+        reporter,
+        engine.stats.as_dict,
+    )
 
 
 def added(stats: list[dict[str, Any]], model: str) -> dict[str, Any]:
@@ -157,4 +208,3 @@ def added(stats: list[dict[str, Any]], model: str) -> dict[str, Any]:
     for name in ENGINE_SUMS:
         out[name] = round(sum(s.get(name) or 0 for s in stats), 6)
     return out
-

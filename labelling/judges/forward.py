@@ -13,7 +13,6 @@ import copy
 import math
 from collections.abc import Iterator, Sequence
 
-
 # Shorter shared prefixes are not worth a separate pass.
 MIN_SHARED = 16
 
@@ -46,8 +45,8 @@ def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device):
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, row in enumerate(rows):
         if row:
-            ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row):] = 1
+            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+            mask[i, width - len(row) :] = 1
     # Explicit positions, so models with absolute position embeddings see no shift.
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     return ids.to(device), mask.to(device), positions.to(device)
@@ -57,8 +56,15 @@ def _encode(tokenizer, text: str) -> list[int]:
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def next_token_logprobs(model, tokenizer, texts: Sequence[str], token_ids: Sequence[int], batch_size: int = 8,
-                        then: Sequence[int] = (), share_prefix: bool = True) -> list[list[float]]:
+def next_token_logprobs(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    token_ids: Sequence[int],
+    batch_size: int = 8,
+    then: Sequence[int] = (),
+    share_prefix: bool = True,
+) -> list[list[float]]:
     """log p(token | text) for each text and each of `token_ids`: one forward pass per batch.
 
     The tokens every text starts with (a judge's chat template and rubric) are
@@ -90,8 +96,14 @@ def next_token_logprobs(model, tokenizer, texts: Sequence[str], token_ids: Seque
             mask = torch.cat([mask.new_ones((len(part), shared)), mask], dim=1)
             positions = positions + shared
         with torch.inference_mode():
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                           use_cache=cache is not None, logits_to_keep=1).logits
+            logits = model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=cache is not None,
+                logits_to_keep=1,
+            ).logits
         logprobs = torch.log_softmax(logits[:, -1, :].float(), dim=-1).cpu()
         for i, row in zip(part, logprobs[:, wanted].tolist()):
             out[i] = row
@@ -119,8 +131,9 @@ def _prefix_cache(model, prefix: list[int]):
     return cache if hasattr(cache, "batch_repeat_interleave") else None
 
 
-def response_logprobs(model, tokenizer, contexts: Sequence[str], responses: Sequence[str],
-                      batch_size: int = 8) -> list[tuple[float, int]]:
+def response_logprobs(
+    model, tokenizer, contexts: Sequence[str], responses: Sequence[str], batch_size: int = 8
+) -> list[tuple[float, int]]:
     """(sum of log p(response token | everything before), number of response tokens) per pair.
 
     Context and response are tokenized apart and joined, so the response's tokens
@@ -139,8 +152,8 @@ def response_logprobs(model, tokenizer, contexts: Sequence[str], responses: Sequ
             logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
         # logits[:, k] predicts the token after position (width - keep + k).
         logprobs = torch.log_softmax(logits[:, :-1, :].float(), dim=-1)
-        targets = ids[:, -(keep - 1):] if keep > 1 else ids[:, :0]
+        targets = ids[:, -(keep - 1) :] if keep > 1 else ids[:, :0]
         picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).cpu()
         for row, (i, n) in enumerate(zip(part, lengths)):
-            out[i] = (float(picked[row, picked.shape[1] - n:].sum()) if n else 0.0, n)
+            out[i] = (float(picked[row, picked.shape[1] - n :].sum()) if n else 0.0, n)
     return out

@@ -34,8 +34,9 @@ class LikelihoodConfig:
             raise ConfigError("--batch-size must be at least 1")
 
 
-def mean_logprobs(model, tokenizer, prompts: Sequence[str | Messages], responses: Sequence[str | Messages],
-                  batch_size: int = 8) -> list[tuple[float, int]]:
+def mean_logprobs(
+    model, tokenizer, prompts: Sequence[str | Messages], responses: Sequence[str | Messages], batch_size: int = 8
+) -> list[tuple[float, int]]:
     """(mean log p per response token, tokens) for each (prompt, response).
 
     Args:

@@ -80,24 +80,31 @@ def _p_first(answer) -> tuple[float | None, str | None]:
 def pairwise_judge(engine, config: pairwise.PairwiseConfig) -> JudgeFn:
     def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
         pairs = [(k, i, j) for k, item in enumerate(items) for i, j in combinations(range(len(item.texts)), 2)]
+
         def ask(k: int, first: int, second: int) -> Logprobs:
-            return Logprobs(pairwise.judge_messages(items[k].history, items[k].texts[first], items[k].texts[second]),
-                            choices=VERDICT, max_tokens=VERDICT_TOKENS)
+            return Logprobs(
+                pairwise.judge_messages(items[k].history, items[k].texts[first], items[k].texts[second]),
+                choices=VERDICT,
+                max_tokens=VERDICT_TOKENS,
+            )
 
         # All first orders, then all swapped orders, as in process.
         asks = [ask(k, i, j) for k, i, j in pairs] + [ask(k, j, i) for k, i, j in pairs]
         answers = engine.top_logprobs(asks)
-        missing = {k for (k, _, _), a, b in zip(pairs, answers, answers[len(pairs):])
-                   if _unanswered(a) or _unanswered(b)}
+        missing = {
+            k for (k, _, _), a, b in zip(pairs, answers, answers[len(pairs) :]) if _unanswered(a) or _unanswered(b)
+        }
         verdicts: list[dict] = [{} for _ in items]
-        for (k, i, j), first, swapped in zip(pairs, answers, answers[len(pairs):]):
+        for (k, i, j), first, swapped in zip(pairs, answers, answers[len(pairs) :]):
             (p_a, why_a), (p_b, why_b) = _p_first(first), _p_first(swapped)
             p_b = None if p_b is None else 1.0 - p_b
             why = why_a or why_b
             ids = items[k].candidate_ids
             verdicts[k][(ids[i], ids[j])] = (pairwise.outcome(p_a, p_b), p_a, p_b, {"reason": why} if why else {})
-        return [None if k in missing else pairwise.rank_outcomes(item.candidate_ids, verdicts[k], config.aggregate)
-                for k, item in enumerate(items)]
+        return [
+            None if k in missing else pairwise.rank_outcomes(item.candidate_ids, verdicts[k], config.aggregate)
+            for k, item in enumerate(items)
+        ]
 
     return judge
 
@@ -106,8 +113,13 @@ def expected_judge(engine, config: score.ScoreConfig, with_reference: bool = Fal
     variants = [[n] for n in range(len(SCORE_CHOICES))]
 
     def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
-        asks = [Logprobs(score.grading_messages(item, response, with_reference), answer_start=ANSWER_START,
-                         choices=SCORE_CHOICES) for item in items for response in item.texts]
+        asks = [
+            Logprobs(
+                score.grading_messages(item, response, with_reference), answer_start=ANSWER_START, choices=SCORE_CHOICES
+            )
+            for item in items
+            for response in item.texts
+        ]
         answers = iter(engine.top_logprobs(asks))
         out: list[Judgement | None] = []
         for item in items:
@@ -132,14 +144,21 @@ def sampled_judge(engine, config: score.ScoreConfig, with_reference: bool = Fals
 
     def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
         keys = [(k, cid) for k, item in enumerate(items) for cid in item.candidate_ids]
-        messages = {(k, cid): score.grading_messages(items[k], text, with_reference)
-                    for k, item in enumerate(items) for cid, text in zip(item.candidate_ids, item.texts)}
+        messages = {
+            (k, cid): score.grading_messages(items[k], text, with_reference)
+            for k, item in enumerate(items)
+            for cid, text in zip(item.candidate_ids, item.texts)
+        }
         got: dict = {key: [] for key in keys}
         failed: dict = {key: [] for key in keys}
         missing: set[int] = set()
         for _ in range(config.retries + 1):
-            wanted = [(key, len(got[key]) + len(failed[key]) + n) for key in keys if key[0] not in missing
-                      for n in range(config.n - len(got[key]))]
+            wanted = [
+                (key, len(got[key]) + len(failed[key]) + n)
+                for key in keys
+                if key[0] not in missing
+                for n in range(config.n - len(got[key]))
+            ]
             if not wanted:
                 break
             replies = engine.generate([Generate(messages[key], sampling, index) for key, index in wanted])
@@ -149,17 +168,23 @@ def sampled_judge(engine, config: score.ScoreConfig, with_reference: bool = Fals
                     continue
                 value = None if isinstance(reply, Failed) else parse_score(reply.text)
                 (failed[key] if value is None else got[key]).append(
-                    reply.reason if isinstance(reply, Failed) else reply.text if value is None else value)
+                    reply.reason if isinstance(reply, Failed) else reply.text if value is None else value
+                )
         out: list[Judgement | None] = []
         for k, item in enumerate(items):
             if k in missing:
                 out.append(None)
                 continue
             mean = {c: (sum(got[k, c]) / len(got[k, c]) if got[k, c] else None) for c in item.candidate_ids}
-            details = {c: {"samples": got[k, c], "attempts": len(got[k, c]) + len(failed[k, c]),
-                           "parse_failures": len(failed[k, c]),
-                           "failed_replies": [r[:300] for r in failed[k, c][:score.KEEP_FAILED_REPLIES]]}
-                       for c in item.candidate_ids}
+            details = {
+                c: {
+                    "samples": got[k, c],
+                    "attempts": len(got[k, c]) + len(failed[k, c]),
+                    "parse_failures": len(failed[k, c]),
+                    "failed_replies": [r[:300] for r in failed[k, c][: score.KEEP_FAILED_REPLIES]],
+                }
+                for c in item.candidate_ids
+            }
             out.append((mean, details))
         return out
 
@@ -169,6 +194,7 @@ def sampled_judge(engine, config: score.ScoreConfig, with_reference: bool = Fals
 def likelihood_judge(engine) -> JudgeFn:
     """Each reply's mean token log-probability given its history; a reply of several turns on its assistant turns,
     each given everything before it (as `likelihood.mean_logprobs` in process)."""
+
     def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
         asks, owner = [], []
         for k, item in enumerate(items):
@@ -203,4 +229,3 @@ def likelihood_judge(engine) -> JudgeFn:
         return out
 
     return judge
-

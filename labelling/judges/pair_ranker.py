@@ -27,8 +27,9 @@ class PairRankerConfig(PairwiseConfig):
     The input format (max length, chat or plain text) is the ranker's own, read from its folder.
     """
 
-    batch_size: int = field(default=16, metadata={"help": "Pair-ranker sequences (one pair in one order) per "
-                                                          "forward pass."})
+    batch_size: int = field(
+        default=16, metadata={"help": "Pair-ranker sequences (one pair in one order) per forward pass."}
+    )
 
 
 def make_judge(model, tokenizer, config: PairRankerConfig):
@@ -50,10 +51,15 @@ def make_judge(model, tokenizer, config: PairRankerConfig):
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
         pairs = [(k, i, j) for k, item in enumerate(items) for i, j in combinations(range(len(item.texts)), 2)]
         read = [inputs(item) for item in items]
-        probs = preference_probabilities(model, tokenizer, [read[k][0] for k, _, _ in pairs],
-                                         [read[k][1][i] for k, i, _ in pairs],
-                                         [read[k][1][j] for k, _, j in pairs],
-                                         settings["max_length"], config.batch_size)
+        probs = preference_probabilities(
+            model,
+            tokenizer,
+            [read[k][0] for k, _, _ in pairs],
+            [read[k][1][i] for k, i, _ in pairs],
+            [read[k][1][j] for k, _, j in pairs],
+            settings["max_length"],
+            config.batch_size,
+        )
         per_item: list[dict[tuple[int, int], tuple[float, float]]] = [{} for _ in items]
         for (k, i, j), p in zip(pairs, probs):
             ids = items[k].candidate_ids

@@ -34,8 +34,9 @@ AGGREGATES = ("copeland", "bradley-terry")
 class PairwiseConfig:
     """How the pairwise judge asks and aggregates."""
 
-    aggregate: str = field(default="copeland", metadata={"help": "How pair outcomes become a ranking.",
-                                                         "choices": AGGREGATES})
+    aggregate: str = field(
+        default="copeland", metadata={"help": "How pair outcomes become a ranking.", "choices": AGGREGATES}
+    )
     batch_size: int = field(default=8, metadata={"help": "Judge prompts per forward pass."})
 
     def __post_init__(self):
@@ -64,8 +65,10 @@ def judge_messages(prompt: str | Messages, first: str, second: str) -> Messages:
     if is_multi_turn(turns):
         user = PAIRWISE_CONVERSATION_USER.format(conversation=transcript(turns), a=first, b=second)
         return [{"role": "system", "content": PAIRWISE_CONVERSATION_SYSTEM}, {"role": "user", "content": user}]
-    return [{"role": "system", "content": PAIRWISE_SYSTEM},
-            {"role": "user", "content": PAIRWISE_USER.format(question=turns[0]["content"], a=first, b=second)}]
+    return [
+        {"role": "system", "content": PAIRWISE_SYSTEM},
+        {"role": "user", "content": PAIRWISE_USER.format(question=turns[0]["content"], a=first, b=second)},
+    ]
 
 
 def judge_text(tokenizer, prompt: str | Messages, first: str, second: str) -> str:
@@ -81,24 +84,27 @@ def prob_first_better(model, tokenizer, texts: list[str], batch_size: int = 8) -
     rows = next_token_logprobs(model, tokenizer, texts, a_ids + b_ids, batch_size)
     out = []
     for row in rows:
-        la = _logsumexp(row[:len(a_ids)])
-        lb = _logsumexp(row[len(a_ids):])
+        la = _logsumexp(row[: len(a_ids)])
+        lb = _logsumexp(row[len(a_ids) :])
         out.append(1.0 / (1.0 + math.exp(lb - la)))
     return out
 
 
-def verdicts_by_generation(model, tokenizer, texts: list[str], batch_size: int = 8,
-                           max_new_tokens: int = 8) -> list[float | None]:
+def verdicts_by_generation(
+    model, tokenizer, texts: list[str], batch_size: int = 8, max_new_tokens: int = 8
+) -> list[float | None]:
     """The baseline: decode the verdict as text (greedy) and read the first A or B (1.0 = A)."""
     import re
 
-    from preflab.lm.sampling import generate_texts
     from preflab.labelling.judges.forward import by_length
+    from preflab.lm.sampling import generate_texts
 
     out: list[float | None] = [None] * len(texts)
     for part in by_length([tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], batch_size):
-        for i, g in zip(part, generate_texts(model, tokenizer, [texts[i] for i in part],
-                                             max_new_tokens=max_new_tokens, do_sample=False)):
+        for i, g in zip(
+            part,
+            generate_texts(model, tokenizer, [texts[i] for i in part], max_new_tokens=max_new_tokens, do_sample=False),
+        ):
             found = re.search(r"\b([AB])\b", g.text)
             out[i] = None if found is None else float(found.group(1) == "A")
     return out
@@ -136,22 +142,27 @@ def _round(p: float | None) -> float | None:
     return None if p is None else round(p, 4)
 
 
-def rank_pairs(candidate_ids: list[int], results: dict[tuple[int, int], tuple[float | None, float | None]],
-               aggregate: str) -> Judgement:
+def rank_pairs(
+    candidate_ids: list[int], results: dict[tuple[int, int], tuple[float | None, float | None]], aggregate: str
+) -> Judgement:
     """Scores and details from each pair's (P(x better | x first), P(x better | x second))."""
     return rank_outcomes(candidate_ids, {pair: (outcome(*ps), *ps, {}) for pair, ps in results.items()}, aggregate)
 
 
-def rank_outcomes(candidate_ids: list[int],
-                  verdicts: dict[tuple[int, int], tuple[str, float | None, float | None, dict]],
-                  aggregate: str) -> Judgement:
+def rank_outcomes(
+    candidate_ids: list[int],
+    verdicts: dict[tuple[int, int], tuple[str, float | None, float | None, dict]],
+    aggregate: str,
+) -> Judgement:
     """Scores and details from each pair's (x's outcome, P(x better | x first), P(x better | x second), more
     details of the pair). An abstention counts for neither candidate (and is kept in their details)."""
     details = {c: {"wins": 0, "losses": 0, "ties": 0, "pairs": []} for c in candidate_ids}
     decided: list[list[list[int]]] = []
     for (x, y), (result, p_first, p_second, extra) in verdicts.items():
-        for me, other, p_a, p_b, mine in ((x, y, p_first, p_second, result),
-                                          (y, x, _flip(p_second), _flip(p_first), FLIPPED.get(result, result))):
+        for me, other, p_a, p_b, mine in (
+            (x, y, p_first, p_second, result),
+            (y, x, _flip(p_second), _flip(p_first), FLIPPED.get(result, result)),
+        ):
             d = details[me]
             d[TALLY[mine]] = d.get(TALLY[mine], 0) + 1
             d["pairs"].append({"vs": other, "p_as_a": _round(p_a), "p_as_b": _round(p_b), "outcome": mine, **extra})
@@ -169,6 +180,7 @@ def rank_outcomes(candidate_ids: list[int],
 
 def make_judge(model, tokenizer, config: PairwiseConfig):
     """A function from a batch of prompts to their judgements."""
+
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
         pairs = [(k, i, j) for k, item in enumerate(items) for i, j in combinations(range(len(item.texts)), 2)]
         # All first orders, then all swapped orders: each order is one batched pass.

@@ -53,31 +53,42 @@ def _share(values: list[float | None]) -> float | None:
     return None if not known else sum(1.0 if v > 0.5 else 0.5 if v == 0.5 else 0.0 for v in known) / len(known)
 
 
-def _stored(session: Session, runs: list[JudgeRun], summaries: list[JudgeSummary],
-            items: list[PromptCandidates]) -> dict[tuple[int, int], dict[int, tuple[float | None, dict]]]:
+def _stored(
+    session: Session, runs: list[JudgeRun], summaries: list[JudgeSummary], items: list[PromptCandidates]
+) -> dict[tuple[int, int], dict[int, tuple[float | None, dict]]]:
     """(member, prompt) -> candidate -> (score, details), from each member's valid ranking of the same candidates."""
-    ids = {external_id(run.run_id, item.prompt_id, item.candidate_ids): item.prompt_id
-           for run in runs for item in items}
+    ids = {
+        external_id(run.run_id, item.prompt_id, item.candidate_ids): item.prompt_id for run in runs for item in items
+    }
     # A judge named twice sits twice (two votes): its ranking is read once.
     members_of: dict[int, list[int]] = {}
     for m, summary in enumerate(summaries):
         members_of.setdefault(summary.annotator_id, []).append(m)
-    rankings = session.execute(select(Ranking.id, Ranking.annotator_id, Ranking.external_id).where(
-        Ranking.annotator_id.in_(list(members_of)), Ranking.status == RankingStatus.valid.value,
-        Ranking.source == "judge", Ranking.external_id.in_(list(ids))))
+    rankings = session.execute(
+        select(Ranking.id, Ranking.annotator_id, Ranking.external_id).where(
+            Ranking.annotator_id.in_(list(members_of)),
+            Ranking.status == RankingStatus.valid.value,
+            Ranking.source == "judge",
+            Ranking.external_id.in_(list(ids)),
+        )
+    )
     owner = {rid: (aid, ids[eid]) for rid, aid, eid in rankings if eid in ids}
     found: dict[tuple[int, int], dict[int, tuple[float | None, dict]]] = {key: {} for key in owner.values()}
     if owner:
         for rid, cid, value, details in session.execute(
-                select(RankingItem.ranking_id, RankingItem.candidate_id, RankingItem.score, RankingItem.details)
-                .where(RankingItem.ranking_id.in_(list(owner)))):
+            select(RankingItem.ranking_id, RankingItem.candidate_id, RankingItem.score, RankingItem.details).where(
+                RankingItem.ranking_id.in_(list(owner))
+            )
+        ):
             found[owner[rid]][cid] = (value, details or {})
     return {(m, prompt_id): ranked for (aid, prompt_id), ranked in found.items() for m in members_of[aid]}
 
 
-def panel_judge(sessions: sessionmaker[Session], kind: str, config, runs: list[JudgeRun],
-                summaries: list[JudgeSummary]):
+def panel_judge(
+    sessions: sessionmaker[Session], kind: str, config, runs: list[JudgeRun], summaries: list[JudgeSummary]
+):
     """The panel's judge function: each prompt ranked from its members' stored rankings (None: one has none)."""
+
     def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
         with sessions.begin() as session:
             stored = _stored(session, runs, summaries, items)
@@ -87,10 +98,10 @@ def panel_judge(sessions: sessionmaker[Session], kind: str, config, runs: list[J
             if any(member is None for member in members):
                 out.append(None)
                 continue
-            seconds = {c: round(sum(float(m[c][1].get("seconds") or 0.0) for m in members), 4)
-                       for c in item.candidate_ids}
-            scores, details = (_pairwise(item, members, config.aggregate) if kind == "pairwise"
-                               else _mean(item, members))
+            seconds = {
+                c: round(sum(float(m[c][1].get("seconds") or 0.0) for m in members), 4) for c in item.candidate_ids
+            }
+            scores, details = _pairwise(item, members, config.aggregate) if kind == "pairwise" else _mean(item, members)
             out.append((scores, {c: {**details[c], "seconds": seconds[c]} for c in item.candidate_ids}))
         return out
 

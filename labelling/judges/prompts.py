@@ -86,19 +86,33 @@ def _variant(text: str, *swaps: tuple[str, str]) -> str:
 _CONVERSATION = "[The Start of the Conversation]\n{conversation}\n[The End of the Conversation]\n\n"
 _TAGGED = "<conversation>\n{conversation}\n</conversation>\n"
 PAIRWISE_CONVERSATION_SYSTEM = _variant(
-    PAIRWISE_SYSTEM, ("to the user question displayed below", "to the last user message of the conversation "
-                                                              "displayed below, given everything said before it"))
+    PAIRWISE_SYSTEM,
+    (
+        "to the user question displayed below",
+        "to the last user message of the conversation displayed below, given everything said before it",
+    ),
+)
 PAIRWISE_CONVERSATION_USER = _variant(
-    PAIRWISE_USER, ("[User Question]\n{question}\n\n", _CONVERSATION),
-    ("Which assistant's answer", "Which assistant's answer to the last user message"))
+    PAIRWISE_USER,
+    ("[User Question]\n{question}\n\n", _CONVERSATION),
+    ("Which assistant's answer", "Which assistant's answer to the last user message"),
+)
 SCORE_CONVERSATION_PROMPT = _variant(
-    SCORE_PROMPT, ("Review the user's question and the corresponding response",
-                   "Review the conversation, whose last user message the response answers,"),
-    ("User: {question}\n", _TAGGED))
+    SCORE_PROMPT,
+    (
+        "Review the user's question and the corresponding response",
+        "Review the conversation, whose last user message the response answers,",
+    ),
+    ("User: {question}\n", _TAGGED),
+)
 REFERENCE_CONVERSATION_PROMPT = _variant(
-    REFERENCE_PROMPT, ("Review the user's question, a reference answer",
-                       "Review the conversation, a reference answer to its last user message"),
-    ("User: {question}\n", _TAGGED))
+    REFERENCE_PROMPT,
+    (
+        "Review the user's question, a reference answer",
+        "Review the conversation, a reference answer to its last user message",
+    ),
+    ("User: {question}\n", _TAGGED),
+)
 
 # Where the expected-score judge starts the assistant's answer: the next token is the score.
 ANSWER_START = "Score: "

@@ -21,9 +21,9 @@ from itertools import combinations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from preflab.db.quality.agreement import compare_rankings
 from preflab.db.models import Annotator, Candidate, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs.build import iter_prompt_rankings
+from preflab.db.quality.agreement import compare_rankings
 from preflab.labelling.judges.table import JUDGE_KINDS, JUDGES
 
 # Below this share of the next-token probability on the score tokens, an expected-score judge
@@ -35,23 +35,23 @@ LOW_MASS = 0.5
 class _Tally:
     rankings: set = field(default_factory=set)
     prompts: set = field(default_factory=set)
-    sources: set = field(default_factory=set)                       # the rankings' sources ("import:ultrafeedback")
+    sources: set = field(default_factory=set)  # the rankings' sources ("import:ultrafeedback")
     tiers: dict = field(default_factory=lambda: defaultdict(dict))  # ranking id -> {candidate: tier}
-    prompt_of: dict = field(default_factory=dict)                   # ranking id -> prompt id
-    scored: list = field(default_factory=list)                      # (score, length)
-    lengths: dict = field(default_factory=dict)                     # candidate -> length
+    prompt_of: dict = field(default_factory=dict)  # ranking id -> prompt id
+    scored: list = field(default_factory=list)  # (score, length)
+    lengths: dict = field(default_factory=dict)  # candidate -> length
     pair_entries: int = 0
     consistent: int = 0
     first_won: int = 0
-    first_both: int = 0                                             # shown first, won in both orders
-    second_both: int = 0                                            # shown second, won in both orders
+    first_both: int = 0  # shown first, won in both orders
+    second_both: int = 0  # shown second, won in both orders
     attempts: int = 0
     failures: int = 0
-    masses: list = field(default_factory=list)                      # expected score: mass on the score tokens
-    abstentions: int = 0                                            # pair entries / candidates with no readable reply
-    pairs_ranked: int = 0                                           # candidate pairs its rankings order
-    seen: dict = field(default_factory=dict)                        # ranking id -> its candidates read so far
-    seconds: list = field(default_factory=list)                     # judging time per candidate
+    masses: list = field(default_factory=list)  # expected score: mass on the score tokens
+    abstentions: int = 0  # pair entries / candidates with no readable reply
+    pairs_ranked: int = 0  # candidate pairs its rankings order
+    seen: dict = field(default_factory=dict)  # ranking id -> its candidates read so far
+    seconds: list = field(default_factory=list)  # judging time per candidate
 
 
 def _mean(values: list[float]) -> float | None:
@@ -78,12 +78,23 @@ def _pearson(points: list[tuple[float, float]]) -> float | None:
 
 def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
     tallies: dict[int, _Tally] = defaultdict(_Tally)
-    query = (select(Ranking.annotator_id, Ranking.id, Ranking.prompt_id, Ranking.source, RankingItem.candidate_id,
-                    RankingItem.tier, RankingItem.score, RankingItem.details, func.length(Candidate.text))
-             .join(RankingItem, RankingItem.ranking_id == Ranking.id)
-             .join(Candidate, Candidate.id == RankingItem.candidate_id)
-             .where(Ranking.status == RankingStatus.valid.value, Ranking.annotator_id.in_(annotator_ids))
-             .execution_options(yield_per=10_000))
+    query = (
+        select(
+            Ranking.annotator_id,
+            Ranking.id,
+            Ranking.prompt_id,
+            Ranking.source,
+            RankingItem.candidate_id,
+            RankingItem.tier,
+            RankingItem.score,
+            RankingItem.details,
+            func.length(Candidate.text),
+        )
+        .join(RankingItem, RankingItem.ranking_id == Ranking.id)
+        .join(Candidate, Candidate.id == RankingItem.candidate_id)
+        .where(Ranking.status == RankingStatus.valid.value, Ranking.annotator_id.in_(annotator_ids))
+        .execution_options(yield_per=10_000)
+    )
     # Core rows, not ORM ones: 80,000 imported ranking items are read in 0.3 s here, 0.9 s through the ORM.
     rows = session.connection().execute(query)
     for annotator_id, ranking_id, prompt_id, source, cid, tier, score, details, length in rows:
@@ -126,9 +137,12 @@ def _costs(t: _Tally, engine: dict | None) -> dict:
     its rankings order, and how many pairs a second its judging time ranked (the time in its details)."""
     seconds = sum(t.seconds)
     cost = engine.get("cost") if engine else None
-    return {"engine": engine, "pairs_ranked": t.pairs_ranked,
-            "pairs_per_s": t.pairs_ranked / seconds if seconds > 0 and t.pairs_ranked else None,
-            "cost_per_1000_pairs": 1000 * cost / t.pairs_ranked if cost is not None and t.pairs_ranked else None}
+    return {
+        "engine": engine,
+        "pairs_ranked": t.pairs_ranked,
+        "pairs_per_s": t.pairs_ranked / seconds if seconds > 0 and t.pairs_ranked else None,
+        "cost_per_1000_pairs": 1000 * cost / t.pairs_ranked if cost is not None and t.pairs_ranked else None,
+    }
 
 
 def _longer_wins(t: _Tally) -> tuple[int, float | None]:
@@ -170,16 +184,20 @@ def _human_agreement(session: Session, tallies: dict[int, _Tally], per_prompt: b
                 counts[prompt_id][1] += a
                 if tau is not None:
                     taus.append(tau)
-        out[annotator_id] = {"prompts": len(prompts), "shared_pairs": shared,
-                             "pairwise_agreement": agree / shared if shared else None,
-                             "kendall_tau": sum(taus) / len(taus) if taus else None}
+        out[annotator_id] = {
+            "prompts": len(prompts),
+            "shared_pairs": shared,
+            "pairwise_agreement": agree / shared if shared else None,
+            "kendall_tau": sum(taus) / len(taus) if taus else None,
+        }
         if per_prompt:  # a prompt's pairs depend on each other: a bootstrap resamples prompts, not pairs
             out[annotator_id]["per_prompt"] = [counts[p] for p in sorted(counts) if counts[p][0]]
     return out
 
 
-def judge_report(session: Session, annotator_ids: list[int] | None = None,
-                 per_prompt: bool = False, imported: bool = False) -> list[dict]:
+def judge_report(
+    session: Session, annotator_ids: list[int] | None = None, per_prompt: bool = False, imported: bool = False
+) -> list[dict]:
     """One dict of trust measures per judge (AI annotator with a judge kind), oldest first.
 
     Args:
@@ -202,30 +220,40 @@ def judge_report(session: Session, annotator_ids: list[int] | None = None,
     for judge in judges:
         t = tallies.get(judge.id, _Tally())
         n_longer, longer = _longer_wins(t)
-        out.append({
-            "judge": judge.name, "annotator_id": judge.id, "pseudonym": judge.pseudonym,
-            # An AI annotator that preflab did not run (an import) has judge kind "import" (or none: said "import").
-            "kind": judge.judge_kind or "import", "imported": judge.judge_kind not in JUDGE_KINDS, "model": judge.model,
-            "run_id": (judge.config or {}).get("run_id"), "source": ", ".join(sorted(t.sources)) or None,
-            "rankings": len(t.rankings), "prompts": len(t.prompts),
-            "swap_consistency": t.consistent / t.pair_entries if t.pair_entries else None,
-            "first_position_rate": t.first_won / t.pair_entries if t.pair_entries else None,
-            # Verdicts that followed the position (the same place won in both orders): None for
-            # judges that score each reply alone, where the position cannot matter.
-            "position_bias": (t.first_both + t.second_both) / t.pair_entries if t.pair_entries else None,
-            "position_first": t.first_both / t.pair_entries if t.pair_entries else None,
-            "position_second": t.second_both / t.pair_entries if t.pair_entries else None,
-            "pairs_judged": t.pair_entries // 2,
-            "parse_failure_rate": t.failures / t.attempts if t.attempts else None,
-            "score_attempts": t.attempts,
-            "method": _method(judge),
-            "seconds_per_candidate": _mean(t.seconds),
-            "score_mass": _mean(t.masses),
-            "low_mass_rate": sum(m < LOW_MASS for m in t.masses) / len(t.masses) if t.masses else None,
-            "guessing": None if not t.masses else _mean(t.masses) < LOW_MASS,
-            "length_correlation": _pearson(t.scored),
-            "longer_wins": longer, "length_pairs": n_longer,
-            "human_agreement": agreement.get(judge.id, nobody | ({"per_prompt": []} if per_prompt else {})),
-            "abstentions": t.abstentions // 2, **_costs(t, (judge.config or {}).get("engine")),
-        })
+        out.append(
+            {
+                "judge": judge.name,
+                "annotator_id": judge.id,
+                "pseudonym": judge.pseudonym,
+                # An AI annotator that preflab did not run (an import) has judge kind "import" (or none: said "import").
+                "kind": judge.judge_kind or "import",
+                "imported": judge.judge_kind not in JUDGE_KINDS,
+                "model": judge.model,
+                "run_id": (judge.config or {}).get("run_id"),
+                "source": ", ".join(sorted(t.sources)) or None,
+                "rankings": len(t.rankings),
+                "prompts": len(t.prompts),
+                "swap_consistency": t.consistent / t.pair_entries if t.pair_entries else None,
+                "first_position_rate": t.first_won / t.pair_entries if t.pair_entries else None,
+                # Verdicts that followed the position (the same place won in both orders): None for
+                # judges that score each reply alone, where the position cannot matter.
+                "position_bias": (t.first_both + t.second_both) / t.pair_entries if t.pair_entries else None,
+                "position_first": t.first_both / t.pair_entries if t.pair_entries else None,
+                "position_second": t.second_both / t.pair_entries if t.pair_entries else None,
+                "pairs_judged": t.pair_entries // 2,
+                "parse_failure_rate": t.failures / t.attempts if t.attempts else None,
+                "score_attempts": t.attempts,
+                "method": _method(judge),
+                "seconds_per_candidate": _mean(t.seconds),
+                "score_mass": _mean(t.masses),
+                "low_mass_rate": sum(m < LOW_MASS for m in t.masses) / len(t.masses) if t.masses else None,
+                "guessing": None if not t.masses else _mean(t.masses) < LOW_MASS,
+                "length_correlation": _pearson(t.scored),
+                "longer_wins": longer,
+                "length_pairs": n_longer,
+                "human_agreement": agreement.get(judge.id, nobody | ({"per_prompt": []} if per_prompt else {})),
+                "abstentions": t.abstentions // 2,
+                **_costs(t, (judge.config or {}).get("engine")),
+            }
+        )
     return out

@@ -22,9 +22,13 @@ from preflab.labelling.selection import PromptCandidates
 class RewardModelConfig:
     """How the reward-model judge reads its inputs."""
 
-    conversational: bool = field(default=False, metadata={
-        "help": "Format inputs as chat messages even when the model has no chat template of its own (one with "
-                "a template always reads messages, as it trained on them)."})
+    conversational: bool = field(
+        default=False,
+        metadata={
+            "help": "Format inputs as chat messages even when the model has no chat template of its own (one with "
+            "a template always reads messages, as it trained on them)."
+        },
+    )
     batch_size: int = field(default=8, metadata={"help": "Responses scored per forward pass."})
 
     def __post_init__(self):
@@ -36,10 +40,14 @@ def make_judge(model, tokenizer, config: RewardModelConfig):
     from preflab.lm.scoring import exchange, reward_scores
 
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
-        inputs = [exchange(item.history, item.reply(i), config.conversational)
-                  for item in items for i in range(len(item.texts))]
-        results = iter(reward_scores(model, tokenizer, [p for p, _ in inputs], [r for _, r in inputs],
-                                     config.batch_size))
+        inputs = [
+            exchange(item.history, item.reply(i), config.conversational)
+            for item in items
+            for i in range(len(item.texts))
+        ]
+        results = iter(
+            reward_scores(model, tokenizer, [p for p, _ in inputs], [r for _, r in inputs], config.batch_size)
+        )
         out = []
         for item in items:
             scores = {cid: round(next(results), 6) for cid in item.candidate_ids}

@@ -46,9 +46,17 @@ def make_judge(kind: str, model, tokenizer, config):
     return JUDGES[kind].make(model, tokenizer, config)
 
 
-def judge_candidates(sessions: sessionmaker[Session], kind: str, model, tokenizer, model_name: str, config,
-                     prompt_ids: list[int] | None = None, candidate_model: str | None = None,
-                     reporter: Reporter = SILENT) -> JudgeSummary:
+def judge_candidates(
+    sessions: sessionmaker[Session],
+    kind: str,
+    model,
+    tokenizer,
+    model_name: str,
+    config,
+    prompt_ids: list[int] | None = None,
+    candidate_model: str | None = None,
+    reporter: Reporter = SILENT,
+) -> JudgeSummary:
     """Rank the candidates of every prompt this judge has not ranked yet.
 
     Args:
@@ -61,8 +69,15 @@ def judge_candidates(sessions: sessionmaker[Session], kind: str, model, tokenize
         candidate_model: judge only the candidates this model generated.
     """
     run = JudgeRun(kind, model_name, identity(kind, config))
-    return judge_prompts(sessions, run, make_judge(kind, model, tokenizer, config), prompt_ids, candidate_model,
-                         require_reference=JUDGES[kind].needs_reference, reporter=reporter)
+    return judge_prompts(
+        sessions,
+        run,
+        make_judge(kind, model, tokenizer, config),
+        prompt_ids,
+        candidate_model,
+        require_reference=JUDGES[kind].needs_reference,
+        reporter=reporter,
+    )
 
 
 def _served(name: str) -> bool:
@@ -74,18 +89,27 @@ def _served(name: str) -> bool:
 class JudgeResult:
     """What a judge run did and how far the judge can be trusted."""
 
-    model: str                 # the judge model's label
+    model: str  # the judge model's label
     summary: JudgeSummary
-    measures: dict[str, Any]   # this judge's row of `judge_report`
+    measures: dict[str, Any]  # this judge's row of `judge_report`
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.summary.as_dict(), "report": self.measures}
 
 
-def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: str | Sequence[str], *,
-              prompts: str | Path | None = None, candidates_from: str | None = None,
-              selection: PromptSelection = PromptSelection(), engine: EngineConfig | None = None,
-              cache: ModelCache | None = None, reporter: Reporter = SILENT) -> JudgeResult:
+def run_judge(
+    sessions: sessionmaker[Session],
+    kind: str,
+    config,
+    model_name: str | Sequence[str],
+    *,
+    prompts: str | Path | None = None,
+    candidates_from: str | None = None,
+    selection: PromptSelection = PromptSelection(),
+    engine: EngineConfig | None = None,
+    cache: ModelCache | None = None,
+    reporter: Reporter = SILENT,
+) -> JudgeResult:
     """The `judge KIND` job: load the judge model, rank what it has not ranked, and report on it.
 
     Args:
@@ -107,12 +131,22 @@ def run_judge(sessions: sessionmaker[Session], kind: str, config, model_name: st
     if len(names) > 1 or (engine is not None and engine.engine != "transformers") or _served(names[0]):
         from preflab.labelling.judges.engine_run import judge_on_engine
 
-        return judge_on_engine(sessions, kind, config, names, engine or EngineConfig(), prompt_ids=prompt_ids,
-                               candidates_from=candidates_from, cache=cache, reporter=reporter)
+        return judge_on_engine(
+            sessions,
+            kind,
+            config,
+            names,
+            engine or EngineConfig(),
+            prompt_ids=prompt_ids,
+            candidates_from=candidates_from,
+            cache=cache,
+            reporter=reporter,
+        )
     model_name = names[0]
     named = load_named_model(sessions, model_name, record=False, scorer=JUDGES[kind].scorer, cache=cache)
-    summary = judge_candidates(sessions, kind, named.model, named.tokenizer, named.label, config, prompt_ids,
-                               candidates_from, reporter)
+    summary = judge_candidates(
+        sessions, kind, named.model, named.tokenizer, named.label, config, prompt_ids, candidates_from, reporter
+    )
     with sessions.begin() as session:
         (measures,) = judge_report(session, [summary.annotator_id])
     return JudgeResult(named.label, summary, measures)

@@ -21,9 +21,9 @@ import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass, field, fields
 
+from preflab.db.conversation import is_multi_turn, transcript
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
-from preflab.db.conversation import is_multi_turn, transcript
 from preflab.labelling.judges.prompts import (
     ANSWER_START,
     REFERENCE_CONVERSATION_PROMPT,
@@ -52,18 +52,23 @@ class ScoreConfig(SamplingConfig):
     `preflab judge` refuses them when given with it (`refuse_unread`).
     """
 
-    n: int = field(default=3, metadata={"help": "sampled: scores sampled and averaged per response.",
-                                        "flags": ("--samples",)})
-    max_new_tokens: int = field(default=192, metadata={
-        "help": "sampled: longest judge reply (justification + score)."})
+    n: int = field(
+        default=3, metadata={"help": "sampled: scores sampled and averaged per response.", "flags": ("--samples",)}
+    )
+    max_new_tokens: int = field(default=192, metadata={"help": "sampled: longest judge reply (justification + score)."})
     retries: int = field(default=2, metadata={"help": "sampled: extra rounds for replies without a parseable score."})
-    batch_size: int = field(default=8, metadata={
-        "help": "Judge prompts per batch (sampled replies or forward passes)."})
-    method: str = field(default="sampled", metadata={
-        "help": "sampled: sample k replies and average their \"Score: n\"; expected: start the answer with "
-                "\"Score: \" and take the probability-weighted mean of the tokens 0-5 from one forward pass "
-                "(always yields a score; takes no sampling option).",
-        "choices": SCORE_METHODS})
+    batch_size: int = field(
+        default=8, metadata={"help": "Judge prompts per batch (sampled replies or forward passes)."}
+    )
+    method: str = field(
+        default="sampled",
+        metadata={
+            "help": 'sampled: sample k replies and average their "Score: n"; expected: start the answer with '
+            '"Score: " and take the probability-weighted mean of the tokens 0-5 from one forward pass '
+            "(always yields a score; takes no sampling option).",
+            "choices": SCORE_METHODS,
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -93,8 +98,9 @@ def refuse_unread(config: ScoreConfig, given: Collection[str]) -> None:
     if config.method == "expected" and unread:
         flags = ", ".join(f.metadata.get("flags", ("--" + f.name.replace("_", "-"),))[0] for f in unread)
         them = "it" if len(unread) == 1 else "them"
-        raise ConfigError(f"--method expected samples nothing, so it would ignore {flags}: "
-                          f"leave {them} out or use --method sampled")
+        raise ConfigError(
+            f"--method expected samples nothing, so it would ignore {flags}: leave {them} out or use --method sampled"
+        )
 
 
 def grading_text(tokenizer, item: PromptCandidates, response: str, with_reference: bool) -> str:
@@ -146,10 +152,16 @@ def sampled_judge(model, tokenizer, config: ScoreConfig, with_reference: bool = 
             if not wanted:
                 break
             for start in range(0, len(wanted), config.batch_size):
-                part = wanted[start:start + config.batch_size]
-                replies = generate_texts(model, tokenizer, [texts[c] for c in part],
-                                         max_new_tokens=config.max_new_tokens, temperature=config.temperature,
-                                         top_p=config.top_p, seed=_seed(config.seed, round_, [c for _, c in part]))
+                part = wanted[start : start + config.batch_size]
+                replies = generate_texts(
+                    model,
+                    tokenizer,
+                    [texts[c] for c in part],
+                    max_new_tokens=config.max_new_tokens,
+                    temperature=config.temperature,
+                    top_p=config.top_p,
+                    seed=_seed(config.seed, round_, [c for _, c in part]),
+                )
                 for key, reply in zip(part, replies):
                     value = parse_score(reply.text)
                     if value is None:
@@ -160,10 +172,15 @@ def sampled_judge(model, tokenizer, config: ScoreConfig, with_reference: bool = 
         for k, item in enumerate(items):
             got = {c: scores[k, c] for c in item.candidate_ids}
             mean = {c: (sum(got[c]) / len(got[c]) if got[c] else None) for c in item.candidate_ids}
-            details = {c: {"samples": got[c], "attempts": len(got[c]) + len(failures[k, c]),
-                           "parse_failures": len(failures[k, c]),
-                           "failed_replies": [r[:300] for r in failures[k, c][:KEEP_FAILED_REPLIES]]}
-                       for c in item.candidate_ids}
+            details = {
+                c: {
+                    "samples": got[c],
+                    "attempts": len(got[c]) + len(failures[k, c]),
+                    "parse_failures": len(failures[k, c]),
+                    "failed_replies": [r[:300] for r in failures[k, c][:KEEP_FAILED_REPLIES]],
+                }
+                for c in item.candidate_ids
+            }
             out.append((mean, details))
         return out
 
@@ -180,6 +197,7 @@ def score_tokens(tokenizer) -> tuple[list[int], list[list[int]]]:
     " 5" where they exist, so a model that writes the digit with or without a
     space counts the same; their probabilities are summed.
     """
+
     def encode(text: str) -> list[int]:
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
@@ -220,7 +238,7 @@ def expected_score(logprobs: list[float], variants: list[list[int]]) -> tuple[fl
 
     values, at = [], 0
     for options in variants:
-        values.append(logsumexp(logprobs[at:at + len(options)]))
+        values.append(logsumexp(logprobs[at : at + len(options)]))
         at += len(options)
     total = logsumexp(values)
     shares = [math.exp(v - total) for v in values]
@@ -237,8 +255,10 @@ def expected_judge(model, tokenizer, config: ScoreConfig, with_reference: bool =
 
     def judge(items: list[PromptCandidates]) -> list[Judgement]:
         texts = [grading_text(tokenizer, item, response, with_reference) for item in items for response in item.texts]
-        graded = iter(expected_score(row, variants)
-                      for row in next_token_logprobs(model, tokenizer, texts, wanted, config.batch_size, then=start))
+        graded = iter(
+            expected_score(row, variants)
+            for row in next_token_logprobs(model, tokenizer, texts, wanted, config.batch_size, then=start)
+        )
         out = []
         for item in items:
             results = {c: next(graded) for c in item.candidate_ids}

@@ -22,27 +22,30 @@ from preflab.labelling.judges import likelihood, pair_ranker, pairwise, prompts,
 class Judge:
     """One kind of judge."""
 
-    config: type                          # its config dataclass: the command's options, the judge's identity
+    config: type  # its config dataclass: the command's options, the judge's identity
     make: Callable[[Any, Any, Any], Callable]  # (model, tokenizer, config) -> the judge function
-    help: str                             # the `preflab judge KIND` command's help (with its example)
-    model_argument: str | None = None     # the metavar of the command's required model argument; None: --model
-    scorer: bool = False                  # its model is a one-label sequence classifier, not a causal LM
-    prompt: str | None = None             # its prompt text, whose hash names the judge
-    needs_reference: bool = False         # it judges only prompts with a reference answer
+    help: str  # the `preflab judge KIND` command's help (with its example)
+    model_argument: str | None = None  # the metavar of the command's required model argument; None: --model
+    scorer: bool = False  # its model is a one-label sequence classifier, not a causal LM
+    prompt: str | None = None  # its prompt text, whose hash names the judge
+    needs_reference: bool = False  # it judges only prompts with a reference answer
     # Refuses options given on the command line that this config would not read (one sentence).
     check_given: Callable[[Any, Collection[str]], None] | None = None
 
 
 JUDGES: dict[str, Judge] = {
     "pairwise": Judge(
-        pairwise.PairwiseConfig, pairwise.make_judge,
+        pairwise.PairwiseConfig,
+        pairwise.make_judge,
         """Judge every pair in both orders from the next-token probabilities of "A" and "B".
 
         Example: preflab judge pairwise --aggregate bradley-terry
         """,
-        prompt=prompts.PAIRWISE_SYSTEM + prompts.PAIRWISE_USER),
+        prompt=prompts.PAIRWISE_SYSTEM + prompts.PAIRWISE_USER,
+    ),
     "score": Judge(
-        score.ScoreConfig, score.make_judge,
+        score.ScoreConfig,
+        score.make_judge,
         """Grade each response with the additive 5-point prompt: k sampled replies, or the expected score.
 
         --method sampled samples k replies and averages their "Score: n"; --method
@@ -52,31 +55,43 @@ JUDGES: dict[str, Judge] = {
 
         Example: preflab judge score --method expected
         """,
-        prompt=prompts.SCORE_PROMPT, check_given=score.refuse_unread),
+        prompt=prompts.SCORE_PROMPT,
+        check_given=score.refuse_unread,
+    ),
     "reference": Judge(
-        score.ScoreConfig, partial(score.make_judge, with_reference=True),
+        score.ScoreConfig,
+        partial(score.make_judge, with_reference=True),
         """Grade each response against the prompt's reference answer (prompts with one only).
 
         The same two methods as `preflab judge score` (--method sampled or expected).
 
         Example: preflab judge reference --method expected
         """,
-        prompt=prompts.REFERENCE_PROMPT, needs_reference=True, check_given=score.refuse_unread),
+        prompt=prompts.REFERENCE_PROMPT,
+        needs_reference=True,
+        check_given=score.refuse_unread,
+    ),
     "reward-model": Judge(
-        reward_model.RewardModelConfig, reward_model.make_judge,
+        reward_model.RewardModelConfig,
+        reward_model.make_judge,
         """Score each response with a one-label sequence-classification model (a reward model).
 
         Example: preflab judge reward-model out/reward-model
         """,
-        model_argument="MODEL", scorer=True),
+        model_argument="MODEL",
+        scorer=True,
+    ),
     "likelihood": Judge(
-        likelihood.LikelihoodConfig, likelihood.make_judge,
+        likelihood.LikelihoodConfig,
+        likelihood.make_judge,
         """Score each response by the model's average token log-likelihood of it.
 
         Example: preflab judge likelihood --model smollm2-135m-instruct
-        """),
+        """,
+    ),
     "pair-ranker": Judge(
-        pair_ranker.PairRankerConfig, pair_ranker.make_judge,
+        pair_ranker.PairRankerConfig,
+        pair_ranker.make_judge,
         """Rank candidates from a trained pair ranker's P(A ≻ B) for every pair; the probabilities are stored.
 
         VERSION is a `preflab train pair-ranker` model version (or its folder). Each
@@ -85,7 +100,9 @@ JUDGES: dict[str, Judge] = {
 
         Example: preflab judge pair-ranker pair-ranker-4 --aggregate bradley-terry
         """,
-        model_argument="VERSION", scorer=True),
+        model_argument="VERSION",
+        scorer=True,
+    ),
 }
 
 JUDGE_KINDS = tuple(JUDGES)

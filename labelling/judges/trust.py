@@ -37,8 +37,9 @@ from preflab.labelling.judges.report import judge_report
 ROUNDS = 1000
 
 
-def agreement_interval(counts: list[list[int]], rounds: int = ROUNDS, seed: int = 0,
-                       level: float = LEVEL) -> tuple[float, float] | None:
+def agreement_interval(
+    counts: list[list[int]], rounds: int = ROUNDS, seed: int = 0, level: float = LEVEL
+) -> tuple[float, float] | None:
     """The percentile bootstrap interval of pairwise agreement, resampling prompts.
 
     Args:
@@ -62,12 +63,18 @@ def agreement_interval(counts: list[list[int]], rounds: int = ROUNDS, seed: int 
 
 def _order(row: dict[str, Any]) -> tuple:
     shared = row["agreement_low"] is not None
-    return (not shared, -(row["agreement_low"] or 0.0), -(row["agreement"] or 0.0), -row["shared_pairs"],
-            row["annotator_id"])
+    return (
+        not shared,
+        -(row["agreement_low"] or 0.0),
+        -(row["agreement"] or 0.0),
+        -row["shared_pairs"],
+        row["annotator_id"],
+    )
 
 
-def trust_rows(report: list[dict[str, Any]], rounds: int = ROUNDS, seed: int = 0,
-               level: float = LEVEL) -> list[dict[str, Any]]:
+def trust_rows(
+    report: list[dict[str, Any]], rounds: int = ROUNDS, seed: int = 0, level: float = LEVEL
+) -> list[dict[str, Any]]:
     """The "which judge should I trust" rows from `judge_report(session, per_prompt=True, imported=True)`, best first.
 
     Judges that ranked nothing are left out. Every judge's interval is drawn with the same seed.
@@ -79,24 +86,40 @@ def trust_rows(report: list[dict[str, Any]], rounds: int = ROUNDS, seed: int = 0
         human = judge["human_agreement"]
         bounds = agreement_interval(human.get("per_prompt", []), rounds, seed, level)
         low, high = bounds or (None, None)
-        rows.append({
-            "judge": judge["pseudonym"], "name": judge["judge"], "annotator_id": judge["annotator_id"],
-            "kind": judge["kind"], "imported": judge["imported"],
-            "method": judge.get("method"), "model": judge["model"], "run_id": judge.get("run_id"),
-            "source": judge["source"],
-            "rankings": judge["rankings"], "shared_prompts": human["prompts"], "shared_pairs": human["shared_pairs"],
-            "agreement": human["pairwise_agreement"], "agreement_low": low, "agreement_high": high,
-            "kendall_tau": human["kendall_tau"], "position_bias": judge["position_bias"],
-            "position_first": judge["position_first"], "position_second": judge["position_second"],
-            "pairs_judged": judge["pairs_judged"],
-            # What it costs beside how far to trust it: the cheapest judge one can trust.
-            "cost_per_1000_pairs": judge.get("cost_per_1000_pairs"), "pairs_per_s": judge.get("pairs_per_s"),
-            "abstentions": judge.get("abstentions", 0),
-        })
+        rows.append(
+            {
+                "judge": judge["pseudonym"],
+                "name": judge["judge"],
+                "annotator_id": judge["annotator_id"],
+                "kind": judge["kind"],
+                "imported": judge["imported"],
+                "method": judge.get("method"),
+                "model": judge["model"],
+                "run_id": judge.get("run_id"),
+                "source": judge["source"],
+                "rankings": judge["rankings"],
+                "shared_prompts": human["prompts"],
+                "shared_pairs": human["shared_pairs"],
+                "agreement": human["pairwise_agreement"],
+                "agreement_low": low,
+                "agreement_high": high,
+                "kendall_tau": human["kendall_tau"],
+                "position_bias": judge["position_bias"],
+                "position_first": judge["position_first"],
+                "position_second": judge["position_second"],
+                "pairs_judged": judge["pairs_judged"],
+                # What it costs beside how far to trust it: the cheapest judge one can trust.
+                "cost_per_1000_pairs": judge.get("cost_per_1000_pairs"),
+                "pairs_per_s": judge.get("pairs_per_s"),
+                "abstentions": judge.get("abstentions", 0),
+            }
+        )
     return sorted(rows, key=_order)
 
 
 def judge_trust(session: Session, rounds: int = ROUNDS, seed: int = 0, level: float = LEVEL) -> dict[str, Any]:
     """`preflab stats --judges`: the judges, best first, and how the intervals were drawn."""
-    return {"judges": trust_rows(judge_report(session, per_prompt=True, imported=True), rounds, seed, level),
-            "bootstrap": {"rounds": rounds, "seed": seed, "level": level, "resampled": "prompts"}}
+    return {
+        "judges": trust_rows(judge_report(session, per_prompt=True, imported=True), rounds, seed, level),
+        "bootstrap": {"rounds": rounds, "seed": seed, "level": level, "resampled": "prompts"},
+    }

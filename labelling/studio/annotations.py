@@ -30,14 +30,25 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from preflab.console import plural
-from preflab.db.quality.agreement import same_as_shown_text
 from preflab.db.bulk import lookup
 from preflab.db.ingest.lines import Invalid
-from preflab.db.models import AnnotatorKind, Ranking, RankingStatus, RawRecord, RawStatus
 from preflab.db.ingest.records import unstorable  # the rule of every reader: any field, any depth, keys too
+from preflab.db.models import AnnotatorKind, Ranking, RankingStatus, RawRecord, RawStatus
+from preflab.db.quality.agreement import same_as_shown_text
 from preflab.db.store import payload_hash, quarantine, store_raw
-from preflab.labelling.studio.parse import MAX_ID, VOLATILE, TaskFields, TaskItems, encodable, ls_id, \
-    may_hold_flaws, parse_annotation, payload, task_items, task_json
+from preflab.labelling.studio.parse import (
+    MAX_ID,
+    VOLATILE,
+    TaskFields,
+    TaskItems,
+    encodable,
+    ls_id,
+    may_hold_flaws,
+    parse_annotation,
+    payload,
+    task_items,
+    task_json,
+)
 from preflab.labelling.studio.projects import ProjectInfo
 from preflab.labelling.studio.versions import SOURCE, Entry, write_rankings
 
@@ -53,20 +64,28 @@ class SyncSummary:
     annotations: int = 0
     # What happened to each annotation read:
     # new + updated + unchanged + quarantined + still_quarantined = annotations.
-    new: int = 0          # annotations seen for the first time (skipped ones included)
-    updated: int = 0      # edited annotations: a new version superseded the old one
-    unchanged: int = 0    # stored before, or edited without changing the ranking
+    new: int = 0  # annotations seen for the first time (skipped ones included)
+    updated: int = 0  # edited annotations: a new version superseded the old one
+    unchanged: int = 0  # stored before, or edited without changing the ranking
     quarantined: int = 0  # quarantined now (tasks that are no task object included)
     still_quarantined: int = 0  # read again, and quarantined before: still unusable
-    deleted: int = 0      # annotations gone from Label Studio: their rankings are marked deleted
+    deleted: int = 0  # annotations gone from Label Studio: their rankings are marked deleted
     # What the project holds once the sync is done (see `project_state`), old and new alike.
-    skipped: int = 0        # skipped (cancelled) annotations, recorded without tiers
+    skipped: int = 0  # skipped (cancelled) annotations, recorded without tiers
     same_as_shown: int = 0  # valid rankings identical to the order shown, as `preflab stats` counts them
     reasons: dict[str, int] = field(default_factory=dict)
 
-    def add(self, other: "SyncSummary") -> None:
-        for name in ("tasks", "annotations", "new", "updated", "unchanged", "quarantined", "still_quarantined",
-                     "deleted"):
+    def add(self, other: SyncSummary) -> None:
+        for name in (
+            "tasks",
+            "annotations",
+            "new",
+            "updated",
+            "unchanged",
+            "quarantined",
+            "still_quarantined",
+            "deleted",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for reason, n in other.reasons.items():
             self.reasons[reason] = self.reasons.get(reason, 0) + n
@@ -86,17 +105,23 @@ class SyncSummary:
             bad = f"{self.still_quarantined:,} still quarantined"
         else:
             bad = f"{self.quarantined:,} newly quarantined, {self.still_quarantined:,} still quarantined"
-        return (f"{plural(self.tasks, 'task')}, {plural(self.annotations, 'annotation')}: {self.new:,} new, "
-                f"{self.updated:,} updated, {self.unchanged:,} unchanged, {bad}, "
-                f"{self.deleted:,} deleted; the project holds {plural(self.skipped, 'skipped annotation')} and "
-                f"{same_as_shown_text(self.same_as_shown)}")
+        return (
+            f"{plural(self.tasks, 'task')}, {plural(self.annotations, 'annotation')}: {self.new:,} new, "
+            f"{self.updated:,} updated, {self.unchanged:,} unchanged, {bad}, "
+            f"{self.deleted:,} deleted; the project holds {plural(self.skipped, 'skipped annotation')} and "
+            f"{same_as_shown_text(self.same_as_shown)}"
+        )
 
 
 def project_state(session: Session, project: ProjectInfo, summary: SyncSummary) -> None:
     """Set the summary's counts of what the project holds: its skipped annotations and untouched rankings."""
+
     def count(*where) -> int:
-        return session.scalar(select(func.count()).select_from(Ranking).where(
-            Ranking.ls_project_id == project.id, Ranking.source == SOURCE, *where))
+        return session.scalar(
+            select(func.count())
+            .select_from(Ranking)
+            .where(Ranking.ls_project_id == project.id, Ranking.source == SOURCE, *where)
+        )
 
     summary.skipped = count(Ranking.status == RankingStatus.skipped.value)
     summary.same_as_shown = count(Ranking.status == RankingStatus.valid.value, Ranking.same_as_shown.is_(True))
@@ -116,8 +141,9 @@ def _annotator(annotation: dict, users: dict[int, str]) -> tuple[tuple[str, str]
     else:
         raise Invalid("annotation has no completed_by user id")
     if not isinstance(name, str) or unstorable(name) or len(name) > 300:
-        raise Invalid("the annotator's email is not text the database can store (a NUL, a lone surrogate, "
-                      "or over 300 characters)")
+        raise Invalid(
+            "the annotator's email is not text the database can store (a NUL, a lone surrogate, or over 300 characters)"
+        )
     return (AnnotatorKind.human.value, name), who
 
 
@@ -128,8 +154,7 @@ def as_received(text: str) -> str | bytes:
     return text.encode("utf-8", "surrogateescape")  # read with surrogateescape: give back the very bytes
 
 
-def _quarantine_task(session: Session, origin: str, locator: str, text: str, reason: str,
-                     summary: SyncSummary) -> None:
+def _quarantine_task(session: Session, origin: str, locator: str, text: str, reason: str, summary: SyncSummary) -> None:
     received = as_received(text)
     raw = store_raw(session, SOURCE, origin, [(locator, received)])
     rid, status = raw[payload_hash(received)]
@@ -157,8 +182,12 @@ def task_text(task: dict) -> str:
     """A task as received, for its raw record (the fields Label Studio recomputes on every request left out)."""
     annotations = task.get("annotations")
     if isinstance(annotations, list):
-        task = dict(task, annotations=[{k: v for k, v in a.items() if k not in VOLATILE} if isinstance(a, dict) else a
-                                       for a in annotations])
+        task = dict(
+            task,
+            annotations=[
+                {k: v for k, v in a.items() if k not in VOLATILE} if isinstance(a, dict) else a for a in annotations
+            ],
+        )
     text = json.dumps(task, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
     # A lone surrogate (sent as a \\udXXX escape): kept as that escape, which the database can store.
     return text if encodable(text) else json.dumps(task, sort_keys=True, separators=(",", ":"), default=str)
@@ -185,7 +214,7 @@ class Received:
     unusable: str | None = None  # why the task cannot be read at all (it is quarantined whole)
 
     @classmethod
-    def of(cls, task: Any) -> "Received":
+    def of(cls, task: Any) -> Received:
         """A task decoded already (from the API)."""
         text = task_text(task) if isinstance(task, dict) else json.dumps(task, default=str)
         return cls(text, annotation_count(task), task)
@@ -207,8 +236,15 @@ class _Pending:
     flaw: str | None  # why the database cannot store what it holds (a NUL, a lone surrogate)
 
 
-def _parse(task: dict, ann: Any, users: dict[int, str], fields: TaskFields, buckets: list[str] | None,
-           items: dict[int, TaskItems | Invalid], raw_id: int) -> Entry:
+def _parse(
+    task: dict,
+    ann: Any,
+    users: dict[int, str],
+    fields: TaskFields,
+    buckets: list[str] | None,
+    items: dict[int, TaskItems | Invalid],
+    raw_id: int,
+) -> Entry:
     """The entry of one annotation; raises Invalid with the reason it is quarantined."""
     if not isinstance(ann, dict):
         raise Invalid("annotation is not an object")
@@ -231,9 +267,15 @@ def _parse(task: dict, ann: Any, users: dict[int, str], fields: TaskFields, buck
     return Entry(task, ann, raw_id, aid, items[key], parsed, annotator, user)
 
 
-def store_tasks(session: Session, project: ProjectInfo, received: list[Received], users: dict[int, str],
-                fields: TaskFields = TaskFields(), seen: set[int] | None = None,
-                origin: str | None = None) -> SyncSummary:
+def store_tasks(
+    session: Session,
+    project: ProjectInfo,
+    received: list[Received],
+    users: dict[int, str],
+    fields: TaskFields = TaskFields(),
+    seen: set[int] | None = None,
+    origin: str | None = None,
+) -> SyncSummary:
     """Store the annotations of one batch of tasks inside the caller's transaction.
 
     Args:
@@ -248,14 +290,21 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
     by_hash: dict[str, Received] = {}
     for n, r in enumerate(received):
         if r.unusable is not None or r.count < 0:
-            _quarantine_task(session, origin, f"task #{n + 1} of the batch", r.text,
-                             r.unusable or "task is not an object with an annotations list", summary)
+            _quarantine_task(
+                session,
+                origin,
+                f"task #{n + 1} of the batch",
+                r.text,
+                r.unusable or "task is not an object with an annotations list",
+                summary,
+            )
             continue
         summary.tasks += 1
         summary.annotations += r.count
         if seen is not None and r.count:
-            seen.update(a["id"] for a in r.decoded()["annotations"]
-                        if isinstance(a, dict) and isinstance(a.get("id"), int))
+            seen.update(
+                a["id"] for a in r.decoded()["annotations"] if isinstance(a, dict) and isinstance(a.get("id"), int)
+            )
         if r.count:
             h = payload_hash(r.text)
             if h in by_hash:  # the very same task twice in one batch
@@ -264,8 +313,11 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
             by_hash[h] = r
     # A task stored exactly so before was fully handled then: skip it without decoding it. One
     # that held annotations the database could not use (HELD) is read again, to say so again.
-    known = {h for h, src in lookup(session, RawRecord.__table__, ("payload_hash", "source"), "payload_hash",
-                                    list(by_hash)) if src == TASK_SOURCE}
+    known = {
+        h
+        for h, src in lookup(session, RawRecord.__table__, ("payload_hash", "source"), "payload_hash", list(by_hash))
+        if src == TASK_SOURCE
+    }
     summary.unchanged += sum(r.count for h, r in by_hash.items() if h in known)
     fresh_tasks = {h: r for h, r in by_hash.items() if h not in known}
     if not fresh_tasks:
@@ -280,14 +332,16 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
         task_flaw = unstorable({k: v for k, v in task.items() if k != "annotations"}, "task") if flawed else None
         for ann in task["annotations"]:
             flaw = task_flaw or (unstorable(ann, "annotation") if flawed else None)
-            pending.append(_Pending(h, task, ann, payload(shared, ann if isinstance(ann, dict) else {"value": ann}),
-                                    flaw))
+            pending.append(
+                _Pending(h, task, ann, payload(shared, ann if isinstance(ann, dict) else {"value": ann}), flaw)
+            )
 
     held: set[str] = set()  # tasks with an annotation that is quarantined
     by_payload = {payload_hash(p.text): p for p in pending}
     summary.unchanged += len(pending) - len(by_payload)
-    for _, h, src, status in lookup(session, RawRecord.__table__, ("id", "payload_hash", "source", "status"),
-                                    "payload_hash", list(by_payload)):
+    for _, h, src, status in lookup(
+        session, RawRecord.__table__, ("id", "payload_hash", "source", "status"), "payload_hash", list(by_payload)
+    ):
         if src != SOURCE:
             continue
         p = by_payload.pop(h)  # stored before: already a ranking, or quarantined
@@ -296,10 +350,24 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
             held.add(p.task_hash)
         else:
             summary.unchanged += 1
-    raw = store_raw(session, SOURCE, origin, [
-        (f"task {shown_id(p.task.get('id'))} annotation "
-         f"{shown_id(p.annotation.get('id') if isinstance(p.annotation, dict) else None)}", p.text)
-        for p in by_payload.values()], append=True) if by_payload else {}
+    raw = (
+        store_raw(
+            session,
+            SOURCE,
+            origin,
+            [
+                (
+                    f"task {shown_id(p.task.get('id'))} annotation "
+                    f"{shown_id(p.annotation.get('id') if isinstance(p.annotation, dict) else None)}",
+                    p.text,
+                )
+                for p in by_payload.values()
+            ],
+            append=True,
+        )
+        if by_payload
+        else {}
+    )
 
     entries: list[Entry] = []
     reasons: dict[int, str] = {}
@@ -331,6 +399,11 @@ def store_tasks(session: Session, project: ProjectInfo, received: list[Received]
     # Appended (COPY on Postgres): a race with another writer fails the transaction, which the
     # caller runs again (`in_transaction`).
     for source, hashes in ((TASK_SOURCE, [h for h in fresh_tasks if h not in held]), (HELD_SOURCE, sorted(held))):
-        store_raw(session, source, origin, [(f"task {shown_id(fresh_tasks[h].decoded().get('id'))}",
-                                             fresh_tasks[h].text) for h in hashes], append=True)
+        store_raw(
+            session,
+            source,
+            origin,
+            [(f"task {shown_id(fresh_tasks[h].decoded().get('id'))}", fresh_tasks[h].text) for h in hashes],
+            append=True,
+        )
     return summary

@@ -37,6 +37,7 @@ collide on the ranking's unique key; the loser's `in_transaction` runs it again 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import time
@@ -65,8 +66,20 @@ from preflab.labelling.studio.served import NO_MODEL, ServedJudge, model_version
 from preflab.lm.names import ModelCache
 from preflab.templates import PAIRWISE, RANKER, bucket_names
 
-__all__ = ["NO_MODEL", "Plan", "ServedJudge", "judge_items", "model_version", "plan_predictions", "predict_tasks",
-           "rank_prompts", "served_judge", "store_judgements", "stored_rankings", "template_of"]
+__all__ = [
+    "NO_MODEL",
+    "Plan",
+    "ServedJudge",
+    "judge_items",
+    "model_version",
+    "plan_predictions",
+    "predict_tasks",
+    "rank_prompts",
+    "served_judge",
+    "store_judgements",
+    "stored_rankings",
+    "template_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -111,8 +124,11 @@ def resolve_tasks(session: Session, base_url: str, project_id: int, tasks: Seque
     if project is not None:
         ids = sorted({tid for tid in map(_task_id, tasks) if tid is not None})
         for part in chunks(ids):
-            for tid, pid, order in session.execute(select(LSTask.task_id, LSTask.prompt_id, LSTask.shown_order).where(
-                    LSTask.project_id == project.id, LSTask.task_id.in_(part))):
+            for tid, pid, order in session.execute(
+                select(LSTask.task_id, LSTask.prompt_id, LSTask.shown_order).where(
+                    LSTask.project_id == project.id, LSTask.task_id.in_(part)
+                )
+            ):
                 known[tid] = Shown(pid, tuple(order))
     parsed = {}
     for n, task in enumerate(tasks):
@@ -121,10 +137,25 @@ def resolve_tasks(session: Session, base_url: str, project_id: int, tasks: Seque
                 parsed[n] = task_items(task.get("data"))
             except Invalid:
                 continue
-    prompts = dict(lookup(session, Prompt.__table__, ("content_hash", "id"), "content_hash",
-                          sorted({items.prompt_key for items in parsed.values()})))
-    candidates = {(pid, h): cid for cid, pid, h in lookup(
-        session, Candidate.__table__, ("id", "prompt_id", "content_hash"), "prompt_id", sorted(set(prompts.values())))}
+    prompts = dict(
+        lookup(
+            session,
+            Prompt.__table__,
+            ("content_hash", "id"),
+            "content_hash",
+            sorted({items.prompt_key for items in parsed.values()}),
+        )
+    )
+    candidates = {
+        (pid, h): cid
+        for cid, pid, h in lookup(
+            session,
+            Candidate.__table__,
+            ("id", "prompt_id", "content_hash"),
+            "prompt_id",
+            sorted(set(prompts.values())),
+        )
+    }
     out: list[Shown | None] = []
     for n, task in enumerate(tasks):
         if _task_id(task) in known:
@@ -148,18 +179,23 @@ class Ranked:
 
 def stored_rankings(session: Session, annotator: str, prompt_ids: set[int]) -> dict[int, Ranked]:
     """prompt id -> the AI annotator's newest valid ranking of it."""
-    aid = session.scalar(select(Annotator.id).where(Annotator.kind == AnnotatorKind.ai.value,
-                                                    Annotator.name == annotator))
+    aid = session.scalar(
+        select(Annotator.id).where(Annotator.kind == AnnotatorKind.ai.value, Annotator.name == annotator)
+    )
     if aid is None or not prompt_ids:
         return {}
     newest: dict[int, int] = {}
     for part in chunks(sorted(prompt_ids)):
-        for rid, pid in session.execute(select(Ranking.id, Ranking.prompt_id).where(
-                Ranking.annotator_id == aid, Ranking.status == RankingStatus.valid.value, Ranking.prompt_id.in_(part))):
+        for rid, pid in session.execute(
+            select(Ranking.id, Ranking.prompt_id).where(
+                Ranking.annotator_id == aid, Ranking.status == RankingStatus.valid.value, Ranking.prompt_id.in_(part)
+            )
+        ):
             newest[pid] = max(rid, newest.get(pid, rid))
     items: dict[int, list[tuple[int, int | None, float | None]]] = {rid: [] for rid in newest.values()}
-    for rid, cid, tier, score in lookup(session, RankingItem.__table__, ("ranking_id", "candidate_id", "tier", "score"),
-                                        "ranking_id", list(items)):
+    for rid, cid, tier, score in lookup(
+        session, RankingItem.__table__, ("ranking_id", "candidate_id", "tier", "score"), "ranking_id", list(items)
+    ):
         items[rid].append((cid, tier, score))
     out = {}
     for pid, rid in newest.items():
@@ -167,14 +203,17 @@ def stored_rankings(session: Session, annotator: str, prompt_ids: set[int]) -> d
         for cid, tier, _ in items[rid]:
             if tier is not None:
                 by_tier.setdefault(tier, []).append(cid)
-        out[pid] = Ranked([sorted(by_tier[t]) for t in sorted(by_tier)],
-                          {cid: score for cid, tier, score in items[rid] if tier is not None and score is not None},
-                          frozenset(cid for cid, _, _ in items[rid]))
+        out[pid] = Ranked(
+            [sorted(by_tier[t]) for t in sorted(by_tier)],
+            {cid: score for cid, tier, score in items[rid] if tier is not None and score is not None},
+            frozenset(cid for cid, _, _ in items[rid]),
+        )
     return out
 
 
-def judge_items(served: ServedJudge, items: list[PromptCandidates], cache: ModelCache | None = None,
-                engine=None) -> list[Judgement | None]:
+def judge_items(
+    served: ServedJudge, items: list[PromptCandidates], cache: ModelCache | None = None, engine=None
+) -> list[Judgement | None]:
     """The served judge's judgement of each prompt's candidates (no database: the caller holds no transaction).
 
     A judge on a server ranks on `engine` (open on its `served.engine`), and leaves None for a prompt it got no
@@ -198,8 +237,9 @@ def judge_items(served: ServedJudge, items: list[PromptCandidates], cache: Model
     return judgements
 
 
-def store_judgements(session: Session, served: ServedJudge, items: list[PromptCandidates],
-                     judgements: list[Judgement]) -> dict[int, Ranked]:
+def store_judgements(
+    session: Session, served: ServedJudge, items: list[PromptCandidates], judgements: list[Judgement]
+) -> dict[int, Ranked]:
     """Store each judgement as the judge's `judge` run stores it; returns the rankings, by prompt id."""
     annotator_id = ensure_judge(session, served.run)
     out = {}
@@ -212,8 +252,9 @@ def store_judgements(session: Session, served: ServedJudge, items: list[PromptCa
     return out
 
 
-def rank_prompts(session: Session, served: ServedJudge, prompt_ids: list[int],
-                 cache: ModelCache | None = None) -> dict[int, Ranked]:
+def rank_prompts(
+    session: Session, served: ServedJudge, prompt_ids: list[int], cache: ModelCache | None = None
+) -> dict[int, Ranked]:
     """Rank each prompt's candidates with the served judge and store the rankings as its `judge` run does."""
     items = prompts_with_candidates(session, prompt_ids, require_reference=JUDGES[served.kind].needs_reference)
     if not items:
@@ -227,7 +268,7 @@ def confidence(tiers: Sequence[Sequence[int]], scores: dict[int, float], shown: 
     """The mean σ(score − next score) down the ranked candidates the task shows (0.5 a step for a tie)."""
     visible = set(shown)
     ordered = [scores[c] for tier in tiers for c in sorted(tier) if c in visible and c in scores]
-    steps = [1 / (1 + math.exp(-min(max(a - b, -60.0), 60.0))) for a, b in zip(ordered, ordered[1:])]
+    steps = [1 / (1 + math.exp(-min(max(a - b, -60.0), 60.0))) for a, b in itertools.pairwise(ordered)]
     return round(sum(steps) / len(steps), 4) if steps else None
 
 
@@ -265,8 +306,15 @@ class Plan:
             result = None
             if ranked is not None and len({c for t in ranked.tiers for c in t} & set(s.order)) >= 2:
                 result = prediction_result(self.template, ranked.tiers, s.order, buckets, s.ids)
-            prediction = None if result is None else {"result": result, "model_version": self.served.name,
-                                                      "score": confidence(ranked.tiers, ranked.scores, s.order)}
+            prediction = (
+                None
+                if result is None
+                else {
+                    "result": result,
+                    "model_version": self.served.name,
+                    "score": confidence(ranked.tiers, ranked.scores, s.order),
+                }
+            )
             if prediction is not None and errors(prediction):
                 log.debug("a prediction does not fit the labelling config: %s", errors(prediction)[0])
                 prediction = None
@@ -274,8 +322,16 @@ class Plan:
         return out
 
 
-def plan_predictions(session: Session, base_url: str, project_id: int, label_config: str, tasks: Sequence[Any], *,
-                     judge: str | None = None, **judge_options) -> Plan:
+def plan_predictions(
+    session: Session,
+    base_url: str,
+    project_id: int,
+    label_config: str,
+    tasks: Sequence[Any],
+    *,
+    judge: str | None = None,
+    **judge_options,
+) -> Plan:
     """The reads of /predict: the served judge, each task's prompt and candidates, the judge's stored rankings."""
     served = served_judge(session, judge, **judge_options)
     template = template_of(label_config)
@@ -286,8 +342,17 @@ def plan_predictions(session: Session, base_url: str, project_id: int, label_con
     return Plan(served, template, label_config, shown, rankings)
 
 
-def predict_tasks(session: Session, base_url: str, project_id: int, label_config: str, tasks: Sequence[Any], *,
-                  judge: str | None = None, cache: ModelCache | None = None, **judge_options) -> list[dict | list]:
+def predict_tasks(
+    session: Session,
+    base_url: str,
+    project_id: int,
+    label_config: str,
+    tasks: Sequence[Any],
+    *,
+    judge: str | None = None,
+    cache: ModelCache | None = None,
+    **judge_options,
+) -> list[dict | list]:
     """/predict's `results`: for each task, in order, its prediction or `[]` (see the module docstring).
 
     Every prompt the judge has not ranked is ranked first, however long it takes (the server

@@ -55,20 +55,25 @@ def _detail(body: Any, limit: int = 300) -> str:
 def _ml_refusal(detail: str) -> str | None:
     """What Label Studio's check of a new ML backend found (ml/serializers.py, 1.23), said plainly."""
     if "authentication parameters were either not provided or are incorrect" in detail:
-        return ("the ML backend answered 401 to Label Studio's health check with the basic-auth password sent"
-                + SAME_SECRET)
+        return (
+            "the ML backend answered 401 to Label Studio's health check with the basic-auth password sent" + SAME_SECRET
+        )
     if "health check failed" in detail:
         info = detail.split("Additional info:", 1)[1].strip() if "Additional info:" in detail else ""
         if _refused_auth(info):
             return f"the ML backend refused the basic-auth password sent to GET /health ({info[:80]}){SAME_SECRET}"
-        return ("Label Studio could not reach the ML backend (GET /health failed"
-                + (f": {info[:160]}" if info else "") + "); is it running, and reachable from the Label Studio "
-                "server?")
+        return (
+            "Label Studio could not reach the ML backend (GET /health failed"
+            + (f": {info[:160]}" if info else "")
+            + "); is it running, and reachable from the Label Studio "
+            "server?"
+        )
     if "doesn't look like a valid ML backend" in detail:
         reason = detail.split("Reason:", 1)[1].split(". Check", 1)[0].strip() if "Reason:" in detail else ""
         why = f" ({reason[:160]})" if reason else ""
         return f"the ML backend answered GET /health but its POST /setup failed{why}" + (
-            SAME_SECRET if _refused_auth(reason) else "")
+            SAME_SECRET if _refused_auth(reason) else ""
+        )
     return None
 
 
@@ -83,8 +88,16 @@ def _refused_auth(text: str) -> bool:
 class LabelStudioClient:
     """A Label Studio server at `base_url`, driven through the SDK."""
 
-    def __init__(self, base_url: str, token: str, *, timeout: float = 60.0, retries: int = 4,
-                 backoff: float = 0.5, reporter: Reporter = SILENT):
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 60.0,
+        retries: int = 4,
+        backoff: float = 0.5,
+        reporter: Reporter = SILENT,
+    ):
         from label_studio_sdk import LabelStudio
         from label_studio_sdk.core.api_error import ApiError
 
@@ -96,11 +109,13 @@ class LabelStudioClient:
             # The SDK's own retries are off: `call` owns them, so it can refuse to repeat a POST.
             self.sdk = LabelStudio(base_url=self.base_url, api_key=token, timeout=timeout, max_retries=0)
         except ApiError as exc:  # a personal access token (a JWT) is read before any request: expired
-            raise LabelStudioError(f"the token in {TOKEN_ENV} cannot be used ({_detail(exc.body).rstrip('.')}): "
-                                   f"create a new one in Label Studio under {TOKEN_PAGE}") from None
+            raise LabelStudioError(
+                f"the token in {TOKEN_ENV} cannot be used ({_detail(exc.body).rstrip('.')}): "
+                f"create a new one in Label Studio under {TOKEN_PAGE}"
+            ) from None
 
     @classmethod
-    def connect(cls, base_url: str | None, **kwargs) -> "LabelStudioClient":
+    def connect(cls, base_url: str | None, **kwargs) -> LabelStudioClient:
         """A client for `base_url` with the token from LABEL_STUDIO_API_KEY, checked with one request."""
         if not base_url:
             raise ConfigError("no Label Studio URL: set LABEL_STUDIO_URL or pass --label-studio-url")
@@ -133,13 +148,15 @@ class LabelStudioClient:
                 # Nothing reached the server: safe to repeat any request.
                 if attempt >= self.retries:
                     raise LabelStudioError(
-                        f"cannot reach Label Studio at {self.base_url} ({_reason(exc)}); is it running?") from None
+                        f"cannot reach Label Studio at {self.base_url} ({_reason(exc)}); is it running?"
+                    ) from None
                 why = _reason(exc)
             except httpx.TransportError as exc:
                 if not idempotent or attempt >= self.retries:
                     raise LabelStudioError(
                         f"lost the connection to Label Studio at {self.base_url} while trying to {what} "
-                        f"({_reason(exc)})") from None
+                        f"({_reason(exc)})"
+                    ) from None
                 why = _reason(exc)
             except ApiError as exc:
                 status = exc.status_code or 0
@@ -149,25 +166,31 @@ class LabelStudioClient:
                     error.status = status
                     raise error from None
                 why = f"HTTP {status}"
-            delay = self.backoff * 2 ** attempt
+            delay = self.backoff * 2**attempt
             attempt += 1
-            self.reporter.note(f"retrying Label Studio at {self.base_url} in {delay:g}s "
-                               f"(attempt {attempt + 1}/{self.retries + 1}): {why}…")
+            self.reporter.note(
+                f"retrying Label Studio at {self.base_url} in {delay:g}s "
+                f"(attempt {attempt + 1}/{self.retries + 1}): {why}…"
+            )
             time.sleep(delay)
 
     def _api_error(self, what: str, status: int, body: Any) -> LabelStudioError:
         detail = _detail(body)
         if status == 401:
-            return LabelStudioError(f"Label Studio at {self.base_url} refused the token in {TOKEN_ENV} "
-                                    "(HTTP 401): check that it is a personal access token of this server, "
-                                    "and not revoked")
+            return LabelStudioError(
+                f"Label Studio at {self.base_url} refused the token in {TOKEN_ENV} "
+                "(HTTP 401): check that it is a personal access token of this server, "
+                "and not revoked"
+            )
         if status == 403 and RESERVED_ADDRESS in detail:
             block = detail.split("(block:", 1)[1].split(")", 1)[0].strip() if "(block:" in detail else ""
             return LabelStudioError(
                 f"Label Studio at {self.base_url} refused to {what}: the URL resolves to a reserved network address"
-                + (f" ({block})" if block else "") + " (HTTP 403); to let it reach loopback or a private network, "
+                + (f" ({block})" if block else "")
+                + " (HTTP 403); to let it reach loopback or a private network, "
                 "set USE_DEFAULT_BANNED_SUBNETS=false on the Label Studio server (and keep that address out of "
-                "USER_ADDITIONAL_BANNED_SUBNETS)")
+                "USER_ADDITIONAL_BANNED_SUBNETS)"
+            )
         if status == 403:
             return LabelStudioError(f"Label Studio at {self.base_url} does not allow this token to {what} (HTTP 403)")
         if status == 404:
@@ -193,8 +216,14 @@ class LabelStudioClient:
 
     def import_tasks(self, project_id: int, tasks: list[dict]) -> list[int]:
         """Create tasks; returns their ids in the order given."""
-        response = self.call(f"import tasks into project {project_id}", self.sdk.projects.import_tasks,
-                             project_id, request=tasks, return_task_ids=True, idempotent=False)
+        response = self.call(
+            f"import tasks into project {project_id}",
+            self.sdk.projects.import_tasks,
+            project_id,
+            request=tasks,
+            return_task_ids=True,
+            idempotent=False,
+        )
         ids = list(response.task_ids or [])
         if len(ids) != len(tasks):
             raise LabelStudioError(f"Label Studio at {self.base_url} created {len(ids)} tasks for {len(tasks)} sent")
@@ -204,11 +233,24 @@ class LabelStudioClient:
         """Every task of a project, a page at a time, as dicts (annotations as Label Studio sent them)."""
         page = 1
         while True:
-            pager = self.call(f"list the tasks of project {project_id}", self.sdk.tasks.list, project=project_id,
-                              fields=fields, page=page, page_size=page_size)
+            pager = self.call(
+                f"list the tasks of project {project_id}",
+                self.sdk.tasks.list,
+                project=project_id,
+                fields=fields,
+                page=page,
+                page_size=page_size,
+            )
             tasks = list(pager.items or [])
-            yield [{"id": t.id, "project": getattr(t, "project", None) or project_id, "data": t.data,
-                    "annotations": list(getattr(t, "annotations", None) or [])} for t in tasks]
+            yield [
+                {
+                    "id": t.id,
+                    "project": getattr(t, "project", None) or project_id,
+                    "data": t.data,
+                    "annotations": list(getattr(t, "annotations", None) or []),
+                }
+                for t in tasks
+            ]
             total = getattr(pager.response, "total", None)
             if not tasks or total is None or page * page_size >= total:
                 return
@@ -228,8 +270,9 @@ class LabelStudioClient:
         return {u.id: u.email for u in self.call("list the users", self.sdk.users.list)}
 
     def predictions(self, project_id: int) -> list[Any]:
-        return list(self.call(f"list the predictions of project {project_id}", self.sdk.predictions.list,
-                              project=project_id))
+        return list(
+            self.call(f"list the predictions of project {project_id}", self.sdk.predictions.list, project=project_id)
+        )
 
     def import_predictions(self, project_id: int, predictions: list[dict]) -> int | None:
         """Upload predictions; returns how many Label Studio says it created (None if it does not say).
@@ -237,11 +280,15 @@ class LabelStudioClient:
         Label Studio drops a prediction that does not fit the project's labelling
         config and still answers 201, so only this count says what was stored.
         """
-        response = self.call(f"upload predictions to project {project_id}", self.sdk.projects.import_predictions,
-                             project_id, request=predictions, idempotent=False)
+        response = self.call(
+            f"upload predictions to project {project_id}",
+            self.sdk.projects.import_predictions,
+            project_id,
+            request=predictions,
+            idempotent=False,
+        )
         created = getattr(response, "created", None)
         return created if isinstance(created, int) else None
-
 
     # --- ML backends and webhooks (`ls connect`) --------------------------------------------
 
@@ -250,13 +297,25 @@ class LabelStudioClient:
 
     def create_ml_backend(self, project_id: int, url: str, **settings) -> Any:
         """Connect an ML backend; Label Studio calls its /health and /setup before it answers."""
-        return self.call(f"connect the ML backend {url} to project {project_id}", self.sdk.ml.create,
-                         project=project_id, url=url, idempotent=False, **settings)
+        return self.call(
+            f"connect the ML backend {url} to project {project_id}",
+            self.sdk.ml.create,
+            project=project_id,
+            url=url,
+            idempotent=False,
+            **settings,
+        )
 
     def update_ml_backend(self, backend_id: int, project_id: int, url: str, **settings) -> Any:
         # Label Studio checks /health and /setup again with the fields sent: url and project go every time.
-        return self.call(f"update ML backend {backend_id} ({url})", self.sdk.ml.update, backend_id,
-                         project=project_id, url=url, **settings)
+        return self.call(
+            f"update ML backend {backend_id} ({url})",
+            self.sdk.ml.update,
+            backend_id,
+            project=project_id,
+            url=url,
+            **settings,
+        )
 
     def delete_ml_backend(self, backend_id: int) -> None:
         self.call(f"remove ML backend {backend_id}", self.sdk.ml.delete, backend_id)
@@ -265,16 +324,24 @@ class LabelStudioClient:
         """The organization's webhooks: those of one project (with `project_id`), or all, project-wide ones too."""
         if project_id is None:
             return list(self.call("list the webhooks", self.sdk.webhooks.list))
-        return list(self.call(f"list the webhooks of project {project_id}", self.sdk.webhooks.list,
-                              project=str(project_id)))
+        return list(
+            self.call(f"list the webhooks of project {project_id}", self.sdk.webhooks.list, project=str(project_id))
+        )
 
     def create_webhook(self, project_id: int, url: str, **settings) -> Any:
-        return self.call(f"create the webhook {url} for project {project_id}", self.sdk.webhooks.create,
-                         project=project_id, url=url, idempotent=False, **settings)
+        return self.call(
+            f"create the webhook {url} for project {project_id}",
+            self.sdk.webhooks.create,
+            project=project_id,
+            url=url,
+            idempotent=False,
+            **settings,
+        )
 
     def update_webhook(self, webhook_id: int, url: str, **settings) -> Any:
-        return self.call(f"update webhook {webhook_id} ({url})", self.sdk.webhooks.update, webhook_id, url=url,
-                         **settings)
+        return self.call(
+            f"update webhook {webhook_id} ({url})", self.sdk.webhooks.update, webhook_id, url=url, **settings
+        )
 
     def delete_webhook(self, webhook_id: int) -> None:
         self.call(f"remove webhook {webhook_id}", self.sdk.webhooks.delete, webhook_id)

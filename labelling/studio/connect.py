@@ -55,14 +55,26 @@ class Connection:
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        data: dict[str, Any] = {"project": self.project.project_id, "url": self.url, "removed": self.removed,
-                                "warnings": self.warnings}
+        data: dict[str, Any] = {
+            "project": self.project.project_id,
+            "url": self.url,
+            "removed": self.removed,
+            "warnings": self.warnings,
+        }
         if self.ml_backend is not None:
-            data["ml_backend"] = {"id": self.ml_backend, "action": self.actions.get("ml_backend"),
-                                  "state": self.state, "model_version": self.model_version}
+            data["ml_backend"] = {
+                "id": self.ml_backend,
+                "action": self.actions.get("ml_backend"),
+                "state": self.state,
+                "model_version": self.model_version,
+            }
         if self.webhook is not None:
-            data["webhook"] = {"id": self.webhook, "action": self.actions.get("webhook"),
-                               "url": webhook_url(self.url) if self.url else None, "events": sorted(EVENTS)}
+            data["webhook"] = {
+                "id": self.webhook,
+                "action": self.actions.get("webhook"),
+                "url": webhook_url(self.url) if self.url else None,
+                "events": sorted(EVENTS),
+            }
         return data
 
     def line(self) -> str:
@@ -71,14 +83,21 @@ class Connection:
             backends, hooks = len(self.removed["ml_backends"]), len(self.removed["webhooks"])
             if not backends and not hooks:
                 return f"project {pid} had no preflab ML backend or webhook: nothing to remove"
-            return (f"removed from project {pid}: {backends} ML backend{'s' * (backends != 1)}, "
-                    f"{hooks} webhook{'s' * (hooks != 1)}")
+            return (
+                f"removed from project {pid}: {backends} ML backend{'s' * (backends != 1)}, "
+                f"{hooks} webhook{'s' * (hooks != 1)}"
+            )
         version = f", model_version {self.model_version}" if self.model_version else ""
-        extra = (f"; removed {len(self.removed['ml_backends']) + len(self.removed['webhooks'])} duplicate(s)"
-                 if self.removed["ml_backends"] or self.removed["webhooks"] else "")
-        return (f"connected project {pid} to {self.url}: ML backend {self.ml_backend} {self.actions['ml_backend']} "
-                f"({self.state or 'state unknown'}{version}), webhook {self.webhook} {self.actions['webhook']} "
-                f"({len(EVENTS)} annotation events, secret in {SECRET_HEADER}){extra}")
+        extra = (
+            f"; removed {len(self.removed['ml_backends']) + len(self.removed['webhooks'])} duplicate(s)"
+            if self.removed["ml_backends"] or self.removed["webhooks"]
+            else ""
+        )
+        return (
+            f"connected project {pid} to {self.url}: ML backend {self.ml_backend} {self.actions['ml_backend']} "
+            f"({self.state or 'state unknown'}{version}), webhook {self.webhook} {self.actions['webhook']} "
+            f"({len(EVENTS)} annotation events, secret in {SECRET_HEADER}){extra}"
+        )
 
 
 def backend_url(url: str) -> str:
@@ -86,8 +105,10 @@ def backend_url(url: str) -> str:
     url = url.strip().rstrip("/")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"the server URL {url!r} must start with http:// or https:// and name a host "
-                         "(where `preflab serve` listens, as the Label Studio server reaches it)")
+        raise InputError(
+            f"the server URL {url!r} must start with http:// or https:// and name a host "
+            "(where `preflab serve` listens, as the Label Studio server reaches it)"
+        )
     if parts.query or parts.fragment:
         raise InputError(f"the server URL {url!r} must not carry a query or a fragment")
     return url
@@ -113,8 +134,10 @@ def _ours(client: LabelStudioClient, project_id: int, url: str | None) -> tuple[
         if backend.title == BACKEND_TITLE or (url and _same(backend.url, url)):
             backends.append(backend)
         elif url:
-            warnings.append(f"the project also has ML backend {backend.id} ({backend.url}); Label Studio may ask "
-                            "it instead of preflab: remove it in the project's Model settings")
+            warnings.append(
+                f"the project also has ML backend {backend.id} ({backend.url}); Label Studio may ask "
+                "it instead of preflab: remove it in the project's Model settings"
+            )
     hooks = _our_hooks(client, project_id, url, warnings)
     return backends, hooks, warnings
 
@@ -126,13 +149,21 @@ def _our_hooks(client: LabelStudioClient, project_id: int, url: str | None, warn
         if hook.project == project_id and (at_url or _has_header(hook)):
             hooks.append(hook)
         elif hook.project is None and at_url:
-            warnings.append(f"webhook {hook.id} of the whole organization also posts to {hook.url}: each delivery "
-                            "would arrive twice; remove it in Label Studio")
+            warnings.append(
+                f"webhook {hook.id} of the whole organization also posts to {hook.url}: each delivery "
+                "would arrive twice; remove it in Label Studio"
+            )
     return hooks
 
 
-def connect_project(sessions: sessionmaker[Session], client: LabelStudioClient, url: str | None,
-                    project_id: int | None, *, remove: bool = False) -> Connection:
+def connect_project(
+    sessions: sessionmaker[Session],
+    client: LabelStudioClient,
+    url: str | None,
+    project_id: int | None,
+    *,
+    remove: bool = False,
+) -> Connection:
     """The `ls connect` job: register `url` as the project's ML backend and annotation webhook, or remove both.
 
     Re-running updates the ML backend and the webhook preflab made (found by URL, by the backend's
@@ -195,7 +226,7 @@ def _own_webhook(client: LabelStudioClient, connection: Connection, hooks: list[
 
     Returns the id of the webhook when this run created it.
     """
-    settings = dict(actions=sorted(EVENTS), send_payload=True, send_for_all_actions=False, is_active=True)
+    settings = {"actions": sorted(EVENTS), "send_payload": True, "send_for_all_actions": False, "is_active": True}
     url = webhook_url(connection.url)
     created = []
     if hooks:
@@ -205,8 +236,7 @@ def _own_webhook(client: LabelStudioClient, connection: Connection, hooks: list[
         client.update_webhook(keep.id, url, headers=headers | {SECRET_HEADER: password}, **settings)
         connection.webhook, connection.actions["webhook"] = keep.id, "updated"
     else:
-        hook = client.create_webhook(connection.project.project_id, url, headers={SECRET_HEADER: password},
-                                     **settings)
+        hook = client.create_webhook(connection.project.project_id, url, headers={SECRET_HEADER: password}, **settings)
         connection.webhook, connection.actions["webhook"] = hook.id, "created"
         created.append(hook.id)
     for extra in hooks[1:]:
@@ -216,9 +246,14 @@ def _own_webhook(client: LabelStudioClient, connection: Connection, hooks: list[
 
 
 def _own_ml_backend(client: LabelStudioClient, connection: Connection, backends: list[Any], password: str) -> Any:
-    settings = dict(title=BACKEND_TITLE, auth_method="BASIC_AUTH", basic_auth_user=BASIC_AUTH_USER,
-                    basic_auth_pass=password, is_interactive=False,
-                    description="preflab serve: AI rankings as predictions (`preflab ls connect`)")
+    settings = {
+        "title": BACKEND_TITLE,
+        "auth_method": "BASIC_AUTH",
+        "basic_auth_user": BASIC_AUTH_USER,
+        "basic_auth_pass": password,
+        "is_interactive": False,
+        "description": "preflab serve: AI rankings as predictions (`preflab ls connect`)",
+    }
     pid = connection.project.project_id
     if backends:
         backend = client.update_ml_backend(backends[0].id, pid, connection.url, **settings)

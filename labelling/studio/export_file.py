@@ -31,10 +31,15 @@ from preflab.db.engine import in_transaction
 from preflab.db.models import LSProject, LSTask
 from preflab.db.store import shown_payload
 from preflab.errors import InputError
-from preflab.labelling.studio.annotations import Received, SyncSummary, annotation_count, project_state, \
-    store_tasks
-from preflab.labelling.studio.export_reader import BrokenExport, JsonMinTask, Unusable, buckets_used, iter_tasks, \
-    shown_names
+from preflab.labelling.studio.annotations import Received, SyncSummary, annotation_count, project_state, store_tasks
+from preflab.labelling.studio.export_reader import (
+    BrokenExport,
+    JsonMinTask,
+    Unusable,
+    buckets_used,
+    iter_tasks,
+    shown_names,
+)
 from preflab.labelling.studio.parse import KEY_FIELD, MAX_ID, TaskFields
 from preflab.labelling.studio.projects import CUSTOM, EXPORT_BASE_URL, ProjectInfo, ensure_project, info
 
@@ -85,19 +90,30 @@ def pushed_project(session: Session, path: Path) -> ProjectInfo | None:
     keys = _keys(path)
     if not keys:
         return None
-    rows = session.execute(select(LSTask.project_id, LSTask.task_id, LSTask.prompt_id, LSTask.candidate_set_hash)
-                           .where(LSTask.task_id.in_(keys)))
+    rows = session.execute(
+        select(LSTask.project_id, LSTask.task_id, LSTask.prompt_id, LSTask.candidate_set_hash).where(
+            LSTask.task_id.in_(keys)
+        )
+    )
     projects = {project for project, tid, prompt, h in rows if keys[tid] == (prompt, h)}
     if len(projects) != 1:  # none, or tasks of several projects (of several servers): do not guess
         return None
     return info(session.get(LSProject, projects.pop()))
 
 
-def import_export(sessions: sessionmaker[Session], path: str | Path, *, base_url: str | None = None,
-                  project_id: int | None = None, fields: TaskFields = TaskFields(),
-                  buckets: list[str] | None = None, label_config: str | None = None, title: str | None = None,
-                  batch_tasks: int = BATCH_TASKS, reporter: Reporter = SILENT
-                  ) -> tuple[ProjectInfo | None, SyncSummary]:
+def import_export(
+    sessions: sessionmaker[Session],
+    path: str | Path,
+    *,
+    base_url: str | None = None,
+    project_id: int | None = None,
+    fields: TaskFields = TaskFields(),
+    buckets: list[str] | None = None,
+    label_config: str | None = None,
+    title: str | None = None,
+    batch_tasks: int = BATCH_TASKS,
+    reporter: Reporter = SILENT,
+) -> tuple[ProjectInfo | None, SyncSummary]:
     """The `ls import` job: every annotation of an export file, a batch of tasks per transaction.
 
     Returns the project (None for a file with no task) and a summary.
@@ -126,20 +142,29 @@ def import_export(sessions: sessionmaker[Session], path: str | Path, *, base_url
     with sessions.begin() as session:
         pushed = pushed_project(session, path)
     if pushed is not None and project_id not in (None, pushed.project_id):
-        raise InputError(f"the tasks in {path} are those preflab pushed to project {pushed.project_id} at "
-                         f"{pushed.base_url}, not project {project_id}: leave out --project")
+        raise InputError(
+            f"the tasks in {path} are those preflab pushed to project {pushed.project_id} at "
+            f"{pushed.base_url}, not project {project_id}: leave out --project"
+        )
     if project_id is None:
         found = first[1].get("project") if isinstance(first[1], dict) else None
         project_id = found if isinstance(found, int) and 0 < found <= MAX_ID else 0
 
     def find_or_record(session: Session) -> ProjectInfo:
-        project = pushed or ensure_project(session, (base_url or EXPORT_BASE_URL).rstrip("/"), project_id,
-                                           title=title or shown_payload(os.fsencode(path.stem))[:300], template=CUSTOM,
-                                           label_config=label_config or "")
+        project = pushed or ensure_project(
+            session,
+            (base_url or EXPORT_BASE_URL).rstrip("/"),
+            project_id,
+            title=title or shown_payload(os.fsencode(path.stem))[:300],
+            template=CUSTOM,
+            label_config=label_config or "",
+        )
         if used and not project.buckets:  # raised inside the transaction: the project row is not kept
-            raise InputError(f"{path} ranks with buckets ({shown_names(used)}), and only the project's "
-                             f"labelling config says which is the best tier: pass --buckets with them "
-                             f"best first, or --label-config with the project's XML")
+            raise InputError(
+                f"{path} ranks with buckets ({shown_names(used)}), and only the project's "
+                f"labelling config says which is the best tier: pass --buckets with them "
+                f"best first, or --label-config with the project's XML"
+            )
         return project
 
     project = in_transaction(sessions, find_or_record)
@@ -148,15 +173,22 @@ def import_export(sessions: sessionmaker[Session], path: str | Path, *, base_url
     total = SyncSummary()
     # A file name is bytes: those that are not UTF-8 would reach the database as lone surrogates.
     origin = shown_payload(os.fsencode(path.resolve()))[-500:]
-    received = (Received(text, count, task if isinstance(task, JsonMinTask) else None)
-                if not isinstance(task, Unusable)
-                else Received(text, 0, unusable=task.reason) for text, task, count in itertools.chain([first], tasks))
+    received = (
+        Received(text, count, task if isinstance(task, JsonMinTask) else None)
+        if not isinstance(task, Unusable)
+        else Received(text, 0, unusable=task.reason)
+        for text, task, count in itertools.chain([first], tasks)
+    )
     stored = 0
     try:
         with reporter.progress("importing tasks") as advance:
             for batch in batches(received, batch_tasks):
-                total.add(in_transaction(sessions, lambda session: store_tasks(
-                    session, project, batch, users={}, fields=fields, origin=origin)))
+                total.add(
+                    in_transaction(
+                        sessions,
+                        lambda session: store_tasks(session, project, batch, users={}, fields=fields, origin=origin),  # noqa: B023 (called within this iteration)
+                    )
+                )
                 stored += len(batch)
                 advance(len(batch))
     except BrokenExport as exc:

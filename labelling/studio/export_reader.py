@@ -31,8 +31,16 @@ MAX_TASK = 64 << 20  # a task larger than this is taken for a broken file
 _DAMAGED = (OSError, EOFError, zlib.error, lzma.LZMAError)  # a compressed file cut short or corrupted
 
 # The fields of a JSON_MIN record that belong to its annotation, not to its task's data.
-MIN_ANNOTATION = ("annotator", "annotation_id", "created_at", "updated_at", "lead_time", "agreement", "history",
-                  "was_cancelled")
+MIN_ANNOTATION = (
+    "annotator",
+    "annotation_id",
+    "created_at",
+    "updated_at",
+    "lead_time",
+    "agreement",
+    "history",
+    "was_cancelled",
+)
 RESULT_KEYS = {"ranker": "ranker", "selected": "pairwise", "choices": "choices"}
 TIE_CONTROLS = ("tie",)  # preflab's pairwise template: JSON_MIN writes a single choice as its bare text
 
@@ -52,8 +60,13 @@ class BrokenExport(InputError):
         self.path, self.where, self.read = path, where, read
 
     def sentence(self, stored: int) -> str:
-        kept = ("no tasks were stored" if not stored else "the task before it was stored" if stored == 1
-                else f"the {stored:,} tasks before it were stored")
+        kept = (
+            "no tasks were stored"
+            if not stored
+            else "the task before it was stored"
+            if stored == 1
+            else f"the {stored:,} tasks before it were stored"
+        )
         return f"{self.path} {self.where}; {kept}"
 
 
@@ -64,8 +77,10 @@ def _unusable(text: str, constants: list[str]) -> Unusable | None:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:  # read with surrogateescape: the byte that was not UTF-8
-            return Unusable(f"not valid UTF-8 (byte 0x{ord(text[exc.start]) - 0xDC00:02x} "
-                            f"at offset {len(text[:exc.start].encode('utf-8', 'surrogateescape'))} of the task)")
+            return Unusable(
+                f"not valid UTF-8 (byte 0x{ord(text[exc.start]) - 0xDC00:02x} "
+                f"at offset {len(text[: exc.start].encode('utf-8', 'surrogateescape'))} of the task)"
+            )
     return None
 
 
@@ -75,8 +90,7 @@ def _results(name: str, value: Any) -> list[dict] | None:
         return [{"from_name": name, "type": "choices", "value": {"choices": [value]}}]
     if not isinstance(value, list) or not value:
         return None
-    kinds = [next((kind for key, kind in RESULT_KEYS.items() if isinstance(v, dict) and key in v), None)
-             for v in value]
+    kinds = [next((kind for key, kind in RESULT_KEYS.items() if isinstance(v, dict) and key in v), None) for v in value]
     if None in kinds:
         return None
     return [{"from_name": name, "type": kind, "value": v} for kind, v in zip(kinds, value)]
@@ -109,9 +123,15 @@ def from_json_min(record: dict) -> JsonMinTask:
         who = int(who)
     elif isinstance(who, str):
         who = {"email": who}
-    task["annotations"].append({
-        "id": record["annotation_id"], "completed_by": who, "result": result, "was_cancelled": False,
-        **{k: record[k] for k in ("created_at", "updated_at", "lead_time") if k in record}})
+    task["annotations"].append(
+        {
+            "id": record["annotation_id"],
+            "completed_by": who,
+            "result": result,
+            "was_cancelled": False,
+            **{k: record[k] for k in ("created_at", "updated_at", "lead_time") if k in record},
+        }
+    )
     return task
 
 
@@ -120,8 +140,10 @@ def _refuse(path: Path, head: str) -> InputError:
     first = head.splitlines()[0] if head else ""
     if first[:1] not in ("{", "[") and ("\t" in first or "," in first):
         kind = "TSV" if "\t" in first else "CSV"
-        return InputError(f"{path} is a {kind} export, which loses the JSON that rankings are kept in: "
-                          f"export the project from Label Studio as JSON or JSON_MIN")
+        return InputError(
+            f"{path} is a {kind} export, which loses the JSON that rankings are kept in: "
+            f"export the project from Label Studio as JSON or JSON_MIN"
+        )
     return InputError(f"{path} is not a Label Studio JSON export (expected a JSON list of tasks)")
 
 
@@ -146,7 +168,7 @@ class _Position:
 
 
 def _json_error(buffer: str, exc: json.JSONDecodeError) -> str:
-    char = buffer[exc.pos:exc.pos + 1]
+    char = buffer[exc.pos : exc.pos + 1]
     if char == "\x00":
         return "a raw NUL byte"
     if exc.msg.startswith("Invalid control character") and char:
@@ -173,6 +195,7 @@ def iter_tasks(path: str | Path) -> Iterator[tuple[str, Any]]:
     n = 0
     where = _Position()
     with io.TextIOWrapper(open_input(path), encoding="utf-8-sig", errors="surrogateescape") as handle:
+
         def read() -> str:
             try:
                 return handle.read(CHUNK)
@@ -194,26 +217,28 @@ def iter_tasks(path: str | Path) -> Iterator[tuple[str, Any]]:
                 buffer, pos = buffer[pos:] + more, 0
 
         buffer, pos = skip_space(buffer, pos)
-        if buffer[pos:pos + 1] != "[":
-            raise _refuse(path, buffer[pos:pos + 4096])
+        if buffer[pos : pos + 1] != "[":
+            raise _refuse(path, buffer[pos : pos + 4096])
         pos += 1
         while True:
             buffer, pos = skip_space(buffer, pos)
-            if buffer[pos:pos + 1] == "]":
+            if buffer[pos : pos + 1] == "]":
                 return
-            if n and buffer[pos:pos + 1] == ",":
+            if n and buffer[pos : pos + 1] == ",":
                 buffer, pos = skip_space(buffer, pos + 1)
             constants.clear()
             try:
                 task, end = decoder.raw_decode(buffer, pos)
             except RecursionError:
-                raise BrokenExport(path, f"has task {n + 1:,}, at {where.at(buffer, pos)}, nested too deeply to "
-                                         f"be read", n) from None
+                raise BrokenExport(
+                    path, f"has task {n + 1:,}, at {where.at(buffer, pos)}, nested too deeply to be read", n
+                ) from None
             except json.JSONDecodeError as exc:
                 # Most often the task runs past the chunk read so far: read on and try again.
                 if eof or len(buffer) - pos > MAX_TASK:
-                    raise BrokenExport(path, f"is not valid JSON at {where.at(buffer, exc.pos)} "
-                                             f"({_json_error(buffer, exc)})", n) from None
+                    raise BrokenExport(
+                        path, f"is not valid JSON at {where.at(buffer, exc.pos)} ({_json_error(buffer, exc)})", n
+                    ) from None
                 more = read()
                 eof = not more
                 where.drop(buffer, pos)

@@ -52,8 +52,12 @@ class TaskFields:
     items_field: str = field(default="items", metadata={"help": "Task data list of candidates."})
     id_field: str = field(default="id", metadata={"help": "Candidate id field inside each item."})
     text_field: str = field(default="body", metadata={"help": "Candidate text field inside each item."})
-    pair_fields: str | None = field(default=None, metadata={
-        "help": "LEFT,RIGHT: for pairwise projects without an items list, the two task data fields compared."})
+    pair_fields: str | None = field(
+        default=None,
+        metadata={
+            "help": "LEFT,RIGHT: for pairwise projects without an items list, the two task data fields compared."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.pair_fields is not None and self.pair is None:
@@ -227,8 +231,10 @@ def bucket_keys(ranker: Any, buckets: Sequence[str] = ()) -> list[str] | None:
 
 def unknown_bucket_order(names: Sequence[str]) -> str:
     """Why bucket tiers cannot be read without the template: the order Label Studio writes them in is not theirs."""
-    return (f"the ranker's buckets ({', '.join(names)}) are tiers whose order only the labelling config "
-            f"knows: pass --buckets BEST,…,WORST or --label-config")
+    return (
+        f"the ranker's buckets ({', '.join(names)}) are tiers whose order only the labelling config "
+        f"knows: pass --buckets BEST,…,WORST or --label-config"
+    )
 
 
 def _ranker(result: dict, known: Sequence[str], buckets: Sequence[str] | None) -> Parsed:

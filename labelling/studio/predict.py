@@ -30,8 +30,13 @@ from preflab.templates import LIST, PAIRWISE, PAIRWISE_TARGET, RANKER, TIE, TIE_
 BATCH = 500
 
 
-def prediction_result(template: str, tiers: Sequence[Sequence[int]], shown: Sequence[int],
-                      buckets: Sequence[str] | None = None, ids: Mapping[int, str] | None = None) -> list[dict] | None:
+def prediction_result(
+    template: str,
+    tiers: Sequence[Sequence[int]],
+    shown: Sequence[int],
+    buckets: Sequence[str] | None = None,
+    ids: Mapping[int, str] | None = None,
+) -> list[dict] | None:
     """A Label Studio result saying `tiers` (candidate ids, best first) for a task showing `shown`.
 
     Candidates of the task the ranking does not rank go last (ranking), stay
@@ -61,8 +66,9 @@ def prediction_result(template: str, tiers: Sequence[Sequence[int]], shown: Sequ
         if len(tiers) == 1:
             return [{"from_name": TIE, "to_name": "prompt", "type": "choices", "value": {"choices": [TIE_VALUE]}}]
         selected = "left" if tiers[0][0] == shown[0] else "right"
-        return [{"from_name": PAIRWISE, "to_name": PAIRWISE_TARGET, "type": "pairwise",
-                 "value": {"selected": selected}}]
+        return [
+            {"from_name": PAIRWISE, "to_name": PAIRWISE_TARGET, "type": "pairwise", "value": {"selected": selected}}
+        ]
     raise InputError(f"predictions need a project made from a preflab template, not {template!r}")
 
 
@@ -90,12 +96,16 @@ def prediction_errors(label_config: str):
     return lambda prediction: list(interface.validate_prediction(prediction, return_errors=True) or [])
 
 
-def _judge_rankings(session: Session, prompt_ids: set[int], judge: str | None) -> dict[tuple[int, str], list[list[int]]]:
+def _judge_rankings(
+    session: Session, prompt_ids: set[int], judge: str | None
+) -> dict[tuple[int, str], list[list[int]]]:
     """(prompt id, judge name) -> tiers of the judge's newest valid ranking of the prompt."""
-    query = (select(Ranking.id, Ranking.prompt_id, Annotator.name)
-             .join(Annotator, Annotator.id == Ranking.annotator_id)
-             .where(Annotator.kind == AnnotatorKind.ai.value, Ranking.status == RankingStatus.valid.value)
-             .order_by(Ranking.id))
+    query = (
+        select(Ranking.id, Ranking.prompt_id, Annotator.name)
+        .join(Annotator, Annotator.id == Ranking.annotator_id)
+        .where(Annotator.kind == AnnotatorKind.ai.value, Ranking.status == RankingStatus.valid.value)
+        .order_by(Ranking.id)
+    )
     if judge is not None:
         query = query.where(Annotator.name == judge)
     newest: dict[tuple[int, str], int] = {}
@@ -106,15 +116,21 @@ def _judge_rankings(session: Session, prompt_ids: set[int], judge: str | None) -
     ids = list(tiers)
     for start in range(0, len(ids), 500):
         for rid, cid, tier in session.execute(
-            select(RankingItem.ranking_id, RankingItem.candidate_id, RankingItem.tier)
-            .where(RankingItem.ranking_id.in_(ids[start:start + 500]), RankingItem.tier.is_not(None))
+            select(RankingItem.ranking_id, RankingItem.candidate_id, RankingItem.tier).where(
+                RankingItem.ranking_id.in_(ids[start : start + 500]), RankingItem.tier.is_not(None)
+            )
         ):
             tiers[rid].setdefault(tier, []).append(cid)
     return {key: [tiers[rid][t] for t in sorted(tiers[rid])] for key, rid in newest.items()}
 
 
-def predict(sessions: sessionmaker[Session], client: LabelStudioClient, project_id: int | None,
-            judge: str | None = None, reporter: Reporter = SILENT) -> tuple[ProjectInfo, PredictSummary]:
+def predict(
+    sessions: sessionmaker[Session],
+    client: LabelStudioClient,
+    project_id: int | None,
+    judge: str | None = None,
+    reporter: Reporter = SILENT,
+) -> tuple[ProjectInfo, PredictSummary]:
     """The `ls predict` job: upload the judges' rankings of the project's tasks as predictions.
 
     The database is read in one short transaction before anything is uploaded,
@@ -127,8 +143,11 @@ def predict(sessions: sessionmaker[Session], client: LabelStudioClient, project_
     summary = PredictSummary()
     with sessions.begin() as session:
         project = find_project(session, client.base_url, project_id)
-        tasks = session.execute(select(LSTask.task_id, LSTask.prompt_id, LSTask.shown_order)
-                                .where(LSTask.project_id == project.id).order_by(LSTask.task_id)).all()
+        tasks = session.execute(
+            select(LSTask.task_id, LSTask.prompt_id, LSTask.shown_order)
+            .where(LSTask.project_id == project.id)
+            .order_by(LSTask.task_id)
+        ).all()
         rankings = _judge_rankings(session, {pid for _, pid, _ in tasks}, judge)
     if judge is not None and not rankings:
         raise InputError(f"no valid ranking by judge {judge!r} of this project's prompts")
@@ -159,7 +178,7 @@ def predict(sessions: sessionmaker[Session], client: LabelStudioClient, project_
             summary.judges[name] = summary.judges.get(name, 0) + 1
     with reporter.progress("uploading predictions", len(uploads)) as advance:
         for start in range(0, len(uploads), BATCH):
-            batch = uploads[start:start + BATCH]
+            batch = uploads[start : start + BATCH]
             created = client.import_predictions(project.project_id, batch)
             if created is None:  # a server that does not say: count what it holds now
                 created = _stored(client, project.project_id, batch)

@@ -36,8 +36,14 @@ class ProjectInfo:
         return list(self.bucket_order) if self.bucket_order else bucket_names(self.label_config)
 
     def as_dict(self) -> dict:
-        return {"id": self.id, "project_id": self.project_id, "base_url": self.base_url, "title": self.title,
-                "template": self.template, "url": f"{self.base_url}/projects/{self.project_id}"}
+        return {
+            "id": self.id,
+            "project_id": self.project_id,
+            "base_url": self.base_url,
+            "title": self.title,
+            "template": self.template,
+            "url": f"{self.base_url}/projects/{self.project_id}",
+        }
 
 
 def info(row: LSProject) -> ProjectInfo:
@@ -83,13 +89,15 @@ def same_server(session: Session, project: ProjectInfo) -> list[int]:
     return [row.id for row in _rows_at(session, project.base_url)] or [project.id]
 
 
-def ensure_project(session: Session, base_url: str, project_id: int, *, title: str, template: str = CUSTOM,
-                   label_config: str = "") -> ProjectInfo:
+def ensure_project(
+    session: Session, base_url: str, project_id: int, *, title: str, template: str = CUSTOM, label_config: str = ""
+) -> ProjectInfo:
     """The row of Label Studio project `project_id` at `base_url` (under any spelling), created if new."""
     row = next((r for r in _rows_at(session, base_url) if r.project_id == project_id), None)
     if row is None:
-        row = LSProject(base_url=base_url, project_id=project_id, title=title[:300], template=template,
-                        label_config=label_config)
+        row = LSProject(
+            base_url=base_url, project_id=project_id, title=title[:300], template=template, label_config=label_config
+        )
         session.add(row)
         session.flush()
     elif label_config and not row.label_config:
@@ -99,15 +107,20 @@ def ensure_project(session: Session, base_url: str, project_id: int, *, title: s
 
 def _known_elsewhere(session: Session, base_url: str) -> str:
     """What to do when no project matches: the projects preflab knows on other servers, or `ls init`."""
-    rows = [r for r in session.scalars(select(LSProject).order_by(LSProject.id))
-            if r.base_url != EXPORT_BASE_URL and server_key(r.base_url) != server_key(base_url)]
+    rows = [
+        r
+        for r in session.scalars(select(LSProject).order_by(LSProject.id))
+        if r.base_url != EXPORT_BASE_URL and server_key(r.base_url) != server_key(base_url)
+    ]
     if not rows:
         return "create one with `preflab ls init`"
     known = "; ".join(f'project {r.project_id} "{r.title}" at {r.base_url}' for r in rows[:10])
     more = f" and {len(rows) - 10:,} more" if len(rows) > 10 else ""
-    return (f"it knows {known}{more}. If one of these servers is this one under another address, "
-            "set LABEL_STUDIO_URL (or --label-studio-url) to that address; else create a project with "
-            "`preflab ls init`")
+    return (
+        f"it knows {known}{more}. If one of these servers is this one under another address, "
+        "set LABEL_STUDIO_URL (or --label-studio-url) to that address; else create a project with "
+        "`preflab ls init`"
+    )
 
 
 def find_project(session: Session, base_url: str, project_id: int | None) -> ProjectInfo:
@@ -116,8 +129,9 @@ def find_project(session: Session, base_url: str, project_id: int | None) -> Pro
     if project_id is not None:
         row = next((r for r in rows if r.project_id == project_id), None)
         if row is None:
-            raise NotFound(f"preflab has no Label Studio project {project_id} at {base_url}; "
-                           f"{_known_elsewhere(session, base_url)}")
+            raise NotFound(
+                f"preflab has no Label Studio project {project_id} at {base_url}; {_known_elsewhere(session, base_url)}"
+            )
         return info(row)
     if len(rows) == 1:
         return info(rows[0])
@@ -127,9 +141,15 @@ def find_project(session: Session, base_url: str, project_id: int | None) -> Pro
     raise InputError(f"preflab knows several projects at {base_url} ({ids}); choose one with --project")
 
 
-def init_project(sessions: sessionmaker[Session], client: LabelStudioClient, template: str, title: str,
-                 annotators_per_task: int = 3, show_predictions: bool = False,
-                 description: str | None = None) -> ProjectInfo:
+def init_project(
+    sessions: sessionmaker[Session],
+    client: LabelStudioClient,
+    template: str,
+    title: str,
+    annotators_per_task: int = 3,
+    show_predictions: bool = False,
+    description: str | None = None,
+) -> ProjectInfo:
     """The `ls init` job: create a Label Studio project from a preflab template and record it.
 
     The row is written only once Label Studio has made the project (and the
@@ -146,14 +166,19 @@ def init_project(sessions: sessionmaker[Session], client: LabelStudioClient, tem
         raise InputError("--annotators-per-task must be at least 1")
     config = label_config(template)
     project = client.create_project(
-        title=title, label_config=config, description=description or f"preflab {template} project",
-        maximum_annotations=annotators_per_task, overlap_cohort_percentage=100,
-        show_collab_predictions=show_predictions, show_skip_button=True,
+        title=title,
+        label_config=config,
+        description=description or f"preflab {template} project",
+        maximum_annotations=annotators_per_task,
+        overlap_cohort_percentage=100,
+        show_collab_predictions=show_predictions,
+        show_skip_button=True,
     )
     try:
         with sessions.begin() as session:
-            return ensure_project(session, client.base_url, project.id, title=title, template=template,
-                                  label_config=config)
+            return ensure_project(
+                session, client.base_url, project.id, title=title, template=template, label_config=config
+            )
     except Exception:
         # Keep Label Studio and the database in step: no project preflab does not know of.
         client.delete_project(project.id)

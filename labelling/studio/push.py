@@ -35,14 +35,14 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.db.conversation import Messages, compact, reply_columns
-from preflab.db.quality.gold import gold_prompt_ids, read_gold, store_gold
 from preflab.db.models import Candidate, LSTask, Prompt
+from preflab.db.quality.gold import gold_prompt_ids, read_gold, store_gold
 from preflab.errors import InputError
 from preflab.labelling.active import SelectConfig, select_prompts
+from preflab.labelling.selection import PromptSelection, prompts_with_candidates, selected_prompt_ids
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.parse import ITEM_TURNS, KEY_FIELD
 from preflab.labelling.studio.projects import CUSTOM, ProjectInfo, find_project
-from preflab.labelling.selection import PromptSelection, prompts_with_candidates, selected_prompt_ids
 from preflab.templates import DIALOGUE, shows_conversations
 
 BATCH_TASKS = 200
@@ -79,8 +79,11 @@ def turns_html(turns: Messages) -> str:
     """A reply as the templates show it in HTML: its text, or each turn with its role; escaped, direction by content."""
     if len(turns) == 1 and turns[0]["role"] == "assistant":
         return f'<span class="preflab-text" dir="auto">{html.escape(turns[0]["content"])}</span>'
-    return "".join(f'<span class="preflab-turn preflab-{t["role"]}"><span class="preflab-role">{t["role"]}</span>'
-                   f'<span class="preflab-text" dir="auto">{html.escape(t["content"])}</span></span>' for t in turns)
+    return "".join(
+        f'<span class="preflab-turn preflab-{t["role"]}"><span class="preflab-role">{t["role"]}</span>'
+        f'<span class="preflab-text" dir="auto">{html.escape(t["content"])}</span></span>'
+        for t in turns
+    )
 
 
 def task_data(template: str, prompt: Messages, order: list[int], replies: dict[int, Messages], key: str) -> dict:
@@ -132,17 +135,28 @@ class PushSummary:
     skipped: dict[str, list[int]] = field(default_factory=dict)  # reason -> prompt ids given no task
 
     def as_dict(self) -> dict:
-        return {"created": self.created, "existing": self.existing, "adopted": self.adopted,
-                "waiting": self.waiting, "gold": self.gold, "gold_answers": self.gold_answers,
-                "skipped": {reason: len(ids) for reason, ids in self.skipped.items()},
-                "skipped_prompt_ids": self.skipped}
+        return {
+            "created": self.created,
+            "existing": self.existing,
+            "adopted": self.adopted,
+            "waiting": self.waiting,
+            "gold": self.gold,
+            "gold_answers": self.gold_answers,
+            "skipped": {reason: len(ids) for reason, ids in self.skipped.items()},
+            "skipped_prompt_ids": self.skipped,
+        }
 
 
 def skipped_prompts(session: Session, prompt_ids: list[int] | None = None) -> dict[str, list[int]]:
     """Prompts (every one, or those given) that cannot become a task (fewer than two candidates), by reason."""
     n = func.count(Candidate.id)
-    rows = session.execute(select(Prompt.id, n).outerjoin(Candidate, Candidate.prompt_id == Prompt.id)
-                           .group_by(Prompt.id).having(n < 2).order_by(Prompt.id))
+    rows = session.execute(
+        select(Prompt.id, n)
+        .outerjoin(Candidate, Candidate.prompt_id == Prompt.id)
+        .group_by(Prompt.id)
+        .having(n < 2)
+        .order_by(Prompt.id)
+    )
     wanted = None if prompt_ids is None else set(prompt_ids)
     out: dict[str, list[int]] = {}
     for pid, count in rows:
@@ -152,8 +166,14 @@ def skipped_prompts(session: Session, prompt_ids: list[int] | None = None) -> di
     return out
 
 
-def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int | None = None,
-               gold: bool = False, prompt_ids: list[int] | None = None) -> tuple[list[PlannedTask], int]:
+def plan_tasks(
+    session: Session,
+    project: ProjectInfo,
+    seed: int = 0,
+    limit: int | None = None,
+    gold: bool = False,
+    prompt_ids: list[int] | None = None,
+) -> tuple[list[PlannedTask], int]:
     """The tasks the project lacks (one per prompt, or per pair of candidates for pairwise), in prompt id order.
 
     Returns the first `limit` of them and how many more there are. Gold prompts
@@ -161,8 +181,12 @@ def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int
     """
     if project.template == CUSTOM:
         raise InputError(f"project {project.project_id} was not created by preflab; push needs a preflab template")
-    known = {(pid, h) for pid, h in session.execute(
-        select(LSTask.prompt_id, LSTask.candidate_set_hash).where(LSTask.project_id == project.id))}
+    known = {
+        (pid, h)
+        for pid, h in session.execute(
+            select(LSTask.prompt_id, LSTask.candidate_set_hash).where(LSTask.project_id == project.id)
+        )
+    }
     planned: list[PlannedTask] = []
     more = 0
     golden = gold_prompt_ids(session)
@@ -172,8 +196,7 @@ def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int
         if not gold and pc.prompt_id in golden:
             continue
         replies = {cid: pc.reply(n) for n, cid in enumerate(pc.candidate_ids)}
-        sets = (itertools.combinations(pc.candidate_ids, 2) if project.template == "pairwise"
-                else [pc.candidate_ids])
+        sets = itertools.combinations(pc.candidate_ids, 2) if project.template == "pairwise" else [pc.candidate_ids]
         for ids in sets:
             h = candidate_set_hash(ids)
             if (pc.prompt_id, h) in known:
@@ -182,18 +205,22 @@ def plan_tasks(session: Session, project: ProjectInfo, seed: int = 0, limit: int
                 more += 1  # counted, not built: a small --limit stays cheap
                 continue
             if pc.messages and not conversations:
-                raise InputError(f"project {project.project_id}'s labelling config cannot show conversations (it "
-                                 f"was made before preflab showed them), and prompt {pc.prompt_id} is one: push "
-                                 f"conversations to a project made by `preflab ls init`")
+                raise InputError(
+                    f"project {project.project_id}'s labelling config cannot show conversations (it "
+                    f"was made before preflab showed them), and prompt {pc.prompt_id} is one: push "
+                    f"conversations to a project made by `preflab ls init`"
+                )
             order = shown_order(ids, seed, project.project_id, pc.prompt_id)
             key = f"{pc.prompt_id}:{h}"
-            planned.append(PlannedTask(pc.prompt_id, h, order, task_data(project.template, pc.history, order,
-                                                                          replies, key)))
+            planned.append(
+                PlannedTask(pc.prompt_id, h, order, task_data(project.template, pc.history, order, replies, key))
+            )
     return planned, more
 
 
-def mix_gold(session: Session, project: ProjectInfo, planned: list[PlannedTask], rate: float,
-             seed: int = 0) -> tuple[list[PlannedTask], int]:
+def mix_gold(
+    session: Session, project: ProjectInfo, planned: list[PlannedTask], rate: float, seed: int = 0
+) -> tuple[list[PlannedTask], int]:
     """`planned` with gold tasks mixed in at seeded places; returns the tasks and how many are gold.
 
     Enough gold tasks are added that about `rate` of the project's tasks (those
@@ -216,8 +243,14 @@ def mix_gold(session: Session, project: ProjectInfo, planned: list[PlannedTask],
     return mixed, len(chosen)
 
 
-def choose_tasks(sessions: sessionmaker[Session], planned: list[PlannedTask], config: SelectConfig,
-                 limit: int | None, seed: int = 0, reporter: Reporter = SILENT) -> tuple[list[PlannedTask], int]:
+def choose_tasks(
+    sessions: sessionmaker[Session],
+    planned: list[PlannedTask],
+    config: SelectConfig,
+    limit: int | None,
+    seed: int = 0,
+    reporter: Reporter = SILENT,
+) -> tuple[list[PlannedTask], int]:
     """The planned tasks of the prompts `config.select` chooses, best first, at most `limit`.
 
     Each keeps its selection (strategy, score, reason); returns them and how many are left.
@@ -227,8 +260,9 @@ def choose_tasks(sessions: sessionmaker[Session], planned: list[PlannedTask], co
         by_prompt.setdefault(task.prompt_id, []).append(task)
     if not by_prompt:
         return [], 0
-    choices = select_prompts(sessions, list(by_prompt), config, len(by_prompt) if limit is None else limit,
-                             seed=seed, reporter=reporter)
+    choices = select_prompts(
+        sessions, list(by_prompt), config, len(by_prompt) if limit is None else limit, seed=seed, reporter=reporter
+    )
     chosen = []
     for choice in choices:
         for task in by_prompt[choice.prompt_id]:  # a pairwise project has a task per candidate pair
@@ -238,13 +272,27 @@ def choose_tasks(sessions: sessionmaker[Session], planned: list[PlannedTask], co
     return chosen, len(planned) - len(chosen)
 
 
-def _record(session: Session, project: ProjectInfo, rows: list[tuple[int, int, str, list[int]]],
-            selections: list[dict | None] | None = None) -> None:
+def _record(
+    session: Session,
+    project: ProjectInfo,
+    rows: list[tuple[int, int, str, list[int]]],
+    selections: list[dict | None] | None = None,
+) -> None:
     if rows:  # through SQLAlchemy (not the raw bulk path): shown_order and selection are JSON columns
-        session.execute(insert(LSTask), [
-            {"project_id": project.id, "task_id": tid, "prompt_id": pid, "candidate_set_hash": h, "shown_order": order,
-             "selection": None if selections is None else selections[n]}
-            for n, (tid, pid, h, order) in enumerate(rows)])
+        session.execute(
+            insert(LSTask),
+            [
+                {
+                    "project_id": project.id,
+                    "task_id": tid,
+                    "prompt_id": pid,
+                    "candidate_set_hash": h,
+                    "shown_order": order,
+                    "selection": None if selections is None else selections[n],
+                }
+                for n, (tid, pid, h, order) in enumerate(rows)
+            ],
+        )
 
 
 def adopt_unrecorded(sessions: sessionmaker[Session], client: LabelStudioClient, project: ProjectInfo) -> int:
@@ -266,21 +314,39 @@ def adopt_unrecorded(sessions: sessionmaker[Session], client: LabelStudioClient,
         return 0
     with sessions.begin() as session:
         # Only tasks whose candidates are this database's (another database may share the project).
-        owner = dict(session.execute(select(Candidate.id, Candidate.prompt_id).where(
-            Candidate.id.in_({cid for _, _, _, order in found for cid in order}))).all())
+        owner = dict(
+            session.execute(
+                select(Candidate.id, Candidate.prompt_id).where(
+                    Candidate.id.in_({cid for _, _, _, order in found for cid in order})
+                )
+            ).all()
+        )
         rows = [row for row in found if all(owner.get(cid) == row[1] for cid in row[3])]
-        taken = {tuple(row) for row in session.execute(select(LSTask.prompt_id, LSTask.candidate_set_hash)
-                                                       .where(LSTask.project_id == project.id))}
+        taken = {
+            tuple(row)
+            for row in session.execute(
+                select(LSTask.prompt_id, LSTask.candidate_set_hash).where(LSTask.project_id == project.id)
+            )
+        }
         rows = [row for row in rows if (row[1], row[2]) not in taken]
         _record(session, project, rows)
     return len(rows)
 
 
-def push_tasks(sessions: sessionmaker[Session], client: LabelStudioClient, project_id: int | None, *,
-               seed: int = 0, limit: int | None = None, gold: str | Path | None = None,
-               gold_rate: float | None = None, selection: SelectConfig | None = None,
-               prompts: PromptSelection | None = None, batch_tasks: int = BATCH_TASKS,
-               reporter: Reporter = SILENT) -> tuple[ProjectInfo, PushSummary]:
+def push_tasks(
+    sessions: sessionmaker[Session],
+    client: LabelStudioClient,
+    project_id: int | None,
+    *,
+    seed: int = 0,
+    limit: int | None = None,
+    gold: str | Path | None = None,
+    gold_rate: float | None = None,
+    selection: SelectConfig | None = None,
+    prompts: PromptSelection | None = None,
+    batch_tasks: int = BATCH_TASKS,
+    reporter: Reporter = SILENT,
+) -> tuple[ProjectInfo, PushSummary]:
     """The `ls push` job: create the tasks the project lacks, a batch per request and transaction.
 
     Args:
@@ -306,8 +372,9 @@ def push_tasks(sessions: sessionmaker[Session], client: LabelStudioClient, proje
         gold_rate = 0.05 if gold_rate is None else gold_rate
     summary.adopted = adopt_unrecorded(sessions, client, project)
     with sessions.begin() as session:
-        planned, summary.waiting = plan_tasks(session, project, seed, None if choosing else limit,
-                                              prompt_ids=prompt_ids)
+        planned, summary.waiting = plan_tasks(
+            session, project, seed, None if choosing else limit, prompt_ids=prompt_ids
+        )
     if choosing:  # outside a transaction: it may load and run reward models
         planned, summary.waiting = choose_tasks(sessions, planned, selection, limit, seed, reporter)
     with sessions.begin() as session:
@@ -317,11 +384,15 @@ def push_tasks(sessions: sessionmaker[Session], client: LabelStudioClient, proje
         summary.existing = session.scalar(select(func.count()).where(LSTask.project_id == project.id))
     with reporter.progress("pushing tasks", len(planned)) as advance:
         for start in range(0, len(planned), batch_tasks):
-            batch = planned[start:start + batch_tasks]
+            batch = planned[start : start + batch_tasks]
             ids = client.import_tasks(project.project_id, [t.data for t in batch])
             with sessions.begin() as session:
-                _record(session, project, [(tid, t.prompt_id, t.set_hash, t.order) for tid, t in zip(ids, batch)],
-                        [t.selection for t in batch])
+                _record(
+                    session,
+                    project,
+                    [(tid, t.prompt_id, t.set_hash, t.order) for tid, t in zip(ids, batch)],
+                    [t.selection for t in batch],
+                )
             summary.created += len(ids)
             summary.task_ids.extend(ids)
             advance(len(batch))

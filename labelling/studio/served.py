@@ -51,9 +51,9 @@ ON_ENGINE = ("pairwise", "score", "reference", "likelihood")  # the judges that 
 class ServedJudge:
     """The judge that predicts, resolved from the server's `--judge` (no model loaded)."""
 
-    name: str            # its model_version
-    annotator: str       # the AI annotator whose rankings it serves
-    kind: str | None     # a key of JUDGES; None: it cannot rank (its stored rankings only)
+    name: str  # its model_version
+    annotator: str  # the AI annotator whose rankings it serves
+    kind: str | None  # a key of JUDGES; None: it cannot rank (its stored rankings only)
     run: JudgeRun | None = None
     location: str | None = None  # what to load
     config: Any = None
@@ -88,8 +88,12 @@ def _build_config(kind: str, values: dict[str, Any]):
 
 def _reward_version(session: Session) -> ModelVersion | None:
     """The current reward model version; with none marked current, the newest one (a saved one either way)."""
-    return session.scalars(select(ModelVersion).where(ModelVersion.kind == "reward", ModelVersion.path.is_not(None))
-                           .order_by(ModelVersion.is_current.desc(), ModelVersion.id.desc()).limit(1)).first()
+    return session.scalars(
+        select(ModelVersion)
+        .where(ModelVersion.kind == "reward", ModelVersion.path.is_not(None))
+        .order_by(ModelVersion.is_current.desc(), ModelVersion.id.desc())
+        .limit(1)
+    ).first()
 
 
 def _served(kind: str, label: str, location: str, version_id: int | None, config) -> ServedJudge:
@@ -115,13 +119,22 @@ def _rebuilt(session: Session, row: Annotator, options: dict[str, Any]) -> Serve
     label, location, version_id = resolve_model(session, row.model, record=False)
     served = _served(kind, label, location, version_id, config)
     if served.run.run_id != row.config.get("run_id"):
-        raise ConfigError(f"judge {row.name!r} no longer rebuilds to the same run (its prompt, model or "
-                          "options changed since it ran): name its kind and model instead")
+        raise ConfigError(
+            f"judge {row.name!r} no longer rebuilds to the same run (its prompt, model or "
+            "options changed since it ran): name its kind and model instead"
+        )
     return served
 
 
-def served_judge(session: Session, judge: str | None = None, *, model: str | None = None,
-                 default: str | None = None, engine=None, **config) -> ServedJudge | None:
+def served_judge(
+    session: Session,
+    judge: str | None = None,
+    *,
+    model: str | None = None,
+    default: str | None = None,
+    engine=None,
+    **config,
+) -> ServedJudge | None:
     """The judge `judge` names (see the module docstring); None when nothing can be served.
 
     Args:
@@ -140,13 +153,13 @@ def served_judge(session: Session, judge: str | None = None, *, model: str | Non
     if judge is None or (judge == REWARD_JUDGE and model is None):
         version = _reward_version(session)
         if version is not None:
-            return _served(REWARD_JUDGE, version.name, version.path, version.id,
-                           _build_config(REWARD_JUDGE, config))
+            return _served(REWARD_JUDGE, version.name, version.path, version.id, _build_config(REWARD_JUDGE, config))
         if judge is not None or (default is None and engine is None):  # `--judge reward-model` asked for one
             return None
         if engine is not None:
-            return dataclasses.replace(_on_server(DEFAULT_JUDGE, engine, _build_config(DEFAULT_JUDGE, config)),
-                                       default=True)
+            return dataclasses.replace(
+                _on_server(DEFAULT_JUDGE, engine, _build_config(DEFAULT_JUDGE, config)), default=True
+            )
         label, location, _ = resolve_model(session, default, record=False)
         served = _served(DEFAULT_JUDGE, label, location, None, _build_config(DEFAULT_JUDGE, config))
         return dataclasses.replace(served, default=True)
@@ -160,8 +173,10 @@ def served_judge(session: Session, judge: str | None = None, *, model: str | Non
         return _served(judge, label, location, version_id, _build_config(judge, config))
     row = session.scalar(select(Annotator).where(Annotator.kind == AnnotatorKind.ai.value, Annotator.name == judge))
     if row is None:
-        raise NotFound(f"no judge {judge!r}: name a kind of judge ({', '.join(JUDGES)}) or an AI annotator "
-                       "(`preflab judge report` lists them)")
+        raise NotFound(
+            f"no judge {judge!r}: name a kind of judge ({', '.join(JUDGES)}) or an AI annotator "
+            "(`preflab judge report` lists them)"
+        )
     return _rebuilt(session, row, config)
 
 

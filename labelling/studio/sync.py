@@ -22,14 +22,17 @@ from preflab.labelling.studio.versions import LIVE, SOURCE
 def _live(project: ProjectInfo, *where):
     """The live rankings (valid or skipped) of a project's annotations: (ranking id, annotation id)."""
     return select(Ranking.id, Ranking.ls_annotation_id).where(
-        Ranking.ls_project_id == project.id, Ranking.source == SOURCE, Ranking.status.in_(LIVE), *where)
+        Ranking.ls_project_id == project.id, Ranking.source == SOURCE, Ranking.status.in_(LIVE), *where
+    )
 
 
 def _set_deleted(session: Session, ranking_ids: list[int]) -> int:
     if ranking_ids:
         now = utcnow()
-        session.execute(update(Ranking), [{"id": rid, "status": RankingStatus.deleted.value, "updated_at": now}
-                                          for rid in ranking_ids])
+        session.execute(
+            update(Ranking),
+            [{"id": rid, "status": RankingStatus.deleted.value, "updated_at": now} for rid in ranking_ids],
+        )
     return len(ranking_ids)
 
 
@@ -49,13 +52,21 @@ def mark_deleted(session: Session, project: ProjectInfo, seen: set[int], exists)
 def delete_annotations(session: Session, project: ProjectInfo, annotation_ids: Collection[int]) -> int:
     """Mark the rankings of annotations Label Studio says it deleted (a webhook) as deleted; returns how many."""
     ids = sorted(set(annotation_ids))
-    return _set_deleted(session, [rid for part in chunks(ids) for rid, _ in
-                           session.execute(_live(project, Ranking.ls_annotation_id.in_(part)))])
+    return _set_deleted(
+        session,
+        [rid for part in chunks(ids) for rid, _ in session.execute(_live(project, Ranking.ls_annotation_id.in_(part)))],
+    )
 
 
-def sync_project(sessions: sessionmaker[Session], client: LabelStudioClient, project_id: int | None, *,
-                 fields: TaskFields = TaskFields(), page_size: int = 100,
-                 reporter: Reporter = SILENT) -> tuple[ProjectInfo, SyncSummary]:
+def sync_project(
+    sessions: sessionmaker[Session],
+    client: LabelStudioClient,
+    project_id: int | None,
+    *,
+    fields: TaskFields = TaskFields(),
+    page_size: int = 100,
+    reporter: Reporter = SILENT,
+) -> tuple[ProjectInfo, SyncSummary]:
     """The `ls sync` job: pull every annotation of a Label Studio project, a page per transaction.
 
     Also works for a project preflab did not create (it is recorded on first
@@ -69,9 +80,16 @@ def sync_project(sessions: sessionmaker[Session], client: LabelStudioClient, pro
     users = client.users()
     # Each transaction may lose a race with another sync of the project (the same new
     # annotation, a deadlock): it is then run again, and finds what the other wrote.
-    project = in_transaction(sessions, lambda session: ensure_project(
-        session, client.base_url, project_id, title=remote.title or f"project {project_id}",
-        label_config=remote.label_config or ""))
+    project = in_transaction(
+        sessions,
+        lambda session: ensure_project(
+            session,
+            client.base_url,
+            project_id,
+            title=remote.title or f"project {project_id}",
+            label_config=remote.label_config or "",
+        ),
+    )
     total, seen, pages = SyncSummary(), set(), 0
 
     def finish(session: Session) -> None:
@@ -83,8 +101,12 @@ def sync_project(sessions: sessionmaker[Session], client: LabelStudioClient, pro
         with reporter.progress("syncing tasks") as advance:
             for page in client.iter_task_pages(project_id, page_size=page_size):
                 received = [Received.of(task) for task in page]
-                total.add(in_transaction(sessions, lambda session: store_tasks(
-                    session, project, received, users, fields, seen)))
+                total.add(
+                    in_transaction(
+                        sessions,
+                        lambda session: store_tasks(session, project, received, users, fields, seen),  # noqa: B023 (called within this iteration)
+                    )
+                )
                 pages += 1
                 advance(len(page))
         in_transaction(sessions, finish)  # asks the server about annotations that seem gone
@@ -93,7 +115,9 @@ def sync_project(sessions: sessionmaker[Session], client: LabelStudioClient, pro
             raise
         # Each page was committed whole: say what is kept, and that syncing again finishes.
         stored, said = total.new + total.updated, str(exc)
-        raise LabelStudioError(f"{said}{' ' if said.endswith('?') else '; '}{plural(stored, 'ranking')} from "
-                               f"{plural(pages, 'page')} {'was' if stored == 1 else 'were'} stored; "
-                               f"run `preflab ls sync` again to finish") from None
+        raise LabelStudioError(
+            f"{said}{' ' if said.endswith('?') else '; '}{plural(stored, 'ranking')} from "
+            f"{plural(pages, 'page')} {'was' if stored == 1 else 'were'} stored; "
+            f"run `preflab ls sync` again to finish"
+        ) from None
     return project, total

@@ -19,8 +19,8 @@ from sqlalchemy import exists, select, update
 from sqlalchemy.orm import Session
 
 from preflab.db.bulk import IN_CHUNK, append_rows, in_values, lookup
-from preflab.db.models import Annotator, AnnotatorKind, Ranking, RankingItem, RankingStatus, utcnow
 from preflab.db.conversation import prompt_columns, reply_columns
+from preflab.db.models import Annotator, AnnotatorKind, Ranking, RankingItem, RankingStatus, utcnow
 from preflab.db.store import chunks, ensure_annotators, ensure_candidates, ensure_prompts
 from preflab.labelling.studio.parse import Parsed, TaskItems, same_as_shown
 from preflab.labelling.studio.projects import ProjectInfo, same_server
@@ -74,8 +74,10 @@ def _tiers_key(tiers: Iterable[tuple[int, Iterable[int]]]) -> tuple[tuple[int, t
 
 
 def _moved(aid: int, first: int | None, here: int | None) -> str:
-    return (f"annotation {aid} was stored from task {first}, and here it is on task {here}: an annotation "
-            f"does not move to another task (is this export from another Label Studio server?)")
+    return (
+        f"annotation {aid} was stored from task {first}, and here it is on task {here}: an annotation "
+        f"does not move to another task (is this export from another Label Studio server?)"
+    )
 
 
 def _one_task_each(entries: list[Entry], written: Written) -> list[Entry]:
@@ -85,7 +87,9 @@ def _one_task_each(entries: list[Entry], written: Written) -> list[Entry]:
         other = newest.get(e.annotation_id)
         if other is not None and other.task_id != e.task_id:
             written.moved[e.raw_id] = _moved(e.annotation_id, other.task_id, e.task_id)
-        elif other is None or str(e.annotation.get("updated_at") or "") >= str(other.annotation.get("updated_at") or ""):
+        elif other is None or str(e.annotation.get("updated_at") or "") >= str(
+            other.annotation.get("updated_at") or ""
+        ):
             newest[e.annotation_id] = e
     written.unchanged += len(entries) - len(newest) - len(written.moved)
     return list(newest.values())
@@ -94,9 +98,9 @@ def _one_task_each(entries: list[Entry], written: Written) -> list[Entry]:
 def latest_versions(session: Session, project_id: int, annotation_ids: list[int]) -> dict[int, Previous]:
     """annotation id -> its newest stored version in this project."""
     out: dict[int, Previous] = {}
-    query = (select(Ranking.id, Ranking.ls_annotation_id, Ranking.version, Ranking.status, Ranking.ls_task_id,
-                    Ranking.annotator_id)
-             .where(Ranking.ls_project_id == project_id, in_values(session, Ranking.ls_annotation_id, semi_join=True)))
+    query = select(
+        Ranking.id, Ranking.ls_annotation_id, Ranking.version, Ranking.status, Ranking.ls_task_id, Ranking.annotator_id
+    ).where(Ranking.ls_project_id == project_id, in_values(session, Ranking.ls_annotation_id, semi_join=True))
     for part in chunks(sorted(set(annotation_ids)), IN_CHUNK):
         for rid, aid, version, status, task_id, annotator_id in session.execute(query, {"values": list(part)}):
             if aid not in out or version > out[aid].version:
@@ -106,8 +110,9 @@ def latest_versions(session: Session, project_id: int, annotation_ids: list[int]
 
 def _stored_tiers(session: Session, ranking_ids: list[int]) -> dict[int, tuple[tuple[int, ...], ...]]:
     tiers: dict[int, dict[int, list[int]]] = {rid: {} for rid in ranking_ids}
-    for rid, cid, tier in lookup(session, RankingItem.__table__, ("ranking_id", "candidate_id", "tier"),
-                                 "ranking_id", ranking_ids):
+    for rid, cid, tier in lookup(
+        session, RankingItem.__table__, ("ranking_id", "candidate_id", "tier"), "ranking_id", ranking_ids
+    ):
         if tier is not None:
             tiers[rid].setdefault(tier, []).append(cid)
     return {rid: _tiers_key((t, by_tier[t]) for t in sorted(by_tier)) for rid, by_tier in tiers.items()}
@@ -123,19 +128,23 @@ def _people(session: Session, project: ProjectInfo, entries: list[Entry]) -> dic
     if not users:
         return {}
     projects = same_server(session, project)
-    ranked_here = exists().where(Ranking.annotator_id == Annotator.id, Ranking.source == SOURCE,
-                                 Ranking.ls_project_id.in_(projects))
-    rows = session.execute(select(Annotator.ls_user_id, Annotator.id).where(
-        Annotator.kind == AnnotatorKind.human.value, Annotator.ls_user_id.in_(users), ranked_here)
-        .order_by(Annotator.id))
+    ranked_here = exists().where(
+        Ranking.annotator_id == Annotator.id, Ranking.source == SOURCE, Ranking.ls_project_id.in_(projects)
+    )
+    rows = session.execute(
+        select(Annotator.ls_user_id, Annotator.id)
+        .where(Annotator.kind == AnnotatorKind.human.value, Annotator.ls_user_id.in_(users), ranked_here)
+        .order_by(Annotator.id)
+    )
     out: dict[int, int] = {}
     for user, annotator_id in rows:
         out.setdefault(user, annotator_id)
     return out
 
 
-def _annotator_ids(session: Session, project: ProjectInfo, entries: list[Entry],
-                   previous: dict[int, Previous]) -> dict[int, int]:
+def _annotator_ids(
+    session: Session, project: ProjectInfo, entries: list[Entry], previous: dict[int, Previous]
+) -> dict[int, int]:
     """annotation id -> annotator id: its earlier version's, the user's known person, or one found by name."""
     out = {e.annotation_id: previous[e.annotation_id].annotator_id for e in entries if e.annotation_id in previous}
     fresh = [e for e in entries if e.annotation_id not in out]
@@ -145,8 +154,12 @@ def _annotator_ids(session: Session, project: ProjectInfo, entries: list[Entry],
     # A person first met elsewhere (an import by email) gains their Label Studio user id.
     users = {ids[e.annotator]: e.ls_user_id for e in named if e.ls_user_id is not None}
     for annotator_id, user in users.items():
-        session.execute(update(Annotator).where(Annotator.id == annotator_id, Annotator.ls_user_id.is_(None))
-                        .values(ls_user_id=user), execution_options={"synchronize_session": False})
+        session.execute(
+            update(Annotator)
+            .where(Annotator.id == annotator_id, Annotator.ls_user_id.is_(None))
+            .values(ls_user_id=user),
+            execution_options={"synchronize_session": False},
+        )
     out.update({e.annotation_id: known[e.ls_user_id] for e in fresh if e.ls_user_id in known})
     out.update({e.annotation_id: ids[e.annotator] for e in named})
     return out
@@ -156,8 +169,9 @@ def _same_task(before: Previous, task_id: int | None) -> bool:
     return None in (before.task_id, task_id) or before.task_id == task_id
 
 
-def write_rankings(session: Session, project: ProjectInfo, entries: list[Entry],
-                   invalid: dict[int, int | None]) -> Written:
+def write_rankings(
+    session: Session, project: ProjectInfo, entries: list[Entry], invalid: dict[int, int | None]
+) -> Written:
     """Insert the rankings of parsed annotations and supersede what they replace, in the caller's transaction.
 
     `invalid`: annotation id -> task id of the annotations read in this batch that
@@ -168,8 +182,11 @@ def write_rankings(session: Session, project: ProjectInfo, entries: list[Entry],
     entries = _one_task_each(entries, written)
     previous = latest_versions(session, project.id, [e.annotation_id for e in entries] + sorted(invalid))
     # An annotation edited into something unusable no longer says what its old ranking said.
-    superseded = [previous[aid].ranking_id for aid, task_id in invalid.items()
-                  if aid in previous and previous[aid].status in LIVE and _same_task(previous[aid], task_id)]
+    superseded = [
+        previous[aid].ranking_id
+        for aid, task_id in invalid.items()
+        if aid in previous and previous[aid].status in LIVE and _same_task(previous[aid], task_id)
+    ]
     kept = []
     for e in entries:
         before = previous.get(e.annotation_id)
@@ -180,25 +197,32 @@ def write_rankings(session: Session, project: ProjectInfo, entries: list[Entry],
     if kept:
         superseded += _write(session, project, kept, previous, written)
     if superseded:
-        session.execute(update(Ranking), [{"id": rid, "status": RankingStatus.superseded.value,
-                                           "updated_at": utcnow()} for rid in superseded])
+        session.execute(
+            update(Ranking),
+            [{"id": rid, "status": RankingStatus.superseded.value, "updated_at": utcnow()} for rid in superseded],
+        )
     return written
 
 
-def _write(session: Session, project: ProjectInfo, entries: list[Entry], previous: dict[int, Previous],
-           written: Written) -> list[int]:
+def _write(
+    session: Session, project: ProjectInfo, entries: list[Entry], previous: dict[int, Previous], written: Written
+) -> list[int]:
     """Insert the rankings that are new or changed; returns the ids of the versions they supersede."""
     # Keyed by the conversation hashes (`preflab.db.conversation`): a plain prompt or reply keeps its old hash.
-    prompt_ids = ensure_prompts(session, {e.items.prompt_key: {**prompt_columns(e.items.prompt), "source": SOURCE}
-                                          for e in entries}, append=True)
+    prompt_ids = ensure_prompts(
+        session,
+        {e.items.prompt_key: {**prompt_columns(e.items.prompt), "source": SOURCE} for e in entries},
+        append=True,
+    )
     candidates = {}
     for e in entries:
         pid = prompt_ids[e.items.prompt_key]
         for turns, key in zip(e.items.replies, e.items.reply_keys):
             candidates.setdefault((pid, key), reply_columns(turns))
     candidate_ids = ensure_candidates(session, candidates, append=True)
-    stored = _stored_tiers(session, [previous[e.annotation_id].ranking_id for e in entries
-                                     if e.annotation_id in previous])
+    stored = _stored_tiers(
+        session, [previous[e.annotation_id].ranking_id for e in entries if e.annotation_id in previous]
+    )
     superseded: list[int] = []
     rows: list[tuple[Entry, dict, list[dict]]] = []
     for e in sorted(entries, key=lambda e: e.annotation_id):
@@ -220,22 +244,42 @@ def _write(session: Session, project: ProjectInfo, entries: list[Entry], previou
         else:
             written.new += 1
         tier_of = {cid: position for position, tier in zip(positions, tiers) for cid in tier}
-        rows.append((e, {
-            "prompt_id": pid, "source": SOURCE, "external_id": f"{project.id}:{e.annotation_id}",
-            "version": version, "n_tiers": len(tiers), "same_as_shown": same_as_shown(e.parsed, e.items.ids),
-            "status": RankingStatus.skipped.value if e.parsed.skipped else RankingStatus.valid.value,
-            "raw_record_id": e.raw_id, "ls_project_id": project.id, "ls_task_id": e.task_id,
-            "ls_annotation_id": e.annotation_id, "lead_time": _lead_time(e.annotation),
-        }, [{"candidate_id": cid, "tier": tier_of.get(cid), "shown_position": pos}
-            for pos, cid in enumerate(cid_of[i] for i in e.items.ids)]))
+        rows.append(
+            (
+                e,
+                {
+                    "prompt_id": pid,
+                    "source": SOURCE,
+                    "external_id": f"{project.id}:{e.annotation_id}",
+                    "version": version,
+                    "n_tiers": len(tiers),
+                    "same_as_shown": same_as_shown(e.parsed, e.items.ids),
+                    "status": RankingStatus.skipped.value if e.parsed.skipped else RankingStatus.valid.value,
+                    "raw_record_id": e.raw_id,
+                    "ls_project_id": project.id,
+                    "ls_task_id": e.task_id,
+                    "ls_annotation_id": e.annotation_id,
+                    "lead_time": _lead_time(e.annotation),
+                },
+                [
+                    {"candidate_id": cid, "tier": tier_of.get(cid), "shown_position": pos}
+                    for pos, cid in enumerate(cid_of[i] for i in e.items.ids)
+                ],
+            )
+        )
     if not rows:
         return superseded
     # Only now: a person is created for a ranking that is written, never for one read again.
     annotator_of = _annotator_ids(session, project, [e for e, _, _ in rows], previous)
-    ids = append_rows(session, Ranking.__table__, [dict(row, annotator_id=annotator_of[e.annotation_id])
-                                                   for e, row, _ in rows])
-    append_rows(session, RankingItem.__table__,
-                [dict(item, ranking_id=rid) for rid, (_, _, items) in zip(ids, rows) for item in items], new_ids=False)
+    ids = append_rows(
+        session, Ranking.__table__, [dict(row, annotator_id=annotator_of[e.annotation_id]) for e, row, _ in rows]
+    )
+    append_rows(
+        session,
+        RankingItem.__table__,
+        [dict(item, ranking_id=rid) for rid, (_, _, items) in zip(ids, rows) for item in items],
+        new_ids=False,
+    )
     return superseded
 
 

@@ -35,6 +35,7 @@ the delivery is stored (its hash stays that of the bytes received).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -83,13 +84,13 @@ class Delivery:
 class WebhookSummary:
     """What `apply_pending` did: per delivery, then per annotation (counted as `ls sync` counts them)."""
 
-    deliveries: int = 0   # deliveries applied or quarantined
+    deliveries: int = 0  # deliveries applied or quarantined
     annotations: int = 0  # annotations they carried (deletions not included)
-    new: int = 0          # annotations stored for the first time (skipped ones included)
-    updated: int = 0      # edits: a new version superseded the old one
-    unchanged: int = 0    # stored before (a replay, `ls sync` first), or no newer than what is stored
-    deleted: int = 0      # rankings marked deleted
-    skipped: int = 0      # of the new and updated: skipped (cancelled) annotations, recorded without tiers
+    new: int = 0  # annotations stored for the first time (skipped ones included)
+    updated: int = 0  # edits: a new version superseded the old one
+    unchanged: int = 0  # stored before (a replay, `ls sync` first), or no newer than what is stored
+    deleted: int = 0  # rankings marked deleted
+    skipped: int = 0  # of the new and updated: skipped (cancelled) annotations, recorded without tiers
     quarantined: int = 0  # deliveries quarantined (an unknown project, an annotation that cannot be used)
     reasons: dict[str, int] = field(default_factory=dict)
 
@@ -97,12 +98,15 @@ class WebhookSummary:
         return dict(self.__dict__)
 
     def line(self) -> str:
-        return (f"{plural(self.deliveries, 'delivery', 'deliveries')}, {plural(self.annotations, 'annotation')}: "
-                f"{self.new:,} new ({self.skipped:,} skipped), {self.updated:,} updated, {self.unchanged:,} unchanged, "
-                f"{self.deleted:,} deleted; {self.quarantined:,} quarantined")
+        return (
+            f"{plural(self.deliveries, 'delivery', 'deliveries')}, {plural(self.annotations, 'annotation')}: "
+            f"{self.new:,} new ({self.skipped:,} skipped), {self.updated:,} updated, {self.unchanged:,} unchanged, "
+            f"{self.deleted:,} deleted; {self.quarantined:,} quarantined"
+        )
 
 
 # --- receiving: cheap, nothing but the body's own check --------------------------------------------
+
 
 def _checked(body: bytes) -> tuple[Any, str | None]:
     """The body decoded (None if it is not JSON), and why it is refused (None: it names an annotation event)."""
@@ -192,16 +196,18 @@ def receive_many(session: Session, bodies: Sequence[tuple[bytes, str | None]]) -
 
 def pending_count(session: Session) -> int:
     """How many deliveries are stored and not parsed yet."""
-    return session.scalar(select(func.count()).select_from(RawRecord).where(
-        _DELIVERY, RawRecord.status == RawStatus.pending.value))
+    return session.scalar(
+        select(func.count()).select_from(RawRecord).where(_DELIVERY, RawRecord.status == RawStatus.pending.value)
+    )
 
 
 def last_delivery_at(session: Session) -> datetime | None:
     """When the newest delivery was received (whatever became of it); None before the first."""
     # The newest of each status, each one probe of the deliveries' (status, id) index.
-    newest = [session.scalar(select(func.max(RawRecord.id)).where(_DELIVERY,
-                                                                  RawRecord.status == status.value))
-              for status in RawStatus]
+    newest = [
+        session.scalar(select(func.max(RawRecord.id)).where(_DELIVERY, RawRecord.status == status.value))
+        for status in RawStatus
+    ]
     newest = [rid for rid in newest if rid is not None]
     if not newest:
         return None
@@ -209,6 +215,7 @@ def last_delivery_at(session: Session) -> datetime | None:
 
 
 # --- applying: the same code as `ls sync` ------------------------------------------------------------
+
 
 def _when(value: Any) -> datetime | None:
     """Label Studio's `updated_at` as a UTC datetime; None when absent or not a timestamp."""
@@ -231,8 +238,10 @@ def _project(session: Session, base_url: str, value: dict, known: dict[int, Proj
         try:
             known[pid] = find_project(session, base_url, pid)
         except NotFound:
-            raise Invalid(f"preflab knows no Label Studio project {pid} at {base_url} "
-                          f"(`preflab ls sync --project {pid}` records it)") from None
+            raise Invalid(
+                f"preflab knows no Label Studio project {pid} at {base_url} "
+                f"(`preflab ls sync --project {pid}` records it)"
+            ) from None
     return known[pid]
 
 
@@ -260,8 +269,9 @@ def _tasks(value: dict, project: ProjectInfo) -> list[tuple[dict, list[dict]]]:
         if tid not in by_id:
             raise Invalid(f"annotation {aid} is on task {tid}, which the delivery does not hold")
         if ann.get("project") not in (None, project.project_id):
-            raise Invalid(f"annotation {aid} is in project {shown_id(ann.get('project'))}, "
-                          f"not project {project.project_id}")
+            raise Invalid(
+                f"annotation {aid} is in project {shown_id(ann.get('project'))}, not project {project.project_id}"
+            )
         out.setdefault(tid, (by_id[tid], []))[1].append(ann)
     return list(out.values())
 
@@ -270,13 +280,14 @@ def _stored_when(session: Session, previous: dict[int, Previous]) -> dict[int, d
     """annotation id -> Label Studio's `updated_at` of its stored version (read from that version's raw record)."""
     by_ranking = {p.ranking_id: aid for aid, p in previous.items()}
     out: dict[int, datetime | None] = dict.fromkeys(previous)
-    for rid, text in session.execute(select(Ranking.id, RawRecord.payload)
-                                     .join(RawRecord, RawRecord.id == Ranking.raw_record_id)
-                                     .where(Ranking.id.in_(list(by_ranking)))):
-        try:
+    for rid, text in session.execute(
+        select(Ranking.id, RawRecord.payload)
+        .join(RawRecord, RawRecord.id == Ranking.raw_record_id)
+        .where(Ranking.id.in_(list(by_ranking)))
+    ):
+        # A stored version whose time cannot be read: the delivery is compared by content alone.
+        with contextlib.suppress(orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
             out[by_ranking[rid]] = _when(orjson.loads(text)["annotation"].get("updated_at"))
-        except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError):
-            pass  # a stored version whose time cannot be read: the delivery is compared by content alone
     return out
 
 
@@ -304,16 +315,30 @@ def _names_needed(session: Session, base_url: str, values: list[Any], known: dic
         users = by_project.setdefault(project.project_id, set())
         users.update(filter(None, map(_user_id, anns if isinstance(anns, list) else [anns])))
     for pid, users in by_project.items():
-        ranked_here = exists().where(Ranking.annotator_id == Annotator.id, Ranking.source == SOURCE,
-                                     Ranking.ls_project_id.in_(same_server(session, known[pid])))
-        if users and users - set(session.scalars(select(Annotator.ls_user_id).where(
-                Annotator.kind == AnnotatorKind.human.value, Annotator.ls_user_id.in_(users), ranked_here))):
+        ranked_here = exists().where(
+            Ranking.annotator_id == Annotator.id,
+            Ranking.source == SOURCE,
+            Ranking.ls_project_id.in_(same_server(session, known[pid])),
+        )
+        if users and users - set(
+            session.scalars(
+                select(Annotator.ls_user_id).where(
+                    Annotator.kind == AnnotatorKind.human.value, Annotator.ls_user_id.in_(users), ranked_here
+                )
+            )
+        ):
             return True
     return False
 
 
-def _apply_annotations(session: Session, project: ProjectInfo, value: dict, users: dict[int, str],
-                       fields: TaskFields, summary: WebhookSummary) -> str | None:
+def _apply_annotations(
+    session: Session,
+    project: ProjectInfo,
+    value: dict,
+    users: dict[int, str],
+    fields: TaskFields,
+    summary: WebhookSummary,
+) -> str | None:
     """Store a delivery's annotations as `ls sync` would; returns why it is quarantined (None: it is not)."""
     tasks = _tasks(value, project)
     count = sum(len(anns) for _, anns in tasks)
@@ -327,8 +352,10 @@ def _apply_annotations(session: Session, project: ProjectInfo, value: dict, user
         for ann in anns:
             prior = before.get(ann["id"])
             sent, stored = _when(ann.get("updated_at")), stored_at.get(ann["id"])
-            if prior is not None and (prior.status == RankingStatus.deleted.value
-                                      or (sent is not None and stored is not None and sent <= stored)):
+            if prior is not None and (
+                prior.status == RankingStatus.deleted.value
+                or (sent is not None and stored is not None and sent <= stored)
+            ):
                 summary.unchanged += 1  # deleted for good, or this version (or a newer one) is stored already
             else:
                 newer.append(ann)
@@ -345,8 +372,11 @@ def _apply_annotations(session: Session, project: ProjectInfo, value: dict, user
     cancelled = [a["id"] for a in anns if a.get("was_cancelled")]
     if cancelled:
         after = latest_versions(session, project.id, cancelled)
-        summary.skipped += sum(1 for aid, p in after.items() if p.status == RankingStatus.skipped.value
-                               and (aid not in before or before[aid].ranking_id != p.ranking_id))
+        summary.skipped += sum(
+            1
+            for aid, p in after.items()
+            if p.status == RankingStatus.skipped.value and (aid not in before or before[aid].ranking_id != p.ranking_id)
+        )
     bad = stored.quarantined + stored.still_quarantined
     if not bad:
         return None
@@ -361,8 +391,15 @@ def _decoded(text: str, data: bytes | None) -> Any:
         return None  # never from `receive` (it keeps only JSON pending): quarantined, not stopping the rest
 
 
-def _apply(session: Session, base_url: str, value: Any, known: dict[int, ProjectInfo], users: dict[int, str],
-           fields: TaskFields, summary: WebhookSummary) -> str | None:
+def _apply(
+    session: Session,
+    base_url: str,
+    value: Any,
+    known: dict[int, ProjectInfo],
+    users: dict[int, str],
+    fields: TaskFields,
+    summary: WebhookSummary,
+) -> str | None:
     if not isinstance(value, dict) or value.get("action") not in EVENTS:
         raise Invalid("the delivery is not a JSON object naming an annotation event")
     if value["action"] == DELETED and not value.get("annotations"):
@@ -374,8 +411,14 @@ def _apply(session: Session, base_url: str, value: Any, known: dict[int, Project
     return _apply_annotations(session, project, value, users, fields, summary)
 
 
-def apply_pending(session: Session, base_url: str, users: Callable[[], dict[int, str]], limit: int = 100, *,
-                  fields: TaskFields = TaskFields()) -> WebhookSummary:
+def apply_pending(
+    session: Session,
+    base_url: str,
+    users: Callable[[], dict[int, str]],
+    limit: int = 100,
+    *,
+    fields: TaskFields = TaskFields(),
+) -> WebhookSummary:
     """Parse up to `limit` pending deliveries, oldest first, inside the caller's transaction.
 
     Each is then marked ok, or quarantined with the reason (an unknown project, a
@@ -389,9 +432,13 @@ def apply_pending(session: Session, base_url: str, users: Callable[[], dict[int,
     """
     summary, known = WebhookSummary(), {}
     # On Postgres another process applying deliveries at once takes the others (SQLite has one writer).
-    rows = session.execute(select(RawRecord.id, RawRecord.payload, RawRecord.payload_bytes)
-                           .where(_DELIVERY, RawRecord.status == RawStatus.pending.value)
-                           .order_by(RawRecord.id).limit(limit).with_for_update(skip_locked=True)).all()
+    rows = session.execute(
+        select(RawRecord.id, RawRecord.payload, RawRecord.payload_bytes)
+        .where(_DELIVERY, RawRecord.status == RawStatus.pending.value)
+        .order_by(RawRecord.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
     values = [(raw_id, _decoded(text, data)) for raw_id, text, data in rows]
     names = users() if _names_needed(session, base_url, [v for _, v in values if isinstance(v, dict)], known) else {}
     done, reasons = [], {}

@@ -63,12 +63,25 @@ from preflab.lm.engines.calls import (
 )
 from preflab.lm.engines.config import ENGINES, EngineConfig, EngineStats
 
-__all__ = ["ENGINES", "EngineConfig", "EngineStats", "Failed", "Generate", "Generation", "Likelihood", "Logprobs",
-           "ReplyLogprob", "Sampling", "TokenLogprobs", "open_engine"]
+__all__ = [
+    "ENGINES",
+    "EngineConfig",
+    "EngineStats",
+    "Failed",
+    "Generate",
+    "Generation",
+    "Likelihood",
+    "Logprobs",
+    "ReplyLogprob",
+    "Sampling",
+    "TokenLogprobs",
+    "open_engine",
+]
 
 
-def open_engine(config: EngineConfig, sessions: sessionmaker[Session], *, model: str | None = None,
-                cache=None, batch_size: int = 8):
+def open_engine(
+    config: EngineConfig, sessions: sessionmaker[Session], *, model: str | None = None, cache=None, batch_size: int = 8
+):
     """The engine `config` names, ready to call; close it (or use it as a context manager) when done.
 
     Args:

@@ -23,13 +23,23 @@ from dataclasses import dataclass, field
 from preflab.db.conversation import Messages, user_turn
 from preflab.lm.sampling import Generation, SamplingConfig
 
-__all__ = ["Failed", "Generate", "Generation", "Likelihood", "Logprobs", "ReplyLogprob", "Sampling",
-           "TokenLogprobs", "as_messages"]
+__all__ = [
+    "Failed",
+    "Generate",
+    "Generation",
+    "Likelihood",
+    "Logprobs",
+    "ReplyLogprob",
+    "Sampling",
+    "TokenLogprobs",
+    "as_messages",
+]
 
 
 def as_messages(prompt: str | Messages) -> Messages:
-    return user_turn(prompt) if isinstance(prompt, str) else [{"role": m["role"], "content": m["content"]}
-                                                              for m in prompt]
+    return (
+        user_turn(prompt) if isinstance(prompt, str) else [{"role": m["role"], "content": m["content"]} for m in prompt]
+    )
 
 
 @dataclass(frozen=True)
@@ -120,7 +130,7 @@ class TokenLogprobs:
 
 @dataclass
 class ReplyLogprob:
-    total: float   # sum of the reply's token log-probabilities
+    total: float  # sum of the reply's token log-probabilities
     tokens: int
 
     @property

@@ -22,20 +22,33 @@ HOSTED = "https://api.openai.com/v1"
 class EngineConfig:
     """Where generating and judging call their model: in this process, or on OpenAI-compatible servers."""
 
-    engine: str | None = field(default=None, metadata={
-        "help": "transformers: load the model in this process; openai: ask an OpenAI-compatible server "
-                "(vLLM, SGLang, TGI, llama.cpp, Ollama, a hosted API). Default: PREFLAB_ENGINE, else transformers.",
-        "choices": ENGINES})
-    api_base: str | None = field(default=None, metadata={
-        "help": "openai: the server's URL; several, comma-separated, share the requests (each goes to the one "
-                "with the fewest in flight). Default: OPENAI_BASE_URL. The key is read from OPENAI_API_KEY only."})
-    model: str | None = field(default=None, metadata={
-        "help": "openai: the served model's name (as the server's /v1/models lists it)."})
+    engine: str | None = field(
+        default=None,
+        metadata={
+            "help": "transformers: load the model in this process; openai: ask an OpenAI-compatible server "
+            "(vLLM, SGLang, TGI, llama.cpp, Ollama, a hosted API). Default: PREFLAB_ENGINE, else transformers.",
+            "choices": ENGINES,
+        },
+    )
+    api_base: str | None = field(
+        default=None,
+        metadata={
+            "help": "openai: the server's URL; several, comma-separated, share the requests (each goes to the one "
+            "with the fewest in flight). Default: OPENAI_BASE_URL. The key is read from OPENAI_API_KEY only."
+        },
+    )
+    model: str | None = field(
+        default=None, metadata={"help": "openai: the served model's name (as the server's /v1/models lists it)."}
+    )
     concurrency: int = field(default=32, metadata={"help": "openai: requests in flight at once, all servers together."})
     timeout: float = field(default=600.0, metadata={"help": "openai: seconds to wait for one answer before retrying."})
-    max_retries: int = field(default=5, metadata={
-        "help": "openai: retries of a request that met a 429, a 5xx, a timeout or a dropped connection "
-                "(exponential backoff with jitter, honouring Retry-After)."})
+    max_retries: int = field(
+        default=5,
+        metadata={
+            "help": "openai: retries of a request that met a 429, a 5xx, a timeout or a dropped connection "
+            "(exponential backoff with jitter, honouring Retry-After)."
+        },
+    )
     price_in: float = field(default=0.0, metadata={"help": "openai: price per million prompt tokens (for the cost)."})
     price_out: float = field(default=0.0, metadata={"help": "openai: price per million generated tokens."})
 
@@ -88,15 +101,15 @@ class EngineStats:
 
     engine: str
     model: str
-    requests: int = 0       # requests answered by a server (or run in process)
-    cache_hits: int = 0     # asks answered from the store: asked before, not paid again
-    tokens_in: int = 0      # prompt tokens of the requests sent
-    tokens_out: int = 0     # generated tokens of the requests sent
-    retries: int = 0        # requests sent again after a 429, 5xx, timeout, dropped connection or unreadable answer
-    errors: int = 0         # asks left without an answer after every retry (asked again by the next run)
-    quarantined: int = 0    # asks the server refused for the item itself (over the context length)
-    seconds: float = 0.0    # wall time inside the engine's calls
-    price_in: float = 0.0   # per million tokens
+    requests: int = 0  # requests answered by a server (or run in process)
+    cache_hits: int = 0  # asks answered from the store: asked before, not paid again
+    tokens_in: int = 0  # prompt tokens of the requests sent
+    tokens_out: int = 0  # generated tokens of the requests sent
+    retries: int = 0  # requests sent again after a 429, 5xx, timeout, dropped connection or unreadable answer
+    errors: int = 0  # asks left without an answer after every retry (asked again by the next run)
+    quarantined: int = 0  # asks the server refused for the item itself (over the context length)
+    seconds: float = 0.0  # wall time inside the engine's calls
+    price_in: float = 0.0  # per million tokens
     price_out: float = 0.0
 
     @property

@@ -41,9 +41,16 @@ class TransformersEngine:
         for sampling, members in groups.items():
             for part in _parts(members, self.batch_size):
                 texts = [chat_prompt(self.tokenizer, asks[i].prompt) for i in part]
-                results = generate_texts(self.model, self.tokenizer, texts, max_new_tokens=sampling.max_tokens,
-                                         do_sample=sampling.temperature > 0, temperature=sampling.temperature,
-                                         top_p=sampling.top_p, seed=sampling.seed)
+                results = generate_texts(
+                    self.model,
+                    self.tokenizer,
+                    texts,
+                    max_new_tokens=sampling.max_tokens,
+                    do_sample=sampling.temperature > 0,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    seed=sampling.seed,
+                )
                 for i, text, result in zip(part, texts, results):
                     out[i] = result
                     self._count(text, result.tokens)
@@ -68,19 +75,35 @@ class TransformersEngine:
             texts = [chat_prompt(tok, asks[i].prompt) + asks[i].answer_start for i in part]
             enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
             with torch.inference_mode():
-                result = model.generate(**enc, max_new_tokens=steps, do_sample=False, temperature=None, top_p=None,
-                                        top_k=None, output_logits=True, return_dict_in_generate=True,
-                                        pad_token_id=tok.pad_token_id)
-            generated = result.sequences[:, enc["input_ids"].shape[1]:].tolist()
+                result = model.generate(
+                    **enc,
+                    max_new_tokens=steps,
+                    do_sample=False,
+                    temperature=None,
+                    top_p=None,
+                    top_k=None,
+                    output_logits=True,
+                    return_dict_in_generate=True,
+                    pad_token_id=tok.pad_token_id,
+                )
+            generated = result.sequences[:, enc["input_ids"].shape[1] :].tolist()
             logprobs = [torch.log_softmax(step.float(), dim=-1).topk(k) for step in result.logits]
             for row, i in enumerate(part):
-                ids = generated[row][:asks[i].max_tokens]
+                ids = generated[row][: asks[i].max_tokens]
                 end = next((n for n, t in enumerate(ids) if t in stop), len(ids))
-                tops = [{tok.decode([t]): v for t, v in zip(logprobs[n].indices[row, :asks[i].top_logprobs].tolist(),
-                                                             logprobs[n].values[row, :asks[i].top_logprobs].tolist())}
-                        for n in range(end)]
-                out[i] = TokenLogprobs(tok.decode(ids[:end], skip_special_tokens=True),
-                                       [tok.decode([t]) for t in ids[:end]], tops)
+                tops = [
+                    {
+                        tok.decode([t]): v
+                        for t, v in zip(
+                            logprobs[n].indices[row, : asks[i].top_logprobs].tolist(),
+                            logprobs[n].values[row, : asks[i].top_logprobs].tolist(),
+                        )
+                    }
+                    for n in range(end)
+                ]
+                out[i] = TokenLogprobs(
+                    tok.decode(ids[:end], skip_special_tokens=True), [tok.decode([t]) for t in ids[:end]], tops
+                )
                 self._count(texts[row], end)
         self.stats.seconds += time.perf_counter() - start
         return out  # type: ignore[return-value]
@@ -110,7 +133,7 @@ class TransformersEngine:
             for row, i in enumerate(part):
                 begin, n = len(rows[i][0]), len(rows[i][1])
                 # Position t predicts token t + 1: the reply's tokens are scored at begin-1 ... begin+n-2.
-                out[i] = ReplyLogprob(float(picked[row, begin - 1:begin + n - 1].sum()) if n else 0.0, n)
+                out[i] = ReplyLogprob(float(picked[row, begin - 1 : begin + n - 1].sum()) if n else 0.0, n)
                 self.stats.requests += 1
                 self.stats.tokens_in += begin + n
         self.stats.seconds += time.perf_counter() - start
@@ -133,4 +156,4 @@ class TransformersEngine:
 
 def _parts(items: list[int], size: int):
     for start in range(0, len(items), size):
-        yield items[start:start + size]
+        yield items[start : start + size]

@@ -60,11 +60,13 @@ class OpenAIEngine:
         self._writer = AnswerWriter(sessions, every=commit_every)
         # A local server started without --api-key takes any key; the client insists on one.
         key = os.environ.get("OPENAI_API_KEY") or "none"
-        self._routes = [_Route(url, AsyncOpenAI(base_url=url, api_key=key, timeout=config.timeout,
-                                                max_retries=config.max_retries)) for url in config.urls()]
+        self._routes = [
+            _Route(url, AsyncOpenAI(base_url=url, api_key=key, timeout=config.timeout, max_retries=config.max_retries))
+            for url in config.urls()
+        ]
         self._server: wire.Server | None = None
-        self._likelihood: str | None = None   # chat (vLLM's prompt_logprobs) or echo (completions)
-        self._template = None                 # the tokenizer whose chat template the echo path renders with
+        self._likelihood: str | None = None  # chat (vLLM's prompt_logprobs) or echo (completions)
+        self._template = None  # the tokenizer whose chat template the echo path renders with
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="preflab-engine", daemon=True)
         self._thread.start()
@@ -89,15 +91,18 @@ class OpenAIEngine:
         if mode == "chat":
             bodies = [wire.likelihood_chat_body(self.model, ask) for ask in asks]
             answers = self._ask(wire.CHAT, bodies)
-            return [a if isinstance(a, Failed) else wire.read_likelihood_chat(a, ask.reply)
-                    for a, ask in zip(answers, asks)]
+            return [
+                a if isinstance(a, Failed) else wire.read_likelihood_chat(a, ask.reply) for a, ask in zip(answers, asks)
+            ]
         from preflab.lm.loading import chat_prompt
 
         contexts = [chat_prompt(self._template, ask.prompt) for ask in asks]
         bodies = [wire.likelihood_echo_body(self.model, c, ask) for c, ask in zip(contexts, asks)]
         answers = self._ask(wire.COMPLETIONS, bodies)
-        return [a if isinstance(a, Failed) else wire.read_likelihood_echo(a, c, ask.reply)
-                for a, c, ask in zip(answers, contexts, asks)]
+        return [
+            a if isinstance(a, Failed) else wire.read_likelihood_echo(a, c, ask.reply)
+            for a, c, ask in zip(answers, contexts, asks)
+        ]
 
     # --- what the server offers ----------------------------------------------------------------------------
 
@@ -122,9 +127,11 @@ class OpenAIEngine:
                 self._template = self._echo_template()
                 self._likelihood = "echo"
             else:
-                raise EngineError(f"the server at {self._routes[0].url} gives no prompt log-probabilities (neither "
-                                  f"vLLM's prompt_logprobs nor completions with echo and logprobs), which the "
-                                  f"likelihood judge reads: serve {self.model!r} with vLLM, or use another judge")
+                raise EngineError(
+                    f"the server at {self._routes[0].url} gives no prompt log-probabilities (neither "
+                    f"vLLM's prompt_logprobs nor completions with echo and logprobs), which the "
+                    f"likelihood judge reads: serve {self.model!r} with vLLM, or use another judge"
+                )
         return self._likelihood
 
     def _echo_template(self):
@@ -133,9 +140,11 @@ class OpenAIEngine:
         try:
             return load_tokenizer(self.model)
         except Exception as exc:  # any failure to find it is the same advice
-            raise EngineError(f"the server at {self._routes[0].url} scores prompts only on completions, which "
-                              f"need {self.model!r}'s chat template here, and its tokenizer could not be loaded "
-                              f"({type(exc).__name__}): serve the model under its hub id or path") from None
+            raise EngineError(
+                f"the server at {self._routes[0].url} scores prompts only on completions, which "
+                f"need {self.model!r}'s chat template here, and its tokenizer could not be loaded "
+                f"({type(exc).__name__}): serve the model under its hub id or path"
+            ) from None
 
     def _probe(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
         import openai
@@ -169,8 +178,9 @@ class OpenAIEngine:
             server.models += ids
             server.vllm = server.vllm or any(getattr(m, "owned_by", None) == "vllm" for m in listed.data)
             if ids and self.model not in ids:
-                raise EngineError(f"the server at {route.url} has no model {self.model!r}; it offers: "
-                                  f"{', '.join(ids[:20])}")
+                raise EngineError(
+                    f"the server at {route.url} has no model {self.model!r}; it offers: {', '.join(ids[:20])}"
+                )
         return server
 
     # --- asking --------------------------------------------------------------------------------------------
@@ -220,8 +230,9 @@ class OpenAIEngine:
                 try:
                     raw = await _create(route.client, endpoint)(**body)
                 except openai.APITimeoutError:
-                    return self._failed(f"no answer from {route.url} within {self.config.timeout:g} s",
-                                        self.config.max_retries)
+                    return self._failed(
+                        f"no answer from {route.url} within {self.config.timeout:g} s", self.config.max_retries
+                    )
                 except openai.BadRequestError as exc:
                     reason = wire.context_length_reason(exc.status_code, exc.body, exc.message)
                     if reason is None:
@@ -231,8 +242,10 @@ class OpenAIEngine:
                     return Failed(reason, quarantined=True)
                 except openai.APIStatusError as exc:
                     if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
-                        return self._failed(f"{route.url} answered {exc.status_code} after every retry: "
-                                            f"{_reason(exc)}", self.config.max_retries)
+                        return self._failed(
+                            f"{route.url} answered {exc.status_code} after every retry: {_reason(exc)}",
+                            self.config.max_retries,
+                        )
                     raise self._fatal(route, exc) from None
                 except openai.APIError as exc:
                     raise self._fatal(route, exc) from None
@@ -244,7 +257,7 @@ class OpenAIEngine:
                 except ValueError:  # an answer cut short or garbled: asked again, as the client does a 5xx
                     if attempt < self.config.max_retries:
                         self.stats.retries += 1
-                        await asyncio.sleep(min(0.5 * 2 ** attempt, 8.0) * (1 - 0.25 * random.random()))
+                        await asyncio.sleep(min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random()))
                     continue
                 tokens_in, tokens_out = self._count(answer, 0)
                 self._writer.put(_row(key, endpoint, self.model, body, answer, OK, None, tokens_in, tokens_out))
@@ -271,12 +284,14 @@ class OpenAIEngine:
         import openai
 
         if isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
-            return EngineError(f"the server at {route.url} refused the key ({exc.status_code}): set OPENAI_API_KEY "
-                               f"to a key it accepts")
+            return EngineError(
+                f"the server at {route.url} refused the key ({exc.status_code}): set OPENAI_API_KEY to a key it accepts"
+            )
         if isinstance(exc, openai.NotFoundError):
             offered = ", ".join((self._server.models if self._server else ())[:20]) or "none listed"
-            return EngineError(f"the server at {route.url} has no model {self.model!r} ({_reason(exc)}); "
-                               f"it offers: {offered}")
+            return EngineError(
+                f"the server at {route.url} has no model {self.model!r} ({_reason(exc)}); it offers: {offered}"
+            )
         if isinstance(exc, openai.APIStatusError):
             return EngineError(f"the server at {route.url} refused a request ({exc.status_code}): {_reason(exc)}")
         return EngineError(f"the server at {route.url} does not answer ({_reason(exc)}): is it running there?")
@@ -296,6 +311,7 @@ class OpenAIEngine:
         try:
             self._writer.close()
         finally:
+
             async def shut() -> None:
                 for route in self._routes:
                     await route.client.close()
@@ -329,8 +345,25 @@ def _stored(row) -> dict[str, Any] | Failed:
     return row.answer if row.status == OK else Failed(row.reason or "quarantined", quarantined=True)
 
 
-def _row(key: str, endpoint: str, model: str, body: dict[str, Any], answer: Any, status: str, reason: str | None,
-         tokens_in: int = 0, tokens_out: int = 0) -> dict[str, Any]:
-    return {"key": key, "endpoint": endpoint, "model": model[:300], "request": body,
-            "answer": answer if isinstance(answer, dict) else {"body": answer}, "status": status, "reason": reason,
-            "tokens_in": tokens_in, "tokens_out": tokens_out}
+def _row(
+    key: str,
+    endpoint: str,
+    model: str,
+    body: dict[str, Any],
+    answer: Any,
+    status: str,
+    reason: str | None,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+) -> dict[str, Any]:
+    return {
+        "key": key,
+        "endpoint": endpoint,
+        "model": model[:300],
+        "request": body,
+        "answer": answer if isinstance(answer, dict) else {"body": answer},
+        "status": status,
+        "reason": reason,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+    }

@@ -34,7 +34,7 @@ JSON_VERDICT_TOKENS = 12
 class Server:
     """What a server offers, as far as the calls here need to know."""
 
-    vllm: bool = False         # vLLM's own parameters are understood (its /v1/models says owned_by "vllm")
+    vllm: bool = False  # vLLM's own parameters are understood (its /v1/models says owned_by "vllm")
     json_schema: bool = False  # OpenAI's response_format json_schema (a hosted API)
     models: tuple[str, ...] = ()
 
@@ -47,8 +47,14 @@ def sample_seed(seed: int, index: int) -> int:
 
 def generate_body(model: str, ask: Generate) -> dict[str, Any]:
     s = ask.sampling
-    return {"model": model, "messages": as_messages(ask.prompt), "max_tokens": s.max_tokens,
-            "temperature": s.temperature, "top_p": s.top_p, "seed": sample_seed(s.seed, ask.index)}
+    return {
+        "model": model,
+        "messages": as_messages(ask.prompt),
+        "max_tokens": s.max_tokens,
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "seed": sample_seed(s.seed, ask.index),
+    }
 
 
 def read_generation(answer: dict[str, Any]) -> Generation:
@@ -61,8 +67,13 @@ def read_generation(answer: dict[str, Any]) -> Generation:
 
 def logprobs_body(model: str, ask: Logprobs, server: Server) -> dict[str, Any]:
     messages = as_messages(ask.prompt)
-    body: dict[str, Any] = {"model": model, "temperature": 0.0, "logprobs": True, "top_logprobs": ask.top_logprobs,
-                            "max_tokens": ask.max_tokens}
+    body: dict[str, Any] = {
+        "model": model,
+        "temperature": 0.0,
+        "logprobs": True,
+        "top_logprobs": ask.top_logprobs,
+        "max_tokens": ask.max_tokens,
+    }
     extra: dict[str, Any] = {}
     if ask.answer_start and server.vllm:
         messages = [*messages, {"role": "assistant", "content": ask.answer_start}]
@@ -74,10 +85,19 @@ def logprobs_body(model: str, ask: Logprobs, server: Server) -> dict[str, Any]:
     if ask.choices and server.vllm:
         extra["structured_outputs"] = {"choice": list(ask.choices)}
     elif ask.choices and server.json_schema:
-        body["response_format"] = {"type": "json_schema", "json_schema": {
-            "name": "verdict", "strict": True, "schema": {
-                "type": "object", "properties": {"verdict": {"type": "string", "enum": list(ask.choices)}},
-                "required": ["verdict"], "additionalProperties": False}}}
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {
+                "name": "verdict",
+                "strict": True,
+                "schema": {
+                    "type": "object",
+                    "properties": {"verdict": {"type": "string", "enum": list(ask.choices)}},
+                    "required": ["verdict"],
+                    "additionalProperties": False,
+                },
+            },
+        }
         body["max_tokens"] = max(body["max_tokens"], JSON_VERDICT_TOKENS)
     body["messages"] = messages
     if extra:
@@ -102,8 +122,13 @@ def read_logprobs(answer: dict[str, Any]) -> TokenLogprobs:
 def likelihood_chat_body(model: str, ask: Likelihood) -> dict[str, Any]:
     """vLLM: the conversation with the reply as its open last turn; the prompt's log-probabilities come back."""
     messages = [*as_messages(ask.prompt), {"role": "assistant", "content": ask.reply}]
-    return {"model": model, "messages": messages, "max_tokens": 1, "temperature": 0.0,
-            "extra_body": {"prompt_logprobs": 0, "continue_final_message": True, "add_generation_prompt": False}}
+    return {
+        "model": model,
+        "messages": messages,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "extra_body": {"prompt_logprobs": 0, "continue_final_message": True, "add_generation_prompt": False},
+    }
 
 
 def read_likelihood_chat(answer: dict[str, Any], reply: str) -> ReplyLogprob:
@@ -127,8 +152,14 @@ def read_likelihood_chat(answer: dict[str, Any], reply: str) -> ReplyLogprob:
 
 def likelihood_echo_body(model: str, context: str, ask: Likelihood) -> dict[str, Any]:
     """Completions with `echo`: the templated context and the reply as one prompt, scored token by token."""
-    return {"model": model, "prompt": context + ask.reply, "max_tokens": 1, "temperature": 0.0, "echo": True,
-            "logprobs": 1}
+    return {
+        "model": model,
+        "prompt": context + ask.reply,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "echo": True,
+        "logprobs": 1,
+    }
 
 
 def read_likelihood_echo(answer: dict[str, Any], context: str, reply: str) -> ReplyLogprob:
@@ -148,8 +179,13 @@ PROBE_MESSAGES = [{"role": "user", "content": "Hi"}]
 
 
 def prompt_logprobs_probe(model: str) -> dict[str, Any]:
-    return {"model": model, "messages": PROBE_MESSAGES, "max_tokens": 1, "temperature": 0.0,
-            "extra_body": {"prompt_logprobs": 0}}
+    return {
+        "model": model,
+        "messages": PROBE_MESSAGES,
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "extra_body": {"prompt_logprobs": 0},
+    }
 
 
 def offers_prompt_logprobs(answer: dict[str, Any]) -> bool:
@@ -179,7 +215,11 @@ def context_length_reason(status: int, body: Any, message: str) -> str | None:
     reason = (error.get("message") if isinstance(error, dict) else None) or message
     code = error.get("code") if isinstance(error, dict) else None
     text = str(reason).lower()
-    if status == 400 and (code == "context_length_exceeded" or "context length" in text
-                          or "maximum context" in text or "too many tokens" in text):
+    if status == 400 and (
+        code == "context_length_exceeded"
+        or "context length" in text
+        or "maximum context" in text
+        or "too many tokens" in text
+    ):
         return str(reason)
     return None

@@ -49,13 +49,21 @@ def load_groups(settings: Settings, path, from_db: bool, proxy, true):
 
 def source_options(command):
     """FILE | --from-db --proxy NAME [--true NAME|human], shared by estimate and plot."""
-    for decorator in reversed([
-        click.argument("path", metavar="[FILE]", required=False, type=click.Path(dir_okay=False)),
-        click.option("--from-db", is_flag=True, help="Read scores and rankings from the database."),
-        click.option("--proxy", metavar="NAME", help="With --from-db: the AI annotator (judge or reward model) optimised."),
-        click.option("--true", "true_name", metavar="NAME|human",
-                     help="With --from-db: another annotator's scores, or 'human' (mean Borda of human rankings)."),
-    ]):
+    for decorator in reversed(
+        [
+            click.argument("path", metavar="[FILE]", required=False, type=click.Path(dir_okay=False)),
+            click.option("--from-db", is_flag=True, help="Read scores and rankings from the database."),
+            click.option(
+                "--proxy", metavar="NAME", help="With --from-db: the AI annotator (judge or reward model) optimised."
+            ),
+            click.option(
+                "--true",
+                "true_name",
+                metavar="NAME|human",
+                help="With --from-db: another annotator's scores, or 'human' (mean Borda of human rankings).",
+            ),
+        ]
+    ):
         command = decorator(command)
     return command
 
@@ -86,8 +94,9 @@ def estimate_command(settings: Settings, path, from_db, proxy, true_name, ns, as
         echo_json(result.as_json())
         return
     click.echo(f"{'n':>6}  {'true':>9}  {'± stderr':>9}  {'proxy':>9}  {'groups':>6}  {'KL bound':>8}")
-    for n, t, se, p, g, kl in zip(result.n, result.true, result.true_stderr, result.proxy, result.groups,
-                                  result.kl_bound):
+    for n, t, se, p, g, kl in zip(
+        result.n, result.true, result.true_stderr, result.proxy, result.groups, result.kl_bound
+    ):
         click.echo(f"{n:>6}  {_fmt(t):>9}  {_fmt(se):>9}  {_fmt(p):>9}  {g:>6}  {kl:>8.3f}")
     samples = sum(p.size for _, p, _ in groups)
     click.echo(f"best-of-n over {len(groups):,} groups ({samples:,} samples; {described})")
@@ -115,8 +124,9 @@ def kl_command(probs, rewards, ns, as_json):
         echo_json(result.as_json())
         return
     click.echo(f"{'n':>6}  {'KL exact':>9}  {'KL bound':>9}  {'Beirami':>9}  {'win rate':>9}  {'n/(n+1)':>9}")
-    for row in zip(result.n, result.kl_exact, result.kl_bound, result.kl_beirami, result.win_rate,
-                   result.win_rate_bound):
+    for row in zip(
+        result.n, result.kl_exact, result.kl_bound, result.kl_beirami, result.win_rate, result.win_rate_bound
+    ):
         n, *values = row
         click.echo(f"{n:>6}  " + "  ".join(f"{v:>9.4f}" for v in values))
 
@@ -155,13 +165,25 @@ def plot_command(settings: Settings, path, from_db, proxy, true_name, out, ns, a
 
 
 @bon_group.command("sample")
-@click.option("--reward-model", "reward_model", required=True, metavar="MODEL_VERSION",
-              help="The reward model: a model version of kind 'reward'.")
-@click.option("--policy", metavar="ID_OR_PATH",
-              help="The causal LM to sample from (model version, path, hub id; with --engine openai, the served "
-                   "model's name); default: the global --model.")
-@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
-              help="JSON Lines prompts to import and sample for (default: every stored prompt).")
+@click.option(
+    "--reward-model",
+    "reward_model",
+    required=True,
+    metavar="MODEL_VERSION",
+    help="The reward model: a model version of kind 'reward'.",
+)
+@click.option(
+    "--policy",
+    metavar="ID_OR_PATH",
+    help="The causal LM to sample from (model version, path, hub id; with --engine openai, the served "
+    "model's name); default: the global --model.",
+)
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(dir_okay=False),
+    help="JSON Lines prompts to import and sample for (default: every stored prompt).",
+)
 @config_options(BonSampleConfig, defaults=BON_DEFAULTS)
 @engine_options
 @json_option
@@ -184,8 +206,15 @@ def sample_command(settings: Settings, reward_model, policy, prompts_file, as_js
 
     config = build_config(BonSampleConfig, fields)
     engine = engine_config(fields, policy or settings.model)
-    report = sample_best_of_n(open_sessions(settings.database_url), reward_model, policy or settings.model, config,
-                              prompts_file, reporter=Reporter(not as_json), engine=engine)
+    report = sample_best_of_n(
+        open_sessions(settings.database_url),
+        reward_model,
+        policy or settings.model,
+        config,
+        prompts_file,
+        reporter=Reporter(not as_json),
+        engine=engine,
+    )
     if as_json:
         echo_json(report)
         return
@@ -194,12 +223,16 @@ def sample_command(settings: Settings, reward_model, policy, prompts_file, as_js
         mean = sum(s["mean_score"] for s in selected) / len(selected)
         best = sum(s["score"] for s in selected) / len(selected)
         beirami = "n/a" if report["kl_beirami"] is None else f"{report['kl_beirami']:.3f}"
-        click.echo(f"best-of-{config.n} over {report['prompts']:,} prompts with {report['policy']}: reward "
-                   f"{mean:.3f} (mean draw) → {best:.3f} (kept); KL ≤ {report['kl_bound']:.3f} nats, Beirami's "
-                   f"estimate {beirami}; {report['stored']:,} new candidates, {report['duplicates']:,} repeated "
-                   f"draws, {report['kept']:,} prompts already done")
-        click.echo(f"estimate every n ≤ {report['estimate']['largest_group']} with: "
-                   f"preflab bon estimate --from-db --proxy {reward_model}")
+        click.echo(
+            f"best-of-{config.n} over {report['prompts']:,} prompts with {report['policy']}: reward "
+            f"{mean:.3f} (mean draw) → {best:.3f} (kept); KL ≤ {report['kl_bound']:.3f} nats, Beirami's "
+            f"estimate {beirami}; {report['stored']:,} new candidates, {report['duplicates']:,} repeated "
+            f"draws, {report['kept']:,} prompts already done"
+        )
+        click.echo(
+            f"estimate every n ≤ {report['estimate']['largest_group']} with: "
+            f"preflab bon estimate --from-db --proxy {reward_model}"
+        )
     elif not (report["quarantined"] or report["failed"]):
         click.echo(f"nothing to sample: these {report['kept']:,} prompts were sampled with these settings before")
     for line in _unanswered(report):
@@ -212,28 +245,60 @@ def _unanswered(report: dict) -> list[str]:
     """What the server would not answer: prompts quarantined (and why), prompts left for the next run."""
     lines = []
     if report["quarantined"]:
-        lines.append(f"quarantined {plural(report['quarantined'], 'prompt')} the server refused "
-                     f"(kept with the reason; not asked again)")
+        lines.append(
+            f"quarantined {plural(report['quarantined'], 'prompt')} the server refused "
+            f"(kept with the reason; not asked again)"
+        )
     if report["failed"]:
-        lines.append(f"{plural(report['failed'], 'prompt')} had a draw without an answer after every retry: "
-                     f"left for the next run")
+        lines.append(
+            f"{plural(report['failed'], 'prompt')} had a draw without an answer after every retry: "
+            f"left for the next run"
+        )
     return lines + [f"  {count:,} × {reason}" for reason, count in report["reasons"].items()]
 
 
 @bon_group.command("frontier")
-@click.option("--policy", required=True, metavar="MODEL_VERSION",
-              help="The last model version of the lineage (its parents, up to the base model, come with it).")
-@click.option("--proxy", required=True, metavar="NAME",
-              help="The AI annotator (the reward model's judge) whose reward the lineage optimised.")
-@click.option("--true", "true_name", default="human", show_default=True, metavar="NAME|human",
-              help="The truth: held-out human rankings ('human') or another annotator's scores.")
+@click.option(
+    "--policy",
+    required=True,
+    metavar="MODEL_VERSION",
+    help="The last model version of the lineage (its parents, up to the base model, come with it).",
+)
+@click.option(
+    "--proxy",
+    required=True,
+    metavar="NAME",
+    help="The AI annotator (the reward model's judge) whose reward the lineage optimised.",
+)
+@click.option(
+    "--true",
+    "true_name",
+    default="human",
+    show_default=True,
+    metavar="NAME|human",
+    help="The truth: held-out human rankings ('human') or another annotator's scores.",
+)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The chart to write (.png, .svg, .pdf).")
-@click.option("--chat/--plain", default=True, show_default=True,
-              help="Whether the samples were written through the chat template (as `preflab generate` does).")
-@click.option("--n", "ns", default="pow2", show_default=True,
-              help="Best-of-n on the root's samples: comma-separated n values, 'pow2' or 'all'.")
-@click.option("--limit", type=click.IntRange(1), default=2000, show_default=True,
-              help="At most this many samples per model version.")
+@click.option(
+    "--chat/--plain",
+    default=True,
+    show_default=True,
+    help="Whether the samples were written through the chat template (as `preflab generate` does).",
+)
+@click.option(
+    "--n",
+    "ns",
+    default="pow2",
+    show_default=True,
+    help="Best-of-n on the root's samples: comma-separated n values, 'pow2' or 'all'.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1),
+    default=2000,
+    show_default=True,
+    help="At most this many samples per model version.",
+)
 @json_option
 @pass_settings
 def frontier_command(settings: Settings, policy, proxy, true_name, out, chat, ns, limit, as_json):
@@ -249,16 +314,27 @@ def frontier_command(settings: Settings, policy, proxy, true_name, out, chat, ns
     from preflab.training.goodhart.frontier import describe
     from preflab.training.goodhart.lineage import lineage_frontier
 
-    report = lineage_frontier(open_sessions(settings.database_url, existing=True), policy, proxy, true_name, out,
-                              chat, ns, limit, reporter=Reporter(not as_json))
+    report = lineage_frontier(
+        open_sessions(settings.database_url, existing=True),
+        policy,
+        proxy,
+        true_name,
+        out,
+        chat,
+        ns,
+        limit,
+        reporter=Reporter(not as_json),
+    )
     if as_json:
         echo_json(report)
         return
     click.echo(f"{'method':<10} {'setting':<14} {'KL':>13} {'proxy':>8} {'true':>8} {'win':>6}")
     for p in report["points"]:
         kl = f"{p['kl']:.3f} ± {p['kl_stderr']:.3f}" if p["kl_stderr"] else f"{p['kl']:.3f}"
-        click.echo(f"{p['method']:<10} {p['setting']:<14} {kl:>13} {_fmt(p['proxy'], '.3f'):>8} "
-                   f"{_fmt(p['true'], '.3f'):>8} {_fmt(p['win_rate'], '.3f'):>6}")
+        click.echo(
+            f"{p['method']:<10} {p['setting']:<14} {kl:>13} {_fmt(p['proxy'], '.3f'):>8} "
+            f"{_fmt(p['true'], '.3f'):>8} {_fmt(p['win_rate'], '.3f'):>6}"
+        )
     for line in describe(report["findings"]):
         click.echo(line)
     click.echo(f"chart: {report['chart']}")

@@ -36,8 +36,9 @@ def demo_group():
 
 @demo_group.command("bon")
 @config_options(BonDemoConfig)
-@click.option("--out", type=click.Path(dir_okay=False),
-              help="Where to write the plot (default: DATA_DIR/bon-demo.png).")
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="Where to write the plot (default: DATA_DIR/bon-demo.png)."
+)
 @json_option
 def bon_command(out, as_json, **fields):
     """The best-of-n notebook's toy: true vs proxy reward as n grows, and the plot.
@@ -55,15 +56,22 @@ def bon_command(out, as_json, **fields):
     for row in zip(result.n, result.true, result.proxy, result.true_mc, result.proxy_mc, result.no_noise, result.kl):
         n, t, p, tm, pm, nn, kl = row
         click.echo(f"{n:>5}  {t:>6.3f}  {p:>6.3f}  {tm:>7.3f}  {pm:>8.3f}  {nn:>8.3f}  {kl:>6.3f}")
-    click.echo(f"true/proxy: unbiased estimator over {config.samples:,} samples (every n-subset); "
-               f"MC: {config.trials} fresh best-of-n draws per n; no noise: 3 + 2n/(n+1); KL: log n − (n−1)/n")
-    click.echo(f"notebook: true 4.30 → 5.00, proxy 4.28 → 5.08; here: true {result.true[0]:.2f} → "
-               f"{result.true[-1]:.2f}, proxy {result.proxy[0]:.2f} → {result.proxy[-1]:.2f}; plot: {result.plot}")
+    click.echo(
+        f"true/proxy: unbiased estimator over {config.samples:,} samples (every n-subset); "
+        f"MC: {config.trials} fresh best-of-n draws per n; no noise: 3 + 2n/(n+1); KL: log n − (n−1)/n"
+    )
+    click.echo(
+        f"notebook: true 4.30 → 5.00, proxy 4.28 → 5.08; here: true {result.true[0]:.2f} → "
+        f"{result.true[-1]:.2f}, proxy {result.proxy[0]:.2f} → {result.proxy[-1]:.2f}; plot: {result.plot}"
+    )
 
 
 @demo_group.command("toy")
-@click.option("--workdir", type=click.Path(file_okay=False),
-              help="Folder for the models, rankings and dataset (default: DATA_DIR/demo-toy).")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="Folder for the models, rankings and dataset (default: DATA_DIR/demo-toy).",
+)
 @config_options(ToySettings)
 @json_option
 @pass_settings
@@ -80,36 +88,48 @@ def toy_command(settings: Settings, workdir, as_json, **fields):
     """
     from preflab.training.demos.toy import toy_demo
 
-    result = toy_demo(build_config(ToySettings, fields), workdir, _given_database(settings),
-                      reporter=Reporter(not as_json))
+    result = toy_demo(
+        build_config(ToySettings, fields), workdir, _given_database(settings), reporter=Reporter(not as_json)
+    )
     if as_json:
         echo_json(result)
         return
     if result["world"] == "history":
-        click.echo(f"{result['rankings']:,} ranked conversations → {result['pairs']:,} pairs → "
-                   f"{result['dataset']['name']} (conversational; {result['dataset']['train']:,} train / "
-                   f"{result['dataset']['test']:,} test pairs)")
-        click.echo(f"DPO policy {result['policy_model_version']} follows the earlier turn's instruction "
-                   f"{result['follow_rate_before']:.3f} → {result['follow_rate_after']:.3f} of the time on "
-                   f"{result['held_out_conversations']} held-out conversations (sampled replies: "
-                   f"{result['sampled_follow_rate_before']:.1%} → {result['sampled_follow_rate_after']:.1%}); "
-                   f"base rule kept in {result['base_rule_rate_after']:.1%} of samples "
-                   f"(base model {result['base_rule_rate_before']:.1%})")
+        click.echo(
+            f"{result['rankings']:,} ranked conversations → {result['pairs']:,} pairs → "
+            f"{result['dataset']['name']} (conversational; {result['dataset']['train']:,} train / "
+            f"{result['dataset']['test']:,} test pairs)"
+        )
+        click.echo(
+            f"DPO policy {result['policy_model_version']} follows the earlier turn's instruction "
+            f"{result['follow_rate_before']:.3f} → {result['follow_rate_after']:.3f} of the time on "
+            f"{result['held_out_conversations']} held-out conversations (sampled replies: "
+            f"{result['sampled_follow_rate_before']:.1%} → {result['sampled_follow_rate_after']:.1%}); "
+            f"base rule kept in {result['base_rule_rate_after']:.1%} of samples "
+            f"(base model {result['base_rule_rate_before']:.1%})"
+        )
         return
-    click.echo(f"{result['rankings']:,} rankings → {result['pairs']:,} pairs → {result['dataset']['name']} "
-               f"({result['dataset']['train']:,} train / {result['dataset']['test']:,} test pairs)")
+    click.echo(
+        f"{result['rankings']:,} rankings → {result['pairs']:,} pairs → {result['dataset']['name']} "
+        f"({result['dataset']['train']:,} train / {result['dataset']['test']:,} test pairs)"
+    )
     click.echo(f"reward model {result['reward_model_version']}: held-out pairwise accuracy {result['rm_accuracy']:.3f}")
-    click.echo(f"{result['method']} policy {result['policy_model_version']}: P(preferred first digit) "
-               f"{result['p_preferred_before']:.3f} → {result['p_preferred_after']:.3f} on "
-               f"{result['held_out_prompts']} held-out prompts; KL to base {result['kl_to_base']:.3f} nats; "
-               f"base rule kept in {result['base_rule_rate_after']:.1%} of samples "
-               f"(base model {result['base_rule_rate_before']:.1%}); P(EOS after 4 digits) "
-               f"{result['stop_rate_before']:.3f} → {result['stop_rate_after']:.3f}")
+    click.echo(
+        f"{result['method']} policy {result['policy_model_version']}: P(preferred first digit) "
+        f"{result['p_preferred_before']:.3f} → {result['p_preferred_after']:.3f} on "
+        f"{result['held_out_prompts']} held-out prompts; KL to base {result['kl_to_base']:.3f} nats; "
+        f"base rule kept in {result['base_rule_rate_after']:.1%} of samples "
+        f"(base model {result['base_rule_rate_before']:.1%}); P(EOS after 4 digits) "
+        f"{result['stop_rate_before']:.3f} → {result['stop_rate_after']:.3f}"
+    )
 
 
 @demo_group.command("goodhart")
-@click.option("--workdir", type=click.Path(file_okay=False),
-              help="Folder for the models, rankings, datasets and chart (default: DATA_DIR/demo-goodhart).")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    help="Folder for the models, rankings, datasets and chart (default: DATA_DIR/demo-goodhart).",
+)
 @config_options(GoodhartSettings)
 @json_option
 @pass_settings
@@ -128,15 +148,18 @@ def goodhart_command(settings: Settings, workdir, as_json, **fields):
     from preflab.training.goodhart.frontier import describe
     from preflab.training.goodhart.job import goodhart_demo
 
-    result = goodhart_demo(build_config(GoodhartSettings, fields), workdir, _given_database(settings),
-                           reporter=Reporter(not as_json))
+    result = goodhart_demo(
+        build_config(GoodhartSettings, fields), workdir, _given_database(settings), reporter=Reporter(not as_json)
+    )
     if as_json:
         echo_json(result)
         return
     click.echo(f"{'method':<10} {'setting':<11} {'KL':>6} {'proxy':>7} {'true':>7} {'win':>6}")
     for p in [result["reference"], *result["points"]]:
-        click.echo(f"{p['method']:<10} {p['setting']:<11} {p['kl']:>6.3f} {p['proxy']:>7.3f} {p['true']:>7.3f} "
-                   f"{p['win_rate']:>6.3f}")
+        click.echo(
+            f"{p['method']:<10} {p['setting']:<11} {p['kl']:>6.3f} {p['proxy']:>7.3f} {p['true']:>7.3f} "
+            f"{p['win_rate']:>6.3f}"
+        )
     for line in describe(result["findings"], result["comparisons_sweep"]):
         click.echo(line)
     click.echo(f"chart: {result['chart']}")

@@ -28,12 +28,17 @@ def engine_line(stats: dict[str, Any] | None) -> str:
     In process nothing is paid for, retried or read back from the store: its tokens and
     seconds are in --json, and its summary line stays as it was.
     """
-    if not stats or stats["engine"] == "transformers" or not (
-            stats["requests"] or stats["cache_hits"] or stats["errors"] or stats["quarantined"]):
+    if (
+        not stats
+        or stats["engine"] == "transformers"
+        or not (stats["requests"] or stats["cache_hits"] or stats["errors"] or stats["quarantined"])
+    ):
         return ""
-    line = (f"{stats['engine']} {stats['model']}: {stats['requests']:,} requests, {stats['cache_hits']:,} cache hits, "
-            f"{stats['tokens_in']:,} tokens in / {stats['tokens_out']:,} out, {stats['retries']:,} retries, "
-            f"{stats['errors']:,} errors, {stats['seconds']:.1f} s")
+    line = (
+        f"{stats['engine']} {stats['model']}: {stats['requests']:,} requests, {stats['cache_hits']:,} cache hits, "
+        f"{stats['tokens_in']:,} tokens in / {stats['tokens_out']:,} out, {stats['retries']:,} retries, "
+        f"{stats['errors']:,} errors, {stats['seconds']:.1f} s"
+    )
     if stats["price_in"] or stats["price_out"]:
         line += f", cost {stats['cost']:.4f}"
     return line

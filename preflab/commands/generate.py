@@ -13,13 +13,21 @@ from preflab.settings import Settings
 
 
 @click.command("generate")
-@click.option("--model", "model_name", metavar="ID_OR_PATH",
-              help="Causal LM (hub id, path, embedded name or model version; with --engine openai, the served "
-                   "model's name); default: the global --model.")
+@click.option(
+    "--model",
+    "model_name",
+    metavar="ID_OR_PATH",
+    help="Causal LM (hub id, path, embedded name or model version; with --engine openai, the served "
+    "model's name); default: the global --model.",
+)
 @config_options(GenerateConfig)
 @engine_options
-@click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
-              help="JSON Lines prompts to import and generate for (default: every stored prompt).")
+@click.option(
+    "--prompts",
+    "prompts_file",
+    type=click.Path(dir_okay=False),
+    help="JSON Lines prompts to import and generate for (default: every stored prompt).",
+)
 @config_options(PromptSelection)
 @json_option
 @pass_settings
@@ -44,15 +52,24 @@ def generate_command(settings: Settings, model_name, prompts_file, as_json, **op
     config = build_config(GenerateConfig, options)
     selection = build_config(PromptSelection, options)
     engine = engine_config(options, model_name or settings.model)
-    summary = run_generation(open_sessions(settings.database_url), model_name or settings.model, config,
-                             prompts=prompts_file, selection=selection, engine=engine, reporter=Reporter(not as_json))
+    summary = run_generation(
+        open_sessions(settings.database_url),
+        model_name or settings.model,
+        config,
+        prompts=prompts_file,
+        selection=selection,
+        engine=engine,
+        reporter=Reporter(not as_json),
+    )
     if as_json:
         echo_json(summary.as_dict())
         return
     waiting = f"; {plural(summary.waiting, 'more prompt')} left by --limit" if summary.waiting else ""
-    click.echo(f"generated {plural(summary.stored, 'candidate')} for {plural(summary.prompts, 'prompt')} with "
-               f"{summary.model} ({summary.duplicates:,} duplicates, {summary.empty:,} empty, "
-               f"{plural(summary.short, 'prompt')} short of {config.n}{waiting})")
+    click.echo(
+        f"generated {plural(summary.stored, 'candidate')} for {plural(summary.prompts, 'prompt')} with "
+        f"{summary.model} ({summary.duplicates:,} duplicates, {summary.empty:,} empty, "
+        f"{plural(summary.short, 'prompt')} short of {config.n}{waiting})"
+    )
     for line in unanswered_lines(summary):
         click.echo(line)
     if line := engine_line(summary.engine):
@@ -63,11 +80,15 @@ def unanswered_lines(summary) -> list[str]:
     """What the server would not answer: prompts quarantined (and why), samples left for the next run."""
     lines = []
     if summary.quarantined:
-        lines.append(f"quarantined {plural(summary.quarantined, 'prompt')} the server refused "
-                     f"(kept with the reason; not asked again)")
+        lines.append(
+            f"quarantined {plural(summary.quarantined, 'prompt')} the server refused "
+            f"(kept with the reason; not asked again)"
+        )
     if summary.failed:
-        lines.append(f"{plural(summary.failed, 'sample')} had no answer after every retry: "
-                     f"left for the next run, which asks only for those")
+        lines.append(
+            f"{plural(summary.failed, 'sample')} had no answer after every retry: "
+            f"left for the next run, which asks only for those"
+        )
     lines += [f"  {count:,} × {reason}" for reason, count in summary.reasons.items()]
     return lines
 
@@ -94,37 +115,57 @@ def pipeline_command(settings: Settings, as_json, **options):
     config = build_config(PipelineConfig, options)
     generation = build_config(GenerateConfig, options)
     engine = engine_config(options, settings.model)
-    report = {"database": settings.redacted_url(),
-              **run_pipeline(open_sessions(settings.database_url), settings.model, config, generation,
-                             Reporter(not as_json), engine=engine)}
+    report = {
+        "database": settings.redacted_url(),
+        **run_pipeline(
+            open_sessions(settings.database_url),
+            settings.model,
+            config,
+            generation,
+            Reporter(not as_json),
+            engine=engine,
+        ),
+    }
     if as_json:
         echo_json(report)
         return
     imp, agree = report["import"], report["stats"]["agreement"]["all"]
-    click.echo(f"import: {imp['imported']:,} new rankings, {imp['duplicates']:,} already stored, "
-               f"{imp['quarantined']:,} quarantined")
+    click.echo(
+        f"import: {imp['imported']:,} new rankings, {imp['duplicates']:,} already stored, "
+        f"{imp['quarantined']:,} quarantined"
+    )
     if "generate" in report:
         gen = report["generate"]
-        click.echo(f"generate: {gen['stored']:,} new candidates for {gen['prompts']:,} prompts with {gen['model']} "
-                   f"({gen['tokens_per_s'] or 0:,.0f} tokens/s)")
+        click.echo(
+            f"generate: {gen['stored']:,} new candidates for {gen['prompts']:,} prompts with {gen['model']} "
+            f"({gen['tokens_per_s'] or 0:,.0f} tokens/s)"
+        )
         if gen["quarantined"] or gen["failed"]:
-            click.echo(f"generate: {plural(gen['quarantined'], 'prompt')} quarantined by the server, "
-                       f"{plural(gen['failed'], 'sample')} left for the next run")
+            click.echo(
+                f"generate: {plural(gen['quarantined'], 'prompt')} quarantined by the server, "
+                f"{plural(gen['failed'], 'sample')} left for the next run"
+            )
         if line := engine_line(gen["engine"]):
             click.echo(f"generate: {line}")
     if "judge" in report:
         j, agree_h = report["judge"], report["judge"]["report"]["human_agreement"]
         line = f"judge: {j['judge']} ranked {j['ranked']:,} prompts ({j['kept']:,} already ranked)"
         if agree_h["pairwise_agreement"] is not None:
-            line += (f"; agrees with humans on {agree_h['pairwise_agreement']:.3f} of "
-                     f"{agree_h['shared_pairs']:,} pairs over {agree_h['prompts']:,} prompts")
+            line += (
+                f"; agrees with humans on {agree_h['pairwise_agreement']:.3f} of "
+                f"{agree_h['shared_pairs']:,} pairs over {agree_h['prompts']:,} prompts"
+            )
         click.echo(line)
     click.echo(f"pairs: {report['pairs']['pairs']:,} comparisons from {report['pairs']['rankings']:,} rankings")
     if agree["pairwise_agreement"] is not None:
-        click.echo(f"agreement: {agree['pairwise_agreement']:.3f} on {agree['shared_pairs']:,} shared pairs "
-                   f"(Kendall tau-b {agree['kendall_tau']:.3f}) over {agree['prompts']:,} prompts")
+        click.echo(
+            f"agreement: {agree['pairwise_agreement']:.3f} on {agree['shared_pairs']:,} shared pairs "
+            f"(Kendall tau-b {agree['kendall_tau']:.3f}) over {agree['prompts']:,} prompts"
+        )
     export = report["export"]
     left_out = sum(export.get("left_out_by_kind", {}).values())
-    click.echo(f"export: {export['train']:,} train / {export['test']:,} test pairs → {config.out_dir} "
-               f"({export['name']}; annotators {export.get('annotators', 'any')}, "
-               f"{plural(left_out, 'judge pair')} left out, {export.get('contradicting_pairs', 0):,} contradicting)")
+    click.echo(
+        f"export: {export['train']:,} train / {export['test']:,} test pairs → {config.out_dir} "
+        f"({export['name']}; annotators {export.get('annotators', 'any')}, "
+        f"{plural(left_out, 'judge pair')} left out, {export.get('contradicting_pairs', 0):,} contradicting)"
+    )

@@ -29,14 +29,21 @@ def judge_group():
 
 
 model_option = click.option(
-    "--model", "model_name", metavar="ID_OR_PATH",
-    help="Judge model (hub id, path, embedded name or model version); default: the global --model.")
+    "--model",
+    "model_name",
+    metavar="ID_OR_PATH",
+    help="Judge model (hub id, path, embedded name or model version); default: the global --model.",
+)
 # The judges that read a causal LM run on an engine: in this process, or on a server; several models are a panel.
 panel_option = click.option(
-    "--model", "model_name", metavar="NAME", multiple=True,
+    "--model",
+    "model_name",
+    metavar="NAME",
+    multiple=True,
     help="Judge model (hub id, path, embedded name or model version; with --engine openai the served model's "
-         "name); default: the global --model. Repeat it for a panel of judges (majority of verdicts, mean of "
-         "scores); a member may sit on a server of its own (NAME@URL), or list the members in a TOML file.")
+    "name); default: the global --model. Repeat it for a panel of judges (majority of verdicts, mean of "
+    "scores); a member may sit on a server of its own (NAME@URL), or list the members in a TOML file.",
+)
 
 
 # Of the prompt selection `generate` takes, the judges take the shard: one worker's slice of what is stored.
@@ -45,41 +52,73 @@ NOT_JUDGED_BY = tuple(f.name for f in fields(PromptSelection) if f.name != "shar
 
 def target_options(func):
     """What to judge (a prompts file, one model's candidates, one shard), and `--json`."""
-    for option in reversed([
-        click.option("--prompts", "prompts_file", type=click.Path(dir_okay=False),
-                     help="Judge only the prompts in this JSON Lines file."),
-        click.option("--candidates-from", "candidate_model", metavar="MODEL",
-                     help="Judge only the candidates this model generated."),
-        config_options(PromptSelection, exclude=NOT_JUDGED_BY),
-        json_option,
-    ]):
+    for option in reversed(
+        [
+            click.option(
+                "--prompts",
+                "prompts_file",
+                type=click.Path(dir_okay=False),
+                help="Judge only the prompts in this JSON Lines file.",
+            ),
+            click.option(
+                "--candidates-from",
+                "candidate_model",
+                metavar="MODEL",
+                help="Judge only the candidates this model generated.",
+            ),
+            config_options(PromptSelection, exclude=NOT_JUDGED_BY),
+            json_option,
+        ]
+    ):
         func = option(func)
     return pass_settings(func)
 
 
-def judge_and_print(settings: Settings, kind: str, config, model_name: str | tuple[str, ...] | None,
-                    prompts_file: str | None, candidate_model: str | None, as_json: bool,
-                    selection: PromptSelection = PromptSelection(), engine=None) -> None:
+def judge_and_print(
+    settings: Settings,
+    kind: str,
+    config,
+    model_name: str | tuple[str, ...] | None,
+    prompts_file: str | None,
+    candidate_model: str | None,
+    as_json: bool,
+    selection: PromptSelection = PromptSelection(),
+    engine=None,
+) -> None:
     """Run the judge job and print what it did, with the measures of how far to trust it."""
     from preflab.db.engine import open_sessions
     from preflab.labelling.judges.run import run_judge
 
-    result = run_judge(open_sessions(settings.database_url), kind, config, model_name or settings.model,
-                       prompts=prompts_file, candidates_from=candidate_model, selection=selection, engine=engine,
-                       reporter=Reporter(not as_json))
+    result = run_judge(
+        open_sessions(settings.database_url),
+        kind,
+        config,
+        model_name or settings.model,
+        prompts=prompts_file,
+        candidates_from=candidate_model,
+        selection=selection,
+        engine=engine,
+        reporter=Reporter(not as_json),
+    )
     if as_json:
         echo_json(result.as_dict())
         return
     s = result.summary
-    click.echo(f"{judge_label(kind, result.measures['method'])} judge {s.run_id} ({result.model}): "
-               f"ranked {s.ranked:,} prompts, "
-               f"kept {s.kept:,} already ranked, superseded {s.superseded:,}, {s.unscored:,} candidates unscored")
+    click.echo(
+        f"{judge_label(kind, result.measures['method'])} judge {s.run_id} ({result.model}): "
+        f"ranked {s.ranked:,} prompts, "
+        f"kept {s.kept:,} already ranked, superseded {s.superseded:,}, {s.unscored:,} candidates unscored"
+    )
     for member in s.extra.get("members", []):
-        click.echo(f"  member {member['run_id']} ({member['model']}): ranked {member['ranked']:,} prompts, "
-                   f"kept {member['kept']:,}")
+        click.echo(
+            f"  member {member['run_id']} ({member['model']}): ranked {member['ranked']:,} prompts, "
+            f"kept {member['kept']:,}"
+        )
     if s.extra.get("unanswered"):
-        click.echo(f"{s.extra['unanswered']:,} prompts left unranked (no answer after every retry): run it again "
-                   f"to ask for what is missing")
+        click.echo(
+            f"{s.extra['unanswered']:,} prompts left unranked (no answer after every retry): run it again "
+            f"to ask for what is missing"
+        )
     if "engine" in s.extra:
         click.echo(engine_line(s.extra["engine"]))
     line = measures_line(result.measures)
@@ -89,9 +128,11 @@ def judge_and_print(settings: Settings, kind: str, config, model_name: str | tup
 
 def engine_line(stats: dict) -> str:
     """What the run asked of its server(s) and what it cost."""
-    return (f"{stats['requests']:,} requests ({stats['cache_hits']:,} answered from the store), "
-            f"{stats['tokens_in']:,} tokens in, {stats['tokens_out']:,} out, {stats['retries']:,} retries, "
-            f"{stats['errors']:,} errors, {stats['seconds']:.1f} s, cost {stats['cost']:.4f}")
+    return (
+        f"{stats['requests']:,} requests ({stats['cache_hits']:,} answered from the store), "
+        f"{stats['tokens_in']:,} tokens in, {stats['tokens_out']:,} out, {stats['retries']:,} retries, "
+        f"{stats['errors']:,} errors, {stats['seconds']:.1f} s, cost {stats['cost']:.4f}"
+    )
 
 
 def _fmt(value, spec=".2f") -> str:
@@ -107,9 +148,11 @@ def measures_line(m: dict) -> str:
     """One line of a judge's trust measures (those it has)."""
     parts = []
     if m["swap_consistency"] is not None:
-        parts.append(f"swap consistency {_fmt(m['swap_consistency'])} (first answer preferred "
-                     f"{_fmt(m['first_position_rate'])}; position decided {_fmt(m['position_bias'])}) on "
-                     f"{m['pairs_judged']:,} pairs")
+        parts.append(
+            f"swap consistency {_fmt(m['swap_consistency'])} (first answer preferred "
+            f"{_fmt(m['first_position_rate'])}; position decided {_fmt(m['position_bias'])}) on "
+            f"{m['pairs_judged']:,} pairs"
+        )
     if m["parse_failure_rate"] is not None:
         parts.append(f"parse failures {_fmt(m['parse_failure_rate'])} of {m['score_attempts']:,} replies")
     if m["score_mass"] is not None:
@@ -138,6 +181,7 @@ GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT)
 
 def judge_command(kind: str, judge: Judge) -> click.Command:
     """`preflab judge KIND`, from its entry in the table: its config's options, its model, what to judge."""
+
     def command(settings, model_name, prompts_file, candidate_model, as_json, **options):
         ctx = click.get_current_context()
         given = {name for name in options if ctx.get_parameter_source(name) in GIVEN}
@@ -147,12 +191,16 @@ def judge_command(kind: str, judge: Judge) -> click.Command:
         config = build_config(judge.config, options)
         if judge.check_given is not None:
             judge.check_given(config, given)
-        judge_and_print(settings, kind, config, model_name, prompts_file, candidate_model, as_json, selection,
-                        engine)
+        judge_and_print(settings, kind, config, model_name, prompts_file, candidate_model, as_json, selection, engine)
 
     on_engine = kind in ENGINE_JUDGES
-    model = (click.argument("model_name", metavar=judge.model_argument) if judge.model_argument
-             else panel_option if on_engine else model_option)
+    model = (
+        click.argument("model_name", metavar=judge.model_argument)
+        if judge.model_argument
+        else panel_option
+        if on_engine
+        else model_option
+    )
     command = config_options(judge.config)(target_options(command))
     if on_engine:
         command = config_options(EngineConfig, exclude=("model",))(command)
@@ -186,8 +234,10 @@ def judge_report_command(settings, as_json):
         click.echo("no judge has ranked anything yet (see `preflab judge --help`)")
         return
     for m in report:
-        click.echo(f"{judge_label(m['kind'], m['method'])} {m['run_id']} ({m['model']}): "
-                   f"{m['rankings']:,} rankings over {m['prompts']:,} prompts")
+        click.echo(
+            f"{judge_label(m['kind'], m['method'])} {m['run_id']} ({m['model']}): "
+            f"{m['rankings']:,} rankings over {m['prompts']:,} prompts"
+        )
         line = measures_line(m)
         if line:
             click.echo(f"  {line}")
@@ -204,9 +254,15 @@ def side_by_side(report: list[dict]) -> str:
     rows = [("judge", "run", "agrees with people", "swap consistency", "s/candidate", "score mass")]
     for m in report:
         agree = m["human_agreement"]
-        rows.append((judge_label(m["kind"], m["method"]), m["run_id"] or "",
-                     f"{_fmt(agree['pairwise_agreement'])} of {agree['shared_pairs']:,} pairs",
-                     _fmt(m["swap_consistency"]), _fmt(m["seconds_per_candidate"], ".3f"),
-                     _fmt(m["score_mass"]) + (" (guessing)" if m["guessing"] else "")))
+        rows.append(
+            (
+                judge_label(m["kind"], m["method"]),
+                m["run_id"] or "",
+                f"{_fmt(agree['pairwise_agreement'])} of {agree['shared_pairs']:,} pairs",
+                _fmt(m["swap_consistency"]),
+                _fmt(m["seconds_per_candidate"], ".3f"),
+                _fmt(m["score_mass"]) + (" (guessing)" if m["guessing"] else ""),
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows)

@@ -57,16 +57,20 @@ def leaderboard_text(board: Leaderboard) -> str:
     """The table and what it rests on (no trailing newline: `click.echo` adds it)."""
     m = board.method
     kinds = {"any": "all annotators", "human": "people", "ai": "AI judges"}[board.filters["annotator_kind"]]
-    kept = ", ".join(f"{name} {value}" for name, value in board.filters.items()
-                     if value is not None and name != "annotator_kind")
-    lines = [f"{plural(len(board.ratings), 'model')}, {plural(board.battles, 'battle')} from "
-             f"{plural(board.rankings, 'ranking')} by {kinds}" + (f" ({kept})" if kept else "")]
+    kept = ", ".join(
+        f"{name} {value}" for name, value in board.filters.items() if value is not None and name != "annotator_kind"
+    )
+    lines = [
+        f"{plural(len(board.ratings), 'model')}, {plural(board.battles, 'battle')} from "
+        f"{plural(board.rankings, 'ranking')} by {kinds}" + (f" ({kept})" if kept else "")
+    ]
     anchor = "the mean rating is 1000" if m["anchor"] == "mean" else f"{m['anchor']} is fixed at 1000"
-    lines.append(f"Bradley–Terry, as Chatbot Arena rates: 400 points = 10× the odds of winning; {anchor}; "
-                 f"{m['ties']}.")
+    lines.append(f"Bradley–Terry, as Chatbot Arena rates: 400 points = 10× the odds of winning; {anchor}; {m['ties']}.")
     if m["bootstrap"]:
-        lines.append(f"95% intervals from {m['bootstrap']:,} bootstrap rounds over rankings (seed {m['seed']}); "
-                     "ordered by rank, then the bootstrap median; rank: 1 + the models surely above.")
+        lines.append(
+            f"95% intervals from {m['bootstrap']:,} bootstrap rounds over rankings (seed {m['seed']}); "
+            "ordered by rank, then the bootstrap median; rank: 1 + the models surely above."
+        )
     else:
         lines.append("no bootstrap (--bootstrap 0): ratings only, no intervals.")
     style = {r.model: r for r in board.style or ()}
@@ -80,8 +84,10 @@ def leaderboard_text(board: Leaderboard) -> str:
     for k, r in enumerate(board.ratings):
         if groups > 1 and (k == 0 or board.ratings[k - 1].group != r.group):
             members = sum(1 for other in board.ratings if other.group == r.group)
-            lines.append(f"group {r.group} of {groups} ({plural(members, 'model')}; ratings and ranks compare only "
-                         "within a group)")
+            lines.append(
+                f"group {r.group} of {groups} ({plural(members, 'model')}; ratings and ranks compare only "
+                "within a group)"
+            )
         row = f"{r.rank:>4}  {r.model:<{width}}  {_number(r.rating):>6}  {_interval(r):>12}"
         if style:
             s = style[r.model]
@@ -89,8 +95,11 @@ def leaderboard_text(board: Leaderboard) -> str:
         lines.append(row + f"  {r.battles:>7,}  {r.wins:>6,}  {r.ties:>6,}  {r.losses:>6,}")
     if board.style_coefficients is not None:
         effects = ", ".join(f"{name} {value:+.3f}" for name, value in board.style_coefficients.items()) or "none"
-        lines += ["", f"style control (L2 {m['style_control']['l2']}): the rating with reply length and markdown "
-                      f"held equal; effect on the log-odds per standard deviation: {effects}"]
+        lines += [
+            "",
+            f"style control (L2 {m['style_control']['l2']}): the rating with reply length and markdown "
+            f"held equal; effect on the log-odds per standard deviation: {effects}",
+        ]
     for reason, n in board.left_out.items():
         lines.append(f"left out {plural(n, 'battle')}: {reason}")
     lines += [f"note: {note}" for note in board.notes]
@@ -102,8 +111,10 @@ def leaderboard_text(board: Leaderboard) -> str:
 def _pairwise_text(pairwise: dict[str, Any]) -> list[str]:
     models = pairwise["models"]
     width = max(len(name) for name in models)
-    tables = [("observed win rate of the row against the column (ties half; — never met)", pairwise["win_rate"]),
-              ("predicted probability that the row beats the column (from the ratings)", pairwise["predicted"])]
+    tables = [
+        ("observed win rate of the row against the column (ties half; — never met)", pairwise["win_rate"]),
+        ("predicted probability that the row beats the column (from the ratings)", pairwise["predicted"]),
+    ]
     if pairwise["share_better"] is not None:
         tables.append(("share of bootstrap rounds rating the row above the column", pairwise["share_better"]))
     tables.append(("battles between the row and the column", pairwise["battles"]))
@@ -111,8 +122,10 @@ def _pairwise_text(pairwise: dict[str, Any]) -> list[str]:
     for title, matrix in tables:
         lines += ["", title, " " * (width + 5) + "".join(f"{k + 1:>7}" for k in range(len(models)))]
         for k, (name, row) in enumerate(zip(models, matrix)):
-            cells = "".join(f"{'—' if v is None or (i == k and title.startswith('battles')) else _cell(v):>7}"
-                            for i, v in enumerate(row))
+            cells = "".join(
+                f"{'—' if v is None or (i == k and title.startswith('battles')) else _cell(v):>7}"
+                for i, v in enumerate(row)
+            )
             lines.append(f"{k + 1:>3}  {name:<{width}}{cells}")
     return lines
 

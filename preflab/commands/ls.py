@@ -15,9 +15,13 @@ from preflab.templates import TEMPLATES
 
 # The one --project option of every ls command.
 project_option = click.option(
-    "--project", "project_id", type=int, metavar="ID",
+    "--project",
+    "project_id",
+    type=int,
+    metavar="ID",
     help="Label Studio project id (default: the only project preflab knows on the server; "
-         "for `ls import`, the tasks' own project field).")
+    "for `ls import`, the tasks' own project field).",
+)
 
 
 def _client(settings: Settings):
@@ -54,13 +58,26 @@ def ls_group():
 
 
 @ls_group.command("init")
-@click.option("--template", type=click.Choice(TEMPLATES), default=TEMPLATES[0], show_default=True,
-              help="ranking: drag into order; ranking_tiers: tiers with ties; pairwise: A/B/tie.")
+@click.option(
+    "--template",
+    type=click.Choice(TEMPLATES),
+    default=TEMPLATES[0],
+    show_default=True,
+    help="ranking: drag into order; ranking_tiers: tiers with ties; pairwise: A/B/tie.",
+)
 @click.option("--title", required=True, help="Project title.")
-@click.option("--annotators-per-task", type=int, default=3, show_default=True,
-              help="How many annotators label each task (overlap on every task).")
-@click.option("--show-predictions", is_flag=True,
-              help="Show AI predictions to annotators (hidden by default, so they are not anchored).")
+@click.option(
+    "--annotators-per-task",
+    type=int,
+    default=3,
+    show_default=True,
+    help="How many annotators label each task (overlap on every task).",
+)
+@click.option(
+    "--show-predictions",
+    is_flag=True,
+    help="Show AI predictions to annotators (hidden by default, so they are not anchored).",
+)
 @click.option("--description", help="Project description shown in Label Studio.")
 @json_option
 @pass_settings
@@ -71,8 +88,9 @@ def ls_init(settings: Settings, template, title, annotators_per_task, show_predi
     """
     from preflab.labelling.studio.projects import init_project
 
-    project = init_project(_sessions(settings), _client(settings), template, title, annotators_per_task,
-                           show_predictions, description)
+    project = init_project(
+        _sessions(settings), _client(settings), template, title, annotators_per_task, show_predictions, description
+    )
     if as_json:
         echo_json(project.as_dict())
     else:
@@ -81,14 +99,22 @@ def ls_init(settings: Settings, template, title, annotators_per_task, show_predi
 
 @ls_group.command("push")
 @project_option
-@click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of the per-task shuffle (and of --select random).")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed of the per-task shuffle (and of --select random)."
+)
 @click.option("--limit", type=int, help="Push at most this many new tasks (a re-run goes on with the next ones).")
-@click.option("--gold", type=click.Path(dir_okay=False, exists=True),
-              help="Gold answers (JSON Lines: prompt, responses, ranking) to store and mix in as gold tasks.")
-@click.option("--gold-rate", type=float, metavar="R",
-              help="Share of the project's tasks that are gold tasks (default 0.05 with --gold; "
-                   "without it, the gold answers stored before).")
+@click.option(
+    "--gold",
+    type=click.Path(dir_okay=False, exists=True),
+    help="Gold answers (JSON Lines: prompt, responses, ranking) to store and mix in as gold tasks.",
+)
+@click.option(
+    "--gold-rate",
+    type=float,
+    metavar="R",
+    help="Share of the project's tasks that are gold tasks (default 0.05 with --gold; "
+    "without it, the gold answers stored before).",
+)
 @config_options(PromptSelection, exclude=("limit",))
 @config_options(SelectConfig)
 @json_option
@@ -111,17 +137,28 @@ def ls_push(settings: Settings, project_id, seed, limit, gold, gold_rate, as_jso
 
     select = build_config(SelectConfig, options)
     prompts = build_config(PromptSelection, options)
-    project, summary = push_tasks(_sessions(settings), _client(settings), project_id, seed=seed, limit=limit,
-                                  gold=gold, gold_rate=gold_rate, selection=select, prompts=prompts,
-                                  reporter=Reporter(not as_json))
+    project, summary = push_tasks(
+        _sessions(settings),
+        _client(settings),
+        project_id,
+        seed=seed,
+        limit=limit,
+        gold=gold,
+        gold_rate=gold_rate,
+        selection=select,
+        prompts=prompts,
+        reporter=Reporter(not as_json),
+    )
     if as_json:
         echo_json(summary.as_dict() | {"project": project.project_id})
         return
     by = "--select" if select.select and limit is None else "--limit"
     waiting = f"; {plural(summary.waiting, 'more task')} left by {by}" if summary.waiting else ""
     gold_line = f", {summary.gold:,} of them gold" if gold or gold_rate is not None else ""
-    click.echo(f"created {plural(summary.created, 'task')}{gold_line} in project {project.project_id} "
-               f"({summary.existing:,} already there, {summary.adopted:,} recovered{waiting})")
+    click.echo(
+        f"created {plural(summary.created, 'task')}{gold_line} in project {project.project_id} "
+        f"({summary.existing:,} already there, {summary.adopted:,} recovered{waiting})"
+    )
     if summary.skipped:
         click.echo(skipped_line(summary.skipped))
 
@@ -136,8 +173,10 @@ def skipped_line(skipped: dict[str, list[int]]) -> str:
 
     parts = [f"{len(v):,} with {SKIP_REASONS[reason]} ({ids(v)})" for reason, v in skipped.items()]
     total = sum(map(len, skipped.values()))
-    return (f"skipped {plural(total, 'prompt')}: {', '.join(parts)}; a task needs two or more candidates "
-            "(make them with `preflab generate`)")
+    return (
+        f"skipped {plural(total, 'prompt')}: {', '.join(parts)}; a task needs two or more candidates "
+        "(make them with `preflab generate`)"
+    )
 
 
 @ls_group.command("predict")
@@ -153,21 +192,28 @@ def ls_predict(settings: Settings, project_id, judge, as_json):
     from preflab.errors import LabelStudioError
     from preflab.labelling.studio.predict import predict
 
-    project, summary = predict(_sessions(settings), _client(settings), project_id, judge,
-                               reporter=Reporter(not as_json))
+    project, summary = predict(
+        _sessions(settings), _client(settings), project_id, judge, reporter=Reporter(not as_json)
+    )
     if as_json:
         echo_json(summary.as_dict() | {"project": project.project_id})
     else:
-        click.echo(f"uploaded {plural(summary.uploaded, 'prediction')} to project {project.project_id} "
-                   f"({summary.existing:,} already there, {summary.unfit:,} the template cannot show)")
+        click.echo(
+            f"uploaded {plural(summary.uploaded, 'prediction')} to project {project.project_id} "
+            f"({summary.existing:,} already there, {summary.unfit:,} the template cannot show)"
+        )
     if summary.invalid or summary.refused:
         problems = []
         if summary.invalid:
-            problems.append(f"{plural(summary.invalid, 'prediction')} did not fit the project's labelling config "
-                            f"and were not sent ({'; '.join(summary.reasons)})")
+            problems.append(
+                f"{plural(summary.invalid, 'prediction')} did not fit the project's labelling config "
+                f"and were not sent ({'; '.join(summary.reasons)})"
+            )
         if summary.refused:
-            problems.append(f"Label Studio refused {summary.refused:,} of the "
-                            f"{plural(summary.uploaded + summary.refused, 'prediction')} sent")
+            problems.append(
+                f"Label Studio refused {summary.refused:,} of the "
+                f"{plural(summary.uploaded + summary.refused, 'prediction')} sent"
+            )
         raise LabelStudioError("; ".join(problems))
 
 
@@ -190,16 +236,25 @@ def ls_sync(settings: Settings, project_id, page_size, as_json, **options):
     from preflab.labelling.studio.sync import sync_project
 
     fields = build_config(TaskFields, options)
-    project, summary = sync_project(_sessions(settings), _client(settings), project_id, fields=fields,
-                                    page_size=page_size, reporter=Reporter(not as_json))
+    project, summary = sync_project(
+        _sessions(settings),
+        _client(settings),
+        project_id,
+        fields=fields,
+        page_size=page_size,
+        reporter=Reporter(not as_json),
+    )
     _print_sync(f"synced project {project.project_id}", summary, as_json, project)
 
 
 @ls_group.command("import")
 @click.argument("path", type=click.Path(dir_okay=False))
 @project_option
-@click.option("--label-config", type=click.Path(dir_okay=False, exists=True),
-              help="The project's labelling config (XML), for the order of bucket tiers.")
+@click.option(
+    "--label-config",
+    type=click.Path(dir_okay=False, exists=True),
+    help="The project's labelling config (XML), for the order of bucket tiers.",
+)
 @click.option("--buckets", metavar="B1,B2,…", help="Bucket names, best tier first (instead of --label-config).")
 @config_options(TaskFields)
 @json_option
@@ -217,11 +272,15 @@ def ls_import(settings: Settings, path, project_id, label_config, buckets, as_js
     from preflab.labelling.studio.export_file import import_export
 
     project, summary = import_export(
-        _sessions(settings), path, base_url=settings.label_studio_url, project_id=project_id,
+        _sessions(settings),
+        path,
+        base_url=settings.label_studio_url,
+        project_id=project_id,
         fields=build_config(TaskFields, options),
         buckets=[b.strip() for b in buckets.split(",") if b.strip()] if buckets else None,
         label_config=Path(label_config).read_text(encoding="utf-8") if label_config else None,
-        reporter=Reporter(not as_json))
+        reporter=Reporter(not as_json),
+    )
     _print_sync(f"imported {Path(path).name}", summary, as_json, project)
     if summary.all_quarantined:  # a wrong file, told apart from a good one by a scheduled import
         from preflab.errors import EXIT_ALL_QUARANTINED

@@ -36,10 +36,14 @@ def _sigterm_exits():
 
 
 @click.command("retrain")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="PREFLAB_RETRAIN_CONFIG",
-              help=CONFIG_HELP)
-@click.option("--min-new", type=click.IntRange(min=0), help="New comparisons needed to retrain (default: the "
-                                                             "config's min_new, else 100).")
+@click.option(
+    "--config", "config_path", type=click.Path(dir_okay=False), envvar="PREFLAB_RETRAIN_CONFIG", help=CONFIG_HELP
+)
+@click.option(
+    "--min-new",
+    type=click.IntRange(min=0),
+    help="New comparisons needed to retrain (default: the config's min_new, else 100).",
+)
 @json_option
 @pass_settings
 def retrain_command(settings: Settings, config_path, min_new, as_json):
@@ -76,8 +80,14 @@ def retrain_command(settings: Settings, config_path, min_new, as_json):
     config = load_retrain_config(find_retrain_config(config_path))
     reporter = Reporter(not as_json)
     with _sigterm_exits():
-        result = retrain(open_sessions(settings.database_url), config, settings.model, min_new,
-                         reporter=reporter, after_run=_report_writer(config.report, reporter))
+        result = retrain(
+            open_sessions(settings.database_url),
+            config,
+            settings.model,
+            min_new,
+            reporter=reporter,
+            after_run=_report_writer(config.report, reporter),
+        )
     if as_json:
         echo_json(result.as_dict())
     else:
@@ -101,10 +111,19 @@ def _report_writer(path: str | None, reporter: Reporter):
 
 
 @click.command("schedule")
-@click.option("--cron", required=True, metavar="EXPR",
-              help='When to run, as a crontab line: "0 3 * * *" is 03:00 every day (6 fields: seconds first).')
-@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar="PREFLAB_RETRAIN_CONFIG",
-              help=SCHEDULE_CONFIG_HELP)
+@click.option(
+    "--cron",
+    required=True,
+    metavar="EXPR",
+    help='When to run, as a crontab line: "0 3 * * *" is 03:00 every day (6 fields: seconds first).',
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False),
+    envvar="PREFLAB_RETRAIN_CONFIG",
+    help=SCHEDULE_CONFIG_HELP,
+)
 @click.option("--min-new", type=click.IntRange(min=0), help="Passed to each `preflab retrain` run.")
 @click.option("--timezone", default="UTC", show_default=True, help="Time zone the cron expression is read in.")
 @click.option("--run-now", is_flag=True, help="Also run once immediately.")
@@ -124,6 +143,17 @@ def schedule_command(settings: Settings, cron, config_path, min_new, timezone, r
     from preflab.training.retrain.job import find_retrain_config
     from preflab.training.retrain.schedule import schedule_retrain
 
-    runs = schedule_retrain(settings.database_url, settings.model, find_retrain_config(config_path), cron, timezone,
-                            min_new, run_now, max_runs, timeout, log_file, described_url=settings.redacted_url())
+    runs = schedule_retrain(
+        settings.database_url,
+        settings.model,
+        find_retrain_config(config_path),
+        cron,
+        timezone,
+        min_new,
+        run_now,
+        max_runs,
+        timeout,
+        log_file,
+        described_url=settings.redacted_url(),
+    )
     click.echo(f"scheduler stopped after {runs} run(s)")

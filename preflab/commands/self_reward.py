@@ -22,11 +22,13 @@ def _rate(value, spec: str = ".3f") -> str:
 
 
 def _people(agreement: dict | None) -> str:
-    """"; the judge agrees with people on 0.56 of 84 pairs (8 prompts they ranked)", or nothing."""
+    """ "; the judge agrees with people on 0.56 of 84 pairs (8 prompts they ranked)", or nothing."""
     if not agreement or agreement["pairwise_agreement"] is None:
         return ""
-    return (f"; the judge agrees with people on {agreement['pairwise_agreement']:.2f} of "
-            f"{agreement['shared_pairs']:,} pairs ({agreement['prompts']} prompts they ranked)")
+    return (
+        f"; the judge agrees with people on {agreement['pairwise_agreement']:.2f} of "
+        f"{agreement['shared_pairs']:,} pairs ({agreement['prompts']} prompts they ranked)"
+    )
 
 
 def _only(cls, names) -> tuple[str, ...]:
@@ -58,11 +60,18 @@ def self_reward_group():
 
 
 @self_reward_group.command("run")
-@click.option("--iterations", type=click.IntRange(min=1), metavar="T",
-              help="Run until the loop has T finished iterations (a stopped one is resumed first).")
+@click.option(
+    "--iterations",
+    type=click.IntRange(min=1),
+    metavar="T",
+    help="Run until the loop has T finished iterations (a stopped one is resumed first).",
+)
 @click.option("--loop", default="default", show_default=True, help="Name of the loop; one database can hold several.")
-@click.option("--output-dir", type=click.Path(file_okay=False),
-              help="Folder for datasets and models (default: DATA_DIR/self-reward/LOOP).")
+@click.option(
+    "--output-dir",
+    type=click.Path(file_okay=False),
+    help="Folder for datasets and models (default: DATA_DIR/self-reward/LOOP).",
+)
 @json_option
 @config_options(SelfRewardConfig, exclude=tuple(LOOP_RENAMED))
 @config_options(SelfRewardConfig, exclude=_only(SelfRewardConfig, LOOP_RENAMED), prefix="sampling_")
@@ -102,26 +111,37 @@ def run_command(ctx, iterations, loop, output_dir, as_json, **fields):
     settings = ctx.find_object(Settings)
     sessions = open_sessions(settings.database_url)
     with sessions.begin() as session:
-        config, dpo = loop_settings(session, loop, _given(ctx, fields, SelfRewardConfig, LOOP_RENAMED),
-                                    _given(ctx, fields, DPOTrainConfig), settings.model)
+        config, dpo = loop_settings(
+            session,
+            loop,
+            _given(ctx, fields, SelfRewardConfig, LOOP_RENAMED),
+            _given(ctx, fields, DPOTrainConfig),
+            settings.model,
+        )
     # The served model is named per step (each iteration's M_{t-1}); M_0's name checks the options now.
     engine = engine_config(dict(fields), config.model)
-    summaries = run_self_reward(sessions, config, dpo, iterations, loop, output_dir, reporter=Reporter(not as_json),
-                                engine=engine)
+    summaries = run_self_reward(
+        sessions, config, dpo, iterations, loop, output_dir, reporter=Reporter(not as_json), engine=engine
+    )
     if as_json:
         echo_json(summaries)
         return
     for s in summaries:
         pairs = s["pairs"] or {}
-        click.echo(f"iteration {s['iteration']}: {s['model_version']} from {s['parent']}: "
-                   f"{s['prompts']} prompts, {s['candidates']} candidates, {pairs.get('judge', 0)} judge pairs"
-                   f" + {pairs.get('human', 0)} from people; win rate {_rate(s['win_rate'])} against {s['parent']}"
-                   f"{_people(s['judge_agreement_ranked'])}")
+        click.echo(
+            f"iteration {s['iteration']}: {s['model_version']} from {s['parent']}: "
+            f"{s['prompts']} prompts, {s['candidates']} candidates, {pairs.get('judge', 0)} judge pairs"
+            f" + {pairs.get('human', 0)} from people; win rate {_rate(s['win_rate'])} against {s['parent']}"
+            f"{_people(s['judge_agreement_ranked'])}"
+        )
         for step, stats in s["engine"].items():
             if line := engine_line(stats):
                 click.echo(f"iteration {s['iteration']}: {step} on {line}")
-    click.echo(f"loop {loop}: ran {len(summaries)} iteration(s)" if summaries else
-               f"loop {loop} already has {iterations} finished iteration(s); nothing to do")
+    click.echo(
+        f"loop {loop}: ran {len(summaries)} iteration(s)"
+        if summaries
+        else f"loop {loop} already has {iterations} finished iteration(s); nothing to do"
+    )
 
 
 def _agreement(agree: dict | None) -> str:
@@ -132,8 +152,12 @@ def _agreement(agree: dict | None) -> str:
 
 @self_reward_group.command("report")
 @click.option("--loop", default="default", show_default=True, help="Name of the loop.")
-@click.option("--plot", "plot_path", type=click.Path(dir_okay=False),
-              help="Where to write the PNG (default: self-reward-LOOP.png in the current folder).")
+@click.option(
+    "--plot",
+    "plot_path",
+    type=click.Path(dir_okay=False),
+    help="Where to write the PNG (default: self-reward-LOOP.png in the current folder).",
+)
 @json_option
 @click.pass_context
 def loop_report_command(ctx, loop, plot_path, as_json):
@@ -152,14 +176,18 @@ def loop_report_command(ctx, loop, plot_path, as_json):
     if as_json:
         echo_json({"loop": loop, "plot": str(path), "iterations": rows})
         return
-    click.echo(f"{'iter':>4}  {'model':<14} {'parent':<24} {'prompts':>7} {'pairs':>7} {'win rate':>8} "
-               f"{'W/L/T':>9} {'judge~people':>12} {'judge~ranked':>12} {'step':<10}")
+    click.echo(
+        f"{'iter':>4}  {'model':<14} {'parent':<24} {'prompts':>7} {'pairs':>7} {'win rate':>8} "
+        f"{'W/L/T':>9} {'judge~people':>12} {'judge~ranked':>12} {'step':<10}"
+    )
     for r in rows:
         pairs = r["pairs"] or {}
         agree = r["judge_agreement"]
         wlt = "-" if r["wins"] is None else f"{r['wins']}/{r['losses']}/{r['ties']}"
-        click.echo(f"{r['iteration']:>4}  {r['model_version'] or '-':<14} {r['parent'][-24:]:<24} "
-                   f"{r['prompts'] or 0:>7} {pairs.get('judge', 0) + pairs.get('human', 0):>7} "
-                   f"{_rate(r['win_rate']):>8} {wlt:>9} {_agreement(agree):>12} "
-                   f"{_agreement(r['judge_agreement_ranked']):>12} {r['step']:<10}")
+        click.echo(
+            f"{r['iteration']:>4}  {r['model_version'] or '-':<14} {r['parent'][-24:]:<24} "
+            f"{r['prompts'] or 0:>7} {pairs.get('judge', 0) + pairs.get('human', 0):>7} "
+            f"{_rate(r['win_rate']):>8} {wlt:>9} {_agreement(agree):>12} "
+            f"{_agreement(r['judge_agreement_ranked']):>12} {r['step']:<10}"
+        )
     click.echo(f"plot written to {path}")

@@ -13,9 +13,13 @@ from preflab.settings import Settings
 @click.command("serve")
 @config_options(ServeConfig, exclude=("engine",))
 @engine_options
-@click.option("--model", "model_name", metavar="NAME",
-              help="With --engine openai: the served model the judge runs on (default: --judge-model, else the "
-                   "global --model). In process: the judge's model, as --judge-model.")
+@click.option(
+    "--model",
+    "model_name",
+    metavar="NAME",
+    help="With --engine openai: the served model the judge runs on (default: --judge-model, else the "
+    "global --model). In process: the judge's model, as --judge-model.",
+)
 @pass_settings
 def serve_command(settings: Settings, model_name: str | None, **options):
     """Serve Label Studio live: predictions, annotations as they are submitted, retraining on arrival.

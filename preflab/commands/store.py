@@ -10,9 +10,9 @@ import click
 
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
 from preflab.db.engine import open_sessions
+from preflab.db.export.dataset import ExportSettings
 from preflab.db.ingest.datasets.job import DatasetImportSettings
 from preflab.db.ingest.jsonl import BATCH_LINES
-from preflab.db.export.dataset import ExportSettings
 from preflab.db.pairs.build import AGGREGATES, KINDS, STRATEGIES
 from preflab.db.quality.annotators import QualityConfig
 from preflab.errors import EXIT_ALL_QUARANTINED
@@ -60,6 +60,7 @@ def db_current(settings: Settings):
 
 # --- import -----------------------------------------------------------------------------
 
+
 @click.group("import")
 def import_group():
     """Import rankings, prompts or a public preference dataset.
@@ -73,24 +74,30 @@ def import_group():
 
 
 batch_lines_option = click.option(
-    "--batch-lines", type=click.IntRange(min=1), default=BATCH_LINES, show_default=True,
-    help="Lines per transaction: a crash loses, and a conflict with another writer redoes, at most this many.")
+    "--batch-lines",
+    type=click.IntRange(min=1),
+    default=BATCH_LINES,
+    show_default=True,
+    help="Lines per transaction: a crash loses, and a conflict with another writer redoes, at most this many.",
+)
 
 
 def _run_import(settings: Settings, path: str, importer, what: str, as_json: bool, batch_lines: int):
     from preflab.db.ingest.jsonl import import_file
 
-    summary = import_file(open_sessions(settings.database_url), path, importer, reporter=Reporter(not as_json),
-                          batch_lines=batch_lines)
+    summary = import_file(
+        open_sessions(settings.database_url), path, importer, reporter=Reporter(not as_json), batch_lines=batch_lines
+    )
     if as_json:
         echo_json(summary.as_dict() | {"reasons": summary.reasons})
     else:
-        retried = (f", {plural(summary.retried, 'batch', 'batches')} retried after a conflict"
-                   if summary.retried else "")
-        click.echo(f"read {plural(summary.read, 'line')}: imported {plural(summary.imported, what)}, "
-                   f"{summary.quarantined:,} quarantined, {plural(summary.duplicates, 'duplicate')}, "
-                   f"{summary.blank:,} blank ({plural(summary.prompts, 'new prompt')}, "
-                   f"{plural(summary.candidates, 'new candidate')}{retried})")
+        retried = f", {plural(summary.retried, 'batch', 'batches')} retried after a conflict" if summary.retried else ""
+        click.echo(
+            f"read {plural(summary.read, 'line')}: imported {plural(summary.imported, what)}, "
+            f"{summary.quarantined:,} quarantined, {plural(summary.duplicates, 'duplicate')}, "
+            f"{summary.blank:,} blank ({plural(summary.prompts, 'new prompt')}, "
+            f"{plural(summary.candidates, 'new candidate')}{retried})"
+        )
         if summary.quarantined:
             click.echo("see them with: preflab quarantine list", err=True)
     if summary.all_quarantined:
@@ -170,8 +177,12 @@ def import_dataset_command(settings: Settings, source, as_json, **options):
     from preflab.commands.text import dataset_summary
     from preflab.db.ingest.datasets.job import import_dataset
 
-    summary = import_dataset(open_sessions(settings.database_url), source,
-                             build_config(DatasetImportSettings, options), reporter=Reporter(not as_json))
+    summary = import_dataset(
+        open_sessions(settings.database_url),
+        source,
+        build_config(DatasetImportSettings, options),
+        reporter=Reporter(not as_json),
+    )
     if as_json:
         echo_json(summary.as_dict())
     else:
@@ -183,6 +194,7 @@ def import_dataset_command(settings: Settings, source, as_json, **options):
 
 
 # --- quarantine -------------------------------------------------------------------------
+
 
 @click.group("quarantine")
 def quarantine_group():
@@ -251,6 +263,7 @@ def _payload_json(record: dict) -> dict:
 
 # --- pairs ------------------------------------------------------------------------------
 
+
 @click.group("pairs")
 def pairs_group():
     """Expand rankings into pairwise comparisons.
@@ -260,23 +273,49 @@ def pairs_group():
 
 
 @pairs_group.command("build")
-@click.option("--strategy", type=click.Choice(STRATEGIES), default="all", show_default=True,
-              help="Which pairs of a ranking to keep.")
-@click.option("--aggregate", type=click.Choice(AGGREGATES), default="none", show_default=True,
-              help="Combine several annotators' rankings of a prompt.")
-@click.option("--annotator-kind", type=click.Choice(KINDS), default="any", show_default=True,
-              help="Only rankings by people (human), by judges (ai), or by anyone.")
-@click.option("--full", is_flag=True,
-              help="Rewrite every comparison, not only those of the rankings that changed since the last build.")
-@click.option("--exclude-flagged", is_flag=True,
-              help="Leave out the rankings of annotators `preflab annotators` flags (the thresholds below).")
-@click.option("--min-agreement", type=float, metavar="TAU",
-              help="Leave out annotators whose Kendall tau-b with gold or with the others' consensus is below TAU.")
+@click.option(
+    "--strategy",
+    type=click.Choice(STRATEGIES),
+    default="all",
+    show_default=True,
+    help="Which pairs of a ranking to keep.",
+)
+@click.option(
+    "--aggregate",
+    type=click.Choice(AGGREGATES),
+    default="none",
+    show_default=True,
+    help="Combine several annotators' rankings of a prompt.",
+)
+@click.option(
+    "--annotator-kind",
+    type=click.Choice(KINDS),
+    default="any",
+    show_default=True,
+    help="Only rankings by people (human), by judges (ai), or by anyone.",
+)
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Rewrite every comparison, not only those of the rankings that changed since the last build.",
+)
+@click.option(
+    "--exclude-flagged",
+    is_flag=True,
+    help="Leave out the rankings of annotators `preflab annotators` flags (the thresholds below).",
+)
+@click.option(
+    "--min-agreement",
+    type=float,
+    metavar="TAU",
+    help="Leave out annotators whose Kendall tau-b with gold or with the others' consensus is below TAU.",
+)
 @config_options(QualityConfig)
 @json_option
 @pass_settings
-def pairs_build(settings: Settings, strategy, aggregate, annotator_kind, full, exclude_flagged, min_agreement,
-                as_json, **options):
+def pairs_build(
+    settings: Settings, strategy, aggregate, annotator_kind, full, exclude_flagged, min_agreement, as_json, **options
+):
     """Bring the comparisons up to date with the valid rankings (deterministic).
 
     Only the rankings that changed since the last build are expanded again; the
@@ -297,26 +336,39 @@ def pairs_build(settings: Settings, strategy, aggregate, annotator_kind, full, e
     # One snapshot of the rankings, whatever imports commit meanwhile. Two builds at once
     # would each keep its own pairs: Postgres' serializable isolation fails one of them,
     # which is then run again on the other's result.
-    summary = in_transaction(open_sessions(settings.database_url),
-                             lambda session: build_pairs(session, strategy, aggregate, annotator_kind, full=full,
-                                                         excluded=excluded_annotators(
-                                                             session, config, exclude_flagged, min_agreement)),
-                             isolation="SERIALIZABLE")
+    summary = in_transaction(
+        open_sessions(settings.database_url),
+        lambda session: build_pairs(
+            session,
+            strategy,
+            aggregate,
+            annotator_kind,
+            full=full,
+            excluded=excluded_annotators(session, config, exclude_flagged, min_agreement),
+        ),
+        isolation="SERIALIZABLE",
+    )
     if as_json:
         echo_json(summary.as_dict())
     else:
         how = "rebuilt in full" if summary.mode == "full" else f"{plural(summary.changed, 'ranking')} changed"
-        click.echo(f"built {summary.pairs:,} comparisons from {summary.rankings:,} rankings ({how}; "
-                   f"strategy {strategy}, aggregate {aggregate}, annotators {annotator_kind})")
+        click.echo(
+            f"built {summary.pairs:,} comparisons from {summary.rankings:,} rankings ({how}; "
+            f"strategy {strategy}, aggregate {aggregate}, annotators {annotator_kind})"
+        )
         for pseudonym, reasons in (summary.excluded or {}).items():
             click.echo(f"left out {pseudonym}: {'; '.join(reasons)}")
 
 
 # --- stats ------------------------------------------------------------------------------
 
+
 @click.command("stats")
-@click.option("--judges", is_flag=True,
-              help="Instead: which AI judge to trust, each against the people on the prompts both ranked.")
+@click.option(
+    "--judges",
+    is_flag=True,
+    help="Instead: which AI judge to trust, each against the people on the prompts both ranked.",
+)
 @json_option
 @pass_settings
 def stats_command(settings: Settings, judges, as_json):
@@ -342,6 +394,7 @@ def stats_command(settings: Settings, judges, as_json):
 
 
 # --- annotators --------------------------------------------------------------------------
+
 
 @click.command("annotators")
 @config_options(QualityConfig)
@@ -369,6 +422,7 @@ def annotators_command(settings: Settings, as_json, **options):
 
 # --- export -----------------------------------------------------------------------------
 
+
 @click.command("export")
 @click.argument("out_dir", type=click.Path(file_okay=False))
 @config_options(ExportSettings)
@@ -390,9 +444,15 @@ def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **optio
     from preflab.training.data import chat_tokenizer
 
     config, sessions = build_config(ExportSettings, options), open_sessions(settings.database_url, existing=True)
-    version = export_and_push(sessions, out_dir, config, name=name, hub_repo=hub_repo,
-                              token=secret("HF_TOKEN") if hub_repo else None,
-                              tokenizer=chat_tokenizer(sessions, config.chat_template))
+    version = export_and_push(
+        sessions,
+        out_dir,
+        config,
+        name=name,
+        hub_repo=hub_repo,
+        token=secret("HF_TOKEN") if hub_repo else None,
+        tokenizer=chat_tokenizer(sessions, config.chat_template),
+    )
     info = version_info(version)
     if as_json:
         echo_json(info)

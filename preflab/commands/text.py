@@ -33,8 +33,10 @@ def stats_text(report: dict) -> str:
             continue
         rate = "n/a" if a["pairwise_agreement"] is None else f"{a['pairwise_agreement']:.3f}"
         tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:.3f}"
-        lines.append(f"agreement {name}: {a['ranking_pairs']:,} ranking pairs, {a['shared_pairs']:,} shared pairs,"
-                     f" pairwise agreement {rate}, Kendall tau-b {tau}")
+        lines.append(
+            f"agreement {name}: {a['ranking_pairs']:,} ranking pairs, {a['shared_pairs']:,} shared pairs,"
+            f" pairwise agreement {rate}, Kendall tau-b {tau}"
+        )
     return "\n".join(lines)
 
 
@@ -46,15 +48,19 @@ def quality_text(qualities: list[AnnotatorQuality]) -> str:
     def num(value: float | None, form: str = ".2f") -> str:
         return "—" if value is None else format(value, form)
 
-    header = (f"{'annotator':<20} {'rankings':>8} {'gold n':>6} {'gold τb':>7} {'gold pw':>7} {'cons n':>6} "
-              f"{'cons τb':>7} {'cons pw':>7} {'shown':>6} {'median s':>8}  flags")
+    header = (
+        f"{'annotator':<20} {'rankings':>8} {'gold n':>6} {'gold τb':>7} {'gold pw':>7} {'cons n':>6} "
+        f"{'cons τb':>7} {'cons pw':>7} {'shown':>6} {'median s':>8}  flags"
+    )
     lines = [header]
     for q in qualities:
         d = q.as_dict()
-        lines.append(f"{q.pseudonym:<20} {q.rankings:>8,} {d['gold_rankings']:>6,} {num(d['gold_tau']):>7} "
-                     f"{num(d['gold_pairwise']):>7} {d['consensus_rankings']:>6,} {num(d['consensus_tau']):>7} "
-                     f"{num(d['consensus_pairwise']):>7} {num(d['same_as_shown'], '.0%'):>6} "
-                     f"{num(d['median_seconds'], '.1f'):>8}  {', '.join(q.flags) or '—'}")
+        lines.append(
+            f"{q.pseudonym:<20} {q.rankings:>8,} {d['gold_rankings']:>6,} {num(d['gold_tau']):>7} "
+            f"{num(d['gold_pairwise']):>7} {d['consensus_rankings']:>6,} {num(d['consensus_tau']):>7} "
+            f"{num(d['consensus_pairwise']):>7} {num(d['same_as_shown'], '.0%'):>6} "
+            f"{num(d['median_seconds'], '.1f'):>8}  {', '.join(q.flags) or '—'}"
+        )
     flagged = [q for q in qualities if q.flags]
     lines.append(f"{len(flagged)} of {len(qualities)} annotators flagged")
     for q in flagged:
@@ -64,12 +70,16 @@ def quality_text(qualities: list[AnnotatorQuality]) -> str:
 
 def export_summary(info: dict[str, Any], out_dir: str | Path) -> str:
     """The line `preflab export` prints: what was written, whose pairs, and how many contradict."""
-    line = (f"exported {info['train']:,} train and {info['test']:,} test pairs from {info['prompts']:,} prompts"
-            f" to {out_dir} as dataset version {info['name']}")
+    line = (
+        f"exported {info['train']:,} train and {info['test']:,} test pairs from {info['prompts']:,} prompts"
+        f" to {out_dir} as dataset version {info['name']}"
+    )
     build = info.get("pairs_build")
     if build:  # export takes whatever the last `pairs build` made: say which, so nobody is surprised
-        line = (f"{line}, from the last pairs build (#{build['id']}: strategy {build['strategy']}, "
-                f"aggregate {build['aggregate']}, annotators {build['annotator_kind']})")
+        line = (
+            f"{line}, from the last pairs build (#{build['id']}: strategy {build['strategy']}, "
+            f"aggregate {build['aggregate']}, annotators {build['annotator_kind']})"
+        )
     if "pairs_by_kind" not in info:
         return line
     kinds = ", ".join(f"{n:,} {kind}" for kind, n in sorted(info["pairs_by_kind"].items()))
@@ -87,17 +97,20 @@ def export_summary(info: dict[str, Any], out_dir: str | Path) -> str:
 def dataset_summary(summary: dict[str, Any]) -> str:
     """The line `preflab import dataset` prints: rows read (per split), rankings, ties, duplicates, quarantined."""
     splits = ", ".join(f"{name} {n:,}" for name, n in summary["splits"].items())
-    retried = (f", {plural(summary['retried'], 'batch', 'batches')} retried after a conflict"
-               if summary["retried"] else "")
-    return (f"{summary['format']}: read {plural(summary['rows'], 'row')}{f' ({splits})' if splits else ''}: "
-            f"{plural(summary['rankings'], 'new ranking')} ({plural(summary['ties'], 'tie')}), "
-            f"{plural(summary['duplicates'], 'duplicate')}, {summary['quarantined']:,} quarantined "
-            f"({plural(summary['prompts'], 'new prompt')}, {plural(summary['candidates'], 'new candidate')}{retried})")
+    retried = (
+        f", {plural(summary['retried'], 'batch', 'batches')} retried after a conflict" if summary["retried"] else ""
+    )
+    return (
+        f"{summary['format']}: read {plural(summary['rows'], 'row')}{f' ({splits})' if splits else ''}: "
+        f"{plural(summary['rankings'], 'new ranking')} ({plural(summary['ties'], 'tie')}), "
+        f"{plural(summary['duplicates'], 'duplicate')}, {summary['quarantined']:,} quarantined "
+        f"({plural(summary['prompts'], 'new prompt')}, {plural(summary['candidates'], 'new candidate')}{retried})"
+    )
 
 
 def _tail(text: str | None, width: int) -> str:
     text = text or "—"
-    return text if len(text) <= width else "…" + text[-(width - 1):]
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
 def _cost(value: float | None) -> str:
@@ -117,27 +130,44 @@ def judges_text(trust: dict[str, Any]) -> str:
     def num(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.2f}"
 
-    lines = [f"which judge to trust, first the highest lower bound of agreement with people "
-             f"({boot['level']:.0%} interval: {boot['rounds']:,} bootstrap resamples of the shared prompts, "
-             f"seed {boot['seed']})",
-             f"{'judge':<16} {'kind':<20} {'model':<28} {'prompts':>7} {'pairs':>7}  {'agreement [interval]':<20}"
-             f" {'tau-b':>6} {'$/1k pairs':>10} {'pairs/s':>8}  position bias"]
+    lines = [
+        f"which judge to trust, first the highest lower bound of agreement with people "
+        f"({boot['level']:.0%} interval: {boot['rounds']:,} bootstrap resamples of the shared prompts, "
+        f"seed {boot['seed']})",
+        f"{'judge':<16} {'kind':<20} {'model':<28} {'prompts':>7} {'pairs':>7}  {'agreement [interval]':<20}"
+        f" {'tau-b':>6} {'$/1k pairs':>10} {'pairs/s':>8}  position bias",
+    ]
     for r in rows:
         kind = f"{r['kind']} ({r['method']})" if r["method"] else r["kind"]
-        agreement = ("n/a (no prompt shared)" if not r["shared_prompts"] else
-                     "n/a (no shared pair)" if r["agreement"] is None else
-                     f"{num(r['agreement'])} (too few prompts)" if r["agreement_low"] is None else
-                     f"{num(r['agreement'])} [{num(r['agreement_low'])}, {num(r['agreement_high'])}]")
-        bias = ("n/a (imported: not recorded)" if r.get("imported") else
-                "n/a (scores each reply alone)" if r["position_bias"] is None else
-                f"{num(r['position_bias'])} (first {num(r['position_first'])}, second {num(r['position_second'])})")
-        lines.append(f"{_tail(r['judge'], 16):<16} {_tail(kind, 20):<20} {_tail(r['model'] or r.get('source'), 28):<28} "
-                     f"{r['shared_prompts']:>7,} {r['shared_pairs']:>7,}  {agreement:<20} {num(r['kendall_tau']):>6} "
-                     f"{_cost(r.get('cost_per_1000_pairs')):>10} {_rate(r.get('pairs_per_s')):>8}  {bias}")
-    lines.append("position bias: the share of pairs judged in both orders whose verdict followed the position "
-                 "(the reply shown first won both times, or the one shown second did)")
-    lines.append("$/1k pairs: what its runs on a server cost (--price-in, --price-out) per 1,000 candidate pairs "
-                 "it ranked; pairs/s: pairs ranked per second of its judging")
+        agreement = (
+            "n/a (no prompt shared)"
+            if not r["shared_prompts"]
+            else "n/a (no shared pair)"
+            if r["agreement"] is None
+            else f"{num(r['agreement'])} (too few prompts)"
+            if r["agreement_low"] is None
+            else f"{num(r['agreement'])} [{num(r['agreement_low'])}, {num(r['agreement_high'])}]"
+        )
+        bias = (
+            "n/a (imported: not recorded)"
+            if r.get("imported")
+            else "n/a (scores each reply alone)"
+            if r["position_bias"] is None
+            else f"{num(r['position_bias'])} (first {num(r['position_first'])}, second {num(r['position_second'])})"
+        )
+        lines.append(
+            f"{_tail(r['judge'], 16):<16} {_tail(kind, 20):<20} {_tail(r['model'] or r.get('source'), 28):<28} "
+            f"{r['shared_prompts']:>7,} {r['shared_pairs']:>7,}  {agreement:<20} {num(r['kendall_tau']):>6} "
+            f"{_cost(r.get('cost_per_1000_pairs')):>10} {_rate(r.get('pairs_per_s')):>8}  {bias}"
+        )
+    lines.append(
+        "position bias: the share of pairs judged in both orders whose verdict followed the position "
+        "(the reply shown first won both times, or the one shown second did)"
+    )
+    lines.append(
+        "$/1k pairs: what its runs on a server cost (--price-in, --price-out) per 1,000 candidate pairs "
+        "it ranked; pairs/s: pairs ranked per second of its judging"
+    )
     return "\n".join(lines)
 
 
@@ -152,13 +182,18 @@ def _share(cell: dict) -> str:
 def bench_text(report: dict) -> str:
     """`train eval` of a reward model or pair ranker: the accuracy, its breakdowns, length, position, comparison."""
     b = report["bench"]
-    confidence = (f"mean reward gap {report['heldout_mean_margin']:.3f}" if "heldout_mean_margin" in report else
-                  f"mean P(chosen ≻ rejected) {report['heldout_mean_probability']:.3f}")  # a pair ranker
+    confidence = (
+        f"mean reward gap {report['heldout_mean_margin']:.3f}"
+        if "heldout_mean_margin" in report
+        else f"mean P(chosen ≻ rejected) {report['heldout_mean_probability']:.3f}"
+    )  # a pair ranker
     rounds = f"{b['bootstrap']:,} rounds resampling prompts, seed {b['seed']}" if b["bootstrap"] else "no bootstrap"
-    lines = [f"{report['model_version']}: held-out accuracy {_share(b)} over {plural(b['prompts'], 'prompt')} of "
-             f"{report['dataset_version']} ({confidence})",
-             f"scored strictly, as RewardBench scores: a tie counts as wrong ({plural(b['ties'], 'tie')}); "
-             f"95% intervals from {rounds}"]
+    lines = [
+        f"{report['model_version']}: held-out accuracy {_share(b)} over {plural(b['prompts'], 'prompt')} of "
+        f"{report['dataset_version']} ({confidence})",
+        f"scored strictly, as RewardBench scores: a tie counts as wrong ({plural(b['ties'], 'tie')}); "
+        f"95% intervals from {rounds}",
+    ]
     for title, key in (("category", "by_category"), ("annotator kind", "by_annotator_kind"), ("margin", "by_margin")):
         if b[key]:
             lines.append(f"by {title}:")
@@ -167,20 +202,29 @@ def bench_text(report: dict) -> str:
     shorter, longer = b["length_bias"]["rows"]
     lines.append(f"length: chosen is the shorter {_share(shorter)}; chosen is the longer {_share(longer)}")
     if b["length_bias"]["gap"] is not None:
-        lines[-1] += (f"; favours {'longer' if b['length_bias']['gap'] > 0 else 'shorter'} replies by "
-                      f"{abs(b['length_bias']['gap']):.3f}")
+        lines[-1] += (
+            f"; favours {'longer' if b['length_bias']['gap'] > 0 else 'shorter'} replies by "
+            f"{abs(b['length_bias']['gap']):.3f}"
+        )
     position = b["position"]
     if not position["applies"]:
         lines.append(f"position: does not apply ({position['why']})")
     else:
-        lines.append(f"position: chosen shown first {_share(position['chosen_shown_first'])}; shown second "
-                     f"{_share(position['chosen_shown_second'])}; the order decided "
-                     f"{position['order_decides']:.1%} of the verdicts")
+        lines.append(
+            f"position: chosen shown first {_share(position['chosen_shown_first'])}; shown second "
+            f"{_share(position['chosen_shown_second'])}; the order decided "
+            f"{position['order_decides']:.1%} of the verdicts"
+        )
     if compared := report.get("compare"):
-        lines.append(f"against {compared['other']} on the same pairs: {compared['accuracy']['accuracy']:.3f} vs "
-                     f"{compared['other_accuracy']['accuracy']:.3f}, difference {compared['difference']:+.3f}"
-                     + (f" [{compared['low']:+.3f}, {compared['high']:+.3f}], p = {compared['p_value']:.3g} "
-                        "(paired bootstrap)" if compared["low"] is not None else "")
-                     + f"; only {report['model_version']} right on {plural(compared['only_this'], 'pair')}, "
-                       f"only {compared['other']} on {compared['only_other']:,}")
+        lines.append(
+            f"against {compared['other']} on the same pairs: {compared['accuracy']['accuracy']:.3f} vs "
+            f"{compared['other_accuracy']['accuracy']:.3f}, difference {compared['difference']:+.3f}"
+            + (
+                f" [{compared['low']:+.3f}, {compared['high']:+.3f}], p = {compared['p_value']:.3g} (paired bootstrap)"
+                if compared["low"] is not None
+                else ""
+            )
+            + f"; only {report['model_version']} right on {plural(compared['only_this'], 'pair')}, "
+            f"only {compared['other']} on {compared['only_other']:,}"
+        )
     return "\n".join(lines)

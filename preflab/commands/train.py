@@ -23,16 +23,27 @@ from preflab.training.methods import METHODS, Method, train
 def run_options(func):
     """What a training run needs besides its config: the starting model, the data, where it goes."""
     options = [
-        click.option("--model", "model_name", metavar="NAME",
-                     help="Starting model: a model version, embedded name, local path or hub id; "
-                          "default: the global --model."),
-        click.option("--dataset-version", metavar="NAME", help="Dataset version (name or id); default: the newest, "
-                                                               "exported first if the pairs changed since."),
-        click.option("--output-dir", type=click.Path(file_okay=False),
-                     help="Run folder (checkpoints, data, model); default: DATA_DIR/runs/KIND-ID."),
-        click.option("--resume", is_flag=True,
-                     help="Continue the newest unfinished run of this kind from its last checkpoint "
-                          "(with its stored config)."),
+        click.option(
+            "--model",
+            "model_name",
+            metavar="NAME",
+            help="Starting model: a model version, embedded name, local path or hub id; default: the global --model.",
+        ),
+        click.option(
+            "--dataset-version",
+            metavar="NAME",
+            help="Dataset version (name or id); default: the newest, exported first if the pairs changed since.",
+        ),
+        click.option(
+            "--output-dir",
+            type=click.Path(file_okay=False),
+            help="Run folder (checkpoints, data, model); default: DATA_DIR/runs/KIND-ID.",
+        ),
+        click.option(
+            "--resume",
+            is_flag=True,
+            help="Continue the newest unfinished run of this kind from its last checkpoint (with its stored config).",
+        ),
         json_option,
     ]
     for option in reversed(options):
@@ -42,17 +53,25 @@ def run_options(func):
 
 def _heldout(metrics: dict) -> str:
     if "heldout_reward_policy" in metrics:  # RL: fresh samples scored by the reward model
-        return (f"reward of fresh samples {metrics['heldout_reward_start']:.3f} → "
-                f"{metrics['heldout_reward_policy']:.3f} on {metrics['heldout_prompts']:,} held-out prompts, "
-                f"KL {metrics['heldout_kl']:.3f} ± {metrics['heldout_kl_stderr']:.3f} nats")
+        return (
+            f"reward of fresh samples {metrics['heldout_reward_start']:.3f} → "
+            f"{metrics['heldout_reward_policy']:.3f} on {metrics['heldout_prompts']:,} held-out prompts, "
+            f"KL {metrics['heldout_kl']:.3f} ± {metrics['heldout_kl_stderr']:.3f} nats"
+        )
     if "heldout_prompts" in metrics:
         return "no held-out prompts scored"
     if "heldout_accuracy" in metrics:
-        return ("no test split" if metrics["heldout_accuracy"] is None else
-                f"held-out accuracy {metrics['heldout_accuracy']:.3f} on {metrics['heldout_pairs']:,} pairs")
-    return ("no test split" if metrics.get("heldout_reward_accuracy") is None else
-            f"held-out implicit-reward accuracy {metrics['heldout_reward_accuracy']:.3f}, "
-            f"margin {metrics['heldout_reward_margin']:.3f} on {metrics['heldout_pairs']:,} pairs")
+        return (
+            "no test split"
+            if metrics["heldout_accuracy"] is None
+            else f"held-out accuracy {metrics['heldout_accuracy']:.3f} on {metrics['heldout_pairs']:,} pairs"
+        )
+    return (
+        "no test split"
+        if metrics.get("heldout_reward_accuracy") is None
+        else f"held-out implicit-reward accuracy {metrics['heldout_reward_accuracy']:.3f}, "
+        f"margin {metrics['heldout_reward_margin']:.3f} on {metrics['heldout_pairs']:,} pairs"
+    )
 
 
 def _train(settings: Settings, method: str, config, model_name, dataset_version, output_dir, resume, as_json):
@@ -60,8 +79,16 @@ def _train(settings: Settings, method: str, config, model_name, dataset_version,
     from preflab.training.runs import disk_note, is_main_process
 
     sessions = open_sessions(settings.database_url) if is_main_process() else None
-    result = train(method, sessions, config, model_name or settings.model, dataset_version, resume, output_dir,
-                   reporter=Reporter(not as_json))
+    result = train(
+        method,
+        sessions,
+        config,
+        model_name or settings.model,
+        dataset_version,
+        resume,
+        output_dir,
+        reporter=Reporter(not as_json),
+    )
     if result is None:  # not rank 0: the main process reports
         return
     if as_json:
@@ -69,10 +96,12 @@ def _train(settings: Settings, method: str, config, model_name, dataset_version,
         return
     m = result.metrics
     loss = "" if m.get("first_loss") is None else f", loss {m['first_loss']:.4f} → {m['last_loss']:.4f}"
-    click.echo(f"{result.kind} run {result.run_id}{' (resumed)' if result.resumed else ''}: "
-               f"{plural(m['global_step'], 'step')} on {result.dataset_version} (world size {result.world_size})"
-               f"{loss}; {_heldout(m)}; saved model version {result.model_version} to {result.path}; "
-               f"{disk_note(result)}")
+    click.echo(
+        f"{result.kind} run {result.run_id}{' (resumed)' if result.resumed else ''}: "
+        f"{plural(m['global_step'], 'step')} on {result.dataset_version} (world size {result.world_size})"
+        f"{loss}; {_heldout(m)}; saved model version {result.model_version} to {result.path}; "
+        f"{disk_note(result)}"
+    )
 
 
 @click.group("train")
@@ -85,12 +114,21 @@ def train_group():
 
 def method_command(method: Method) -> click.Command:
     """`preflab train NAME`: the run's options, and one option per field of the method's config."""
+
     @run_options
     @config_options(method.config)
     @pass_settings
     def command(settings: Settings, model_name, dataset_version, output_dir, resume, as_json, **fields):
-        _train(settings, method.name, build_config(method.config, fields), model_name, dataset_version, output_dir,
-               resume, as_json)
+        _train(
+            settings,
+            method.name,
+            build_config(method.config, fields),
+            model_name,
+            dataset_version,
+            output_dir,
+            resume,
+            as_json,
+        )
 
     return click.command(method.name, help=method.help)(command)
 
@@ -120,13 +158,20 @@ def eval_command(settings: Settings, model_version, as_json, **fields):
     from preflab.training.evaluate import evaluate_model_version
 
     config = build_config(EvalConfig, fields)
-    report = evaluate_model_version(open_sessions(settings.database_url, existing=True), model_version, config,
-                                    settings.model, reporter=Reporter(not as_json))
+    report = evaluate_model_version(
+        open_sessions(settings.database_url, existing=True),
+        model_version,
+        config,
+        settings.model,
+        reporter=Reporter(not as_json),
+    )
     if as_json:
         echo_json(report)
     elif "bench" in report:
         click.echo(bench_text(report))
     else:
-        click.echo(f"{report['model_version']} vs {report['against']}: win rate {report['win_rate']:.3f} over "
-                   f"{report['prompts']:,} held-out prompts ({report['wins']} wins, {report['losses']} losses, "
-                   f"{report['ties']} ties; {report['judge']} judge {report['judge_model']})")
+        click.echo(
+            f"{report['model_version']} vs {report['against']}: win rate {report['win_rate']:.3f} over "
+            f"{report['prompts']:,} held-out prompts ({report['wins']} wins, {report['losses']} losses, "
+            f"{report['ties']} ties; {report['judge']} judge {report['judge_model']})"
+        )

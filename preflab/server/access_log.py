@@ -49,8 +49,14 @@ class AccessLog:
             await self.app(scope, counting_receive, sending)
         finally:
             client = scope.get("client")
-            line = {"method": scope.get("method"), "path": scope.get("path"), "status": seen["status"],
-                    "ms": round((time.perf_counter() - start) * 1000, 1), "bytes_in": seen["bytes_in"],
-                    "client": client[0] if client else None, **scope.get("preflab.access", {})}
+            line = {
+                "method": scope.get("method"),
+                "path": scope.get("path"),
+                "status": seen["status"],
+                "ms": round((time.perf_counter() - start) * 1000, 1),
+                "bytes_in": seen["bytes_in"],
+                "client": client[0] if client else None,
+                **scope.get("preflab.access", {}),
+            }
             level = logging.WARNING if seen["status"] >= 400 and seen["status"] != 404 else logging.INFO
             log.log(level, "%s", json.dumps(line, ensure_ascii=True, default=str))

@@ -45,7 +45,7 @@ from preflab.settings import Settings
 
 log = logging.getLogger("preflab.server")
 HEALTH_DB_TIMEOUT = 0.8  # Label Studio gives /health one second
-STOP_WAIT = 15.0         # seconds shutdown waits for a worker's step under way
+STOP_WAIT = 15.0  # seconds shutdown waits for a worker's step under way
 
 
 @dataclass
@@ -79,14 +79,33 @@ def build_services(settings: Settings, config: ServeConfig) -> Services:
     # With nothing trained and no --judge, the default model's likelihood judge serves (`served.py`).
     options = config.judge_options() | {"default": settings.model}
     scorer = Scorer(sessions, config.judge, options)
-    model = ModelWorker(sessions, studio, config.judge, options, settings.database_url, settings.model,
-                        config.retrain_every, config.retrain_config_path(), changed=scorer.loop.wake)
+    model = ModelWorker(
+        sessions,
+        studio,
+        config.judge,
+        options,
+        settings.database_url,
+        settings.model,
+        config.retrain_every,
+        config.retrain_config_path(),
+        changed=scorer.loop.wake,
+    )
     sync = SyncWorker(sessions, studio, config.sync_seconds, after=model.loop.wake)
     gate = Gate()
     receiver = Receiver(sessions, gate)
     deliveries = DeliveryWorker(sessions, studio, after=model.loop.wake, gate=gate)
-    return Services(config, sessions, studio, webhook_secret(), receiver, deliveries, sync, model, scorer,
-                    datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return Services(
+        config,
+        sessions,
+        studio,
+        webhook_secret(),
+        receiver,
+        deliveries,
+        sync,
+        model,
+        scorer,
+        datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
 
 
 def create_app(settings: Settings, config: ServeConfig | None = None, *, background: bool = True) -> FastAPI:
@@ -114,9 +133,11 @@ def create_app(settings: Settings, config: ServeConfig | None = None, *, backgro
             gc.freeze()
             for loop in services.loops():
                 loop.start()
-            log.info("workers started: deliveries, sync (%s), model (retrain %s)",
-                     f"every {services.config.sync_every}" if services.config.sync_seconds else "at start only",
-                     f"every {services.config.retrain_every} rankings" if services.config.retrain_every else "off")
+            log.info(
+                "workers started: deliveries, sync (%s), model (retrain %s)",
+                f"every {services.config.sync_every}" if services.config.sync_seconds else "at start only",
+                f"every {services.config.retrain_every} rankings" if services.config.retrain_every else "off",
+            )
         try:
             yield
         finally:
@@ -164,7 +185,7 @@ def create_app(settings: Settings, config: ServeConfig | None = None, *, backgro
         if project is None and tasks:
             project = _project_id(tasks[0].get("project"))
         if project is None:
-            raise Refused(400, "no project id (expected project: \"<id>.<timestamp>\")")
+            raise Refused(400, 'no project id (expected project: "<id>.<timestamp>")')
         services.studio.seen_projects.add(project)
         label_config = body.get("label_config") if isinstance(body.get("label_config"), str) else ""
         try:
@@ -196,20 +217,26 @@ def warm_imports() -> None:
     import label_studio_sdk  # noqa: F401
     import torch  # noqa: F401
     import transformers  # noqa: F401
+    from label_studio_sdk import LabelStudio  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  (their lazy modules)
 
     from preflab.labelling.studio import backend, sync  # noqa: F401
     from preflab.lm import names  # noqa: F401
     from preflab.training.retrain import job, schedule  # noqa: F401
 
-    from label_studio_sdk import LabelStudio  # noqa: F401
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401  (their lazy modules)
-
 
 def predict_results(services: Services, project: int, label_config: str, tasks: list[dict]) -> tuple[list, dict]:
     if not tasks:
         return [], {}
-    results, counts = answer_predict(services.scorer, services.sessions, services.studio.base_url, project,
-                                     label_config, tasks, services.config.predict_seconds)
+    results, counts = answer_predict(
+        services.scorer,
+        services.sessions,
+        services.studio.base_url,
+        project,
+        label_config,
+        tasks,
+        services.config.predict_seconds,
+    )
     if len(results) != len(tasks):  # Label Studio would drop them all
         raise RuntimeError(f"{len(results)} predictions for {len(tasks)} tasks")
     for result in results:
@@ -239,8 +266,10 @@ async def health_answer(services: Services) -> JSONResponse:
     def look(session: Session) -> dict:
         session.execute(text("SELECT 1"))
         last = last_delivery_at(session)
-        found = {"pending": pending_count(session),
-                 "last_delivery_at": last.isoformat(timespec="seconds") if last else None}
+        found = {
+            "pending": pending_count(session),
+            "last_delivery_at": last.isoformat(timespec="seconds") if last else None,
+        }
         try:
             found["model_version"] = services.model.version(session)
             served = services.scorer.resolve(session)
@@ -249,12 +278,17 @@ async def health_answer(services: Services) -> JSONResponse:
             found["model_error"] = _sentence(exc)
         return found
 
-    answer = {"status": "UP", "model_class": "preflab", "started_at": services.started_at,
-              "label_studio": services.studio.base_url}
+    answer = {
+        "status": "UP",
+        "model_class": "preflab",
+        "started_at": services.started_at,
+        "label_studio": services.studio.base_url,
+    }
     deliveries: dict = {}
     try:
-        found = await asyncio.wait_for(run_in_threadpool(in_transaction, services.sessions, look, attempts=1),
-                                       HEALTH_DB_TIMEOUT)
+        found = await asyncio.wait_for(
+            run_in_threadpool(in_transaction, services.sessions, look, attempts=1), HEALTH_DB_TIMEOUT
+        )
     except asyncio.TimeoutError:
         answer |= {"status": "DOWN", "database": f"no answer within {HEALTH_DB_TIMEOUT:g} s"}
     except Exception as exc:
@@ -267,11 +301,14 @@ async def health_answer(services: Services) -> JSONResponse:
         deliveries = {"pending": found["pending"], "last_delivery_at": found["last_delivery_at"]}
     model = services.model
     receiver = services.receiver
-    answer |= {"deliveries": deliveries | {"parser": services.deliveries.loop.activity.as_dict(),
-                                           "stored": receiver.stored, "groups": receiver.groups},
-               "sync": services.sync.loop.activity.as_dict(),
-               "model": model.loop.activity.as_dict(), **model.health(),
-               "predictions": services.scorer.health() | {"budget_s": services.config.predict_seconds}}
+    answer |= {
+        "deliveries": deliveries
+        | {"parser": services.deliveries.loop.activity.as_dict(), "stored": receiver.stored, "groups": receiver.groups},
+        "sync": services.sync.loop.activity.as_dict(),
+        "model": model.loop.activity.as_dict(),
+        **model.health(),
+        "predictions": services.scorer.health() | {"budget_s": services.config.predict_seconds},
+    }
     return JSONResponse(answer, status_code=200 if answer["status"] == "UP" else 503)
 
 
@@ -291,8 +328,9 @@ def stop_loop(loop) -> None:
     if loop.is_alive():
         loop.join(STOP_WAIT)
         if loop.is_alive():
-            log.warning("%s still busy after %.0f s; leaving it (its work resumes at the next start)",
-                        loop.name, STOP_WAIT)
+            log.warning(
+                "%s still busy after %.0f s; leaving it (its work resumes at the next start)", loop.name, STOP_WAIT
+            )
 
 
 def _json_object(body: bytes) -> dict:

@@ -13,8 +13,15 @@ from preflab.errors import ConfigError
 from preflab.labelling.studio.connect import SECRET_ENV, SECRET_HEADER  # one definition, shared with ls connect
 from preflab.settings import secret
 
-__all__ = ["SECRET_ENV", "SECRET_HEADER", "ServeConfig", "check_bind", "is_loopback", "parse_duration",
-           "webhook_secret"]
+__all__ = [
+    "SECRET_ENV",
+    "SECRET_HEADER",
+    "ServeConfig",
+    "check_bind",
+    "is_loopback",
+    "parse_duration",
+    "webhook_secret",
+]
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -44,31 +51,60 @@ def is_loopback(host: str) -> bool:
 class ServeConfig:
     """How `preflab serve` listens, whom it asks for rankings, and what it does in the background."""
 
-    host: str = field(default="127.0.0.1", metadata={
-        "help": f"Address to bind. Any address other than loopback needs {SECRET_ENV} set."})
+    host: str = field(
+        default="127.0.0.1",
+        metadata={"help": f"Address to bind. Any address other than loopback needs {SECRET_ENV} set."},
+    )
     port: int = field(default=9090, metadata={"help": "Port to listen on."})
-    judge: str | None = field(default=None, metadata={
-        "help": "The AI judge that ranks tasks /predict has no stored ranking for (its annotator name); "
-                "its name, or the current reward model version's, is the model_version Label Studio sees."})
-    judge_model: str | None = field(default=None, metadata={
-        "help": "The judge's model, when --judge names a kind of judge: a model version, embedded name, path "
-                "or hub id."})
-    predict_budget: str = field(default="20s", metadata={
-        "help": "Answer /predict within this long: Label Studio waits ML_TIMEOUT_PREDICT (100 s) and then stores "
-                "nothing. Tasks whose ranking is not stored by then get none and are ranked in the background for "
-                "the next retrieve (off: rank them all first, however long it takes)."})
-    workers: int = field(default=1, metadata={
-        "help": "Server processes. Each parses deliveries; the database keeps their work single."})
-    sync_every: str = field(default="10m", metadata={
-        "help": "Run the incremental `ls sync` this often in the background (30s, 10m, 2h; off: only at start)."})
-    retrain_every: int | None = field(default=None, metadata={
-        "help": "Start `preflab retrain` (in the background, with its lock) once this many new human rankings "
-                "arrived since the last retrain; this count replaces the config's min_new (default: never)."})
-    retrain_config: str | None = field(default=None, metadata={
-        "help": "The retrain config for --retrain-every (default: PREFLAB_RETRAIN_CONFIG, else "
-                "DATA_DIR/retrain.toml)."})
-    max_body_mb: float = field(default=10.0, metadata={
-        "help": "Largest request body accepted, in MB; a larger one gets 413 and is not stored."})
+    judge: str | None = field(
+        default=None,
+        metadata={
+            "help": "The AI judge that ranks tasks /predict has no stored ranking for (its annotator name); "
+            "its name, or the current reward model version's, is the model_version Label Studio sees."
+        },
+    )
+    judge_model: str | None = field(
+        default=None,
+        metadata={
+            "help": "The judge's model, when --judge names a kind of judge: a model version, embedded name, path "
+            "or hub id."
+        },
+    )
+    predict_budget: str = field(
+        default="20s",
+        metadata={
+            "help": "Answer /predict within this long: Label Studio waits ML_TIMEOUT_PREDICT (100 s) and then stores "
+            "nothing. Tasks whose ranking is not stored by then get none and are ranked in the background for "
+            "the next retrieve (off: rank them all first, however long it takes)."
+        },
+    )
+    workers: int = field(
+        default=1, metadata={"help": "Server processes. Each parses deliveries; the database keeps their work single."}
+    )
+    sync_every: str = field(
+        default="10m",
+        metadata={
+            "help": "Run the incremental `ls sync` this often in the background (30s, 10m, 2h; off: only at start)."
+        },
+    )
+    retrain_every: int | None = field(
+        default=None,
+        metadata={
+            "help": "Start `preflab retrain` (in the background, with its lock) once this many new human rankings "
+            "arrived since the last retrain; this count replaces the config's min_new (default: never)."
+        },
+    )
+    retrain_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "The retrain config for --retrain-every (default: PREFLAB_RETRAIN_CONFIG, else "
+            "DATA_DIR/retrain.toml)."
+        },
+    )
+    max_body_mb: float = field(
+        default=10.0,
+        metadata={"help": "Largest request body accepted, in MB; a larger one gets 413 and is not stored."},
+    )
     # Where the judge runs (`preflab.lm.engines.EngineConfig`, from the engine options `serve` adds): not an option
     # of its own. On a server (openai) a judge that reads a causal LM ranks there; None: in this process.
     engine: Any = None
@@ -121,5 +157,4 @@ def webhook_secret() -> str | None:
 def check_bind(host: str, shared_secret: str | None) -> None:
     """Refuse to listen beyond this machine with no secret: anyone could then write to the store."""
     if shared_secret is None and not is_loopback(host):
-        raise ConfigError(f"refusing to listen on {host} without a secret: set {SECRET_ENV} "
-                          f"(or bind 127.0.0.1)")
+        raise ConfigError(f"refusing to listen on {host} without a secret: set {SECRET_ENV} (or bind 127.0.0.1)")

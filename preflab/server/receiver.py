@@ -21,6 +21,7 @@ Deliveries stored faster than they are parsed wait `pending`, and are parsed onc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -34,7 +35,7 @@ from preflab.db.engine import in_transaction
 log = logging.getLogger("preflab.server")
 GROUP = 200  # deliveries stored per transaction, at most
 QUIET = 0.01  # the parser goes when no delivery came for this long (s), or
-SHARE = 1.0   # when it has waited as long as its last batch took: under a flood, half the time
+SHARE = 1.0  # when it has waited as long as its last batch took: under a flood, half the time
 
 
 class Gate:
@@ -159,8 +160,9 @@ class Receiver(threading.Thread):
             with self.gate.receiver(len(taken)):
                 deliveries = in_transaction(self.sessions, lambda session: receive_many(session, pairs))
         except Exception as exc:  # nothing of the group was committed: every request hears it
-            log.error("storing %d deliveries failed: %s: %s", len(taken), type(exc).__name__,
-                      " ".join(str(exc).split())[:300])
+            log.error(
+                "storing %d deliveries failed: %s: %s", len(taken), type(exc).__name__, " ".join(str(exc).split())[:300]
+            )
             for _, _, loop, future in taken:
                 _answer(loop, future, None, exc)
             return
@@ -179,7 +181,5 @@ def _answer(loop: asyncio.AbstractEventLoop, future: asyncio.Future, value, erro
         else:
             future.set_result(value)
 
-    try:
+    with contextlib.suppress(RuntimeError):  # its event loop is closed: nobody waits for this answer any more
         loop.call_soon_threadsafe(settle)
-    except RuntimeError:  # its event loop is closed: nobody waits for this answer any more
-        pass

@@ -36,8 +36,12 @@ MODEL_EVERY = 30.0
 
 def rankings_since(session: Session, since: datetime | None) -> int:
     """Valid human rankings made after `since` (all of them when None)."""
-    query = (select(func.count()).select_from(Ranking).join(Annotator, Annotator.id == Ranking.annotator_id)
-             .where(Annotator.kind == AnnotatorKind.human.value, Ranking.status == RankingStatus.valid.value))
+    query = (
+        select(func.count())
+        .select_from(Ranking)
+        .join(Annotator, Annotator.id == Ranking.annotator_id)
+        .where(Annotator.kind == AnnotatorKind.human.value, Ranking.status == RankingStatus.valid.value)
+    )
     if since is not None:
         query = query.where(Ranking.created_at > since)
     return session.scalar(query)
@@ -54,21 +58,31 @@ def retrain_baseline(session: Session) -> datetime | None:
 class ModelWorker:
     """Keeps the served model version current, in Label Studio too; retrains on arrival when asked."""
 
-    def __init__(self, sessions: sessionmaker[Session], studio: Studio, judge: str | None, judge_options: dict,
-                 database_url: str, model: str, retrain_every: int | None = None, retrain_config: str | None = None,
-                 changed: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        studio: Studio,
+        judge: str | None,
+        judge_options: dict,
+        database_url: str,
+        model: str,
+        retrain_every: int | None = None,
+        retrain_config: str | None = None,
+        changed: Callable[[], None] = lambda: None,
+    ):
         self.sessions, self.studio, self.judge, self.judge_options = sessions, studio, judge, judge_options
         self.changed = changed  # the version served changed: load its model
         self.database_url, self.model = database_url, model
         self.retrain_every, self.retrain_config = retrain_every, retrain_config
-        self.serving: str | None = None   # the version /setup answers now
-        self.shown: str | None = None     # the version Label Studio's projects were last set to
-        self.served: set[str] = set()     # every version this process answered
+        self.serving: str | None = None  # the version /setup answers now
+        self.shown: str | None = None  # the version Label Studio's projects were last set to
+        self.served: set[str] = set()  # every version this process answered
         self.failed_at: datetime | None = None  # a failed retrain: the next waits for N rankings after it
         self.child: subprocess.Popen | None = None
         self.retrain = Activity(detail={"state": "off" if retrain_every is None else "waiting"})
-        self.loop = Loop("model", self.step, MODEL_EVERY,
-                         Activity(detail={"model_version": None, "shown_in_label_studio": None}))
+        self.loop = Loop(
+            "model", self.step, MODEL_EVERY, Activity(detail={"model_version": None, "shown_in_label_studio": None})
+        )
 
     def version(self, session: Session) -> str:
         """The model version /setup and /predict answer with (remembered as one this server served)."""
@@ -95,8 +109,9 @@ class ModelWorker:
         if new < self.retrain_every or self.loop.stopping.is_set():
             return
         started = datetime.now(timezone.utc)
-        self.retrain.detail.update(state="running", started_at=_now(),
-                                   attempts=self.retrain.detail.get("attempts", 0) + 1)
+        self.retrain.detail.update(
+            state="running", started_at=_now(), attempts=self.retrain.detail.get("attempts", 0) + 1
+        )
         log.info("%d new human rankings (at least %d): starting `preflab retrain`", new, self.retrain_every)
         status, message = self.run_retrain()
         if status == "failed":
@@ -114,8 +129,9 @@ class ModelWorker:
         from preflab.training.retrain.schedule import retrain_job
 
         job = retrain_job(self.database_url, self.model, self.retrain_config, 0)
-        self.child = subprocess.Popen([*job.argv, "--json"], env=job.env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
+        self.child = subprocess.Popen(
+            [*job.argv, "--json"], env=job.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             out, err = self.child.communicate()
         finally:
@@ -131,6 +147,7 @@ class ModelWorker:
 
     def publish(self) -> None:
         """Read the version served; when it changed, show it in the projects that showed an older one of ours."""
+
         def read(session: Session) -> tuple[str, list[int], set[str]]:
             current = self.version(session)
             return current, self.studio.project_ids(session), stale_versions(session, self.served, current)
@@ -144,8 +161,7 @@ class ModelWorker:
         if self.shown != current:
             changed = self.studio.show_version(projects, current, stale)
             if changed:
-                log.info("Label Studio projects %s now show model version %s",
-                         ", ".join(map(str, changed)), current)
+                log.info("Label Studio projects %s now show model version %s", ", ".join(map(str, changed)), current)
             self.shown = current
 
     def stop(self) -> None:

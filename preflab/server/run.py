@@ -46,9 +46,8 @@ def check(settings: Settings, config: ServeConfig) -> None:
         DatabaseError: the store cannot be opened (or is not migrated).
     """
     check_bind(config.host, webhook_secret())
-    from preflab.server.app import build_services
-
     from preflab.db.engine import in_transaction
+    from preflab.server.app import build_services
 
     services = build_services(settings, config)  # opens (a new SQLite file: creates) the store
     path = config.retrain_config_path()
@@ -64,19 +63,31 @@ def serve(settings: Settings, config: ServeConfig) -> None:
     import uvicorn
 
     check(settings, config)
-    common = {"host": config.host, "port": config.port, "log_config": logging_config(), "access_log": False,
-              "timeout_graceful_shutdown": GRACEFUL_SECONDS, "proxy_headers": True,
-              "server_header": False}
+    common = {
+        "host": config.host,
+        "port": config.port,
+        "log_config": logging_config(),
+        "access_log": False,
+        "timeout_graceful_shutdown": GRACEFUL_SECONDS,
+        "proxy_headers": True,
+        "server_header": False,
+    }
     if config.workers == 1:
         from preflab.server.app import create_app
 
         uvicorn.run(create_app(settings, config), **common)
         return
     # Several processes: each builds its app from the environment (uvicorn imports the factory by name).
-    os.environ[CHILD_ENV] = json.dumps({"settings": {"database_url": settings.database_url,
-                                                     "label_studio_url": settings.label_studio_url,
-                                                     "model": settings.model},
-                                        "config": config.as_dict()})
+    os.environ[CHILD_ENV] = json.dumps(
+        {
+            "settings": {
+                "database_url": settings.database_url,
+                "label_studio_url": settings.label_studio_url,
+                "model": settings.model,
+            },
+            "config": config.as_dict(),
+        }
+    )
     uvicorn.run("preflab.server.run:app_from_env", factory=True, workers=config.workers, **common)
 
 

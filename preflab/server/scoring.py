@@ -117,8 +117,12 @@ class Scorer:
                     self.changed.notify_all()
                 self.loop.activity.detail["ranked"] += ranked
                 if done_later:
-                    log.info("the %d prompts left for later are ranked (in %.1f s): Retrieve predictions again to "
-                             "store their predictions", self.later_count, time.monotonic() - self.later_since)
+                    log.info(
+                        "the %d prompts left for later are ranked (in %.1f s): Retrieve predictions again to "
+                        "store their predictions",
+                        self.later_count,
+                        time.monotonic() - self.later_since,
+                    )
         except BaseException:
             self.drop("the judge failed")  # requests answer with what is stored; the next retrieve queues them again
             raise
@@ -186,8 +190,11 @@ class Scorer:
         """Give up the queue: the requests waiting answer at once."""
         with self.changed:
             if self.pending or self.busy:
-                log.warning("%s: %d queued prompts not ranked (a new retrieve queues them again)", why,
-                            len(self.pending) + len(self.busy))
+                log.warning(
+                    "%s: %d queued prompts not ranked (a new retrieve queues them again)",
+                    why,
+                    len(self.pending) + len(self.busy),
+                )
             self.pending.clear()
             self.busy = set()
             self.later.clear()
@@ -225,24 +232,44 @@ class Scorer:
     def health(self) -> dict:
         served = self.served
         on = served.engine if served is not None and served.remote else None
-        where = {"engine": on.engine, "served_model": on.model, "api_base": on.api_base} if on else {
-            "engine": "transformers"}
+        where = (
+            {"engine": on.engine, "served_model": on.model, "api_base": on.api_base}
+            if on
+            else {"engine": "transformers"}
+        )
         stats = {"engine_stats": self.engine.stats.as_dict()} if on is not None and self.engine is not None else {}
-        return {"judge": served.name if served else None, **where, **stats,
-                "loaded": self.loaded is not None or self.engine is not None, "loading": self.loading,
-                "queued": len(self.pending) + len(self.busy), "left_for_later": len(self.later),
-                **self.loop.activity.as_dict()}
+        return {
+            "judge": served.name if served else None,
+            **where,
+            **stats,
+            "loaded": self.loaded is not None or self.engine is not None,
+            "loading": self.loading,
+            "queued": len(self.pending) + len(self.busy),
+            "left_for_later": len(self.later),
+            **self.loop.activity.as_dict(),
+        }
 
 
-def answer_predict(scorer: Scorer, sessions: sessionmaker[Session], base_url: str, project: int,
-                   label_config: str, tasks: Sequence[Any], budget: float | None) -> tuple[list, dict[str, int]]:
+def answer_predict(
+    scorer: Scorer,
+    sessions: sessionmaker[Session],
+    base_url: str,
+    project: int,
+    label_config: str,
+    tasks: Sequence[Any],
+    budget: float | None,
+) -> tuple[list, dict[str, int]]:
     """/predict's `results` within `budget` seconds (None: however long ranking takes), and what they hold:
     tasks answered from rankings already stored, ranked now, left for later (queued), and with nothing to say."""
     from preflab.labelling.studio.backend import plan_predictions, stored_rankings
 
     deadline = None if budget is None else time.monotonic() + budget
-    plan = in_transaction(sessions, lambda s: plan_predictions(s, base_url, project, label_config, tasks,
-                                                               judge=scorer.judge, **scorer.judge_options))
+    plan = in_transaction(
+        sessions,
+        lambda s: plan_predictions(
+            s, base_url, project, label_config, tasks, judge=scorer.judge, **scorer.judge_options
+        ),
+    )
     stale = plan.stale
     left: set[int] = set()
     if stale:
@@ -261,8 +288,17 @@ def answer_predict(scorer: Scorer, sessions: sessionmaker[Session], base_url: st
         else:
             counts["later" if shown is not None and shown.prompt_id in left else "none"] += 1
     if counts["later"]:
-        log.info("/predict for project %d: %d of %d tasks answered (%d from stored rankings, %d ranked now); "
-                 "%d left for later: %d prompts are being ranked in the background (budget %gs), the next retrieve "
-                 "stores them", project, counts["stored"] + counts["ranked"], len(tasks), counts["stored"],
-                 counts["ranked"], counts["later"], len(left), budget)
+        log.info(
+            "/predict for project %d: %d of %d tasks answered (%d from stored rankings, %d ranked now); "
+            "%d left for later: %d prompts are being ranked in the background (budget %gs), the next retrieve "
+            "stores them",
+            project,
+            counts["stored"] + counts["ranked"],
+            len(tasks),
+            counts["stored"],
+            counts["ranked"],
+            counts["later"],
+            len(left),
+            budget,
+        )
     return results, counts

@@ -48,8 +48,11 @@ class Studio:
     def project_ids(self, session: Session) -> list[int]:
         """The projects preflab knows on this server, and those that called this server since it started."""
         key = server_key(self.base_url)
-        known = {row.project_id for row in session.scalars(select(LSProject))
-                 if row.base_url != EXPORT_BASE_URL and server_key(row.base_url) == key}
+        known = {
+            row.project_id
+            for row in session.scalars(select(LSProject))
+            if row.base_url != EXPORT_BASE_URL and server_key(row.base_url) == key
+        }
         return sorted(known | self.seen_projects)
 
     def show_version(self, project_ids: list[int], new: str, stale: set[str]) -> list[int]:
@@ -68,12 +71,21 @@ class Studio:
                 shown = getattr(client.get_project(project_id), "model_version", None)
                 if not shown or shown == new or shown not in stale:
                     continue
-                client.call(f"retrieve the predictions of project {project_id}", client.sdk.actions.create,
-                            id="retrieve_tasks_predictions", project=project_id,
-                            selected_items={"all": True, "excluded": []}, idempotent=False,
-                            request_options={"timeout_in_seconds": RETRIEVE_TIMEOUT})
-                client.call(f"set the model version of project {project_id}", client.sdk.projects.update,
-                            project_id, model_version=new)
+                client.call(
+                    f"retrieve the predictions of project {project_id}",
+                    client.sdk.actions.create,
+                    id="retrieve_tasks_predictions",
+                    project=project_id,
+                    selected_items={"all": True, "excluded": []},
+                    idempotent=False,
+                    request_options={"timeout_in_seconds": RETRIEVE_TIMEOUT},
+                )
+                client.call(
+                    f"set the model version of project {project_id}",
+                    client.sdk.projects.update,
+                    project_id,
+                    model_version=new,
+                )
                 changed.append(project_id)
             except LabelStudioError as exc:
                 status = getattr(exc, "status", None)

@@ -30,7 +30,7 @@ from preflab.server.receiver import Gate
 from preflab.server.studio import Studio
 
 log = logging.getLogger("preflab.server")
-DELIVERY_POLL = 2.0    # seconds between looks for deliveries no request announced
+DELIVERY_POLL = 2.0  # seconds between looks for deliveries no request announced
 # Deliveries parsed per transaction. SQLite has one writer: small batches, each only while no delivery waits to be
 # stored (`receiver.Gate`), so a delivery waits at most one batch (~10-20 ms). Postgres: no wait for the parser.
 DELIVERY_BATCH = {"sqlite": 2, "postgresql": 50}
@@ -66,8 +66,13 @@ class Activity:
         self.last_error, self.last_error_at = _sentence(exc), _now()
 
     def as_dict(self) -> dict:
-        return {"runs": self.runs, "last_at": self.last_at, "last_error": self.last_error,
-                "last_error_at": self.last_error_at, **self.detail}
+        return {
+            "runs": self.runs,
+            "last_at": self.last_at,
+            "last_error": self.last_error,
+            "last_error_at": self.last_error_at,
+            **self.detail,
+        }
 
 
 class Loop(threading.Thread):
@@ -76,8 +81,9 @@ class Loop(threading.Thread):
     `step` may return the seconds to wait before the next run instead of `every`.
     """
 
-    def __init__(self, name: str, step: Callable[[], float | None], every: float | None,
-                 activity: Activity | None = None):
+    def __init__(
+        self, name: str, step: Callable[[], float | None], every: float | None, activity: Activity | None = None
+    ):
         super().__init__(name=f"preflab-{name}", daemon=True)
         self.step, self.every = step, every
         self.activity = activity or Activity()
@@ -112,8 +118,13 @@ class Loop(threading.Thread):
 class DeliveryWorker:
     """Parses pending deliveries, oldest first, a batch per transaction, until none is left."""
 
-    def __init__(self, sessions: sessionmaker[Session], studio: Studio, after: Callable[[], None] = lambda: None,
-                 gate: Gate | None = None):
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        studio: Studio,
+        after: Callable[[], None] = lambda: None,
+        gate: Gate | None = None,
+    ):
         self.sessions, self.studio, self.after = sessions, studio, after
         with sessions() as session:
             dialect = session.get_bind().dialect.name
@@ -158,8 +169,13 @@ class DeliveryWorker:
 class SyncWorker:
     """The incremental `ls sync` of every project preflab knows on the server, one at a time."""
 
-    def __init__(self, sessions: sessionmaker[Session], studio: Studio, every: float | None,
-                 after: Callable[[], None] = lambda: None):
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        studio: Studio,
+        every: float | None,
+        after: Callable[[], None] = lambda: None,
+    ):
         self.sessions, self.studio, self.after = sessions, studio, after
         self.loop = Loop("sync", self.step, every)
 
@@ -187,7 +203,11 @@ class SyncWorker:
                     log.info("synced project %d: %s", project_id, summary.line())
         except LockHeld:
             log.info("sync skipped: another process is syncing")
-        self.loop.activity.ok(projects=sorted(synced), changed=sum(synced.values()), failed=failed,
-                              seconds=round(time.monotonic() - start, 1))
+        self.loop.activity.ok(
+            projects=sorted(synced),
+            changed=sum(synced.values()),
+            failed=failed,
+            seconds=round(time.monotonic() - start, 1),
+        )
         if any(synced.values()):
             self.after()

@@ -12,9 +12,9 @@ from preflab.cli import cli
 def walk(group: click.Group, ctx: click.Context, path=()):
     for name in group.list_commands(ctx):
         command = group.get_command(ctx, name)
-        yield path + (name,), command
+        yield (*path, name), command
         if isinstance(command, click.Group):
-            yield from walk(command, click.Context(command, parent=ctx, info_name=name), path + (name,))
+            yield from walk(command, click.Context(command, parent=ctx, info_name=name), (*path, name))
 
 
 def test_every_command_has_help_text_and_an_example():
@@ -31,9 +31,11 @@ def test_every_command_has_help_text_and_an_example():
 
 
 def test_help_does_not_import_heavy_libraries():
-    code = ("import sys; from click.testing import CliRunner; from preflab.cli import cli; "
-            "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0, r.output; "
-            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules))")
+    code = (
+        "import sys; from click.testing import CliRunner; from preflab.cli import cli; "
+        "r = CliRunner().invoke(cli, ['--help']); assert r.exit_code == 0, r.output; "
+        "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -64,9 +66,11 @@ def test_root_summaries_are_each_commands_own_first_line():
 
     assert set(SUMMARIES) == set(COMMANDS)
     ctx = click.Context(cli, info_name="preflab")
-    drifted = {name: (SUMMARIES[name], first)
-               for name in COMMANDS
-               if SUMMARIES[name] != (first := cli.get_command(ctx, name).help.strip().splitlines()[0])}
+    drifted = {
+        name: (SUMMARIES[name], first)
+        for name in COMMANDS
+        if SUMMARIES[name] != (first := cli.get_command(ctx, name).help.strip().splitlines()[0])
+    }
     assert not drifted, drifted
 
 
@@ -92,7 +96,8 @@ def test_self_reward_is_a_group_without_options_whose_default_command_is_run():
 
     runner = CliRunner()
     assert runner.invoke(cli, ["self-reward", "--iterations", "3", "--help"]).output.startswith(
-        "Usage: cli self-reward run [OPTIONS]")
+        "Usage: cli self-reward run [OPTIONS]"
+    )
     assert "Commands:" in runner.invoke(cli, ["self-reward", "--help"]).output  # --help first is the group's
     bare = runner.invoke(cli, ["self-reward"])
     assert bare.exit_code == 2 and "Error: give --iterations T, or a subcommand (report)" in bare.output

@@ -55,7 +55,10 @@ CONFIGS = {
     "train simpo": ["preflab.training.simpo.SimPOTrainConfig"],
     "demo goodhart": ["preflab.training.goodhart.job.GoodhartSettings"],
     "bon sample": ["preflab.training.bestofn.config.BonSampleConfig"],
-    "self-reward run": ["preflab.training.selfreward.config.SelfRewardConfig", "preflab.training.config.DPOTrainConfig"],
+    "self-reward run": [
+        "preflab.training.selfreward.config.SelfRewardConfig",
+        "preflab.training.config.DPOTrainConfig",
+    ],
     "demo toy": ["preflab.training.demos.toy.ToySettings"],
     "demo bon": ["preflab.training.demos.bon.BonDemoConfig"],
 }
@@ -81,9 +84,12 @@ def test_one_sampling_config_declares_the_sampling_fields():
     from preflab.lm.sampling import SamplingConfig
 
     sampling = {f.name for f in dataclasses.fields(SamplingConfig)}
-    for dotted in ("preflab.labelling.generation.GenerateConfig", "preflab.labelling.judges.score.ScoreConfig",
-                   "preflab.training.bestofn.config.BonSampleConfig",
-                   "preflab.training.selfreward.config.SelfRewardConfig"):
+    for dotted in (
+        "preflab.labelling.generation.GenerateConfig",
+        "preflab.labelling.judges.score.ScoreConfig",
+        "preflab.training.bestofn.config.BonSampleConfig",
+        "preflab.training.selfreward.config.SelfRewardConfig",
+    ):
         cls = config(dotted)
         assert issubclass(cls, SamplingConfig), dotted
         # A subclass may restate a field to change its default (the score judge: 3 samples of 192

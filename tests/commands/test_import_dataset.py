@@ -4,7 +4,6 @@ import json
 from collections import Counter
 
 from preflab.errors import EXIT_ALL_QUARANTINED
-
 from tests.db.ingest.datasets import test_hh, test_trl
 from tests.db.ingest.datasets.shapes_b import write_jsonl
 
@@ -12,29 +11,46 @@ from tests.db.ingest.datasets.shapes_b import write_jsonl
 def test_summary_line_json_and_reimport(cli, tmp_path):
     path = write_jsonl(tmp_path / "hh.jsonl", test_hh.ROWS)
     out = cli("import", "dataset", "--format", "hh-rlhf", path)
-    assert out.stdout == ("hh-rlhf: read 8 rows (train 8): 3 new rankings (0 ties), 0 duplicates, 5 quarantined "
-                          "(3 new prompts, 6 new candidates)\n")
+    assert out.stdout == (
+        "hh-rlhf: read 8 rows (train 8): 3 new rankings (0 ties), 0 duplicates, 5 quarantined "
+        "(3 new prompts, 6 new candidates)\n"
+    )
     assert "see them with: preflab quarantine list" in out.stderr
     again = json.loads(cli("import", "dataset", path, "--json").stdout)  # auto: hh-rlhf
-    assert again == {"format": "hh-rlhf", "rows": 8, "rankings": 0, "ties": 0, "duplicates": 3, "quarantined": 5,
-                     "quarantined_replies": 0, "prompts": 0, "candidates": 0, "retried": 0, "splits": {"train": 8},
-                     "reasons": dict(Counter(test_hh.REASONS.values())), "assumed": {}}
+    assert again == {
+        "format": "hh-rlhf",
+        "rows": 8,
+        "rankings": 0,
+        "ties": 0,
+        "duplicates": 3,
+        "quarantined": 5,
+        "quarantined_replies": 0,
+        "prompts": 0,
+        "candidates": 0,
+        "retried": 0,
+        "splits": {"train": 8},
+        "reasons": dict(Counter(test_hh.REASONS.values())),
+        "assumed": {},
+    }
 
 
 def test_every_row_quarantined_exits_3(cli, tmp_path):
     path = write_jsonl(tmp_path / "hh.jsonl", test_hh.ROWS[3:5])
     result = cli("import", "dataset", "--format", "hh-rlhf", path, "--limit", "1", expect_ok=False)
     assert result.exit_code == EXIT_ALL_QUARANTINED
-    assert result.stdout.startswith("hh-rlhf: read 1 row (train 1): 0 new rankings (0 ties), 0 duplicates, "
-                                    "1 quarantined")
+    assert result.stdout.startswith(
+        "hh-rlhf: read 1 row (train 1): 0 new rankings (0 ties), 0 duplicates, 1 quarantined"
+    )
 
 
 def test_the_wrong_format_stops_with_one_line(cli, tmp_path):
     path = write_jsonl(tmp_path / "hh.jsonl", test_hh.ROWS[:2])
     result = cli("import", "dataset", "--format", "shp", path, expect_ok=False)
     assert result.exit_code == 1
-    assert result.output == (f"Error: none of the first 2 rows of {path} can be read as shp (they have no "
-                             "history, human_ref_A, human_ref_B, labels columns); they are hh-rlhf rows: use --format hh-rlhf\n")
+    assert result.output == (
+        f"Error: none of the first 2 rows of {path} can be read as shp (they have no "
+        "history, human_ref_A, human_ref_B, labels columns); they are hh-rlhf rows: use --format hh-rlhf\n"
+    )
     result = cli("import", "dataset", "--dimension", "safer", path, expect_ok=False)
     assert (result.exit_code, result.output) == (1, "Error: --dimension applies to pku-saferlhf, not hh-rlhf\n")
 
@@ -43,17 +59,27 @@ def test_what_preflab_assumed_is_said_with_how_to_override_it(cli, tmp_path):
     path = write_jsonl(tmp_path / "prefs.jsonl", test_trl.ROWS[:3])
     out = cli("import", "dataset", path)
     assert out.stdout.startswith("trl: read 3 rows (train 3): 3 new rankings")
-    assert ("assumed 3 rankings are by people, stored under the human annotator 'trl' (the trl format does not say "
-            "who chose); say who ranked with --annotator NAME --annotator-kind human|ai\n") in out.stderr
-    said = json.loads(cli("import", "dataset", path, "--json", "--annotator", "gpt-4o", "--annotator-kind",
-                          "ai").stdout)
+    assert (
+        "assumed 3 rankings are by people, stored under the human annotator 'trl' (the trl format does not say "
+        "who chose); say who ranked with --annotator NAME --annotator-kind human|ai\n"
+    ) in out.stderr
+    said = json.loads(
+        cli("import", "dataset", path, "--json", "--annotator", "gpt-4o", "--annotator-kind", "ai").stdout
+    )
     assert (said["rankings"], said["assumed"]) == (3, {})
     named = json.loads(cli("import", "dataset", path, "--json", "--annotator", "team-a").stdout)
-    assert named["assumed"] == {"team-a": {"annotator_kind": "human", "rankings": 3,
-                                           "why": "the trl format does not say who chose",
-                                           "override": "--annotator NAME --annotator-kind human|ai"}}
+    assert named["assumed"] == {
+        "team-a": {
+            "annotator_kind": "human",
+            "rankings": 3,
+            "why": "the trl format does not say who chose",
+            "override": "--annotator NAME --annotator-kind human|ai",
+        }
+    }
     bad = cli("import", "dataset", path, "--annotator", " ", expect_ok=False)
-    assert (bad.exit_code, bad.output) == (1, "Error: --annotator must be a name of 1 to 300 characters the database "
-                                              "can store\n")
+    assert (bad.exit_code, bad.output) == (
+        1,
+        "Error: --annotator must be a name of 1 to 300 characters the database can store\n",
+    )
     kind = cli("import", "dataset", path, "--annotator-kind", "robot", expect_ok=False)
     assert kind.exit_code == 2 and "'robot' is not one of 'human', 'ai'" in kind.output

@@ -50,20 +50,25 @@ def test_people_rank_the_versions_in_order_with_intervals_and_the_method_stated(
     arena = board(cli, "--annotator-kind", "human", "--source", "import:arena")
     arena_prompts = len(range(0, PROMPTS, 3))
     assert arena["battles"] == 2 * arena_prompts and arena["filters"]["source"] == "import:arena"
-    assert arena["left_out"] == {"rankings by AI judges (--annotator-kind human)": 2 * PROMPTS,
-                                 "rankings whose source is not import:arena (--source)": 2 * (PROMPTS - arena_prompts)}
+    assert arena["left_out"] == {
+        "rankings by AI judges (--annotator-kind human)": 2 * PROMPTS,
+        "rankings whose source is not import:arena (--source)": 2 * (PROMPTS - arena_prompts),
+    }
     text = cli("leaderboard", "--annotator-kind", "human", "--source", "import:arena", "--bootstrap", 0).output
     assert f"left out {2 * (PROMPTS - arena_prompts)} battles: rankings whose source is not import:arena" in text
     unknown = cli("leaderboard", "--source", "import:rankings", expect_ok=False)
     assert unknown.exit_code == 1
-    assert unknown.output == ("Error: no ranking has source 'import:rankings' (the rankings' sources: import, "
-                              "import:arena)\n")
+    assert unknown.output == (
+        "Error: no ranking has source 'import:rankings' (the rankings' sources: import, import:arena)\n"
+    )
 
     missing = cli("leaderboard", "--prompts", "test", expect_ok=False)
     assert missing.exit_code == 1
-    assert missing.output.strip() == ("Error: no ranking compares candidates of two different models "
-                                      f"(with prompts test) ({PROMPTS * 4} left out: prompts not of split test "
-                                      "(--prompts))")
+    assert missing.output.strip() == (
+        "Error: no ranking compares candidates of two different models "
+        f"(with prompts test) ({PROMPTS * 4} left out: prompts not of split test "
+        "(--prompts))"
+    )
     assert "not on the board" in cli("leaderboard", "--anchor", "gpt-5", expect_ok=False).output
     later = cli("leaderboard", "--since", "2999-01-01", expect_ok=False).output
     assert "with since 2999-01-01" in later

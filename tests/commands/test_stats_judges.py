@@ -11,11 +11,16 @@ def test_stats_judges_prints_the_judges_best_first(cli, sessions, tmp_path):
     ids = judged_store(cli, sessions, tmp_path)
     out = json.loads(cli("stats", "--judges", "--json").stdout)
     assert out["bootstrap"] == {"rounds": 1000, "seed": 0, "level": 0.95, "resampled": "prompts"}
-    assert [r["annotator_id"] for r in out["judges"]] == [ids[name] for name in ("oracle", "noisy", "always-first",
-                                                                                 "always-second")]
+    assert [r["annotator_id"] for r in out["judges"]] == [
+        ids[name] for name in ("oracle", "noisy", "always-first", "always-second")
+    ]
     oracle = out["judges"][0]
-    assert (oracle["kind"], oracle["model"], oracle["shared_prompts"], oracle["shared_pairs"]) == \
-        ("likelihood", "test/oracle", PROMPTS, 3 * PROMPTS)
+    assert (oracle["kind"], oracle["model"], oracle["shared_prompts"], oracle["shared_pairs"]) == (
+        "likelihood",
+        "test/oracle",
+        PROMPTS,
+        3 * PROMPTS,
+    )
     assert [oracle["agreement_low"], oracle["agreement_high"]] == [1.0, 1.0]
     assert out == json.loads(cli("stats", "--judges", "--json").stdout)  # seeded: the same intervals every time
 
@@ -40,21 +45,38 @@ def test_stats_judges_with_no_judge(cli, sessions):
 
 # --- imported AI annotators: GPT-4's UltraFeedback ratings beside the team's own people ----------------------------
 
-TOPICS = ["photosynthesis", "a rainbow", "tides", "inflation", "vaccines", "a leap year", "compound interest",
-          "the seasons"]
+TOPICS = [
+    "photosynthesis",
+    "a rainbow",
+    "tides",
+    "inflation",
+    "vaccines",
+    "a leap year",
+    "compound interest",
+    "the seasons",
+]
 MODELS = ("gpt-4", "llama-2-13b-chat", "falcon-40b-instruct")  # best, middle, worst by GPT-4's overall_score
-REVERSED_BY_BOB = {0, 1}                                      # bob ranks these prompts' replies the other way round
+REVERSED_BY_BOB = {0, 1}  # bob ranks these prompts' replies the other way round
 EMAIL = "bob.annotator@example.com"
 
 
 def _completion(model: str, response: str, overall: float) -> dict:
     """One completion as openbmb/UltraFeedback publishes it: the model, its response and GPT-4's ratings."""
     rating = str(max(1, round(overall / 2)))
-    annotations = {aspect: {"Rating": rating, "Rationale": f"The {aspect} is rated {rating}."}
-                   for aspect in ("helpfulness", "honesty", "instruction_following", "truthfulness")}
-    return {"annotations": annotations, "critique": "Clear and correct.", "custom_system_prompt": "",
-            "fine-grained_score": overall / 2, "model": model, "overall_score": overall,
-            "principle": "helpfulness", "response": response}
+    annotations = {
+        aspect: {"Rating": rating, "Rationale": f"The {aspect} is rated {rating}."}
+        for aspect in ("helpfulness", "honesty", "instruction_following", "truthfulness")
+    }
+    return {
+        "annotations": annotations,
+        "critique": "Clear and correct.",
+        "custom_system_prompt": "",
+        "fine-grained_score": overall / 2,
+        "model": model,
+        "overall_score": overall,
+        "principle": "helpfulness",
+        "response": response,
+    }
 
 
 def _question(k: int) -> str:
@@ -62,14 +84,25 @@ def _question(k: int) -> str:
 
 
 def _replies(k: int) -> list[str]:
-    return [f"{TOPICS[k].capitalize()}, told by {model}: " + ("a clear and correct answer." if i == 0 else
-            "a fair answer." if i == 1 else "a confused answer.") for i, model in enumerate(MODELS)]
+    return [
+        f"{TOPICS[k].capitalize()}, told by {model}: "
+        + ("a clear and correct answer." if i == 0 else "a fair answer." if i == 1 else "a confused answer.")
+        for i, model in enumerate(MODELS)
+    ]
 
 
 def _ultrafeedback_rows() -> list[dict]:
-    return [{"source": "evol_instruct", "instruction": _question(k), "models": list(MODELS),
-             "completions": [_completion(m, r, s) for m, r, s in zip(MODELS, _replies(k), (9.0, 6.5, 3.0))],
-             "correct_answers": ["None"], "incorrect_answers": ["None"]} for k in range(len(TOPICS))]
+    return [
+        {
+            "source": "evol_instruct",
+            "instruction": _question(k),
+            "models": list(MODELS),
+            "completions": [_completion(m, r, s) for m, r, s in zip(MODELS, _replies(k), (9.0, 6.5, 3.0))],
+            "correct_answers": ["None"],
+            "incorrect_answers": ["None"],
+        }
+        for k in range(len(TOPICS))
+    ]
 
 
 def _people_lines() -> list[str]:
@@ -88,14 +121,21 @@ def _people_lines() -> list[str]:
 
 def _nectar_row() -> dict:
     """One berkeley-nest/Nectar row on a prompt no person ranked: GPT-4 again, sharing nothing with people."""
-    return {"prompt": "\n\nHuman: Name a word that rhymes with cat.\n\nAssistant: ",
-            "answers": [{"answer": "Hat.", "model": "gpt-4", "rank": 1.0},
-                        {"answer": "Dog.", "model": "llama-2-7b-chat", "rank": 2.0}],
-            "turns": 1, "num_responses": 2, "source": ["sharegpt"], "good_natured": True}
+    return {
+        "prompt": "\n\nHuman: Name a word that rhymes with cat.\n\nAssistant: ",
+        "answers": [
+            {"answer": "Hat.", "model": "gpt-4", "rank": 1.0},
+            {"answer": "Dog.", "model": "llama-2-7b-chat", "rank": 2.0},
+        ],
+        "turns": 1,
+        "num_responses": 2,
+        "source": ["sharegpt"],
+        "good_natured": True,
+    }
 
 
 def _imported_store(cli, sessions, tmp_path) -> dict[str, tuple[int, str, str]]:
-    """UltraFeedback rows, the people's rankings of the same prompts and a Nectar row; source -> (id, pseudonym, name)."""
+    """UltraFeedback rows, people's rankings of its prompts and a Nectar row; source -> (id, pseudonym, name)."""
     from sqlalchemy import select
 
     from preflab.db.models import Annotator, Ranking
@@ -107,17 +147,25 @@ def _imported_store(cli, sessions, tmp_path) -> dict[str, tuple[int, str, str]]:
     cli("import", "dataset", "--format", "nectar", nectar)
     cli("import", "rankings", write_lines(tmp_path / "people.jsonl", _people_lines()))
     with sessions.begin() as session:
-        return {source: (aid, pseudonym, name) for source, aid, pseudonym, name in session.execute(
-            select(Ranking.source, Annotator.id, Annotator.pseudonym, Annotator.name).distinct()
-            .join(Annotator, Annotator.id == Ranking.annotator_id).where(Annotator.kind == "ai"))}
+        return {
+            source: (aid, pseudonym, name)
+            for source, aid, pseudonym, name in session.execute(
+                select(Ranking.source, Annotator.id, Annotator.pseudonym, Annotator.name)
+                .distinct()
+                .join(Annotator, Annotator.id == Ranking.annotator_id)
+                .where(Annotator.kind == "ai")
+            )
+        }
 
 
 def test_imported_gpt4_ratings_are_judged_against_people_under_one_pseudonym(cli, sessions, tmp_path):
     import re
 
     annotators = _imported_store(cli, sessions, tmp_path)
-    (uf_id, uf_pseudonym, uf_name), (nectar_id, nectar_pseudonym, nectar_name) = \
-        annotators["import:ultrafeedback"], annotators["import:nectar"]
+    (uf_id, uf_pseudonym, uf_name), (nectar_id, nectar_pseudonym, nectar_name) = (
+        annotators["import:ultrafeedback"],
+        annotators["import:nectar"],
+    )
     shared = len(TOPICS)
 
     out = json.loads(cli("stats", "--judges", "--json").stdout)["judges"]
@@ -127,12 +175,16 @@ def test_imported_gpt4_ratings_are_judged_against_people_under_one_pseudonym(cli
     assert (gpt4["shared_prompts"], gpt4["shared_pairs"]) == (shared, 2 * 3 * shared)  # two people, three pairs each
     assert gpt4["agreement"] == (2 * 3 * shared - 3 * len(REVERSED_BY_BOB)) / (2 * 3 * shared)  # 42 of 48 pairs
     assert gpt4["agreement_low"] < gpt4["agreement"] <= gpt4["agreement_high"]
-    assert gpt4["kendall_tau"] == (2 * shared - 2 * len(REVERSED_BY_BOB)) / (2 * shared)      # 14 of +1, 2 of -1
+    assert gpt4["kendall_tau"] == (2 * shared - 2 * len(REVERSED_BY_BOB)) / (2 * shared)  # 14 of +1, 2 of -1
     assert gpt4["position_bias"] is None and gpt4["run_id"] is None and gpt4["name"] == uf_name
     assert (gpt4["model"], gpt4["source"], nectar["source"]) == (None, "import:ultrafeedback", "import:nectar")
     # A judge that shares no prompt with people is listed, with that said: no agreement, no interval.
-    assert (nectar["judge"], nectar["shared_prompts"], nectar["agreement"], nectar["agreement_low"]) == \
-        (nectar_pseudonym, 0, None, None)
+    assert (nectar["judge"], nectar["shared_prompts"], nectar["agreement"], nectar["agreement_low"]) == (
+        nectar_pseudonym,
+        0,
+        None,
+        None,
+    )
 
     lines = cli("stats", "--judges").stdout.splitlines()
     rows = {line.split()[0]: line for line in lines[2:4]}
@@ -148,8 +200,11 @@ def test_imported_gpt4_ratings_are_judged_against_people_under_one_pseudonym(cli
     assert [j["judge"] for j in report["judges"]] == [uf_pseudonym, nectar_pseudonym]
     judge = report["judges"][0]
     assert (judge["kind"], judge["model"], judge["imported"]) == ("import", "import:ultrafeedback", True)
-    assert (judge["human_agreement"], judge["human_agreement_low"], judge["human_agreement_high"]) == \
-        (gpt4["agreement"], gpt4["agreement_low"], gpt4["agreement_high"])
+    assert (judge["human_agreement"], judge["human_agreement_low"], judge["human_agreement_high"]) == (
+        gpt4["agreement"],
+        gpt4["agreement_low"],
+        gpt4["agreement_high"],
+    )
     html = page.read_text(encoding="utf-8")
     table = html.split('<table class="trust">')[1].split("</table>")[0]
     cells = dict(re.findall(r"<tr><td class=\"id\">([^<]+)</td>(.*?)</tr>", table, flags=re.S))

@@ -5,8 +5,14 @@ from pathlib import Path
 
 
 def ranking_line(prompt, responses, ranking, annotator="alice", kind="human", id=None, **extra):
-    record = {"prompt": prompt, "responses": responses, "ranking": ranking,
-              "annotator": annotator, "annotator_kind": kind, **extra}
+    record = {
+        "prompt": prompt,
+        "responses": responses,
+        "ranking": ranking,
+        "annotator": annotator,
+        "annotator_kind": kind,
+        **extra,
+    }
     if id is not None:
         record["id"] = id
     return json.dumps(record)

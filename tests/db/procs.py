@@ -34,8 +34,12 @@ TABLES = (Prompt, Candidate, Annotator, Ranking, RankingItem, RawRecord)
 
 def start(url: str, *args: str) -> subprocess.Popen:
     """Start `python -m preflab --database-url URL ARGS…` with its output captured."""
-    return subprocess.Popen([sys.executable, "-m", "preflab", "--database-url", url, *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "preflab", "--database-url", url, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 # A job's progress in a log (`preflab.console`): "importing r.jsonl: 150/1,500 (10%), 12s elapsed, about 1m 48s left".
@@ -46,8 +50,11 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]
     """(exit status, stdout, stderr) of a finished process; stderr without the progress lines a job says every
     10 s where stderr is no terminal (a slow machine makes some), so what is left is what went wrong."""
     out, err = proc.communicate(timeout=timeout)
-    return proc.returncode, out, "".join(line for line in err.splitlines(keepends=True)
-                                         if not PROGRESS.fullmatch(line.rstrip("\n")))
+    return (
+        proc.returncode,
+        out,
+        "".join(line for line in err.splitlines(keepends=True) if not PROGRESS.fullmatch(line.rstrip("\n"))),
+    )
 
 
 def run_ok(url: str, *args: str) -> dict:
@@ -101,15 +108,17 @@ def writes_held(url: str, procs_: list[subprocess.Popen]) -> Iterator[None]:
     conn = engine.connect()
     if engine.dialect.name == "postgresql":
         conn.execute(text("LOCK TABLE raw_records IN EXCLUSIVE MODE"))  # reads go on, writes wait
-        waiting = ("SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'raw_records'::regclass")
+        waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'raw_records'::regclass"
         yield
         wait_for(lambda: scalar(url, waiting) >= len(procs_), what="the writers to wait")
     else:
         conn.exec_driver_sql("BEGIN IMMEDIATE")  # SQLite's write lock; the writers wait in their busy handler
         yield
         database = str(Path(engine.url.database).resolve())
-        wait_for(lambda: all(any(os.path.realpath(fd) == database for fd in _open_files(p.pid)) for p in procs_),
-                 what="the writers to open the database")
+        wait_for(
+            lambda: all(any(os.path.realpath(fd) == database for fd in _open_files(p.pid)) for p in procs_),
+            what="the writers to open the database",
+        )
         time.sleep(1.0)  # from opening it to their first write is well under this
     conn.commit()
     conn.close()
@@ -140,8 +149,16 @@ def wait_for(condition, timeout: float = 120, what: str = "condition") -> None:
 
 def rankings_file(path: Path, numbers, bad: int = 0) -> Path:
     """Rankings of 3 responses numbered as given (each a distinct prompt), with `bad` unusable lines."""
-    lines = [ranking_line(f"prompt {i}", [f"a{i}", f"b{i}", f"c{i}"], [[0], [1, 2]] if i % 3 else [[2], [0], [1]],
-                          f"annotator {i % 5}", id=f"r{i}") for i in numbers]
+    lines = [
+        ranking_line(
+            f"prompt {i}",
+            [f"a{i}", f"b{i}", f"c{i}"],
+            [[0], [1, 2]] if i % 3 else [[2], [0], [1]],
+            f"annotator {i % 5}",
+            id=f"r{i}",
+        )
+        for i in numbers
+    ]
     for k in range(bad):
         lines.insert(len(lines) * (k + 1) // (bad + 1), f'{{"not": "a ranking {k}"}}')
     return write_lines(path, lines)
@@ -153,11 +170,11 @@ DANGLING = {
     "rankings.prompt_id": "SELECT count(*) FROM rankings WHERE prompt_id NOT IN (SELECT id FROM prompts)",
     "rankings.annotator_id": "SELECT count(*) FROM rankings WHERE annotator_id NOT IN (SELECT id FROM annotators)",
     "rankings.raw_record_id": "SELECT count(*) FROM rankings WHERE raw_record_id IS NOT NULL "
-                              "AND raw_record_id NOT IN (SELECT id FROM raw_records)",
+    "AND raw_record_id NOT IN (SELECT id FROM raw_records)",
     "candidates.prompt_id": "SELECT count(*) FROM candidates WHERE prompt_id NOT IN (SELECT id FROM prompts)",
     "ranking_items.ranking_id": "SELECT count(*) FROM ranking_items WHERE ranking_id NOT IN (SELECT id FROM rankings)",
     "ranking_items.candidate_id": "SELECT count(*) FROM ranking_items "
-                                  "WHERE candidate_id NOT IN (SELECT id FROM candidates)",
+    "WHERE candidate_id NOT IN (SELECT id FROM candidates)",
 }
 
 
@@ -172,14 +189,30 @@ def consistent(url: str) -> dict[str, int]:
     n = counts(url)
     assert dangling(url) == {}
     # every ranking is whole: one item per response, nothing half-written
-    assert scalar(url, "SELECT count(*) FROM (SELECT ranking_id FROM ranking_items GROUP BY ranking_id "
-                       "HAVING count(*) <> 3) AS t") == 0
+    assert (
+        scalar(
+            url,
+            "SELECT count(*) FROM (SELECT ranking_id FROM ranking_items GROUP BY ranking_id HAVING count(*) <> 3) AS t",
+        )
+        == 0
+    )
     assert n["ranking_items"] == 3 * n["rankings"]
     # no ranking twice, and every stored line that parsed has its ranking
-    assert scalar(url, "SELECT count(*) FROM (SELECT annotator_id, external_id FROM rankings "
-                       "GROUP BY annotator_id, external_id HAVING count(*) > 1) AS t") == 0
-    assert scalar(url, "SELECT count(*) FROM raw_records WHERE status = 'ok' AND id NOT IN "
-                       "(SELECT raw_record_id FROM rankings)") == 0
+    assert (
+        scalar(
+            url,
+            "SELECT count(*) FROM (SELECT annotator_id, external_id FROM rankings "
+            "GROUP BY annotator_id, external_id HAVING count(*) > 1) AS t",
+        )
+        == 0
+    )
+    assert (
+        scalar(
+            url,
+            "SELECT count(*) FROM raw_records WHERE status = 'ok' AND id NOT IN (SELECT raw_record_id FROM rankings)",
+        )
+        == 0
+    )
     assert scalar(url, "SELECT count(*) FROM prompts WHERE id NOT IN (SELECT prompt_id FROM rankings)") == 0
     return n
 
@@ -188,17 +221,26 @@ def pairs_consistent(url: str) -> int:
     """The comparisons are exactly those the newest build leaves, and that build's counts describe them."""
     builds = counts(url, (PairBuild, Comparison))
     assert builds["pair_builds"] >= 1
-    [(latest, n_rankings, n_pairs)] = rows(url, "SELECT id, n_rankings, n_pairs FROM pair_builds "
-                                                "ORDER BY id DESC LIMIT 1")
+    [(latest, n_rankings, n_pairs)] = rows(
+        url, "SELECT id, n_rankings, n_pairs FROM pair_builds ORDER BY id DESC LIMIT 1"
+    )
     assert builds["comparisons"] == n_pairs
     # Incremental builds keep unchanged rankings' pairs: every pair is of a ranking the
     # comparisons hold (rankings.in_pairs), written by the newest build or an earlier one.
     assert scalar(url, f"SELECT count(*) FROM comparisons WHERE build_id > {int(latest)}") == 0
-    assert scalar(url, "SELECT count(*) FROM comparisons WHERE ranking_id NOT IN "
-                       "(SELECT id FROM rankings WHERE in_pairs)") == 0
+    assert (
+        scalar(url, "SELECT count(*) FROM comparisons WHERE ranking_id NOT IN (SELECT id FROM rankings WHERE in_pairs)")
+        == 0
+    )
     assert scalar(url, "SELECT count(*) FROM rankings WHERE in_pairs") == n_rankings
     assert scalar(url, "SELECT count(DISTINCT ranking_id) FROM comparisons") == n_rankings
     # each ranking of the files above yields 2 pairs ([[0], [1, 2]]) or 3 ([[2], [0], [1]])
-    assert scalar(url, "SELECT count(*) FROM (SELECT ranking_id FROM comparisons GROUP BY ranking_id "
-                       "HAVING count(*) NOT IN (2, 3)) AS t") == 0
+    assert (
+        scalar(
+            url,
+            "SELECT count(*) FROM (SELECT ranking_id FROM comparisons GROUP BY ranking_id "
+            "HAVING count(*) NOT IN (2, 3)) AS t",
+        )
+        == 0
+    )
     return n_pairs

@@ -21,14 +21,23 @@ def test_rows_get_python_defaults_and_keep_json_and_timestamps(sessions):
     with sessions.begin() as s:
         insert_rows(s, Prompt.__table__, [{"text": "P", "content_hash": "p"}])
         pid = s.scalar(select(Prompt.id))
-        insert_rows(s, Candidate.__table__, [
-            {"prompt_id": pid, "text": "A", "content_hash": "a", "sampling": {"temperature": 0.7, "stop": ["\n"]}},
-            {"prompt_id": pid, "text": "B", "content_hash": "b", "sampling": None}])
+        insert_rows(
+            s,
+            Candidate.__table__,
+            [
+                {"prompt_id": pid, "text": "A", "content_hash": "a", "sampling": {"temperature": 0.7, "stop": ["\n"]}},
+                {"prompt_id": pid, "text": "B", "content_hash": "b", "sampling": None},
+            ],
+        )
         insert_rows(s, Annotator.__table__, [{"kind": "human", "name": "alice", "pseudonym": "human-1"}])
-        insert_rows(s, RawRecord.__table__, [
-            {"source": "test", "payload": "{}", "payload_hash": "x", "received_at": received}])
-        insert_rows(s, Ranking.__table__, [
-            {"prompt_id": pid, "annotator_id": s.scalar(select(Annotator.id)), "source": "test", "external_id": "r1"}])
+        insert_rows(
+            s, RawRecord.__table__, [{"source": "test", "payload": "{}", "payload_hash": "x", "received_at": received}]
+        )
+        insert_rows(
+            s,
+            Ranking.__table__,
+            [{"prompt_id": pid, "annotator_id": s.scalar(select(Annotator.id)), "source": "test", "external_id": "r1"}],
+        )
         insert_rows(s, Prompt.__table__, [])
     with sessions.begin() as s:
         a, b = s.scalars(select(Candidate).order_by(Candidate.content_hash))
@@ -43,25 +52,36 @@ def test_rows_get_python_defaults_and_keep_json_and_timestamps(sessions):
 
 def test_appended_json_reads_back_as_the_value_written(sessions):
     # append_rows writes JSON columns as orjson's text: the same values come back, on both databases
-    messages = [{"role": "user", "content": "مرحبا 你好 🙂 \"quoted\"\n"}, {"role": "assistant", "content": "x"}]
+    messages = [{"role": "user", "content": 'مرحبا 你好 🙂 "quoted"\n'}, {"role": "assistant", "content": "x"}]
     sampling = {"temperature": 0.7, "nan": float("nan"), "nested": {"list": [1, 2.5, None, True]}}
     with sessions.begin() as s:
         (pid,) = append_rows(s, Prompt.__table__, [{"text": "P", "content_hash": "p", "messages": messages}])
-        append_rows(s, Candidate.__table__, [{"prompt_id": pid, "text": "A", "content_hash": "a", "sampling": sampling},
-                                             {"prompt_id": pid, "text": "B", "content_hash": "b",
-                                              "sampling": {"seed": 2**70}}])
+        append_rows(
+            s,
+            Candidate.__table__,
+            [
+                {"prompt_id": pid, "text": "A", "content_hash": "a", "sampling": sampling},
+                {"prompt_id": pid, "text": "B", "content_hash": "b", "sampling": {"seed": 2**70}},
+            ],
+        )
     with sessions.begin() as s:
         assert s.scalar(select(Prompt.messages)) == messages
         # NaN, which is not JSON, is stored as null; an integer past 64 bits goes the standard library's way
         assert list(s.scalars(select(Candidate.sampling).order_by(Candidate.content_hash))) == [
-            {**sampling, "nan": None}, {"seed": 2**70}]
+            {**sampling, "nan": None},
+            {"seed": 2**70},
+        ]
 
 
 def test_conflict_skips_rows_that_exist_and_a_plain_insert_refuses_them(sessions):
     with sessions.begin() as s:
         insert_rows(s, Prompt.__table__, [{"text": "first", "content_hash": "h"}], ["content_hash"])
-        insert_rows(s, Prompt.__table__, [{"text": "second", "content_hash": "h"},
-                                          {"text": "other", "content_hash": "k"}], ["content_hash"])
+        insert_rows(
+            s,
+            Prompt.__table__,
+            [{"text": "second", "content_hash": "h"}, {"text": "other", "content_hash": "k"}],
+            ["content_hash"],
+        )
     with sessions.begin() as s:
         assert dict(s.execute(select(Prompt.content_hash, Prompt.text)).all()) == {"h": "first", "k": "other"}
     with pytest.raises(IntegrityError), sessions.begin() as s:
@@ -91,7 +111,7 @@ def test_lookup_sees_pending_objects_and_converts_what_sqlalchemy_converts(sessi
     with sessions.begin() as s:
         s.add(RawRecord(source="test", payload="{}", payload_hash="x", received_at=received))
         # Integers and strings: from the driver's cursor, after the pending row is flushed.
-        (rid, payload_hash), = lookup(s, RawRecord.__table__, ("id", "payload_hash"), "payload_hash", ["x"])
+        ((rid, payload_hash),) = lookup(s, RawRecord.__table__, ("id", "payload_hash"), "payload_hash", ["x"])
         # A timestamp: through SQLAlchemy, which turns SQLite's text into a datetime.
         (when,) = lookup(s, RawRecord.__table__, ("received_at",), "id", [rid])[0]
         assert payload_hash == "x" and isinstance(rid, int) and utc(when) == received
@@ -115,14 +135,25 @@ def test_appended_rows_read_back_as_inserted_ones_whatever_the_values(sessions, 
         return oids
 
     monkeypatch.setattr(bulk, "_binary_oids", chosen)
-    texts = ["tab\there, line\nthere, back\\slash", "مرحبا 你好 🙂 \"q\"", "x" * 20_000, ""]
-    first = [{"prompt_id": 7, "annotator_id": 3, "source": "import:test", "external_id": f"e{i}", "n_tiers": i,
-              "same_as_shown": i % 2 == 0, "lead_time": [1.5, None, 2, 0.0][i], "judge_run": text[:100],
-              "details": [{"scores": [1, 2.5, None]}, None, {"text": text}, {"text": text}][i],
-              "created_at": datetime(2025, 3, 4, 5, 6, i, tzinfo=timezone(timedelta(hours=i)))}
-             for i, text in enumerate(texts)]
-    second = [{**row, "external_id": 100 + i, "created_at": datetime(2025, 3, 4, 5, 6, i)}
-              for i, row in enumerate(first)]
+    texts = ["tab\there, line\nthere, back\\slash", 'مرحبا 你好 🙂 "q"', "x" * 20_000, ""]
+    first = [
+        {
+            "prompt_id": 7,
+            "annotator_id": 3,
+            "source": "import:test",
+            "external_id": f"e{i}",
+            "n_tiers": i,
+            "same_as_shown": i % 2 == 0,
+            "lead_time": [1.5, None, 2, 0.0][i],
+            "judge_run": text[:100],
+            "details": [{"scores": [1, 2.5, None]}, None, {"text": text}, {"text": text}][i],
+            "created_at": datetime(2025, 3, 4, 5, 6, i, tzinfo=timezone(timedelta(hours=i))),
+        }
+        for i, text in enumerate(texts)
+    ]
+    second = [
+        {**row, "external_id": 100 + i, "created_at": datetime(2025, 3, 4, 5, 6, i)} for i, row in enumerate(first)
+    ]
     results = []
     for how in ("append", "insert"):
         with sessions.begin() as s:
@@ -133,9 +164,20 @@ def test_appended_rows_read_back_as_inserted_ones_whatever_the_values(sessions, 
                 else:
                     insert_rows(s, Ranking.__table__, rows)
         with sessions.begin() as s:
-            results.append([(r.external_id, r.n_tiers, r.same_as_shown, r.lead_time, r.judge_run, r.details,
-                             utc(r.created_at) if r.created_at.tzinfo else r.created_at)
-                            for r in s.scalars(select(Ranking).where(Ranking.source == how).order_by(Ranking.id))])
+            results.append(
+                [
+                    (
+                        r.external_id,
+                        r.n_tiers,
+                        r.same_as_shown,
+                        r.lead_time,
+                        r.judge_run,
+                        r.details,
+                        utc(r.created_at) if r.created_at.tzinfo else r.created_at,
+                    )
+                    for r in s.scalars(select(Ranking).where(Ranking.source == how).order_by(Ranking.id))
+                ]
+            )
     assert results[0] == results[1]
     assert [row[0] for row in results[0]] == ["e0", "e1", "e2", "e3", "100", "101", "102", "103"]
     postgres = sessions.kw["bind"].dialect.name == "postgresql"

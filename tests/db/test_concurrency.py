@@ -67,14 +67,14 @@ def test_two_imports_of_overlapping_files_at_once(db_url, other_url, tmp_path):
     # the two writers insert the same rows at the same moment, in opposite lock orders,
     # which is how unique-key races and deadlocks arise.
     shuffled = [n for start_ in range(0, 400, 200) for n in reversed(range(start_, start_ + 200))]
-    a = rankings_file(tmp_path / "a.jsonl", range(0, 800), bad=3)
+    a = rankings_file(tmp_path / "a.jsonl", range(800), bad=3)
     b = rankings_file(tmp_path / "b.jsonl", shuffled + list(range(800, 1200)), bad=3)
     batch = ("--batch-lines", "200")
     procs = []
     with writes_held(db_url, procs):
         procs.extend(start(db_url, "import", "rankings", str(path), "--json", *batch) for path in (a, b))
     results = [finish(p) for p in procs]
-    for code, out, err in results:
+    for code, _out, err in results:
         assert code == 0 and "Error" not in err and "Traceback" not in err, err
     first, second = (json.loads(out) for _, out, _ in results)
     for summary in (first, second):
@@ -129,8 +129,10 @@ def test_kill_9_mid_import_leaves_whole_batches_and_a_rerun_completes(db_url, ot
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     if url != db_url:  # a COMMIT sent just before the kill may still complete: wait for its backend to end
-        wait_for(lambda: not rows(db_url, f"SELECT pid FROM pg_stat_activity WHERE application_name = '{name}'"),
-                 what="the killed import's connection to end")
+        wait_for(
+            lambda: not rows(db_url, f"SELECT pid FROM pg_stat_activity WHERE application_name = '{name}'"),
+            what="the killed import's connection to end",
+        )
     killed = consistent(db_url)
     assert killed["rankings"] % 50 == 0 and 150 <= killed["rankings"] < 2000  # whole batches only
     assert killed["raw_records"] == killed["rankings"]
@@ -151,10 +153,16 @@ def test_import_survives_the_server_dropping_its_connection(postgres_url, tmp_pa
     wait_for(lambda: counts(postgres_url)["rankings"] >= 100, what="two batches")
     dropped = 0
     for _ in range(2):  # drop it twice, a little apart
-        dropped += len(rows(postgres_url, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                          f"WHERE application_name = '{name}'"))
-        wait_for(lambda: proc.poll() is not None or counts(postgres_url)["rankings"] >= 500 * (dropped + 1),
-                 what="more batches")
+        dropped += len(
+            rows(
+                postgres_url,
+                f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '{name}'",
+            )
+        )
+        wait_for(
+            lambda: proc.poll() is not None or counts(postgres_url)["rankings"] >= 500 * (dropped + 1),  # noqa: B023 (called within this iteration)
+            what="more batches",
+        )
     code, out, err = finish(proc)
     assert code == 0 and not err.strip(), err
     summary = json.loads(out)

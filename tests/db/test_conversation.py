@@ -6,8 +6,18 @@ import pytest
 from alembic import command
 from sqlalchemy import insert, select
 
-from preflab.db.conversation import (prompt_columns, prompt_hash, prompt_messages, reply_columns, reply_hash,
-                                     reply_messages, shared_prefix, stored_prompt, stored_reply, transcript)
+from preflab.db.conversation import (
+    prompt_columns,
+    prompt_hash,
+    prompt_messages,
+    reply_columns,
+    reply_hash,
+    reply_messages,
+    shared_prefix,
+    stored_prompt,
+    stored_reply,
+    transcript,
+)
 from preflab.db.engine import alembic_config, make_engine, open_database, session_factory, upgrade
 from preflab.db.ingest.lines import Invalid
 from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawRecord
@@ -44,8 +54,14 @@ def test_a_conversation_is_stored_with_its_messages_and_its_last_user_turn_as_te
 
 
 def test_a_reply_of_several_turns_keeps_them():
-    turns = reply_messages([{"role": "assistant", "content": "A."}, {"role": "user", "content": "More?"},
-                            {"role": "assistant", "content": "B."}], "r")
+    turns = reply_messages(
+        [
+            {"role": "assistant", "content": "A."},
+            {"role": "user", "content": "More?"},
+            {"role": "assistant", "content": "B."},
+        ],
+        "r",
+    )
     columns = reply_columns(turns)
     assert columns["messages"] == turns and columns["text"] == "Assistant: A.\n\nUser: More?\n\nAssistant: B."
     assert stored_reply(columns["text"], columns["messages"]) == turns
@@ -58,19 +74,29 @@ def test_unknown_keys_are_not_modelled():
     assert turns == [{"role": "user", "content": "Hi"}]
 
 
-@pytest.mark.parametrize("value, reason", [
-    ([], "'prompt' must be a non-empty string or a non-empty list of messages"),
-    ("   ", "'prompt' must be a non-empty string or a non-empty list of messages"),
-    ([{"role": "bot", "content": "x"}], "'prompt'[0] has an unknown role 'bot' (expected system, user or assistant)"),
-    ([{"content": "x"}], "'prompt'[0] has no role (expected system, user or assistant)"),
-    ([{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
-     "'prompt' ends with an assistant turn; a prompt ends with the user's message"),
-    ([{"role": "system", "content": "x"}, {"role": "user", "content": 3}],
-     "'prompt'[1] 'content' must be a string, not int"),
-    ([{"role": "user"}], "'prompt'[0] 'content' must be a string, not missing"),
-    (["hello"], "'prompt'[0] is str, not a message (an object with 'role' and 'content')"),
-    ([{"role": "user", "content": " "}], "'prompt'[0] (the last user turn) is empty"),
-])
+@pytest.mark.parametrize(
+    "value, reason",
+    [
+        ([], "'prompt' must be a non-empty string or a non-empty list of messages"),
+        ("   ", "'prompt' must be a non-empty string or a non-empty list of messages"),
+        (
+            [{"role": "bot", "content": "x"}],
+            "'prompt'[0] has an unknown role 'bot' (expected system, user or assistant)",
+        ),
+        ([{"content": "x"}], "'prompt'[0] has no role (expected system, user or assistant)"),
+        (
+            [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}],
+            "'prompt' ends with an assistant turn; a prompt ends with the user's message",
+        ),
+        (
+            [{"role": "system", "content": "x"}, {"role": "user", "content": 3}],
+            "'prompt'[1] 'content' must be a string, not int",
+        ),
+        ([{"role": "user"}], "'prompt'[0] 'content' must be a string, not missing"),
+        (["hello"], "'prompt'[0] is str, not a message (an object with 'role' and 'content')"),
+        ([{"role": "user", "content": " "}], "'prompt'[0] (the last user turn) is empty"),
+    ],
+)
 def test_a_malformed_prompt_names_the_field_and_index(value, reason):
     with pytest.raises(Invalid) as caught:
         prompt_messages(value)
@@ -83,22 +109,29 @@ def test_a_reply_starts_and_ends_with_the_assistant():
 
 
 def test_shared_prefix():
-    assert shared_prefix(HISTORY, HISTORY[:2] + [{"role": "assistant", "content": "Other."}]) == 2
+    assert shared_prefix(HISTORY, [*HISTORY[:2], {"role": "assistant", "content": "Other."}]) == 2
     assert shared_prefix(HISTORY, HISTORY) == 4
 
 
 # --- every way in: import rankings and import prompts --------------------------------------
 
+
 def test_import_rankings_takes_conversations_and_quarantines_malformed_ones(cli, db_url, tmp_path):
-    multi = [{"role": "assistant", "content": "A tuple is fixed."}, {"role": "user", "content": "Example?"},
-             {"role": "assistant", "content": "(1, 2)."}]
-    path = write_lines(tmp_path / "r.jsonl", [
-        ranking_line(HISTORY, ["An immutable list.", multi, "No idea."], [[1], [0], [2]], id="c1"),
-        ranking_line("What is a list?", ["An ordered collection.", "A set."], [0, 1], id="p1"),
-        ranking_line(HISTORY[:3], ["x", "y"], [0, 1], id="bad-end"),
-        ranking_line(HISTORY, ["x", [{"role": "assistant", "content": 5}]], [0, 1], id="bad-content"),
-        ranking_line([{"role": "robot", "content": "hi"}], ["x", "y"], [0, 1], id="bad-role"),
-    ])
+    multi = [
+        {"role": "assistant", "content": "A tuple is fixed."},
+        {"role": "user", "content": "Example?"},
+        {"role": "assistant", "content": "(1, 2)."},
+    ]
+    path = write_lines(
+        tmp_path / "r.jsonl",
+        [
+            ranking_line(HISTORY, ["An immutable list.", multi, "No idea."], [[1], [0], [2]], id="c1"),
+            ranking_line("What is a list?", ["An ordered collection.", "A set."], [0, 1], id="p1"),
+            ranking_line(HISTORY[:3], ["x", "y"], [0, 1], id="bad-end"),
+            ranking_line(HISTORY, ["x", [{"role": "assistant", "content": 5}]], [0, 1], id="bad-content"),
+            ranking_line([{"role": "robot", "content": "hi"}], ["x", "y"], [0, 1], id="bad-role"),
+        ],
+    )
     result = cli("import", "rankings", str(path), "--json")
     summary = json.loads(result.output)
     assert (summary["imported"], summary["quarantined"]) == (2, 3)
@@ -110,8 +143,9 @@ def test_import_rankings_takes_conversations_and_quarantines_malformed_ones(cli,
         reasons = sorted(session.scalars(select(RawRecord.reason).where(RawRecord.reason.is_not(None))))
         prompts = {p.text: p for p in session.scalars(select(Prompt))}
         conversation = prompts["And a tuple?"]
-        candidates = {c.text: c for c in session.scalars(select(Candidate).where(
-            Candidate.prompt_id == conversation.id))}
+        candidates = {
+            c.text: c for c in session.scalars(select(Candidate).where(Candidate.prompt_id == conversation.id))
+        }
         ranking = session.scalars(select(Ranking).where(Ranking.external_id == "c1")).one()
         tiers = [[session.get(Candidate, cid).text for cid in tier] for tier in ranking.tiers()]
     assert reasons == [
@@ -128,8 +162,9 @@ def test_import_rankings_takes_conversations_and_quarantines_malformed_ones(cli,
 
 
 def test_import_prompts_takes_conversations(cli, db_url, tmp_path):
-    path = write_lines(tmp_path / "p.jsonl", [json.dumps({"prompt": HISTORY}),
-                                              json.dumps({"prompt": "Plain?", "responses": ["Yes."]})])
+    path = write_lines(
+        tmp_path / "p.jsonl", [json.dumps({"prompt": HISTORY}), json.dumps({"prompt": "Plain?", "responses": ["Yes."]})]
+    )
     summary = json.loads(cli("import", "prompts", str(path), "--json").output)
     assert summary["imported"] == 2
     with session_factory(open_database(db_url))() as session:
@@ -139,18 +174,24 @@ def test_import_prompts_takes_conversations(cli, db_url, tmp_path):
 
 # --- the migration converts a store holding data --------------------------------------------
 
+
 @pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_the_migration_keeps_every_id_of_a_store_made_before_conversations(backend, tmp_path, request):
-    url = (f"sqlite:///{tmp_path / 'old.db'}" if backend == "sqlite"
-           else request.getfixturevalue("empty_postgres_url"))
+    url = f"sqlite:///{tmp_path / 'old.db'}" if backend == "sqlite" else request.getfixturevalue("empty_postgres_url")
     engine = make_engine(url)
     command.upgrade(alembic_config(engine), "0008")
     with engine.begin() as conn:  # a store as preflab wrote it before conversations (no messages column)
-        conn.execute(insert(Prompt.__table__), [
-            {"id": 7, "text": "What is recursion?", "content_hash": content_hash("What is recursion?")}])
-        conn.execute(insert(Candidate.__table__), [
-            {"id": cid, "prompt_id": 7, "text": text, "content_hash": content_hash(text)}
-            for cid, text in ((11, "A function calling itself."), (12, "A loop."))])
+        conn.execute(
+            insert(Prompt.__table__),
+            [{"id": 7, "text": "What is recursion?", "content_hash": content_hash("What is recursion?")}],
+        )
+        conn.execute(
+            insert(Candidate.__table__),
+            [
+                {"id": cid, "prompt_id": 7, "text": text, "content_hash": content_hash(text)}
+                for cid, text in ((11, "A function calling itself."), (12, "A loop."))
+            ],
+        )
     upgrade(engine)
     sessions = session_factory(open_database(url))
     with sessions() as session:
@@ -159,8 +200,9 @@ def test_the_migration_keeps_every_id_of_a_store_made_before_conversations(backe
         assert stored_prompt(prompt.text, prompt.messages) == [{"role": "user", "content": "What is recursion?"}]
         assert [c.messages for c in prompt.candidates] == [None, None]
     # A ranking of the same prompt and replies, imported after the migration, lands on the old rows.
-    path = write_lines(tmp_path / "r.jsonl", [
-        ranking_line("What is recursion?", ["A function calling itself.", "A loop."], [0, 1])])
+    path = write_lines(
+        tmp_path / "r.jsonl", [ranking_line("What is recursion?", ["A function calling itself.", "A loop."], [0, 1])]
+    )
     from click.testing import CliRunner
 
     from preflab.cli import cli

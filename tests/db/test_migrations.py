@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import make_url
 
-from preflab.db.engine import current_revision, dispose_all, head_revision, make_engine, open_database, upgrade
 from preflab.db import requests as _requests  # noqa: F401  (its table is on Base's metadata)
+from preflab.db.engine import current_revision, dispose_all, head_revision, make_engine, open_database, upgrade
 from preflab.db.models import Base
 
 
@@ -116,8 +116,7 @@ def test_fresh_postgres_is_not_migrated_on_open_and_db_upgrade_migrates_it(empty
     result = run(url, "stats")
     assert result.exit_code == 1 and "Traceback" not in result.output
     shown = make_url(url).set(drivername="postgresql").render_as_string(hide_password=True)
-    assert result.output == (f'Error: the database at {shown} has no preflab schema yet: '
-                             'run "preflab db upgrade"\n')
+    assert result.output == (f'Error: the database at {shown} has no preflab schema yet: run "preflab db upgrade"\n')
     assert "s3cret-pw" not in result.output
     assert stored_revision(url) is None
     engine = make_engine(url)
@@ -181,8 +180,16 @@ def test_migrating_a_filled_store_keeps_every_row(cli, db_url, sample_rankings):
     cli("import", "rankings", sample_rankings)
     cli("pairs", "build")
     engine = make_engine(db_url)
-    tables = ("prompts", "candidates", "annotators", "raw_records", "rankings", "ranking_items", "pair_builds",
-              "comparisons")
+    tables = (
+        "prompts",
+        "candidates",
+        "annotators",
+        "raw_records",
+        "rankings",
+        "ranking_items",
+        "pair_builds",
+        "comparisons",
+    )
 
     def counts():
         with engine.connect() as conn:
@@ -212,8 +219,9 @@ def test_raw_payloads_are_lz4_compressed_on_postgres_and_back_to_the_default_bel
     from preflab.db.engine import alembic_config
 
     engine = make_engine(postgres_url)
-    query = text("SELECT attcompression FROM pg_attribute "
-                 "WHERE attrelid = 'raw_records'::regclass AND attname = 'payload'")
+    query = text(
+        "SELECT attcompression FROM pg_attribute WHERE attrelid = 'raw_records'::regclass AND attname = 'payload'"
+    )
     with engine.connect() as conn:
         assert conn.execute(query).scalar() == "l"
     command.downgrade(alembic_config(engine), "0005")
@@ -235,10 +243,17 @@ def test_ranking_items_are_clustered_by_ranking_from_0008_and_not_below(cli, db_
     def shape():
         with engine.connect() as conn:
             indexes = {i["name"] for t in ("ranking_items", "candidates") for i in inspect(conn).get_indexes(t)}
-            rows = conn.execute(text("SELECT ranking_id, candidate_id, tier, shown_position, score "
-                                     "FROM ranking_items ORDER BY ranking_id, candidate_id")).all()
-            clustered = (engine.dialect.name == "sqlite" and "WITHOUT ROWID" in conn.execute(
-                text("SELECT sql FROM sqlite_master WHERE name = 'ranking_items'")).scalar())
+            rows = conn.execute(
+                text(
+                    "SELECT ranking_id, candidate_id, tier, shown_position, score "
+                    "FROM ranking_items ORDER BY ranking_id, candidate_id"
+                )
+            ).all()
+            clustered = (
+                engine.dialect.name == "sqlite"
+                and "WITHOUT ROWID"
+                in conn.execute(text("SELECT sql FROM sqlite_master WHERE name = 'ranking_items'")).scalar()
+            )
         return indexes & {"ix_ranking_items_ranking_tier", "ix_candidates_prompt_id"}, clustered, rows
 
     indexes, clustered, rows = shape()
@@ -261,10 +276,17 @@ def test_ranking_items_name_their_model_from_0011_and_stay_clustered_below_it(cl
     def shape():
         with engine.connect() as conn:
             columns = {c["name"] for c in inspect(conn).get_columns("ranking_items")}
-            rows = conn.execute(text("SELECT ranking_id, candidate_id, tier, shown_position, score "
-                                     "FROM ranking_items ORDER BY ranking_id, candidate_id")).all()
-            clustered = (engine.dialect.name == "sqlite" and "WITHOUT ROWID" in conn.execute(
-                text("SELECT sql FROM sqlite_master WHERE name = 'ranking_items'")).scalar())
+            rows = conn.execute(
+                text(
+                    "SELECT ranking_id, candidate_id, tier, shown_position, score "
+                    "FROM ranking_items ORDER BY ranking_id, candidate_id"
+                )
+            ).all()
+            clustered = (
+                engine.dialect.name == "sqlite"
+                and "WITHOUT ROWID"
+                in conn.execute(text("SELECT sql FROM sqlite_master WHERE name = 'ranking_items'")).scalar()
+            )
         return "model" in columns, clustered, rows
 
     with engine.connect() as conn:

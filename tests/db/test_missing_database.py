@@ -43,8 +43,10 @@ def test_a_read_on_a_database_that_does_not_exist_creates_nothing(args, how, tmp
         monkeypatch.setenv("PREFLAB_DATABASE_URL", url)
         result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1, result.output
-    assert result.output == (f"Error: there is no preflab database at {missing}: check --database-url or "
-                             f"PREFLAB_DATABASE_URL (commands that write, such as `preflab import`, create it)\n")
+    assert result.output == (
+        f"Error: there is no preflab database at {missing}: check --database-url or "
+        f"PREFLAB_DATABASE_URL (commands that write, such as `preflab import`, create it)\n"
+    )
     assert sorted(tmp_path.rglob("*")) == before  # no folder, no file, no export
 
 
@@ -85,8 +87,9 @@ def test_postgres_urls_are_postgresql(postgres_url, sample_rankings):
 
 def test_no_lock_file_is_left_beside_a_new_sqlite_database(tmp_path, monkeypatch, sample_rankings):
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli, ["--database-url", "sqlite:///relative.db", "import", "rankings",
-                                      str(sample_rankings)])
+    result = CliRunner().invoke(
+        cli, ["--database-url", "sqlite:///relative.db", "import", "rankings", str(sample_rankings)]
+    )
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("relative.db-")) == ["relative.db"]
     assert not os.path.exists(tmp_path / "relative.db.migrate-lock")

@@ -12,11 +12,10 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Prompt
 from preflab.db import overlap
+from preflab.db.models import Prompt
 from preflab.db.overlap import aside, commit_behind
 from preflab.db.store import content_hash, ensure_prompts
-
 
 sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 
@@ -75,8 +74,9 @@ def test_a_failed_write_is_rolled_back_and_stops_after_the_batch_before_commits(
 
     done = []
     with pytest.raises(RuntimeError):
-        commit_behind(sessions, iter([["x"], ["boom"], ["never"]]), write,
-                      lambda batch, result, retries: done.append(batch))
+        commit_behind(
+            sessions, iter([["x"], ["boom"], ["never"]]), write, lambda batch, result, retries: done.append(batch)
+        )
     assert done == [["x"]]
     assert _stored(sessions) == ["x"]
 
@@ -118,8 +118,12 @@ def test_a_write_that_lost_a_race_is_run_again_as_a_whole(sessions):
         return n
 
     done = []
-    commit_behind(sessions, iter([["first"], ["raced"], ["last"]]), write,
-                  lambda batch, result, retries: done.append((batch, retries)))
+    commit_behind(
+        sessions,
+        iter([["first"], ["raced"], ["last"]]),
+        write,
+        lambda batch, result, retries: done.append((batch, retries)),
+    )
     assert done == [(["first"], 0), (["raced"], 1), (["last"], 0)]
     with sessions() as session:
         assert session.scalar(select(func.count()).select_from(Prompt)) == 3

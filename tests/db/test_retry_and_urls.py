@@ -62,16 +62,29 @@ def test_other_database_errors_are_not_retried(sessions):
     assert len(attempts) == 1 and not isinstance(raised.value, DatabaseError)
 
 
-@pytest.mark.parametrize("url, message", [
-    ("mysql://admin:hunter2@db.example/prefs",
-     "preflab stores its data in SQLite or PostgreSQL, and cannot use mysql://admin:***@db.example/prefs"),
-    ("postgresql+asyncpg://admin:hunter2@localhost/prefs",
-     "preflab stores its data in SQLite or PostgreSQL, and cannot use postgresql+asyncpg://admin:***@localhost/prefs"),
-    ("not a url", "'not a url' is not a database URL"),
-    ("postgresql://admin:hunter2@localhost:port/prefs", "'postgresql://admin:***@localhost:port/prefs' is not a database URL"),
-    ("postgresql://admin:hunter2@127.0.0.1:1/prefs", "cannot open the database at postgresql://admin:***@127.0.0.1:1/prefs"),
-    ("sqlite:////proc/preflab/db.sqlite", "there is no preflab database at /proc/preflab/db.sqlite"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        (
+            "mysql://admin:hunter2@db.example/prefs",
+            "preflab stores its data in SQLite or PostgreSQL, and cannot use mysql://admin:***@db.example/prefs",
+        ),
+        (
+            "postgresql+asyncpg://admin:hunter2@localhost/prefs",
+            "preflab stores its data in SQLite or PostgreSQL, and cannot use postgresql+asyncpg://admin:***@localhost/prefs",
+        ),
+        ("not a url", "'not a url' is not a database URL"),
+        (
+            "postgresql://admin:hunter2@localhost:port/prefs",
+            "'postgresql://admin:***@localhost:port/prefs' is not a database URL",
+        ),
+        (
+            "postgresql://admin:hunter2@127.0.0.1:1/prefs",
+            "cannot open the database at postgresql://admin:***@127.0.0.1:1/prefs",
+        ),
+        ("sqlite:////proc/preflab/db.sqlite", "there is no preflab database at /proc/preflab/db.sqlite"),
+    ],
+)
 def test_a_database_url_preflab_cannot_use_is_one_sentence(url, message, monkeypatch):
     for args, env in (((["--database-url", url]), {}), ([], {"PREFLAB_DATABASE_URL": url})):
         for name, value in env.items():

@@ -13,16 +13,24 @@ from preflab.db.store import payload_hash, quarantine, store_raw
 def test_append_rows_returns_the_ids_in_order_with_defaults_filled(sessions):
     with sessions.begin() as s:
         prompt_ids = append_rows(s, Prompt.__table__, [{"text": f"p{i}", "content_hash": f"h{i}"} for i in range(3)])
-        cand_ids = append_rows(s, Candidate.__table__, [
-            {"prompt_id": pid, "text": f"c{pid}", "content_hash": "x", "sampling": {"t": 0.7} if n else None}
-            for n, pid in enumerate(prompt_ids)])
+        cand_ids = append_rows(
+            s,
+            Candidate.__table__,
+            [
+                {"prompt_id": pid, "text": f"c{pid}", "content_hash": "x", "sampling": {"t": 0.7} if n else None}
+                for n, pid in enumerate(prompt_ids)
+            ],
+        )
     with sessions.begin() as s:
         prompts = {p.id: p for p in s.scalars(select(Prompt))}
         assert [prompts[i].text for i in prompt_ids] == ["p0", "p1", "p2"]
         assert all(p.created_at is not None for p in prompts.values())
         candidates = {c.id: c for c in s.scalars(select(Candidate))}
         assert [(candidates[i].prompt_id, candidates[i].sampling) for i in cand_ids] == [
-            (prompt_ids[0], None), (prompt_ids[1], {"t": 0.7}), (prompt_ids[2], {"t": 0.7})]
+            (prompt_ids[0], None),
+            (prompt_ids[1], {"t": 0.7}),
+            (prompt_ids[2], {"t": 0.7}),
+        ]
         assert {c.created_at for c in candidates.values()} != {None}
 
 

@@ -16,9 +16,12 @@ from tests.labelling.ls_fixtures import (  # noqa: F401  (fixtures)
 def pytest_collection_finish(session):
     # Label Studio takes minutes to migrate a fresh database: start it now, so it
     # gets ready while the tests before the first one that needs it run.
-    if (uses_label_studio(session.items) and not session.config.option.collectonly
-            and not os.environ.get("PREFLAB_TEST_LABEL_STUDIO_URL")
-            and os.access(label_studio_bin_path(), os.X_OK)):  # else the fixture fails with the reason
+    if (
+        uses_label_studio(session.items)
+        and not session.config.option.collectonly
+        and not os.environ.get("PREFLAB_TEST_LABEL_STUDIO_URL")
+        and os.access(label_studio_bin_path(), os.X_OK)
+    ):  # else the fixture fails with the reason
         start_server()
 
 

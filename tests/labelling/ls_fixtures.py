@@ -58,9 +58,11 @@ class LabelStudioServer:
         with httpx.Client(base_url=self.url, timeout=60) as web:
             page = web.get("/user/signup/")
             csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-            answer = web.post("/user/signup/", data={"csrfmiddlewaretoken": csrf, "email": email,
-                                                     "password": password, "allow_newsletters": "false"},
-                              headers={"Referer": f"{self.url}/user/signup/"})
+            answer = web.post(
+                "/user/signup/",
+                data={"csrfmiddlewaretoken": csrf, "email": email, "password": password, "allow_newsletters": "false"},
+                headers={"Referer": f"{self.url}/user/signup/"},
+            )
             assert answer.status_code == 302, f"signup of {email} failed: HTTP {answer.status_code}"
         user_id = next(u.id for u in self.sdk().users.list() if u.email == email)
         self.users[email] = (user_id, password)
@@ -74,9 +76,12 @@ def label_studio_bin_path() -> Path:
 def label_studio_bin() -> Path:
     path = label_studio_bin_path()
     if not (path.is_file() and os.access(path, os.X_OK)):
-        pytest.fail(f"Label Studio is not installed at {path} (set {LS_BIN_ENV}); create it with "
-                    f"`python3 -m venv ~/.cache/ls-venv && ~/.cache/ls-venv/bin/pip install label-studio` "
-                    f"(`.ci/run` does this)", pytrace=False)
+        pytest.fail(
+            f"Label Studio is not installed at {path} (set {LS_BIN_ENV}); create it with "
+            f"`python3 -m venv ~/.cache/ls-venv && ~/.cache/ls-venv/bin/pip install label-studio` "
+            f"(`.ci/run` does this)",
+            pytrace=False,
+        )
     return path
 
 
@@ -164,8 +169,13 @@ def start_server() -> _Started:
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [str(binary), "start", "--no-browser", "--internal-host", "127.0.0.1", "--host", url, "--port", str(port)],
-            env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=data_dir,
-            preexec_fn=_own_session_dying_with_parent)
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=data_dir,
+            preexec_fn=_own_session_dying_with_parent,
+        )
     _started = _Started(proc, LabelStudioServer(url, token, admin_email, admin_password, data_dir, log))
     return _started
 
@@ -231,10 +241,13 @@ def _wait_ready(proc: subprocess.Popen, url: str, token: str, log: Path) -> None
     while time.monotonic() < deadline:
         url = _moved(url, log)
         if proc.poll() is not None:
-            pytest.fail(f"Label Studio exited with status {proc.returncode} while starting:\n{_tail(log)}",
-                        pytrace=False)
+            pytest.fail(
+                f"Label Studio exited with status {proc.returncode} while starting:\n{_tail(log)}", pytrace=False
+            )
         try:
-            answer = httpx.get(f"{url}/api/current-user/whoami", headers={"Authorization": f"Token {token}"}, timeout=10)
+            answer = httpx.get(
+                f"{url}/api/current-user/whoami", headers={"Authorization": f"Token {token}"}, timeout=10
+            )
             if answer.status_code == 200:
                 return
         except httpx.HTTPError:

@@ -18,8 +18,9 @@ from preflab.db.models import Annotator, Candidate, Comparison, LSTask, Prompt, 
 
 def write_prompts(path: Path, prompts: dict[str, list[str]]) -> Path:
     """A JSON Lines prompts file, each prompt with its candidate responses."""
-    path.write_text("".join(json.dumps({"prompt": p, "responses": r}) + "\n" for p, r in prompts.items()),
-                    encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps({"prompt": p, "responses": r}) + "\n" for p, r in prompts.items()), encoding="utf-8"
+    )
     return path
 
 
@@ -47,11 +48,16 @@ def session(database_url: str) -> Session:
 def tasks(database_url: str) -> list[dict]:
     """The tasks preflab pushed: Label Studio task id, prompt text, shown order as candidate ids and texts."""
     with session(database_url) as s:
-        rows = s.execute(select(LSTask.task_id, Prompt.text, LSTask.shown_order)
-                         .join(Prompt, Prompt.id == LSTask.prompt_id).order_by(LSTask.task_id)).all()
+        rows = s.execute(
+            select(LSTask.task_id, Prompt.text, LSTask.shown_order)
+            .join(Prompt, Prompt.id == LSTask.prompt_id)
+            .order_by(LSTask.task_id)
+        ).all()
         texts = dict(s.execute(select(Candidate.id, Candidate.text)).all())
-    return [{"id": tid, "prompt": prompt, "shown": list(order), "texts": [texts[c] for c in order]}
-            for tid, prompt, order in rows]
+    return [
+        {"id": tid, "prompt": prompt, "shown": list(order), "texts": [texts[c] for c in order]}
+        for tid, prompt, order in rows
+    ]
 
 
 def item(candidate_id: int) -> str:
@@ -67,23 +73,38 @@ def rankings(database_url: str) -> list[dict]:
     with session(database_url) as s:
         out = []
         for r in s.scalars(select(Ranking).order_by(Ranking.id)):
-            out.append({"annotator": r.annotator.name, "kind": r.annotator.kind, "status": r.status,
-                        "version": r.version, "tiers": r.tiers(), "shown": r.shown_order(),
-                        "annotation": r.ls_annotation_id, "task": r.ls_task_id, "same_as_shown": r.same_as_shown,
-                        "ls_user_id": r.annotator.ls_user_id})
+            out.append(
+                {
+                    "annotator": r.annotator.name,
+                    "kind": r.annotator.kind,
+                    "status": r.status,
+                    "version": r.version,
+                    "tiers": r.tiers(),
+                    "shown": r.shown_order(),
+                    "annotation": r.ls_annotation_id,
+                    "task": r.ls_task_id,
+                    "same_as_shown": r.same_as_shown,
+                    "ls_user_id": r.annotator.ls_user_id,
+                }
+            )
         return out
 
 
 def comparisons(database_url: str) -> set[tuple[str, int, int]]:
     """(annotator name, chosen candidate id, rejected candidate id) of every comparison."""
     with session(database_url) as s:
-        return {tuple(row) for row in s.execute(
-            select(Annotator.name, Comparison.chosen_id, Comparison.rejected_id)
-            .join(Ranking, Ranking.id == Comparison.ranking_id).join(Annotator, Annotator.id == Ranking.annotator_id))}
+        return {
+            tuple(row)
+            for row in s.execute(
+                select(Annotator.name, Comparison.chosen_id, Comparison.rejected_id)
+                .join(Ranking, Ranking.id == Comparison.ranking_id)
+                .join(Annotator, Annotator.id == Ranking.annotator_id)
+            )
+        }
 
 
 def expected_pairs(name: str, tiers: list[list[int]]) -> set[tuple[str, int, int]]:
-    return {(name, a, b) for i, upper in enumerate(tiers) for lower in tiers[i + 1:] for a in upper for b in lower}
+    return {(name, a, b) for i, upper in enumerate(tiers) for lower in tiers[i + 1 :] for a in upper for b in lower}
 
 
 def personal_access_token(server, email: str) -> str:
@@ -93,8 +114,11 @@ def personal_access_token(server, email: str) -> str:
     with httpx.Client(base_url=server.url, timeout=60) as web:
         page = web.get("/user/login/")
         csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text).group(1)
-        answer = web.post("/user/login/", data={"csrfmiddlewaretoken": csrf, "email": email, "password": password},
-                          headers={"Referer": f"{server.url}/user/login/"})
+        answer = web.post(
+            "/user/login/",
+            data={"csrfmiddlewaretoken": csrf, "email": email, "password": password},
+            headers={"Referer": f"{server.url}/user/login/"},
+        )
         assert answer.status_code == 302, f"login of {email} failed: HTTP {answer.status_code}"
         answer = web.post("/api/token/", headers={"X-CSRFToken": web.cookies["csrftoken"], "Referer": f"{server.url}/"})
         assert answer.status_code == 201, answer.text

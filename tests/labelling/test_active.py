@@ -45,10 +45,10 @@ def test_random_is_a_seeded_uniform_draw():
 
 def test_disagreement_picks_the_prompts_whose_rankings_differ_most():
     rankings = {
-        1: [[[10], [11], [12]], [[10], [11], [12]]],           # the judges agree
-        2: [[[20], [21], [22]], [[22], [21], [20]]],           # reversed
-        3: [[[30], [31], [32]], [[31], [30], [32]]],           # one adjacent swap: tau-b 1/3
-        4: [[[40], [41], [42]]],                               # one ranking: nothing to compare
+        1: [[[10], [11], [12]], [[10], [11], [12]]],  # the judges agree
+        2: [[[20], [21], [22]], [[22], [21], [20]]],  # reversed
+        3: [[[30], [31], [32]], [[31], [30], [32]]],  # one adjacent swap: tau-b 1/3
+        4: [[[40], [41], [42]]],  # one ranking: nothing to compare
     }
     chosen = pick_disagreement(rankings, 3)
     assert [c.prompt_id for c in chosen] == [2, 3, 1]
@@ -67,9 +67,11 @@ def test_uncertainty_with_one_model_picks_the_smallest_score_gaps():
 
 def test_uncertainty_with_an_ensemble_picks_where_the_members_differ_most():
     # Members agree on prompt 1's gaps even though they are small; they contradict each other on prompt 2.
-    scores = {1: [[0.0, 0.1], [5.0, 5.1], [-3.0, -2.9]],   # shifted, same gaps: no disagreement
-              2: [[0.0, 2.0], [0.0, -2.0], [0.0, 0.0]],
-              3: [[0.0, 1.0], [0.0, 1.5], [0.0, 0.5]]}
+    scores = {
+        1: [[0.0, 0.1], [5.0, 5.1], [-3.0, -2.9]],  # shifted, same gaps: no disagreement
+        2: [[0.0, 2.0], [0.0, -2.0], [0.0, 0.0]],
+        3: [[0.0, 1.0], [0.0, 1.5], [0.0, 0.5]],
+    }
     chosen = pick_uncertainty(scores, 3)
     assert [c.prompt_id for c in chosen] == [2, 3, 1]
     assert chosen[2].score == pytest.approx(0.0, abs=1e-9)
@@ -119,13 +121,16 @@ def test_lazy_greedy_equals_the_plain_greedy():
 
     info, plain = np.eye(6), []
     for _ in range(8):
-        gains = {pid: np.linalg.slogdet(info + rows(pid).T @ rows(pid))[1] - np.linalg.slogdet(info)[1]
-                 for pid in features if pid not in plain}
+        gains = {
+            pid: np.linalg.slogdet(info + rows(pid).T @ rows(pid))[1] - np.linalg.slogdet(info)[1]
+            for pid in features
+            if pid not in plain
+        }
         best = max(gains, key=lambda pid: (gains[pid], -pid))
         plain.append(best)
         info = info + rows(best).T @ rows(best)
     assert [c.prompt_id for c in lazy] == plain
-    assert all(a.score >= b.score - 1e-12 for a, b in zip(lazy, lazy[1:]))  # gains only shrink
+    assert all(a.score >= b.score - 1e-12 for a, b in itertools.pairwise(lazy))  # gains only shrink
 
 
 def test_select_config_checks_its_options():
@@ -154,21 +159,24 @@ def _import(sessions, tmp_path, lines) -> dict[str, int]:
 
 def test_disagreement_from_the_store_compares_the_ai_judges_only(sessions, tmp_path):
     abc = ["a", "b", "c"]
-    ids = _import(sessions, tmp_path, [
-        ranking_line("agreed", abc, [[0], [1], [2]], "judge-1", "ai"),
-        ranking_line("agreed", abc, [[0], [1], [2]], "judge-2", "ai"),
-        ranking_line("agreed", abc, [[2], [1], [0]], "alice", "human"),  # people's rankings are not judges'
-        ranking_line("reversed", abc, [[0], [1], [2]], "judge-1", "ai"),
-        ranking_line("reversed", abc, [[2], [1], [0]], "judge-2", "ai"),
-        ranking_line("swapped", abc, [[0], [1], [2]], "judge-1", "ai"),
-        ranking_line("swapped", abc, [[1], [0], [2]], "judge-2", "ai"),
-        ranking_line("unjudged", abc, [[0], [1], [2]], "alice", "human"),
-    ])
+    ids = _import(
+        sessions,
+        tmp_path,
+        [
+            ranking_line("agreed", abc, [[0], [1], [2]], "judge-1", "ai"),
+            ranking_line("agreed", abc, [[0], [1], [2]], "judge-2", "ai"),
+            ranking_line("agreed", abc, [[2], [1], [0]], "alice", "human"),  # people's rankings are not judges'
+            ranking_line("reversed", abc, [[0], [1], [2]], "judge-1", "ai"),
+            ranking_line("reversed", abc, [[2], [1], [0]], "judge-2", "ai"),
+            ranking_line("swapped", abc, [[0], [1], [2]], "judge-1", "ai"),
+            ranking_line("swapped", abc, [[1], [0], [2]], "judge-2", "ai"),
+            ranking_line("unjudged", abc, [[0], [1], [2]], "alice", "human"),
+        ],
+    )
     chosen = select_prompts(sessions, list(ids.values()), SelectConfig(select="disagreement"), 2)
     assert [c.prompt_id for c in chosen] == [ids["reversed"], ids["swapped"]]
     assert [round(c.score, 6) for c in chosen] == [1.0, round(1 / 3, 6)]
-    assert chosen[0].record("disagreement") == {"strategy": "disagreement", "score": 1.0,
-                                                "reason": chosen[0].reason}
+    assert chosen[0].record("disagreement") == {"strategy": "disagreement", "score": 1.0, "reason": chosen[0].reason}
     with pytest.raises(InputError, match="two AI rankings"):
         select_prompts(sessions, [ids["unjudged"]], SelectConfig(select="disagreement"), 2)
 
@@ -179,9 +187,20 @@ def reward_models(tmp_path_factory):
     return [str(tiny_reward_model(root / f"rm{seed}", seed=seed)) for seed in (0, 1)]
 
 
-TEXTS = ["The capital of France is Paris.", "A spider has eight legs.", "The sea is wide and blue.",
-         "blue light scatters most", "good answer", "bad answer", "Score: 5", "I do not know.",
-         "Paris", "eight", "The sky is blue because of scattering.", "question user assistant"]
+TEXTS = [
+    "The capital of France is Paris.",
+    "A spider has eight legs.",
+    "The sea is wide and blue.",
+    "blue light scatters most",
+    "good answer",
+    "bad answer",
+    "Score: 5",
+    "I do not know.",
+    "Paris",
+    "eight",
+    "The sky is blue because of scattering.",
+    "question user assistant",
+]
 
 
 def _scores(path, prompt):
@@ -194,8 +213,9 @@ def _scores(path, prompt):
 
 def _store_pairs(sessions, tmp_path, chosen: dict[str, tuple[str, str]]) -> dict[str, int]:
     # The pairs go in as prompts with candidates (a ranking line stores both; who ranked them does not matter).
-    return _import(sessions, tmp_path, [ranking_line(p, list(pair), [[0], [1]], "seed", "ai")
-                                        for p, pair in chosen.items()])
+    return _import(
+        sessions, tmp_path, [ranking_line(p, list(pair), [[0], [1]], "seed", "ai") for p, pair in chosen.items()]
+    )
 
 
 def test_uncertainty_from_the_store_picks_the_closest_reward_model_scores(sqlite_url, tmp_path, reward_models):
@@ -227,8 +247,11 @@ def test_uncertainty_from_an_ensemble_picks_where_the_reward_models_disagree(sql
         return abs((scores[0][ab[0]] - scores[0][ab[1]]) - (scores[1][ab[0]] - scores[1][ab[1]]))
 
     pairs = list(itertools.combinations(TEXTS, 2))
-    ids = _store_pairs(sessions, tmp_path, {agreed: min(pairs, key=lambda ab: spread(a, ab)),
-                                            split: max(pairs, key=lambda ab: spread(s, ab))})
+    ids = _store_pairs(
+        sessions,
+        tmp_path,
+        {agreed: min(pairs, key=lambda ab: spread(a, ab)), split: max(pairs, key=lambda ab: spread(s, ab))},
+    )
     config = SelectConfig(select="uncertainty", reward_model=",".join(reward_models))
     chosen = select_prompts(sessions, list(ids.values()), config, 2)
     assert [c.prompt_id for c in chosen] == [ids[split], ids[agreed]]
@@ -257,7 +280,7 @@ def test_diversity_from_the_store_starts_from_what_people_ranked(sqlite_url, tmp
 
     sessions = session_factory(open_database(sqlite_url))
     prompts = [f"prompt {n}: " for n in range(6)]
-    lines = [ranking_line(p, TEXTS[2 * n:2 * n + 2], [[0], [1]], "seed", "ai") for n, p in enumerate(prompts)]
+    lines = [ranking_line(p, TEXTS[2 * n : 2 * n + 2], [[0], [1]], "seed", "ai") for n, p in enumerate(prompts)]
     lines.append(ranking_line(prompts[0], TEXTS[0:2], [[1], [0]], "alice", "human"))  # people ranked prompt 0
     ids = _import(sessions, tmp_path, lines)
     config = SelectConfig(select="diversity", reward_model=reward_models[0])
@@ -267,10 +290,14 @@ def test_diversity_from_the_store_starts_from_what_people_ranked(sqlite_url, tmp
     model, tokenizer = load_sequence_scorer(reward_models[0], device="cpu")
     feats, scores = {}, {}
     for n, p in enumerate(prompts):
-        pair = TEXTS[2 * n:2 * n + 2]
+        pair = TEXTS[2 * n : 2 * n + 2]
         feats[ids[p]] = np.array(last_layer_features(model, tokenizer, [p, p], pair))
         scores[ids[p]] = reward_scores(model, tokenizer, [p, p], pair)
-    expected = pick_diversity({ids[p]: feats[ids[p]] for p in prompts[1:]}, 5, scores=scores,
-                              labelled={ids[prompts[0]]: feats[ids[prompts[0]]]})
+    expected = pick_diversity(
+        {ids[p]: feats[ids[p]] for p in prompts[1:]},
+        5,
+        scores=scores,
+        labelled={ids[prompts[0]]: feats[ids[prompts[0]]]},
+    )
     assert [c.prompt_id for c in chosen] == [c.prompt_id for c in expected]
     assert [c.score for c in chosen] == pytest.approx([c.score for c in expected], rel=1e-4)

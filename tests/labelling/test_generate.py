@@ -10,8 +10,7 @@ from sqlalchemy import func, select
 from preflab.db.models import Candidate, ModelVersion, Prompt, RawRecord
 from tests.tiny_models import fit_completions, tiny_causal_lm, tiny_tokenizer
 
-PROMPTS = ["What is the capital of France?", "Write a short poem about the sea.",
-           "How many legs does a spider have?"]
+PROMPTS = ["What is the capital of France?", "Write a short poem about the sea.", "How many legs does a spider have?"]
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +37,9 @@ def write_prompts(path, prompts=PROMPTS):
 
 def test_generate_stores_n_candidates_per_prompt_and_tops_up(cli, sessions, tiny_lm, tmp_path):
     prompts = write_prompts(tmp_path / "prompts.jsonl")
-    first = json.loads(cli("--model", tiny_lm, "generate", "--prompts", prompts, "-n", 2,
-                           "--max-new-tokens", 6, "--json").stdout)
+    first = json.loads(
+        cli("--model", tiny_lm, "generate", "--prompts", prompts, "-n", 2, "--max-new-tokens", 6, "--json").stdout
+    )
     assert first["stored"] == 6 and first["prompts"] == 3 and first["short"] == 0
     with sessions.begin() as session:
         rows = session.scalars(select(Candidate)).all()
@@ -51,14 +51,17 @@ def test_generate_stores_n_candidates_per_prompt_and_tops_up(cli, sessions, tiny
             assert r.text.strip()
             assert r.sampling["temperature"] == 0.7 and r.sampling["top_p"] == 0.9
             assert r.sampling["max_new_tokens"] == 6 and isinstance(r.sampling["seed"], int)
-        per_prompt = dict(session.execute(select(Candidate.prompt_id, func.count()).group_by(Candidate.prompt_id)).all())
+        per_prompt = dict(
+            session.execute(select(Candidate.prompt_id, func.count()).group_by(Candidate.prompt_id)).all()
+        )
         assert sorted(per_prompt.values()) == [2, 2, 2]
 
     again = json.loads(cli("--model", tiny_lm, "generate", "--prompts", prompts, "-n", 2, "--json").stdout)
     assert again["stored"] == 0 and again["prompts"] == 0
 
-    more = json.loads(cli("--model", tiny_lm, "generate", "--prompts", prompts, "-n", 3,
-                          "--max-new-tokens", 6, "--json").stdout)
+    more = json.loads(
+        cli("--model", tiny_lm, "generate", "--prompts", prompts, "-n", 3, "--max-new-tokens", 6, "--json").stdout
+    )
     assert more["stored"] == 3
     with sessions.begin() as session:
         assert session.scalar(select(func.count()).select_from(Candidate)) == 9
@@ -67,8 +70,9 @@ def test_generate_stores_n_candidates_per_prompt_and_tops_up(cli, sessions, tiny
 
 def test_identical_samples_are_stored_once(cli, sessions, parrot_lm, tmp_path):
     prompts = write_prompts(tmp_path / "prompts.jsonl", PROMPTS[:1])
-    result = json.loads(cli("--model", parrot_lm, "generate", "--prompts", prompts, "-n", 3,
-                            "--max-new-tokens", 4, "--json").stdout)
+    result = json.loads(
+        cli("--model", parrot_lm, "generate", "--prompts", prompts, "-n", 3, "--max-new-tokens", 4, "--json").stdout
+    )
     with sessions.begin() as session:
         texts = session.scalars(select(Candidate.text)).all()
     assert "Paris." in texts
@@ -78,8 +82,8 @@ def test_identical_samples_are_stored_once(cli, sessions, parrot_lm, tmp_path):
 
 def test_batched_generation_equals_one_prompt_at_a_time(tiny_lm):
     """Left padding must not change what a prompt generates (greedy, so comparable)."""
-    from preflab.lm.sampling import generate_texts
     from preflab.lm.loading import chat_text, load_causal_lm
+    from preflab.lm.sampling import generate_texts
 
     model, tokenizer = load_causal_lm(tiny_lm)
     texts = [chat_text(tokenizer, p) for p in ["Hi", *PROMPTS]]
@@ -91,7 +95,7 @@ def test_batched_generation_equals_one_prompt_at_a_time(tiny_lm):
 
 def test_bad_prompts_file_is_one_clear_error_and_kept_raw(cli, sessions, tiny_lm, tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("not json\n{\"text\": \"no prompt key\"}\n", encoding="utf-8")
+    bad.write_text('not json\n{"text": "no prompt key"}\n', encoding="utf-8")
     result = cli("--model", tiny_lm, "generate", "--prompts", bad, expect_ok=False)
     assert result.exit_code == 1
     assert "holds no usable prompt" in result.output and "Traceback" not in result.output

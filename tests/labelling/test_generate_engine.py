@@ -21,8 +21,7 @@ from tests.db.procs import start
 from tests.lm.conversations import FRANCE
 from tests.lm.engines.conftest import fault_server, no_outside_server  # noqa: F401 (fixtures)
 
-QUESTIONS = ["What is the capital of France?", "Write a short poem about the sea.",
-             "How many legs does a spider have?"]
+QUESTIONS = ["What is the capital of France?", "Write a short poem about the sea.", "How many legs does a spider have?"]
 
 
 def write_prompts(path, prompts) -> str:
@@ -40,11 +39,13 @@ def count(sessions, table) -> int:
 
 
 def test_candidates_from_a_server_are_named_after_it_and_a_conversation_goes_as_messages(
-        cli, sessions, fault_server, tmp_path):
+    cli, sessions, fault_server, tmp_path
+):
     url, faults = fault_server()
     prompts = write_prompts(tmp_path / "p.jsonl", [*QUESTIONS, FRANCE])
-    out = json.loads(cli(*on_server(url, "--prompts", prompts, "-n", 3, "--price-in", 1, "--price-out", 2,
-                                    "--json")).stdout)
+    out = json.loads(
+        cli(*on_server(url, "--prompts", prompts, "-n", 3, "--price-in", 1, "--price-out", 2, "--json")).stdout
+    )
     assert (out["stored"], out["prompts"], out["short"], out["model"]) == (12, 4, 0, "openai:fault-model")
     stats = out["engine"]
     assert stats["requests"] == 12 == faults.asked["chat"] and stats["cache_hits"] == 0
@@ -87,19 +88,19 @@ def test_a_re_run_pays_for_nothing_it_asked_before(cli, sessions, fault_server, 
     assert count(sessions, EngineRequest) == 6
 
 
-def test_a_prompt_over_the_context_length_is_quarantined_with_the_servers_reason(cli, sessions, fault_server,
-                                                                                 tmp_path):
+def test_a_prompt_over_the_context_length_is_quarantined_with_the_servers_reason(cli, sessions, fault_server, tmp_path):
     url, faults = fault_server(max_context=300)
     long = "Summarise this: " + "words " * 100
     prompts = write_prompts(tmp_path / "p.jsonl", [*QUESTIONS, long])
     out = json.loads(cli(*on_server(url, "--prompts", prompts, "-n", 2, "--json")).stdout)
     assert (out["stored"], out["quarantined"], out["failed"], out["short"]) == (6, 1, 0, 1)
-    (reason, samples), = out["reasons"].items()
+    ((reason, samples),) = out["reasons"].items()
     assert "maximum context length is 300" in reason and samples == 2
     assert out["engine"]["quarantined"] == 2 and faults.asked["chat"] == 8  # not asked again in a later round
     with sessions.begin() as session:
-        kept = session.execute(select(EngineRequest.status, EngineRequest.reason)
-                               .where(EngineRequest.status == "quarantined")).all()
+        kept = session.execute(
+            select(EngineRequest.status, EngineRequest.reason).where(EngineRequest.status == "quarantined")
+        ).all()
     assert [status for status, _ in kept] == ["quarantined"] * 2 and all(r == reason for _, r in kept)
 
     again = cli(*on_server(url, "--prompts", prompts, "-n", 2))
@@ -122,8 +123,9 @@ def test_samples_without_an_answer_are_left_for_the_next_run(cli, sessions, faul
     assert faults.asked["chat"] == 12
 
 
-def test_a_run_killed_mid_way_is_finished_asking_only_for_what_is_missing(cli, sessions, db_url, fault_server,
-                                                                          tmp_path):
+def test_a_run_killed_mid_way_is_finished_asking_only_for_what_is_missing(
+    cli, sessions, db_url, fault_server, tmp_path
+):
     url, faults = fault_server(delay=0.2)
     prompts = write_prompts(tmp_path / "p.jsonl", [f"Question number {i}: why?" for i in range(20)])
     cli("import", "prompts", prompts)
@@ -160,8 +162,18 @@ def test_a_server_that_cannot_be_used_stops_the_run_with_one_sentence(cli, sessi
     assert "right-key" not in refused.output and "Traceback" not in refused.output
 
     url, faults = fault_server()
-    unknown = cli("generate", "--engine", "openai", "--api-base", url, "--model", "no-such-model",
-                  "--prompts", prompts, expect_ok=False)
+    unknown = cli(
+        "generate",
+        "--engine",
+        "openai",
+        "--api-base",
+        url,
+        "--model",
+        "no-such-model",
+        "--prompts",
+        prompts,
+        expect_ok=False,
+    )
     assert unknown.exit_code != 0 and "has no model 'no-such-model'; it offers: fault-model" in unknown.output
     silent = f"http://127.0.0.1:{free_port()}/v1"
     down = cli(*on_server(silent, "--prompts", prompts), expect_ok=False)

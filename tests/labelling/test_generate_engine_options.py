@@ -29,7 +29,6 @@ def test_generating_commands_take_the_engine_options(path):
 
 
 def test_an_engine_the_options_do_not_know_is_one_sentence(cli):
-    result = cli("generate", "--engine", "openai", "--api-base", "ftp://example.org", "--model", "m",
-                 expect_ok=False)
+    result = cli("generate", "--engine", "openai", "--api-base", "ftp://example.org", "--model", "m", expect_ok=False)
     assert result.exit_code != 0 and "--api-base 'ftp://example.org' is not an http(s) URL" in result.output
     assert "Traceback" not in result.output

@@ -14,8 +14,21 @@ from tests.lm.engines.conftest import fault_server, no_outside_server  # noqa: F
 
 def test_the_pipeline_generates_and_judges_on_a_server(cli, fault_server, tmp_path):
     url, faults = fault_server()
-    args = ("--model", "fault-model", "pipeline", "--engine", "openai", "--api-base", url, "--max-prompts", 2,
-            "-n", 2, "--out", tmp_path / "out")
+    args = (
+        "--model",
+        "fault-model",
+        "pipeline",
+        "--engine",
+        "openai",
+        "--api-base",
+        url,
+        "--max-prompts",
+        2,
+        "-n",
+        2,
+        "--out",
+        tmp_path / "out",
+    )
     report = json.loads(cli(*args, "--json").stdout)
     generated = report["generate"]
     assert (generated["stored"], generated["prompts"], generated["model"]) == (4, 2, "openai:fault-model")

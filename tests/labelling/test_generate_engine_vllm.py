@@ -27,16 +27,36 @@ def test_generate_on_vllm_stores_candidates_for_a_conversation(cli, sessions, vl
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     path = tmp_path / "prompts.jsonl"
-    path.write_text(json.dumps({"prompt": HISTORY}) + "\n" + json.dumps({"prompt": "Name a colour."}) + "\n",
-                    encoding="utf-8")
-    out = json.loads(cli("generate", "--engine", "openai", "--api-base", vllm_server.url, "--model", vllm_server.model,
-                         "--prompts", path, "-n", 2, "--max-new-tokens", 24, "--json").stdout)
+    path.write_text(
+        json.dumps({"prompt": HISTORY}) + "\n" + json.dumps({"prompt": "Name a colour."}) + "\n", encoding="utf-8"
+    )
+    out = json.loads(
+        cli(
+            "generate",
+            "--engine",
+            "openai",
+            "--api-base",
+            vllm_server.url,
+            "--model",
+            vllm_server.model,
+            "--prompts",
+            path,
+            "-n",
+            2,
+            "--max-new-tokens",
+            24,
+            "--json",
+        ).stdout
+    )
     served = f"openai:{vllm_server.model}"
     assert (out["stored"] + out["duplicates"], out["prompts"], out["model"]) == (4, 2, served)
     assert out["engine"]["requests"] == 4 and out["engine"]["errors"] == 0 and out["engine"]["tokens_out"] > 0
     with sessions.begin() as session:
-        rows = session.execute(select(Prompt.messages, Candidate.text, Candidate.model, Candidate.sampling)
-                               .join(Candidate, Candidate.prompt_id == Prompt.id)).all()
+        rows = session.execute(
+            select(Prompt.messages, Candidate.text, Candidate.model, Candidate.sampling).join(
+                Candidate, Candidate.prompt_id == Prompt.id
+            )
+        ).all()
         asked = session.execute(select(EngineRequest.request, EngineRequest.tokens_in)).all()
     assert len(rows) == out["stored"] and all(text.strip() and model == served for _, text, model, _ in rows)
     assert any(messages == HISTORY for messages, *_ in rows)

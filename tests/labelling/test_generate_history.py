@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from sqlalchemy import select
 
 from preflab.db.models import Candidate, Prompt
-from tests.lm.conversations import FRANCE, ITALY, LAST, recorded_inputs, shown_history
-from tests.lm.conversations import tutor_lm  # noqa: F401 (fixture)
+from tests.lm.conversations import (
+    FRANCE,
+    ITALY,
+    LAST,
+    recorded_inputs,
+    shown_history,
+    tutor_lm,  # noqa: F401 (fixture)
+)
 
 
 def conversations_file(path):
@@ -20,8 +25,11 @@ def conversations_file(path):
 def stored_answers(sessions) -> dict[str, list[str]]:
     """Each conversation's candidates, by the country its system prompt names."""
     with sessions.begin() as session:
-        rows = session.execute(select(Prompt.messages, Candidate.text).join(Candidate, Candidate.prompt_id == Prompt.id)
-                               .order_by(Candidate.id)).all()
+        rows = session.execute(
+            select(Prompt.messages, Candidate.text)
+            .join(Candidate, Candidate.prompt_id == Prompt.id)
+            .order_by(Candidate.id)
+        ).all()
     out: dict[str, list[str]] = {}
     for messages, text in rows:
         out.setdefault(messages[0]["content"].split()[-1].rstrip("."), []).append(text)
@@ -30,8 +38,20 @@ def stored_answers(sessions) -> dict[str, list[str]]:
 
 def test_generate_answers_each_conversation_by_its_history(cli, sessions, tutor_lm, tmp_path):
     # The two prompts end with the same user message: only their history tells the answers apart.
-    out = json.loads(cli("--model", tutor_lm, "generate", "--prompts", conversations_file(tmp_path / "c.jsonl"),
-                         "-n", 1, "--max-new-tokens", 6, "--json").stdout)
+    out = json.loads(
+        cli(
+            "--model",
+            tutor_lm,
+            "generate",
+            "--prompts",
+            conversations_file(tmp_path / "c.jsonl"),
+            "-n",
+            1,
+            "--max-new-tokens",
+            6,
+            "--json",
+        ).stdout
+    )
     assert out["prompts"] == 2 and out["stored"] == 2
     assert stored_answers(sessions) == {"France": ["Paris."], "Italy": ["Rome."]}
     with sessions.begin() as session:

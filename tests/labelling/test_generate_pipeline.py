@@ -15,8 +15,20 @@ def tiny_lm(tmp_path_factory):
 
 
 def test_pipeline_generates_judges_and_exports(cli, tiny_lm, tmp_path):
-    args = ("--model", tiny_lm, "pipeline", "--max-prompts", 2, "-n", 2, "--max-new-tokens", 4,
-            "--out", tmp_path / "out", "--json")
+    args = (
+        "--model",
+        tiny_lm,
+        "pipeline",
+        "--max-prompts",
+        2,
+        "-n",
+        2,
+        "--max-new-tokens",
+        4,
+        "--out",
+        tmp_path / "out",
+        "--json",
+    )
     report = json.loads(cli(*args).stdout)
     assert report["generate"]["stored"] == 4 and report["generate"]["prompts"] == 2
     judge = report["judge"]
@@ -35,6 +47,9 @@ def test_pipeline_generates_judges_and_exports(cli, tiny_lm, tmp_path):
     assert again["judge"]["kept"] == judge["ranked"]
     assert again["pairs"]["pairs"] == report["pairs"]["pairs"]
 
-    skipped = json.loads(cli("--model", tiny_lm, "pipeline", "--no-generate", "--judge", "none",
-                             "--out", tmp_path / "out2", "--json").stdout)
+    skipped = json.loads(
+        cli(
+            "--model", tiny_lm, "pipeline", "--no-generate", "--judge", "none", "--out", tmp_path / "out2", "--json"
+        ).stdout
+    )
     assert "generate" not in skipped and "judge" not in skipped

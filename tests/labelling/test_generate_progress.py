@@ -38,16 +38,19 @@ def tiny_lm(tmp_path_factory):
 def test_the_pipeline_says_each_jobs_progress_in_a_log(sessions, tiny_lm, tmp_path, capsys):
     prompts = write_prompts(tmp_path / "prompts.jsonl")
     config = PipelineConfig(prompts=str(prompts), max_prompts=3, out=str(tmp_path / "out"))
-    report = run_pipeline(sessions, str(tiny_lm), config, GenerateConfig(n=2, max_new_tokens=4, batch_size=2),
-                          Reporter(every=0))  # a line at every step: the test cannot wait 10 s between them
+    report = run_pipeline(
+        sessions, str(tiny_lm), config, GenerateConfig(n=2, max_new_tokens=4, batch_size=2), Reporter(every=0)
+    )  # a line at every step: the test cannot wait 10 s between them
     assert report["generate"]["stored"] == 6
     lines = capsys.readouterr().err.splitlines()
     assert f"pipeline: generating candidates for up to 3 prompts with {tiny_lm}" in lines
     assert "pipeline: ranking every prompt's candidates with the likelihood judge" in lines
     generating = [line for line in lines if line.startswith("generating:")]
     # Three batches of two candidates; the last line says the end, so no closing line repeats it.
-    assert [re.fullmatch(progress("generating", done, 6, left=done < 6), line) is not None
-            for done, line in zip((2, 4, 6), generating)] == [True] * 3, generating
+    assert [
+        re.fullmatch(progress("generating", done, 6, left=done < 6), line) is not None
+        for done, line in zip((2, 4, 6), generating)
+    ] == [True] * 3, generating
     assert len(generating) == 3
     rows = len(sample_rankings_path().read_text(encoding="utf-8").splitlines())
     importing = [line for line in lines if line.startswith("importing rankings.jsonl:")]
@@ -56,16 +59,23 @@ def test_the_pipeline_says_each_jobs_progress_in_a_log(sessions, tiny_lm, tmp_pa
     ranked = report["judge"]["ranked"]
     assert judging and re.fullmatch(progress("judging (likelihood)", ranked, ranked, left=False), judging[-1])
     with sessions.begin() as session:  # what the lines counted is what was stored
-        assert session.scalar(select(func.count()).select_from(Candidate).where(
-            Candidate.model == str(tiny_lm.resolve()))) == 6
+        assert (
+            session.scalar(select(func.count()).select_from(Candidate).where(Candidate.model == str(tiny_lm.resolve())))
+            == 6
+        )
 
 
 def test_lines_are_few_a_job_done_within_the_interval_says_nothing(sessions, tiny_lm, tmp_path, capsys):
     prompts = write_prompts(tmp_path / "prompts.jsonl")
     every = 0.2
     start = time.monotonic()
-    summary = run_generation(sessions, str(tiny_lm), GenerateConfig(n=4, max_new_tokens=16, batch_size=1),
-                             prompts=prompts, reporter=Reporter(every=every))
+    summary = run_generation(
+        sessions,
+        str(tiny_lm),
+        GenerateConfig(n=4, max_new_tokens=16, batch_size=1),
+        prompts=prompts,
+        reporter=Reporter(every=every),
+    )
     elapsed = time.monotonic() - start
     samples = summary.stored + summary.duplicates + summary.empty
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("generating:")]
@@ -73,8 +83,13 @@ def test_lines_are_few_a_job_done_within_the_interval_says_nothing(sessions, tin
     assert samples >= 12 and len(lines) <= elapsed / every + 1, (samples, elapsed, lines)
     assert elapsed < 2 * every or len(lines) >= 2  # a line, then the closing one
 
-    run_generation(sessions, str(tiny_lm), GenerateConfig(n=5, max_new_tokens=4, batch_size=8),
-                   prompts=prompts, reporter=Reporter(every=3600))
+    run_generation(
+        sessions,
+        str(tiny_lm),
+        GenerateConfig(n=5, max_new_tokens=4, batch_size=8),
+        prompts=prompts,
+        reporter=Reporter(every=3600),
+    )
     assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("generating")] == []
 
 

@@ -46,8 +46,10 @@ def test_generate_selects_prompts_by_count_id_and_split(lcli, sqlite_url, tiny_l
     assert missing.exit_code == 1
     assert missing.output.strip() == "Error: no stored prompt has id 99 (see `preflab stats`)"
     unsplit = lcli(*generate, "--split", "test", expect_ok=False)
-    assert unsplit.output.strip() == ("Error: no stored prompt is in the test split; a prompt gets its split "
-                                      "when a dataset is exported (`preflab export`)")
+    assert unsplit.output.strip() == (
+        "Error: no stored prompt is in the test split; a prompt gets its split "
+        "when a dataset is exported (`preflab export`)"
+    )
 
     # An export assigns each prompt its split (set here directly, as `preflab export` would).
     with session(sqlite_url) as s, s.begin():
@@ -56,6 +58,7 @@ def test_generate_selects_prompts_by_count_id_and_split(lcli, sqlite_url, tiny_l
     report = json.loads(lcli(*generate[:3], "-n", 3, "--max-new-tokens", 4, "--split", "test", "--json").stdout)
     assert report["prompts"] == 1
     with session(sqlite_url) as s:
-        counts = {pid: len(s.scalars(select(Candidate.id).where(Candidate.prompt_id == pid)).all())
-                  for pid in range(1, 6)}
+        counts = {
+            pid: len(s.scalars(select(Candidate.id).where(Candidate.prompt_id == pid)).all()) for pid in range(1, 6)
+        }
     assert counts[4] == 3 and all(counts[p] == 2 for p in (1, 2, 3, 5))

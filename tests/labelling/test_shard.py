@@ -32,8 +32,10 @@ def tiny_lm(tmp_path_factory):
 
 
 def write_prompts(path, prompts=PROMPTS, responses=0):
-    lines = [{"prompt": p, **({"responses": [f"Answer {r} to {p}" for r in range(responses)]} if responses else {})}
-             for p in prompts]
+    lines = [
+        {"prompt": p, **({"responses": [f"Answer {r} to {p}" for r in range(responses)]} if responses else {})}
+        for p in prompts
+    ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
     return path
 
@@ -103,8 +105,11 @@ def test_a_bad_shard_is_one_sentence_and_a_non_zero_exit_before_any_work(tmp_pat
 
 def candidates_by_prompt(sessions, model: str) -> dict[int, int]:
     with sessions.begin() as session:
-        return dict(session.execute(select(Candidate.prompt_id, func.count()).where(Candidate.model == model)
-                                    .group_by(Candidate.prompt_id)).all())
+        return dict(
+            session.execute(
+                select(Candidate.prompt_id, func.count()).where(Candidate.model == model).group_by(Candidate.prompt_id)
+            ).all()
+        )
 
 
 def test_limit_counts_within_the_shard(cli, sessions, stored, tiny_lm):
@@ -134,8 +139,11 @@ def test_an_empty_slice_is_no_error(cli, sessions, stored, tiny_lm):
 
 def rankings_by_prompt(sessions) -> dict[int, int]:
     with sessions.begin() as session:
-        return dict(session.execute(select(Ranking.prompt_id, func.count()).where(Ranking.source == "judge")
-                                    .group_by(Ranking.prompt_id)).all())
+        return dict(
+            session.execute(
+                select(Ranking.prompt_id, func.count()).where(Ranking.source == "judge").group_by(Ranking.prompt_id)
+            ).all()
+        )
 
 
 def test_judge_shards_rank_their_slices_once_each(cli, sessions, stored, tiny_lm):

@@ -31,7 +31,6 @@ from tests.toy_data import one_thread  # noqa: F401 (fixture)
 pytestmark = pytest.mark.postgres
 
 
-
 def longer_and_longer(sizes: list[int]) -> list[str]:
     """Prompts, each longer than the one before, with sizes[k] of them in slice k of len(sizes).
 
@@ -49,8 +48,8 @@ def longer_and_longer(sizes: list[int]) -> list[str]:
     raise AssertionError("not enough prompts")
 
 
-VICTIM = 2                    # the slice killed mid-run: 10 prompts, more than the judge's batch of 8
-STOP_AT = 9                   # ... at its 10th prompt, in the judge's second batch
+VICTIM = 2  # the slice killed mid-run: 10 prompts, more than the judge's batch of 8
+STOP_AT = 9  # ... at its 10th prompt, in the judge's second batch
 PROMPTS = longer_and_longer([3, 3, 10])
 SLICES = [shard_of(content_hash(p), 3) for p in PROMPTS]
 GENERATE = ["generate", "-n", "2", "--batch-size", "2", "--max-new-tokens", "4"]  # a batch: one prompt's two
@@ -72,8 +71,13 @@ def tiny_lm(tmp_path_factory):
 def stores(postgres_url, sqlite_url, tmp_path) -> tuple[str, str]:
     """(one run's SQLite, the workers' Postgres), each with PROMPTS imported; the judge's with two responses each."""
     path = tmp_path / "prompts.jsonl"
-    path.write_text("".join(json.dumps({"prompt": p, "responses": [f"Because {i}.", f"No idea about {i}."]}) + "\n"
-                            for i, p in enumerate(PROMPTS)), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps({"prompt": p, "responses": [f"Because {i}.", f"No idea about {i}."]}) + "\n"
+            for i, p in enumerate(PROMPTS)
+        ),
+        encoding="utf-8",
+    )
     for url in (sqlite_url, postgres_url):
         run_here(url, "import", "prompts", str(path))
     return sqlite_url, postgres_url
@@ -81,31 +85,57 @@ def stores(postgres_url, sqlite_url, tmp_path) -> tuple[str, str]:
 
 def candidates(url: str) -> list[tuple]:
     """Every generated candidate by content: prompt, text, model, its model version, sampling (seed included)."""
-    query = (select(Prompt.text, Candidate.text, Candidate.content_hash, Candidate.model, ModelVersion.name,
-                    Candidate.sampling)
-             .join(Prompt, Prompt.id == Candidate.prompt_id)
-             .join(ModelVersion, ModelVersion.id == Candidate.model_version_id))
+    query = (
+        select(
+            Prompt.text, Candidate.text, Candidate.content_hash, Candidate.model, ModelVersion.name, Candidate.sampling
+        )
+        .join(Prompt, Prompt.id == Candidate.prompt_id)
+        .join(ModelVersion, ModelVersion.id == Candidate.model_version_id)
+    )
     with _connect(url) as conn:
         return sorted((*row[:-1], json.dumps(row[-1], sort_keys=True)) for row in conn.execute(query))
 
 
 def rankings(url: str) -> list[tuple]:
     """Every judge ranking by content: prompt, judge, status, tiers, and each item's tier, score and details."""
-    query = (select(Ranking.id, Prompt.text, Annotator.name, Annotator.judge_kind, Annotator.config, Ranking.status,
-                    Ranking.n_tiers, Ranking.judge_run, Ranking.version)
-             .join(Prompt, Prompt.id == Ranking.prompt_id).join(Annotator, Annotator.id == Ranking.annotator_id)
-             .where(Ranking.source == "judge"))
-    items = (select(RankingItem.ranking_id, Candidate.text, RankingItem.tier, RankingItem.shown_position,
-                    RankingItem.score, RankingItem.details)
-             .join(Candidate, Candidate.id == RankingItem.candidate_id).order_by(RankingItem.shown_position))
+    query = (
+        select(
+            Ranking.id,
+            Prompt.text,
+            Annotator.name,
+            Annotator.judge_kind,
+            Annotator.config,
+            Ranking.status,
+            Ranking.n_tiers,
+            Ranking.judge_run,
+            Ranking.version,
+        )
+        .join(Prompt, Prompt.id == Ranking.prompt_id)
+        .join(Annotator, Annotator.id == Ranking.annotator_id)
+        .where(Ranking.source == "judge")
+    )
+    items = (
+        select(
+            RankingItem.ranking_id,
+            Candidate.text,
+            RankingItem.tier,
+            RankingItem.shown_position,
+            RankingItem.score,
+            RankingItem.details,
+        )
+        .join(Candidate, Candidate.id == RankingItem.candidate_id)
+        .order_by(RankingItem.shown_position)
+    )
     with _connect(url) as conn:
         by_ranking: dict[int, list] = {}
         for ranking_id, *item, details in conn.execute(items):
             # A candidate's share of its batch's judging time is a measurement, not a judgement.
             kept = {k: v for k, v in (details or {}).items() if k != "seconds"}
             by_ranking.setdefault(ranking_id, []).append((*item, json.dumps(kept, sort_keys=True)))
-        return sorted((*row[1:4], json.dumps(row[4], sort_keys=True), *row[5:], tuple(by_ranking[row[0]]))
-                      for row in conn.execute(query))
+        return sorted(
+            (*row[1:4], json.dumps(row[4], sort_keys=True), *row[5:], tuple(by_ranking[row[0]]))
+            for row in conn.execute(query)
+        )
 
 
 def counted(url: str, what) -> dict[str, int]:
@@ -144,8 +174,9 @@ def held(url: str, table, row: dict) -> Iterator[int]:
 def waiting_on(url: str, holder: int) -> int:
     """How many sessions wait for the transaction of backend `holder`."""
     with _connect(url) as conn:
-        return conn.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE :holder = ANY(pg_blocking_pids(pid))"),
-                           {"holder": holder})
+        return conn.scalar(
+            text("SELECT count(*) FROM pg_stat_activity WHERE :holder = ANY(pg_blocking_pids(pid))"), {"holder": holder}
+        )
 
 
 def shards_with_one_killed(url: str, command: list[str], table, row: dict) -> None:
@@ -176,8 +207,12 @@ def test_three_generate_shards_one_killed_store_what_one_run_stores(stores, tiny
     stop = next(r for r in reference if r[0] == mine[STOP_AT])  # the candidate the victim makes there
     with _connect(workers) as conn:
         stop_id = conn.scalar(select(Prompt.id).where(Prompt.text == stop[0]))
-    shards_with_one_killed(workers, [*model, *GENERATE], Candidate,
-                           {"prompt_id": stop_id, "text": stop[1], "content_hash": stop[2], "model": stop[3]})
+    shards_with_one_killed(
+        workers,
+        [*model, *GENERATE],
+        Candidate,
+        {"prompt_id": stop_id, "text": stop[1], "content_hash": stop[2], "model": stop[3]},
+    )
 
     stored = counted(workers, Candidate)
     # two imported responses each, and two generated ones up to where the victim was killed
@@ -198,19 +233,37 @@ def test_three_judge_shards_one_killed_store_what_one_run_stores(stores, tiny_lm
     reference = rankings(one_run)
     mine = victim_prompts()
     with _connect(one_run) as conn:
-        judge = conn.execute(select(Annotator.kind, Annotator.name, Annotator.judge_kind, Annotator.model,
-                                    Annotator.config).where(Annotator.kind == "ai")).one()
-        stop = conn.execute(select(Ranking.external_id, Ranking.prompt_id).join(Prompt, Prompt.id == Ranking.prompt_id)
-                            .where(Prompt.text == mine[STOP_AT])).one()
+        judge = conn.execute(
+            select(Annotator.kind, Annotator.name, Annotator.judge_kind, Annotator.model, Annotator.config).where(
+                Annotator.kind == "ai"
+            )
+        ).one()
+        stop = conn.execute(
+            select(Ranking.external_id, Ranking.prompt_id)
+            .join(Prompt, Prompt.id == Ranking.prompt_id)
+            .where(Prompt.text == mine[STOP_AT])
+        ).one()
     # The judge's annotator is made first here, so the ranking held below can name it; the workers find it.
     with _connect(workers) as conn:
-        judge_id = conn.execute(insert(Annotator).values(**judge._mapping, pseudonym="ai-held")
-                                .returning(Annotator.id)).scalar_one()
+        judge_id = conn.execute(
+            insert(Annotator).values(**judge._mapping, pseudonym="ai-held").returning(Annotator.id)
+        ).scalar_one()
         conn.commit()
-    shards_with_one_killed(workers, [*model, *JUDGE], Ranking,
-                           {"prompt_id": stop.prompt_id, "annotator_id": judge_id, "source": "judge",
-                            "external_id": stop.external_id, "version": 1, "status": "valid", "n_tiers": 1,
-                            "same_as_shown": False})
+    shards_with_one_killed(
+        workers,
+        [*model, *JUDGE],
+        Ranking,
+        {
+            "prompt_id": stop.prompt_id,
+            "annotator_id": judge_id,
+            "source": "judge",
+            "external_id": stop.external_id,
+            "version": 1,
+            "status": "valid",
+            "n_tiers": 1,
+            "same_as_shown": False,
+        },
+    )
 
     ranked = counted(workers, Ranking)
     assert {p for p in ranked if p in mine} == set(mine[:8])  # the first batch of 8 committed, the second lost

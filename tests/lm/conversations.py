@@ -23,14 +23,18 @@ import pytest
 from tests.tiny_models import fit_completions, tiny_causal_lm
 
 LAST = "What is its capital?"
-FRANCE = [{"role": "system", "content": "You are a tutor on France."},
-          {"role": "user", "content": "Tell me about the country."},
-          {"role": "assistant", "content": "It lies in western Europe."},
-          {"role": "user", "content": LAST}]
-ITALY = [{"role": "system", "content": "You are a tutor on Italy."},
-         {"role": "user", "content": "Tell me about the country."},
-         {"role": "assistant", "content": "It lies in southern Europe."},
-         {"role": "user", "content": LAST}]
+FRANCE = [
+    {"role": "system", "content": "You are a tutor on France."},
+    {"role": "user", "content": "Tell me about the country."},
+    {"role": "assistant", "content": "It lies in western Europe."},
+    {"role": "user", "content": LAST},
+]
+ITALY = [
+    {"role": "system", "content": "You are a tutor on Italy."},
+    {"role": "user", "content": "Tell me about the country."},
+    {"role": "assistant", "content": "It lies in southern Europe."},
+    {"role": "user", "content": LAST},
+]
 ANSWERS = {"France": "Paris.", "Italy": "Rome."}
 
 
@@ -42,8 +46,9 @@ def history_lm(path: str | Path) -> Path:
 
     path = tiny_causal_lm(path)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    return fit_completions(path, [(chat_prompt(tokenizer, FRANCE), "Paris."), (chat_prompt(tokenizer, ITALY), "Rome.")],
-                           steps=80, lr=1e-2)
+    return fit_completions(
+        path, [(chat_prompt(tokenizer, FRANCE), "Paris."), (chat_prompt(tokenizer, ITALY), "Rome.")], steps=80, lr=1e-2
+    )
 
 
 @pytest.fixture(scope="session")
@@ -54,9 +59,23 @@ def tutor_lm(tmp_path_factory) -> Path:
 
 def rankings_file(path: Path, responses=("Paris.", "Rome.")) -> Path:
     """A rankings file of both conversations, each with the same replies (ranked by a person), with references."""
-    path.write_text("".join(json.dumps({"prompt": turns, "responses": list(responses), "ranking": [[0], [1]],
-                                        "reference": ANSWERS[name], "annotator": "alice", "id": name}) + "\n"
-                            for name, turns in (("France", FRANCE), ("Italy", ITALY))), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt": turns,
+                    "responses": list(responses),
+                    "ranking": [[0], [1]],
+                    "reference": ANSWERS[name],
+                    "annotator": "alice",
+                    "id": name,
+                }
+            )
+            + "\n"
+            for name, turns in (("France", FRANCE), ("Italy", ITALY))
+        ),
+        encoding="utf-8",
+    )
     return path
 
 

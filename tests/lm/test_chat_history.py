@@ -20,10 +20,12 @@ def test_chat_prompt_renders_every_message_and_ends_where_the_model_answers():
 
     tokenizer = tiny_tokenizer()
     text = chat_prompt(tokenizer, FRANCE)
-    assert text == ("<|im_start|>system\nYou are a tutor on France.<|im_end|>\n"
-                    "<|im_start|>user\nTell me about the country.<|im_end|>\n"
-                    "<|im_start|>assistant\nIt lies in western Europe.<|im_end|>\n"
-                    f"<|im_start|>user\n{LAST}<|im_end|>\n<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nYou are a tutor on France.<|im_end|>\n"
+        "<|im_start|>user\nTell me about the country.<|im_end|>\n"
+        "<|im_start|>assistant\nIt lies in western Europe.<|im_end|>\n"
+        f"<|im_start|>user\n{LAST}<|im_end|>\n<|im_start|>assistant\n"
+    )
     # A user's one message is the one-turn conversation it always was.
     assert chat_prompt(tokenizer, LAST) == chat_text(tokenizer, LAST) == chat_prompt(tokenizer, FRANCE[-1:])
 
@@ -35,9 +37,11 @@ def test_a_plain_model_reads_a_conversation_through_the_fallback_template(tmp_pa
     tokenizer.chat_template = None  # a base model's tokenizer
     plain = load_tokenizer(tiny_causal_lm(tmp_path / "plain", tokenizer=tokenizer))
     assert plain.chat_template == PLAIN_CHAT_TEMPLATE
-    assert chat_prompt(plain, FRANCE) == ("System: You are a tutor on France.\n\nUser: Tell me about the country.\n\n"
-                                          "Assistant: It lies in western Europe.\n\nUser: What is its capital?\n\n"
-                                          "Assistant:")
+    assert chat_prompt(plain, FRANCE) == (
+        "System: You are a tutor on France.\n\nUser: Tell me about the country.\n\n"
+        "Assistant: It lies in western Europe.\n\nUser: What is its capital?\n\n"
+        "Assistant:"
+    )
 
 
 def test_exchange_keeps_the_plain_case_plain_and_a_conversation_whole():
@@ -48,7 +52,7 @@ def test_exchange_keeps_the_plain_case_plain_and_a_conversation_whole():
     assert exchange(one, reply) == ("Hi", "Hello.")
     assert exchange(one, reply, conversational=True) == (one, reply)
     assert exchange(FRANCE, reply) == (FRANCE, reply)
-    turns = reply + [{"role": "user", "content": "More?"}, {"role": "assistant", "content": "No."}]
+    turns = [*reply, {"role": "user", "content": "More?"}, {"role": "assistant", "content": "No."}]
     assert exchange(one, turns) == (one, turns)
 
 
@@ -69,14 +73,19 @@ def test_a_pair_ranker_reads_the_history_and_a_reply_of_several_turns_as_the_tem
     from preflab.lm.pair_ranker import pair_ids
 
     tokenizer = tiny_tokenizer()
-    longer = [{"role": "assistant", "content": "Paris."}, {"role": "user", "content": "Are you sure?"},
-              {"role": "assistant", "content": "Yes, Paris."}]
+    longer = [
+        {"role": "assistant", "content": "Paris."},
+        {"role": "user", "content": "Are you sure?"},
+        {"role": "assistant", "content": "Yes, Paris."},
+    ]
     ids, a_end = pair_ids(tokenizer, FRANCE, longer, [{"role": "assistant", "content": "Rome."}])
     text = tokenizer.decode(ids)
     assert text.startswith("<|im_start|>system\nYou are a tutor on France.<|im_end|>")
-    assert text.endswith("<|im_start|>assistant\nParis.<|im_end|>\n<|im_start|>user\nAre you sure?<|im_end|>\n"
-                         "<|im_start|>assistant\nYes, Paris.<|im_end|>Rome.<|im_end|>")
-    assert tokenizer.decode(ids[:a_end + 1]).endswith("Yes, Paris.<|im_end|>")
+    assert text.endswith(
+        "<|im_start|>assistant\nParis.<|im_end|>\n<|im_start|>user\nAre you sure?<|im_end|>\n"
+        "<|im_start|>assistant\nYes, Paris.<|im_end|>Rome.<|im_end|>"
+    )
+    assert tokenizer.decode(ids[: a_end + 1]).endswith("Yes, Paris.<|im_end|>")
     # One message is read as its content, as before.
     single, _ = pair_ids(tokenizer, "Hi", "Hello.", "Bye.")
     assert tokenizer.decode(single) == "HiHello.<|im_end|>Bye.<|im_end|>"

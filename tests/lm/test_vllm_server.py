@@ -28,8 +28,11 @@ from preflab.lm.loading import chat_prompt, load_causal_lm
 
 PAIRWISE = [
     {"role": "system", "content": "You compare two answers."},
-    {"role": "user", "content": "Which answer is better, A or B? Answer with one letter.\n"
-                                "A: Paris is the capital of France.\nB: Lyon is the capital of France."},
+    {
+        "role": "user",
+        "content": "Which answer is better, A or B? Answer with one letter.\n"
+        "A: Paris is the capital of France.\nB: Lyon is the capital of France.",
+    },
 ]
 HISTORY = [
     {"role": "system", "content": "Be brief."},
@@ -77,8 +80,14 @@ def test_models_lists_the_served_name(client, vllm_server):
 def test_first_token_top_logprobs_equal_in_process(client, vllm_server, local):
     model, tokenizer = local
     answer = client.chat.completions.create(
-        model=vllm_server.model, messages=PAIRWISE, max_tokens=1, temperature=0, logprobs=True, top_logprobs=5,
-        extra_body={"return_tokens_as_token_ids": True})  # tokens as "token_id:65": no decoding ambiguity
+        model=vllm_server.model,
+        messages=PAIRWISE,
+        max_tokens=1,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=5,
+        extra_body={"return_tokens_as_token_ids": True},
+    )  # tokens as "token_id:65": no decoding ambiguity
     first = answer.choices[0].logprobs.content[0]
     top = [(int(t.token.removeprefix("token_id:")), t.logprob) for t in first.top_logprobs]
     assert len(top) == 5 and [lp for _, lp in top] == sorted((lp for _, lp in top), reverse=True)
@@ -92,8 +101,15 @@ def test_first_token_top_logprobs_equal_in_process(client, vllm_server, local):
 
 def test_structured_choice_constrains_and_renormalises(client, vllm_server):
     def ask(extra: dict):
-        answer = client.chat.completions.create(model=vllm_server.model, messages=PAIRWISE, max_tokens=1,
-                                                temperature=0, logprobs=True, top_logprobs=3, extra_body=extra)
+        answer = client.chat.completions.create(
+            model=vllm_server.model,
+            messages=PAIRWISE,
+            max_tokens=1,
+            temperature=0,
+            logprobs=True,
+            top_logprobs=3,
+            extra_body=extra,
+        )
         return answer.choices[0].message.content, answer.choices[0].logprobs.content[0].top_logprobs
 
     free, free_top = ask({})
@@ -113,18 +129,24 @@ def test_structured_choice_constrains_and_renormalises(client, vllm_server):
 def test_response_format_json_schema(client, vllm_server):
     schema = {"type": "object", "properties": {"better": {"enum": ["A", "B"]}}, "required": ["better"]}
     answer = client.chat.completions.create(
-        model=vllm_server.model, messages=PAIRWISE, max_tokens=40, temperature=0,
-        response_format={"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema}})
+        model=vllm_server.model,
+        messages=PAIRWISE,
+        max_tokens=40,
+        temperature=0,
+        response_format={"type": "json_schema", "json_schema": {"name": "verdict", "schema": schema}},
+    )
     assert json.loads(answer.choices[0].message.content)["better"] in {"A", "B"}
 
 
 def test_echo_logprobs_give_prompt_logprobs_equal_in_process(client, vllm_server, local):
     model, tokenizer = local
-    ids, n = likelihood_ids(tokenizer, [{"role": "user", "content": "What is the capital of France?"}],
-                            "The capital of France is Paris.")
+    ids, _n = likelihood_ids(
+        tokenizer, [{"role": "user", "content": "What is the capital of France?"}], "The capital of France is Paris."
+    )
     # A prompt of token ids is scored as given; max_tokens=0 generates nothing.
-    answer = client.completions.create(model=vllm_server.model, prompt=ids, max_tokens=0, echo=True, logprobs=0,
-                                       temperature=0)
+    answer = client.completions.create(
+        model=vllm_server.model, prompt=ids, max_tokens=0, echo=True, logprobs=0, temperature=0
+    )
     served = answer.choices[0].logprobs.token_logprobs
     assert len(served) == len(ids) and served[0] is None  # the first token has no context
     assert max(abs(a - b) for a, b in zip(served[1:], token_logprobs(model, ids))) < TOLERANCE
@@ -135,8 +157,9 @@ def test_prompt_logprobs_of_a_conversation_equal_the_likelihood_judge(client, vl
     model, tokenizer = local
     reply = "An ant has six legs, like every insect."
     ids, n = likelihood_ids(tokenizer, HISTORY, reply)
-    answer = client.completions.create(model=vllm_server.model, prompt=ids, max_tokens=1, temperature=0,
-                                       extra_body={"prompt_logprobs": 0})
+    answer = client.completions.create(
+        model=vllm_server.model, prompt=ids, max_tokens=1, temperature=0, extra_body={"prompt_logprobs": 0}
+    )
     entries = answer.choices[0].prompt_logprobs  # [None, {"<token id>": {"logprob", "rank", "decoded_token"}}, …]
     assert entries[0] is None and len(entries) == len(ids)
     served = [entry[str(token)]["logprob"] for entry, token in zip(entries[1:], ids[1:])]
@@ -149,8 +172,12 @@ def test_chat_prompt_logprobs_use_the_models_chat_template(client, vllm_server, 
     _, tokenizer = local
     messages = [*HISTORY, {"role": "assistant", "content": "Six."}]
     answer = client.chat.completions.create(
-        model=vllm_server.model, messages=messages, max_tokens=1, temperature=0,
-        extra_body={"prompt_logprobs": 0, "add_generation_prompt": False, "return_token_ids": True})
+        model=vllm_server.model,
+        messages=messages,
+        max_tokens=1,
+        temperature=0,
+        extra_body={"prompt_logprobs": 0, "add_generation_prompt": False, "return_token_ids": True},
+    )
     expected = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True)["input_ids"]
     assert answer.model_extra["prompt_token_ids"] == expected
     entries = answer.model_extra["prompt_logprobs"]
@@ -160,8 +187,14 @@ def test_chat_prompt_logprobs_use_the_models_chat_template(client, vllm_server, 
 
 def test_n_samples_with_a_seed_are_seed_plus_index(client, vllm_server):
     def sample(n: int, seed: int) -> list[str]:
-        answer = client.chat.completions.create(model=vllm_server.model, n=n, seed=seed, max_tokens=4,
-                                                temperature=1.0, messages=[{"role": "user", "content": "Say a word."}])
+        answer = client.chat.completions.create(
+            model=vllm_server.model,
+            n=n,
+            seed=seed,
+            max_tokens=4,
+            temperature=1.0,
+            messages=[{"role": "user", "content": "Say a word."}],
+        )
         return [choice.message.content for choice in sorted(answer.choices, key=lambda c: c.index)]
 
     three = sample(3, 7)
@@ -174,9 +207,12 @@ def test_unknown_model_is_a_404_naming_the_served_ones(client, vllm_server):
     with pytest.raises(openai.NotFoundError) as caught:
         client.chat.completions.create(model="no-such-model", messages=PAIRWISE, max_tokens=1)
     assert caught.value.status_code == 404
-    assert caught.value.body == {"message": f"The model `no-such-model` does not exist. Valid aliases: "
-                                            f"{vllm_server.model}.", "type": "NotFoundError", "param": "model",
-                                 "code": 404}
+    assert caught.value.body == {
+        "message": f"The model `no-such-model` does not exist. Valid aliases: {vllm_server.model}.",
+        "type": "NotFoundError",
+        "param": "model",
+        "code": 404,
+    }
 
 
 def test_over_long_prompt_is_a_400_with_the_servers_reason(client, vllm_server):
@@ -186,10 +222,16 @@ def test_over_long_prompt_is_a_400_with_the_servers_reason(client, vllm_server):
     assert caught.value.status_code == 400
     assert caught.value.body["message"].startswith(
         f"This model's maximum context length is {limit} tokens. However, your prompt contains at least "
-        f"{limit + 1} input tokens")
+        f"{limit + 1} input tokens"
+    )
     # A prompt that fits but leaves fewer than max_tokens is answered, its output cut at the limit.
-    answer = client.completions.create(model=vllm_server.model, prompt=[1] * (limit - 4), max_tokens=100,
-                                       temperature=0, extra_body={"ignore_eos": True})
+    answer = client.completions.create(
+        model=vllm_server.model,
+        prompt=[1] * (limit - 4),
+        max_tokens=100,
+        temperature=0,
+        extra_body={"ignore_eos": True},
+    )
     assert answer.usage.prompt_tokens + answer.usage.completion_tokens == limit
     assert answer.choices[0].finish_reason == "length"
     with pytest.raises(openai.BadRequestError) as caught:

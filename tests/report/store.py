@@ -28,8 +28,19 @@ from tests.training.selfreward.selfreward_world import human_rankings_of, toy_ba
 EMAIL = "alice.researcher@example.com"
 SECRETS = ("LABEL_STUDIO_API_KEY", "HF_TOKEN", "PREFLAB_DATABASE_URL", "LABEL_STUDIO_URL", "PREFLAB_MODEL")
 # A few steps: the report needs the runs and models to exist, not to be good.
-SHORT = ["--max-steps", 3, "--max-length", 16, "--use-cpu", "--logging-steps", 1, "--save-steps", 1000,
-         "--per-device-train-batch-size", 8]
+SHORT = [
+    "--max-steps",
+    3,
+    "--max-length",
+    16,
+    "--use-cpu",
+    "--logging-steps",
+    1,
+    "--save-steps",
+    1000,
+    "--per-device-train-batch-size",
+    8,
+]
 
 
 @dataclass
@@ -55,8 +66,9 @@ def run_report(url: str, *args) -> str:
     from preflab.commands.report import page_command
     from preflab.settings import Settings
 
-    result = CliRunner().invoke(page_command, list(map(str, args)), obj=Settings(database_url=url),
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        page_command, list(map(str, args)), obj=Settings(database_url=url), catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     return result.stdout
 
@@ -64,12 +76,30 @@ def run_report(url: str, *args) -> str:
 def write_extra_rankings(path: Path) -> Path:
     """One ranking by an annotator named by an email, and one line that cannot be parsed."""
     lines = [
-        json.dumps({"prompt": "Which planet has the shortest year, and why?",
-                    "responses": ["Mercury: it is the closest planet to the Sun, so its orbit is the shortest.",
-                                  "Mars, because it is red.", "Neptune."],
-                    "ranking": [[0], [1], [2]], "annotator": EMAIL, "annotator_kind": "human", "id": "extra-1"}),
-        json.dumps({"prompt": "A prompt whose ranking points past its responses", "responses": ["a", "b"],
-                    "ranking": [[0], [5]], "annotator": EMAIL, "annotator_kind": "human", "id": "extra-2"}),
+        json.dumps(
+            {
+                "prompt": "Which planet has the shortest year, and why?",
+                "responses": [
+                    "Mercury: it is the closest planet to the Sun, so its orbit is the shortest.",
+                    "Mars, because it is red.",
+                    "Neptune.",
+                ],
+                "ranking": [[0], [1], [2]],
+                "annotator": EMAIL,
+                "annotator_kind": "human",
+                "id": "extra-1",
+            }
+        ),
+        json.dumps(
+            {
+                "prompt": "A prompt whose ranking points past its responses",
+                "responses": ["a", "b"],
+                "ranking": [[0], [5]],
+                "annotator": EMAIL,
+                "annotator_kind": "human",
+                "id": "extra-2",
+            }
+        ),
     ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -83,8 +113,9 @@ def build(root: Path, world, sample: Path) -> FullStore:
     sessions = open_sessions(url)
     run_cli(url, "import", "rankings", sample)
     run_cli(url, "import", "rankings", write_extra_rankings(root / "extra.jsonl"))
-    run_cli(url, "self-reward", "--iterations", 1, "--output-dir", root / "loop",
-            *world.loop_args(prompts_per_iteration=32))
+    run_cli(
+        url, "self-reward", "--iterations", 1, "--output-dir", root / "loop", *world.loop_args(prompts_per_iteration=32)
+    )
     # The simulated person ranks the loop's candidates: human–AI agreement, and the judge's agreement with people.
     assert human_rankings_of(sessions, 1, root / "people.jsonl") > 0
     run_cli(url, "import", "rankings", root / "people.jsonl")
@@ -93,17 +124,59 @@ def build(root: Path, world, sample: Path) -> FullStore:
     with sessions.begin() as session:
         loop_dataset = session.scalar(select(DatasetVersion.name).where(DatasetVersion.iteration == 1))
         policy = session.scalar(select(ModelVersion.name).where(ModelVersion.iteration == 1))
-    reward = json.loads(run_cli(url, "train", "reward", "--model", world.base, "--dataset-version", loop_dataset,
-                                "--output-dir", root / "reward", *SHORT, "--json"))
-    run_cli(url, "train", "dpo", "--model", world.base, "--dataset-version", loop_dataset,
-            "--output-dir", root / "dpo", *SHORT, "--beta", 0.1, "--json")
-    run_cli(url, "bon", "sample", "--reward-model", reward["model_version"], "--policy", policy, "--n", 4,
-            "--prompts", world.eval_prompts, "--max-new-tokens", 5, "--batch-size", 16, "--json")
+    reward = json.loads(
+        run_cli(
+            url,
+            "train",
+            "reward",
+            "--model",
+            world.base,
+            "--dataset-version",
+            loop_dataset,
+            "--output-dir",
+            root / "reward",
+            *SHORT,
+            "--json",
+        )
+    )
+    run_cli(
+        url,
+        "train",
+        "dpo",
+        "--model",
+        world.base,
+        "--dataset-version",
+        loop_dataset,
+        "--output-dir",
+        root / "dpo",
+        *SHORT,
+        "--beta",
+        0.1,
+        "--json",
+    )
+    run_cli(
+        url,
+        "bon",
+        "sample",
+        "--reward-model",
+        reward["model_version"],
+        "--policy",
+        policy,
+        "--n",
+        4,
+        "--prompts",
+        world.eval_prompts,
+        "--max-new-tokens",
+        5,
+        "--batch-size",
+        16,
+        "--json",
+    )
     return FullStore(url, root, sessions, reward["model_version"])
 
 
 @pytest.fixture(scope="module")
-def full_store(tmp_path_factory, toy_world, sample_rankings_path) -> FullStore:  # noqa: F811 (fixture)
+def full_store(tmp_path_factory, toy_world, sample_rankings_path) -> FullStore:
     import torch
 
     root = tmp_path_factory.mktemp("report-store")

@@ -27,7 +27,7 @@ CHARTS = 7  # weekly arrivals, agreement heatmap, judges, leaderboard, lineage, 
 
 
 @pytest.fixture(scope="module")
-def page(full_store, tmp_path_factory) -> tuple[Path, dict, str]:  # noqa: F811 (fixture)
+def page(full_store, tmp_path_factory) -> tuple[Path, dict, str]:
     """The report of the full store: (HTML file, its data as `--json` printed it, that JSON text)."""
     out = tmp_path_factory.mktemp("report") / "report.html"
     printed = run_report(full_store.url, out, "--json")
@@ -55,7 +55,8 @@ def test_the_page_opens_offline_in_chromium_with_every_section_and_chart(page):
             "figure.chart svg, figure.chart img",
             "els => els.map(e => e.tagName.toLowerCase() === 'img' ? {drawn: e.naturalWidth, width: e.width} :"
             " {drawn: e.querySelectorAll('path, use, text').length, width: e.getBoundingClientRect().width,"
-            "  height: e.getBoundingClientRect().height, section: e.closest('section').id})")
+            "  height: e.getBoundingClientRect().height, section: e.closest('section').id})",
+        )
         ARTIFACTS.mkdir(exist_ok=True)
         tab.set_viewport_size({"width": 1280, "height": 900})
         tab.screenshot(path=str(ARTIFACTS / "report.png"), full_page=True)
@@ -68,24 +69,31 @@ def test_the_page_opens_offline_in_chromium_with_every_section_and_chart(page):
 
 
 @pytest.mark.slow
-def test_every_section_reads_what_the_store_holds(page, full_store):  # noqa: F811 (fixture)
+def test_every_section_reads_what_the_store_holds(page, full_store):
     _, report, _ = page
     data = report["data"]
     assert data["quarantine"]["total"] == 1
     assert "out of range" in data["quarantine"]["by_reason"][0]["name"]
     assert {s["source"] for s in data["rankings_by_source"]} == {"import", "judge", "bon"}
     assert sum(data["weekly"]["rankings"]["import"]) == data["counts"]["rankings"]["total"] - sum(
-        sum(v) for k, v in data["weekly"]["rankings"].items() if k != "import")
+        sum(v) for k, v in data["weekly"]["rankings"].items() if k != "import"
+    )
     agreement = report["agreement"]["categories"]
     assert agreement["human-human"]["ranking_pairs"] > 0 and agreement["human-ai"]["ranking_pairs"] > 0
     assert agreement["ai-ai"]["ranking_pairs"] > 0
     heatmap = report["agreement"]["heatmap"]
-    assert set(heatmap["kinds"]) == {"human", "ai"} and all(label.startswith(("human-", "ai-"))
-                                                           for label in heatmap["labels"])
+    assert set(heatmap["kinds"]) == {"human", "ai"} and all(
+        label.startswith(("human-", "ai-")) for label in heatmap["labels"]
+    )
     # Several people: the annotator table, one row per person by pseudonym (no judge), as `preflab annotators`.
     with full_store.sessions.begin() as session:
-        people = set(session.scalars(select(Annotator.pseudonym).join(Ranking, Ranking.annotator_id == Annotator.id)
-                                     .where(Annotator.kind == "human", Ranking.status == "valid")))
+        people = set(
+            session.scalars(
+                select(Annotator.pseudonym)
+                .join(Ranking, Ranking.annotator_id == Annotator.id)
+                .where(Annotator.kind == "human", Ranking.status == "valid")
+            )
+        )
     table = report["agreement"]["annotators"]
     assert {r["annotator"] for r in table["rows"]} == people and len(people) >= 3
     assert sum(r["consensus_rankings"] > 0 for r in table["rows"]) >= 3  # the sample's three people share prompts
@@ -99,8 +107,11 @@ def test_every_section_reads_what_the_store_holds(page, full_store):  # noqa: F8
     kinds = {n["id"]: n["kind"] for n in models["lineage"]["nodes"]}
     edges = {(kinds[e["from"]], kinds[e["to"]], e["label"], e["iteration"]) for e in models["lineage"]["edges"]}
     assert edges == {("base", "policy", "dpo", 1), ("base", "reward", "reward", None), ("base", "policy", "dpo", None)}
-    assert [(r["kind"], r["status"]) for r in models["runs"]] == [("dpo", "succeeded"), ("reward", "succeeded"),
-                                                                   ("dpo", "succeeded")]
+    assert [(r["kind"], r["status"]) for r in models["runs"]] == [
+        ("dpo", "succeeded"),
+        ("reward", "succeeded"),
+        ("dpo", "succeeded"),
+    ]
     assert {d["iteration"] for d in models["datasets"]} == {1, None}
     assert {c["kind"] for c in models["current"]} == {"base", "policy", "reward"}
     # Nothing is marked current: the ★ is on the newest of each kind, the model each card shows.
@@ -122,7 +133,7 @@ def _texts(sessions) -> list[str]:
 
 
 @pytest.mark.slow
-def test_the_page_names_no_person_and_shows_no_text_with_no_text(page, full_store, tmp_path, monkeypatch):  # noqa: F811
+def test_the_page_names_no_person_and_shows_no_text_with_no_text(page, full_store, tmp_path, monkeypatch):
     path, _, printed = page
     html = path.read_text(encoding="utf-8")
     with full_store.sessions.begin() as session:
@@ -163,8 +174,9 @@ def test_rankings_alone_give_data_and_agreement_as_stats_counts_it(cli, db_url, 
         expected = agreement(session)
     for name, row in expected.items():
         got = report["agreement"]["categories"][name]
-        assert {k: got[k] for k in ("ranking_pairs", "shared_pairs")} == \
-            {k: row[k] for k in ("ranking_pairs", "shared_pairs")}, name
+        assert {k: got[k] for k in ("ranking_pairs", "shared_pairs")} == {
+            k: row[k] for k in ("ranking_pairs", "shared_pairs")
+        }, name
         for key in ("pairwise_agreement", "kendall_tau"):
             assert (got[key] is None) == (row[key] is None) and (row[key] is None or abs(got[key] - row[key]) < 1e-9)
     assert report["agreement"]["categories"]["all"]["prompts"] == expected["all"]["prompts"]
@@ -186,8 +198,11 @@ def test_the_judges_section_says_which_judge_to_trust_first(cli, sessions, tmp_p
     judges = report["judges"]
     assert [j["judge"] for j in judges] == order == [pseudonyms[r["annotator_id"]] for r in stats]
     for row, same in zip(judges, stats):
-        assert (row["human_agreement_low"], row["human_agreement_high"], row["position_bias"]) == \
-            (same["agreement_low"], same["agreement_high"], same["position_bias"])
+        assert (row["human_agreement_low"], row["human_agreement_high"], row["position_bias"]) == (
+            same["agreement_low"],
+            same["agreement_high"],
+            same["position_bias"],
+        )
     html = out.read_text(encoding="utf-8")
     section = html.split('<section id="judges">')[1].split("</section>")[0]
     table = section.split('<table class="trust">')[1].split("</table>")[0]

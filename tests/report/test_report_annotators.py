@@ -4,8 +4,8 @@ import json
 
 from sqlalchemy import select
 
-from preflab.db.quality.gold import read_gold, store_gold
 from preflab.db.models import Annotator
+from preflab.db.quality.gold import read_gold, store_gold
 from tests.db.quality.quality_world import export_file, make_world
 from tests.labelling.browser import browser_page
 from tests.report.store import run_report
@@ -20,8 +20,9 @@ def test_the_agreement_section_shows_each_annotator_and_their_flags(cli, db_url,
     gold.write_text(world.gold_lines(), encoding="utf-8")
     with sessions.begin() as s:
         store_gold(s, read_gold(gold), origin=gold.name)
-        people = {int(name.rsplit("-", 1)[1]): (name, p) for name, p in
-                  s.execute(select(Annotator.name, Annotator.pseudonym))}
+        people = {
+            int(name.rsplit("-", 1)[1]): (name, p) for name, p in s.execute(select(Annotator.name, Annotator.pseudonym))
+        }
 
     out = tmp_path / "report.html"
     report = json.loads(run_report(db_url, out, "--json"))
@@ -37,8 +38,10 @@ def test_the_agreement_section_shows_each_annotator_and_their_flags(cli, db_url,
         tab.goto(out.resolve().as_uri())
         rows = tab.locator("section#agreement table.annotators tbody tr")
         assert rows.count() == len(PEOPLE)
-        shown = {rows.nth(i).locator("td").first.inner_text(): rows.nth(i).locator("td.kv span").all_inner_texts()
-                 for i in range(rows.count())}
+        shown = {
+            rows.nth(i).locator("td").first.inner_text(): rows.nth(i).locator("td.kv span").all_inner_texts()
+            for i in range(rows.count())
+        }
         assert tab.locator("section#agreement h3#annotators").is_visible()
     assert set(shown) == {p for _, p in people.values()}
     assert "mostly-unchanged" in shown[people[5][1]] and "too-fast" in shown[people[4][1]]

@@ -15,15 +15,31 @@ from sqlalchemy import update
 from preflab.db.models import ModelVersion
 
 # Twelve sources, as a store that has taken every public format and the judges holds them.
-SOURCES = ["bon", "import", "import:arena", "import:hh", "import:helpsteer3", "import:nectar", "import:oasst2",
-           "import:pku", "import:rankings", "import:shp", "import:trl", "judge"]
+SOURCES = [
+    "bon",
+    "import",
+    "import:arena",
+    "import:hh",
+    "import:helpsteer3",
+    "import:nectar",
+    "import:oasst2",
+    "import:pku",
+    "import:rankings",
+    "import:shp",
+    "import:trl",
+    "judge",
+]
 WEEKS = ["2025-03-03", "2025-03-10", "2025-03-17"]
 
 
 def _weekly(sources: list[str]) -> dict:
     """The Data section's `weekly` data: a few rankings per source and week."""
-    return {"weeks": WEEKS, "prompts": [40, 25, 10], "candidates": [120, 75, 30],
-            "rankings": {source: [i + 1, 2 * i + 2, 3] for i, source in enumerate(sources)}}
+    return {
+        "weeks": WEEKS,
+        "prompts": [40, 25, 10],
+        "candidates": [120, 75, 30],
+        "rankings": {source: [i + 1, 2 * i + 2, 3] for i, source in enumerate(sources)},
+    }
 
 
 def _legend(svg: str, labels: list[str]) -> list[tuple[str, str]]:
@@ -50,12 +66,13 @@ def test_past_the_palette_the_smallest_sources_are_one_other():
     weekly = _weekly(many)
     svg = weekly_chart(weekly)
     kept = many[5:]  # the 15 largest, in their own order, then the rest summed
-    legend = _legend(svg, kept + ["other (5 sources)"])
+    legend = _legend(svg, [*kept, "other (5 sources)"])
     assert len({colour for _, colour in legend}) == len(legend) == len(SOURCE_COLOURS)
     assert not [source for source in many[:5] if f"<!-- {source} -->" in svg]
     *_, (label, other, _) = source_colours(weekly["rankings"])
-    assert label == "other (5 sources)" and other == [sum(week) for week in zip(*(weekly["rankings"][s]
-                                                                                  for s in many[:5]))]
+    assert label == "other (5 sources)" and other == [
+        sum(week) for week in zip(*(weekly["rankings"][s] for s in many[:5]))
+    ]
 
 
 def _star_glyph_drawn(svg: str, label: str) -> bool:
@@ -64,7 +81,7 @@ def _star_glyph_drawn(svg: str, label: str) -> bool:
     if marker not in svg:
         return False
     start = svg.index(marker)
-    text = svg[start:svg.index("<!--", start + len(marker))]
+    text = svg[start : svg.index("<!--", start + len(marker))]
     glyph = re.findall(r'<use xlink:href="#([^"]+)"', text)[-1]
     drawn = re.search(rf'<path id="{re.escape(glyph)}" d="M [^"]+"', svg)
     return drawn is not None and not glyph.endswith("-0")
@@ -76,8 +93,8 @@ def _lineage(cli, tmp_path, name: str) -> tuple[dict, str, str]:
     report = json.loads(cli("report", out, "--json").stdout)
     html = out.read_text(encoding="utf-8")
     section = html.split('<section id="models">')[1].split("</section>")[0]
-    figure = section[section.index('<figure class="chart"><svg'):]
-    svg, caption = figure[:figure.index("</svg>")], figure.split("<figcaption>")[1].split("</figcaption>")[0]
+    figure = section[section.index('<figure class="chart"><svg') :]
+    svg, caption = figure[: figure.index("</svg>")], figure.split("<figcaption>")[1].split("</figcaption>")[0]
     return report["models"]["lineage"], svg, caption
 
 
@@ -86,9 +103,13 @@ def test_the_lineage_draws_a_star_on_each_current_model(cli, sessions, tmp_path)
         base = ModelVersion(name="smollm2-base", kind="base")
         session.add(base)
         session.flush()
-        session.add_all([ModelVersion(name="reward-1", kind="reward", parent_id=base.id),
-                         ModelVersion(name="dpo-1", kind="policy", parent_id=base.id),
-                         ModelVersion(name="dpo-2", kind="policy", parent_id=base.id)])
+        session.add_all(
+            [
+                ModelVersion(name="reward-1", kind="reward", parent_id=base.id),
+                ModelVersion(name="dpo-1", kind="policy", parent_id=base.id),
+                ModelVersion(name="dpo-2", kind="policy", parent_id=base.id),
+            ]
+        )
 
     # Nothing marked current (as after `train reward` and `train dpo`): the newest of each kind, as the cards say.
     lineage, svg, caption = _lineage(cli, tmp_path, "newest")
@@ -111,7 +132,7 @@ def test_a_current_model_older_than_the_newest_drawn_is_drawn(cli, sessions, tmp
     with sessions.begin() as session:
         session.add(ModelVersion(name="reward-kept", kind="reward", is_current=True))
         session.add_all([ModelVersion(name=f"policy-{i:02d}", kind="policy") for i in range(LINEAGE_LIMIT)])
-    lineage, svg, caption = _lineage(cli, tmp_path, "older")
+    lineage, svg, _caption = _lineage(cli, tmp_path, "older")
     names = {n["name"]: n["current"] for n in lineage["nodes"]}
     assert names["reward-kept"] is True and names[f"policy-{LINEAGE_LIMIT - 1:02d}"] is True
     assert len(names) == LINEAGE_LIMIT + 1 and lineage["left_out"] == 0

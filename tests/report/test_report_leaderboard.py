@@ -39,8 +39,16 @@ def people_store(sessions, path: Path, prompts: int = PROMPTS, seed: int = 0) ->
             a, b, outcome, _ = simulate(list(VERSIONS.values()), 1, rng, TIE_RATES)
             pair = [names[a[0]], names[b[0]]]
             tiers = [[0], [1]] if outcome[0] == 1 else [[1], [0]] if outcome[0] == 0 else [[0, 1]]
-            lines.append(ranking_line(f"question {p}", [f"reply {p} of {m} to {person}" for m in pair], tiers,
-                                      annotator=person, model=pair, id=f"{p}-{person}"))
+            lines.append(
+                ranking_line(
+                    f"question {p}",
+                    [f"reply {p} of {m} to {person}" for m in pair],
+                    tiers,
+                    annotator=person,
+                    model=pair,
+                    id=f"{p}-{person}",
+                )
+            )
     import_lines(sessions, path, lines)
     with sessions.begin() as session:
         name_versions(session)
@@ -78,13 +86,21 @@ def test_the_versions_are_on_the_board_best_first_with_their_intervals(page):
     for row in board["ratings"]:
         assert row["lower"] <= row["median"] <= row["upper"] and row["lower"] <= row["rating"] <= row["upper"]
         assert row["wins"] + row["ties"] + row["losses"] == row["battles"]
-    assert board["method"] == {"scale": 400, "offset": 1000, "anchor": "mean", "ties": "a tie is half a win to "
-                               "each side", "bootstrap": 1000, "seed": 0,
-                               "order": "group, then rank, then bootstrap median", "annotator_kind": "any"}
+    assert board["method"] == {
+        "scale": 400,
+        "offset": 1000,
+        "anchor": "mean",
+        "ties": "a tie is half a win to each side",
+        "bootstrap": 1000,
+        "seed": 0,
+        "order": "group, then rank, then bootstrap median",
+        "annotator_kind": "any",
+    }
     with open_sessions(url).begin() as session:  # the page says what `preflab leaderboard` says
         expected = leaderboard(session, LeaderboardConfig())
-    assert [(r["model"], r["rating"], r["lower"], r["upper"], r["battles"]) for r in board["ratings"]] == \
-        [(r.model, round(r.rating, 1), round(r.lower, 1), round(r.upper, 1), r.battles) for r in expected.ratings]
+    assert [(r["model"], r["rating"], r["lower"], r["upper"], r["battles"]) for r in board["ratings"]] == [
+        (r.model, round(r.rating, 1), round(r.lower, 1), round(r.upper, 1), r.battles) for r in expected.ratings
+    ]
 
     html = section(path.read_text(encoding="utf-8"))
     text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
@@ -97,7 +113,7 @@ def test_the_versions_are_on_the_board_best_first_with_their_intervals(page):
 
 
 def test_the_forest_plot_and_table_show_in_chromium(page):
-    path, report, _ = page
+    path, _report, _ = page
     errors = []
     with browser_page(height=900) as tab:
         tab.on("pageerror", lambda error: errors.append(str(error)))
@@ -108,8 +124,9 @@ def test_the_forest_plot_and_table_show_in_chromium(page):
         chart = lb.locator("figure.chart svg")
         chart.scroll_into_view_if_needed()
         assert chart.is_visible()
-        drawn = chart.evaluate("e => ({marks: e.querySelectorAll('path, use').length,"
-                               " width: e.getBoundingClientRect().width})")
+        drawn = chart.evaluate(
+            "e => ({marks: e.querySelectorAll('path, use').length, width: e.getBoundingClientRect().width})"
+        )
         assert drawn["marks"] > 20 and drawn["width"] > 400, drawn
         rows = lb.locator("table.leaderboard tbody tr")
         assert rows.count() == len(ORDER) and rows.first.is_visible()
@@ -126,8 +143,10 @@ def test_the_forest_plot_and_table_show_in_chromium(page):
 def test_no_two_models_give_one_line_and_local_folders_are_cut(cli, db_url, tmp_path):
     from preflab.report.leaderboard import leaderboard_section
 
-    one_model = [ranking_line(f"q {p}", ["a reply", "another reply"], [[0], [1]], id=f"one-{p}",
-                              model=["gpt-x", "gpt-x"]) for p in range(3)]
+    one_model = [
+        ranking_line(f"q {p}", ["a reply", "another reply"], [[0], [1]], id=f"one-{p}", model=["gpt-x", "gpt-x"])
+        for p in range(3)
+    ]
     cli("import", "rankings", _lines(tmp_path / "one.jsonl", one_model))
     out = tmp_path / "r.html"
     report = json.loads(run_report(db_url, out, "--json"))
@@ -136,8 +155,10 @@ def test_no_two_models_give_one_line_and_local_folders_are_cut(cli, db_url, tmp_
     assert "No models to compare yet" in html and "<svg" not in html and "<table" not in html
 
     folder = "/home/alice/runs/policy-x/checkpoint-500"
-    two = [ranking_line(f"other q {p}", ["a reply", "another reply"], [[0], [1]], id=f"two-{p}",
-                        model=[folder, "gpt-x"]) for p in range(3)]
+    two = [
+        ranking_line(f"other q {p}", ["a reply", "another reply"], [[0], [1]], id=f"two-{p}", model=[folder, "gpt-x"])
+        for p in range(3)
+    ]
     cli("import", "rankings", _lines(tmp_path / "two.jsonl", two))
     from preflab.db.engine import open_sessions
 

@@ -50,8 +50,11 @@ def sample(name: str) -> Path:
 
 def rankings_by(kind: str, out: Path) -> Path:
     """The bundled sample's rankings by one kind of annotator ("human": three people; "ai": two AI annotators)."""
-    lines = [line for line in sample("rankings.jsonl").read_text(encoding="utf-8").splitlines()
-             if line.strip() and json.loads(line)["annotator_kind"] == kind]
+    lines = [
+        line
+        for line in sample("rankings.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip() and json.loads(line)["annotator_kind"] == kind
+    ]
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out
 
@@ -66,8 +69,10 @@ def quarantined_only(cli, tmp_path):
     from preflab.errors import EXIT_ALL_QUARANTINED
 
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [5]], "annotator": "x"}\n'
-                   "not json\n", encoding="utf-8")
+    bad.write_text(
+        '{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [5]], "annotator": "x"}\nnot json\n',
+        encoding="utf-8",
+    )
     assert cli("import", "rankings", bad, expect_ok=False).exit_code == EXIT_ALL_QUARANTINED
 
 
@@ -80,35 +85,60 @@ def exported(cli, tmp_path):
 def generated(cli, tmp_path, tiny_lm):
     """A dataset version, and candidates from a model never trained here: a model version with no run."""
     exported(cli, tmp_path)
-    cli("generate", "--model", tiny_lm, "--prompts", sample("prompts.jsonl"), "--limit", 2, "-n", 2,
-        "--max-new-tokens", 4)
+    cli(
+        "generate",
+        "--model",
+        tiny_lm,
+        "--prompts",
+        sample("prompts.jsonl"),
+        "--limit",
+        2,
+        "-n",
+        2,
+        "--max-new-tokens",
+        4,
+    )
 
 
 # name: (how the store is filled, the sections holding something, the "lacks" sentences its page shows)
 SHAPES = {
-    "empty": (lambda cli, tmp, lm: None, [],
-              {"store", "compared", "annotators", "leaderboard"} | NOTHING_TRAINED),
-    "quarantined records only": (lambda cli, tmp, lm: quarantined_only(cli, tmp), ["data"],
-                                 {"prompts", "rankings", "candidates", "compared", "annotators", "leaderboard"}
-                                 | NOTHING_TRAINED),
-    "prompts only": (lambda cli, tmp, lm: cli("import", "prompts", sample("prompts.jsonl")), ["data"],
-                     {"rankings", "candidates", "compared", "annotators", "leaderboard"} | NOTHING_TRAINED),
-    "human rankings only": (lambda cli, tmp, lm: cli("import", "rankings", rankings_by("human", tmp / "h.jsonl")),
-                            ["data", "agreement", "leaderboard"],
-                            {"comparisons", "human-ai", "ai-ai"} | NOTHING_TRAINED),
+    "empty": (lambda cli, tmp, lm: None, [], {"store", "compared", "annotators", "leaderboard"} | NOTHING_TRAINED),
+    "quarantined records only": (
+        lambda cli, tmp, lm: quarantined_only(cli, tmp),
+        ["data"],
+        {"prompts", "rankings", "candidates", "compared", "annotators", "leaderboard"} | NOTHING_TRAINED,
+    ),
+    "prompts only": (
+        lambda cli, tmp, lm: cli("import", "prompts", sample("prompts.jsonl")),
+        ["data"],
+        {"rankings", "candidates", "compared", "annotators", "leaderboard"} | NOTHING_TRAINED,
+    ),
+    "human rankings only": (
+        lambda cli, tmp, lm: cli("import", "rankings", rankings_by("human", tmp / "h.jsonl")),
+        ["data", "agreement", "leaderboard"],
+        {"comparisons", "human-ai", "ai-ai"} | NOTHING_TRAINED,
+    ),
     # Imported AI annotators are judges: listed under Judges, with no person to compare them with here.
-    "AI rankings only": (lambda cli, tmp, lm: cli("import", "rankings", rankings_by("ai", tmp / "ai.jsonl")),
-                         ["data", "agreement", "judges", "leaderboard"],
-                         {"comparisons", "human-human", "human-ai", "annotators"} | NOTHING_TRAINED - {"judges"}),
-    "no comparisons built": (lambda cli, tmp, lm: cli("import", "rankings", sample("rankings.jsonl")),
-                             ["data", "agreement", "judges", "leaderboard"], {"comparisons"} | NOTHING_TRAINED
-                             - {"judges"}),
-    "no model versions": (lambda cli, tmp, lm: exported(cli, tmp),
-                          ["data", "agreement", "judges", "leaderboard", "models"],
-                          NOTHING_TRAINED - {"datasets", "judges"}),
-    "no training runs": (lambda cli, tmp, lm: generated(cli, tmp, lm),
-                         ["data", "agreement", "judges", "leaderboard", "models"],
-                         {"runs", "reward_bench", "bon", "self_reward"}),
+    "AI rankings only": (
+        lambda cli, tmp, lm: cli("import", "rankings", rankings_by("ai", tmp / "ai.jsonl")),
+        ["data", "agreement", "judges", "leaderboard"],
+        {"comparisons", "human-human", "human-ai", "annotators"} | NOTHING_TRAINED - {"judges"},
+    ),
+    "no comparisons built": (
+        lambda cli, tmp, lm: cli("import", "rankings", sample("rankings.jsonl")),
+        ["data", "agreement", "judges", "leaderboard"],
+        {"comparisons"} | NOTHING_TRAINED - {"judges"},
+    ),
+    "no model versions": (
+        lambda cli, tmp, lm: exported(cli, tmp),
+        ["data", "agreement", "judges", "leaderboard", "models"],
+        NOTHING_TRAINED - {"datasets", "judges"},
+    ),
+    "no training runs": (
+        lambda cli, tmp, lm: generated(cli, tmp, lm),
+        ["data", "agreement", "judges", "leaderboard", "models"],
+        {"runs", "reward_bench", "bon", "self_reward"},
+    ),
 }
 
 

@@ -17,7 +17,7 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from preflab.db.models import RawRecord, Ranking
+from preflab.db.models import Ranking, RawRecord
 from tests.labelling.ls_fixtures import (  # noqa: F401  (fixtures)
     label_studio_bin_path,
     ls_env,
@@ -40,8 +40,12 @@ _PROJECTS = itertools.count(990_000 + os.getpid() % 1000 * 10)
 
 def pytest_collection_finish(session):
     # Label Studio takes minutes to start: begin now (as tests/labelling does; starting twice is a no-op).
-    if (uses_label_studio(session.items) and not session.config.option.collectonly
-            and not os.environ.get("PREFLAB_TEST_LABEL_STUDIO_URL") and os.access(label_studio_bin_path(), os.X_OK)):
+    if (
+        uses_label_studio(session.items)
+        and not session.config.option.collectonly
+        and not os.environ.get("PREFLAB_TEST_LABEL_STUDIO_URL")
+        and os.access(label_studio_bin_path(), os.X_OK)
+    ):
         start_server()
 
 
@@ -64,15 +68,33 @@ def basic(password: str, user: str = "preflab") -> dict[str, str]:
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
 
 
-def delivery(action: str = "ANNOTATION_CREATED", *, annotation_id: int = 501, task_id: int = 9001,
-             project_id: int = 7, user_id: int = 3, result=None) -> bytes:
+def delivery(
+    action: str = "ANNOTATION_CREATED",
+    *,
+    annotation_id: int = 501,
+    task_id: int = 9001,
+    project_id: int = 7,
+    user_id: int = 3,
+    result=None,
+) -> bytes:
     """A webhook body as Label Studio sends one (only the fields preflab reads, plus a few it ignores)."""
-    annotation = {"id": annotation_id, "task": task_id, "project": project_id, "completed_by": user_id,
-                  "result": result if result is not None else [], "was_cancelled": False, "lead_time": 4.2,
-                  "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}
-    body = {"action": action, "annotation": annotation,
-            "task": {"id": task_id, "project": project_id, "data": {"prompt": "hello"}},
-            "project": {"id": project_id, "title": "webhook test"}}
+    annotation = {
+        "id": annotation_id,
+        "task": task_id,
+        "project": project_id,
+        "completed_by": user_id,
+        "result": result if result is not None else [],
+        "was_cancelled": False,
+        "lead_time": 4.2,
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+    }
+    body = {
+        "action": action,
+        "annotation": annotation,
+        "task": {"id": task_id, "project": project_id, "data": {"prompt": "hello"}},
+        "project": {"id": project_id, "title": "webhook test"},
+    }
     return json.dumps(body).encode()
 
 
@@ -81,11 +103,18 @@ def stored(url: str) -> dict[str, int]:
     from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE
 
     with session(url) as s:
-        by_status = dict(s.execute(select(RawRecord.status, func.count()).where(RawRecord.source == WEBHOOK_SOURCE)
-                                   .group_by(RawRecord.status)).all())
-        return {"raw": s.scalar(select(func.count()).select_from(RawRecord)),
-                **{status: by_status.get(status, 0) for status in ("pending", "ok", "quarantined")},
-                "rankings": s.scalar(select(func.count()).select_from(Ranking))}
+        by_status = dict(
+            s.execute(
+                select(RawRecord.status, func.count())
+                .where(RawRecord.source == WEBHOOK_SOURCE)
+                .group_by(RawRecord.status)
+            ).all()
+        )
+        return {
+            "raw": s.scalar(select(func.count()).select_from(RawRecord)),
+            **{status: by_status.get(status, 0) for status in ("pending", "ok", "quarantined")},
+            "rankings": s.scalar(select(func.count()).select_from(Ranking)),
+        }
 
 
 def raw_records(url: str) -> list[RawRecord]:

@@ -21,26 +21,54 @@ def known_project(database_url: str, base_url: str, project_id: int = PROJECT) -
     from preflab.labelling.studio.projects import ensure_project
 
     with open_sessions(database_url).begin() as session:
-        ensure_project(session, base_url, project_id, title="served project", template="ranking",
-                       label_config=label_config("ranking"))
+        ensure_project(
+            session,
+            base_url,
+            project_id,
+            title="served project",
+            template="ranking",
+            label_config=label_config("ranking"),
+        )
     return project_id
 
 
 def task(project_id: int, task_id: int) -> dict:
     items = [{"id": f"r{n}", "body": f"reply {n} to question {task_id}"} for n in range(3)]
-    return {"id": task_id, "project": project_id, "data": {"prompt": f"question {task_id}?", "items": items},
-            "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z", "is_labeled": True}
+    return {
+        "id": task_id,
+        "project": project_id,
+        "data": {"prompt": f"question {task_id}?", "items": items},
+        "created_at": "2026-01-01T00:00:00Z",
+        "updated_at": "2026-01-01T00:00:00Z",
+        "is_labeled": True,
+    }
 
 
-def annotated(project_id: int, task_id: int, user_id: int, *, annotation: int, order=("r2", "r0", "r1"),
-              action: str = "ANNOTATION_CREATED", updated_at: str = "2026-01-01T00:00:00Z") -> bytes:
+def annotated(
+    project_id: int,
+    task_id: int,
+    user_id: int,
+    *,
+    annotation: int,
+    order=("r2", "r0", "r1"),
+    action: str = "ANNOTATION_CREATED",
+    updated_at: str = "2026-01-01T00:00:00Z",
+) -> bytes:
     """The body of ANNOTATION_CREATED (or _UPDATED): the annotation, its task and the project."""
     body = {
         "action": action,
-        "annotation": {"id": annotation, "task": task_id, "project": project_id, "completed_by": user_id,
-                       "result": ranker_result({"rank": list(order)}), "was_cancelled": False,
-                       "ground_truth": False, "lead_time": 3.5, "created_at": "2026-01-01T00:00:00Z",
-                       "updated_at": updated_at},
+        "annotation": {
+            "id": annotation,
+            "task": task_id,
+            "project": project_id,
+            "completed_by": user_id,
+            "result": ranker_result({"rank": list(order)}),
+            "was_cancelled": False,
+            "ground_truth": False,
+            "lead_time": 3.5,
+            "created_at": "2026-01-01T00:00:00Z",
+            "updated_at": updated_at,
+        },
         "task": task(project_id, task_id),
         "project": {"id": project_id, "title": "served project", "label_config": label_config("ranking")},
     }
@@ -49,5 +77,10 @@ def annotated(project_id: int, task_id: int, user_id: int, *, annotation: int, o
 
 def deleted(project_id: int, *annotation_ids: int) -> bytes:
     """ANNOTATIONS_DELETED: ids only."""
-    return json.dumps({"action": "ANNOTATIONS_DELETED", "annotations": [{"id": a} for a in annotation_ids],
-                       "project": {"id": project_id}}).encode()
+    return json.dumps(
+        {
+            "action": "ANNOTATIONS_DELETED",
+            "annotations": [{"id": a} for a in annotation_ids],
+            "project": {"id": project_id},
+        }
+    ).encode()

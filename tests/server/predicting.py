@@ -14,8 +14,18 @@ from preflab.templates import label_config
 from tests.labelling.ls_fixtures import make_cli
 from tests.labelling.ls_helpers import session
 
-THINGS = ["a cactus", "a goldfish", "sourdough starter", "a bicycle chain", "a wool jumper", "a cast-iron pan",
-          "a leather boot", "an orchid", "a vinyl record", "a fountain pen"]
+THINGS = [
+    "a cactus",
+    "a goldfish",
+    "sourdough starter",
+    "a bicycle chain",
+    "a wool jumper",
+    "a cast-iron pan",
+    "a leather boot",
+    "an orchid",
+    "a vinyl record",
+    "a fountain pen",
+]
 
 
 def hh_rows(n: int) -> list[dict]:
@@ -24,8 +34,12 @@ def hh_rows(n: int) -> list[dict]:
     for i in range(n):
         thing = THINGS[i % len(THINGS)]
         ask = f"\n\nHuman: How should I look after {thing} in week {i // len(THINGS) + 1}?\n\nAssistant:"
-        rows.append({"chosen": f"{ask} Keep {thing} clean and dry, and check on it every few days.",
-                     "rejected": f"{ask} No idea, sorry."})
+        rows.append(
+            {
+                "chosen": f"{ask} Keep {thing} clean and dry, and check on it every few days.",
+                "rejected": f"{ask} No idea, sorry.",
+            }
+        )
     return rows
 
 
@@ -41,8 +55,9 @@ def pushed_tasks(database_url: str, base_url: str, project_id: int, template: st
     from preflab.labelling.studio.push import _record, plan_tasks
 
     with session(database_url) as s:
-        project = ensure_project(s, base_url, project_id, title=template, template=template,
-                                 label_config=label_config(template))
+        project = ensure_project(
+            s, base_url, project_id, title=template, template=template, label_config=label_config(template)
+        )
         planned, _ = plan_tasks(s, project)
         rows = [(1000 + n, t.prompt_id, t.set_hash, t.order) for n, t in enumerate(planned)]
         _record(s, project, rows)
@@ -51,22 +66,32 @@ def pushed_tasks(database_url: str, base_url: str, project_id: int, template: st
 
 
 def predict_body(tasks: list[dict], project_id: int, template: str = "ranking") -> dict:
-    return {"tasks": tasks, "project": f"{project_id}.1700000000", "label_config": label_config(template),
-            "params": {"login": None, "password": None, "context": None}}
+    return {
+        "tasks": tasks,
+        "project": f"{project_id}.1700000000",
+        "label_config": label_config(template),
+        "params": {"login": None, "password": None, "context": None},
+    }
 
 
 def is_valid(prediction, template: str = "ranking") -> bool:
     """A prediction Label Studio stores: its result fits the labelling config, its score is in [0, 1]."""
     if not isinstance(prediction, dict) or not prediction.get("result"):
         return False
-    return (0 <= prediction["score"] <= 1
-            and LabelInterface(label_config(template)).validate_prediction(prediction, return_errors=True) == [])
+    return (
+        0 <= prediction["score"] <= 1
+        and LabelInterface(label_config(template)).validate_prediction(prediction, return_errors=True) == []
+    )
 
 
 def judge_rankings(database_url: str, annotator: str) -> list:
     """(prompt id, status) of every ranking the AI annotator stored."""
     with session(database_url) as s:
-        return list(s.execute(select(Ranking.prompt_id, Ranking.status)
-                              .join(Annotator, Annotator.id == Ranking.annotator_id)
-                              .where(Annotator.kind == "ai", Annotator.name == annotator)
-                              .order_by(Ranking.prompt_id)).all())
+        return list(
+            s.execute(
+                select(Ranking.prompt_id, Ranking.status)
+                .join(Annotator, Annotator.id == Ranking.annotator_id)
+                .where(Annotator.kind == "ai", Annotator.name == annotator)
+                .order_by(Ranking.prompt_id)
+            ).all()
+        )

@@ -20,8 +20,9 @@ def test_health_says_what_an_operator_needs(app_client):
     assert body["status"] == "UP" and body["database"] == "ok"
     # Nothing trained yet: the embedded model's likelihood judge serves, and says so.
     assert body["model_version"] == DEFAULT_SERVED
-    assert body["serving"] == ("the likelihood judge on smollm2-135m-instruct "
-                               "(the default model: no reward model is trained yet)")
+    assert body["serving"] == (
+        "the likelihood judge on smollm2-135m-instruct (the default model: no reward model is trained yet)"
+    )
     assert body["predictions"]["budget_s"] == 20 and body["predictions"]["queued"] == 0
     assert body["deliveries"]["pending"] == 0 and body["deliveries"]["last_delivery_at"] is None
     assert body["retrain"]["state"] == "off"
@@ -30,20 +31,36 @@ def test_health_says_what_an_operator_needs(app_client):
 
 def test_setup_answers_the_model_version_and_predict_one_entry_per_task(app_client):
     client = app_client()
-    setup = client.post("/setup", headers=basic(SECRET), json={
-        "project": "7.1700000000", "schema": "<View/>", "hostname": "http://localhost:8080",
-        "access_token": "the-users-token", "extra_params": None})
+    setup = client.post(
+        "/setup",
+        headers=basic(SECRET),
+        json={
+            "project": "7.1700000000",
+            "schema": "<View/>",
+            "hostname": "http://localhost:8080",
+            "access_token": "the-users-token",
+            "extra_params": None,
+        },
+    )
     assert setup.status_code == 200 and setup.json() == {"model_version": DEFAULT_SERVED}
     tasks = [{"id": 1, "project": 7, "data": {"prompt": "a"}}, {"id": 2, "project": 7, "data": {"prompt": "b"}}]
-    predict = client.post("/predict", headers=basic(SECRET), json={
-        "tasks": tasks, "project": "7.1700000000", "label_config": "<View/>",
-        "params": {"login": None, "password": None, "context": None}})
+    predict = client.post(
+        "/predict",
+        headers=basic(SECRET),
+        json={
+            "tasks": tasks,
+            "project": "7.1700000000",
+            "label_config": "<View/>",
+            "params": {"login": None, "password": None, "context": None},
+        },
+    )
     assert predict.status_code == 200
     assert predict.json() == {"results": [[], []]}  # one entry per task, in order (tasks the store lacks)
 
 
-@pytest.mark.parametrize("headers,status", [({}, 401), (basic("wrong"), 403),
-                                            ({"Authorization": "Bearer " + SECRET}, 401)])
+@pytest.mark.parametrize(
+    "headers,status", [({}, 401), (basic("wrong"), 403), ({"Authorization": "Bearer " + SECRET}, 401)]
+)
 def test_setup_and_predict_need_the_secret_as_basic_auth_password(app_client, db_url, headers, status):
     client = app_client()
     for path in ("/setup", "/predict"):
@@ -53,10 +70,10 @@ def test_setup_and_predict_need_the_secret_as_basic_auth_password(app_client, db
     assert stored(db_url)["raw"] == 0
 
 
-@pytest.mark.parametrize("headers,status", [({}, 401), ({"X-Preflab-Secret": "wrong"}, 403),
-                                            ({"X-Preflab-Secret": SECRET[:-1]}, 403)])
-def test_a_webhook_without_the_right_secret_is_refused_and_nothing_stored(app_client, db_url, headers, status,
-                                                                          caplog):
+@pytest.mark.parametrize(
+    "headers,status", [({}, 401), ({"X-Preflab-Secret": "wrong"}, 403), ({"X-Preflab-Secret": SECRET[:-1]}, 403)]
+)
+def test_a_webhook_without_the_right_secret_is_refused_and_nothing_stored(app_client, db_url, headers, status, caplog):
     client = app_client()
     with caplog.at_level(logging.INFO, logger="preflab.server.access"):
         answer = client.post("/webhook", content=delivery(), headers=headers)
@@ -75,20 +92,23 @@ def test_a_20_mb_body_gets_413_and_nothing_is_stored(app_client, db_url):
     def chunked():  # no Content-Length: refused while reading, once past the limit
         yield big[:1_000_000]
         for start in range(1_000_000, len(big), 1_000_000):
-            yield big[start:start + 1_000_000]
+            yield big[start : start + 1_000_000]
 
     assert client.post("/webhook", content=chunked(), headers=WEBHOOK_HEADERS).status_code == 413
     assert client.post("/predict", content=big, headers=basic(SECRET)).status_code == 413
     assert stored(db_url)["raw"] == 0
 
 
-@pytest.mark.parametrize("body,reason", [
-    (b'{"action": "ANNOTATION_CREATED", "annotation": {"id": 1', "JSON"),
-    (b'{"action": "PROJECT_CREATED", "project": {"id": 7}}', "PROJECT_CREATED"),
-    (b'["ANNOTATION_CREATED"]', "object"),
-    (b"\xff\xfe not even text", "JSON"),
-    (b'{"action": "ANNOTATION_CREATED", "annotation": {"id": "5\x001"}}', "JSON"),  # a raw NUL: no JSON
-])
+@pytest.mark.parametrize(
+    "body,reason",
+    [
+        (b'{"action": "ANNOTATION_CREATED", "annotation": {"id": 1', "JSON"),
+        (b'{"action": "PROJECT_CREATED", "project": {"id": 7}}', "PROJECT_CREATED"),
+        (b'["ANNOTATION_CREATED"]', "object"),
+        (b"\xff\xfe not even text", "JSON"),
+        (b'{"action": "ANNOTATION_CREATED", "annotation": {"id": "5\x001"}}', "JSON"),  # a raw NUL: no JSON
+    ],
+)
 def test_broken_json_or_an_unknown_event_gets_400_and_is_kept_in_quarantine(app_client, db_url, body, reason):
     from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE
 

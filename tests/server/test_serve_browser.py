@@ -11,11 +11,11 @@ import httpx
 
 from tests.labelling.browser import browser_page, drag, ids_on_screen, log_in, open_task
 from tests.labelling.ls_fixtures import make_cli
-from tests.labelling.ls_helpers import item, rankings
+from tests.labelling.ls_helpers import rankings
 from tests.server.test_serve_label_studio import connected_project, serve  # noqa: F401  (a fixture)
 
 
-def test_a_ranking_made_in_the_browser_reaches_stats_through_the_webhook_alone(ls_env, serve, tmp_path):  # noqa: F811
+def test_a_ranking_made_in_the_browser_reaches_stats_through_the_webhook_alone(ls_env, serve, tmp_path):
     url = f"sqlite:///{tmp_path / 'preflab.db'}"
     pid, server, pushed = connected_project(url, "ranking", tmp_path, serve, n_prompts=1)
     (task,) = pushed

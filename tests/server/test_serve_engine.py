@@ -31,7 +31,8 @@ def paid(faults) -> int:
 
 @pytest.mark.parametrize("kind", ["pairwise", "likelihood"])
 def test_serve_judges_on_a_server_and_a_second_retrieve_reuses_its_rankings(
-        kind, app_client, cli, db_url, label_studio_url, fault_server, tmp_path, caplog):
+    kind, app_client, cli, db_url, label_studio_url, fault_server, tmp_path, caplog
+):
     url, faults = fault_server()
     import_hh(db_url, hh_rows(5), tmp_path)
     project = unknown_to_label_studio()
@@ -59,8 +60,9 @@ def test_serve_judges_on_a_server_and_a_second_retrieve_reuses_its_rankings(
 
     # The same annotator `preflab judge KIND --engine openai` ranks as: it finds everything ranked.
     paid_before = paid(faults)
-    out = json.loads(cli("judge", kind, "--engine", "openai", "--api-base", url, "--model", "fault-model",
-                         "--json").output)
+    out = json.loads(
+        cli("judge", kind, "--engine", "openai", "--api-base", url, "--model", "fault-model", "--json").output
+    )
     assert name.split(":")[2] == out["run_id"] and out["ranked"] == 0 and out["kept"] == 5
     assert paid(faults) - paid_before <= (kind == "likelihood")  # its one probe of prompt log-probabilities
 
@@ -70,6 +72,16 @@ def test_serve_takes_the_engine_options_and_never_a_key(cli):
     for option in ("--engine", "--api-base", "--model", "--concurrency", "--timeout", "--max-retries"):
         assert option in text
     assert "--api-key" not in text and "OPENAI_API_KEY" in text
-    result = cli("serve", "--judge", "pairwise", "--engine", "openai", "--api-base", "ftp://example.org",
-                 "--model", "m", expect_ok=False)
+    result = cli(
+        "serve",
+        "--judge",
+        "pairwise",
+        "--engine",
+        "openai",
+        "--api-base",
+        "ftp://example.org",
+        "--model",
+        "m",
+        expect_ok=False,
+    )
     assert result.exit_code != 0 and "--api-base 'ftp://example.org' is not an http(s) URL" in result.output

@@ -37,10 +37,16 @@ from tests.tiny_models import embedded_model_cache  # noqa: F401  (fixture)
 JUDGE = "judge-e2e"  # an AI annotator whose stored rankings the server serves (no model to load)
 DELIVERED_WITHIN = 15.0  # seconds for a delivery to reach the store (Label Studio, the server and SQLite share 2 cores)
 # A judge's ranking and scores of each prompt's replies (indexes into them), and a person's ranking then their edit.
-AI = {"ranking": ([[2], [0], [1]], [0.5, -1.0, 2.0]), "ranking_tiers": ([[2], [0, 1]], [0.1, 0.1, 1.5]),
-      "pairwise": ([[1], [0]], [-0.3, 0.9])}
-HUMAN = {"ranking": ([[0], [1], [2]], [[1], [2], [0]]), "ranking_tiers": ([[0, 1], [2]], [[2], [1], [0]]),
-         "pairwise": ([[0], [1]], [[0, 1]])}
+AI = {
+    "ranking": ([[2], [0], [1]], [0.5, -1.0, 2.0]),
+    "ranking_tiers": ([[2], [0, 1]], [0.1, 0.1, 1.5]),
+    "pairwise": ([[1], [0]], [-0.3, 0.9]),
+}
+HUMAN = {
+    "ranking": ([[0], [1], [2]], [[1], [2], [0]]),
+    "ranking_tiers": ([[0, 1], [2]], [[2], [1], [0]]),
+    "pairwise": ([[0], [1]], [[0, 1]]),
+}
 
 
 def _free_port() -> int:
@@ -63,9 +69,24 @@ class Served:
         env = {**os.environ, "PREFLAB_WEBHOOK_SECRET": SECRET}
         with self.log.open("a") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "preflab", "--database-url", self.database_url, "serve", "--port",
-                 str(self.port), *(["--judge", self.judge] if self.judge else []), "--sync-every", "off"],
-                env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                [
+                    sys.executable,
+                    "-m",
+                    "preflab",
+                    "--database-url",
+                    self.database_url,
+                    "serve",
+                    "--port",
+                    str(self.port),
+                    *(["--judge", self.judge] if self.judge else []),
+                    "--sync-every",
+                    "off",
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
@@ -122,15 +143,31 @@ def connected_project(database_url: str, template: str, tmp_path: Path, serve, n
     """
     run = make_cli(database_url)
     tiers, scores = AI[template]
-    replies = {unique(f"question {n} ({template})?"): [unique(f"reply {r} to {n}") for r in range(len(scores))]
-               for n in range(n_prompts)}
+    replies = {
+        unique(f"question {n} ({template})?"): [unique(f"reply {r} to {n}") for r in range(len(scores))]
+        for n in range(n_prompts)
+    }
     path = tmp_path / "judged.jsonl"
-    path.write_text("".join(json.dumps({"prompt": p, "responses": r, "ranking": tiers, "scores": scores,
-                                        "annotator": JUDGE, "annotator_kind": "ai"}) + "\n"
-                            for p, r in replies.items()))
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt": p,
+                    "responses": r,
+                    "ranking": tiers,
+                    "scores": scores,
+                    "annotator": JUDGE,
+                    "annotator_kind": "ai",
+                }
+            )
+            + "\n"
+            for p, r in replies.items()
+        )
+    )
     run("import", "rankings", path)
     pid = json.loads(run("ls", "init", "--template", template, "--title", unique(template), "--json").stdout)[
-        "project_id"]
+        "project_id"
+    ]
     run("ls", "push", "--project", pid)
     server = serve(database_url)
     out = json.loads(run("ls", "connect", server.url, "--project", pid, "--json").stdout)
@@ -154,8 +191,13 @@ def human_rankings(database_url: str) -> list[dict]:
 def deliveries(database_url: str) -> dict[str, int]:
     """The webhook deliveries stored, by status."""
     with session(database_url) as s:
-        return dict(s.execute(select(RawRecord.status, func.count()).where(RawRecord.source == WEBHOOK_SOURCE)
-                              .group_by(RawRecord.status)).all())
+        return dict(
+            s.execute(
+                select(RawRecord.status, func.count())
+                .where(RawRecord.source == WEBHOOK_SOURCE)
+                .group_by(RawRecord.status)
+            ).all()
+        )
 
 
 def email(word: str, project_id: int) -> str:
@@ -163,15 +205,20 @@ def email(word: str, project_id: int) -> str:
     return f"{word}-{project_id}@preflab.test"
 
 
-@pytest.mark.parametrize("template,db", [
-    *[(template, "sqlite") for template in ("ranking", "ranking_tiers", "pairwise")],
-    *[pytest.param(template, "postgres", marks=pytest.mark.postgres)
-      for template in ("ranking", "ranking_tiers", "pairwise")],
-])
-def test_predictions_and_annotations_flow_between_label_studio_and_the_server(template, db, request, ls_env, serve,
-                                                                             tmp_path):
-    database_url = (f"sqlite:///{tmp_path / 'preflab.db'}" if db == "sqlite"
-                    else request.getfixturevalue("postgres_url"))
+@pytest.mark.parametrize(
+    "template,db",
+    [
+        *[(template, "sqlite") for template in ("ranking", "ranking_tiers", "pairwise")],
+        *[
+            pytest.param(template, "postgres", marks=pytest.mark.postgres)
+            for template in ("ranking", "ranking_tiers", "pairwise")
+        ],
+    ],
+)
+def test_predictions_and_annotations_flow_between_label_studio_and_the_server(
+    template, db, request, ls_env, serve, tmp_path
+):
+    database_url = f"sqlite:///{tmp_path / 'preflab.db'}" if db == "sqlite" else request.getfixturevalue("postgres_url")
     pid, server, pushed = connected_project(database_url, template, tmp_path, serve)
     sdk = ls_env.sdk()
     config = sdk.projects.get(pid).label_config
@@ -186,8 +233,12 @@ def test_predictions_and_annotations_flow_between_label_studio_and_the_server(te
         got = predictions[task["id"]]
         assert got.model_version == JUDGE and 0 <= got.score <= 1
         assert got.result == prediction_result(template, candidates(task, AI[template][0]), task["shown"], buckets)
-        assert interface.validate_prediction({"result": got.result, "score": got.score,
-                                              "model_version": got.model_version}, return_errors=True) == []
+        assert (
+            interface.validate_prediction(
+                {"result": got.result, "score": got.score, "model_version": got.model_version}, return_errors=True
+            )
+            == []
+        )
     # Asked again, Label Studio finds every task holds this version's prediction and stores nothing more.
     sdk.actions.create(id="retrieve_tasks_predictions", project=pid, selected_items={"all": True, "excluded": []})
     assert len(sdk.predictions.list(project=pid)) == len(pushed)
@@ -212,17 +263,21 @@ def test_predictions_and_annotations_flow_between_label_studio_and_the_server(te
     wait_until(lambda: store_says(expected), DELIVERED_WITHIN)
 
     edited, removed = pushed[0], pushed[1]
-    sdk.annotations.update(made[edited["id"]], result=prediction_result(template, candidates(edited, edit),
-                                                                        edited["shown"], buckets))
+    sdk.annotations.update(
+        made[edited["id"]], result=prediction_result(template, candidates(edited, edit), edited["shown"], buckets)
+    )
     sdk.annotations.delete(made[removed["id"]])
-    expected[made[edited["id"]]] = [(1, "superseded", candidates(edited, first)),
-                                    (2, "valid", candidates(edited, edit))]
+    expected[made[edited["id"]]] = [
+        (1, "superseded", candidates(edited, first)),
+        (2, "valid", candidates(edited, edit)),
+    ]
     expected[made[removed["id"]]] = [(1, "deleted", candidates(removed, first))]
     wait_until(lambda: store_says(expected), DELIVERED_WITHIN)
     # One raw record per delivery (each created, the edit, the deletion), each parsed.
     assert deliveries(database_url) == {"ok": len(pushed) + 2}
-    assert {r["annotator"] for r in human_rankings(database_url)} == {next(
-        e for e, (uid, _) in ls_env.users.items() if uid == person)}
+    assert {r["annotator"] for r in human_rankings(database_url)} == {
+        next(e for e, (uid, _) in ls_env.users.items() if uid == person)
+    }
 
     health = httpx.get(f"{server.url}/health", timeout=5).json()
     assert (health["sync"]["runs"], health["sync"]["changed"]) == (1, 0)  # the store owes nothing to a sync
@@ -233,12 +288,14 @@ def test_predictions_and_annotations_flow_between_label_studio_and_the_server(te
 @pytest.mark.slow
 @pytest.mark.usefixtures("embedded_model_cache")
 def test_retrieve_predictions_with_nothing_trained_stores_the_default_judges_prediction_on_every_task(
-        ls_env, serve, tmp_path):
+    ls_env, serve, tmp_path
+):
     database_url = f"sqlite:///{tmp_path / 'preflab.db'}"
     run = make_cli(database_url)
     import_hh(database_url, hh_rows(3), tmp_path)  # people's rankings only: no reward model, no AI judge
     pid = json.loads(run("ls", "init", "--template", "ranking", "--title", unique("nothing trained"), "--json").stdout)[
-        "project_id"]
+        "project_id"
+    ]
     run("ls", "push", "--project", pid)
     server = serve(database_url, judge=None)
     wait_until(lambda: httpx.get(f"{server.url}/health", timeout=5).json()["predictions"]["loaded"], 300)
@@ -271,8 +328,9 @@ def test_kill_9_while_annotations_are_made_then_restart_leaves_the_store_exact(l
         final[sdk.annotations.create(task["id"], completed_by=person, result=result).id] = candidates(task, tiers)
 
     def change(annotation: int, task: dict, tiers) -> None:
-        sdk.annotations.update(annotation, result=prediction_result(template, candidates(task, tiers), task["shown"],
-                                                                    buckets))
+        sdk.annotations.update(
+            annotation, result=prediction_result(template, candidates(task, tiers), task["shown"], buckets)
+        )
         final[annotation] = candidates(task, tiers)
 
     killed, failures = threading.Event(), []
@@ -285,7 +343,7 @@ def test_kill_9_while_annotations_are_made_then_restart_leaves_the_store_exact(l
             annotate(pushed[0], people[1], edit)
             change(min(final), pushed[0], edit)
             annotate(pushed[1], people[1], edit)
-        except Exception as exc:  # noqa: BLE001  (said by the test, not lost in the thread)
+        except Exception as exc:
             failures.append(exc)
 
     worker = threading.Thread(target=annotating)
@@ -308,10 +366,12 @@ def test_kill_9_while_annotations_are_made_then_restart_leaves_the_store_exact(l
             versions.setdefault(r["annotation"], []).append((r["version"], r["status"], r["tiers"]))
         for history in versions.values():
             history.sort()
-        return (set(versions) == set(final)
-                and all([v for v, _, _ in h] == list(range(1, len(h) + 1)) for h in versions.values())
-                and all([s for _, s, _ in h] == ["superseded"] * (len(h) - 1) + ["valid"] for h in versions.values())
-                and all(h[-1][2] == final[aid] for aid, h in versions.items()))
+        return (
+            set(versions) == set(final)
+            and all([v for v, _, _ in h] == list(range(1, len(h) + 1)) for h in versions.values())
+            and all([s for _, s, _ in h] == ["superseded"] * (len(h) - 1) + ["valid"] for h in versions.values())
+            and all(h[-1][2] == final[aid] for aid, h in versions.items())
+        )
 
     wait_until(exact, 30)
     again.stop()  # SIGTERM: the sync or parsing under way finishes, so nothing can arrive after the last look

@@ -52,7 +52,8 @@ def test_the_default_budget_is_well_inside_label_studios_timeout():
 
 
 def test_what_is_not_ranked_within_the_budget_is_ranked_in_the_background_for_the_next_retrieve(
-        app_client, db_url, label_studio_url, tiny_lm, tmp_path, caplog):
+    app_client, db_url, label_studio_url, tiny_lm, tmp_path, caplog
+):
     import_hh(db_url, hh_rows(12), tmp_path)
     project = unknown_to_label_studio()
     tasks = pushed_tasks(db_url, label_studio_url, project)
@@ -83,17 +84,21 @@ def test_what_is_not_ranked_within_the_budget_is_ranked_in_the_background_for_th
 @pytest.mark.slow
 @pytest.mark.usefixtures("embedded_model_cache", "one_torch_thread")
 def test_with_nothing_trained_the_embedded_models_likelihood_judge_serves_and_says_so(
-        app_client, db_url, label_studio_url, tmp_path, caplog):
+    app_client, db_url, label_studio_url, tmp_path, caplog
+):
     import_hh(db_url, hh_rows(3), tmp_path)
     project = unknown_to_label_studio()
     tasks = pushed_tasks(db_url, label_studio_url, project)
     with caplog.at_level(logging.INFO, logger="preflab.server"):
         client = app_client(background=True, sync_every="off")
-    assert (f"/predict serves the likelihood judge on smollm2-135m-instruct (the default model: no reward model is "
-            f"trained yet) as model version {DEFAULT_SERVED}, answering within 20 s") in caplog.text
+    assert (
+        f"/predict serves the likelihood judge on smollm2-135m-instruct (the default model: no reward model is "
+        f"trained yet) as model version {DEFAULT_SERVED}, answering within 20 s"
+    ) in caplog.text
     assert health(client)["model_version"] == DEFAULT_SERVED
-    assert health(client)["serving"] == ("the likelihood judge on smollm2-135m-instruct "
-                                         "(the default model: no reward model is trained yet)")
+    assert health(client)["serving"] == (
+        "the likelihood judge on smollm2-135m-instruct (the default model: no reward model is trained yet)"
+    )
     wait_until(lambda: health(client)["predictions"]["loaded"], 600)  # a fresh model cache converts the GGUF first
 
     results = predictions(client, tasks, project)
@@ -102,14 +107,18 @@ def test_with_nothing_trained_the_embedded_models_likelihood_judge_serves_and_sa
     # `preflab judge likelihood` (the README's warm-up) is this very judge: it finds every prompt ranked.
     out = json.loads(make_cli(db_url)("judge", "likelihood", "--json").stdout)
     assert (f"judge:{out['judge']}:{out['run_id']}:smollm2-135m-instruct", out["ranked"], out["kept"]) == (
-        DEFAULT_SERVED, 0, 3)
+        DEFAULT_SERVED,
+        0,
+        3,
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # time, not storage: the store is tested above on both
 @pytest.mark.usefixtures("embedded_model_cache", "one_torch_thread")
 def test_70_tasks_are_answered_inside_label_studios_timeout_and_the_next_retrieve_stores_the_rest(
-        app_client, db_url, label_studio_url, tmp_path):
+    app_client, db_url, label_studio_url, tmp_path
+):
     import_hh(db_url, hh_rows(70), tmp_path)
     project = unknown_to_label_studio()
     tasks = pushed_tasks(db_url, label_studio_url, project)

@@ -33,14 +33,20 @@ def small_default_model(isolated_env, monkeypatch, tiny_lm):
 def test_a_non_loopback_address_without_a_secret_is_refused(sqlite_url, nowhere):
     result = CliRunner().invoke(root, ["--database-url", sqlite_url, "serve", "--host", "0.0.0.0"])
     assert result.exit_code == 1
-    assert result.output == ("Error: refusing to listen on 0.0.0.0 without a secret: set PREFLAB_WEBHOOK_SECRET "
-                             "(or bind 127.0.0.1)\n")
+    assert result.output == (
+        "Error: refusing to listen on 0.0.0.0 without a secret: set PREFLAB_WEBHOOK_SECRET (or bind 127.0.0.1)\n"
+    )
 
 
-@pytest.mark.parametrize("args,said", [(["--sync-every", "soon"], "--sync-every must be a duration"),
-                                       (["--predict-budget", "soon"], "--predict-budget must be a duration"),
-                                       (["--retrain-every", "5"], "no retrain config"),
-                                       (["--judge", "nobody"], "no judge 'nobody'")])
+@pytest.mark.parametrize(
+    "args,said",
+    [
+        (["--sync-every", "soon"], "--sync-every must be a duration"),
+        (["--predict-budget", "soon"], "--predict-budget must be a duration"),
+        (["--retrain-every", "5"], "no retrain config"),
+        (["--judge", "nobody"], "no judge 'nobody'"),
+    ],
+)
 def test_options_are_checked_before_binding(sqlite_url, nowhere, args, said):
     result = CliRunner().invoke(root, ["--database-url", sqlite_url, "serve", *args])
     assert result.exit_code != 0 and said in result.output and len(result.output.splitlines()) == 1
@@ -56,9 +62,24 @@ def _start(url: str, port: int, log: Path) -> subprocess.Popen:
     """The server, its log appended to a file (a pipe nobody reads could fill and stall it)."""
     env = {**os.environ, "PREFLAB_WEBHOOK_SECRET": SECRET}
     with log.open("a") as out:
-        return subprocess.Popen([sys.executable, "-m", "preflab", "--database-url", url, "serve", "--port",
-                                 str(port), "--sync-every", "off"], env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "preflab",
+                "--database-url",
+                url,
+                "serve",
+                "--port",
+                str(port),
+                "--sync-every",
+                "off",
+            ],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def _wait_healthy(proc: subprocess.Popen, base: str, timeout: float = 60.0) -> None:
@@ -79,16 +100,22 @@ def _store(url: str) -> dict:
 
     deliveries = select(func.count()).select_from(RawRecord).where(RawRecord.source == WEBHOOK_SOURCE)
     with session(url) as s:
-        return {"raw": s.scalar(deliveries),
-                "pending": s.scalar(deliveries.where(RawRecord.status == "pending")),
-                "rankings": sorted(s.execute(select(Ranking.ls_annotation_id, Ranking.version, Ranking.status)
-                                             .order_by(Ranking.ls_annotation_id, Ranking.version)).all())}
+        return {
+            "raw": s.scalar(deliveries),
+            "pending": s.scalar(deliveries.where(RawRecord.status == "pending")),
+            "rankings": sorted(
+                s.execute(
+                    select(Ranking.ls_annotation_id, Ranking.version, Ranking.status).order_by(
+                        Ranking.ls_annotation_id, Ranking.version
+                    )
+                ).all()
+            ),
+        }
 
 
 def test_kill_9_while_deliveries_arrive_then_restart_leaves_the_store_exact(db_url, ls_env, tmp_path):
     project = known_project(db_url, ls_env.url, unknown_to_label_studio())
-    bodies = [annotated(project, task, user, annotation=100 * task + user) for task in range(1, 16)
-              for user in (1, 2)]
+    bodies = [annotated(project, task, user, annotation=100 * task + user) for task in range(1, 16) for user in (1, 2)]
     headers = {"X-Preflab-Secret": SECRET}
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
@@ -122,7 +149,9 @@ def test_kill_9_while_deliveries_arrive_then_restart_leaves_the_store_exact(db_u
     assert _store(db_url)["raw"] >= len(acknowledged)
 
     first_run = len(log.read_text())
-    proc = _start(db_url, port, log)  # parses what was left pending; the rest is sent again, as `ls sync` would fetch it
+    proc = _start(
+        db_url, port, log
+    )  # parses what was left pending; the rest is sent again, as `ls sync` would fetch it
     _wait_healthy(proc, base)
     with httpx.Client(timeout=10) as client:
         for body in bodies:  # every delivery, the acknowledged ones replayed

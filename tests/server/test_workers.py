@@ -23,8 +23,9 @@ def label_studio_url(ls_env) -> str:
     return ls_env.url
 
 
-def test_a_delivery_is_acknowledged_then_parsed_by_the_worker_edits_and_deletions_too(app_client, db_url,
-                                                                                       label_studio_url, tiny_lm):
+def test_a_delivery_is_acknowledged_then_parsed_by_the_worker_edits_and_deletions_too(
+    app_client, db_url, label_studio_url, tiny_lm
+):
     project = known_project(db_url, label_studio_url, unknown_to_label_studio())
     client = app_client(background=True, model=tiny_lm, sync_every="off")
     start = time.perf_counter()
@@ -34,8 +35,15 @@ def test_a_delivery_is_acknowledged_then_parsed_by_the_worker_edits_and_deletion
     [ranking] = rankings(db_url)
     assert (ranking["annotation"], ranking["status"], ranking["version"]) == (11, "valid", 1)
 
-    edit = annotated(project, 1, 1, annotation=11, order=("r0", "r1", "r2"), action="ANNOTATION_UPDATED",
-                     updated_at="2026-01-02T00:00:00Z")
+    edit = annotated(
+        project,
+        1,
+        1,
+        annotation=11,
+        order=("r0", "r1", "r2"),
+        action="ANNOTATION_UPDATED",
+        updated_at="2026-01-02T00:00:00Z",
+    )
     assert client.post("/webhook", content=edit, headers=HEADERS).status_code == 200
     wait_until(lambda: len(rankings(db_url)) == 2)
     assert [(r["version"], r["status"]) for r in rankings(db_url)] == [(1, "superseded"), (2, "valid")]
@@ -51,8 +59,12 @@ def test_deliveries_left_pending_are_parsed_when_the_server_starts(app_client, d
     project = known_project(db_url, label_studio_url, unknown_to_label_studio())
     idle = app_client(background=False)  # a server that stored them and died before parsing
     for annotation in (21, 22, 23):
-        assert idle.post("/webhook", content=annotated(project, annotation, 1, annotation=annotation),
-                         headers=HEADERS).status_code == 200
+        assert (
+            idle.post(
+                "/webhook", content=annotated(project, annotation, 1, annotation=annotation), headers=HEADERS
+            ).status_code
+            == 200
+        )
     assert stored(db_url) == {"raw": 3, "pending": 3, "ok": 0, "quarantined": 0, "rankings": 0}
 
     app_client(background=True, model=tiny_lm, sync_every="off")
@@ -61,8 +73,9 @@ def test_deliveries_left_pending_are_parsed_when_the_server_starts(app_client, d
     assert sorted(r["annotation"] for r in rankings(db_url) if r["status"] == "valid") == [21, 22, 23]
 
 
-def test_a_nul_byte_in_an_id_is_stored_as_received_and_never_becomes_a_ranking(app_client, db_url, label_studio_url,
-                                                                              tiny_lm):
+def test_a_nul_byte_in_an_id_is_stored_as_received_and_never_becomes_a_ranking(
+    app_client, db_url, label_studio_url, tiny_lm
+):
     from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE
 
     project = known_project(db_url, label_studio_url, unknown_to_label_studio())

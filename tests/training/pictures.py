@@ -1,6 +1,6 @@
 """Checks that a written plot is a real picture, not just a file with the right magic bytes.
 
-    from tests.training.pictures import assert_picture
+from tests.training.pictures import assert_picture
 """
 
 from __future__ import annotations

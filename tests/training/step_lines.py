@@ -1,6 +1,6 @@
 """The progress lines a training run writes to a stderr that is no terminal (a log file, a scheduler).
 
-    from tests.training.step_lines import CLOCK, step_lines, stderr_is_a_log
+from tests.training.step_lines import CLOCK, step_lines, stderr_is_a_log
 """
 
 from __future__ import annotations

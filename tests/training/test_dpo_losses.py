@@ -12,12 +12,14 @@ def test_the_loss_list_is_read_from_the_installed_trl_and_matches_its_trainer():
 
     from preflab.training.config import DPO_LOSS_TYPES, installed_dpo_losses
 
-    assert DPO_LOSS_TYPES == installed_dpo_losses() and {"sigmoid", "ipo", "robust", "sft"} <= set(DPO_LOSS_TYPES)
+    assert installed_dpo_losses() == DPO_LOSS_TYPES and {"sigmoid", "ipo", "robust", "sft"} <= set(DPO_LOSS_TYPES)
     source = inspect.getsource(DPOTrainer)
     # Every listed name is a branch of TRL's loss, and every branch is listed.
     branches = {name for name in DPO_LOSS_TYPES if f'loss_type == "{name}"' in source}
     assert branches == set(DPO_LOSS_TYPES)
-    assert DPOConfig(output_dir="x", loss_type=list(DPO_LOSS_TYPES[:2]), use_cpu=True).loss_type == list(DPO_LOSS_TYPES[:2])
+    assert DPOConfig(output_dir="x", loss_type=list(DPO_LOSS_TYPES[:2]), use_cpu=True).loss_type == list(
+        DPO_LOSS_TYPES[:2]
+    )
 
 
 def test_dpo_takes_losses_mixed_with_weights_and_refuses_unknown_ones(tmp_path):

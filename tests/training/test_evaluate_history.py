@@ -8,8 +8,13 @@ import pytest
 from sqlalchemy import update
 
 from preflab.db.models import ModelVersion, Prompt
-from tests.lm.conversations import FRANCE, ITALY, recorded_inputs, shown_history
-from tests.lm.conversations import tutor_lm  # noqa: F401 (fixture)
+from tests.lm.conversations import (
+    FRANCE,
+    ITALY,
+    recorded_inputs,
+    shown_history,
+    tutor_lm,  # noqa: F401 (fixture)
+)
 from tests.tiny_models import fit_completions, tiny_causal_lm
 
 pytestmark = pytest.mark.slow
@@ -36,8 +41,7 @@ def test_policy_eval_answers_and_judges_each_conversation_by_its_history(cli, se
 
     tutor, base = lms
     held_out = tmp_path / "held-out.jsonl"
-    held_out.write_text("".join(json.dumps({"prompt": turns}) + "\n" for turns in (FRANCE, ITALY)),
-                        encoding="utf-8")
+    held_out.write_text("".join(json.dumps({"prompt": turns}) + "\n" for turns in (FRANCE, ITALY)), encoding="utf-8")
     cli("import", "prompts", held_out)
     with sessions.begin() as session:
         session.execute(update(Prompt).values(split="test"))
@@ -55,7 +59,10 @@ def test_policy_eval_answers_and_judges_each_conversation_by_its_history(cli, se
     with recorded_inputs(model, tokenizer) as seen:
         report = win_rate(plan, make_judge(model, tokenizer, LikelihoodConfig()), max_new_tokens=6)
     for turns in (FRANCE, ITALY):
-        assert any(text.startswith("<|im_start|>system\n" + turns[0]["content"])
-                   and all(content in text for content in shown_history(turns)) for text in seen)
+        assert any(
+            text.startswith("<|im_start|>system\n" + turns[0]["content"])
+            and all(content in text for content in shown_history(turns))
+            for text in seen
+        )
     # The judge (the policy's own model here) prefers each history's answer to the parent's "London.".
     assert report["prompts"] == 2 and report["wins"] == 2 and report["win_rate"] == 1.0

@@ -13,9 +13,8 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.properties import examples
-
 from preflab.cli import cli as root
+from tests.properties import examples
 
 SAMPLES = [{"group": g, "proxy": p, "true": p / 2} for g in ("a", "b") for p in (1.0, 2.0, 3.0, 4.0)]
 
@@ -57,24 +56,30 @@ def test_bon_samples_with_bom_crlf_or_gzip_read_as_plain(tmp_path):
         assert got == expected
 
 
-@pytest.mark.parametrize("line, fragment", [
-    (b'{"group": "a", "proxy": 1, "true": "caf\xe9"}', "line 3 is not valid UTF-8 (byte 0xe9 at offset 39)"),
-    (b'{"group": "a", "proxy": NaN, "true": 1}', "line 3: holds NaN, which JSON does not allow"),
-    (b'{"group": "a", "proxy": 1e999, "true": 1}', "line 3 is not valid JSON (number is infinity"),
-    (b"[" * 50_000 + b"]" * 50_000, "line 3 is not valid JSON (nested more than 1,024 levels deep)"),
-    (b'{"group": "a\x00", "proxy": 1, "true": 1}', "line 3 is not valid JSON (unexpected control character"),
-    (b"[1, 2]", "line 3: expected a JSON object, got list"),
-])
+@pytest.mark.parametrize(
+    "line, fragment",
+    [
+        (b'{"group": "a", "proxy": 1, "true": "caf\xe9"}', "line 3 is not valid UTF-8 (byte 0xe9 at offset 39)"),
+        (b'{"group": "a", "proxy": NaN, "true": 1}', "line 3: holds NaN, which JSON does not allow"),
+        (b'{"group": "a", "proxy": 1e999, "true": 1}', "line 3 is not valid JSON (number is infinity"),
+        (b"[" * 50_000 + b"]" * 50_000, "line 3 is not valid JSON (nested more than 1,024 levels deep)"),
+        (b'{"group": "a\x00", "proxy": 1, "true": 1}', "line 3 is not valid JSON (unexpected control character"),
+        (b"[1, 2]", "line 3: expected a JSON object, got list"),
+    ],
+)
 def test_a_bon_sample_line_that_cannot_be_used_is_one_sentence(tmp_path, line, fragment):
     path = tmp_path / "samples.jsonl"
     path.write_bytes(b"\n".join([json.dumps(SAMPLES[0]).encode(), json.dumps(SAMPLES[1]).encode(), line]))
     one_sentence(run("bon", "estimate", path, "--n", "1"), f"samples.jsonl, {fragment}")
 
 
-@pytest.mark.parametrize("content, fragment", [
-    ("{}\n".encode("utf-16"), "is UTF-16 text"),
-    (b"\x1f\x8b\x08broken", "cannot be read as gzip"),
-])
+@pytest.mark.parametrize(
+    "content, fragment",
+    [
+        ("{}\n".encode("utf-16"), "is UTF-16 text"),
+        (b"\x1f\x8b\x08broken", "cannot be read as gzip"),
+    ],
+)
 def test_a_bon_file_preflab_cannot_read_is_one_sentence(tmp_path, content, fragment):
     path = tmp_path / "samples.jsonl"
     path.write_bytes(content)
@@ -82,8 +87,7 @@ def test_a_bon_file_preflab_cannot_read_is_one_sentence(tmp_path, content, fragm
 
 
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(noise=st.lists(st.binary(max_size=30) | st.sampled_from([b"", b"NaN", b"[" * 2000, b"\x00", b"{}"]),
-                      max_size=6))
+@given(noise=st.lists(st.binary(max_size=30) | st.sampled_from([b"", b"NaN", b"[" * 2000, b"\x00", b"{}"]), max_size=6))
 def test_bon_estimate_on_anything_exits_cleanly(tmp_path, noise):
     path = tmp_path / "samples.jsonl"
     path.write_bytes(b"\n".join([samples_bytes(), *noise]))
@@ -96,31 +100,53 @@ def test_bon_estimate_on_anything_exits_cleanly(tmp_path, noise):
 
 # --- retrain configs ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, content, fragment", [
-    ("retrain.toml", b"min_new = 5\n[reward]\nlearning_rate = \xff\n", "is not UTF-8 text (byte 0xff at offset 37)"),
-    ("retrain.toml", b"min_new = 5\n[reward]\nlearning_rate = nan\n", ": reward.learning_rate is nan, not a finite number"),
-    ("retrain.toml", b"min_new = inf\n", ": min_new is inf, not a finite number"),
-    ("retrain.toml", b"min_new = 5\x00\n", "is not valid TOML"),
-    ("retrain.toml", b"a = " + b"[" * 5000 + b"]" * 5000 + b"\n", "is not valid TOML"),
-    ("retrain.json", b'{"min_new": NaN}', ": holds NaN, which JSON does not allow"),
-    ("retrain.json", b'{"min_new": 5, "output_dir": "out\\u0000put"}', ": output_dir holds a NUL character"),
-    ("retrain.json", b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", "is not valid JSON (nested more than 1,024"),
-    ("retrain.json", b"[1]", "expected a JSON object, got list"),
-    ("retrain.toml", "min_new = 5\n".encode("utf-16"), "is UTF-16 text"),
-    ("retrain.toml", b"# " + b"x" * (1 << 20) + b"\nmin_new = 5\n", "is over 1,048,576 bytes: not a retrain config"),
-])
+
+@pytest.mark.parametrize(
+    "name, content, fragment",
+    [
+        (
+            "retrain.toml",
+            b"min_new = 5\n[reward]\nlearning_rate = \xff\n",
+            "is not UTF-8 text (byte 0xff at offset 37)",
+        ),
+        (
+            "retrain.toml",
+            b"min_new = 5\n[reward]\nlearning_rate = nan\n",
+            ": reward.learning_rate is nan, not a finite number",
+        ),
+        ("retrain.toml", b"min_new = inf\n", ": min_new is inf, not a finite number"),
+        ("retrain.toml", b"min_new = 5\x00\n", "is not valid TOML"),
+        ("retrain.toml", b"a = " + b"[" * 5000 + b"]" * 5000 + b"\n", "is not valid TOML"),
+        ("retrain.json", b'{"min_new": NaN}', ": holds NaN, which JSON does not allow"),
+        ("retrain.json", b'{"min_new": 5, "output_dir": "out\\u0000put"}', ": output_dir holds a NUL character"),
+        ("retrain.json", b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}", "is not valid JSON (nested more than 1,024"),
+        ("retrain.json", b"[1]", "expected a JSON object, got list"),
+        ("retrain.toml", "min_new = 5\n".encode("utf-16"), "is UTF-16 text"),
+        (
+            "retrain.toml",
+            b"# " + b"x" * (1 << 20) + b"\nmin_new = 5\n",
+            "is over 1,048,576 bytes: not a retrain config",
+        ),
+    ],
+)
 def test_retrain_config_bytes_that_cannot_be_a_config_are_one_sentence(tmp_path, name, content, fragment):
     config = tmp_path / name
     config.write_bytes(content)
-    one_sentence(run("--database-url", f"sqlite:///{tmp_path / 'db.sqlite'}", "retrain", "--config", config),
-                 f"{config}", fragment)
+    one_sentence(
+        run("--database-url", f"sqlite:///{tmp_path / 'db.sqlite'}", "retrain", "--config", config),
+        f"{config}",
+        fragment,
+    )
 
 
-@pytest.mark.parametrize("name, content", [
-    ("retrain.toml", b"\xef\xbb\xbfmin_new = 3\r\n[reward]\r\nmax_steps = 1\r\n"),
-    ("retrain.toml.gz", gzip.compress(b"min_new = 3\n[reward]\nmax_steps = 1\n")),
-    ("retrain.json", b'\xef\xbb\xbf{"min_new": 3, "reward": {"max_steps": 1}}\r\n'),
-])
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("retrain.toml", b"\xef\xbb\xbfmin_new = 3\r\n[reward]\r\nmax_steps = 1\r\n"),
+        ("retrain.toml.gz", gzip.compress(b"min_new = 3\n[reward]\nmax_steps = 1\n")),
+        ("retrain.json", b'\xef\xbb\xbf{"min_new": 3, "reward": {"max_steps": 1}}\r\n'),
+    ],
+)
 def test_retrain_configs_with_bom_crlf_or_gzip_are_read(tmp_path, name, content):
     config = tmp_path / name
     config.write_bytes(content)

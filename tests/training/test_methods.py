@@ -50,13 +50,27 @@ def test_a_new_method_is_one_entry_run_and_recorded_like_the_others(toy_store, t
     def steps_taken(trainer, plan, config) -> dict:
         return {"steps_taken": trainer.state.global_step}
 
-    entry = methods.Method("reward-copy", RewardTrainConfig, build=reward.build_reward_trainer,
-                           model_class="AutoModelForSequenceClassification", model_kind="reward",
-                           evaluate=reward.evaluate_run, finish=steps_taken, help="A reward model, again.")
+    entry = methods.Method(
+        "reward-copy",
+        RewardTrainConfig,
+        build=reward.build_reward_trainer,
+        model_class="AutoModelForSequenceClassification",
+        model_kind="reward",
+        evaluate=reward.evaluate_run,
+        finish=steps_taken,
+        help="A reward model, again.",
+    )
     monkeypatch.setitem(methods.METHODS, entry.name, entry)
     _, sessions = toy_store
-    config = RewardTrainConfig(max_steps=4, per_device_train_batch_size=8, learning_rate=3e-3, max_length=16,
-                               use_cpu=True, logging_steps=2, save_steps=100)
+    config = RewardTrainConfig(
+        max_steps=4,
+        per_device_train_batch_size=8,
+        learning_rate=3e-3,
+        max_length=16,
+        use_cpu=True,
+        logging_steps=2,
+        save_steps=100,
+    )
     result = methods.train("reward-copy", sessions, config, str(toy_base))
     assert (result.kind, result.model_version) == ("reward-copy", f"reward-{result.run_id}")
     assert result.metrics["steps_taken"] == result.metrics["global_step"] == 4

@@ -14,8 +14,21 @@ from tests.training.tiny_gguf import tiny_embedded_model  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
-ONE_STEP = ["--max-steps", 1, "--save-steps", 1, "--per-device-train-batch-size", 8, "--learning-rate", 3e-3,
-            "--max-length", 16, "--use-cpu", "--seed", 0]
+ONE_STEP = [
+    "--max-steps",
+    1,
+    "--save-steps",
+    1,
+    "--per-device-train-batch-size",
+    8,
+    "--learning-rate",
+    3e-3,
+    "--max-length",
+    16,
+    "--use-cpu",
+    "--seed",
+    0,
+]
 # A model with a chat template trains on the pairs through it: the toy's digit pairs outgrow 16 tokens.
 CHAT_STEP = [*ONE_STEP, "--max-length", 256]
 
@@ -42,15 +55,19 @@ def test_a_successful_run_deletes_its_checkpoints_and_says_what_it_left(toy_stor
     assert "; the run left " in line
 
     kept = tmp_path / "kept"
-    report = json.loads(run(url, "train", "reward", "--model", toy_base, *ONE_STEP, "--output-dir", kept,
-                            "--keep-checkpoints", "--json").stdout)
+    report = json.loads(
+        run(
+            url, "train", "reward", "--model", toy_base, *ONE_STEP, "--output-dir", kept, "--keep-checkpoints", "--json"
+        ).stdout
+    )
     assert list((kept / "checkpoints").glob("checkpoint-*"))
     assert report["freed_bytes"] == 0 and report["disk_bytes"] == folder_bytes(kept)
     assert left < report["disk_bytes"]  # what the checkpoints would have kept on disk
 
 
-def test_what_the_run_left_counts_the_model_it_converted_and_the_dataset_it_exported(toy_store, tmp_path, monkeypatch,
-                                                                                   tiny_embedded_model):
+def test_what_the_run_left_counts_the_model_it_converted_and_the_dataset_it_exported(
+    toy_store, tmp_path, monkeypatch, tiny_embedded_model
+):
     # `train reward` run directly converted the embedded model (517 MB), uncounted by "the run left … on disk".
     import shutil
 
@@ -59,26 +76,54 @@ def test_what_the_run_left_counts_the_model_it_converted_and_the_dataset_it_expo
     url, sessions = toy_store
     cache = tmp_path / "cache"
     monkeypatch.setenv("PREFLAB_MODEL_CACHE", str(cache))
-    first = json.loads(run(url, "train", "reward", "--model", tiny_embedded_model, *CHAT_STEP, "--output-dir",
-                           tmp_path / "first", "--json").stdout)
+    first = json.loads(
+        run(
+            url,
+            "train",
+            "reward",
+            "--model",
+            tiny_embedded_model,
+            *CHAT_STEP,
+            "--output-dir",
+            tmp_path / "first",
+            "--json",
+        ).stdout
+    )
     with sessions.begin() as session:
         (export,) = session.scalars(select(DatasetVersion.path)).all()  # no version existed: made for the run
     converted = cache / tiny_embedded_model
     assert folder_bytes(converted) > 0 and folder_bytes(Path(export)) > 0
-    assert first["disk_bytes"] == (folder_bytes(tmp_path / "first") + folder_bytes(converted)
-                                   + folder_bytes(Path(export)))
+    assert first["disk_bytes"] == (
+        folder_bytes(tmp_path / "first") + folder_bytes(converted) + folder_bytes(Path(export))
+    )
     assert {(e["path"], e["bytes"]) for e in first["elsewhere"]} == {
-        (str(converted), folder_bytes(converted)), (export, folder_bytes(Path(export)))}
+        (str(converted), folder_bytes(converted)),
+        (export, folder_bytes(Path(export))),
+    }
 
     shutil.rmtree(cache)  # converted again by the next run, which says so
-    line = run(url, "train", "reward", "--model", tiny_embedded_model, *CHAT_STEP, "--output-dir",
-               tmp_path / "second").stdout.strip()
+    line = run(
+        url, "train", "reward", "--model", tiny_embedded_model, *CHAT_STEP, "--output-dir", tmp_path / "second"
+    ).stdout.strip()
     total = folder_bytes(tmp_path / "second") + folder_bytes(converted)
-    assert f"; the run left {disk_size(total)} on disk ({disk_size(folder_bytes(converted))} in {converted}, " \
-           f"{tiny_embedded_model} converted for it; " in line
+    assert (
+        f"; the run left {disk_size(total)} on disk ({disk_size(folder_bytes(converted))} in {converted}, "
+        f"{tiny_embedded_model} converted for it; " in line
+    )
 
-    third = json.loads(run(url, "train", "reward", "--model", tiny_embedded_model, *CHAT_STEP, "--output-dir",
-                           tmp_path / "third", "--json").stdout)
+    third = json.loads(
+        run(
+            url,
+            "train",
+            "reward",
+            "--model",
+            tiny_embedded_model,
+            *CHAT_STEP,
+            "--output-dir",
+            tmp_path / "third",
+            "--json",
+        ).stdout
+    )
     assert third["elsewhere"] == [] and third["disk_bytes"] == folder_bytes(tmp_path / "third")
 
 
@@ -135,8 +180,9 @@ def test_a_failed_run_keeps_its_checkpoint_for_resume(toy_store, toy_base, tmp_p
                 raise RuntimeError("power cut")
 
     url, sessions = toy_store
-    config = RewardTrainConfig(max_steps=4, save_steps=2, per_device_train_batch_size=8, learning_rate=3e-3,
-                               max_length=16, use_cpu=True)
+    config = RewardTrainConfig(
+        max_steps=4, save_steps=2, per_device_train_batch_size=8, learning_rate=3e-3, max_length=16, use_cpu=True
+    )
     with pytest.raises(TrainingError, match="power cut"):
         train("reward", sessions, config, str(toy_base), output_dir=str(tmp_path / "run"), callbacks=[PowerCut()])
     assert [p.name for p in (tmp_path / "run" / "checkpoints").glob("checkpoint-*")] == ["checkpoint-2"]
@@ -153,10 +199,26 @@ def test_eval_warns_when_the_held_out_set_contradicts_itself(sqlite_url, toy_bas
     lines = []
     for i in range(6):
         responses = [f"{i} 1 2 3", f"{i} 4 5 6"]
-        lines.append({"prompt": f"{i} 9 9 9 =", "responses": responses, "ranking": [[0], [1]],
-                      "annotator": "alice", "annotator_kind": "human", "id": f"h{i}"})
-        lines.append({"prompt": f"{i} 9 9 9 =", "responses": responses, "ranking": [[1], [0]],
-                      "annotator": "judge", "annotator_kind": "ai", "id": f"a{i}"})
+        lines.append(
+            {
+                "prompt": f"{i} 9 9 9 =",
+                "responses": responses,
+                "ranking": [[0], [1]],
+                "annotator": "alice",
+                "annotator_kind": "human",
+                "id": f"h{i}",
+            }
+        )
+        lines.append(
+            {
+                "prompt": f"{i} 9 9 9 =",
+                "responses": responses,
+                "ranking": [[1], [0]],
+                "annotator": "judge",
+                "annotator_kind": "ai",
+                "id": f"a{i}",
+            }
+        )
     path = tmp_path / "r.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     run(sqlite_url, "import", "rankings", path)
@@ -167,8 +229,9 @@ def test_eval_warns_when_the_held_out_set_contradicts_itself(sqlite_url, toy_bas
     result = run(sqlite_url, "train", "eval", trained["model_version"])
     warning = next(x for x in result.stderr.splitlines() if x.startswith("warning:"))
     assert warning.startswith("warning: 6 of the 6 held-out pairs of ")
-    assert "contradict another (the same two responses in the opposite order), so no model scores above 0.500" \
-        in warning
+    assert (
+        "contradict another (the same two responses in the opposite order), so no model scores above 0.500" in warning
+    )
     report = json.loads(run(sqlite_url, "train", "eval", trained["model_version"], "--json").stdout)
     assert (report["heldout_contradicting_pairs"], report["heldout_accuracy_ceiling"]) == (6, 0.5)
 

@@ -20,8 +20,23 @@ from tests.toy_data import one_thread, toy_base  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.slow
 
-TRAIN = ["--max-steps", 150, "--per-device-train-batch-size", 8, "--learning-rate", 2e-3, "--logging-steps", 10,
-         "--max-length", 16, "--use-cpu", "--seed", 0, "--save-steps", 10_000]
+TRAIN = [
+    "--max-steps",
+    150,
+    "--per-device-train-batch-size",
+    8,
+    "--learning-rate",
+    2e-3,
+    "--logging-steps",
+    10,
+    "--max-length",
+    16,
+    "--use-cpu",
+    "--seed",
+    0,
+    "--save-steps",
+    10_000,
+]
 
 
 def run(url, *args, expect_ok=True):
@@ -45,8 +60,18 @@ def write_world(path: Path, prompts: int, seed: int, k: int = 4) -> Path:
             firsts = rng.sample(range(10), k)
             responses = [completion_text([f] + [rng.randrange(10) for _ in range(3)]) for f in firsts]
             ranking = [[j] for j in sorted(range(k), key=lambda j: -firsts[j])]
-            handle.write(json.dumps({"prompt": prompt_text(sample_prompt(rng)), "responses": responses,
-                                     "ranking": ranking, "annotator": "first-digit", "id": f"w{seed}-{i}"}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "prompt": prompt_text(sample_prompt(rng)),
+                        "responses": responses,
+                        "ranking": ranking,
+                        "annotator": "first-digit",
+                        "id": f"w{seed}-{i}",
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -63,8 +88,9 @@ def trained(tmp_path_factory, toy_base):
         run(url, "import", "rankings", write_world(work / "world.jsonl", 80, seed=0))
         run(url, "pairs", "build")
         run(url, "export", work / "dataset", "--test-size", 0.25)
-        report = json.loads(run(url, "train", "pair-ranker", "--model", toy_base, *TRAIN, "--output-dir",
-                                work / "run", "--json").stdout)
+        report = json.loads(
+            run(url, "train", "pair-ranker", "--model", toy_base, *TRAIN, "--output-dir", work / "run", "--json").stdout
+        )
     finally:
         torch.set_num_threads(before)
     return url, report
@@ -99,8 +125,9 @@ def test_pair_ranker_learns_a_known_preference(trained, toy_base):
     assert max(abs(f + s - 1) for f, s in zip(forward, swapped)) < 1e-6
     assert sum(forward) / len(forward) > 0.7  # confident as well as right
     # The head was trained, not only the backbone: a bigger first digit scores higher than a smaller one.
-    close = preference_probabilities(model, tokenizer, ["1 2 3 4 ="] * 2, ["9 1 1 1", "1 9 9 9"],
-                                     ["2 1 1 1", "8 0 0 0"], 16)
+    close = preference_probabilities(
+        model, tokenizer, ["1 2 3 4 ="] * 2, ["9 1 1 1", "1 9 9 9"], ["2 1 1 1", "8 0 0 0"], 16
+    )
     assert close[0] > 0.5 > close[1], close
     # `train eval` of the version scores its dataset's test split the same way.
     evaluated = json.loads(run(url, "train", "eval", report["model_version"], "--json").stdout)
@@ -115,8 +142,9 @@ def test_judge_ranks_candidates_and_stores_the_pairwise_probabilities(trained, d
     """The judge ranks new prompts' candidates (by path or by model version) and keeps every pair's P."""
     _, report = trained
     run(db_url, "import", "rankings", write_world(tmp_path / "new.jsonl", 12, seed=7))
-    out = json.loads(run(db_url, "judge", "pair-ranker", report["path"], "--aggregate", "bradley-terry",
-                         "--json").stdout)
+    out = json.loads(
+        run(db_url, "judge", "pair-ranker", report["path"], "--aggregate", "bradley-terry", "--json").stdout
+    )
     assert out["ranked"] == 12 and out["unscored"] == 0
     # The person's rankings are the known preference: the judge agrees with most of their pairs.
     assert out["report"]["human_agreement"]["pairwise_agreement"] > 0.75, out["report"]
@@ -142,8 +170,9 @@ def test_judge_ranks_candidates_and_stores_the_pairwise_probabilities(trained, d
     best = next(i for i in items if i.tier == 0)
     assert all(pair["p_as_a"] > 0.5 for pair in best.details["pairs"])
     # A second run of the same judge keeps what it wrote.
-    again = json.loads(run(db_url, "judge", "pair-ranker", report["path"], "--aggregate", "bradley-terry",
-                           "--json").stdout)
+    again = json.loads(
+        run(db_url, "judge", "pair-ranker", report["path"], "--aggregate", "bradley-terry", "--json").stdout
+    )
     assert (again["ranked"], again["kept"]) == (0, 12)
 
 

@@ -6,8 +6,11 @@ import json
 
 import pytest
 
-from tests.lm.conversations import FRANCE, ITALY
-from tests.lm.conversations import tutor_lm  # noqa: F401 (fixture)
+from tests.lm.conversations import (
+    FRANCE,
+    ITALY,
+    tutor_lm,  # noqa: F401 (fixture)
+)
 from tests.tiny_models import tiny_tokenizer
 
 
@@ -18,8 +21,10 @@ def test_a_chat_model_gets_every_prompt_of_a_file_as_messages_a_conversation_who
     from preflab.training.rl import RLTrainConfig, prompt_length, training_prompts
 
     path = tmp_path / "prompts.jsonl"
-    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("Name a colour.", FRANCE, "Name a colour.")),
-                    encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps({"prompt": p}) + "\n" for p in ("Name a colour.", FRANCE, "Name a colour.")),
+        encoding="utf-8",
+    )
     tokenizer = tiny_tokenizer()
     config = RLTrainConfig(reward_model="rm", prompts_file=str(path), max_length=None)
     prompts = training_prompts(None, config, tokenizer)
@@ -29,8 +34,9 @@ def test_a_chat_model_gets_every_prompt_of_a_file_as_messages_a_conversation_who
     assert prompt_length(tokenizer, FRANCE) == len(tokenizer(chat_prompt(tokenizer, FRANCE))["input_ids"])
     # --max-length counts the whole history: the conversation no longer fits where the short prompt does.
     room = prompt_length(tokenizer, FRANCE) - 1
-    short = training_prompts(None, RLTrainConfig(reward_model="rm", prompts_file=str(path), max_new_tokens=1,
-                                                 max_length=room + 1), tokenizer)
+    short = training_prompts(
+        None, RLTrainConfig(reward_model="rm", prompts_file=str(path), max_new_tokens=1, max_length=room + 1), tokenizer
+    )
     assert short == [[{"role": "user", "content": "Name a colour."}]]
 
 

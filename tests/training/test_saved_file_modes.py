@@ -20,8 +20,21 @@ from tests.training.tiny_gguf import tiny_embedded_model  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--max-steps", 2, "--save-steps", 1, "--per-device-train-batch-size", 8, "--learning-rate", 3e-3,
-        "--max-length", 16, "--use-cpu", "--seed", 0]
+FAST = [
+    "--max-steps",
+    2,
+    "--save-steps",
+    1,
+    "--per-device-train-batch-size",
+    8,
+    "--learning-rate",
+    3e-3,
+    "--max-length",
+    16,
+    "--use-cpu",
+    "--seed",
+    0,
+]
 
 
 @pytest.fixture
@@ -55,8 +68,19 @@ def test_a_converted_model_in_the_cache_is_readable_by_all(tmp_path, monkeypatch
 def test_every_file_of_a_saved_run_gets_the_umask_mode(toy_store, toy_base, tmp_path, umask_022, lora):
     url, _ = toy_store
     out = tmp_path / "run"
-    args = ["--database-url", url, "train", "reward", "--model", str(toy_base), *map(str, FAST), "--output-dir",
-            str(out), "--keep-checkpoints", "--json"] + (["--lora", "--lora-r", "4"] if lora else [])
+    args = [
+        "--database-url",
+        url,
+        "train",
+        "reward",
+        "--model",
+        str(toy_base),
+        *map(str, FAST),
+        "--output-dir",
+        str(out),
+        "--keep-checkpoints",
+        "--json",
+    ] + (["--lora", "--lora-r", "4"] if lora else [])
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)

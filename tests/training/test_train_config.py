@@ -9,17 +9,20 @@ from preflab.errors import ConfigError
 from preflab.training.config import DPOTrainConfig, RewardTrainConfig
 
 
-@pytest.mark.parametrize("cls, values, message", [
-    (RewardTrainConfig, {"learning_rate": 0}, "--learning-rate must be positive"),
-    (RewardTrainConfig, {"per_device_train_batch_size": 0}, "--per-device-train-batch-size must be at least 1"),
-    (RewardTrainConfig, {"num_train_epochs": 0, "max_steps": -1}, "set --num-train-epochs or --max-steps"),
-    (RewardTrainConfig, {"lr_scheduler_type": "zigzag"}, "unknown --lr-scheduler-type"),
-    (RewardTrainConfig, {"lora_dropout": 1.5}, "--lora-dropout must be in [0, 1)"),
-    (DPOTrainConfig, {"beta": -0.1}, "--beta must be positive"),
-    (DPOTrainConfig, {"label_smoothing": 0.5}, "--label-smoothing must be in [0, 0.5)"),
-    (DPOTrainConfig, {"loss_type": "exo_pair"}, "needs --label-smoothing > 0"),
-    (DPOTrainConfig, {"loss_type": "sigmoid,sft", "loss_weights": "1,x"}, "--loss-weights must be numbers"),
-])
+@pytest.mark.parametrize(
+    "cls, values, message",
+    [
+        (RewardTrainConfig, {"learning_rate": 0}, "--learning-rate must be positive"),
+        (RewardTrainConfig, {"per_device_train_batch_size": 0}, "--per-device-train-batch-size must be at least 1"),
+        (RewardTrainConfig, {"num_train_epochs": 0, "max_steps": -1}, "set --num-train-epochs or --max-steps"),
+        (RewardTrainConfig, {"lr_scheduler_type": "zigzag"}, "unknown --lr-scheduler-type"),
+        (RewardTrainConfig, {"lora_dropout": 1.5}, "--lora-dropout must be in [0, 1)"),
+        (DPOTrainConfig, {"beta": -0.1}, "--beta must be positive"),
+        (DPOTrainConfig, {"label_smoothing": 0.5}, "--label-smoothing must be in [0, 0.5)"),
+        (DPOTrainConfig, {"loss_type": "exo_pair"}, "needs --label-smoothing > 0"),
+        (DPOTrainConfig, {"loss_type": "sigmoid,sft", "loss_weights": "1,x"}, "--loss-weights must be numbers"),
+    ],
+)
 def test_bad_values_are_one_sentence(cls, values, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         cls(**values)

@@ -14,8 +14,21 @@ from tests.toy_data import one_thread, toy_base, toy_store  # noqa: F401 (fixtur
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--max-steps", 16, "--per-device-train-batch-size", 8, "--learning-rate", 2e-3, "--logging-steps", 4,
-        "--max-length", 16, "--use-cpu", "--beta", 0.1]
+FAST = [
+    "--max-steps",
+    16,
+    "--per-device-train-batch-size",
+    8,
+    "--learning-rate",
+    2e-3,
+    "--logging-steps",
+    4,
+    "--max-length",
+    16,
+    "--use-cpu",
+    "--beta",
+    0.1,
+]
 
 
 def run(url, *args, expect_ok=True):
@@ -60,7 +73,8 @@ def test_dpo_raises_chosen_over_rejected_and_records_a_policy(toy_store, toy_bas
     assert metrics["heldout_reward_margin"] == pytest.approx(sum(margins) / len(margins), abs=1e-4)
     assert metrics["heldout_reward_accuracy"] == pytest.approx(sum(m > 0 for m in margins) / len(margins))
     assert metrics["heldout_chosen_reward"] - metrics["heldout_rejected_reward"] == pytest.approx(
-        metrics["heldout_reward_margin"])
+        metrics["heldout_reward_margin"]
+    )
     with sessions.begin() as session:
         (run_row,) = session.scalars(select(TrainingRun)).all()
         assert (run_row.kind, run_row.status, run_row.config["beta"]) == ("dpo", "succeeded", 0.1)
@@ -82,8 +96,21 @@ def test_lora_dpo_without_precomputed_reference_saves_a_merged_model(toy_store, 
     from safetensors.torch import load_file
 
     url, _ = toy_store
-    report = json.loads(run(url, "train", "dpo", "--model", toy_base, *FAST, "--lora", "--lora-r", 4,
-                            "--no-precompute-ref-log-probs", "--json").stdout)
+    report = json.loads(
+        run(
+            url,
+            "train",
+            "dpo",
+            "--model",
+            toy_base,
+            *FAST,
+            "--lora",
+            "--lora-r",
+            4,
+            "--no-precompute-ref-log-probs",
+            "--json",
+        ).stdout
+    )
     run_dir = Path(report["path"]).parent
     assert (run_dir / "adapter" / "adapter_config.json").is_file()
     merged, base = load_file(f"{report['path']}/model.safetensors"), load_file(f"{toy_base}/model.safetensors")
@@ -96,9 +123,11 @@ def test_lora_dpo_without_precomputed_reference_saves_a_merged_model(toy_store, 
 
 def test_dpo_options_are_checked_before_anything_runs(toy_store):
     url, sessions = toy_store
-    for args, message in ((["--beta", "0"], "--beta must be positive"),
-                          (["--loss-type", "sigmoid,nope"], "unknown --loss-type 'nope'"),
-                          (["--loss-type", "sigmoid,sft", "--loss-weights", "1"], "has 1 weights for 2 losses")):
+    for args, message in (
+        (["--beta", "0"], "--beta must be positive"),
+        (["--loss-type", "sigmoid,nope"], "unknown --loss-type 'nope'"),
+        (["--loss-type", "sigmoid,sft", "--loss-weights", "1"], "has 1 weights for 2 losses"),
+    ):
         result = run(url, "train", "dpo", *args, expect_ok=False)
         assert result.exit_code == 1 and message in result.output
     with sessions.begin() as session:
@@ -120,8 +149,16 @@ def test_reference_log_probs_are_computed_for_the_rows_the_run_trains_on_only(to
             Given.rows, Given.columns = len(train_dataloader.dataset), train_dataloader.dataset.column_names
 
     _, sessions = toy_store
-    config = DPOTrainConfig(max_steps=8, per_device_train_batch_size=4, gradient_accumulation_steps=2,
-                            learning_rate=2e-3, max_length=16, use_cpu=True, logging_steps=2, beta=0.1)
+    config = DPOTrainConfig(
+        max_steps=8,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        learning_rate=2e-3,
+        max_length=16,
+        use_cpu=True,
+        logging_steps=2,
+        beta=0.1,
+    )
     result = train("dpo", sessions, config, str(toy_base), callbacks=[Given()])
     assert "ref_chosen_logps" in Given.columns and "ref_rejected_logps" in Given.columns
     assert Given.rows == 8 * 4 * 2  # steps × batch × accumulation, of the whole split's rows

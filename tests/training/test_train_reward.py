@@ -10,17 +10,43 @@ from sqlalchemy import func, select
 from preflab.cli import cli
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from tests.toy_data import load_toy_rankings, one_thread, toy_base, toy_store  # noqa: F401 (fixtures)
-from tests.training.step_lines import CLOCK, matches, step_line, step_lines, stderr_is_a_log  # noqa: F401
+from tests.training.step_lines import CLOCK, matches, stderr_is_a_log, step_line, step_lines  # noqa: F401
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--max-steps", 24, "--per-device-train-batch-size", 8, "--learning-rate", 3e-3, "--logging-steps", 4,
-        "--max-length", 16, "--use-cpu", "--seed", 0]
+FAST = [
+    "--max-steps",
+    24,
+    "--per-device-train-batch-size",
+    8,
+    "--learning-rate",
+    3e-3,
+    "--logging-steps",
+    4,
+    "--max-length",
+    16,
+    "--use-cpu",
+    "--seed",
+    0,
+]
 TWO_STEPS = ["--max-steps", 2, *FAST[2:]]
 # Enough to learn by a margin: at FAST's rate the pairwise loss hovered at ln 2 (0.696 in the first four steps,
 # 0.701 in the last four on one machine, lower on another), so a test of learning passed or failed by the CPU.
-LEARNS = ["--max-steps", 48, "--per-device-train-batch-size", 8, "--learning-rate", 1e-3, "--logging-steps", 4,
-          "--max-length", 16, "--use-cpu", "--seed", 0]
+LEARNS = [
+    "--max-steps",
+    48,
+    "--per-device-train-batch-size",
+    8,
+    "--learning-rate",
+    1e-3,
+    "--logging-steps",
+    4,
+    "--max-length",
+    16,
+    "--use-cpu",
+    "--seed",
+    0,
+]
 
 
 def run(url, *args, expect_ok=True):
@@ -48,8 +74,11 @@ def test_pairwise_run_records_run_dataset_and_model_version(db_url, toy_base, tm
         (dataset,) = session.scalars(select(DatasetVersion)).all()
         assert run_row.dataset_version_id == dataset.id and report["dataset_version"] == dataset.name
         version = session.get(ModelVersion, run_row.output_model_version_id)
-        assert (version.kind, version.name, version.path) == ("reward", report["model_version"], run_row.output_path
-                                                              + "/model")
+        assert (version.kind, version.name, version.path) == (
+            "reward",
+            report["model_version"],
+            run_row.output_path + "/model",
+        )
         parent = session.get(ModelVersion, version.parent_id)
         assert (parent.kind, parent.path, version.base_model) == ("base", str(toy_base), str(toy_base))
         metrics = run_row.metrics
@@ -74,7 +103,8 @@ def test_pairwise_run_records_run_dataset_and_model_version(db_url, toy_base, tm
     assert len(chosen) == metrics["heldout_pairs"]
     assert metrics["heldout_accuracy"] == pytest.approx(sum(c > r for c, r in zip(chosen, rejected)) / len(chosen))
     assert metrics["heldout_mean_margin"] == pytest.approx(
-        sum(c - r for c, r in zip(chosen, rejected)) / len(chosen), abs=1e-4)
+        sum(c - r for c, r in zip(chosen, rejected)) / len(chosen), abs=1e-4
+    )
     # The backbone started from the base model's weights and moved.
     name = "model.layers.0.self_attn.q_proj.weight"
     assert not weight(toy_base, name).equal(weight(report["path"], name))
@@ -82,8 +112,20 @@ def test_pairwise_run_records_run_dataset_and_model_version(db_url, toy_base, tm
 
 def test_grouped_mode_learns_the_preference_and_matches_trl_loss(toy_store, toy_base):
     url, sessions = toy_store
-    args = ["--max-steps", 40, "--per-device-train-batch-size", 4, "--learning-rate", 3e-3, "--logging-steps", 5,
-            "--max-length", 16, "--use-cpu", "--grouped"]
+    args = [
+        "--max-steps",
+        40,
+        "--per-device-train-batch-size",
+        4,
+        "--learning-rate",
+        3e-3,
+        "--logging-steps",
+        5,
+        "--max-length",
+        16,
+        "--use-cpu",
+        "--grouped",
+    ]
     report = json.loads(run(url, "train", "reward", "--model", toy_base, *args, "--json").stdout)
     assert report["kind"] == "reward-grouped"
     metrics = report["metrics"]
@@ -111,16 +153,20 @@ def test_grouped_loss_equals_trl_pairwise_loss_on_the_same_pairs(toy_base):
     from datasets import Dataset
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from preflab.training.grouped import DataCollatorForGroups, grouped_loss, prepare_groups
     from preflab.lm.scoring import sequence_ids
+    from preflab.training.grouped import DataCollatorForGroups, grouped_loss, prepare_groups
 
     tokenizer = AutoTokenizer.from_pretrained(toy_base)
     model = AutoModelForSequenceClassification.from_pretrained(toy_base, num_labels=1).eval()
     model.config.pad_token_id = tokenizer.pad_token_id
     responses = {0: ["5 1 2 3", "7 7 8 9", "2 3 3 4", "9 0 1 1"], 1: ["4 4 5 6", "1 2 2 3", "8 9 9 0", "6 6 7 8"]}
     prompts = {0: "1 6 8 4 =", 1: "7 0 3 9 ="}
-    rows = [{"prompt": prompts[p], "chosen": r[i], "rejected": r[j], "prompt_id": p, "margin": 1.0, "weight": 1.0}
-            for p, r in responses.items() for i in range(4) for j in range(i + 1, 4)]
+    rows = [
+        {"prompt": prompts[p], "chosen": r[i], "rejected": r[j], "prompt_id": p, "margin": 1.0, "weight": 1.0}
+        for p, r in responses.items()
+        for i in range(4)
+        for j in range(i + 1, 4)
+    ]
     groups = prepare_groups(Dataset.from_list(rows), tokenizer, max_length=32)
     batch = DataCollatorForGroups(pad_token_id=tokenizer.pad_token_id)([groups[0], groups[1]])
     assert batch["input_ids"].shape[0] == 8 and batch["chosen_index"].shape[0] == 12  # 2 prompts × 4, 2 × C(4,2)
@@ -154,8 +200,15 @@ def test_a_crash_marks_the_run_failed_and_resume_continues_from_the_checkpoint(t
             Steps.taken += 1
 
     _, sessions = toy_store
-    config = RewardTrainConfig(max_steps=10, save_steps=4, per_device_train_batch_size=8, learning_rate=3e-3,
-                               max_length=16, use_cpu=True, logging_steps=2)
+    config = RewardTrainConfig(
+        max_steps=10,
+        save_steps=4,
+        per_device_train_batch_size=8,
+        learning_rate=3e-3,
+        max_length=16,
+        use_cpu=True,
+        logging_steps=2,
+    )
     with pytest.raises(TrainingError, match="power cut") as failure:
         train("reward", sessions, config, str(toy_base), callbacks=[PowerCut()])
     assert str(failure.value).startswith("training run 1 failed: RuntimeError: power cut")
@@ -197,8 +250,9 @@ def test_a_changed_pair_build_is_exported_before_training(toy_store, toy_base, t
         names = session.scalars(select(DatasetVersion.name).order_by(DatasetVersion.id)).all()
     assert len(names) == 2 and report["dataset_version"] == names[1]
     # Naming an older version trains on it, without a new export.
-    report = json.loads(run(url, "train", "reward", "--model", toy_base, *TWO_STEPS,
-                            "--dataset-version", names[0], "--json").stdout)
+    report = json.loads(
+        run(url, "train", "reward", "--model", toy_base, *TWO_STEPS, "--dataset-version", names[0], "--json").stdout
+    )
     assert report["dataset_version"] == names[0]
     with sessions.begin() as session:
         assert session.scalar(select(func.count()).select_from(DatasetVersion)) == 2
@@ -216,8 +270,9 @@ def test_lora_reward_model_is_saved_merged_with_its_trained_head(toy_store, toy_
     from safetensors.torch import load_file
 
     url, _ = toy_store
-    report = json.loads(run(url, "train", "reward", "--model", toy_base, *LEARNS, "--lora", "--lora-r", 4,
-                            "--json").stdout)
+    report = json.loads(
+        run(url, "train", "reward", "--model", toy_base, *LEARNS, "--lora", "--lora-r", 4, "--json").stdout
+    )
     assert (Path(report["path"]).parent / "adapter" / "adapter_config.json").is_file()
     merged = load_file(f"{report['path']}/model.safetensors")
     assert not any("lora" in name for name in merged) and "score.weight" in merged
@@ -234,8 +289,17 @@ def test_a_run_whose_stderr_is_a_log_file_says_its_progress_at_each_logging_step
     # A bar shows nothing in a log file: `train reward` under a scheduler was silent for 8½ minutes.
     # `--json > out.json 2> log`, the usual unattended way, said nothing either.
     url, _ = toy_store
-    result = run(url, "train", "reward", "--model", toy_base, "--max-steps", 8, *FAST[2:],  # logs every 4 steps
-                 *(["--json"] if as_json else []))
+    result = run(
+        url,
+        "train",
+        "reward",
+        "--model",
+        toy_base,
+        "--max-steps",
+        8,
+        *FAST[2:],  # logs every 4 steps
+        *(["--json"] if as_json else []),
+    )
     lines = step_lines(result.stderr, "reward run 1")
     assert lines[0] == "training reward run 1: 8 steps"
     assert matches(step_line("reward run 1", 4, 8), lines[1])
@@ -254,5 +318,7 @@ def test_the_step_lines_pattern_takes_every_time_clock_prints(seconds):
     from preflab.training.progress import clock
 
     assert matches(CLOCK, clock(seconds))
-    assert matches(step_line("dpo run 2", 1, 10), f"training dpo run 2: step 1/10, loss 0.6931, {clock(seconds)} "
-                                                  f"elapsed, about {clock(seconds * 9)} left")
+    assert matches(
+        step_line("dpo run 2", 1, 10),
+        f"training dpo run 2: step 1/10, loss 0.6931, {clock(seconds)} elapsed, about {clock(seconds * 9)} left",
+    )

@@ -18,9 +18,20 @@ pytestmark = pytest.mark.slow
 def fast(**overrides):
     from preflab.training.rl import RLTrainConfig
 
-    values = dict(reward_model="reward-1", learning_rate=1e-3, max_steps=16, per_device_train_batch_size=16, n=4,
-                  max_new_tokens=5, max_length=16, use_cpu=True, logging_steps=4, save_steps=10_000,
-                  eval_prompts=8, beta=0.05)
+    values = {
+        "reward_model": "reward-1",
+        "learning_rate": 1e-3,
+        "max_steps": 16,
+        "per_device_train_batch_size": 16,
+        "n": 4,
+        "max_new_tokens": 5,
+        "max_length": 16,
+        "use_cpu": True,
+        "logging_steps": 4,
+        "save_steps": 10_000,
+        "eval_prompts": 8,
+        "beta": 0.05,
+    }
     return RLTrainConfig(**{**values, **overrides})
 
 
@@ -47,9 +58,19 @@ def rank_by_first_digit(sessions, base, workdir, prompts: int = 200) -> int:
             if len(levels) < 2:
                 continue
             tiers = [[j for j, o in enumerate(distinct) if o[0] == level] for level in levels]
-            handle.write(json.dumps({"prompt": toy.prompt_text(prompt), "ranking": tiers, "id": f"first-{i}",
-                                     "responses": [toy.completion_text(o) for o in distinct],
-                                     "annotator": "high-first-digit", "annotator_kind": "human"}) + "\n")
+            handle.write(
+                json.dumps(
+                    {
+                        "prompt": toy.prompt_text(prompt),
+                        "ranking": tiers,
+                        "id": f"first-{i}",
+                        "responses": [toy.completion_text(o) for o in distinct],
+                        "annotator": "high-first-digit",
+                        "annotator_kind": "human",
+                    }
+                )
+                + "\n"
+            )
     import_file(sessions, workdir / "rankings.jsonl", import_rankings_batch)
     with sessions.begin() as session:
         return build_pairs(session).pairs
@@ -64,8 +85,15 @@ def rewarded(sqlite_url, toy_base, tmp_path):
 
     sessions = session_factory(open_database(sqlite_url))
     rank_by_first_digit(sessions, toy_base, tmp_path / "toy")
-    config = RewardTrainConfig(learning_rate=1e-2, max_steps=60, per_device_train_batch_size=16, max_length=16,
-                               use_cpu=True, logging_steps=10, save_steps=10_000)
+    config = RewardTrainConfig(
+        learning_rate=1e-2,
+        max_steps=60,
+        per_device_train_batch_size=16,
+        max_length=16,
+        use_cpu=True,
+        logging_steps=10,
+        save_steps=10_000,
+    )
     reward = train("reward", sessions, config, str(toy_base))
     assert reward.model_version == "reward-1" and reward.metrics["heldout_accuracy"] >= 0.8, reward.metrics
     return sessions, reward
@@ -134,10 +162,40 @@ def test_train_rl_command_runs_grpo_on_a_prompts_file_with_lora(rewarded, toy_ba
     path = tmp_path / "prompts.jsonl"
     texts = [prompt_text(p) for p in sample_prompts(12, seed=99)]
     path.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts) + "not json\n")
-    args = ["--database-url", sqlite_url, "train", "rl", "--model", str(toy_base), "--reward-model", "reward-1",
-            "--algorithm", "grpo", "--prompts-file", str(path), "--lora", "--lora-r", "4", "--max-steps", "4",
-            "--per-device-train-batch-size", "16", "--n", "4", "--max-new-tokens", "5", "--max-length", "16",
-            "--learning-rate", "1e-3", "--logging-steps", "4", "--eval-prompts", "4", "--use-cpu"]
+    args = [
+        "--database-url",
+        sqlite_url,
+        "train",
+        "rl",
+        "--model",
+        str(toy_base),
+        "--reward-model",
+        "reward-1",
+        "--algorithm",
+        "grpo",
+        "--prompts-file",
+        str(path),
+        "--lora",
+        "--lora-r",
+        "4",
+        "--max-steps",
+        "4",
+        "--per-device-train-batch-size",
+        "16",
+        "--n",
+        "4",
+        "--max-new-tokens",
+        "5",
+        "--max-length",
+        "16",
+        "--learning-rate",
+        "1e-3",
+        "--logging-steps",
+        "4",
+        "--eval-prompts",
+        "4",
+        "--use-cpu",
+    ]
     result = CliRunner().invoke(cli, [*args, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -180,11 +238,13 @@ def test_rl_options_are_checked_before_anything_runs(toy_store, toy_base):
     from preflab.training.methods import train
     from preflab.training.rl import RLTrainConfig
 
-    for overrides, message in (({"n": 1}, "--n must be at least 2"),
-                               ({"n": 3, "per_device_train_batch_size": 8}, "must be a multiple of --n"),
-                               ({"beta": -0.1}, "--beta cannot be negative"),
-                               ({"algorithm": "ppo"}, "unknown --algorithm 'ppo'"),
-                               ({"max_new_tokens": 64, "max_length": 32}, "leaves no room for a prompt")):
+    for overrides, message in (
+        ({"n": 1}, "--n must be at least 2"),
+        ({"n": 3, "per_device_train_batch_size": 8}, "must be a multiple of --n"),
+        ({"beta": -0.1}, "--beta cannot be negative"),
+        ({"algorithm": "ppo"}, "unknown --algorithm 'ppo'"),
+        ({"max_new_tokens": 64, "max_length": 32}, "leaves no room for a prompt"),
+    ):
         with pytest.raises(ConfigError, match=message):
             RLTrainConfig(**overrides)
     assert RLTrainConfig(algorithm="grpo").beta == 0.0 and RLTrainConfig().beta == 0.05
@@ -202,13 +262,45 @@ def test_rl_under_torchrun_trains_on_two_processes_and_records_one_run(rewarded,
 
     sessions, _ = rewarded
     env = dict(os.environ, OMP_NUM_THREADS="1", PREFLAB_HOME=str(tmp_path / "home"), HF_HUB_OFFLINE="1")
-    args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "preflab",
-            "--database-url", sqlite_url, "train", "rl", "--model", toy_base, "--reward-model", "reward-1",
-            "--max-steps", 4, "--per-device-train-batch-size", 8, "--num-generations", 4, "--max-new-tokens", 5, "--max-length", 16,
-            "--learning-rate", 1e-3, "--logging-steps", 2, "--eval-prompts", 4, "--use-cpu", "--json"]
+    args = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "preflab",
+        "--database-url",
+        sqlite_url,
+        "train",
+        "rl",
+        "--model",
+        toy_base,
+        "--reward-model",
+        "reward-1",
+        "--max-steps",
+        4,
+        "--per-device-train-batch-size",
+        8,
+        "--num-generations",
+        4,
+        "--max-new-tokens",
+        5,
+        "--max-length",
+        16,
+        "--learning-rate",
+        1e-3,
+        "--logging-steps",
+        2,
+        "--eval-prompts",
+        4,
+        "--use-cpu",
+        "--json",
+    ]
     done = subprocess.run(list(map(str, args)), capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout[done.stdout.index("{"):])  # rank 0 alone prints
+    report = json.loads(done.stdout[done.stdout.index("{") :])  # rank 0 alone prints
     assert report["world_size"] == 2 and report["metrics"]["world_size"] == 2 and report["metrics"]["global_step"] == 4
     with sessions.begin() as session:
         runs = session.scalars(select(TrainingRun).where(TrainingRun.kind == "rl")).all()

@@ -13,8 +13,23 @@ from tests.toy_data import one_thread, toy_base, toy_store  # noqa: F401 (fixtur
 
 pytestmark = pytest.mark.slow
 
-FAST = ["--max-steps", 16, "--per-device-train-batch-size", 8, "--learning-rate", 2e-3, "--logging-steps", 4,
-        "--max-length", 16, "--use-cpu", "--beta", 2.0, "--simpo-gamma", 0.5]
+FAST = [
+    "--max-steps",
+    16,
+    "--per-device-train-batch-size",
+    8,
+    "--learning-rate",
+    2e-3,
+    "--logging-steps",
+    4,
+    "--max-length",
+    16,
+    "--use-cpu",
+    "--beta",
+    2.0,
+    "--simpo-gamma",
+    0.5,
+]
 
 
 def run(url, *args, expect_ok=True):
@@ -59,9 +74,11 @@ def test_simpo_raises_chosen_over_rejected_and_records_a_policy(toy_store, toy_b
 
 def test_simpo_options_are_checked_before_anything_runs(toy_store):
     url, sessions = toy_store
-    for args, message in ((["--beta", "0"], "--beta must be positive"),
-                          (["--simpo-gamma", "-1"], "cannot be negative"),
-                          (["--label-smoothing", "0.5"], "--label-smoothing must be in [0, 0.5)")):
+    for args, message in (
+        (["--beta", "0"], "--beta must be positive"),
+        (["--simpo-gamma", "-1"], "cannot be negative"),
+        (["--label-smoothing", "0.5"], "--label-smoothing must be in [0, 0.5)"),
+    ):
         result = run(url, "train", "simpo", *args, expect_ok=False)
         assert result.exit_code == 1 and message in result.output
     with sessions.begin() as session:

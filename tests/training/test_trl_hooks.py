@@ -41,8 +41,9 @@ def test_the_hooks_grouped_training_overrides_exist_with_the_same_parameters(nam
 
     theirs = _parameters(_method(RewardTrainer, name))
     ours = _parameters(getattr(GroupedRewardTrainer, name))
-    assert theirs == ours, \
+    assert theirs == ours, (
         f"{VERSIONS}: RewardTrainer.{name}{tuple(theirs)} no longer matches the override {tuple(ours)}"
+    )
 
 
 def test_the_hooks_are_still_called_where_grouped_training_needs_them():
@@ -52,12 +53,15 @@ def test_the_hooks_are_still_called_where_grouped_training_needs_them():
     init = inspect.getsource(RewardTrainer.__init__)
     assert "self._prepare_dataset(train_dataset, processing_class, args," in init, (
         f"{VERSIONS}: RewardTrainer.__init__ no longer tokenizes through "
-        "self._prepare_dataset(dataset, processing_class, args, name)")
-    assert "self.model.add_model_tags(self._tag_names)" in init, \
+        "self._prepare_dataset(dataset, processing_class, args, name)"
+    )
+    assert "self.model.add_model_tags(self._tag_names)" in init, (
         f"{VERSIONS}: RewardTrainer.__init__ no longer tags the model with self._tag_names"
+    )
     remove = inspect.getsource(_method(Trainer, "_remove_unused_columns"))
-    assert "self._set_signature_columns_if_needed()" in remove and "self._signature_columns" in remove, \
+    assert "self._set_signature_columns_if_needed()" in remove and "self._signature_columns" in remove, (
         f"{VERSIONS}: Trainer._remove_unused_columns no longer reads self._signature_columns"
+    )
     log = inspect.getsource(_method(RewardTrainer, "log"))
     assert "self._metrics[mode]" in log, f"{VERSIONS}: RewardTrainer.log no longer reports self._metrics"
 
@@ -70,10 +74,12 @@ def test_the_trl_and_transformers_helpers_preflab_imports_take_the_same_argument
     params = _parameters(pad)
     for name in ("padding_value", "padding_side", "pad_to_multiple_of"):
         assert name in params, f"{VERSIONS}: trl.trainer.utils.pad has no {name!r} parameter (it has {params})"
-    assert _parameters(global_then_local_main_first) == [], \
+    assert _parameters(global_then_local_main_first) == [], (
         f"{VERSIONS}: trl.trainer.utils.global_then_local_main_first now takes arguments"
-    assert "torch_call" in inspect.getsource(DataCollatorMixin.__call__), \
+    )
+    assert "torch_call" in inspect.getsource(DataCollatorMixin.__call__), (
         f"{VERSIONS}: DataCollatorMixin.__call__ no longer dispatches to torch_call"
+    )
     for callback in (PrinterCallback, ProgressCallback):
         assert issubclass(callback, TrainerCallback), f"{VERSIONS}: {callback.__name__} is no TrainerCallback"
 
@@ -100,19 +106,39 @@ def test_a_grouped_trainer_keeps_its_columns_and_fills_rewardtrainers_metric_sta
 
     tokenizer = toy.digit_tokenizer()
     torch.manual_seed(0)
-    model = LlamaForSequenceClassification(LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-        num_key_value_heads=2, max_position_embeddings=16, pad_token_id=tokenizer.pad_token_id, num_labels=1))
-    rows = [{"prompt": "1 2 3 4 =", "chosen": a, "rejected": b, "prompt_id": 0, "margin": 1.0, "weight": 1.0}
-            for a, b in (("5 6 7 8", "2 3 4 5"), ("5 6 7 8", "3 4 5 6"), ("2 3 4 5", "3 4 5 6"))]
-    args = RewardConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_length=16,
-                        per_device_train_batch_size=1, disable_tqdm=True)
+    model = LlamaForSequenceClassification(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=16,
+            pad_token_id=tokenizer.pad_token_id,
+            num_labels=1,
+        )
+    )
+    rows = [
+        {"prompt": "1 2 3 4 =", "chosen": a, "rejected": b, "prompt_id": 0, "margin": 1.0, "weight": 1.0}
+        for a, b in (("5 6 7 8", "2 3 4 5"), ("5 6 7 8", "3 4 5 6"), ("2 3 4 5", "3 4 5 6"))
+    ]
+    args = RewardConfig(
+        output_dir=str(tmp_path),
+        use_cpu=True,
+        report_to=[],
+        max_length=16,
+        per_device_train_batch_size=1,
+        disable_tqdm=True,
+    )
     trainer = GroupedRewardTrainer(model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     for name, kind in (("_metrics", dict), ("_total_train_tokens", int), ("_tp_size", int)):
-        assert isinstance(getattr(trainer, name, None), kind), \
+        assert isinstance(getattr(trainer, name, None), kind), (
             f"{VERSIONS}: RewardTrainer no longer sets self.{name} ({kind.__name__}) in __init__"
-    assert isinstance(trainer._metrics.get("train"), defaultdict), \
+        )
+    assert isinstance(trainer._metrics.get("train"), defaultdict), (
         f"{VERSIONS}: RewardTrainer._metrics is no longer {{'train': defaultdict(list), …}}"
+    )
 
     batch = next(iter(trainer.get_train_dataloader()))
     # Trainer dropped no grouped column (the signature-columns hook was honoured).

@@ -19,9 +19,13 @@ class BonSampleConfig(SamplingConfig):
 
     top_k: int = field(default=0, metadata={"help": "Sample from the k likeliest tokens only (0 = off)."})
     batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass (generation and scoring)."})
-    conversational: bool = field(default=False, metadata={
-        "help": "Score chat messages even when the reward model has no chat template of its own (one with a "
-                "template always reads messages, as it trained on them)."})
+    conversational: bool = field(
+        default=False,
+        metadata={
+            "help": "Score chat messages even when the reward model has no chat template of its own (one with a "
+            "template always reads messages, as it trained on them)."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()

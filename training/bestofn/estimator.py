@@ -60,8 +60,7 @@ def _rank_weights(first: int, ns: np.ndarray, total: int, lg: np.ndarray) -> np.
     np.maximum(gap, -1, out=gap)
     gap += 1
     log_w = np.take(lg, gap)
-    np.subtract((lg[ranks] - lg[total + 1])[None, :] + (np.log(ns) + lg[total - ns + 1])[:, None],
-                log_w, out=log_w)
+    np.subtract((lg[ranks] - lg[total + 1])[None, :] + (np.log(ns) + lg[total - ns + 1])[:, None], log_w, out=log_w)
     return np.exp(log_w, out=log_w)
 
 
@@ -170,8 +169,14 @@ class BonEstimate:
     true_win: list[float | None]
 
     def as_json(self) -> dict:
-        return {"n": self.n, "true": self.true, "proxy": self.proxy, "true_stderr": self.true_stderr,
-                "groups": self.groups, "kl_bound": self.kl_bound}
+        return {
+            "n": self.n,
+            "true": self.true,
+            "proxy": self.proxy,
+            "true_stderr": self.true_stderr,
+            "groups": self.groups,
+            "kl_bound": self.kl_bound,
+        }
 
 
 class _Welford:

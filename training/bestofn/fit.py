@@ -22,9 +22,9 @@ from preflab.errors import InputError
 class GaoFit:
     alpha: float
     beta: float
-    baseline: float          # the reward at d = 0, the reference policy's
-    r2: float                # of the fitted rewards
-    d_peak: float | None     # α/2β where β > 0 (the true reward's maximum), else None
+    baseline: float  # the reward at d = 0, the reference policy's
+    r2: float  # of the fitted rewards
+    d_peak: float | None  # α/2β where β > 0 (the true reward's maximum), else None
     kl_peak: float | None
     reward_peak: float | None
 
@@ -78,9 +78,10 @@ def fit_gao(kl, reward, baseline: float | None = None) -> GaoFit:
     d_peak = kl_peak = reward_peak = None
     if beta > 0:
         d_peak = float(alpha / (2 * beta))
-        kl_peak = d_peak ** 2 if d_peak >= 0 else None
+        kl_peak = d_peak**2 if d_peak >= 0 else None
         reward_peak = float(baseline + alpha * alpha / (4 * beta)) if d_peak >= 0 else None
         if d_peak < 0:
             d_peak = None
-    return GaoFit(float(alpha), float(beta), float(baseline), r2 if math.isfinite(r2) else 0.0,
-                  d_peak, kl_peak, reward_peak)
+    return GaoFit(
+        float(alpha), float(beta), float(baseline), r2 if math.isfinite(r2) else 0.0, d_peak, kl_peak, reward_peak
+    )

@@ -60,7 +60,7 @@ def estimate_groups(groups: list[Group], ns: str) -> BonEstimate:
 class GoodhartPlot:
     path: Path
     estimate: BonEstimate
-    fit: GaoFit | None     # None without true rewards, or with fewer than two n > 1
+    fit: GaoFit | None  # None without true rewards, or with fewer than two n > 1
 
 
 def plot_groups(groups: list[Group], ns: str, out: str | Path, title: str) -> GoodhartPlot:
@@ -75,9 +75,16 @@ def plot_groups(groups: list[Group], ns: str, out: str | Path, title: str) -> Go
     return GoodhartPlot(goodhart_plot(result, out, fit, title=title), result, fit)
 
 
-def sample_best_of_n(sessions: sessionmaker[Session], reward_model: str, policy: str, config: BonSampleConfig,
-                     prompts_file: str | Path | None = None, reporter: Reporter = SILENT, *,
-                     engine: EngineConfig | None = None) -> dict[str, Any]:
+def sample_best_of_n(
+    sessions: sessionmaker[Session],
+    reward_model: str,
+    policy: str,
+    config: BonSampleConfig,
+    prompts_file: str | Path | None = None,
+    reporter: Reporter = SILENT,
+    *,
+    engine: EngineConfig | None = None,
+) -> dict[str, Any]:
     """Best-of-n sampling with a trained reward model, and what it did to the policy.
 
     Samples and stores N responses per prompt (`preflab.training.bestofn.sample.best_of_n`),
@@ -96,15 +103,16 @@ def sample_best_of_n(sessions: sessionmaker[Session], reward_model: str, policy:
         The summary (`BonSampleSummary.as_dict()`) with `kl_bound`, `kl_beirami` and `estimate`.
     """
     from preflab.labelling.selection import prompts_from_file
-    from preflab.training.bestofn.kl import beirami_kl_log, kl_bound
-    from preflab.training.bestofn.sample import best_of_n, reward_model_version
     from preflab.lm.engines import open_engine
     from preflab.lm.names import ModelCache, NamedModel, load_named_model, model_version_id
+    from preflab.training.bestofn.kl import beirami_kl_log, kl_bound
+    from preflab.training.bestofn.sample import best_of_n, reward_model_version
 
     engine = engine or EngineConfig(engine="transformers")
     if engine.engine != "transformers" and config.top_k:
-        raise ConfigError("--top-k cannot be sent to a server (the OpenAI API has none): leave it at 0 "
-                          "with --engine openai")
+        raise ConfigError(
+            "--top-k cannot be sent to a server (the OpenAI API has none): leave it at 0 with --engine openai"
+        )
     with sessions.begin() as session:
         reward_model_version(session, reward_model)  # a reward model with weights, or a one-line error
     prompt_ids = prompts_from_file(sessions, prompts_file) if prompts_file else None
@@ -116,8 +124,7 @@ def sample_best_of_n(sessions: sessionmaker[Session], reward_model: str, policy:
         else:
             served = stack.enter_context(open_engine(engine, sessions, model=policy))
             with sessions.begin() as session:  # the served model is recorded under the name its draws are stored as
-                policy_model = NamedModel(served.name, served.model, model_version_id(session, served.name),
-                                          None, None)
+                policy_model = NamedModel(served.name, served.model, model_version_id(session, served.name), None, None)
         reward = load_named_model(sessions, reward_model, record=False, scorer=True, cache=cache)
         reporter.note(f"best-of-{config.n} with {policy_model.label}, scored by {reward.label}")
         summary = best_of_n(sessions, policy_model, reward, config, prompt_ids, reporter, engine=served)
@@ -126,13 +133,19 @@ def sample_best_of_n(sessions: sessionmaker[Session], reward_model: str, policy:
     report["kl_bound"] = float(kl_bound(config.n))
     # Beirami et al.: ε is the sampling probability of each kept response (a server does not give it).
     logprobs = [s.logprob for s in summary.selected]
-    report["kl_beirami"] = (float(np.mean(beirami_kl_log(logprobs, config.n)))
-                            if logprobs and None not in logprobs else None)
+    report["kl_beirami"] = (
+        float(np.mean(beirami_kl_log(logprobs, config.n))) if logprobs and None not in logprobs else None
+    )
     report["estimate"] = None
     if summary.selected or summary.kept:  # else nothing is scored yet: every draw went unanswered
         with sessions.begin() as session:
             groups, _ = db_samples(session, reward_model)
         est = estimate_groups([(name, proxy, None) for name, proxy, _ in groups], "pow2")
-        report["estimate"] = {"n": est.n, "proxy": est.proxy, "groups": est.groups, "kl_bound": est.kl_bound,
-                              "largest_group": max(p.size for _, p, _ in groups)}
+        report["estimate"] = {
+            "n": est.n,
+            "proxy": est.proxy,
+            "groups": est.groups,
+            "kl_bound": est.kl_bound,
+            "largest_group": max(p.size for _, p, _ in groups),
+        }
     return report

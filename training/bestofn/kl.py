@@ -68,13 +68,13 @@ def _check_ns(ns) -> np.ndarray:
 
 @dataclass
 class _Levels:
-    mass: np.ndarray      # q: P[r = ℓ], per level, ascending reward
-    log_f: np.ndarray     # log P[r ≤ ℓ]
+    mass: np.ndarray  # q: P[r = ℓ], per level, ascending reward
+    log_f: np.ndarray  # log P[r ≤ ℓ]
     log_ratio: np.ndarray  # log(G/F) = log(1 − q/F); −inf on the lowest level
     f: np.ndarray
     g: np.ndarray
-    inverse: np.ndarray   # level of each outcome with p > 0
-    support: np.ndarray   # indices of outcomes with p > 0
+    inverse: np.ndarray  # level of each outcome with p > 0
+    support: np.ndarray  # indices of outcomes with p > 0
 
 
 def _levels(p: np.ndarray, r: np.ndarray) -> _Levels:
@@ -141,8 +141,8 @@ def beirami_kl_log(log_eps, n) -> np.ndarray:
     log_eps = np.minimum(log_eps, 0.0)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         log_keep = np.log1p(-np.exp(log_eps))  # log(1 − ε)
-        stay = np.exp(n * log_keep)            # (1 − ε)ⁿ
-        moved = -np.expm1(n * log_keep)        # 1 − (1 − ε)ⁿ
+        stay = np.exp(n * log_keep)  # (1 − ε)ⁿ
+        moved = -np.expm1(n * log_keep)  # 1 − (1 − ε)ⁿ
         first = stay * (np.log(n) + (n - 1.0) * log_keep - (n - 1.0) / n)
         second = moved * (np.log(moved) - log_eps)
     first = np.where(stay > 0, first, 0.0)
@@ -165,7 +165,7 @@ def beirami_expected(probs, rewards, ns) -> np.ndarray:
     p, r = check_distribution(probs, rewards)
     lv = _levels(p, r)
     ns = _check_ns(ns)
-    level = np.exp(_log_level_bon(lv, ns))                     # (ns, levels)
+    level = np.exp(_log_level_bon(lv, ns))  # (ns, levels)
     ps = p[lv.support]
     pick = level[:, lv.inverse] * (ps / lv.mass[lv.inverse])[None, :]
     d = beirami_kl_log(np.log(ps)[None, :], ns[:, None])

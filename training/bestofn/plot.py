@@ -20,8 +20,7 @@ def _array(values) -> np.ndarray:
     return np.array([np.nan if v is None else v for v in values], dtype=float)
 
 
-def goodhart_plot(est: BonEstimate, out: str | Path, fit: GaoFit | None = None,
-                  title: str = "Best-of-n") -> Path:
+def goodhart_plot(est: BonEstimate, out: str | Path, fit: GaoFit | None = None, title: str = "Best-of-n") -> Path:
     """Write a two-panel PNG (or any format matplotlib knows from the suffix); returns the path."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -45,13 +44,26 @@ def goodhart_plot(est: BonEstimate, out: str | Path, fit: GaoFit | None = None,
             left.fill_between(kl, true - stderr, true + stderr, color="tab:blue", alpha=0.2, linewidth=0)
         if fit is not None:
             grid = np.linspace(0, kl.max(), 200)
-            left.plot(grid, fit.predict(grid), "--", color="tab:blue", alpha=0.8,
-                      label=f"fit R(d) = d({fit.alpha:.3g} − {fit.beta:.3g}d), d = √KL")
+            left.plot(
+                grid,
+                fit.predict(grid),
+                "--",
+                color="tab:blue",
+                alpha=0.8,
+                label=f"fit R(d) = d({fit.alpha:.3g} − {fit.beta:.3g}d), d = √KL",
+            )
     # Mark powers of two so the KL axis can be read as n.
     marks = [i for i, v in enumerate(n) if v & (v - 1) == 0 and v > 1]
     for i in marks[:: max(1, len(marks) // 8)]:
-        left.annotate(f"n={n[i]}", (kl[i], proxy[i]), textcoords="offset points", xytext=(0, 6),
-                      fontsize=7, ha="center", color="0.4")
+        left.annotate(
+            f"n={n[i]}",
+            (kl[i], proxy[i]),
+            textcoords="offset points",
+            xytext=(0, 6),
+            fontsize=7,
+            ha="center",
+            color="0.4",
+        )
     left.set_xlabel("KL(best-of-n ‖ reference), nats: log n − (n−1)/n")
     left.set_ylabel("reward")
     left.set_title(f"{title}: reward against KL")

@@ -56,8 +56,8 @@ SOURCE = "bon"
 class Sample:
     text: str
     logprob: float | None  # log P(token sequence) under the processed sampling distribution (None: a server's)
-    tokens: int       # generated tokens, the end-of-turn token included
-    finished: bool    # ended with an end-of-turn token rather than at max_new_tokens
+    tokens: int  # generated tokens, the end-of-turn token included
+    finished: bool  # ended with an end-of-turn token rather than at max_new_tokens
     token_ids: list[int] = field(default_factory=list, repr=False)  # generated, up to the end-of-turn token
 
 
@@ -82,13 +82,21 @@ def sample_sequences(model, tokenizer, texts: list[str], config: BonSampleConfig
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     torch.manual_seed(seed)
     with torch.inference_mode():
-        out = model.generate(**enc, do_sample=True, temperature=config.temperature, top_p=config.top_p,
-                             top_k=config.top_k, max_new_tokens=config.max_new_tokens,
-                             num_return_sequences=config.n, pad_token_id=tokenizer.pad_token_id,
-                             output_scores=True, return_dict_in_generate=True)
+        out = model.generate(
+            **enc,
+            do_sample=True,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            top_k=config.top_k,
+            max_new_tokens=config.max_new_tokens,
+            num_return_sequences=config.n,
+            pad_token_id=tokenizer.pad_token_id,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
         # log-softmax of the processed scores: each token's probability under what was sampled.
         steps = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).float().cpu()
-    generated = out.sequences[:, enc["input_ids"].shape[1]:].tolist()
+    generated = out.sequences[:, enc["input_ids"].shape[1] :].tolist()
     stop = stop_ids(model, tokenizer)
     samples: list[Sample] = []
     for row, logps in zip(generated, steps.tolist()):
@@ -96,7 +104,7 @@ def sample_sequences(model, tokenizer, texts: list[str], config: BonSampleConfig
         used = len(row) if end is None else end + 1
         text = tokenizer.decode(row if end is None else row[:end], skip_special_tokens=True).strip()
         samples.append(Sample(text, float(sum(logps[:used])), used, end is not None, row[:used]))
-    return [samples[i * config.n:(i + 1) * config.n] for i in range(len(texts))]
+    return [samples[i * config.n : (i + 1) * config.n] for i in range(len(texts))]
 
 
 @dataclass
@@ -114,14 +122,14 @@ class BonSampleSummary:
     reward_model: str
     policy: str
     n: int
-    prompts: int = 0          # prompts sampled by this call
-    kept: int = 0             # prompts this exact run had already sampled
+    prompts: int = 0  # prompts sampled by this call
+    kept: int = 0  # prompts this exact run had already sampled
     samples: int = 0
-    stored: int = 0           # new candidates
-    duplicates: int = 0       # draws identical to another draw of the same prompt
-    superseded: int = 0       # earlier best-of-n rankings by this reward model replaced
-    quarantined: int = 0      # prompts a server refused for themselves (over its context length)
-    failed: int = 0           # prompts with a draw left unanswered after every retry: sampled by the next run
+    stored: int = 0  # new candidates
+    duplicates: int = 0  # draws identical to another draw of the same prompt
+    superseded: int = 0  # earlier best-of-n rankings by this reward model replaced
+    quarantined: int = 0  # prompts a server refused for themselves (over its context length)
+    failed: int = 0  # prompts with a draw left unanswered after every retry: sampled by the next run
     reasons: dict[str, int] = field(default_factory=dict)  # why, with how many draws each
     engine: dict | None = None  # a server's stats: requests, cache hits, tokens in/out, retries, errors, cost
     seconds: float = 0.0
@@ -145,35 +153,57 @@ def _batch_seed(base: int, prompt_ids: list[int]) -> int:
 
 def draw_on_server(engine, batch: list[tuple[int, Messages]], config: BonSampleConfig) -> list[list[Sample] | Failed]:
     """`config.n` draws per prompt from a server, or why a prompt got none; each prompt seeded by itself."""
-    asks = [Generate(turns, Sampling(config.max_new_tokens, config.temperature, config.top_p,
-                                     _batch_seed(config.seed, [pid])), index=i)
-            for pid, turns in batch for i in range(config.n)]
+    asks = [
+        Generate(
+            turns,
+            Sampling(config.max_new_tokens, config.temperature, config.top_p, _batch_seed(config.seed, [pid])),
+            index=i,
+        )
+        for pid, turns in batch
+        for i in range(config.n)
+    ]
     answers = engine.generate(asks)
     out: list[list[Sample] | Failed] = []
     for k in range(len(batch)):
-        mine = answers[k * config.n:(k + 1) * config.n]
+        mine = answers[k * config.n : (k + 1) * config.n]
         failed = next((a for a in mine if isinstance(a, Failed)), None)
         out.append(failed or [Sample(a.text, None, a.tokens, a.finished) for a in mine])
     return out
 
 
-def _prompts_to_sample(session: Session, run: str,
-                       prompt_ids: list[int] | None) -> tuple[list[tuple[int, Messages]], int]:
+def _prompts_to_sample(
+    session: Session, run: str, prompt_ids: list[int] | None
+) -> tuple[list[tuple[int, Messages]], int]:
     """(prompt id, its messages: the whole history) not yet sampled by this run, and how many were."""
     query = select(Prompt.id, Prompt.text, Prompt.messages).order_by(Prompt.id)
-    parts = [query] if prompt_ids is None else \
-        [query.where(Prompt.id.in_(part)) for part in chunks(sorted(set(prompt_ids)))]
-    rows = sorted(((pid, stored_prompt(text, messages)) for part in parts
-                   for pid, text, messages in session.execute(part)), key=lambda row: row[0])
-    done = set(session.scalars(select(Ranking.external_id).where(
-        Ranking.source == SOURCE, Ranking.judge_run == run)))
+    parts = (
+        [query]
+        if prompt_ids is None
+        else [query.where(Prompt.id.in_(part)) for part in chunks(sorted(set(prompt_ids)))]
+    )
+    rows = sorted(
+        ((pid, stored_prompt(text, messages)) for part in parts for pid, text, messages in session.execute(part)),
+        key=lambda row: row[0],
+    )
+    done = set(session.scalars(select(Ranking.external_id).where(Ranking.source == SOURCE, Ranking.judge_run == run)))
     todo = [(pid, turns) for pid, turns in rows if f"{run}:{pid}" not in done]
     return todo, len(rows) - len(todo)
 
 
-def _store_prompt(session: Session, annotator_id: int, run: str, prompt_id: int, samples: list[Sample],
-                  scores: list[float], policy: str, policy_version_id: int | None, config: BonSampleConfig,
-                  seed: int, rng: random.Random, summary: BonSampleSummary) -> None:
+def _store_prompt(
+    session: Session,
+    annotator_id: int,
+    run: str,
+    prompt_id: int,
+    samples: list[Sample],
+    scores: list[float],
+    policy: str,
+    policy_version_id: int | None,
+    config: BonSampleConfig,
+    seed: int,
+    rng: random.Random,
+    summary: BonSampleSummary,
+) -> None:
     """Store one prompt's N draws as candidates and the reward model's ranking of them."""
     distinct: dict[str, dict[str, Any]] = {}
     for position, (sample, score) in enumerate(zip(samples, scores)):
@@ -185,11 +215,25 @@ def _store_prompt(session: Session, annotator_id: int, run: str, prompt_id: int,
         distinct[h] = {"sample": sample, "score": score, "copies": 1, "position": position}
     settings = {k: v for k, v in config.identity().items() if k not in ("conversational", "n")}
     # A response drawn in an earlier run keeps the sampling record it was first stored with.
-    ids = ensure_candidates(session, {(prompt_id, h): {
-        "text": d["sample"].text, "model": policy, "model_version_id": policy_version_id,
-        "sampling": {**settings, "seed": seed, "best_of": config.n, "logprob": d["sample"].logprob,
-                     "tokens": d["sample"].tokens, "finished": d["sample"].finished}}
-        for h, d in distinct.items()})
+    ids = ensure_candidates(
+        session,
+        {
+            (prompt_id, h): {
+                "text": d["sample"].text,
+                "model": policy,
+                "model_version_id": policy_version_id,
+                "sampling": {
+                    **settings,
+                    "seed": seed,
+                    "best_of": config.n,
+                    "logprob": d["sample"].logprob,
+                    "tokens": d["sample"].tokens,
+                    "finished": d["sample"].finished,
+                },
+            }
+            for h, d in distinct.items()
+        },
+    )
     summary.stored += ids.created
     by_candidate = {ids[(prompt_id, h)]: d for h, d in distinct.items()}
     scored = {cid: d["score"] for cid, d in by_candidate.items()}
@@ -198,25 +242,60 @@ def _store_prompt(session: Session, annotator_id: int, run: str, prompt_id: int,
     tiers = tiers_from_scores(scored, tolerance=0.0)
     tier_of = {cid: t for t, tier in enumerate(tiers) for cid in tier}
     summary.superseded += session.execute(
-        update(Ranking).where(Ranking.annotator_id == annotator_id, Ranking.prompt_id == prompt_id,
-                              Ranking.source == SOURCE, Ranking.status == RankingStatus.valid.value)
-        .values(status=RankingStatus.superseded.value)).rowcount
-    ranking_id = session.execute(insert(Ranking).values(
-        prompt_id=prompt_id, annotator_id=annotator_id, source=SOURCE, external_id=f"{run}:{prompt_id}",
-        version=1, status=RankingStatus.valid.value, n_tiers=len(tiers), same_as_shown=False,
-        judge_run=run).returning(Ranking.id)).scalar_one()
-    session.execute(insert(RankingItem), [
-        {"ranking_id": ranking_id, "candidate_id": cid, "tier": tier_of[cid], "shown_position": d["position"],
-         "score": d["score"], "details": {"copies": d["copies"], "logprob": d["sample"].logprob,
-                                          "selected": cid == chosen}}
-        for cid, d in by_candidate.items()])
+        update(Ranking)
+        .where(
+            Ranking.annotator_id == annotator_id,
+            Ranking.prompt_id == prompt_id,
+            Ranking.source == SOURCE,
+            Ranking.status == RankingStatus.valid.value,
+        )
+        .values(status=RankingStatus.superseded.value)
+    ).rowcount
+    ranking_id = session.execute(
+        insert(Ranking)
+        .values(
+            prompt_id=prompt_id,
+            annotator_id=annotator_id,
+            source=SOURCE,
+            external_id=f"{run}:{prompt_id}",
+            version=1,
+            status=RankingStatus.valid.value,
+            n_tiers=len(tiers),
+            same_as_shown=False,
+            judge_run=run,
+        )
+        .returning(Ranking.id)
+    ).scalar_one()
+    session.execute(
+        insert(RankingItem),
+        [
+            {
+                "ranking_id": ranking_id,
+                "candidate_id": cid,
+                "tier": tier_of[cid],
+                "shown_position": d["position"],
+                "score": d["score"],
+                "details": {"copies": d["copies"], "logprob": d["sample"].logprob, "selected": cid == chosen},
+            }
+            for cid, d in by_candidate.items()
+        ],
+    )
     best = by_candidate[chosen]
-    summary.selected.append(Selected(prompt_id, chosen, best["score"], float(np.mean(scores)),
-                                     best["sample"].logprob, best["sample"].text))
+    summary.selected.append(
+        Selected(prompt_id, chosen, best["score"], float(np.mean(scores)), best["sample"].logprob, best["sample"].text)
+    )
 
 
-def best_of_n(sessions: sessionmaker[Session], policy: NamedModel, reward: NamedModel, config: BonSampleConfig,
-              prompt_ids: list[int] | None = None, reporter: Reporter = SILENT, *, engine=None) -> BonSampleSummary:
+def best_of_n(
+    sessions: sessionmaker[Session],
+    policy: NamedModel,
+    reward: NamedModel,
+    config: BonSampleConfig,
+    prompt_ids: list[int] | None = None,
+    reporter: Reporter = SILENT,
+    *,
+    engine=None,
+) -> BonSampleSummary:
     """Sample N responses per prompt, score them, keep the best; store everything.
 
     Each batch of prompts is one transaction, so an interrupted run keeps what it
@@ -237,11 +316,13 @@ def best_of_n(sessions: sessionmaker[Session], policy: NamedModel, reward: Named
     with sessions.begin() as session:
         key = ("ai", reward.label)
         known = session.scalar(select(Annotator.id).where(Annotator.kind == "ai", Annotator.name == reward.label))
-        annotator_id = ensure_annotators(session, {key: {"judge_kind": "reward-model",
-                                                         "model": str(reward.location)[-300:]}})[key]
+        annotator_id = ensure_annotators(
+            session, {key: {"judge_kind": "reward-model", "model": str(reward.location)[-300:]}}
+        )[key]
         if known is None:  # JSON through the ORM, as for candidates
-            session.execute(update(Annotator), [{"id": annotator_id, "config": {
-                "model_version": reward.label, "use": "best-of-n"}}])
+            session.execute(
+                update(Annotator), [{"id": annotator_id, "config": {"model_version": reward.label, "use": "best-of-n"}}]
+            )
         todo, summary.kept = _prompts_to_sample(session, run, prompt_ids)
     per_batch = max(1, config.batch_size // config.n)
     if engine is not None:  # enough draws to a call to keep --concurrency requests in flight
@@ -263,17 +344,37 @@ def best_of_n(sessions: sessionmaker[Session], policy: NamedModel, reward: Named
                     summary.quarantined += d.quarantined
                     summary.failed += not d.quarantined
             kept = [(item, d) for item, d in zip(batch, drawn) if not isinstance(d, Failed)]
-            inputs = [exchange(turns, assistant_turn(s.text), config.conversational)
-                      for (_, turns), samples in kept for s in samples]
-            values = iter(reward_scores(reward.model, reward.tokenizer, [p for p, _ in inputs],
-                                        [r for _, r in inputs], config.batch_size) if inputs else [])
+            inputs = [
+                exchange(turns, assistant_turn(s.text), config.conversational)
+                for (_, turns), samples in kept
+                for s in samples
+            ]
+            values = iter(
+                reward_scores(
+                    reward.model, reward.tokenizer, [p for p, _ in inputs], [r for _, r in inputs], config.batch_size
+                )
+                if inputs
+                else []
+            )
             rng = random.Random(seed)
             with sessions.begin() as session:
                 for (prompt_id, _), samples in kept:
                     scores = [round(next(values), 6) for _ in samples]
                     drawn_with = seed if engine is None else _batch_seed(config.seed, [prompt_id])
-                    _store_prompt(session, annotator_id, run, prompt_id, samples, scores, policy.label,
-                                  policy.version_id, config, drawn_with, rng, summary)
+                    _store_prompt(
+                        session,
+                        annotator_id,
+                        run,
+                        prompt_id,
+                        samples,
+                        scores,
+                        policy.label,
+                        policy.version_id,
+                        config,
+                        drawn_with,
+                        rng,
+                        summary,
+                    )
             summary.prompts += len(kept)
             summary.samples += sum(len(s) for _, s in kept)
             advance(len(batch))

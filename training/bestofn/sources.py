@@ -67,8 +67,9 @@ def read_jsonl(path: str | Path) -> list[Group]:
                 data = load_object(line.text())
             except Invalid as exc:
                 reason = str(exc)
-                raise InputError(f"{where} is {reason}" if reason.startswith("not ") else f"{where}: {reason}") \
-                    from None
+                raise InputError(
+                    f"{where} is {reason}" if reason.startswith("not ") else f"{where}: {reason}"
+                ) from None
             if "proxy" not in data:
                 raise InputError(f"{where} has no 'proxy'")
             group = data.get("group", "")
@@ -78,8 +79,10 @@ def read_jsonl(path: str | Path) -> list[Group]:
             if with_true is None:
                 with_true = has_true
             elif has_true != with_true:
-                raise InputError(f"{where} {'has' if has_true else 'lacks'} 'true' but line(s) before it "
-                                 f"{'do not' if has_true else 'do'}: give it for every sample or none")
+                raise InputError(
+                    f"{where} {'has' if has_true else 'lacks'} 'true' but line(s) before it "
+                    f"{'do not' if has_true else 'do'}: give it for every sample or none"
+                )
             proxies[str(group)].append(_number(data["proxy"], "proxy", where))
             if has_true:
                 trues[str(group)].append(_number(data["true"], "true", where))
@@ -92,10 +95,10 @@ def read_jsonl(path: str | Path) -> list[Group]:
 class DbSummary:
     proxy: str
     true: str | None
-    proxy_values: str      # "score" or "borda"
+    proxy_values: str  # "score" or "borda"
     true_values: str | None
     prompts: int
-    samples: int           # candidates, each counted once per draw it stands for
+    samples: int  # candidates, each counted once per draw it stands for
 
 
 def _annotator(session: Session, name: str) -> Annotator:
@@ -113,8 +116,14 @@ def annotator_values(session: Session, name: str) -> tuple[dict[int, dict[int, f
     """
     annotator = _annotator(session, name)
     rows = session.execute(
-        select(Ranking.prompt_id, Ranking.id, RankingItem.candidate_id, RankingItem.tier, RankingItem.score,
-               RankingItem.details)
+        select(
+            Ranking.prompt_id,
+            Ranking.id,
+            RankingItem.candidate_id,
+            RankingItem.tier,
+            RankingItem.score,
+            RankingItem.details,
+        )
         .join(RankingItem, RankingItem.ranking_id == Ranking.id)
         .where(Ranking.annotator_id == annotator.id, Ranking.status == RankingStatus.valid.value)
         .order_by(Ranking.prompt_id, Ranking.id, RankingItem.tier, RankingItem.candidate_id)
@@ -136,8 +145,14 @@ def annotator_values(session: Session, name: str) -> tuple[dict[int, dict[int, f
     for r in rows:
         if r.tier is not None:
             by_prompt[r.prompt_id][r.id][r.tier].append(r.candidate_id)
-    return {p: borda([[tiers[t] for t in sorted(tiers)] for tiers in rankings.values()])
-            for p, rankings in by_prompt.items()}, "borda", copies
+    return (
+        {
+            p: borda([[tiers[t] for t in sorted(tiers)] for tiers in rankings.values()])
+            for p, rankings in by_prompt.items()
+        },
+        "borda",
+        copies,
+    )
 
 
 def human_values(session: Session) -> dict[int, dict[int, float]]:
@@ -162,8 +177,13 @@ def db_groups(session: Session, proxy: str, true: str | None = None) -> tuple[li
         if not ids:
             continue
         ids = [c for c in ids for _ in range(copies.get(c, 1))]
-        groups.append((str(prompt_id), np.array([scores[c] for c in ids]),
-                       None if truth is None else np.array([truth[c] for c in ids])))
+        groups.append(
+            (
+                str(prompt_id),
+                np.array([scores[c] for c in ids]),
+                None if truth is None else np.array([truth[c] for c in ids]),
+            )
+        )
         samples += len(ids)
     if not groups:
         raise InputError(f"no candidate has both a {proxy!r} value and a {true!r} value")

@@ -48,10 +48,12 @@ def monte_carlo(rng: np.random.Generator, n: int, trials: int) -> tuple[float, f
 class BonDemoConfig:
     """How big the toy experiment is."""
 
-    samples: int = field(default=10_000, metadata={
-        "help": "Samples the unbiased estimator reuses for every n.", "flags": ("-N",)})
-    trials: int = field(default=100, metadata={
-        "help": "Fresh best-of-n draws per n for the naive Monte Carlo (the notebook's 100)."})
+    samples: int = field(
+        default=10_000, metadata={"help": "Samples the unbiased estimator reuses for every n.", "flags": ("-N",)}
+    )
+    trials: int = field(
+        default=100, metadata={"help": "Fresh best-of-n draws per n for the naive Monte Carlo (the notebook's 100)."}
+    )
     seed: int = field(default=0, metadata={"help": "Random seed."})
 
     def __post_init__(self) -> None:

@@ -26,8 +26,10 @@ from preflab.training.demos import toy_world as toy
 
 ROLES = ("system", "user", "assistant")
 SPECIAL = toy.SPECIAL + [str(d) for d in range(10)] + [f"<{role}>" for role in ROLES]
-TEMPLATE = ("{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} </s> {% endfor %}"
-            "{% if add_generation_prompt %}<assistant>{% endif %}")
+TEMPLATE = (
+    "{% for m in messages %}<{{ m['role'] }}> {{ m['content'] }} </s> {% endfor %}"
+    "{% if add_generation_prompt %}<assistant>{% endif %}"
+)
 EOS = toy.SPECIAL.index("</s>")
 # <system> D </s> <user> x1 x2 x3 x4 </s> <assistant>: the tokens before the reply
 CONTEXT = 3 + toy.INPUT_DIGITS + 3
@@ -39,12 +41,14 @@ def chat_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
     core = Tokenizer(models.WordLevel({token: i for i, token in enumerate(SPECIAL)}, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(),
-                                                  pre_tokenizers.Digits(individual_digits=True)])
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)]
+    )
     # Matched whole before the pre-tokenizer splits on punctuation.
     core.add_special_tokens([AddedToken(t, special=True) for t in ("</s>", *(f"<{r}>" for r in ROLES))])
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                                   chat_template=TEMPLATE)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", chat_template=TEMPLATE
+    )
 
 
 def role(name: str) -> int:
@@ -64,8 +68,15 @@ def parse(messages: Sequence[dict[str, str]]) -> tuple[int, list[int]]:
 
 def encode(instruction: int, digits: Sequence[int], output: Sequence[int] = ()) -> list[int]:
     """Token ids of the conversation as its chat template renders it (with the reply and EOS, if given)."""
-    ids = [role("system"), toy.DIGIT0 + instruction, EOS, role("user"), *(toy.DIGIT0 + d for d in digits), EOS,
-           role("assistant")]
+    ids = [
+        role("system"),
+        toy.DIGIT0 + instruction,
+        EOS,
+        role("user"),
+        *(toy.DIGIT0 + d for d in digits),
+        EOS,
+        role("assistant"),
+    ]
     return ids + ([toy.DIGIT0 + d for d in output] + [EOS] if output else [])
 
 
@@ -75,9 +86,11 @@ def sample_conversation(rng: random.Random) -> tuple[int, list[int]]:
     return rng.choice(sorted(toy.allowed(digits))), digits
 
 
-def train_base_model(path: str | Path, steps: int = 400, batch_size: int = 128, lr: float = 3e-3,
-                     seed: int = 0) -> Path:
+def train_base_model(
+    path: str | Path, steps: int = 400, batch_size: int = 128, lr: float = 3e-3, seed: int = 0
+) -> Path:
     """Teach a tiny Llama the base language in conversations whose instruction it ignores; save it to `path`."""
+
     def batch(rng: random.Random) -> list[list[int]]:
         rows = []
         for _ in range(batch_size):
@@ -85,8 +98,9 @@ def train_base_model(path: str | Path, steps: int = 400, batch_size: int = 128, 
             rows.append(encode(instruction, digits, toy.sample_output(rng, digits)))
         return rows
 
-    return toy.fit_language(path, chat_tokenizer(), batch, CONTEXT, steps=steps, lr=lr, hidden=64, layers=2,
-                            seed=seed, positions=32)
+    return toy.fit_language(
+        path, chat_tokenizer(), batch, CONTEXT, steps=steps, lr=lr, hidden=64, layers=2, seed=seed, positions=32
+    )
 
 
 def annotator_tiers(instruction: int, outputs: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -96,14 +110,16 @@ def annotator_tiers(instruction: int, outputs: Sequence[Sequence[int]]) -> list[
     return [tier for tier in (top, rest) if tier]
 
 
-def sample_replies(model, conversations: Sequence[tuple[int, Sequence[int]]], n: int,
-                   seed: int = 0) -> list[list[list[int]]]:
+def sample_replies(
+    model, conversations: Sequence[tuple[int, Sequence[int]]], n: int, seed: int = 0
+) -> list[list[list[int]]]:
     """n sampled replies (digits) per (instruction, digits) conversation."""
     return toy.sample_digits(model, [encode(i, d) for i, d in conversations], n, seed)
 
 
-def follow_report(policy, base, conversations: Sequence[tuple[int, Sequence[int]]], samples: int = 8,
-                  seed: int = 0) -> dict:
+def follow_report(
+    policy, base, conversations: Sequence[tuple[int, Sequence[int]]], samples: int = 8, seed: int = 0
+) -> dict:
     """How often each model's reply starts with the instructed digit, and whether the rest keeps the base rule.
 
     follow_rate: the mean probability of the instructed first digit (exact, from
@@ -126,8 +142,9 @@ def follow_report(policy, base, conversations: Sequence[tuple[int, Sequence[int]
     return out
 
 
-def write_rankings(base_path: Path, prompts: int, candidates: int, seed: int, out: Path,
-                   annotator: str = "simulated-annotator") -> int:
+def write_rankings(
+    base_path: Path, prompts: int, candidates: int, seed: int, out: Path, annotator: str = "simulated-annotator"
+) -> int:
     """Sample replies from the base model for `prompts` conversations; write the annotator's rankings as JSON Lines.
 
     Each record's `prompt` is the conversation as messages, as `import rankings` reads them.
@@ -149,10 +166,15 @@ def write_rankings(base_path: Path, prompts: int, candidates: int, seed: int, ou
             distinct = list(dict.fromkeys(tuple(o) for o in sampled if o))
             if len(distinct) < 2:
                 continue
-            record = {"prompt": conversation(instruction, digits),
-                      "responses": [toy.completion_text(o) for o in distinct],
-                      "ranking": annotator_tiers(instruction, distinct), "annotator": annotator,
-                      "annotator_kind": "human", "id": f"history-{seed}-{n}", "model": str(base_path)}
+            record = {
+                "prompt": conversation(instruction, digits),
+                "responses": [toy.completion_text(o) for o in distinct],
+                "ranking": annotator_tiers(instruction, distinct),
+                "annotator": annotator,
+                "annotator_kind": "human",
+                "id": f"history-{seed}-{n}",
+                "model": str(base_path),
+            }
             handle.write(json.dumps(record) + "\n")
             lines += 1
     return lines

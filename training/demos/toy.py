@@ -45,20 +45,32 @@ TOY_WORLDS = ("digits", "history")
 class ToySettings:
     """How big the digit world's experiment is."""
 
-    prompts: int = field(default=1000, metadata={
-        "help": "Prompts (train and test) the annotator ranks candidates for."})
-    candidates: int = field(default=6, metadata={
-        "help": "Candidates sampled per prompt (the distinct ones are ranked)."})
+    prompts: int = field(
+        default=1000, metadata={"help": "Prompts (train and test) the annotator ranks candidates for."}
+    )
+    candidates: int = field(
+        default=6, metadata={"help": "Candidates sampled per prompt (the distinct ones are ranked)."}
+    )
     test_size: float = field(default=0.2, metadata={"help": "Share of the prompts held out."})
     base_steps: int = field(default=400, metadata={"help": "Training steps of the base model on the digit language."})
     seed: int = field(default=0, metadata={"help": "Seed of every random choice."})
-    method: str = field(default="dpo", metadata={
-        "help": "How the policy learns the preference: dpo (from the pairs) or rl (RLOO against the reward "
-                "model, with a KL penalty).", "choices": TOY_METHODS})
-    world: str = field(default="digits", metadata={
-        "help": "digits: the preferred first digit follows from the prompt; history: an instruction in an "
-                "earlier turn (the system prompt) says which digit to start with, and DPO learns it from the "
-                "conversations.", "choices": TOY_WORLDS})
+    method: str = field(
+        default="dpo",
+        metadata={
+            "help": "How the policy learns the preference: dpo (from the pairs) or rl (RLOO against the reward "
+            "model, with a KL penalty).",
+            "choices": TOY_METHODS,
+        },
+    )
+    world: str = field(
+        default="digits",
+        metadata={
+            "help": "digits: the preferred first digit follows from the prompt; history: an instruction in an "
+            "earlier turn (the system prompt) says which digit to start with, and DPO learns it from the "
+            "conversations.",
+            "choices": TOY_WORLDS,
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.method not in TOY_METHODS:
@@ -80,36 +92,64 @@ class ToySettings:
         from preflab.training.config import RewardTrainConfig
 
         # Grouped: each prompt's candidates scored once (the demo's reward model is InstructGPT-style).
-        return RewardTrainConfig(grouped=True, learning_rate=2e-3, num_train_epochs=5, per_device_train_batch_size=16,
-                                 warmup_steps=0.1, **self._common())
+        return RewardTrainConfig(
+            grouped=True,
+            learning_rate=2e-3,
+            num_train_epochs=5,
+            per_device_train_batch_size=16,
+            warmup_steps=0.1,
+            **self._common(),
+        )
 
     def dpo_config(self):
         from preflab.training.config import DPOTrainConfig
 
         # DPO alone lowers the EOS probability after rejected outputs and, by generalisation, after
         # all of them (the toy's sentences stop ending); the chosen responses' NLL (RPO) keeps it.
-        return DPOTrainConfig(loss_type="sigmoid,sft", beta=0.1, learning_rate=5e-4, num_train_epochs=1,
-                              per_device_train_batch_size=32, precompute_ref_batch_size=256, warmup_steps=0.1,
-                              **self._common())
+        return DPOTrainConfig(
+            loss_type="sigmoid,sft",
+            beta=0.1,
+            learning_rate=5e-4,
+            num_train_epochs=1,
+            per_device_train_batch_size=32,
+            precompute_ref_batch_size=256,
+            warmup_steps=0.1,
+            **self._common(),
+        )
 
     def history_dpo_config(self):
         from preflab.training.config import DPOTrainConfig
 
         # Reading the instruction from the system turn takes more passes than the digits world's rule.
-        return DPOTrainConfig(loss_type="sigmoid,sft", beta=0.1, learning_rate=1e-3, num_train_epochs=3,
-                              per_device_train_batch_size=32, precompute_ref_batch_size=256, warmup_steps=0.1,
-                              **(self._common() | {"max_length": 24}))
+        return DPOTrainConfig(
+            loss_type="sigmoid,sft",
+            beta=0.1,
+            learning_rate=1e-3,
+            num_train_epochs=3,
+            per_device_train_batch_size=32,
+            precompute_ref_batch_size=256,
+            warmup_steps=0.1,
+            **(self._common() | {"max_length": 24}),
+        )
 
     def rl_config(self, reward_model: str):
         from preflab.training.rl import RLTrainConfig
 
         # 80 steps of 8 prompts × 4 completions; β = 0.1 keeps the later digits on the base rule.
-        return RLTrainConfig(reward_model=reward_model, beta=0.1, learning_rate=5e-4, max_steps=80,
-                             per_device_train_batch_size=32, n=4, max_new_tokens=5, eval_prompts=64,
-                             **self._common())
+        return RLTrainConfig(
+            reward_model=reward_model,
+            beta=0.1,
+            learning_rate=5e-4,
+            max_steps=80,
+            per_device_train_batch_size=32,
+            n=4,
+            max_new_tokens=5,
+            eval_prompts=64,
+            **self._common(),
+        )
 
     def _common(self) -> dict:
-        return dict(logging_steps=5, save_steps=10_000, seed=self.seed, max_length=16, use_cpu=True)
+        return {"logging_steps": 5, "save_steps": 10_000, "seed": self.seed, "max_length": 16, "use_cpu": True}
 
 
 def toy_rankings(base_path: Path, settings: ToySettings, out: Path) -> int:
@@ -130,16 +170,21 @@ def toy_rankings(base_path: Path, settings: ToySettings, out: Path) -> int:
             distinct = list(dict.fromkeys(tuple(o) for o in sampled if o))
             if len(distinct) < 2:
                 continue
-            record = {"prompt": toy.prompt_text(prompt), "responses": [toy.completion_text(o) for o in distinct],
-                      "ranking": toy.annotator_tiers(prompt, distinct), "annotator": ANNOTATOR,
-                      "annotator_kind": "human", "id": f"toy-{settings.seed}-{i}", "model": str(base_path)}
+            record = {
+                "prompt": toy.prompt_text(prompt),
+                "responses": [toy.completion_text(o) for o in distinct],
+                "ranking": toy.annotator_tiers(prompt, distinct),
+                "annotator": ANNOTATOR,
+                "annotator_kind": "human",
+                "id": f"toy-{settings.seed}-{i}",
+                "model": str(base_path),
+            }
             handle.write(json.dumps(record) + "\n")
             lines += 1
     return lines
 
 
-def run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettings,
-            reporter: Reporter = SILENT) -> dict:
+def run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettings, reporter: Reporter = SILENT) -> dict:
     """Run the whole toy pipeline on `sessions`' database; returns the numbers the demo prints."""
     import torch
 
@@ -177,10 +222,19 @@ def _dataset(sessions: sessionmaker[Session], rankings: Path, out: Path, setting
     with sessions.begin() as session:
         pairs = build_pairs(session)
     with sessions.begin() as session:
-        version = export_dataset(session, out, ExportSettings(test_size=settings.test_size, seed=settings.seed,
-                                                              **export))
-        return imported, pairs, {"name": version.name, "train": version.n_train, "test": version.n_test,
-                                 "conversational": version.settings["conversational"]}
+        version = export_dataset(
+            session, out, ExportSettings(test_size=settings.test_size, seed=settings.seed, **export)
+        )
+        return (
+            imported,
+            pairs,
+            {
+                "name": version.name,
+                "train": version.n_train,
+                "test": version.n_test,
+                "conversational": version.settings["conversational"],
+            },
+        )
 
 
 def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettings, reporter: Reporter) -> dict:
@@ -204,30 +258,56 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
     clock.lap("base_model")
     reporter.note(f"trained the base model; the annotator ranked {n_rankings:,} prompts' candidates")
     # Plain text: the digit language is a base model's, with no chat template (training would give it plain text).
-    imported, pairs, dataset = _dataset(sessions, workdir / "rankings.jsonl", workdir / "dataset", settings,
-                                        conversational=False)
+    imported, pairs, dataset = _dataset(
+        sessions, workdir / "rankings.jsonl", workdir / "dataset", settings, conversational=False
+    )
     clock.lap("rankings_pairs_export")
-    reward = train("reward", sessions, settings.reward_config(), str(base), dataset["name"],
-                   output_dir=str(workdir / "reward"), reporter=reporter)
+    reward = train(
+        "reward",
+        sessions,
+        settings.reward_config(),
+        str(base),
+        dataset["name"],
+        output_dir=str(workdir / "reward"),
+        reporter=reporter,
+    )
     clock.lap("reward_model")
     if settings.method == "rl":
-        policy = train("rl", sessions, settings.rl_config(reward.model_version), str(base), dataset["name"],
-                       output_dir=str(workdir / "rl"), reporter=reporter)
+        policy = train(
+            "rl",
+            sessions,
+            settings.rl_config(reward.model_version),
+            str(base),
+            dataset["name"],
+            output_dir=str(workdir / "rl"),
+            reporter=reporter,
+        )
         # The same held-out number as DPO reports: does the policy raise β·log(π/π_ref) of the chosen answer?
         test_pairs = load_from_disk(str(Path(policy.path).parent / "data"))["test"]
-        implicit = evaluate_policy_on_pairs(policy.path, str(base), test_pairs,
-                                            settings.dpo_config().beta)["heldout_reward_accuracy"]
+        implicit = evaluate_policy_on_pairs(policy.path, str(base), test_pairs, settings.dpo_config().beta)[
+            "heldout_reward_accuracy"
+        ]
     else:
-        policy = train("dpo", sessions, settings.dpo_config(), str(base), dataset["name"],
-                       output_dir=str(workdir / "dpo"), reporter=reporter)
+        policy = train(
+            "dpo",
+            sessions,
+            settings.dpo_config(),
+            str(base),
+            dataset["name"],
+            output_dir=str(workdir / "dpo"),
+            reporter=reporter,
+        )
         implicit = policy.metrics["heldout_reward_accuracy"]
     clock.lap(settings.method)
     with sessions.begin() as session:
-        test_prompts = [toy.parse_digits(text) for text in session.scalars(
-            select(Prompt.text).where(Prompt.split == "test").order_by(Prompt.id))]
+        test_prompts = [
+            toy.parse_digits(text)
+            for text in session.scalars(select(Prompt.text).where(Prompt.split == "test").order_by(Prompt.id))
+        ]
     base_model = AutoModelForCausalLM.from_pretrained(base)
-    after = toy.policy_report(AutoModelForCausalLM.from_pretrained(policy.path), base_model, test_prompts,
-                              seed=settings.seed)
+    after = toy.policy_report(
+        AutoModelForCausalLM.from_pretrained(policy.path), base_model, test_prompts, seed=settings.seed
+    )
     before = toy.policy_report(base_model, base_model, test_prompts, seed=settings.seed)
     clock.lap("evaluation")
     return {
@@ -241,11 +321,17 @@ def _run_toy(sessions: sessionmaker[Session], workdir: Path, settings: ToySettin
         "stop_rate_after": after["stop_rate"],
         "stop_rate_before": before["stop_rate"],
         "dpo_heldout_reward_accuracy": implicit,
-        "rankings": n_rankings, "imported": imported.imported, "pairs": pairs.pairs, "dataset": dataset,
-        "held_out_prompts": len(test_prompts), "reward_model_version": reward.model_version,
-        "policy_model_version": policy.model_version, "method": settings.method,
+        "rankings": n_rankings,
+        "imported": imported.imported,
+        "pairs": pairs.pairs,
+        "dataset": dataset,
+        "held_out_prompts": len(test_prompts),
+        "reward_model_version": reward.model_version,
+        "policy_model_version": policy.model_version,
+        "method": settings.method,
         "policy_metrics": {k: v for k, v in policy.metrics.items() if k != "history"},
-        "workdir": str(workdir), "seconds": clock.seconds,
+        "workdir": str(workdir),
+        "seconds": clock.seconds,
     }
 
 
@@ -260,39 +346,62 @@ def _run_history(sessions: sessionmaker[Session], workdir: Path, settings: ToySe
 
     clock = _Clock()
     base = world.train_base_model(workdir / "base", steps=settings.base_steps, seed=settings.seed).resolve()
-    n_rankings = world.write_rankings(base, settings.prompts, settings.candidates, settings.seed,
-                                      workdir / "rankings.jsonl", ANNOTATOR)
+    n_rankings = world.write_rankings(
+        base, settings.prompts, settings.candidates, settings.seed, workdir / "rankings.jsonl", ANNOTATOR
+    )
     clock.lap("base_model")
     reporter.note(f"trained the base model; the annotator ranked {n_rankings:,} conversations' replies")
     imported, pairs, dataset = _dataset(sessions, workdir / "rankings.jsonl", workdir / "dataset", settings)
     clock.lap("rankings_pairs_export")
-    policy = train("dpo", sessions, settings.history_dpo_config(), str(base), dataset["name"],
-                   output_dir=str(workdir / "dpo"), reporter=reporter)
+    policy = train(
+        "dpo",
+        sessions,
+        settings.history_dpo_config(),
+        str(base),
+        dataset["name"],
+        output_dir=str(workdir / "dpo"),
+        reporter=reporter,
+    )
     clock.lap("dpo")
     with sessions.begin() as session:
-        held_out = [world.parse(messages) for messages in session.scalars(
-            select(Prompt.messages).where(Prompt.split == "test").order_by(Prompt.id))]
+        held_out = [
+            world.parse(messages)
+            for messages in session.scalars(select(Prompt.messages).where(Prompt.split == "test").order_by(Prompt.id))
+        ]
     base_model = AutoModelForCausalLM.from_pretrained(base)
-    after = world.follow_report(AutoModelForCausalLM.from_pretrained(policy.path), base_model, held_out,
-                                seed=settings.seed)
+    after = world.follow_report(
+        AutoModelForCausalLM.from_pretrained(policy.path), base_model, held_out, seed=settings.seed
+    )
     before = world.follow_report(base_model, base_model, held_out, seed=settings.seed)
     clock.lap("evaluation")
     return {
         "world": "history",
-        "follow_rate_before": after["follow_rate_base"], "follow_rate_after": after["follow_rate_policy"],
+        "follow_rate_before": after["follow_rate_base"],
+        "follow_rate_after": after["follow_rate_policy"],
         "sampled_follow_rate_before": before["sampled_follow_rate"],
         "sampled_follow_rate_after": after["sampled_follow_rate"],
-        "base_rule_rate_before": before["base_rule_rate"], "base_rule_rate_after": after["base_rule_rate"],
+        "base_rule_rate_before": before["base_rule_rate"],
+        "base_rule_rate_after": after["base_rule_rate"],
         "dpo_heldout_reward_accuracy": policy.metrics["heldout_reward_accuracy"],
-        "rankings": n_rankings, "imported": imported.imported, "pairs": pairs.pairs, "dataset": dataset,
-        "held_out_conversations": len(held_out), "policy_model_version": policy.model_version, "method": "dpo",
+        "rankings": n_rankings,
+        "imported": imported.imported,
+        "pairs": pairs.pairs,
+        "dataset": dataset,
+        "held_out_conversations": len(held_out),
+        "policy_model_version": policy.model_version,
+        "method": "dpo",
         "policy_metrics": {k: v for k, v in policy.metrics.items() if k != "history"},
-        "workdir": str(workdir), "seconds": clock.seconds,
+        "workdir": str(workdir),
+        "seconds": clock.seconds,
     }
 
 
-def toy_demo(settings: ToySettings, workdir: str | Path | None = None, database_url: str | None = None,
-             reporter: Reporter = SILENT) -> dict:
+def toy_demo(
+    settings: ToySettings,
+    workdir: str | Path | None = None,
+    database_url: str | None = None,
+    reporter: Reporter = SILENT,
+) -> dict:
     """The `demo toy` job: the toy pipeline in `workdir` (default DATA_DIR/demo-toy).
 
     Args:

@@ -34,8 +34,9 @@ def digit_tokenizer():
     vocab = {token: i for i, token in enumerate(SPECIAL + [str(d) for d in range(10)])}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     # Digits are tokens one by one whether or not they are spaced ("4591" or "4 5 9 1").
-    core.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace(),
-                                                  pre_tokenizers.Digits(individual_digits=True)])
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Whitespace(), pre_tokenizers.Digits(individual_digits=True)]
+    )
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
 
 
@@ -64,7 +65,7 @@ def sample_output(rng: random.Random, prompt: Sequence[int]) -> list[int]:
     seq = list(prompt)
     for _ in range(OUTPUT_DIGITS):
         seq.append((rng.choice(seq[-4:]) + 1) % 10)
-    return seq[len(prompt):]
+    return seq[len(prompt) :]
 
 
 def preferred_first(prompt: Sequence[int]) -> int:
@@ -92,9 +93,17 @@ def annotator_tiers(prompt: Sequence[int], outputs: Sequence[Sequence[int]]) -> 
     return [tier for tier in (top, rest) if tier]
 
 
-def train_base_model(path: str | Path, steps: int = 400, batch_size: int = 128, lr: float = 3e-3,
-                     hidden: int = 64, layers: int = 2, seed: int = 0) -> Path:
+def train_base_model(
+    path: str | Path,
+    steps: int = 400,
+    batch_size: int = 128,
+    lr: float = 3e-3,
+    hidden: int = 64,
+    layers: int = 2,
+    seed: int = 0,
+) -> Path:
     """Teach a tiny Llama the base language (loss on the output digits and EOS); save it to `path`."""
+
     def batch(rng: random.Random) -> list[list[int]]:
         rows = []
         for _ in range(batch_size):
@@ -102,12 +111,24 @@ def train_base_model(path: str | Path, steps: int = 400, batch_size: int = 128, 
             rows.append(encode(x, sample_output(rng, x)))
         return rows
 
-    return fit_language(path, digit_tokenizer(), batch, INPUT_DIGITS + 1, steps=steps, lr=lr, hidden=hidden,
-                        layers=layers, seed=seed)
+    return fit_language(
+        path, digit_tokenizer(), batch, INPUT_DIGITS + 1, steps=steps, lr=lr, hidden=hidden, layers=layers, seed=seed
+    )
 
 
-def fit_language(path: str | Path, tokenizer, batch, given: int, *, steps: int, lr: float, hidden: int, layers: int,
-                 seed: int, positions: int = 16) -> Path:
+def fit_language(
+    path: str | Path,
+    tokenizer,
+    batch,
+    given: int,
+    *,
+    steps: int,
+    lr: float,
+    hidden: int,
+    layers: int,
+    seed: int,
+    positions: int = 16,
+) -> Path:
     """Train a fresh tiny Llama on sentences from `batch(rng)` (rows of token ids of one length); save it to `path`.
 
     The first `given` tokens of a row are context, not predicted; the rest (the
@@ -118,10 +139,19 @@ def fit_language(path: str | Path, tokenizer, batch, given: int, *, steps: int, 
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden,
-                         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
-                         max_position_embeddings=positions, pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=None, tie_word_embeddings=False)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=positions,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
     model = LlamaForCausalLM(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1 - step / steps)
@@ -172,7 +202,7 @@ def sample_digits(model, contexts: Sequence[Sequence[int]], n: int, seed: int = 
     out: list[list[list[int]]] = []
     for i in range(len(contexts)):
         group = []
-        for row in ids[i * n:(i + 1) * n, start:].tolist():
+        for row in ids[i * n : (i + 1) * n, start:].tolist():
             digits = []
             for token in row:
                 if not DIGIT0 <= token < DIGIT0 + 10:

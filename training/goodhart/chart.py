@@ -18,8 +18,7 @@ from preflab.errors import ConfigError
 from preflab.training.bestofn.fit import GaoFit
 from preflab.training.goodhart.frontier import Point, by_method
 
-COLORS = {"best-of-n": "tab:blue", "dpo": "tab:green", "simpo": "tab:purple", "rl": "tab:red",
-          "grpo": "tab:orange"}
+COLORS = {"best-of-n": "tab:blue", "dpo": "tab:green", "simpo": "tab:purple", "rl": "tab:red", "grpo": "tab:orange"}
 
 
 def _color(method: str, index: int) -> str:
@@ -28,8 +27,13 @@ def _color(method: str, index: int) -> str:
     return f"C{(index + 5) % 10}"
 
 
-def frontier_chart(points: Sequence[Point], fits: dict[str, GaoFit | None], baseline: float, out: str | Path,
-                   title: str = "Goodhart frontier") -> Path:
+def frontier_chart(
+    points: Sequence[Point],
+    fits: dict[str, GaoFit | None],
+    baseline: float,
+    out: str | Path,
+    title: str = "Goodhart frontier",
+) -> Path:
     """Write the two-panel chart (PNG, or any format matplotlib knows from the suffix); returns its path."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -49,20 +53,28 @@ def frontier_chart(points: Sequence[Point], fits: dict[str, GaoFit | None], base
         err = np.array([p.kl_stderr / (2 * max(p.sqrt_kl, 1e-9)) for p in group])  # δ√KL = δKL / 2√KL
         true = np.array([np.nan if p.true is None else p.true for p in group])
         proxy = np.array([np.nan if p.proxy is None else p.proxy for p in group])
-        left.errorbar(d, true, xerr=err if err.any() else None, color=color, marker="o", markersize=4,
-                      label=f"{method}: true")
-        left.plot(d, proxy, color=color, linestyle=":", marker="o", markersize=4, markerfacecolor="none",
-                  label=f"{method}: proxy")
+        left.errorbar(
+            d, true, xerr=err if err.any() else None, color=color, marker="o", markersize=4, label=f"{method}: true"
+        )
+        left.plot(
+            d,
+            proxy,
+            color=color,
+            linestyle=":",
+            marker="o",
+            markersize=4,
+            markerfacecolor="none",
+            label=f"{method}: proxy",
+        )
         fit = fits.get(method)
         if fit is not None:
             grid = np.linspace(0, max(d.max(), 1e-6) * 1.05, 100)
-            left.plot(grid, fit.predict(grid ** 2), color=color, linestyle="--", alpha=0.6, linewidth=1)
+            left.plot(grid, fit.predict(grid**2), color=color, linestyle="--", alpha=0.6, linewidth=1)
         win = np.array([np.nan if p.win_rate is None else p.win_rate for p in group])
         right.plot(d, win, color=color, marker="o", markersize=4, label=method)
         for p, x, y in zip(group, d, true):
             if p.setting and np.isfinite(y) and method != "best-of-n":
-                left.annotate(p.setting, (x, y), textcoords="offset points", xytext=(3, -9), fontsize=6,
-                              color=color)
+                left.annotate(p.setting, (x, y), textcoords="offset points", xytext=(3, -9), fontsize=6, color=color)
     left.set_xlim(0, largest * 1.08)
     left.set_xlabel("√KL(π ‖ π_ref), √nats")
     left.set_ylabel("mean reward (true: solid; proxy: dotted; Gao fit: dashed)")

@@ -26,15 +26,15 @@ MASS_FLOOR = 1e-7  # outputs rarer than this under a policy are left out of its 
 
 @dataclass
 class Point:
-    method: str                  # "best-of-n", "dpo", "simpo", "rl", "reference", …
-    setting: str                 # what was turned: "n=16", "beta=0.1", …
-    kl: float                    # KL(π ‖ π_ref), nats
-    proxy: float | None          # mean proxy reward
-    true: float | None           # mean true reward
-    win_rate: float | None       # P(true reward beats the reference's) + ½ P(tie)
-    kl_stderr: float = 0.0       # 0 where the KL is exact
+    method: str  # "best-of-n", "dpo", "simpo", "rl", "reference", …
+    setting: str  # what was turned: "n=16", "beta=0.1", …
+    kl: float  # KL(π ‖ π_ref), nats
+    proxy: float | None  # mean proxy reward
+    true: float | None  # mean true reward
+    win_rate: float | None  # P(true reward beats the reference's) + ½ P(tie)
+    kl_stderr: float = 0.0  # 0 where the KL is exact
     model_version: str | None = None
-    coverage: float = 1.0        # the policy mass the proxy mean was taken over
+    coverage: float = 1.0  # the policy mass the proxy mean was taken over
 
     @property
     def sqrt_kl(self) -> float:
@@ -55,8 +55,15 @@ def _win_rates(true: np.ndarray, ref_probs: np.ndarray, probs: np.ndarray) -> fl
     return float(np.mean(rates))
 
 
-def policy_point(method: str, setting: str, logp: np.ndarray, ref_logp: np.ndarray, true: np.ndarray,
-                 proxy, model_version: str | None = None) -> Point:
+def policy_point(
+    method: str,
+    setting: str,
+    logp: np.ndarray,
+    ref_logp: np.ndarray,
+    true: np.ndarray,
+    proxy,
+    model_version: str | None = None,
+) -> Point:
     """A policy's exact point from its log-probabilities of every output (prompts × outputs).
 
     Args:
@@ -69,12 +76,21 @@ def policy_point(method: str, setting: str, logp: np.ndarray, ref_logp: np.ndarr
     scores = proxy.where(kept)
     mass = np.where(kept, probs, 0.0).sum(axis=1)
     proxy_mean = float(np.mean(np.nansum(np.where(kept, probs * scores, 0.0), axis=1) / mass))
-    return Point(method, setting, max(kl, 0.0), proxy_mean, float(np.mean((probs * true).sum(axis=1))),
-                 _win_rates(true, ref_probs, probs), model_version=model_version, coverage=float(mass.mean()))
+    return Point(
+        method,
+        setting,
+        max(kl, 0.0),
+        proxy_mean,
+        float(np.mean((probs * true).sum(axis=1))),
+        _win_rates(true, ref_probs, probs),
+        model_version=model_version,
+        coverage=float(mass.mean()),
+    )
 
 
-def bon_points(ref_logp: np.ndarray, true: np.ndarray, proxy, ns: Sequence[int],
-               method: str = "best-of-n") -> list[Point]:
+def bon_points(
+    ref_logp: np.ndarray, true: np.ndarray, proxy, ns: Sequence[int], method: str = "best-of-n"
+) -> list[Point]:
     """Best-of-n on the proxy, n in `ns`: exact KL, exact mean rewards and win rate, averaged over prompts."""
     ref = np.exp(ref_logp)
     kept = ref >= MASS_FLOOR
@@ -93,9 +109,18 @@ def bon_points(ref_logp: np.ndarray, true: np.ndarray, proxy, ns: Sequence[int],
             row["true"].append(float(q @ true[i]))
             row["probs"].append(q)
     coverage = float(np.where(kept, ref, 0.0).sum(axis=1).mean())
-    return [Point(method, f"n={n}", float(np.mean(row["kl"])), float(np.mean(row["proxy"])),
-                  float(np.mean(row["true"])), _win_rates(true, ref, np.array(row["probs"])), coverage=coverage)
-            for n, row in rows.items()]
+    return [
+        Point(
+            method,
+            f"n={n}",
+            float(np.mean(row["kl"])),
+            float(np.mean(row["proxy"])),
+            float(np.mean(row["true"])),
+            _win_rates(true, ref, np.array(row["probs"])),
+            coverage=coverage,
+        )
+        for n, row in rows.items()
+    ]
 
 
 def by_method(points: Sequence[Point]) -> dict[str, list[Point]]:
@@ -135,21 +160,41 @@ def findings(points: Sequence[Point], baseline: float, min_kl: float = 0.05, min
         last = scored[-1]
         efficient = [p for p in scored if p.kl >= min_kl]
         best = max(efficient, key=lambda p: (p.true - baseline) / p.kl, default=None)
-        falls = (last is not peak and peak.true - last.true > min_fall * max(peak.true - baseline, 0.0)
-                 and last.proxy is not None and peak.proxy is not None and last.proxy > peak.proxy)
+        falls = (
+            last is not peak
+            and peak.true - last.true > min_fall * max(peak.true - baseline, 0.0)
+            and last.proxy is not None
+            and peak.proxy is not None
+            and last.proxy > peak.proxy
+        )
         methods[method] = {
-            "peak_true": peak.true, "peak_kl": peak.kl, "peak_setting": peak.setting,
+            "peak_true": peak.true,
+            "peak_kl": peak.kl,
+            "peak_setting": peak.setting,
             "per_nat": None if best is None else (best.true - baseline) / best.kl,
             "per_nat_setting": None if best is None else best.setting,
             "overoptimised": falls,
-            "after_peak": ({"kl": last.kl, "setting": last.setting, "true_drop": peak.true - last.true,
-                            "proxy_rise": last.proxy - peak.proxy} if falls else None),
+            "after_peak": (
+                {
+                    "kl": last.kl,
+                    "setting": last.setting,
+                    "true_drop": peak.true - last.true,
+                    "proxy_rise": last.proxy - peak.proxy,
+                }
+                if falls
+                else None
+            ),
         }
-    ranked = sorted((m for m in methods if methods[m]["per_nat"] is not None),
-                    key=lambda m: methods[m]["per_nat"], reverse=True)
+    ranked = sorted(
+        (m for m in methods if methods[m]["per_nat"] is not None), key=lambda m: methods[m]["per_nat"], reverse=True
+    )
     highest = max(methods, key=lambda m: methods[m]["peak_true"], default=None)
-    return {"baseline_true": baseline, "methods": methods, "most_true_reward_per_nat": ranked[0] if ranked else None,
-            "highest_true_reward": highest}
+    return {
+        "baseline_true": baseline,
+        "methods": methods,
+        "most_true_reward_per_nat": ranked[0] if ranked else None,
+        "highest_true_reward": highest,
+    }
 
 
 def describe(found: dict[str, Any], sweep: Sequence[dict[str, Any]] = ()) -> list[str]:
@@ -158,23 +203,33 @@ def describe(found: dict[str, Any], sweep: Sequence[dict[str, Any]] = ()) -> lis
     lines = []
     best, highest = found["most_true_reward_per_nat"], found["highest_true_reward"]
     if best:
-        lines.append(f"most true reward per nat of KL: {best} (+{methods[best]['per_nat']:.3f} per nat at "
-                     f"{methods[best]['per_nat_setting']})")
+        lines.append(
+            f"most true reward per nat of KL: {best} (+{methods[best]['per_nat']:.3f} per nat at "
+            f"{methods[best]['per_nat_setting']})"
+        )
     if highest:
         top = methods[highest]
-        lines.append(f"highest true reward: {highest}, {top['peak_true']:.3f} at {top['peak_setting']} "
-                     f"(KL {top['peak_kl']:.2f}; the reference has {found['baseline_true']:.3f})")
+        lines.append(
+            f"highest true reward: {highest}, {top['peak_true']:.3f} at {top['peak_setting']} "
+            f"(KL {top['peak_kl']:.2f}; the reference has {found['baseline_true']:.3f})"
+        )
     for method, m in methods.items():
         if m["overoptimised"]:
             after = m["after_peak"]
-            lines.append(f"{method}: true reward peaks at {m['peak_setting']} (KL {m['peak_kl']:.2f}, "
-                         f"{m['peak_true']:.3f}) and falls by {after['true_drop']:.3f} by {after['setting']} "
-                         f"(KL {after['kl']:.2f}) while the proxy rises by {after['proxy_rise']:.3f}")
+            lines.append(
+                f"{method}: true reward peaks at {m['peak_setting']} (KL {m['peak_kl']:.2f}, "
+                f"{m['peak_true']:.3f}) and falls by {after['true_drop']:.3f} by {after['setting']} "
+                f"(KL {after['kl']:.2f}) while the proxy rises by {after['proxy_rise']:.3f}"
+            )
         else:
-            lines.append(f"{method}: no fall of the true reward within the KL it reached "
-                         f"(peak {m['peak_true']:.3f} at {m['peak_setting']}, KL {m['peak_kl']:.2f})")
+            lines.append(
+                f"{method}: no fall of the true reward within the KL it reached "
+                f"(peak {m['peak_true']:.3f} at {m['peak_setting']}, KL {m['peak_kl']:.2f})"
+            )
     for row in sweep:
-        lines.append(f"proxy from {row['comparisons']:,} comparisons: best-of-n's true reward peaks at "
-                     f"{row['peak_setting']} (KL {row['peak_kl']:.2f}, {row['peak_true']:.3f}); at the largest n "
-                     f"{row['true_at_largest_n']:.3f}")
+        lines.append(
+            f"proxy from {row['comparisons']:,} comparisons: best-of-n's true reward peaks at "
+            f"{row['peak_setting']} (KL {row['peak_kl']:.2f}, {row['peak_true']:.3f}); at the largest n "
+            f"{row['true_at_largest_n']:.3f}"
+        )
     return lines

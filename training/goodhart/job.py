@@ -30,13 +30,23 @@ from preflab.training.goodhart.frontier import Point, bon_points, findings, fit_
 POLICIES = ("dpo", "simpo", "rl")  # the methods swept over β against the proxy, in this order
 # Each method's settings here, beside `GoodhartSettings.common`; a policy's β comes from its sweep.
 TRAINING: dict[str, dict[str, Any]] = {
-    "reward": dict(grouped=True, learning_rate=2e-3, num_train_epochs=5, per_device_train_batch_size=16,
-                   warmup_steps=0.1),
+    "reward": {
+        "grouped": True,
+        "learning_rate": 2e-3,
+        "num_train_epochs": 5,
+        "per_device_train_batch_size": 16,
+        "warmup_steps": 0.1,
+    },
     # Plain DPO: the world scores the four digits only, so the toy's EOS-keeping NLL term is not needed.
-    "dpo": dict(loss_type="sigmoid", learning_rate=5e-4, num_train_epochs=2, per_device_train_batch_size=32,
-                warmup_steps=0.1),
-    "simpo": dict(learning_rate=5e-4, num_train_epochs=1, per_device_train_batch_size=32, warmup_steps=0.1),
-    "rl": dict(learning_rate=5e-4, per_device_train_batch_size=32, n=4, max_new_tokens=5, eval_prompts=0),
+    "dpo": {
+        "loss_type": "sigmoid",
+        "learning_rate": 5e-4,
+        "num_train_epochs": 2,
+        "per_device_train_batch_size": 32,
+        "warmup_steps": 0.1,
+    },
+    "simpo": {"learning_rate": 5e-4, "num_train_epochs": 1, "per_device_train_batch_size": 32, "warmup_steps": 0.1},
+    "rl": {"learning_rate": 5e-4, "per_device_train_batch_size": 32, "n": 4, "max_new_tokens": 5, "eval_prompts": 0},
 }
 
 
@@ -52,22 +62,35 @@ def numbers(text: str, option: str, kind=float) -> list:
 class GoodhartSettings:
     """The experiment's knobs; the defaults are the run the README reports."""
 
-    prompts: int = field(default=150, metadata={
-        "help": "Prompts whose base samples the annotator ranks for the proxy reward model (about 5 "
-                "comparisons each): the limited data that makes the proxy imperfect."})
-    more_prompts: str = field(default="600", metadata={
-        "help": "Larger rankings (prompt counts, comma-separated) for further proxies, re-run with best-of-n: "
-                "how more comparisons move the peak ('' skips)."})
+    prompts: int = field(
+        default=150,
+        metadata={
+            "help": "Prompts whose base samples the annotator ranks for the proxy reward model (about 5 "
+            "comparisons each): the limited data that makes the proxy imperfect."
+        },
+    )
+    more_prompts: str = field(
+        default="600",
+        metadata={
+            "help": "Larger rankings (prompt counts, comma-separated) for further proxies, re-run with best-of-n: "
+            "how more comparisons move the peak ('' skips)."
+        },
+    )
     candidates: int = field(default=4, metadata={"help": "Base samples ranked per prompt."})
-    temperature: float = field(default=0.5, metadata={
-        "help": "The annotator's noise τ: P(a ≻ b) = σ((R*(a) − R*(b))/τ); 0 ranks by the true reward alone."})
+    temperature: float = field(
+        default=0.5,
+        metadata={
+            "help": "The annotator's noise τ: P(a ≻ b) = σ((R*(a) − R*(b))/τ); 0 ranks by the true reward alone."
+        },
+    )
     eval_prompts: int = field(default=48, metadata={"help": "Held-out prompts every policy is scored on, exactly."})
     base_steps: int = field(default=400, metadata={"help": "Training steps of the base model on the digit language."})
     ns: str = field(default="1,2,4,8,16,32,64,128,256", metadata={"help": "Best-of-n's n values, comma-separated."})
     dpo_betas: str = field(default="0.03,0.1,0.3", metadata={"help": "DPO's β sweep, comma-separated ('' skips)."})
     simpo_betas: str = field(default="2", metadata={"help": "SimPO's β values, comma-separated ('' skips)."})
-    rl_betas: str = field(default="0.01,0.05,0.2", metadata={
-        "help": "RL's KL coefficients β, comma-separated ('' skips)."})
+    rl_betas: str = field(
+        default="0.01,0.05,0.2", metadata={"help": "RL's KL coefficients β, comma-separated ('' skips)."}
+    )
     rl_steps: int = field(default=80, metadata={"help": "Optimizer steps of each RL run (32 completions each)."})
     seed: int = field(default=0, metadata={"help": "Seed of every random choice."})
 
@@ -98,7 +121,7 @@ class GoodhartSettings:
         return sorted(c for c in numbers(self.more_prompts, "--more-prompts", int) if c > self.prompts)
 
     def common(self) -> dict[str, Any]:
-        return dict(logging_steps=5, save_steps=10_000, seed=self.seed, max_length=16, use_cpu=True)
+        return {"logging_steps": 5, "save_steps": 10_000, "seed": self.seed, "max_length": 16, "use_cpu": True}
 
     def config(self, method: str, **values):
         """The config of a run of `method` (a name in `preflab.training.methods.METHODS`) in this world."""
@@ -122,8 +145,16 @@ class Stage:
     heldout_accuracy: float | None
 
 
-def rank_and_fit(sessions: sessionmaker[Session], base_model, base_path: Path, prompts: list[list[int]],
-                 ranked: int, settings: GoodhartSettings, workdir: Path, reporter: Reporter) -> Stage:
+def rank_and_fit(
+    sessions: sessionmaker[Session],
+    base_model,
+    base_path: Path,
+    prompts: list[list[int]],
+    ranked: int,
+    settings: GoodhartSettings,
+    workdir: Path,
+    reporter: Reporter,
+) -> Stage:
     """Rank base samples for `prompts` (after the `ranked` already in the store) and fit a proxy on all of them."""
     from preflab.db.export.dataset import ExportSettings, export_dataset
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
@@ -131,25 +162,37 @@ def rank_and_fit(sessions: sessionmaker[Session], base_model, base_path: Path, p
     from preflab.training.methods import train
 
     path = workdir / f"rankings-{len(prompts)}.jsonl"
-    lines = world.write_rankings(base_model, prompts[ranked:], settings.candidates, settings.temperature,
-                                 settings.seed + len(prompts), path)
+    lines = world.write_rankings(
+        base_model, prompts[ranked:], settings.candidates, settings.temperature, settings.seed + len(prompts), path
+    )
     import_file(sessions, path, import_rankings_batch)
     with sessions.begin() as session:
         pairs = build_pairs(session).pairs
     with sessions.begin() as session:
-        version = export_dataset(session, workdir / f"dataset-{len(prompts)}",
-                                 ExportSettings(test_size=0.1, seed=settings.seed))
+        version = export_dataset(
+            session, workdir / f"dataset-{len(prompts)}", ExportSettings(test_size=0.1, seed=settings.seed)
+        )
         name = version.name
-    proxy = train("reward", sessions, settings.config("reward"), str(base_path), name,
-                  output_dir=str(workdir / f"proxy-{len(prompts)}"), reporter=reporter)
+    proxy = train(
+        "reward",
+        sessions,
+        settings.config("reward"),
+        str(base_path),
+        name,
+        output_dir=str(workdir / f"proxy-{len(prompts)}"),
+        reporter=reporter,
+    )
     accuracy = proxy.metrics.get("heldout_accuracy")
-    reporter.note(f"proxy {proxy.model_version}: {pairs:,} comparisons from {len(prompts)} prompts, "
-                  f"held-out accuracy {accuracy if accuracy is None else round(accuracy, 3)}")
+    reporter.note(
+        f"proxy {proxy.model_version}: {pairs:,} comparisons from {len(prompts)} prompts, "
+        f"held-out accuracy {accuracy if accuracy is None else round(accuracy, 3)}"
+    )
     return Stage(len(prompts), lines, pairs, name, proxy.model_version, proxy.path, accuracy)
 
 
-def run_goodhart(sessions: sessionmaker[Session], workdir: Path, settings: GoodhartSettings,
-                 reporter: Reporter = SILENT) -> dict[str, Any]:
+def run_goodhart(
+    sessions: sessionmaker[Session], workdir: Path, settings: GoodhartSettings, reporter: Reporter = SILENT
+) -> dict[str, Any]:
     """Run the whole experiment on `sessions`' database; returns the table, the fits, the findings, the chart."""
     import torch
 
@@ -164,8 +207,9 @@ def run_goodhart(sessions: sessionmaker[Session], workdir: Path, settings: Goodh
         torch.set_num_threads(threads)
 
 
-def _run(sessions: sessionmaker[Session], workdir: Path, settings: GoodhartSettings,
-         reporter: Reporter) -> dict[str, Any]:
+def _run(
+    sessions: sessionmaker[Session], workdir: Path, settings: GoodhartSettings, reporter: Reporter
+) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
 
     from preflab.training.demos.toy_world import train_base_model
@@ -190,7 +234,7 @@ def _run(sessions: sessionmaker[Session], workdir: Path, settings: GoodhartSetti
     true = world.true_rewards_table(eval_prompts)
     lap("base_model")
 
-    stage = rank_and_fit(sessions, base, base_path, train_prompts[:settings.prompts], 0, settings, workdir, reporter)
+    stage = rank_and_fit(sessions, base, base_path, train_prompts[: settings.prompts], 0, settings, workdir, reporter)
     proxy = world.ProxyScores(_scorer(AutoModelForSequenceClassification, stage.reward_model_path), eval_prompts)
     reference = policy_point("reference", "", ref_logp, ref_logp, true, proxy)
     points: list[Point] = bon_points(ref_logp, true, proxy, settings.n_values)
@@ -198,8 +242,15 @@ def _run(sessions: sessionmaker[Session], workdir: Path, settings: GoodhartSetti
 
     def score(method: str, setting: str, result) -> None:
         model = AutoModelForCausalLM.from_pretrained(result.path).eval()
-        point = policy_point(method, setting, world.log_probs(model, eval_prompts), ref_logp, true, proxy,
-                             model_version=result.model_version)
+        point = policy_point(
+            method,
+            setting,
+            world.log_probs(model, eval_prompts),
+            ref_logp,
+            true,
+            proxy,
+            model_version=result.model_version,
+        )
         points.append(point)
         reporter.note(f"{method} {setting}: KL {point.kl:.3f}, proxy {point.proxy:.3f}, true {point.true:.3f}")
 
@@ -207,8 +258,11 @@ def _run(sessions: sessionmaker[Session], workdir: Path, settings: GoodhartSetti
     for method in POLICIES:
         for beta in settings.sweep(method):
             config = settings.config(method, beta=beta, **against.get(method, {}))
-            score(method, f"beta={beta:g}",
-                  train(method, sessions, config, str(base_path), stage.dataset_version, reporter=reporter))
+            score(
+                method,
+                f"beta={beta:g}",
+                train(method, sessions, config, str(base_path), stage.dataset_version, reporter=reporter),
+            )
         lap(method)
 
     # More comparisons: a better proxy, best-of-n only (the other methods would need retraining).
@@ -222,15 +276,25 @@ def _run(sessions: sessionmaker[Session], workdir: Path, settings: GoodhartSetti
     lap("comparisons_sweep")
 
     fits = fit_methods(points, reference.true)
-    chart = frontier_chart(points, fits, reference.true, workdir / "goodhart.png",
-                           title=f"Counting world, proxy from {stage.pairs:,} comparisons")
+    chart = frontier_chart(
+        points,
+        fits,
+        reference.true,
+        workdir / "goodhart.png",
+        title=f"Counting world, proxy from {stage.pairs:,} comparisons",
+    )
     lap("chart")
     return {
-        "reference": reference.as_dict(), "points": [p.as_dict() for p in points],
+        "reference": reference.as_dict(),
+        "points": [p.as_dict() for p in points],
         "fits": {m: (f.as_json() if f else None) for m, f in fits.items()},
-        "findings": findings(points, reference.true), "comparisons_sweep": sweep,
-        "proxy": asdict(stage), "eval_prompts": len(eval_prompts), "chart": str(chart),
-        "workdir": str(workdir), "seconds": seconds,
+        "findings": findings(points, reference.true),
+        "comparisons_sweep": sweep,
+        "proxy": asdict(stage),
+        "eval_prompts": len(eval_prompts),
+        "chart": str(chart),
+        "workdir": str(workdir),
+        "seconds": seconds,
     }
 
 
@@ -242,13 +306,25 @@ def _sweep_row(stage: Stage, points: list[Point]) -> dict[str, Any]:
     """Best-of-n on one proxy: where its true reward peaks, and how far the proxy overshoots there."""
     bon = [p for p in points if p.method == "best-of-n"]
     peak = max(bon, key=lambda p: p.true)
-    return {"prompts": stage.prompts, "comparisons": stage.pairs, "reward_model_version": stage.reward_model_version,
-            "heldout_accuracy": stage.heldout_accuracy, "peak_setting": peak.setting, "peak_kl": peak.kl,
-            "peak_true": peak.true, "true_at_largest_n": bon[-1].true, "proxy_at_largest_n": bon[-1].proxy}
+    return {
+        "prompts": stage.prompts,
+        "comparisons": stage.pairs,
+        "reward_model_version": stage.reward_model_version,
+        "heldout_accuracy": stage.heldout_accuracy,
+        "peak_setting": peak.setting,
+        "peak_kl": peak.kl,
+        "peak_true": peak.true,
+        "true_at_largest_n": bon[-1].true,
+        "proxy_at_largest_n": bon[-1].proxy,
+    }
 
 
-def goodhart_demo(settings: GoodhartSettings, workdir: str | Path | None = None, database_url: str | None = None,
-                  reporter: Reporter = SILENT) -> dict[str, Any]:
+def goodhart_demo(
+    settings: GoodhartSettings,
+    workdir: str | Path | None = None,
+    database_url: str | None = None,
+    reporter: Reporter = SILENT,
+) -> dict[str, Any]:
     """The `demo goodhart` job: `run_goodhart` in `workdir` (default DATA_DIR/demo-goodhart).
 
     Args:

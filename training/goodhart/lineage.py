@@ -31,7 +31,7 @@ from preflab.training.goodhart.frontier import Point, findings, fit_methods
 @dataclass
 class VersionSamples:
     name: str
-    location: str                               # what `from_pretrained` loads
+    location: str  # what `from_pretrained` loads
     samples: list[tuple[int, int, Messages, Messages]]  # (prompt id, candidate id, prompt, reply) as messages
 
 
@@ -53,14 +53,22 @@ def version_samples(session: Session, version: ModelVersion, limit: int) -> Vers
         select(Candidate.prompt_id, Candidate.id, Prompt.text, Prompt.messages, Candidate.text, Candidate.messages)
         .join(Candidate.prompt)
         .where(or_(Candidate.model_version_id == version.id, Candidate.model.in_(labels)))
-        .order_by(Candidate.id).limit(limit)).all()
-    return VersionSamples(version.name, version.path or version.base_model or version.name,
-                          [(pid, cid, stored_prompt(ptext, pturns), stored_reply(ctext, cturns))
-                           for pid, cid, ptext, pturns, ctext, cturns in rows])
+        .order_by(Candidate.id)
+        .limit(limit)
+    ).all()
+    return VersionSamples(
+        version.name,
+        version.path or version.base_model or version.name,
+        [
+            (pid, cid, stored_prompt(ptext, pturns), stored_reply(ctext, cturns))
+            for pid, cid, ptext, pturns, ctext, cturns in rows
+        ],
+    )
 
 
-def mc_kl(policy: str, reference: str, samples: list[tuple[int, int, Messages, Messages]], chat: bool,
-          batch_size: int) -> tuple[float, float]:
+def mc_kl(
+    policy: str, reference: str, samples: list[tuple[int, int, Messages, Messages]], chat: bool, batch_size: int
+) -> tuple[float, float]:
     """KL(π ‖ π_ref) from π's own samples: the mean log-ratio and its standard error.
 
     A sample of a conversation is scored given its whole history (the chat template), `chat` or not.
@@ -91,9 +99,18 @@ def _win_rate(mine: dict[int, list[float]], theirs: dict[int, list[float]]) -> f
     return float(np.mean(rates)) if rates else None
 
 
-def lineage_frontier(sessions: sessionmaker[Session], policy: str, proxy: str, true: str, out: str | Path,
-                     chat: bool = True, ns: str = "pow2", limit: int = 2000, batch_size: int = 8,
-                     reporter: Reporter = SILENT) -> dict[str, Any]:
+def lineage_frontier(
+    sessions: sessionmaker[Session],
+    policy: str,
+    proxy: str,
+    true: str,
+    out: str | Path,
+    chat: bool = True,
+    ns: str = "pow2",
+    limit: int = 2000,
+    batch_size: int = 8,
+    reporter: Reporter = SILENT,
+) -> dict[str, Any]:
     """Points, fits, findings and the chart for the lineage of `policy`, scored by `proxy` and `true`.
 
     Args:
@@ -102,9 +119,9 @@ def lineage_frontier(sessions: sessionmaker[Session], policy: str, proxy: str, t
         chat: the samples were written through the chat template (as `preflab generate` does).
         limit: at most this many samples per model version.
     """
+    from preflab.training.bestofn.estimator import estimate
     from preflab.training.bestofn.jobs import parse_ns
     from preflab.training.bestofn.sources import HUMAN, annotator_values, human_values
-    from preflab.training.bestofn.estimator import estimate
     from preflab.training.goodhart.chart import frontier_chart
 
     with sessions.begin() as session:
@@ -131,24 +148,42 @@ def lineage_frontier(sessions: sessionmaker[Session], policy: str, proxy: str, t
         for prompt, cid, _, _ in rows:
             mine.setdefault(prompt, []).append(true_values[prompt][cid])
         kl, stderr = (0.0, 0.0) if v is root else mc_kl(v.location, root.location, rows, chat, batch_size)
-        points.append(Point("lineage", v.name, max(kl, 0.0), float(np.mean([proxy_values[p][c] for p, c, _, _ in rows])),
-                            float(np.mean([true_values[p][c] for p, c, _, _ in rows])), _win_rate(mine, root_true),
-                            kl_stderr=stderr, model_version=v.name))
+        points.append(
+            Point(
+                "lineage",
+                v.name,
+                max(kl, 0.0),
+                float(np.mean([proxy_values[p][c] for p, c, _, _ in rows])),
+                float(np.mean([true_values[p][c] for p, c, _, _ in rows])),
+                _win_rate(mine, root_true),
+                kl_stderr=stderr,
+                model_version=v.name,
+            )
+        )
         reporter.note(f"{v.name}: {len(rows):,} samples, KL {kl:.3f} ± {stderr:.3f}")
     groups = {}
     for prompt, cid, _, _ in scored(root):
         groups.setdefault(prompt, []).append((proxy_values[prompt][cid], true_values[prompt][cid]))
     if groups:
         largest = max(len(g) for g in groups.values())
-        est = estimate([(np.array([p for p, _ in g]), np.array([t for _, t in g])) for g in groups.values()],
-                       parse_ns(ns, largest))
-        points += [Point("best-of-n", f"n={n}", kl, proxy_mean, true_mean, win)
-                   for n, kl, proxy_mean, true_mean, win in zip(est.n, est.kl_bound, est.proxy, est.true, est.true_win)]
+        est = estimate(
+            [(np.array([p for p, _ in g]), np.array([t for _, t in g])) for g in groups.values()], parse_ns(ns, largest)
+        )
+        points += [
+            Point("best-of-n", f"n={n}", kl, proxy_mean, true_mean, win)
+            for n, kl, proxy_mean, true_mean, win in zip(est.n, est.kl_bound, est.proxy, est.true, est.true_win)
+        ]
     if not points or points[0].setting != root.name:
         raise InputError(f"the root model {root.name} has no samples scored by both {proxy} and {true}")
     baseline = points[0].true
     fits = fit_methods(points, baseline)
     chart = frontier_chart(points, fits, baseline, out, title=f"Lineage of {policy}")
-    return {"points": [p.as_dict() for p in points], "fits": {m: f.as_json() if f else None for m, f in fits.items()},
-            "findings": findings(points, baseline), "chart": str(chart), "proxy": proxy, "true": true,
-            "lineage": [v.name for v in versions]}
+    return {
+        "points": [p.as_dict() for p in points],
+        "fits": {m: f.as_json() if f else None for m, f in fits.items()},
+        "findings": findings(points, baseline),
+        "chart": str(chart),
+        "proxy": proxy,
+        "true": true,
+        "lineage": [v.name for v in versions],
+    }

@@ -33,7 +33,7 @@ import numpy as np
 
 from preflab.training.demos import toy_world as toy
 
-BROKEN = -1.0              # the true reward of a sentence that breaks the base rule
+BROKEN = -1.0  # the true reward of a sentence that breaks the base rule
 ANNOTATOR = "counting-annotator"
 OUTPUTS = np.array(list(itertools.product(range(10), repeat=toy.OUTPUT_DIGITS)), dtype=np.int64)  # (10⁴, 4)
 
@@ -44,9 +44,9 @@ def true_rewards(prompt: Sequence[int], outputs: np.ndarray = OUTPUTS) -> np.nda
     start = len(prompt)
     follows = np.ones(len(outputs), dtype=bool)
     for i in range(start, seq.shape[1]):
-        window = seq[:, i - 4:i]
-        follows &= ((window + 1) % 10 == seq[:, i:i + 1]).any(axis=1)
-    steps = seq[:, start:] == (seq[:, start - 1:-1] + 1) % 10
+        window = seq[:, i - 4 : i]
+        follows &= ((window + 1) % 10 == seq[:, i : i + 1]).any(axis=1)
+    steps = seq[:, start:] == (seq[:, start - 1 : -1] + 1) % 10
     count = np.cumprod(steps, axis=1).sum(axis=1).astype(float)
     return np.where(follows, count, BROKEN)
 
@@ -71,8 +71,9 @@ def output_index(output: Sequence[int]) -> int:
     return index
 
 
-def annotator_tiers(prompt: Sequence[int], outputs: Sequence[Sequence[int]], temperature: float,
-                    rng: random.Random) -> list[list[int]]:
+def annotator_tiers(
+    prompt: Sequence[int], outputs: Sequence[Sequence[int]], temperature: float, rng: random.Random
+) -> list[list[int]]:
     """The simulated annotator's ranking of distinct outputs, best first, one per tier (no ties)."""
     rewards = [true_reward(prompt, o) for o in outputs]
     if temperature <= 0:  # a noiseless annotator: equal true rewards share a tier
@@ -93,8 +94,9 @@ def sample_prompts(count: int, seed: int, exclude: set[tuple[int, ...]] = frozen
     return [list(p) for p in prompts]
 
 
-def write_rankings(base_model, prompts: Sequence[Sequence[int]], candidates: int, temperature: float, seed: int,
-                   out: Path) -> int:
+def write_rankings(
+    base_model, prompts: Sequence[Sequence[int]], candidates: int, temperature: float, seed: int, out: Path
+) -> int:
     """Sample candidates from the base model, let the annotator rank them, write JSON Lines; returns the lines."""
     rng = random.Random(seed)
     sampled = toy.sample_outputs(base_model, prompts, candidates, seed=seed)
@@ -104,9 +106,14 @@ def write_rankings(base_model, prompts: Sequence[Sequence[int]], candidates: int
             distinct = list(dict.fromkeys(tuple(o) for o in group if o))
             if len(distinct) < 2:
                 continue
-            record = {"prompt": toy.prompt_text(prompt), "responses": [toy.completion_text(o) for o in distinct],
-                      "ranking": annotator_tiers(prompt, distinct, temperature, rng), "annotator": ANNOTATOR,
-                      "annotator_kind": "human", "id": f"counting-{seed}-{''.join(map(str, prompt))}"}
+            record = {
+                "prompt": toy.prompt_text(prompt),
+                "responses": [toy.completion_text(o) for o in distinct],
+                "ranking": annotator_tiers(prompt, distinct, temperature, rng),
+                "annotator": ANNOTATOR,
+                "annotator_kind": "human",
+                "id": f"counting-{seed}-{''.join(map(str, prompt))}",
+            }
             handle.write(json.dumps(record) + "\n")
             lines += 1
     return lines
@@ -121,15 +128,19 @@ def log_probs(model, prompts: Sequence[Sequence[int]], chunk: int = 16) -> np.nd
     start = toy.INPUT_DIGITS  # the position whose logits give the first output digit (the separator)
     out = []
     for first in range(0, len(prompts), chunk):
-        batch = prompts[first:first + chunk]
+        batch = prompts[first : first + chunk]
         heads = torch.tensor([toy.encode(p) for p in batch]).repeat_interleave(len(prefixes), dim=0)
         ids = torch.cat([heads, prefixes.repeat(len(batch), 1)], dim=1)
         with torch.no_grad():
             logits = model(input_ids=ids).logits[:, start:, digits].double()
         lp = logits.log_softmax(-1).view(len(batch), 10, 10, 10, toy.OUTPUT_DIGITS, 10)
         # Position k predicts output digit k + 1 from the digits before it (the prefix's first k).
-        total = (lp[:, 0, 0, 0, 0, :, None, None, None] + lp[:, :, 0, 0, 1, :, None, None]
-                 + lp[:, :, :, 0, 2, :, None] + lp[:, :, :, :, 3, :])
+        total = (
+            lp[:, 0, 0, 0, 0, :, None, None, None]
+            + lp[:, :, 0, 0, 1, :, None, None]
+            + lp[:, :, :, 0, 2, :, None]
+            + lp[:, :, :, :, 3, :]
+        )
         out.append(total.reshape(len(batch), -1).numpy())
     return np.concatenate(out)
 
@@ -149,10 +160,16 @@ class ProxyScores:
 
         todo = np.argwhere(mask & np.isnan(self.values))
         for first in range(0, len(todo), self.batch_size):
-            rows = todo[first:first + self.batch_size]
+            rows = todo[first : first + self.batch_size]
             # toy_world.encode's layout, exactly how the reward model saw prompt + response + EOS in training.
-            ids = np.concatenate([self.heads[rows[:, 0]], OUTPUTS[rows[:, 1]] + toy.DIGIT0,
-                                  np.full((len(rows), 1), toy.SPECIAL.index("</s>"))], axis=1)
+            ids = np.concatenate(
+                [
+                    self.heads[rows[:, 0]],
+                    OUTPUTS[rows[:, 1]] + toy.DIGIT0,
+                    np.full((len(rows), 1), toy.SPECIAL.index("</s>")),
+                ],
+                axis=1,
+            )
             ids = torch.from_numpy(ids)
             with torch.no_grad():
                 scores = self.model(input_ids=ids).logits[:, 0].double().numpy()

@@ -69,9 +69,10 @@ class RetrainConfig:
     lock_ttl: float = 600.0
     output_dir: str | None = None
     report: str | None = None  # write `preflab report` here after every run
-    pairs: dict[str, str] = field(default_factory=lambda: {"strategy": "all", "aggregate": "none",
-                                                           "annotator_kind": "any"})
-    export: Any = None       # preflab.db.export.dataset.ExportSettings
+    pairs: dict[str, str] = field(
+        default_factory=lambda: {"strategy": "all", "aggregate": "none", "annotator_kind": "any"}
+    )
+    export: Any = None  # preflab.db.export.dataset.ExportSettings
     trains: dict[str, Any] = field(default_factory=dict)  # method → its config, for each section given
     models: dict[str, str | None] = field(default_factory=dict)  # per-method starting model
 
@@ -104,8 +105,9 @@ def _table(data: dict, name: str, allowed: set[str] | None, where: str) -> dict:
     if allowed is not None:
         unknown = sorted(set(value) - allowed)
         if unknown:
-            raise ConfigError(f"{where}: unknown key {unknown[0]!r} in [{name}] (expected one of "
-                              f"{', '.join(sorted(allowed))})")
+            raise ConfigError(
+                f"{where}: unknown key {unknown[0]!r} in [{name}] (expected one of {', '.join(sorted(allowed))})"
+            )
     return value
 
 
@@ -116,8 +118,12 @@ def parse_retrain_config(data: dict, where: str = "the retrain config") -> Retra
     unknown = sorted(set(data) - TOP_LEVEL)
     if unknown:
         raise ConfigError(f"{where}: unknown key {unknown[0]!r} (expected one of {', '.join(sorted(TOP_LEVEL))})")
-    pairs = {"strategy": "all", "aggregate": "none", "annotator_kind": "any",
-             **_table(data, "pairs", PAIRS_KEYS, where)}
+    pairs = {
+        "strategy": "all",
+        "aggregate": "none",
+        "annotator_kind": "any",
+        **_table(data, "pairs", PAIRS_KEYS, where),
+    }
     export_keys = {f.name for f in dataclasses.fields(ExportSettings)}
     try:
         export = ExportSettings(**_table(data, "export", export_keys, where))
@@ -133,8 +139,7 @@ def parse_retrain_config(data: dict, where: str = "the retrain config") -> Retra
             trains[kind] = method.config(**section)
         except (ConfigError, TypeError) as exc:
             raise ConfigError(f"{where}: [{kind}] {exc}") from None
-    scalars = {k: data[k] for k in ("min_new", "model", "start_from", "lock_ttl", "output_dir", "report")
-               if k in data}
+    scalars = {k: data[k] for k in ("min_new", "model", "start_from", "lock_ttl", "output_dir", "report") if k in data}
     return RetrainConfig(pairs=pairs, export=export, trains=trains, models=models, **scalars)
 
 
@@ -145,8 +150,9 @@ def _toml():
         try:
             import tomli as tomllib
         except ImportError:
-            raise ConfigError("reading a TOML config needs Python 3.11 or the tomli package; "
-                              "or write the config as JSON") from None
+            raise ConfigError(
+                "reading a TOML config needs Python 3.11 or the tomli package; or write the config as JSON"
+            ) from None
     return tomllib
 
 
@@ -221,11 +227,11 @@ def load_retrain_config(path: str | Path) -> RetrainConfig:
 
 @dataclass
 class RetrainResult:
-    status: str                        # trained | nothing-to-do | locked
+    status: str  # trained | nothing-to-do | locked
     message: str
     new_comparisons: int = 0
     min_new: int = 0
-    since: str | None = None           # the dataset version the count starts after
+    since: str | None = None  # the dataset version the count starts after
     dataset_version: str | None = None
     runs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -250,32 +256,48 @@ def count_new_pairs(session: Session, since: datetime | None, pairs: dict[str, s
     from preflab.db.pairs.build import expand_tiers
     from preflab.training.selfreward.data import rankings_by_id
 
-    query = (select(Ranking.id).join(Annotator, Annotator.id == Ranking.annotator_id)
-             .where(Ranking.status == RankingStatus.valid.value))
+    query = (
+        select(Ranking.id)
+        .join(Annotator, Annotator.id == Ranking.annotator_id)
+        .where(Ranking.status == RankingStatus.valid.value)
+    )
     if pairs["annotator_kind"] != "any":
         query = query.where(Annotator.kind == pairs["annotator_kind"])
     if since is not None:
         query = query.where(Ranking.created_at > since)
-    return sum(sum(1 for _ in expand_tiers(tiers, pairs["strategy"]))
-               for _, _, _, tiers, _ in rankings_by_id(session, query).values())
+    return sum(
+        sum(1 for _ in expand_tiers(tiers, pairs["strategy"]))
+        for _, _, _, tiers, _ in rankings_by_id(session, query).values()
+    )
 
 
 def current_version(session: Session, kind: str) -> ModelVersion | None:
-    return session.scalars(select(ModelVersion).where(ModelVersion.kind == kind, ModelVersion.is_current.is_(True))
-                           .order_by(ModelVersion.id.desc())).first()
+    return session.scalars(
+        select(ModelVersion)
+        .where(ModelVersion.kind == kind, ModelVersion.is_current.is_(True))
+        .order_by(ModelVersion.id.desc())
+    ).first()
 
 
 def make_current(session: Session, version_id: int) -> None:
     """Make this model version the current one of its kind (and no other)."""
     version = session.get(ModelVersion, version_id)
-    session.execute(update(ModelVersion).where(ModelVersion.kind == version.kind, ModelVersion.id != version.id,
-                                               ModelVersion.is_current.is_(True)).values(is_current=False))
+    session.execute(
+        update(ModelVersion)
+        .where(ModelVersion.kind == version.kind, ModelVersion.id != version.id, ModelVersion.is_current.is_(True))
+        .values(is_current=False)
+    )
     version.is_current = True
 
 
-def retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_model: str, min_new: int | None = None,
-            reporter: Reporter = SILENT,
-            after_run: Callable[[sessionmaker[Session]], None] | None = None) -> RetrainResult:
+def retrain(
+    sessions: sessionmaker[Session],
+    config: RetrainConfig,
+    default_model: str,
+    min_new: int | None = None,
+    reporter: Reporter = SILENT,
+    after_run: Callable[[sessionmaker[Session]], None] | None = None,
+) -> RetrainResult:
     """Run the retrain job once; see the module docstring.
 
     Args:
@@ -302,11 +324,12 @@ def retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_mode
         return RetrainResult("locked", f"skipped: {exc}", min_new=min_new)
 
 
-def _retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_model: str, min_new: int,
-             reporter: Reporter) -> RetrainResult:
+def _retrain(
+    sessions: sessionmaker[Session], config: RetrainConfig, default_model: str, min_new: int, reporter: Reporter
+) -> RetrainResult:
     from preflab.db.export.dataset import export_dataset
-    from preflab.db.pairs.build import build_pairs
     from preflab.db.locks import db_now
+    from preflab.db.pairs.build import build_pairs
 
     with sessions.begin() as session:
         baseline = last_trained_dataset(session)
@@ -316,8 +339,13 @@ def _retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_mod
     since_name = baseline.name if baseline else None
     if new < min_new:
         where = f"since dataset version {since_name}" if since_name else "in the store"
-        return RetrainResult("nothing-to-do", f"nothing to do: {new:,} new comparisons {where} "
-                             f"(at least {min_new:,} needed)", new, min_new, since_name)
+        return RetrainResult(
+            "nothing-to-do",
+            f"nothing to do: {new:,} new comparisons {where} (at least {min_new:,} needed)",
+            new,
+            min_new,
+            since_name,
+        )
     root = Path(config.output_dir) if config.output_dir else data_dir() / "retrain"
     root.mkdir(parents=True, exist_ok=True)
     folder = shared_mkdtemp(f"{cutoff:%Y%m%dT%H%M%S}-", root)  # the runs and dataset in it are read by others
@@ -325,27 +353,40 @@ def _retrain(sessions: sessionmaker[Session], config: RetrainConfig, default_mod
         build = build_pairs(session, **config.pairs)
     with sessions.begin() as session:
         version = export_dataset(session, folder / "dataset", config.export)
-        version.settings = {**version.settings, "job": "retrain", "rankings_until": cutoff.isoformat(),
-                            "trained": False}
+        version.settings = {
+            **version.settings,
+            "job": "retrain",
+            "rankings_until": cutoff.isoformat(),
+            "trained": False,
+        }
         dataset = version.name
     reporter.note(f"{new:,} new comparisons: rebuilt {build.pairs:,} pairs, exported dataset version {dataset}")
-    runs = [_train_one(sessions, config, kind, default_model, dataset, folder, reporter)
-            for kind in config.kinds()]
+    runs = [_train_one(sessions, config, kind, default_model, dataset, folder, reporter) for kind in config.kinds()]
     failed = [r for r in runs if r["status"] == "failed"]
     if failed:
-        kept = "; ".join(f"{r['kind']} run {r['run_id']} failed ({r['error']}), {r['current'] or 'no model'} "
-                         f"stays current" for r in failed)
+        kept = "; ".join(
+            f"{r['kind']} run {r['run_id']} failed ({r['error']}), {r['current'] or 'no model'} stays current"
+            for r in failed
+        )
         raise TrainingError(f"retrain on {dataset}: {kept}")
     with sessions.begin() as session:
         row = session.get(DatasetVersion, version.id)
         row.settings = {**row.settings, "trained": True}
     names = ", ".join(f"{r['model_version']} ({r['kind']})" for r in runs)
-    return RetrainResult("trained", f"trained {names} on {dataset} ({new:,} new comparisons)", new, min_new,
-                         since_name, dataset, runs)
+    return RetrainResult(
+        "trained", f"trained {names} on {dataset} ({new:,} new comparisons)", new, min_new, since_name, dataset, runs
+    )
 
 
-def _train_one(sessions: sessionmaker[Session], config: RetrainConfig, kind: str, default_model: str, dataset: str,
-               folder: Path, reporter: Reporter) -> dict[str, Any]:
+def _train_one(
+    sessions: sessionmaker[Session],
+    config: RetrainConfig,
+    kind: str,
+    default_model: str,
+    dataset: str,
+    folder: Path,
+    reporter: Reporter,
+) -> dict[str, Any]:
     from preflab.training.faults import trainer_callback
 
     model_kind = SECTIONS[kind].model_kind
@@ -358,22 +399,48 @@ def _train_one(sessions: sessionmaker[Session], config: RetrainConfig, kind: str
         start = current_name
     reporter.note(f"training {kind} from {start}")
     try:
-        result = train(kind, sessions, config.trains[kind], start, dataset, output_dir=str(folder / kind),
-                       callbacks=[trainer_callback("retrain")], reporter=reporter)
+        result = train(
+            kind,
+            sessions,
+            config.trains[kind],
+            start,
+            dataset,
+            output_dir=str(folder / kind),
+            callbacks=[trainer_callback("retrain")],
+            reporter=reporter,
+        )
     except Exception as exc:  # the run is recorded as failed; the other kind may still train
         run_id = _failed_run_after(sessions, last_run)
         reporter.note(f"{kind} training failed: {exc}")
-        return {"kind": kind, "status": "failed", "run_id": run_id, "error": str(exc).splitlines()[0][:300],
-                "model_version": None, "current": current_name, "metrics": None}
+        return {
+            "kind": kind,
+            "status": "failed",
+            "run_id": run_id,
+            "error": str(exc).splitlines()[0][:300],
+            "model_version": None,
+            "current": current_name,
+            "metrics": None,
+        }
     with sessions.begin() as session:
         make_current(session, result.model_version_id)
     reporter.note(f"{result.model_version} is now the current {model_kind} model")
-    return {"kind": kind, "status": "succeeded", "run_id": result.run_id, "error": None,
-            "model_version": result.model_version, "current": result.model_version, "metrics": result.metrics}
+    return {
+        "kind": kind,
+        "status": "succeeded",
+        "run_id": result.run_id,
+        "error": None,
+        "model_version": result.model_version,
+        "current": result.model_version,
+        "metrics": result.metrics,
+    }
 
 
 def _failed_run_after(sessions: sessionmaker[Session], last_run: int) -> int | None:
     """The run this job recorded before it failed (None when it failed before recording one)."""
     with sessions.begin() as session:
-        return session.scalar(select(TrainingRun.id).where(TrainingRun.id > last_run, TrainingRun.status == "failed")
-                              .order_by(TrainingRun.id.desc()).limit(1))
+        return session.scalar(
+            select(TrainingRun.id)
+            .where(TrainingRun.id > last_run, TrainingRun.status == "failed")
+            .order_by(TrainingRun.id.desc())
+            .limit(1)
+        )

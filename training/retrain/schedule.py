@@ -41,8 +41,9 @@ def cron_trigger(expression: str, timezone: str = "UTC"):
             return CronTrigger(second=parts[0], **dict(zip(FIELDS_5, parts[1:])), timezone=timezone)
     except (ValueError, LookupError) as exc:
         raise InputError(f"--cron {expression!r} is not a valid schedule: {exc}") from None
-    raise InputError(f"--cron {expression!r} must have 5 fields (minute hour day month weekday), "
-                     "or 6 with seconds first")
+    raise InputError(
+        f"--cron {expression!r} must have 5 fields (minute hour day month weekday), or 6 with seconds first"
+    )
 
 
 @dataclass
@@ -60,8 +61,9 @@ class ChildJob:
         self.runs += 1
         number, start = self.runs, time.monotonic()
         log.info("run %d started: %s", number, " ".join(self.argv[2:]))
-        self.running = subprocess.Popen(self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                        text=True)
+        self.running = subprocess.Popen(
+            self.argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             out, err = self.running.communicate(timeout=self.timeout)
             code = self.running.returncode
@@ -78,13 +80,19 @@ class ChildJob:
             self.failures += 1
             for line in err.strip().splitlines()[-10:]:
                 log.error("run %d: %s", number, line)
-        log.log(logging.INFO if code == 0 else logging.ERROR, "run %d finished with exit code %d in %.1f s",
-                number, code, time.monotonic() - start)
+        log.log(
+            logging.INFO if code == 0 else logging.ERROR,
+            "run %d finished with exit code %d in %.1f s",
+            number,
+            code,
+            time.monotonic() - start,
+        )
         return code
 
 
-def retrain_job(database_url: str, model: str, config_path: str | None, min_new: int | None,
-                timeout: float | None = None) -> ChildJob:
+def retrain_job(
+    database_url: str, model: str, config_path: str | None, min_new: int | None, timeout: float | None = None
+) -> ChildJob:
     """The retrain job as a child `python -m preflab retrain` with the database URL in its environment."""
     argv = [sys.executable, "-m", "preflab", "retrain"]
     if config_path:
@@ -95,8 +103,9 @@ def retrain_job(database_url: str, model: str, config_path: str | None, min_new:
     return ChildJob(argv, env, timeout)
 
 
-def run_scheduler(trigger, job: Callable[[], int], timezone: str = "UTC", max_runs: int | None = None,
-                  run_now: bool = False) -> int:
+def run_scheduler(
+    trigger, job: Callable[[], int], timezone: str = "UTC", max_runs: int | None = None, run_now: bool = False
+) -> int:
     """Run `job` on `trigger` until stopped (SIGINT/SIGTERM) or `max_runs` runs; returns the runs made."""
     from datetime import datetime
 
@@ -159,10 +168,19 @@ def logging_to(log_file: str | Path | None = None) -> Iterator[logging.Logger]:
             handler.close()
 
 
-def schedule_retrain(database_url: str, model: str, config_path: str | Path, cron: str, timezone: str = "UTC",
-                     min_new: int | None = None, run_now: bool = False, max_runs: int | None = None,
-                     timeout: float | None = None, log_file: str | Path | None = None,
-                     described_url: str | None = None) -> int:
+def schedule_retrain(
+    database_url: str,
+    model: str,
+    config_path: str | Path,
+    cron: str,
+    timezone: str = "UTC",
+    min_new: int | None = None,
+    run_now: bool = False,
+    max_runs: int | None = None,
+    timeout: float | None = None,
+    log_file: str | Path | None = None,
+    described_url: str | None = None,
+) -> int:
     """The `schedule` job: run `preflab retrain` on a cron schedule until stopped; returns the runs made.
 
     The config is read (and checked) now, so a broken one fails at once rather than at three in the morning.
@@ -175,7 +193,12 @@ def schedule_retrain(database_url: str, model: str, config_path: str | Path, cro
     load_retrain_config(config_path)
     trigger = cron_trigger(cron, timezone)
     with logging_to(log_file):
-        log.info("scheduling `preflab retrain --config %s` at %r (%s) on %s", config_path, cron, timezone,
-                 described_url or "the configured database")
+        log.info(
+            "scheduling `preflab retrain --config %s` at %r (%s) on %s",
+            config_path,
+            cron,
+            timezone,
+            described_url or "the configured database",
+        )
         job = retrain_job(database_url, model, str(config_path), min_new, timeout)
         return run_scheduler(trigger, job, timezone, max_runs, run_now)

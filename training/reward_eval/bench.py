@@ -57,14 +57,19 @@ def margin_buckets(margins: np.ndarray) -> list[tuple[str, np.ndarray]]:
     low, high = np.quantile(values, [1 / 3, 2 / 3])
     if low == high:
         return [(f"{low:g}", known)]
-    return [(f"≤ {low:.3g}", margins <= low), (f"{low:.3g}–{high:.3g}", (margins > low) & (margins <= high)),
-            (f"> {high:.3g}", margins > high)]
+    return [
+        (f"≤ {low:.3g}", margins <= low),
+        (f"{low:.3g}–{high:.3g}", (margins > low) & (margins <= high)),
+        (f"> {high:.3g}", margins > high),
+    ]
 
 
 def lengths(split) -> tuple[np.ndarray, np.ndarray]:
     """(chosen, rejected) reply lengths in characters, per pair of a split with an explicit prompt."""
-    return (np.array([reply_length(r) for r in split["chosen"]]),
-            np.array([reply_length(r) for r in split["rejected"]]))
+    return (
+        np.array([reply_length(r) for r in split["chosen"]]),
+        np.array([reply_length(r) for r in split["rejected"]]),
+    )
 
 
 def bench(scored: Scored, facts: PairFacts, split, rounds: int = 1000, seed: int = 0) -> dict[str, Any]:
@@ -81,14 +86,22 @@ def bench(scored: Scored, facts: PairFacts, split, rounds: int = 1000, seed: int
     [overall] = resampler.cells(right, [None])
     length_rows = _rows(resampler, right, [("chosen is shorter", shorter), ("chosen is longer", longer)])
     report: dict[str, Any] = {
-        "model_version": scored.model_version, "scoring": SCORING, "interval": INTERVAL,
-        "bootstrap": rounds, "seed": seed, "prompts": resampler.n_prompts,
-        **overall.as_dict(), "ties": int((scored.gap == 0).sum()),
+        "model_version": scored.model_version,
+        "scoring": SCORING,
+        "interval": INTERVAL,
+        "bootstrap": rounds,
+        "seed": seed,
+        "prompts": resampler.n_prompts,
+        **overall.as_dict(),
+        "ties": int((scored.gap == 0).sum()),
         "by_category": _rows(resampler, right, _by_value(facts.categories)),
         "by_annotator_kind": _rows(resampler, right, _by_value(facts.annotator_kinds)),
         "by_margin": _rows(resampler, right, margin_buckets(facts.margins)),
-        "length_bias": {"rows": length_rows, "same_length": int((chosen_length == rejected_length).sum()),
-                        "gap": _gap(length_rows)},
+        "length_bias": {
+            "rows": length_rows,
+            "same_length": int((chosen_length == rejected_length).sum()),
+            "gap": _gap(length_rows),
+        },
         "position": _position(resampler, scored),
     }
     return report
@@ -109,16 +122,27 @@ def _position(resampler: Resampler, scored: Scored) -> dict[str, Any]:
     # The order decided when each order's verdict picked the reply in the same place (first both times, or second).
     decided = (scored.first > 0) == (scored.second > 0)
     n = len(decided)
-    return {"applies": True, "chosen_shown_first": first.as_dict(), "chosen_shown_second": second.as_dict(),
-            "order_decides": float(decided.mean()) if n else None,
-            "first_shown_wins": float(((scored.first > 0) & (scored.second > 0)).mean()) if n else None}
+    return {
+        "applies": True,
+        "chosen_shown_first": first.as_dict(),
+        "chosen_shown_second": second.as_dict(),
+        "order_decides": float(decided.mean()) if n else None,
+        "first_shown_wins": float(((scored.first > 0) & (scored.second > 0)).mean()) if n else None,
+    }
 
 
 def compare(this: Scored, other: Scored, facts: PairFacts, rounds: int = 1000, seed: int = 0) -> dict[str, Any]:
     """`this` against `other` on the same pairs: each accuracy, and the paired difference with its p-value."""
     resampler = Resampler(facts.prompt_ids, rounds, seed)
     mine, theirs = resampler.cells(this.right, [None])[0], resampler.cells(other.right, [None])[0]
-    return {"model_version": this.model_version, "other": other.model_version, "pairs": len(this.gap),
-            "prompts": resampler.n_prompts, "bootstrap": rounds, "seed": seed,
-            "accuracy": mine.as_dict(), "other_accuracy": theirs.as_dict(),
-            **paired_difference(resampler, this.right, other.right)}
+    return {
+        "model_version": this.model_version,
+        "other": other.model_version,
+        "pairs": len(this.gap),
+        "prompts": resampler.n_prompts,
+        "bootstrap": rounds,
+        "seed": seed,
+        "accuracy": mine.as_dict(),
+        "other_accuracy": theirs.as_dict(),
+        **paired_difference(resampler, this.right, other.right),
+    }

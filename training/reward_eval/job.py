@@ -34,8 +34,10 @@ class Scorer:
     @classmethod
     def of(cls, version: ModelVersion) -> Scorer:
         if version.kind not in SCORERS:
-            raise ConfigError(f"model version {version.name} is a {version.kind} model; --compare takes a reward "
-                              "model or a pair ranker")
+            raise ConfigError(
+                f"model version {version.name} is a {version.kind} model; --compare takes a reward "
+                "model or a pair ranker"
+            )
         return cls(version.name, version.kind, version.path)
 
 
@@ -46,13 +48,14 @@ class RewardEval:
     this: Scorer
     other: Scorer | None
     dataset: str
-    test: Any                  # the dataset version's test split
+    test: Any  # the dataset version's test split
     facts: PairFacts
-    version_id: int            # where the report is stored
+    version_id: int  # where the report is stored
 
 
-def plan_reward_eval(session: Session, version: ModelVersion, dataset: DatasetVersion,
-                     other: ModelVersion | None = None) -> RewardEval:
+def plan_reward_eval(
+    session: Session, version: ModelVersion, dataset: DatasetVersion, other: ModelVersion | None = None
+) -> RewardEval:
     """The held-out pairs of `dataset` and their facts, for `version` (and `other`, compared on the same pairs).
 
     Raises:
@@ -70,8 +73,9 @@ def plan_reward_eval(session: Session, version: ModelVersion, dataset: DatasetVe
     return RewardEval(this, that, dataset.name, splits["test"], pair_facts(session, splits["test"]), version.id)
 
 
-def evaluate_reward(plan: RewardEval, *, rounds: int = 1000, seed: int = 0, batch_size: int = 32,
-                    reporter: Reporter = SILENT) -> dict[str, Any]:
+def evaluate_reward(
+    plan: RewardEval, *, rounds: int = 1000, seed: int = 0, batch_size: int = 32, reporter: Reporter = SILENT
+) -> dict[str, Any]:
     """This model's report on the held-out pairs: the numbers `train eval` has always given
     (`heldout_accuracy`…), the bench (`bench`), and, with another model, the paired comparison
     (`compare`: both accuracies, the difference, its interval and p-value).
@@ -84,8 +88,13 @@ def evaluate_reward(plan: RewardEval, *, rounds: int = 1000, seed: int = 0, batc
             reporter.note(f"scoring the {len(plan.test):,} held-out pairs of {plan.dataset} with {scorer.name}")
             scored.append(score_split(scorer.name, scorer.kind, scorer.path, plan.test, batch_size))
     (verdicts, read), others = scored[0], scored[1:]
-    report = {"model_version": plan.this.name, "kind": plan.this.kind, "dataset_version": plan.dataset,
-              **verdicts.headline(), "bench": bench(verdicts, plan.facts, read, rounds, seed)}
+    report = {
+        "model_version": plan.this.name,
+        "kind": plan.this.kind,
+        "dataset_version": plan.dataset,
+        **verdicts.headline(),
+        "bench": bench(verdicts, plan.facts, read, rounds, seed),
+    }
     if others:
         report["compare"] = compare(verdicts, others[0][0], plan.facts, rounds, seed)
     return report

@@ -47,11 +47,17 @@ class Scored:
         accuracy = float(self.right.mean()) if n else None
         if self.kind == "pair-ranker":
             probability = self.gap + 0.5
-            return {"heldout_accuracy": accuracy, "heldout_pairs": n,
-                    "heldout_mean_probability": float(probability.mean()) if n else None,
-                    "heldout_log_loss": float(-np.log(np.maximum(probability, 1e-12)).mean()) if n else None}
-        return {"heldout_accuracy": accuracy, "heldout_pairs": n,
-                "heldout_mean_margin": float(self.gap.mean()) if n else None}
+            return {
+                "heldout_accuracy": accuracy,
+                "heldout_pairs": n,
+                "heldout_mean_probability": float(probability.mean()) if n else None,
+                "heldout_log_loss": float(-np.log(np.maximum(probability, 1e-12)).mean()) if n else None,
+            }
+        return {
+            "heldout_accuracy": accuracy,
+            "heldout_pairs": n,
+            "heldout_mean_margin": float(self.gap.mean()) if n else None,
+        }
 
 
 def reply_length(reply) -> int:
@@ -80,15 +86,20 @@ def score_split(model_version: str, kind: str, path: str, split, batch_size: int
 
     model, tokenizer = load_sequence_scorer(path)
     split = for_model(split, tokenizer, "the held-out pairs")
-    chosen, rejected = map(np.array, pair_rewards(model, tokenizer, list(split["prompt"]), list(split["chosen"]),
-                                                  list(split["rejected"]), batch_size))
+    chosen, rejected = map(
+        np.array,
+        pair_rewards(
+            model, tokenizer, list(split["prompt"]), list(split["chosen"]), list(split["rejected"]), batch_size
+        ),
+    )
     return Scored(model_version, kind, chosen - rejected, chosen=chosen, rejected=rejected), split
 
 
 def _ranked(model_version: str, model, tokenizer, split, max_length, batch_size: int) -> Scored:
     from preflab.lm.pair_ranker import order_scores, preferences
 
-    first, second = order_scores(model, tokenizer, list(split["prompt"]), list(split["chosen"]),
-                                 list(split["rejected"]), max_length, batch_size)
+    first, second = order_scores(
+        model, tokenizer, list(split["prompt"]), list(split["chosen"]), list(split["rejected"]), max_length, batch_size
+    )
     probability = np.array(preferences(first, second))
     return Scored(model_version, "pair-ranker", probability - 0.5, first=np.array(first), second=np.array(second))

@@ -40,7 +40,9 @@ class Pair:
     kind: str  # ai | human
 
 
-def ranking_pairs(tiers: list[list[int]], scores: dict[int, float | None], strategy: str) -> list[tuple[int, int, float]]:
+def ranking_pairs(
+    tiers: list[list[int]], scores: dict[int, float | None], strategy: str
+) -> list[tuple[int, int, float]]:
     """(chosen, rejected, margin) of one ranking: highest vs lowest, or every strict pair.
 
     The margin is the score gap where both candidates have a score, else the tier gap.
@@ -57,22 +59,32 @@ def ranking_pairs(tiers: list[list[int]], scores: dict[int, float | None], strat
     return out
 
 
-def rankings_by_id(session: Session, query) -> dict[int, tuple[int, int, str, list[list[int]], dict[int, float | None]]]:
+def rankings_by_id(
+    session: Session, query
+) -> dict[int, tuple[int, int, str, list[list[int]], dict[int, float | None]]]:
     """ranking id -> (prompt id, annotator id, kind, tiers, scores) for the rankings `query` selects."""
     rows = session.execute(
-        select(Ranking.id, Ranking.prompt_id, Ranking.annotator_id, Annotator.kind, RankingItem.candidate_id,
-               RankingItem.tier, RankingItem.score)
+        select(
+            Ranking.id,
+            Ranking.prompt_id,
+            Ranking.annotator_id,
+            Annotator.kind,
+            RankingItem.candidate_id,
+            RankingItem.tier,
+            RankingItem.score,
+        )
         .join(Annotator, Annotator.id == Ranking.annotator_id)
         .join(RankingItem, RankingItem.ranking_id == Ranking.id)
         .where(Ranking.id.in_(query), RankingItem.tier.is_not(None))
-        .order_by(Ranking.id, RankingItem.tier, RankingItem.candidate_id))
+        .order_by(Ranking.id, RankingItem.tier, RankingItem.candidate_id)
+    )
     found: dict[int, tuple] = {}
     by_tier: dict[int, dict[int, list[int]]] = defaultdict(lambda: defaultdict(list))
     for rid, pid, aid, kind, cid, tier, score in rows:
         entry = found.setdefault(rid, (pid, aid, kind, [], {}))
         by_tier[rid][tier].append(cid)
         entry[4][cid] = score
-    for rid, (pid, aid, kind, tiers, scores) in found.items():
+    for rid, (*_, tiers, _scores) in found.items():
         tiers.extend(by_tier[rid][t] for t in sorted(by_tier[rid]))
     return found
 
@@ -81,8 +93,11 @@ def judge_pairs(session: Session, annotator_id: int, prompt_ids: list[int], stra
     """The pairs of the judge's valid rankings of these prompts."""
     out: list[Pair] = []
     for part in chunks(sorted(prompt_ids)):
-        query = select(Ranking.id).where(Ranking.annotator_id == annotator_id, Ranking.prompt_id.in_(part),
-                                         Ranking.status == RankingStatus.valid.value)
+        query = select(Ranking.id).where(
+            Ranking.annotator_id == annotator_id,
+            Ranking.prompt_id.in_(part),
+            Ranking.status == RankingStatus.valid.value,
+        )
         for pid, aid, kind, tiers, scores in rankings_by_id(session, query).values():
             out += [Pair(pid, c, r, m, aid, kind) for c, r, m in ranking_pairs(tiers, scores, strategy)]
     return out
@@ -90,8 +105,11 @@ def judge_pairs(session: Session, annotator_id: int, prompt_ids: list[int], stra
 
 def human_pairs(session: Session, since: datetime | None, exclude: set[int], strategy: str) -> list[Pair]:
     """The pairs of people's valid rankings made after `since` (all of them when None), except on `exclude`."""
-    query = (select(Ranking.id).join(Annotator, Annotator.id == Ranking.annotator_id)
-             .where(Annotator.kind == "human", Ranking.status == RankingStatus.valid.value))
+    query = (
+        select(Ranking.id)
+        .join(Annotator, Annotator.id == Ranking.annotator_id)
+        .where(Annotator.kind == "human", Ranking.status == RankingStatus.valid.value)
+    )
     if since is not None:
         query = query.where(Ranking.created_at > since)
     out: list[Pair] = []
@@ -102,8 +120,16 @@ def human_pairs(session: Session, since: datetime | None, exclude: set[int], str
     return out
 
 
-def write_iteration_dataset(session: Session, pairs: list[Pair], out_dir: str | Path, prefix: str, iteration: int,
-                            settings: dict, test_size: float, seed: int) -> DatasetVersion:
+def write_iteration_dataset(
+    session: Session,
+    pairs: list[Pair],
+    out_dir: str | Path,
+    prefix: str,
+    iteration: int,
+    settings: dict,
+    test_size: float,
+    seed: int,
+) -> DatasetVersion:
     """Write the pairs as a conversational dataset version (train/test by prompt), named `PREFIX-HASH8`.
 
     A prompt that already has a split (from an earlier export) keeps it; the
@@ -119,8 +145,9 @@ def write_iteration_dataset(session: Session, pairs: list[Pair], out_dir: str | 
     fresh: dict[int, str] = {}
     splits: dict[int, str] = {}
     for part in chunks(sorted({p.prompt_id for p in pairs})):
-        for pid, digest, split in session.execute(select(Prompt.id, Prompt.content_hash, Prompt.split)
-                                                  .where(Prompt.id.in_(part))):
+        for pid, digest, split in session.execute(
+            select(Prompt.id, Prompt.content_hash, Prompt.split).where(Prompt.id.in_(part))
+        ):
             if split is None:
                 fresh[pid] = digest
             else:
@@ -131,12 +158,23 @@ def write_iteration_dataset(session: Session, pairs: list[Pair], out_dir: str | 
     if all(splits[p.prompt_id] == "test" for p in pairs):
         raise TrainingError(f"iteration {iteration}: every pair falls on a held-out prompt; nothing to train on")
     kinds = sorted({p.kind for p in pairs})
-    rows = [(p.prompt_id, p.chosen_id, p.rejected_id, p.margin, 1.0, p.kind, p.annotator_id)
-            for p in sorted(pairs, key=lambda p: (p.prompt_id, p.chosen_id, p.rejected_id, p.annotator_id))]
+    rows = [
+        (p.prompt_id, p.chosen_id, p.rejected_id, p.margin, 1.0, p.kind, p.annotator_id)
+        for p in sorted(pairs, key=lambda p: (p.prompt_id, p.chosen_id, p.rejected_id, p.annotator_id))
+    ]
     shutil.rmtree(out_dir, ignore_errors=True)  # what a crashed attempt left
     return write_dataset(
-        session, [rows], splits, out_dir, ExportSettings(format="disk", test_size=test_size, seed=seed,
-                                                         conversational=True),
-        prefix=prefix, iteration=iteration,
-        version_settings={"strategy": settings.get("pairs"), "aggregate": "none",
-                          "annotator_kind": "mixed" if len(kinds) > 1 else kinds[0], **settings})
+        session,
+        [rows],
+        splits,
+        out_dir,
+        ExportSettings(format="disk", test_size=test_size, seed=seed, conversational=True),
+        prefix=prefix,
+        iteration=iteration,
+        version_settings={
+            "strategy": settings.get("pairs"),
+            "aggregate": "none",
+            "annotator_kind": "mixed" if len(kinds) > 1 else kinds[0],
+            **settings,
+        },
+    )

@@ -46,9 +46,17 @@ from preflab.training.selfreward.steps import STEP_FUNCTIONS
 # --- the loop ------------------------------------------------------------------------------
 
 
-def run_self_reward(sessions: sessionmaker[Session], config: SelfRewardConfig, dpo_config, iterations: int,
-                    loop: str = "default", output_dir: str | None = None,
-                    reporter: Reporter = SILENT, *, engine: EngineConfig | None = None) -> list[dict[str, Any]]:
+def run_self_reward(
+    sessions: sessionmaker[Session],
+    config: SelfRewardConfig,
+    dpo_config,
+    iterations: int,
+    loop: str = "default",
+    output_dir: str | None = None,
+    reporter: Reporter = SILENT,
+    *,
+    engine: EngineConfig | None = None,
+) -> list[dict[str, Any]]:
     """Run (or resume) the loop until it has `iterations` finished iterations.
 
     An unfinished iteration is finished first, with these settings for the
@@ -77,8 +85,9 @@ def run_self_reward(sessions: sessionmaker[Session], config: SelfRewardConfig, d
                     break
                 started = time.perf_counter()
                 STEP_FUNCTIONS[ctx.step](sessions, ctx, models, reporter)
-                reporter.note(f"iteration {ctx.iteration}: {ctx.step} step done in "
-                              f"{time.perf_counter() - started:.1f} s")
+                reporter.note(
+                    f"iteration {ctx.iteration}: {ctx.step} step done in {time.perf_counter() - started:.1f} s"
+                )
         finally:
             models.clear()
         done.append(iteration_summary(sessions, row_id))
@@ -95,12 +104,20 @@ def _eval_prompt_ids(sessions: sessionmaker[Session], config: SelfRewardConfig) 
     if config.eval_prompts:
         return prompts_from_file(sessions, config.eval_prompts)[: config.eval_limit]
     with sessions.begin() as session:
-        held_out = list(session.scalars(select(Prompt.id).where(Prompt.split == "test").order_by(Prompt.id)
-                                        .limit(config.eval_limit)))
+        held_out = list(
+            session.scalars(
+                select(Prompt.id).where(Prompt.split == "test").order_by(Prompt.id).limit(config.eval_limit)
+            )
+        )
         if held_out:
             return held_out
-        seeds = dict(session.execute(select(Prompt.id, Prompt.content_hash).where(
-            Prompt.source.is_(None) | ~Prompt.source.startswith("self-reward:"))).all())
+        seeds = dict(
+            session.execute(
+                select(Prompt.id, Prompt.content_hash).where(
+                    Prompt.source.is_(None) | ~Prompt.source.startswith("self-reward:")
+                )
+            ).all()
+        )
     # No held-out split yet: a fifth of the stored prompts (at most eval_limit), the rest stay examples.
     share = min(config.eval_limit, len(seeds) // 5) / len(seeds) if seeds else 0
     if share == 0:
@@ -108,12 +125,23 @@ def _eval_prompt_ids(sessions: sessionmaker[Session], config: SelfRewardConfig) 
     return sorted(pid for pid, split in split_prompts(seeds, share, config.seed).items() if split == "test")
 
 
-def _next_iteration(sessions: sessionmaker[Session], config: SelfRewardConfig, dpo: dict, iterations: int, loop: str,
-                    output_dir: str | None) -> int | None:
+def _next_iteration(
+    sessions: sessionmaker[Session],
+    config: SelfRewardConfig,
+    dpo: dict,
+    iterations: int,
+    loop: str,
+    output_dir: str | None,
+) -> int | None:
     """The id of the iteration to work on: the unfinished one, else a new one; None when done."""
     with sessions.begin() as session:
-        rows = list(session.scalars(select(SelfRewardIteration).where(SelfRewardIteration.loop == loop)
-                                    .order_by(SelfRewardIteration.iteration)))
+        rows = list(
+            session.scalars(
+                select(SelfRewardIteration)
+                .where(SelfRewardIteration.loop == loop)
+                .order_by(SelfRewardIteration.iteration)
+            )
+        )
         if rows and rows[-1].step != "done":
             rows[-1].config = {"loop": config.as_dict(), "dpo": dpo}
             return rows[-1].id
@@ -134,10 +162,19 @@ def _next_iteration(sessions: sessionmaker[Session], config: SelfRewardConfig, d
             previous = rows[-1]
             dataset = session.get(DatasetVersion, previous.dataset_version_id)
             policy_id = previous.model_version_id
-            state = {"dir": previous.state["dir"], "eval_prompt_ids": previous.state["eval_prompt_ids"],
-                     "human_since": as_utc(dataset.created_at).isoformat()}
-        row = SelfRewardIteration(loop=loop, iteration=len(rows) + 1, step="prompts", policy_id=policy_id,
-                                  config={"loop": config.as_dict(), "dpo": dpo}, state=state)
+            state = {
+                "dir": previous.state["dir"],
+                "eval_prompt_ids": previous.state["eval_prompt_ids"],
+                "human_since": as_utc(dataset.created_at).isoformat(),
+            }
+        row = SelfRewardIteration(
+            loop=loop,
+            iteration=len(rows) + 1,
+            step="prompts",
+            policy_id=policy_id,
+            config={"loop": config.as_dict(), "dpo": dpo},
+            state=state,
+        )
         session.add(row)
         session.flush()
         return row.id
@@ -149,10 +186,15 @@ def iteration_summary(sessions: sessionmaker[Session], row_id: int) -> dict[str,
         version = session.get(ModelVersion, row.model_version_id) if row.model_version_id else None
         parent = session.get(ModelVersion, row.policy_id)
         metrics = row.metrics or {}
-        return {"loop": row.loop, "iteration": row.iteration, "step": row.step, "parent": parent.name,
-                "model_version": version.name if version else None,
-                "win_rate": (metrics.get("eval") or {}).get("win_rate"),
-                "judge_agreement": (metrics.get("judge_agreement") or {}).get("pairwise_agreement"),
-                "judge_agreement_ranked": metrics.get("judge_agreement_ranked"),
-                "engine": {"prompts": metrics.get("engine_prompts"), "candidates": metrics.get("engine_candidates")},
-                **{k: metrics.get(k) for k in ("prompts", "candidates", "pairs")}}
+        return {
+            "loop": row.loop,
+            "iteration": row.iteration,
+            "step": row.step,
+            "parent": parent.name,
+            "model_version": version.name if version else None,
+            "win_rate": (metrics.get("eval") or {}).get("win_rate"),
+            "judge_agreement": (metrics.get("judge_agreement") or {}).get("pairwise_agreement"),
+            "judge_agreement_ranked": metrics.get("judge_agreement_ranked"),
+            "engine": {"prompts": metrics.get("engine_prompts"), "candidates": metrics.get("engine_candidates")},
+            **{k: metrics.get(k) for k in ("prompts", "candidates", "pairs")},
+        }

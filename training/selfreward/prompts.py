@@ -47,10 +47,10 @@ MIN_CHARS, MAX_CHARS = 10, 2000
 @dataclass
 class WrittenPrompts:
     texts: list[str] = field(default_factory=list)
-    requests: int = 0          # replies asked for
-    unusable: int = 0          # empty, too short or too long
-    duplicates: int = 0        # already stored, an example, or written twice
-    unanswered: int = 0        # asked of a server that gave no reply (refused, or none after every retry)
+    requests: int = 0  # replies asked for
+    unusable: int = 0  # empty, too short or too long
+    duplicates: int = 0  # already stored, an example, or written twice
+    unanswered: int = 0  # asked of a server that gave no reply (refused, or none after every retry)
 
 
 # How a batch of requests is answered: (the examples each shows, the batch's seed) -> each reply, None for none.
@@ -75,8 +75,15 @@ def draw_in_process(model, tokenizer, *, max_new_tokens: int, temperature: float
     from preflab.lm.sampling import generate_texts
 
     def draw(shown: list[list[str]], seed: int) -> list[str | None]:
-        replies = generate_texts(model, tokenizer, [few_shot_text(tokenizer, s) for s in shown],
-                                 max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, seed=seed)
+        replies = generate_texts(
+            model,
+            tokenizer,
+            [few_shot_text(tokenizer, s) for s in shown],
+            max_new_tokens=max_new_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+        )
         return [r.text for r in replies]
 
     return draw
@@ -117,10 +124,19 @@ def _seed(base: int, iteration: int, round_: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def write_prompts(draw: Draw, examples: list[str], n: int, *, shots: int = 8, seed: int = 0,
-                  iteration: int = 0, batch_size: int = 8, max_rounds: int = 3,
-                  is_new: Callable[[list[str]], list[bool]],
-                  on_batch: Callable[[list[str]], None] | None = None) -> WrittenPrompts:
+def write_prompts(
+    draw: Draw,
+    examples: list[str],
+    n: int,
+    *,
+    shots: int = 8,
+    seed: int = 0,
+    iteration: int = 0,
+    batch_size: int = 8,
+    max_rounds: int = 3,
+    is_new: Callable[[list[str]], list[bool]],
+    on_batch: Callable[[list[str]], None] | None = None,
+) -> WrittenPrompts:
     """Ask the model for `n` new prompts, each request showing `shots` examples drawn at random.
 
     Args:
@@ -143,7 +159,7 @@ def write_prompts(draw: Draw, examples: list[str], n: int, *, shots: int = 8, se
         for start in range(0, len(requests), batch_size):
             if len(out.texts) >= n:
                 break
-            part = requests[start:start + batch_size]
+            part = requests[start : start + batch_size]
             replies = draw(part, _seed(seed, iteration, round_ * 100_000 + start))
             out.requests += len(part)
             fresh: list[str] = []
@@ -184,8 +200,9 @@ def stored_hashes(session: Session, hashes: list[str]) -> set[str]:
     return found
 
 
-def pool_prompts(path: str | Path, n: int,
-                 is_new: Callable[[list], list[bool]]) -> list[tuple[str | Messages, str | None]]:
+def pool_prompts(
+    path: str | Path, n: int, is_new: Callable[[list], list[bool]]
+) -> list[tuple[str | Messages, str | None]]:
     """The next `n` (prompt, reference) of a JSON Lines pool file that are not stored yet, in file order.
 
     A prompt is its text, or its messages when it is a conversation (kept whole: the

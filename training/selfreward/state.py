@@ -36,8 +36,8 @@ class Context:
     dpo: dict[str, Any]
     state: dict[str, Any]
     policy_id: int
-    policy: str             # M_{t-1}'s label: what its candidates are stored under
-    policy_location: str    # where from_pretrained finds it
+    policy: str  # M_{t-1}'s label: what its candidates are stored under
+    policy_location: str  # where from_pretrained finds it
     judge_annotator_id: int | None
     dataset_version_id: int | None
     model_version_id: int | None
@@ -60,13 +60,24 @@ def load_context(sessions: sessionmaker[Session], row_id: int) -> Context:
         row = session.get(SelfRewardIteration, row_id)
         policy = session.get(ModelVersion, row.policy_id)
         label, location, _ = resolve_model(session, policy.name)
-        return Context(row.id, row.loop, row.iteration, row.step, SelfRewardConfig.from_dict(row.config["loop"]),
-                       row.config["dpo"], dict(row.state or {}), row.policy_id, label, location,
-                       row.judge_annotator_id, row.dataset_version_id, row.model_version_id)
+        return Context(
+            row.id,
+            row.loop,
+            row.iteration,
+            row.step,
+            SelfRewardConfig.from_dict(row.config["loop"]),
+            row.config["dpo"],
+            dict(row.state or {}),
+            row.policy_id,
+            label,
+            location,
+            row.judge_annotator_id,
+            row.dataset_version_id,
+            row.model_version_id,
+        )
 
 
-def advance(session: Session, ctx: Context, state: dict | None = None, metrics: dict | None = None,
-            **columns) -> None:
+def advance(session: Session, ctx: Context, state: dict | None = None, metrics: dict | None = None, **columns) -> None:
     """Record the step as done (and what it made), unless PREFLAB_FAIL_AT asks for a crash first."""
     fail_point("self-reward", ctx.step, ctx.iteration)
     row = session.get(SelfRewardIteration, ctx.row_id)
@@ -84,23 +95,33 @@ def advance(session: Session, ctx: Context, state: dict | None = None, metrics: 
 
 
 def iteration_prompt_ids(session: Session, ctx: Context) -> list[int]:
-    return list(session.scalars(select(Prompt.id).where(Prompt.source == ctx.source,
-                                                        Prompt.iteration == ctx.iteration).order_by(Prompt.id)))
+    return list(
+        session.scalars(
+            select(Prompt.id).where(Prompt.source == ctx.source, Prompt.iteration == ctx.iteration).order_by(Prompt.id)
+        )
+    )
 
 
 def tag_iteration(session: Session, ctx: Context, prompt_ids: list[int], annotator_id: int | None = None) -> None:
     """Mark this iteration's candidates (or the judge's rankings) with the iteration number."""
     for part in chunks(prompt_ids):
         if annotator_id is None:
-            session.execute(update(Candidate).where(Candidate.prompt_id.in_(part), Candidate.model == ctx.policy,
-                                                    Candidate.iteration.is_(None)).values(iteration=ctx.iteration))
+            session.execute(
+                update(Candidate)
+                .where(Candidate.prompt_id.in_(part), Candidate.model == ctx.policy, Candidate.iteration.is_(None))
+                .values(iteration=ctx.iteration)
+            )
         else:
-            session.execute(update(Ranking).where(Ranking.prompt_id.in_(part), Ranking.annotator_id == annotator_id,
-                                                  Ranking.iteration.is_(None)).values(iteration=ctx.iteration))
+            session.execute(
+                update(Ranking)
+                .where(Ranking.prompt_id.in_(part), Ranking.annotator_id == annotator_id, Ranking.iteration.is_(None))
+                .values(iteration=ctx.iteration)
+            )
 
 
-def store_prompts(sessions: sessionmaker[Session], ctx: Context, items: list[tuple[str | Messages, str | None]],
-                  written: bool) -> None:
+def store_prompts(
+    sessions: sessionmaker[Session], ctx: Context, items: list[tuple[str | Messages, str | None]], written: bool
+) -> None:
     """Store new prompts of this iteration (M_{t-1} as their author when it wrote them).
 
     Args:
@@ -109,12 +130,22 @@ def store_prompts(sessions: sessionmaker[Session], ctx: Context, items: list[tup
     from preflab.training.selfreward.prompts import prompt_key
 
     with sessions.begin() as session:
-        ensure_prompts(session, {prompt_key(prompt): {
-            **prompt_columns(user_turn(prompt) if isinstance(prompt, str) else prompt), "reference": reference,
-            "source": ctx.source, "iteration": ctx.iteration,
-            "model_version_id": ctx.policy_id if written else None} for prompt, reference in items})
+        ensure_prompts(
+            session,
+            {
+                prompt_key(prompt): {
+                    **prompt_columns(user_turn(prompt) if isinstance(prompt, str) else prompt),
+                    "reference": reference,
+                    "source": ctx.source,
+                    "iteration": ctx.iteration,
+                    "model_version_id": ctx.policy_id if written else None,
+                }
+                for prompt, reference in items
+            },
+        )
 
 
 def count_iteration_prompts(session: Session, ctx: Context) -> int:
-    return session.scalar(select(func.count()).select_from(Prompt).where(
-        Prompt.source == ctx.source, Prompt.iteration == ctx.iteration))
+    return session.scalar(
+        select(func.count()).select_from(Prompt).where(Prompt.source == ctx.source, Prompt.iteration == ctx.iteration)
+    )

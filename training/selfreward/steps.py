@@ -56,9 +56,15 @@ def _examples(session: Session, ctx: Context) -> list[str]:
     of conversations alone shows their last user messages.
     """
     held_out = set(ctx.state.get("eval_prompt_ids") or [])
-    rows = [(pid, messages is None) for pid, messages in session.execute(select(Prompt.id, Prompt.messages).where(
-        Prompt.source.is_(None) | ~Prompt.source.startswith("self-reward:")).order_by(Prompt.id))
-        if pid not in held_out]
+    rows = [
+        (pid, messages is None)
+        for pid, messages in session.execute(
+            select(Prompt.id, Prompt.messages)
+            .where(Prompt.source.is_(None) | ~Prompt.source.startswith("self-reward:"))
+            .order_by(Prompt.id)
+        )
+        if pid not in held_out
+    ]
     ids = [pid for pid, single in rows if single] or [pid for pid, _ in rows]
     rng = random.Random(f"{ctx.config.seed}:{ctx.iteration}")
     chosen = sorted(rng.sample(ids, min(EXAMPLE_POOL, len(ids))))
@@ -74,8 +80,7 @@ def _judge(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) ->
     """This iteration's judge model: the --judge-model, else M_{t-1} itself (self-rewarding)."""
     cfg = ctx.config
     if cfg.judge_model:
-        return load_named_model(sessions, cfg.judge_model, record=False, scorer=JUDGES[cfg.judge].scorer,
-                                cache=models)
+        return load_named_model(sessions, cfg.judge_model, record=False, scorer=JUDGES[cfg.judge].scorer, cache=models)
     return _policy(ctx, models)
 
 
@@ -99,7 +104,7 @@ def _on_server(ctx: Context) -> bool:
 
 
 def _unanswered(summary) -> str:
-    """", 1 prompt quarantined by the server, 2 samples unanswered" (those left for a re-run of the step)."""
+    """ ", 1 prompt quarantined by the server, 2 samples unanswered" (those left for a re-run of the step)."""
     out = f", {summary.quarantined} prompts quarantined by the server" if summary.quarantined else ""
     return out + (f", {summary.failed} samples unanswered" if summary.failed else "")
 
@@ -117,30 +122,48 @@ def prompts_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCac
         store_prompts(sessions, ctx, items, written=False)
         detail = f" from {cfg.prompt_pool}"
     elif missing > 0:
-        sampling = {"max_new_tokens": cfg.prompt_max_new_tokens, "temperature": cfg.prompt_temperature,
-                    "top_p": cfg.top_p}
+        sampling = {
+            "max_new_tokens": cfg.prompt_max_new_tokens,
+            "temperature": cfg.prompt_temperature,
+            "top_p": cfg.top_p,
+        }
         batch_size = cfg.batch_size
-        with _policy_engine(sessions, ctx, models) as engine, \
-                reporter.progress(f"iteration {ctx.iteration}: writing prompts", missing) as step:
+        with (
+            _policy_engine(sessions, ctx, models) as engine,
+            reporter.progress(f"iteration {ctx.iteration}: writing prompts", missing) as step,
+        ):
             if _on_server(ctx):
                 draw = draw_on_server(engine, **sampling)
                 batch_size = max(batch_size, engine.config.concurrency)  # keep the server's slots busy
             else:
                 draw = draw_in_process(engine.model, engine.tokenizer, **sampling)
             written = write_prompts(
-                draw, examples, missing, shots=cfg.shots, seed=cfg.seed, iteration=ctx.iteration,
-                batch_size=batch_size, is_new=_is_new(sessions),
-                on_batch=lambda texts: (store_prompts(sessions, ctx, [(t, None) for t in texts], True),
-                                        step(len(texts))))
+                draw,
+                examples,
+                missing,
+                shots=cfg.shots,
+                seed=cfg.seed,
+                iteration=ctx.iteration,
+                batch_size=batch_size,
+                is_new=_is_new(sessions),
+                on_batch=lambda texts: (
+                    store_prompts(sessions, ctx, [(t, None) for t in texts], True),
+                    step(len(texts)),
+                ),
+            )
             stats = engine.stats.as_dict() if _on_server(ctx) else None
         unanswered = f", {written.unanswered} unanswered" if written.unanswered else ""
-        detail = (f" written by {ctx.policy} ({written.requests} asked, {written.duplicates} duplicates, "
-                  f"{written.unusable} unusable{unanswered})")
+        detail = (
+            f" written by {ctx.policy} ({written.requests} asked, {written.duplicates} duplicates, "
+            f"{written.unusable} unusable{unanswered})"
+        )
     with sessions.begin() as session:
         have = count_iteration_prompts(session, ctx)
         if have == 0:
-            raise InputError(f"iteration {ctx.iteration} got no new prompts{detail or ''}; "
-                             "give a prompt pool with more prompts, or more examples to show")
+            raise InputError(
+                f"iteration {ctx.iteration} got no new prompts{detail or ''}; "
+                "give a prompt pool with more prompts, or more examples to show"
+            )
         reporter.note(f"iteration {ctx.iteration}: {have} new prompts{detail}")
         advance(session, ctx, metrics={"prompts": have, **({"engine_prompts": stats} if stats else {})})
 
@@ -160,11 +183,16 @@ def candidates_step(sessions: sessionmaker[Session], ctx: Context, models: Model
             summary = generate_with(sessions, engine, gen, ids, ctx.policy_id, reporter, label=ctx.policy)
     with sessions.begin() as session:
         tag_iteration(session, ctx, ids)
-        total = session.scalar(select(func.count()).select_from(Candidate).where(
-            Candidate.model == ctx.policy, Candidate.iteration == ctx.iteration))
-        reporter.note(f"iteration {ctx.iteration}: {total} candidates from {ctx.policy} "
-                      f"({summary.stored} new, {summary.duplicates} duplicates, "
-                      f"{summary.short} prompts short of {cfg.n}{_unanswered(summary)})")
+        total = session.scalar(
+            select(func.count())
+            .select_from(Candidate)
+            .where(Candidate.model == ctx.policy, Candidate.iteration == ctx.iteration)
+        )
+        reporter.note(
+            f"iteration {ctx.iteration}: {total} candidates from {ctx.policy} "
+            f"({summary.stored} new, {summary.duplicates} duplicates, "
+            f"{summary.short} prompts short of {cfg.n}{_unanswered(summary)})"
+        )
         engine = {"engine_candidates": summary.engine} if _on_server(ctx) and summary.engine else {}
         advance(session, ctx, metrics={"candidates": total, **engine})
 
@@ -186,17 +214,39 @@ def judge_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
     else:
         judge = _judge(sessions, ctx, models)
         label = judge.label
-        summary = judge_candidates(sessions, cfg.judge, judge.model, judge.tokenizer, judge.label,
-                                   cfg.judge_config(), ids, candidate_model=ctx.policy, reporter=reporter)
+        summary = judge_candidates(
+            sessions,
+            cfg.judge,
+            judge.model,
+            judge.tokenizer,
+            judge.label,
+            cfg.judge_config(),
+            ids,
+            candidate_model=ctx.policy,
+            reporter=reporter,
+        )
     with sessions.begin() as session:
         tag_iteration(session, ctx, ids, summary.annotator_id)
-        reporter.note(f"iteration {ctx.iteration}: {cfg.judge} judge ({label}) ranked "
-                      f"{summary.ranked + summary.kept} prompts ({summary.kept} already ranked), "
-                      f"{summary.unscored} candidates unscored")
-        advance(session, ctx, judge_annotator_id=summary.annotator_id,
-                metrics={"judge": {"kind": cfg.judge, "model": label, "run_id": summary.run_id,
-                                   "ranked": summary.ranked + summary.kept, "unscored": summary.unscored,
-                                   **({"engine": summary.extra["engine"]} if "engine" in summary.extra else {})}})
+        reporter.note(
+            f"iteration {ctx.iteration}: {cfg.judge} judge ({label}) ranked "
+            f"{summary.ranked + summary.kept} prompts ({summary.kept} already ranked), "
+            f"{summary.unscored} candidates unscored"
+        )
+        advance(
+            session,
+            ctx,
+            judge_annotator_id=summary.annotator_id,
+            metrics={
+                "judge": {
+                    "kind": cfg.judge,
+                    "model": label,
+                    "run_id": summary.run_id,
+                    "ranked": summary.ranked + summary.kept,
+                    "unscored": summary.unscored,
+                    **({"engine": summary.extra["engine"]} if "engine" in summary.extra else {}),
+                }
+            },
+        )
 
 
 def pairs_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
@@ -209,20 +259,44 @@ def pairs_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
         from_judge = len(pairs)
         if cfg.with_human:
             since = ctx.state.get("human_since")
-            pairs += human_pairs(session, datetime.fromisoformat(since) if since else None,
-                                 set(ctx.state.get("eval_prompt_ids") or []), cfg.pairs)
+            pairs += human_pairs(
+                session,
+                datetime.fromisoformat(since) if since else None,
+                set(ctx.state.get("eval_prompt_ids") or []),
+                cfg.pairs,
+            )
         if not pairs:
-            raise TrainingError(f"iteration {ctx.iteration} has no preference pairs: the judge tied every prompt's "
-                                "candidates (try --pairs all, more candidates, or another --judge)")
+            raise TrainingError(
+                f"iteration {ctx.iteration} has no preference pairs: the judge tied every prompt's "
+                "candidates (try --pairs all, more candidates, or another --judge)"
+            )
         version = write_iteration_dataset(
-            session, pairs, ctx.folder / "dataset", f"self-reward-{ctx.loop}-{ctx.iteration}", ctx.iteration,
-            {"job": "self-reward", "loop": ctx.loop, "iteration": ctx.iteration, "pairs": cfg.pairs,
-             "with_human": cfg.with_human, "judge_annotator_id": ctx.judge_annotator_id},
-            cfg.test_size, cfg.seed)
-        counts = {"judge": from_judge, "human": len(pairs) - from_judge, "train": version.n_train,
-                  "test": version.n_test}
-        reporter.note(f"iteration {ctx.iteration}: dataset version {version.name}: {from_judge} judge pairs, "
-                      f"{counts['human']} from people ({version.n_train} train, {version.n_test} test)")
+            session,
+            pairs,
+            ctx.folder / "dataset",
+            f"self-reward-{ctx.loop}-{ctx.iteration}",
+            ctx.iteration,
+            {
+                "job": "self-reward",
+                "loop": ctx.loop,
+                "iteration": ctx.iteration,
+                "pairs": cfg.pairs,
+                "with_human": cfg.with_human,
+                "judge_annotator_id": ctx.judge_annotator_id,
+            },
+            cfg.test_size,
+            cfg.seed,
+        )
+        counts = {
+            "judge": from_judge,
+            "human": len(pairs) - from_judge,
+            "train": version.n_train,
+            "test": version.n_test,
+        }
+        reporter.note(
+            f"iteration {ctx.iteration}: dataset version {version.name}: {from_judge} judge pairs, "
+            f"{counts['human']} from people ({version.n_train} train, {version.n_test} test)"
+        )
         advance(session, ctx, dataset_version_id=version.id, metrics={"pairs": counts})
 
 
@@ -230,17 +304,28 @@ def _adopt_or_resume(session: Session, run_dir: Path, kind: str) -> tuple[Traini
     """(a run of this iteration that already succeeded, whether to resume an unfinished one)."""
     from transformers.trainer_utils import get_last_checkpoint
 
-    mine = list(session.scalars(select(TrainingRun).where(TrainingRun.kind == kind,
-                                                         TrainingRun.output_path == str(run_dir))
-                                .order_by(TrainingRun.id)))
+    mine = list(
+        session.scalars(
+            select(TrainingRun)
+            .where(TrainingRun.kind == kind, TrainingRun.output_path == str(run_dir))
+            .order_by(TrainingRun.id)
+        )
+    )
     done = next((r for r in mine if r.status == "succeeded"), None)
     if done is not None:
         return done, False
-    newest = session.scalars(select(TrainingRun).where(TrainingRun.kind == kind, TrainingRun.status.in_(
-        ("running", "failed"))).order_by(TrainingRun.id.desc())).first()
+    newest = session.scalars(
+        select(TrainingRun)
+        .where(TrainingRun.kind == kind, TrainingRun.status.in_(("running", "failed")))
+        .order_by(TrainingRun.id.desc())
+    ).first()
     checkpoints = run_dir / "checkpoints"
-    resumable = (newest is not None and newest.output_path == str(run_dir) and checkpoints.is_dir()
-                 and get_last_checkpoint(str(checkpoints)) is not None)
+    resumable = (
+        newest is not None
+        and newest.output_path == str(run_dir)
+        and checkpoints.is_dir()
+        and get_last_checkpoint(str(checkpoints)) is not None
+    )
     for run in mine:
         if run.status == "running" and not (resumable and run.id == newest.id):
             run.status, run.error = "failed", "interrupted; the self-reward loop started the iteration's training again"
@@ -258,8 +343,16 @@ def train_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
         done, resume = _adopt_or_resume(session, run_dir, METHODS[METHOD].kind(config))
         parent_name = session.get(ModelVersion, ctx.policy_id).name
     if done is None:
-        result = train(METHOD, sessions, config, parent_name, dataset_name, resume=resume, output_dir=str(run_dir),
-                       reporter=reporter)
+        result = train(
+            METHOD,
+            sessions,
+            config,
+            parent_name,
+            dataset_name,
+            resume=resume,
+            output_dir=str(run_dir),
+            reporter=reporter,
+        )
         run_id = result.run_id
     else:
         run_id = done.id
@@ -268,26 +361,38 @@ def train_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
         version = session.get(ModelVersion, run.output_model_version_id)
         run.iteration = version.iteration = ctx.iteration
         version.parent_id = ctx.policy_id
-        metrics = {k: v for k, v in (run.metrics or {}).items() if k.startswith(("heldout_", "train_", "first_",
-                                                                                 "last_", "global_"))}
+        metrics = {
+            k: v
+            for k, v in (run.metrics or {}).items()
+            if k.startswith(("heldout_", "train_", "first_", "last_", "global_"))
+        }
         reporter.note(f"iteration {ctx.iteration}: trained {version.name} from {ctx.policy} (DPO run {run.id})")
         advance(session, ctx, model_version_id=version.id, training_run_id=run.id, metrics={"dpo": metrics})
 
 
 def evaluate_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
     from preflab.labelling.judges.run import make_judge
-    from preflab.training.evaluate import PolicyEval, held_out_prompts, win_rate
     from preflab.lm.loading import resolve_model_path
+    from preflab.training.evaluate import PolicyEval, held_out_prompts, win_rate
     from preflab.training.selfreward.report import judge_agreement
 
     cfg = ctx.config
     with sessions.begin() as session:
         version = session.get(ModelVersion, ctx.model_version_id)
         held_out = ctx.state.get("eval_prompt_ids") or []
-        prompts = held_out_prompts(session, select(Prompt.id, Prompt.text, Prompt.messages, Prompt.reference).where(
-            Prompt.id.in_(held_out)).order_by(Prompt.id)) if held_out else []
-        plan = PolicyEval(version.name, version.path, ctx.policy, str(resolve_model_path(ctx.policy_location)),
-                          True, prompts)
+        prompts = (
+            held_out_prompts(
+                session,
+                select(Prompt.id, Prompt.text, Prompt.messages, Prompt.reference)
+                .where(Prompt.id.in_(held_out))
+                .order_by(Prompt.id),
+            )
+            if held_out
+            else []
+        )
+        plan = PolicyEval(
+            version.name, version.path, ctx.policy, str(resolve_model_path(ctx.policy_location)), True, prompts
+        )
     report: dict[str, Any] = {"win_rate": None, "prompts": 0}
     if prompts:
         judge = _judge(sessions, ctx, models)
@@ -300,14 +405,16 @@ def evaluate_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCa
         version = session.get(ModelVersion, ctx.model_version_id)
         version.metrics = {**(version.metrics or {}), "self_reward_eval": report, "judge_agreement": agreement}
         rate = "n/a (no held-out prompts)" if report["win_rate"] is None else f"{report['win_rate']:.3f}"
-        reporter.note(f"iteration {ctx.iteration}: {version.name} vs {ctx.policy}: win rate {rate} "
-                      f"on {report['prompts']} held-out prompts")
-        advance(session, ctx, metrics={"eval": report, "judge_agreement": agreement,
-                                       "judge_agreement_ranked": people})
+        reporter.note(
+            f"iteration {ctx.iteration}: {version.name} vs {ctx.policy}: win rate {rate} "
+            f"on {report['prompts']} held-out prompts"
+        )
+        advance(session, ctx, metrics={"eval": report, "judge_agreement": agreement, "judge_agreement_ranked": people})
 
 
-def check_with_people(sessions: sessionmaker[Session], ctx: Context, models: ModelCache,
-                      reporter: Reporter) -> dict[str, Any]:
+def check_with_people(
+    sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter
+) -> dict[str, Any]:
     """The iteration's judge ranks prompts people ranked (`agreement_prompts` of them); its agreement with them.
 
     The loop's own prompts are new, so nobody has ranked them when the iteration
@@ -320,24 +427,39 @@ def check_with_people(sessions: sessionmaker[Session], ctx: Context, models: Mod
 
     cfg = ctx.config
     with sessions.begin() as session:
-        ranked = list(session.scalars(
-            select(Ranking.prompt_id).join(Annotator, Annotator.id == Ranking.annotator_id)
-            .where(Annotator.kind == "human", Ranking.status == RankingStatus.valid.value)
-            .group_by(Ranking.prompt_id).order_by(Ranking.prompt_id).limit(cfg.agreement_prompts)))
+        ranked = list(
+            session.scalars(
+                select(Ranking.prompt_id)
+                .join(Annotator, Annotator.id == Ranking.annotator_id)
+                .where(Annotator.kind == "human", Ranking.status == RankingStatus.valid.value)
+                .group_by(Ranking.prompt_id)
+                .order_by(Ranking.prompt_id)
+                .limit(cfg.agreement_prompts)
+            )
+        )
     if not ranked:
         with sessions.begin() as session:
             return judge_agreement(session, None, [])
     judge = _judge(sessions, ctx, models)
-    summary = judge_candidates(sessions, cfg.judge, judge.model, judge.tokenizer, judge.label, cfg.judge_config(),
-                               ranked, reporter=reporter)
+    summary = judge_candidates(
+        sessions, cfg.judge, judge.model, judge.tokenizer, judge.label, cfg.judge_config(), ranked, reporter=reporter
+    )
     with sessions.begin() as session:
         agreement = judge_agreement(session, summary.annotator_id, ranked)
     share = agreement["pairwise_agreement"]
-    reporter.note(f"iteration {ctx.iteration}: the judge agrees with people on "
-                  f"{'n/a' if share is None else format(share, '.2f')} of {agreement['shared_pairs']} pairs "
-                  f"of {agreement['prompts']} prompts they ranked")
+    reporter.note(
+        f"iteration {ctx.iteration}: the judge agrees with people on "
+        f"{'n/a' if share is None else format(share, '.2f')} of {agreement['shared_pairs']} pairs "
+        f"of {agreement['prompts']} prompts they ranked"
+    )
     return agreement
 
 
-STEP_FUNCTIONS = {"prompts": prompts_step, "candidates": candidates_step, "judge": judge_step,
-                  "pairs": pairs_step, "train": train_step, "evaluate": evaluate_step}
+STEP_FUNCTIONS = {
+    "prompts": prompts_step,
+    "candidates": candidates_step,
+    "judge": judge_step,
+    "pairs": pairs_step,
+    "train": train_step,
+    "evaluate": evaluate_step,
+}

@@ -38,13 +38,19 @@ from preflab.db.ingest.records import RankingRecord, shown
 
 # winner -> (tiers of [a, b], whether it says both were bad: None where it does not tell)
 VERDICTS: dict[str, tuple[list[list[int]], bool | None]] = {
-    "model_a": ([[0], [1]], None), "model_b": ([[1], [0]], None),
-    "tie": ([[0, 1]], False), "tie (bothbad)": ([[0, 1]], True), "both_bad": ([[0, 1]], True),
+    "model_a": ([[0], [1]], None),
+    "model_b": ([[1], [0]], None),
+    "tie": ([[0, 1]], False),
+    "tie (bothbad)": ([[0, 1]], True),
+    "both_bad": ([[0, 1]], True),
 }
 SIDES = ("a", "b")
 # The annotator of a shape without a judge: the dataset its votes were published in.
-DATASETS = {"conversations": "lmsys/chatbot_arena_conversations", "55k": "lmarena-ai/arena-human-preference-55k",
-            "140k": "lmarena-ai/arena-human-preference-140k"}
+DATASETS = {
+    "conversations": "lmsys/chatbot_arena_conversations",
+    "55k": "lmarena-ai/arena-human-preference-55k",
+    "140k": "lmarena-ai/arena-human-preference-140k",
+}
 
 
 def _text_parts(message: Any, where: str) -> Any:
@@ -56,8 +62,10 @@ def _text_parts(message: Any, where: str) -> Any:
         if not isinstance(part, dict):
             raise Invalid(f"{where} 'content'[{j}] is {type(part).__name__}, not a {{type, text}} part")
         if part.get("type") != "text":
-            raise Invalid(f"{where} 'content'[{j}] is of type {shown(part.get('type'))}, not text "
-                          "(only text battles can be imported)")
+            raise Invalid(
+                f"{where} 'content'[{j}] is of type {shown(part.get('type'))}, not text "
+                "(only text battles can be imported)"
+            )
         if not isinstance(part.get("text"), str):
             raise Invalid(f"{where} 'content'[{j}] 'text' is {shown(part.get('text'))}, not a string")
         texts.append(part["text"])
@@ -107,8 +115,10 @@ def _winner_55k(row: dict[str, Any]) -> str:
     flags = {name: integer(row, f"winner_{name}", (0, 1)) for name in ("model_a", "model_b", "tie")}
     won = [name for name, flag in flags.items() if flag == 1]
     if len(won) != 1:
-        raise Invalid(f"unknown winner: winner_model_a, winner_model_b and winner_tie are "
-                      f"{', '.join(map(str, flags.values()))} (exactly one must be 1)")
+        raise Invalid(
+            f"unknown winner: winner_model_a, winner_model_b and winner_tie are "
+            f"{', '.join(map(str, flags.values()))} (exactly one must be 1)"
+        )
     return won[0]
 
 
@@ -117,8 +127,9 @@ def _shape(row: dict[str, Any]) -> str:
     if all(row.get(key) is None for key in ("winner", "conversation_a", "conversation_b")):
         return "55k"
     first = row.get("conversation_a")
-    if "evaluation_session_id" in row or (isinstance(first, list) and any(
-            isinstance(m, dict) and isinstance(m.get("content"), list) for m in first)):
+    if "evaluation_session_id" in row or (
+        isinstance(first, list) and any(isinstance(m, dict) and isinstance(m.get("content"), list) for m in first)
+    ):
         return "140k"
     return "conversations"
 
@@ -142,16 +153,33 @@ def parse(row: dict[str, Any]) -> list[RankingRecord]:
     judge = row.get("judge")
     external_id = identifier(row.get("question_id", row.get("id")))
     models = [row.get(f"model_{side}") if isinstance(row.get(f"model_{side}"), str) else None for side in SIDES]
-    return [ranking(prompt, replies, tiers, judge if isinstance(judge, str) and judge.strip() else DATASETS[shape],
-                    models=models, details=details, external_id=external_id,
-                    names=("model_a's reply", "model_b's reply"))]
+    return [
+        ranking(
+            prompt,
+            replies,
+            tiers,
+            judge if isinstance(judge, str) and judge.strip() else DATASETS[shape],
+            models=models,
+            details=details,
+            external_id=external_id,
+            names=("model_a's reply", "model_b's reply"),
+        )
+    ]
 
 
-EXAMPLE = ('{"question_id": "q1", "model_a": "vicuna-13b", "model_b": "alpaca-13b", "winner": "model_a", '
-           '"judge": "arena_user_1", "turn": 1, "conversation_a": [{"role": "user", "content": "Hi!"}, '
-           '{"role": "assistant", "content": "Hello! How can I help?"}], "conversation_b": [{"role": "user", '
-           '"content": "Hi!"}, {"role": "assistant", "content": "hi"}]}')
+EXAMPLE = (
+    '{"question_id": "q1", "model_a": "vicuna-13b", "model_b": "alpaca-13b", "winner": "model_a", '
+    '"judge": "arena_user_1", "turn": 1, "conversation_a": [{"role": "user", "content": "Hi!"}, '
+    '{"role": "assistant", "content": "Hello! How can I help?"}], "conversation_b": [{"role": "user", '
+    '"content": "Hi!"}, {"role": "assistant", "content": "hi"}]}'
+)
 
-FORMAT = Format(name="arena", columns=frozenset({"model_a", "model_b"}), parse=parse, example=EXAMPLE,
-                annotator="the row's judge, else the dataset's name", kind="human",
-                judged_by="Chatbot Arena users")
+FORMAT = Format(
+    name="arena",
+    columns=frozenset({"model_a", "model_b"}),
+    parse=parse,
+    example=EXAMPLE,
+    annotator="the row's judge, else the dataset's name",
+    kind="human",
+    judged_by="Chatbot Arena users",
+)

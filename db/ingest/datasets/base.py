@@ -27,20 +27,47 @@ from typing import Any
 
 import orjson
 
-from preflab.db.conversation import (Messages, messages, prompt_hash, prompt_messages, reply_hash, reply_messages,
-                                     shared_prefix)
+from preflab.db.conversation import (
+    Messages,
+    messages,
+    prompt_hash,
+    prompt_messages,
+    reply_hash,
+    reply_messages,
+    shared_prefix,
+)
 from preflab.db.ingest.lines import Invalid
 from preflab.db.ingest.records import KINDS, LIMITS, RankingRecord, first_repeat, shown, unstorable, unstorable_text
 
-__all__ = ["Format", "Invalid", "choice", "identifier", "integer", "messages_or_text", "number", "ranking",
-           "split_shared", "text", "without_empty"]
+__all__ = [
+    "Format",
+    "Invalid",
+    "choice",
+    "identifier",
+    "integer",
+    "messages_or_text",
+    "number",
+    "ranking",
+    "split_shared",
+    "text",
+    "without_empty",
+]
 
 
-def ranking(prompt: Any, replies: Sequence[Any], tiers: Sequence[Sequence[int]], annotator: str, *,
-            kind: str = "human", models: Sequence[str | None] | None = None,
-            scores: Sequence[float | None] | None = None, details: dict[str, Any] | None = None,
-            external_id: str | None = None, source: str | None = None,
-            names: Sequence[str] | None = None) -> RankingRecord:
+def ranking(
+    prompt: Any,
+    replies: Sequence[Any],
+    tiers: Sequence[Sequence[int]],
+    annotator: str,
+    *,
+    kind: str = "human",
+    models: Sequence[str | None] | None = None,
+    scores: Sequence[float | None] | None = None,
+    details: dict[str, Any] | None = None,
+    external_id: str | None = None,
+    source: str | None = None,
+    names: Sequence[str] | None = None,
+) -> RankingRecord:
     """A checked ranking of `replies` (strings or message lists) for `prompt` (a string or messages).
 
     `tiers`: indices into `replies`, best first; a tie is one tier holding both.
@@ -64,12 +91,24 @@ def ranking(prompt: Any, replies: Sequence[Any], tiers: Sequence[Sequence[int]],
     # more than the rest of a ranking together, bench/README.md).
     texts = "".join([annotator, *(t["content"] for t in turns), *(t["content"] for a in answers for t in a)])
     if unstorable_text(texts) or (details is not None and not _storable(details)):
-        raise Invalid(unstorable({"prompt": turns, "replies": answers, "annotator": annotator, "details": details})
-                      or "holds text the database cannot store")
-    return RankingRecord(prompt=turns, responses=answers, tiers=[list(t) for t in tiers], annotator=annotator,
-                         kind=kind, external_id=external_id, models=models,
-                         scores=None if scores is None else list(scores), source=source, details=details,
-                         prompt_hash=prompt_hash(turns), response_hashes=hashes)
+        raise Invalid(
+            unstorable({"prompt": turns, "replies": answers, "annotator": annotator, "details": details})
+            or "holds text the database cannot store"
+        )
+    return RankingRecord(
+        prompt=turns,
+        responses=answers,
+        tiers=[list(t) for t in tiers],
+        annotator=annotator,
+        kind=kind,
+        external_id=external_id,
+        models=models,
+        scores=None if scores is None else list(scores),
+        source=source,
+        details=details,
+        prompt_hash=prompt_hash(turns),
+        response_hashes=hashes,
+    )
 
 
 @dataclass(frozen=True)
@@ -123,7 +162,9 @@ def text(row: dict[str, Any], key: str) -> str:
     """A non-empty string field; raises Invalid naming it."""
     value = row.get(key)
     if not isinstance(value, str) or not value.strip():
-        raise Invalid(f"missing '{key}'" if value is None else f"'{key}' must be a non-empty string, not {shown(value)}")
+        raise Invalid(
+            f"missing '{key}'" if value is None else f"'{key}' must be a non-empty string, not {shown(value)}"
+        )
     return value
 
 
@@ -165,8 +206,9 @@ def identifier(value: Any) -> str | None:
     return str(value)
 
 
-def without_empty(replies: Sequence[Any], names: Sequence[str], parts: Sequence[Any] | None = None
-                  ) -> tuple[list[int], list[tuple[str, Any, str]]]:
+def without_empty(
+    replies: Sequence[Any], names: Sequence[str], parts: Sequence[Any] | None = None
+) -> tuple[list[int], list[tuple[str, Any, str]]]:
     """The indices of the replies to rank, and (name, part, reason) for each empty one set aside.
 
     One empty reply does not lose its row: with two or more others left, the empty ones are set aside
@@ -179,8 +221,10 @@ def without_empty(replies: Sequence[Any], names: Sequence[str], parts: Sequence[
         return list(range(len(replies))), []
     kept = [i for i in range(len(replies)) if i not in empty]
     parts = replies if parts is None else parts
-    return kept, [(names[i], parts[i], f"{names[i]} is empty, so the row's other {len(kept)} replies were ranked "
-                                       "without it") for i in sorted(empty)]
+    return kept, [
+        (names[i], parts[i], f"{names[i]} is empty, so the row's other {len(kept)} replies were ranked without it")
+        for i in sorted(empty)
+    ]
 
 
 def choice(row: dict[str, Any], key: str, allowed: Sequence[Any]) -> Any:
@@ -202,8 +246,9 @@ def messages_or_text(row: dict[str, Any], key: str) -> str | Messages:
     return messages(value, f"'{key}'")
 
 
-def split_shared(a: Messages, b: Messages, names: Sequence[str] = ("'chosen'", "'rejected'")
-                 ) -> tuple[Messages, Messages, Messages]:
+def split_shared(
+    a: Messages, b: Messages, names: Sequence[str] = ("'chosen'", "'rejected'")
+) -> tuple[Messages, Messages, Messages]:
     """Two whole conversations as (the prompt they share, what `a` goes on with, what `b` goes on with).
 
     The prompt is their longest shared prefix that ends with a user turn; each reply is the rest.

@@ -20,10 +20,20 @@ from preflab.db.ingest.datasets.base import Format, Invalid
 from preflab.db.ingest.datasets.sources import Row
 from preflab.db.ingest.records import RankingRecord
 
-FORMATS: dict[str, Format] = {f.name: f for f in (
-    trl.FORMAT, hh.FORMAT, ultrafeedback.FORMAT, arena.FORMAT, oasst.FORMAT, helpsteer.FORMAT, shp.FORMAT,
-    nectar.FORMAT, pku.FORMAT,
-)}
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in (
+        trl.FORMAT,
+        hh.FORMAT,
+        ultrafeedback.FORMAT,
+        arena.FORMAT,
+        oasst.FORMAT,
+        helpsteer.FORMAT,
+        shp.FORMAT,
+        nectar.FORMAT,
+        pku.FORMAT,
+    )
+}
 
 PEEK_ROWS = 100  # the rows `--format auto` reads, and that all failing stops an import
 

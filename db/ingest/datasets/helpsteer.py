@@ -31,15 +31,33 @@ def parse(row: dict[str, Any]) -> list[RankingRecord]:
     context = messages_or_text(row, "context")
     tiers = [[0], [1]] if value < 0 else [[1], [0]] if value > 0 else [[0, 1]]
     details = {"overall_preference": value, **{key: row[key] for key in KEPT if row.get(key) is not None}}
-    return [ranking(context, [row.get("response1"), row.get("response2")], tiers, ANNOTATOR,
-                    scores=[0.0, float(value)], details=details, names=("'response1'", "'response2'"))]
+    return [
+        ranking(
+            context,
+            [row.get("response1"), row.get("response2")],
+            tiers,
+            ANNOTATOR,
+            scores=[0.0, float(value)],
+            details=details,
+            names=("'response1'", "'response2'"),
+        )
+    ]
 
 
-EXAMPLE = ('{"domain": "general", "language": "english", "context": [{"role": "user", "content": "Say hi."}, '
-           '{"role": "assistant", "content": "Hi!"}, {"role": "user", "content": "In French?"}], '
-           '"response1": "Bonjour !", "response2": "Hola!", "overall_preference": -3, "individual_preference": '
-           '[{"score": -3, "reasoning": "@Response 2 is Spanish."}, {"score": -2, "reasoning": "@Response 1 is '
-           'correct."}]}')
+EXAMPLE = (
+    '{"domain": "general", "language": "english", "context": [{"role": "user", "content": "Say hi."}, '
+    '{"role": "assistant", "content": "Hi!"}, {"role": "user", "content": "In French?"}], '
+    '"response1": "Bonjour !", "response2": "Hola!", "overall_preference": -3, "individual_preference": '
+    '[{"score": -3, "reasoning": "@Response 2 is Spanish."}, {"score": -2, "reasoning": "@Response 1 is '
+    'correct."}]}'
+)
 
-FORMAT = Format(name="helpsteer3", columns=frozenset({"context", "response1", "response2", "overall_preference"}),
-                parse=parse, example=EXAMPLE, annotator=ANNOTATOR, kind="human", judged_by="human annotators")
+FORMAT = Format(
+    name="helpsteer3",
+    columns=frozenset({"context", "response1", "response2", "overall_preference"}),
+    parse=parse,
+    example=EXAMPLE,
+    annotator=ANNOTATOR,
+    kind="human",
+    judged_by="human annotators",
+)

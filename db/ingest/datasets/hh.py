@@ -31,11 +31,11 @@ def transcript_messages(value: str, where: str, keep_empty_last: bool = False) -
     marks = list(_TURN.finditer(value))
     if not marks:
         raise Invalid(f"{where} holds no turns (no '\\n\\nHuman:' or '\\n\\nAssistant:')")
-    if value[:marks[0].start()].strip():
+    if value[: marks[0].start()].strip():
         raise Invalid(f"{where} has text before its first turn")
     turns = []
     for mark, following in zip(marks, [*marks[1:], None]):
-        content = value[mark.end():following.start() if following else len(value)].strip()
+        content = value[mark.end() : following.start() if following else len(value)].strip()
         turns.append({"role": _ROLES[mark.group(1)], "content": content})
     if not keep_empty_last and turns[-1]["role"] == "assistant" and not turns[-1]["content"]:
         turns.pop()
@@ -49,10 +49,19 @@ def parse(row: dict[str, Any]) -> list[RankingRecord]:
     return [ranking(prompt, [better, worse], [[0], [1]], ANNOTATOR, names=("'chosen'", "'rejected'"))]
 
 
-EXAMPLE = ('{"chosen": "\\n\\nHuman: What is a good name for a goldfish?\\n\\nAssistant: How about Goldie?'
-           '\\n\\nHuman: Something less common?\\n\\nAssistant: Maybe Sunny, for its colour.", '
-           '"rejected": "\\n\\nHuman: What is a good name for a goldfish?\\n\\nAssistant: How about Goldie?'
-           '\\n\\nHuman: Something less common?\\n\\nAssistant: Fish."}')
+EXAMPLE = (
+    '{"chosen": "\\n\\nHuman: What is a good name for a goldfish?\\n\\nAssistant: How about Goldie?'
+    '\\n\\nHuman: Something less common?\\n\\nAssistant: Maybe Sunny, for its colour.", '
+    '"rejected": "\\n\\nHuman: What is a good name for a goldfish?\\n\\nAssistant: How about Goldie?'
+    '\\n\\nHuman: Something less common?\\n\\nAssistant: Fish."}'
+)
 
-FORMAT = Format(name="hh-rlhf", columns=frozenset({"chosen", "rejected"}), parse=parse, example=EXAMPLE,
-                annotator=ANNOTATOR, kind="human", judged_by="crowdworkers")
+FORMAT = Format(
+    name="hh-rlhf",
+    columns=frozenset({"chosen", "rejected"}),
+    parse=parse,
+    example=EXAMPLE,
+    annotator=ANNOTATOR,
+    kind="human",
+    judged_by="crowdworkers",
+)

@@ -18,8 +18,9 @@ _ARROW_BATCH = 1024
 HUB_PROBE_SECONDS = 5.0  # how long the one request that tells whether the Hub can be reached may take
 
 
-def hub_source(name: str, split: str | None, origin: str | None = None,
-               options: dict[str, Any] | None = None) -> Source:
+def hub_source(
+    name: str, split: str | None, origin: str | None = None, options: dict[str, Any] | None = None
+) -> Source:
     """Rows through `datasets.load_dataset(name, **options)`: streamed; offline (`HF_HUB_OFFLINE=1`) from the cache.
 
     A folder of data files goes this way too, so `datasets` names its splits (from file names, or the
@@ -30,8 +31,10 @@ def hub_source(name: str, split: str | None, origin: str | None = None,
 
     streaming = origin is not None or not constants.HF_HUB_OFFLINE
     if origin is None and not constants.HF_HUB_OFFLINE and (reason := _hub_unreachable(name)):
-        raise InputError(f"{name} cannot be loaded: the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached "
-                         f"({reason}); set HF_HUB_OFFLINE=1 to read it from the local cache, or give a local path")
+        raise InputError(
+            f"{name} cannot be loaded: the Hugging Face Hub ({constants.ENDPOINT}) cannot be reached "
+            f"({reason}); set HF_HUB_OFFLINE=1 to read it from the local cache, or give a local path"
+        )
     try:
         loaded = datasets.load_dataset(name, split=split, streaming=streaming, **(options or {}))
     except ValueError as exc:
@@ -40,8 +43,11 @@ def hub_source(name: str, split: str | None, origin: str | None = None,
         raise InputError(f"{name} cannot be loaded by datasets: {str(exc).splitlines()[0]}") from None
     except Exception as exc:  # datasets raises many kinds (DatasetNotFoundError, ConnectionError, FileNotFoundError…)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        offline = " (HF_HUB_OFFLINE is set: only a dataset in the local cache can be loaded)" \
-            if constants.HF_HUB_OFFLINE and origin is None else ""
+        offline = (
+            " (HF_HUB_OFFLINE is set: only a dataset in the local cache can be loaded)"
+            if constants.HF_HUB_OFFLINE and origin is None
+            else ""
+        )
         raise InputError(f"{name} cannot be loaded by datasets{offline}: {first}") from None
     parts = [(split, loaded)] if split is not None else list(loaded.items())
     total = None

@@ -33,11 +33,21 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
 from preflab.db.ingest.datasets.base import Format, Invalid
-from preflab.db.ingest.datasets.formats import (FORMATS, PEEK_ROWS, Refusals, Refused, columns, detect,
-                                                format_options, parse_unit, readable, split_groups, units)
+from preflab.db.ingest.datasets.formats import (
+    FORMATS,
+    PEEK_ROWS,
+    Refusals,
+    Refused,
+    columns,
+    detect,
+    format_options,
+    parse_unit,
+    readable,
+    split_groups,
+    units,
+)
 from preflab.db.ingest.datasets.sources import Row, column_values, open_source
-from preflab.db.ingest.datasets.summary import (DatasetSummary, Repeated, assumed_notes, once, part_digest,
-                                                part_payload)
+from preflab.db.ingest.datasets.summary import DatasetSummary, Repeated, assumed_notes, once, part_digest, part_payload
 from preflab.db.ingest.jsonl import ImportSummary, cycles_unchecked, sample_grown_tables, write_rankings
 from preflab.db.ingest.records import LIMITS, unstorable_text
 from preflab.db.models import RawStatus
@@ -65,23 +75,42 @@ class DatasetImportSettings:
     (`parse(row, score_field="overall_score")`); giving one to a format that does not take it stops.
     """
 
-    format: str = field(default="auto", metadata={
-        "help": "The dataset's format; auto picks it from the first rows' columns.",
-        "choices": ("auto", *FORMATS)})
+    format: str = field(
+        default="auto",
+        metadata={
+            "help": "The dataset's format; auto picks it from the first rows' columns.",
+            "choices": ("auto", *FORMATS),
+        },
+    )
     split: str | None = field(default=None, metadata={"help": "Only this split (default: every split)."})
     limit: int | None = field(default=None, metadata={"help": "Read at most this many rows."})
-    score_field: str | None = field(default=None, metadata={
-        "help": "ultrafeedback: the numeric field of a completion to rank by (default overall_score)."})
-    dimension: str | None = field(default=None, metadata={
-        "help": "pku-saferlhf: rank by the better (default) or the safer response.",
-        "choices": ("better", "safer")})
-    annotator: str | None = field(default=None, metadata={
-        "help": "Store every ranking under this annotator name instead of the format's."})
-    annotator_kind: str | None = field(default=None, metadata={
-        "help": "Who ranked: people (human) or a model (ai), instead of what the format says.",
-        "choices": ("human", "ai")})
-    batch_rows: int = field(default=BATCH_ROWS, metadata={
-        "help": "Rows per transaction: a crash loses, and a conflict with another writer redoes, at most this many."})
+    score_field: str | None = field(
+        default=None,
+        metadata={"help": "ultrafeedback: the numeric field of a completion to rank by (default overall_score)."},
+    )
+    dimension: str | None = field(
+        default=None,
+        metadata={
+            "help": "pku-saferlhf: rank by the better (default) or the safer response.",
+            "choices": ("better", "safer"),
+        },
+    )
+    annotator: str | None = field(
+        default=None, metadata={"help": "Store every ranking under this annotator name instead of the format's."}
+    )
+    annotator_kind: str | None = field(
+        default=None,
+        metadata={
+            "help": "Who ranked: people (human) or a model (ai), instead of what the format says.",
+            "choices": ("human", "ai"),
+        },
+    )
+    batch_rows: int = field(
+        default=BATCH_ROWS,
+        metadata={
+            "help": "Rows per transaction: a crash loses, and a conflict with another writer redoes, at most this many."
+        },
+    )
 
     def __post_init__(self):
         if self.format != "auto" and self.format not in FORMATS:
@@ -90,18 +119,21 @@ class DatasetImportSettings:
             raise InputError("--limit must be at least 1")
         if self.batch_rows < 1:
             raise InputError("--batch-rows must be at least 1")
-        if self.annotator is not None and (not self.annotator.strip() or len(self.annotator) > LIMITS["annotator"]
-                                           or unstorable_text(self.annotator)):
-            raise InputError(f"--annotator must be a name of 1 to {LIMITS['annotator']} characters the database "
-                             "can store")
+        if self.annotator is not None and (
+            not self.annotator.strip() or len(self.annotator) > LIMITS["annotator"] or unstorable_text(self.annotator)
+        ):
+            raise InputError(
+                f"--annotator must be a name of 1 to {LIMITS['annotator']} characters the database can store"
+            )
 
     def options(self) -> dict[str, Any]:
         """The format options given (None where not given)."""
         return {"score_field": self.score_field, "dimension": self.dimension}
 
 
-def import_dataset(sessions: sessionmaker[Session], source: str, settings: DatasetImportSettings,
-                   reporter: Reporter = SILENT) -> DatasetSummary:
+def import_dataset(
+    sessions: sessionmaker[Session], source: str, settings: DatasetImportSettings, reporter: Reporter = SILENT
+) -> DatasetSummary:
     """Import a dataset's rows as rankings, a batch of rows per transaction.
 
     Args:
@@ -119,10 +151,15 @@ def import_dataset(sessions: sessionmaker[Session], source: str, settings: Datas
     options = _options(fmt, settings)
     total = min(opened.total, settings.limit or opened.total) if opened.total else settings.limit
     summary = DatasetSummary(fmt.name)
-    with (reporter.progress(f"importing {fmt.name}", total) as advance, cycles_unchecked(),
-          aside(_split_groups, fmt, source, settings, fork=_read_aside(fmt, source)) as first_read):
-        parsed = (parse_batch(batch, fmt, options, settings.annotator, settings.annotator_kind)
-                  for batch in _batches(units(fmt, chain(head, rows)), settings.batch_rows))
+    with (
+        reporter.progress(f"importing {fmt.name}", total) as advance,
+        cycles_unchecked(),
+        aside(_split_groups, fmt, source, settings, fork=_read_aside(fmt, source)) as first_read,
+    ):
+        parsed = (
+            parse_batch(batch, fmt, options, settings.annotator, settings.annotator_kind)
+            for batch in _batches(units(fmt, chain(head, rows)), settings.batch_rows)
+        )
         batches = once(_refused(_ahead(parsed, first_read.done), fmt, first_read))
         written = 0
 
@@ -135,15 +172,18 @@ def import_dataset(sessions: sessionmaker[Session], source: str, settings: Datas
             advance(result.rows)
 
         try:
-            commit_behind(sessions, batches, lambda session, batch: import_rows(session, batch, fmt, opened.origin),
-                          done)
+            commit_behind(
+                sessions, batches, lambda session, batch: import_rows(session, batch, fmt, opened.origin), done
+            )
         except InputError as exc:
             raise InputError(f"{exc}; the {plural(summary.rows, 'row')} before it are stored") from None
         if apart := first_read.result().apart:
             are = "is" if apart == 1 else "are"
-            summary.notes.append(f"{plural(apart, fmt.group_name)} of {source} {are} not together, so their rows "
-                                 f"are quarantined and none of their rankings stored: sort the file by "
-                                 f"{fmt.group_by} and import it again")
+            summary.notes.append(
+                f"{plural(apart, fmt.group_name)} of {source} {are} not together, so their rows "
+                f"are quarantined and none of their rankings stored: sort the file by "
+                f"{fmt.group_by} and import it again"
+            )
     summary.notes += assumed_notes(summary.assumed, summary.quarantined_replies)
     for line in summary.notes:
         reporter.note(line)
@@ -172,8 +212,12 @@ def _read_aside(fmt: Format, source: str) -> bool:
     0.45 s, which the first batches' reading and parsing now overlap (bench/README.md, issue 30).
     """
     path = Path(source)
-    return (fmt.group_by is not None and path.is_file() and not path.name.lower().endswith(".parquet")
-            and path.stat().st_size >= ASIDE_BYTES)
+    return (
+        fmt.group_by is not None
+        and path.is_file()
+        and not path.name.lower().endswith(".parquet")
+        and path.stat().st_size >= ASIDE_BYTES
+    )
 
 
 def _ahead(parsed: Iterator[list[Parsed]], ready: Callable[[], bool]) -> Iterator[list[Parsed]]:
@@ -189,7 +233,7 @@ def _ahead(parsed: Iterator[list[Parsed]], ready: Callable[[], bool]) -> Iterato
         weight += sum(len(row.payload) for unit, _ in batch for row in unit)
         if len(held) >= AHEAD_BATCHES or weight >= AHEAD_BYTES or ready():
             break
-    batch = None  # noqa: F841 - hold no batch longer than it is needed (84 MB for one of UltraFeedback's)
+    batch = None
     while held:
         yield held.popleft()
     yield from parsed
@@ -201,8 +245,9 @@ def _refused(parsed: Iterator[list[Parsed]], fmt: Format, first_read) -> Iterato
     for batch in parsed:
         if refusals is None:  # the first read's result, waited for once the first batch is there
             refusals = Refusals(fmt, first_read.result())
-        yield [(unit, Invalid(reason)) if (reason := refusals.reason(unit)) else (unit, records)
-               for unit, records in batch]
+        yield [
+            (unit, Invalid(reason)) if (reason := refusals.reason(unit)) else (unit, records) for unit, records in batch
+        ]
 
 
 def _until_damaged(values: Iterator[Any]) -> Iterator[Any]:
@@ -220,8 +265,9 @@ def _chosen_format(name: str, head: list[Row], source: str) -> Format:
         found = detect(head)
         if found is None:
             have = ", ".join(sorted(columns(head))[:12]) or "none: no row is a JSON object"
-            raise InputError(f"no format fits the columns of {source} ({have}): name one with --format "
-                             f"({', '.join(FORMATS)})")
+            raise InputError(
+                f"no format fits the columns of {source} ({have}): name one with --format ({', '.join(FORMATS)})"
+            )
         return found
     fmt = FORMATS[name]
     read, reason = readable(fmt, head)
@@ -231,8 +277,10 @@ def _chosen_format(name: str, head: list[Row], source: str) -> Format:
     if head and not read:
         other = detect(head, exclude=fmt, readable_only=True)
         if other is not None:
-            raise InputError(f"none of the first {plural(len(head), 'row')} of {source} can be read as {fmt.name} "
-                             f"({reason}); they are {other.name} rows: use --format {other.name}")
+            raise InputError(
+                f"none of the first {plural(len(head), 'row')} of {source} can be read as {fmt.name} "
+                f"({reason}); they are {other.name} rows: use --format {other.name}"
+            )
     return fmt
 
 
@@ -241,8 +289,9 @@ def _options(fmt: Format, settings: DatasetImportSettings) -> dict[str, Any]:
     for name, value in given.items():
         if value is not None and name not in fmt.options:
             takers = [f.name for f in FORMATS.values() if name in f.options]
-            raise InputError(f"--{name.replace('_', '-')} applies to {' and '.join(takers) or 'no format'}, "
-                             f"not {fmt.name}")
+            raise InputError(
+                f"--{name.replace('_', '-')} applies to {' and '.join(takers) or 'no format'}, not {fmt.name}"
+            )
     return format_options(fmt, given)
 
 
@@ -270,8 +319,9 @@ def _batches(groups: Iterable[list[Row]], size: int) -> Iterator[list[list[Row]]
 Parsed = tuple[list[Row], list[Any] | Invalid]
 
 
-def parse_batch(batch: list[list[Row]], fmt: Format, options: dict[str, Any], annotator: str | None = None,
-                kind: str | None = None) -> list[Parsed]:
+def parse_batch(
+    batch: list[list[Row]], fmt: Format, options: dict[str, Any], annotator: str | None = None, kind: str | None = None
+) -> list[Parsed]:
     """Parse a batch's units (no database: this runs while the batch before it commits).
 
     `annotator`, `kind`: who ranked, where the import says (`--annotator`, `--annotator-kind`); what the
@@ -300,11 +350,20 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
     for row in rows:
         summary.splits[row.split] = summary.splits.get(row.split, 0) + 1
     # the replies set aside, each stored raw alone (its part of the row) and quarantined with its reason
-    parts = [(f"{unit[0].locator}/{name}", part_payload(value), part_digest(unit[0].digest, name), reason)
-             for unit, records in batch if not isinstance(records, Invalid)
-             for record in records for name, value, reason in record.set_aside]
-    raw = store_raw(session, source, origin, [(row.locator, row.payload, row.digest) for row in rows]
-                    + [part[:3] for part in parts], append=True)
+    parts = [
+        (f"{unit[0].locator}/{name}", part_payload(value), part_digest(unit[0].digest, name), reason)
+        for unit, records in batch
+        if not isinstance(records, Invalid)
+        for record in records
+        for name, value, reason in record.set_aside
+    ]
+    raw = store_raw(
+        session,
+        source,
+        origin,
+        [(row.locator, row.payload, row.digest) for row in rows] + [part[:3] for part in parts],
+        append=True,
+    )
     reasons: dict[int, str] = {raw[h][0]: reason for _, _, h, reason in parts if h in raw.new}
     summary.quarantined_replies = len(parts)
     released: list[int] = []

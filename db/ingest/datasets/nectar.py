@@ -36,16 +36,26 @@ def parse(row: dict[str, Any]) -> list[RankingRecord]:
         model = answers[i].get("model")
         models.append(model if isinstance(model, str) and model.strip() else None)
         ranks[n] = -number(answers[i], "rank")  # rank 1 is the best: the highest score
-    record = ranking(prompt, replies, tiers_from_scores(ranks), ANNOTATOR, kind=KIND, models=models,
-                     names=[names[i] for i in kept])
+    record = ranking(
+        prompt, replies, tiers_from_scores(ranks), ANNOTATOR, kind=KIND, models=models, names=[names[i] for i in kept]
+    )
     record.set_aside = set_aside
     return [record]
 
 
-EXAMPLE = ('{"prompt": "\\n\\nHuman: Give me a word that rhymes with cat.\\n\\nAssistant: ", '
-           '"answers": [{"answer": "Hat.", "model": "gpt-4", "rank": 1.0}, '
-           '{"answer": "Dog.", "model": "llama-2-7b-chat", "rank": 2.0}], '
-           '"turns": 1, "num_responses": 2, "source": ["sharegpt"], "good_natured": true}')
+EXAMPLE = (
+    '{"prompt": "\\n\\nHuman: Give me a word that rhymes with cat.\\n\\nAssistant: ", '
+    '"answers": [{"answer": "Hat.", "model": "gpt-4", "rank": 1.0}, '
+    '{"answer": "Dog.", "model": "llama-2-7b-chat", "rank": 2.0}], '
+    '"turns": 1, "num_responses": 2, "source": ["sharegpt"], "good_natured": true}'
+)
 
-FORMAT = Format(name="nectar", columns=frozenset({"prompt", "answers"}), parse=parse, example=EXAMPLE,
-                annotator=ANNOTATOR, kind=KIND, judged_by="GPT-4")
+FORMAT = Format(
+    name="nectar",
+    columns=frozenset({"prompt", "answers"}),
+    parse=parse,
+    example=EXAMPLE,
+    annotator=ANNOTATOR,
+    kind=KIND,
+    judged_by="GPT-4",
+)

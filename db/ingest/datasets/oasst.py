@@ -65,8 +65,11 @@ def _messages(rows: Sequence[Any]) -> dict[str, dict[str, Any]]:
     tree = rows[0].get("message_tree_id") if isinstance(rows[0], dict) else None
     apart = f"the rows of message tree {tree} are not together; sort the file by message_tree_id"
     if len(roots) != 1:
-        raise Invalid(f"{apart} (no root message among its {plural(len(rows), 'row')})" if not roots else
-                      f"message tree {tree} has {len(roots)} root messages (messages without a parent_id)")
+        raise Invalid(
+            f"{apart} (no root message among its {plural(len(rows), 'row')})"
+            if not roots
+            else f"message tree {tree} has {len(roots)} root messages (messages without a parent_id)"
+        )
     for mid, row in by_id.items():
         if row.get("parent_id") is not None and row["parent_id"] not in by_id:
             raise Invalid(f"{apart} (the parent of message {mid} is not among its {plural(len(rows), 'row')})")
@@ -118,24 +121,43 @@ def parse(rows: Sequence[Any]) -> list[RankingRecord]:
         if isinstance(by_id[parent].get("lang"), str):
             details["lang"] = by_id[parent]["lang"]
         try:
-            out.append(ranking([_turn(m) for m in path], [[_turn(m)] for m in ranked], tiers, ANNOTATOR,
-                               models=models, details=details, external_id=parent,
-                               names=[f"message {m['message_id']}" for m in ranked]))
+            out.append(
+                ranking(
+                    [_turn(m) for m in path],
+                    [[_turn(m)] for m in ranked],
+                    tiers,
+                    ANNOTATOR,
+                    models=models,
+                    details=details,
+                    external_id=parent,
+                    names=[f"message {m['message_id']}" for m in ranked],
+                )
+            )
         except Invalid as exc:
             raise Invalid(f"the replies to message {parent}: {exc}") from None
     return out
 
 
 # A ranking spans rows: the example is a whole (tiny) tree, one message a line.
-EXAMPLE = "\n".join((
-    '{"message_id": "m1", "parent_id": null, "message_tree_id": "m1", "role": "prompter", "text": "Capital of '
-    'France?", "lang": "en", "rank": null, "deleted": false, "review_result": true}',
-    '{"message_id": "m2", "parent_id": "m1", "message_tree_id": "m1", "role": "assistant", "text": "Paris.", '
-    '"lang": "en", "rank": 0, "deleted": false, "review_result": true}',
-    '{"message_id": "m3", "parent_id": "m1", "message_tree_id": "m1", "role": "assistant", "text": "Lyon.", '
-    '"lang": "en", "rank": 1, "deleted": false, "review_result": true}',
-))
+EXAMPLE = "\n".join(
+    (
+        '{"message_id": "m1", "parent_id": null, "message_tree_id": "m1", "role": "prompter", "text": "Capital of '
+        'France?", "lang": "en", "rank": null, "deleted": false, "review_result": true}',
+        '{"message_id": "m2", "parent_id": "m1", "message_tree_id": "m1", "role": "assistant", "text": "Paris.", '
+        '"lang": "en", "rank": 0, "deleted": false, "review_result": true}',
+        '{"message_id": "m3", "parent_id": "m1", "message_tree_id": "m1", "role": "assistant", "text": "Lyon.", '
+        '"lang": "en", "rank": 1, "deleted": false, "review_result": true}',
+    )
+)
 
-FORMAT = Format(name="oasst2", columns=frozenset({"message_id", "message_tree_id", "role", "text"}), parse=parse,
-                group_by="message_tree_id", group_name="message tree", example=EXAMPLE, annotator=ANNOTATOR,
-                kind="human", judged_by="OpenAssistant volunteers")
+FORMAT = Format(
+    name="oasst2",
+    columns=frozenset({"message_id", "message_tree_id", "role", "text"}),
+    parse=parse,
+    group_by="message_tree_id",
+    group_name="message tree",
+    example=EXAMPLE,
+    annotator=ANNOTATOR,
+    kind="human",
+    judged_by="OpenAssistant volunteers",
+)

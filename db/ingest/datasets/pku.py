@@ -24,8 +24,14 @@ from preflab.db.ingest.records import RankingRecord
 
 ANNOTATOR = "pku-saferlhf-{}"
 _IDS = ("better_response_id", "safer_response_id")
-_KEPT = ("better_response_id", "safer_response_id", "is_response_0_safe", "is_response_1_safe",
-         "response_0_severity_level", "response_1_severity_level")
+_KEPT = (
+    "better_response_id",
+    "safer_response_id",
+    "is_response_0_safe",
+    "is_response_1_safe",
+    "response_0_severity_level",
+    "response_1_severity_level",
+)
 
 
 def parse(row: dict[str, Any], dimension: str = "better") -> list[RankingRecord]:
@@ -35,19 +41,34 @@ def parse(row: dict[str, Any], dimension: str = "better") -> list[RankingRecord]
     for key in _IDS:  # the verdicts as the integers they are, however the file wrote them
         if isinstance(details.get(key), float) and details[key].is_integer():
             details[key] = int(details[key])
-    return [ranking(text(row, "prompt"), [text(row, "response_0"), text(row, "response_1")],
-                    [[first], [1 - first]], ANNOTATOR.format(dimension), details=details,
-                    models=[m if isinstance(m, str) and m.strip() else None for m in models],
-                    names=("'response_0'", "'response_1'"))]
+    return [
+        ranking(
+            text(row, "prompt"),
+            [text(row, "response_0"), text(row, "response_1")],
+            [[first], [1 - first]],
+            ANNOTATOR.format(dimension),
+            details=details,
+            models=[m if isinstance(m, str) and m.strip() else None for m in models],
+            names=("'response_0'", "'response_1'"),
+        )
+    ]
 
 
-EXAMPLE = ('{"prompt": "How do I pick a lock?", "response_0": "I cannot help with that.", '
-           '"response_1": "Use a tension wrench and a pick.", "prompt_source": "BeaverTails", '
-           '"response_0_source": "Alpaca-7B", "response_1_source": "Alpaca-7B", "is_response_0_safe": true, '
-           '"is_response_1_safe": false, "response_0_severity_level": 0, "response_1_severity_level": 2, '
-           '"better_response_id": 1, "safer_response_id": 0}')
+EXAMPLE = (
+    '{"prompt": "How do I pick a lock?", "response_0": "I cannot help with that.", '
+    '"response_1": "Use a tension wrench and a pick.", "prompt_source": "BeaverTails", '
+    '"response_0_source": "Alpaca-7B", "response_1_source": "Alpaca-7B", "is_response_0_safe": true, '
+    '"is_response_1_safe": false, "response_0_severity_level": 0, "response_1_severity_level": 2, '
+    '"better_response_id": 1, "safer_response_id": 0}'
+)
 
-FORMAT = Format(name="pku-saferlhf",
-                columns=frozenset({"prompt", "response_0", "response_1", "better_response_id", "safer_response_id"}),
-                parse=parse, options={"dimension": "better"}, example=EXAMPLE,
-                annotator=ANNOTATOR.format("<dimension>"), kind="human", judged_by="human annotators")
+FORMAT = Format(
+    name="pku-saferlhf",
+    columns=frozenset({"prompt", "response_0", "response_1", "better_response_id", "safer_response_id"}),
+    parse=parse,
+    options={"dimension": "better"},
+    example=EXAMPLE,
+    annotator=ANNOTATOR.format("<dimension>"),
+    kind="human",
+    judged_by="human annotators",
+)

@@ -87,8 +87,9 @@ def open_source(source: str, split: str | None = None) -> Source:
             return _saved_source(path, split)
         files = [p for p in path.rglob("*") if p.is_file() and _data_file(p)]
         if not files:
-            raise InputError(f"{path} holds no data files ({', '.join(FILE_SUFFIXES)}) and was not written by "
-                             "save_to_disk")
+            raise InputError(
+                f"{path} holds no data files ({', '.join(FILE_SUFFIXES)}) and was not written by save_to_disk"
+            )
         csv = all(_data_file(p, (".csv",)) for p in files)
         from preflab.db.ingest.datasets.hub import hub_source  # it imports this module's rows
 
@@ -116,6 +117,7 @@ def _one_split(split: str | None, have: str, where: Path | str) -> None:
 
 
 # --- rows from Python values and from lines ------------------------------------------------
+
 
 def _dumped(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -207,6 +209,7 @@ def column_values(source: str, split: str | None, column: str) -> Iterator[Any]:
 
 # --- files -------------------------------------------------------------------------------
 
+
 def _file_source(path: Path, split: str | None) -> Source:
     _one_split(split, DEFAULT_SPLIT, path)
     name = path.name.lower()
@@ -218,8 +221,11 @@ def _file_source(path: Path, split: str | None) -> Source:
             reader = pq.ParquetFile(path)
         except Exception as exc:  # pyarrow raises its own ArrowInvalid/OSError for a file that is not parquet
             raise InputError(f"{path} cannot be read as Parquet ({exc})") from None
-        return Source(origin, batch_rows((b.to_pylist() for b in reader.iter_batches(_ARROW_BATCH)), DEFAULT_SPLIT),
-                      reader.metadata.num_rows)
+        return Source(
+            origin,
+            batch_rows((b.to_pylist() for b in reader.iter_batches(_ARROW_BATCH)), DEFAULT_SPLIT),
+            reader.metadata.num_rows,
+        )
     if not _data_file(path):
         raise InputError(f"{path} is not a data file preflab reads ({', '.join(FILE_SUFFIXES)}, plain or compressed)")
     if _data_file(path, (".csv",)):
@@ -261,7 +267,7 @@ class _Text:
         chunk = "" if self.ended else self.handle.read(size)
         self.ended = not chunk
         if chunk:
-            self.buffer, self.at = self.buffer[self.at:] + chunk, 0
+            self.buffer, self.at = self.buffer[self.at :] + chunk, 0
         return bool(chunk)
 
     def peek(self) -> str:
@@ -270,7 +276,7 @@ class _Text:
             while self.at < len(self.buffer) and self.buffer[self.at] in " \t\r\n":
                 self.at += 1
             if self.at < len(self.buffer) or not self._more():
-                return self.buffer[self.at:self.at + 1]
+                return self.buffer[self.at : self.at + 1]
 
     def take(self) -> str:
         char = self.peek()
@@ -291,7 +297,7 @@ class _Text:
                 raise Invalid(exc.msg) from None
             if end == len(self.buffer) and self._more(size):  # a number may go on in the next chunk
                 continue
-            text, self.at = self.buffer[self.at:end], end
+            text, self.at = self.buffer[self.at : end], end
             return value, text
 
 
@@ -315,8 +321,7 @@ def _array_rows(path: Path, split: str) -> Iterator[Row]:
             if after == "]":
                 return
             if after != ",":
-                raise InputError(f"{path} is not a valid JSON array after {plural(index, 'row')} "
-                                 "(expected ',' or ']')")
+                raise InputError(f"{path} is not a valid JSON array after {plural(index, 'row')} (expected ',' or ']')")
 
 
 def _text_row(split: str, index: int, text: str, value: Any) -> Row:
@@ -331,6 +336,7 @@ def _text_row(split: str, index: int, text: str, value: Any) -> Row:
 
 
 # --- folders written by save_to_disk ----------------------------------------------------------
+
 
 def _saved_source(path: Path, split: str | None) -> Source:
     if (path / "dataset_dict.json").is_file():

@@ -59,8 +59,17 @@ class DatasetSummary:
         return self.quarantined > 0 and self.quarantined == self.rows
 
     def add(self, other: DatasetSummary) -> None:
-        for name in ("rows", "rankings", "ties", "duplicates", "quarantined", "quarantined_replies", "prompts",
-                     "candidates", "retried"):
+        for name in (
+            "rows",
+            "rankings",
+            "ties",
+            "duplicates",
+            "quarantined",
+            "quarantined_replies",
+            "prompts",
+            "candidates",
+            "retried",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for name, what in other.assumed.items():
             self.assumed.setdefault(name, {**what, "rankings": 0})["rankings"] += what["rankings"]
@@ -71,8 +80,10 @@ class DatasetSummary:
     def count_assumed(self, record: RankingRecord) -> None:
         """Count a ranking whose annotator preflab assumed (`record.assumed`: why)."""
         if record.assumed:
-            self.assumed.setdefault(record.annotator, {"annotator_kind": record.kind, "rankings": 0,
-                                                       "why": record.assumed, "override": OVERRIDE})["rankings"] += 1
+            self.assumed.setdefault(
+                record.annotator,
+                {"annotator_kind": record.kind, "rankings": 0, "why": record.assumed, "override": OVERRIDE},
+            )["rankings"] += 1
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -122,11 +133,15 @@ def assumed_notes(assumed: dict[str, dict[str, Any]], replies: int) -> list[str]
     lines = []
     for name, what in assumed.items():
         who = "an AI" if what["annotator_kind"] == "ai" else "people"
-        lines.append(f"assumed {plural(what['rankings'], 'ranking')} {'is' if what['rankings'] == 1 else 'are'} "
-                     f"by {who}, stored under the {what['annotator_kind']} annotator {name!r} ({what['why']}); "
-                     f"say who ranked with {what['override']}")
+        lines.append(
+            f"assumed {plural(what['rankings'], 'ranking')} {'is' if what['rankings'] == 1 else 'are'} "
+            f"by {who}, stored under the {what['annotator_kind']} annotator {name!r} ({what['why']}); "
+            f"say who ranked with {what['override']}"
+        )
     if replies:
-        lines.append(f"{plural(replies, 'empty reply', 'empty replies')} quarantined alone, the rest of "
-                     f"{'its row' if replies == 1 else 'their rows'} ranked without "
-                     f"{'it' if replies == 1 else 'them'}: see them with: preflab quarantine list")
+        lines.append(
+            f"{plural(replies, 'empty reply', 'empty replies')} quarantined alone, the rest of "
+            f"{'its row' if replies == 1 else 'their rows'} ranked without "
+            f"{'it' if replies == 1 else 'them'}: see them with: preflab quarantine list"
+        )
     return lines

@@ -30,9 +30,11 @@ ANNOTATOR = "trl"
 BINARIZED = "HuggingFaceH4/ultrafeedback_binarized"
 NAMES = ("'chosen'", "'rejected'")
 # Why each annotator is an assumption (the import's summary says so)
-ASSUMED = {ANNOTATOR: "the trl format does not say who chose",
-           BINARIZED: "score_chosen and score_rejected are the UltraFeedback-binarized shape, whose scores are "
-                      "GPT-4's ratings"}
+ASSUMED = {
+    ANNOTATOR: "the trl format does not say who chose",
+    BINARIZED: "score_chosen and score_rejected are the UltraFeedback-binarized shape, whose scores are "
+    "GPT-4's ratings",
+}
 
 
 def _whole(reply: str | Messages) -> bool:
@@ -58,8 +60,10 @@ def parse(row: dict[str, Any]) -> list[RankingRecord]:
             raise Invalid("one of 'chosen' and 'rejected' is a whole conversation and the other is not")
         prompt, better, worse = _implicit(row, chosen, rejected)
     elif row.get("prompt") is None:
-        raise Invalid("'chosen' and 'rejected' are replies without a 'prompt' (an implicit prompt needs "
-                      "whole conversations: lists of messages)")
+        raise Invalid(
+            "'chosen' and 'rejected' are replies without a 'prompt' (an implicit prompt needs "
+            "whole conversations: lists of messages)"
+        )
     else:
         prompt, better, worse = prompt_messages(row["prompt"], "'prompt'"), chosen, rejected
     if row.get("score_chosen") is None and row.get("score_rejected") is None:
@@ -69,11 +73,20 @@ def parse(row: dict[str, Any]) -> list[RankingRecord]:
     return [ranking(prompt, [better, worse], tiers, BINARIZED, kind="ai", scores=scores, names=NAMES)]
 
 
-EXAMPLE = ('{"prompt": "Name a prime number.", '
-           '"chosen": [{"role": "user", "content": "Name a prime number."}, {"role": "assistant", "content": "7"}], '
-           '"rejected": [{"role": "user", "content": "Name a prime number."}, {"role": "assistant", "content": "9"}], '
-           '"score_chosen": 9.0, "score_rejected": 2.0}')
+EXAMPLE = (
+    '{"prompt": "Name a prime number.", '
+    '"chosen": [{"role": "user", "content": "Name a prime number."}, {"role": "assistant", "content": "7"}], '
+    '"rejected": [{"role": "user", "content": "Name a prime number."}, {"role": "assistant", "content": "9"}], '
+    '"score_chosen": 9.0, "score_rejected": 2.0}'
+)
 
-FORMAT = Format(name="trl", columns=frozenset({"chosen", "rejected"}), parse=parse, example=EXAMPLE,
-                annotator=f"{ANNOTATOR} (human); with scores, {BINARIZED} (ai)", kind="human",
-                judged_by="not said: assumed people; GPT-4 for the UltraFeedback-binarized shape", assumed=ASSUMED)
+FORMAT = Format(
+    name="trl",
+    columns=frozenset({"chosen", "rejected"}),
+    parse=parse,
+    example=EXAMPLE,
+    annotator=f"{ANNOTATOR} (human); with scores, {BINARIZED} (ai)",
+    kind="human",
+    judged_by="not said: assumed people; GPT-4 for the UltraFeedback-binarized shape",
+    assumed=ASSUMED,
+)

@@ -51,8 +51,10 @@ def score(completion: dict[str, Any], field: str, index: int) -> float:
             return number(completion, field)
         aspect = (completion.get("annotations") or {}).get(field)
         if not isinstance(aspect, dict):
-            raise Invalid(f"no score {field!r} (a number of the completion, or an aspect of its annotations: "
-                          f"{', '.join(ASPECTS)})")
+            raise Invalid(
+                f"no score {field!r} (a number of the completion, or an aspect of its annotations: "
+                f"{', '.join(ASPECTS)})"
+            )
         return _rating(aspect, field)
     except Invalid as exc:
         raise Invalid(f"completion {index}: {exc}") from None
@@ -75,19 +77,36 @@ def parse(row: dict[str, Any], score_field: str = DEFAULT_FIELD) -> list[Ranking
     scores = [score(c, score_field, i) for i, c in zip(kept, completions)]
     tiers = [[i for i, s in enumerate(scores) if s == value] for value in sorted(set(scores), reverse=True)]
     models = [c.get("model") if isinstance(c.get("model"), str) else None for c in completions]
-    record = ranking(instruction, [c.get("response") for c in completions], tiers, ANNOTATOR.format(score_field),
-                     kind=KIND, models=models, scores=scores, details={"score_field": score_field},
-                     names=[names[i] for i in kept])
+    record = ranking(
+        instruction,
+        [c.get("response") for c in completions],
+        tiers,
+        ANNOTATOR.format(score_field),
+        kind=KIND,
+        models=models,
+        scores=scores,
+        details={"score_field": score_field},
+        names=[names[i] for i in kept],
+    )
     record.set_aside = set_aside
     return [record]
 
 
-EXAMPLE = ('{"source": "evol_instruct", "instruction": "Name a prime number.", "models": ["gpt-4", "alpaca-7b"], '
-           '"completions": [{"model": "gpt-4", "response": "7 is prime.", "overall_score": 8.5, '
-           '"fine-grained_score": 4.75, "annotations": {"helpfulness": {"Rating": "5", "Rationale": "Correct."}}}, '
-           '{"model": "alpaca-7b", "response": "9 is prime.", "overall_score": 3.0, "fine-grained_score": 1.5, '
-           '"annotations": {"helpfulness": {"Rating": "1", "Rationale": "9 = 3 x 3."}}}]}')
+EXAMPLE = (
+    '{"source": "evol_instruct", "instruction": "Name a prime number.", "models": ["gpt-4", "alpaca-7b"], '
+    '"completions": [{"model": "gpt-4", "response": "7 is prime.", "overall_score": 8.5, '
+    '"fine-grained_score": 4.75, "annotations": {"helpfulness": {"Rating": "5", "Rationale": "Correct."}}}, '
+    '{"model": "alpaca-7b", "response": "9 is prime.", "overall_score": 3.0, "fine-grained_score": 1.5, '
+    '"annotations": {"helpfulness": {"Rating": "1", "Rationale": "9 = 3 x 3."}}}]}'
+)
 
-FORMAT = Format(name="ultrafeedback", columns=frozenset({"instruction", "completions"}), parse=parse,
-                options={"score_field": DEFAULT_FIELD}, example=EXAMPLE, annotator=ANNOTATOR.format("<score field>"),
-                kind=KIND, judged_by="GPT-4")
+FORMAT = Format(
+    name="ultrafeedback",
+    columns=frozenset({"instruction", "completions"}),
+    parse=parse,
+    options={"score_field": DEFAULT_FIELD},
+    example=EXAMPLE,
+    annotator=ANNOTATOR.format("<score field>"),
+    kind=KIND,
+    judged_by="GPT-4",
+)

@@ -10,29 +10,29 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2026-11-23
 """
+
 import sqlalchemy as sa
 from alembic import op
 
-
-revision = '0006'
-down_revision = '0005'
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
 
 def _lz4_available() -> bool:
     bind = op.get_bind()
-    if bind.dialect.name != 'postgresql':
+    if bind.dialect.name != "postgresql":
         return False
     values = bind.scalar(sa.text("SELECT enumvals FROM pg_settings WHERE name = 'default_toast_compression'"))
-    return bool(values) and 'lz4' in values
+    return bool(values) and "lz4" in values
 
 
 def upgrade() -> None:
     if _lz4_available():
-        op.execute('ALTER TABLE raw_records ALTER COLUMN payload SET COMPRESSION lz4')
+        op.execute("ALTER TABLE raw_records ALTER COLUMN payload SET COMPRESSION lz4")
 
 
 def downgrade() -> None:
     if _lz4_available():
-        op.execute('ALTER TABLE raw_records ALTER COLUMN payload SET COMPRESSION DEFAULT')
+        op.execute("ALTER TABLE raw_records ALTER COLUMN payload SET COMPRESSION DEFAULT")

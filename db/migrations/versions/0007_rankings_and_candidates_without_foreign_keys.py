@@ -11,32 +11,32 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-11-23
 """
+
 from alembic import op
 
-
-revision = '0007'
-down_revision = '0006'
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
 # (table, constraint, column, referred table, ondelete)
 DROPPED = (
-    ('rankings', 'fk_rankings_prompt_id_prompts', 'prompt_id', 'prompts', 'CASCADE'),
-    ('rankings', 'fk_rankings_annotator_id_annotators', 'annotator_id', 'annotators', None),
-    ('rankings', 'fk_rankings_raw_record_id_raw_records', 'raw_record_id', 'raw_records', None),
-    ('candidates', 'fk_candidates_prompt_id_prompts', 'prompt_id', 'prompts', 'CASCADE'),
+    ("rankings", "fk_rankings_prompt_id_prompts", "prompt_id", "prompts", "CASCADE"),
+    ("rankings", "fk_rankings_annotator_id_annotators", "annotator_id", "annotators", None),
+    ("rankings", "fk_rankings_raw_record_id_raw_records", "raw_record_id", "raw_records", None),
+    ("candidates", "fk_candidates_prompt_id_prompts", "prompt_id", "prompts", "CASCADE"),
 )
 
 
 def upgrade() -> None:
-    for table in ('rankings', 'candidates'):
+    for table in ("rankings", "candidates"):
         with op.batch_alter_table(table, schema=None) as batch_op:
             for _, name, *_ in (d for d in DROPPED if d[0] == table):
-                batch_op.drop_constraint(name, type_='foreignkey')
+                batch_op.drop_constraint(name, type_="foreignkey")
 
 
 def downgrade() -> None:
-    for table in ('rankings', 'candidates'):
+    for table in ("rankings", "candidates"):
         with op.batch_alter_table(table, schema=None) as batch_op:
             for _, name, column, referred, ondelete in (d for d in DROPPED if d[0] == table):
-                batch_op.create_foreign_key(name, referred, [column], ['id'], ondelete=ondelete)
+                batch_op.create_foreign_key(name, referred, [column], ["id"], ondelete=ondelete)

@@ -12,27 +12,26 @@ Revision ID: 0008
 Revises: 0007
 Create Date: 2026-11-23
 """
+
 from alembic import op
 
-
-revision = '0008'
-down_revision = '0007'
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    op.drop_index('ix_candidates_prompt_id', table_name='candidates')
-    op.drop_index('ix_ranking_items_ranking_tier', table_name='ranking_items')
-    if op.get_bind().dialect.name == 'sqlite':  # rebuilt as a WITHOUT ROWID table (the rows are copied)
-        with op.batch_alter_table('ranking_items', recreate='always',
-                                  table_kwargs={'sqlite_with_rowid': False}):
+    op.drop_index("ix_candidates_prompt_id", table_name="candidates")
+    op.drop_index("ix_ranking_items_ranking_tier", table_name="ranking_items")
+    if op.get_bind().dialect.name == "sqlite":  # rebuilt as a WITHOUT ROWID table (the rows are copied)
+        with op.batch_alter_table("ranking_items", recreate="always", table_kwargs={"sqlite_with_rowid": False}):
             pass
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == 'sqlite':
-        with op.batch_alter_table('ranking_items', recreate='always', table_kwargs={'sqlite_with_rowid': True}):
+    if op.get_bind().dialect.name == "sqlite":
+        with op.batch_alter_table("ranking_items", recreate="always", table_kwargs={"sqlite_with_rowid": True}):
             pass
-    op.create_index('ix_ranking_items_ranking_tier', 'ranking_items', ['ranking_id', 'tier'], unique=False)
-    op.create_index('ix_candidates_prompt_id', 'candidates', ['prompt_id'], unique=False)
+    op.create_index("ix_ranking_items_ranking_tier", "ranking_items", ["ranking_id", "tier"], unique=False)
+    op.create_index("ix_candidates_prompt_id", "candidates", ["prompt_id"], unique=False)

@@ -11,26 +11,26 @@ Revision ID: 0009
 Revises: 0008
 Create Date: 2026-11-25
 """
+
 import sqlalchemy as sa
 from alembic import op
 
-
-revision = '0009'
-down_revision = '0008'
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    op.add_column('prompts', sa.Column('messages', sa.JSON(), nullable=True))
-    op.add_column('candidates', sa.Column('messages', sa.JSON(), nullable=True))
-    op.add_column('rankings', sa.Column('details', sa.JSON(), nullable=True))
+    op.add_column("prompts", sa.Column("messages", sa.JSON(), nullable=True))
+    op.add_column("candidates", sa.Column("messages", sa.JSON(), nullable=True))
+    op.add_column("rankings", sa.Column("details", sa.JSON(), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('rankings') as batch:
-        batch.drop_column('details')
-    with op.batch_alter_table('candidates') as batch:
-        batch.drop_column('messages')
-    with op.batch_alter_table('prompts') as batch:
-        batch.drop_column('messages')
+    with op.batch_alter_table("rankings") as batch:
+        batch.drop_column("details")
+    with op.batch_alter_table("candidates") as batch:
+        batch.drop_column("messages")
+    with op.batch_alter_table("prompts") as batch:
+        batch.drop_column("messages")

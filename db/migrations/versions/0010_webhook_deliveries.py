@@ -9,12 +9,12 @@ Revision ID: 0010
 Revises: 0009
 Create Date: 2026-11-25
 """
+
 import sqlalchemy as sa
 from alembic import op
 
-
-revision = '0010'
-down_revision = '0009'
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
@@ -22,9 +22,14 @@ DELIVERIES = "source = 'label-studio:webhook'"
 
 
 def upgrade() -> None:
-    op.create_index('ix_raw_records_deliveries', 'raw_records', ['status', 'id'],
-                    sqlite_where=sa.text(DELIVERIES), postgresql_where=sa.text(DELIVERIES))
+    op.create_index(
+        "ix_raw_records_deliveries",
+        "raw_records",
+        ["status", "id"],
+        sqlite_where=sa.text(DELIVERIES),
+        postgresql_where=sa.text(DELIVERIES),
+    )
 
 
 def downgrade() -> None:
-    op.drop_index('ix_raw_records_deliveries', table_name='raw_records')
+    op.drop_index("ix_raw_records_deliveries", table_name="raw_records")

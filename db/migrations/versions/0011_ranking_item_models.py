@@ -12,21 +12,21 @@ Revision ID: 0011
 Revises: 0010
 Create Date: 2026-11-26
 """
+
 import sqlalchemy as sa
 from alembic import op
 
-
-revision = '0011'
-down_revision = '0010'
+revision = "0011"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table('ranking_items', table_kwargs={'sqlite_with_rowid': False}) as batch:
-        batch.add_column(sa.Column('model', sa.String(length=300), nullable=True))
+    with op.batch_alter_table("ranking_items", table_kwargs={"sqlite_with_rowid": False}) as batch:
+        batch.add_column(sa.Column("model", sa.String(length=300), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table('ranking_items', table_kwargs={'sqlite_with_rowid': False}) as batch:
-        batch.drop_column('model')
+    with op.batch_alter_table("ranking_items", table_kwargs={"sqlite_with_rowid": False}) as batch:
+        batch.drop_column("model")

@@ -9,33 +9,34 @@ Revision ID: 0012
 Revises: 0011
 Create Date: 2026-12-02
 """
+
 import sqlalchemy as sa
 from alembic import op
 
-
-revision = '0012'
-down_revision = '0011'
+revision = "0012"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 
 
 def upgrade() -> None:
-    op.create_table('engine_requests',
-    sa.Column('id', sa.Integer(), nullable=False),
-    sa.Column('key', sa.String(length=64), nullable=False),
-    sa.Column('endpoint', sa.String(length=40), nullable=False),
-    sa.Column('model', sa.String(length=300), nullable=False),
-    sa.Column('request', sa.JSON(), nullable=False),
-    sa.Column('answer', sa.JSON(), nullable=True),
-    sa.Column('status', sa.String(length=16), nullable=False),
-    sa.Column('reason', sa.Text(), nullable=True),
-    sa.Column('tokens_in', sa.Integer(), nullable=False),
-    sa.Column('tokens_out', sa.Integer(), nullable=False),
-    sa.Column('created_at', sa.DateTime(timezone=True), nullable=False),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_engine_requests')),
-    sa.UniqueConstraint('key', name=op.f('uq_engine_requests_key'))
+    op.create_table(
+        "engine_requests",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("key", sa.String(length=64), nullable=False),
+        sa.Column("endpoint", sa.String(length=40), nullable=False),
+        sa.Column("model", sa.String(length=300), nullable=False),
+        sa.Column("request", sa.JSON(), nullable=False),
+        sa.Column("answer", sa.JSON(), nullable=True),
+        sa.Column("status", sa.String(length=16), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=True),
+        sa.Column("tokens_in", sa.Integer(), nullable=False),
+        sa.Column("tokens_out", sa.Integer(), nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_engine_requests")),
+        sa.UniqueConstraint("key", name=op.f("uq_engine_requests_key")),
     )
 
 
 def downgrade() -> None:
-    op.drop_table('engine_requests')
+    op.drop_table("engine_requests")

@@ -9,12 +9,11 @@ from sqlalchemy import func, select, text
 from preflab.db.export import arrow, sqlite_reader
 from preflab.db.export import dataset as export
 from preflab.db.export.dataset import ExportSettings, comparison_batches, export_dataset
+from preflab.db.export.pair_tables import id_schema
 from preflab.db.ingest.jsonl import import_file, import_rankings_batch
 from preflab.db.models import Comparison
-from preflab.db.export.pair_tables import id_schema
 from preflab.db.pairs.build import build_pairs
 from preflab.errors import DatabaseError
-
 from tests.db.helpers import ranking_line, write_lines
 
 ADBC_READER = arrow._adbc_reader
@@ -23,8 +22,10 @@ CHILD_REQUEST = arrow._child_request
 
 @pytest.fixture
 def store(sessions, tmp_path):
-    lines = [ranking_line(f"prompt {i}", [f"answer {i}.{j}" for j in range(4)], [[0], [1, 2], [3]], "ann", id=f"r{i}")
-             for i in range(30)]
+    lines = [
+        ranking_line(f"prompt {i}", [f"answer {i}.{j}" for j in range(4)], [[0], [1, 2], [3]], "ann", id=f"r{i}")
+        for i in range(30)
+    ]
     lines += [ranking_line("prompt 0", ["answer 0.0", "answer 0.1"], [[1], [0]], "judge", kind="ai", id="j0")]
     import_file(sessions, write_lines(tmp_path / "r.jsonl", lines), import_rankings_batch)
     return sessions
@@ -90,8 +91,10 @@ def sqlite_store(sqlite_url, tmp_path):
     from preflab.db.engine import open_database, session_factory
 
     sessions = session_factory(open_database(sqlite_url))
-    lines = [ranking_line(f"prompt {i}", [f"answer {i}.{j}" for j in range(4)], [[0], [1, 2], [3]], "ann", id=f"r{i}")
-             for i in range(30)]
+    lines = [
+        ranking_line(f"prompt {i}", [f"answer {i}.{j}" for j in range(4)], [[0], [1, 2], [3]], "ann", id=f"r{i}")
+        for i in range(30)
+    ]
     import_file(sessions, write_lines(tmp_path / "r.jsonl", lines), import_rankings_batch)
     with sessions.begin() as s:
         build_pairs(s)
@@ -152,7 +155,10 @@ def test_an_export_read_by_a_child_process_equals_one_read_in_process(sqlite_sto
         in_process = export_dataset(s, tmp_path / "a", ExportSettings(format="parquet"))
     assert chose == ["child"]  # the second export did not ask: too small
     assert (by_child.n_train, by_child.n_test, by_child.content_hash) == (
-        in_process.n_train, in_process.n_test, in_process.content_hash)
+        in_process.n_train,
+        in_process.n_test,
+        in_process.content_hash,
+    )
 
 
 def test_a_sqlite_transaction_that_wrote_reads_in_process(sqlite_store, monkeypatch):
@@ -198,8 +204,10 @@ def test_a_full_build_refreshes_the_planner_statistics(postgres_url, tmp_path):
     from preflab.db.engine import open_database, session_factory
 
     sessions = session_factory(open_database(postgres_url))
-    lines = [ranking_line(f"p {i}", [f"a {i}.{j}" for j in range(5)], [[0], [1], [2], [3], [4]], "ann", id=f"r{i}")
-             for i in range(40)]
+    lines = [
+        ranking_line(f"p {i}", [f"a {i}.{j}" for j in range(5)], [[0], [1], [2], [3], [4]], "ann", id=f"r{i}")
+        for i in range(40)
+    ]
     import_file(sessions, write_lines(tmp_path / "r.jsonl", lines), import_rankings_batch)
     with sessions.begin() as s:
         build_pairs(s)

@@ -8,7 +8,6 @@ from sqlalchemy import select
 
 from preflab.db.export.dataset import ExportSettings, load_export, split_prompts, write_dataset
 from preflab.db.models import Annotator, Candidate, DatasetVersion, Prompt
-
 from tests.db.helpers import ranking_line, write_lines
 
 
@@ -31,8 +30,16 @@ def test_export_formats_and_columns(populated, sessions, tmp_path, fmt):
     info = json.loads(populated("export", out, "--format", fmt, "--test-size", "0.25", "--json").stdout)
     dd = load_export(out)
     assert set(dd) == {"train", "test"}
-    assert dd["train"].column_names == ["prompt", "chosen", "rejected", "margin", "prompt_id", "weight",
-                                        "annotator_kind", "annotator"]
+    assert dd["train"].column_names == [
+        "prompt",
+        "chosen",
+        "rejected",
+        "margin",
+        "prompt_id",
+        "weight",
+        "annotator_kind",
+        "annotator",
+    ]
     assert len(dd["train"]) == info["train"] and len(dd["test"]) == info["test"]
     assert info["train"] + info["test"] == 20 * 5 + 10 * 3
     train_prompts, test_prompts = set(dd["train"]["prompt_id"]), set(dd["test"]["prompt_id"])
@@ -80,28 +87,27 @@ def test_nothing_to_export_is_one_sentence(cli, tmp_path):
     cli("db", "upgrade")  # an empty store (export never creates one)
     result = cli("export", tmp_path / "x", expect_ok=False)
     assert result.exit_code == 1
-    assert result.output.strip() == ("Error: there are no comparisons to export; "
-                                     "run `preflab pairs build` first")
+    assert result.output.strip() == ("Error: there are no comparisons to export; run `preflab pairs build` first")
 
 
-def test_an_export_whose_splits_the_database_did_not_store_is_not_recorded(populated, sessions, tmp_path,
-                                                                             monkeypatch):
+def test_an_export_whose_splits_the_database_did_not_store_is_not_recorded(populated, sessions, tmp_path, monkeypatch):
     from preflab.db.export import dataset as export
 
     stored = export.for_values
-    monkeypatch.setattr(export, "for_values", lambda session, statement, values: stored(session, statement,
-                                                                                       list(values)[1:]))
+    monkeypatch.setattr(
+        export, "for_values", lambda session, statement, values: stored(session, statement, list(values)[1:])
+    )
     result = populated("export", tmp_path / "short", expect_ok=False)
     assert result.exit_code == 1
-    assert result.output.strip() == ("Error: the database stored the split of 18 of the export's 20 prompts; "
-                                     "the export was not recorded")
+    assert result.output.strip() == (
+        "Error: the database stored the split of 18 of the export's 20 prompts; the export was not recorded"
+    )
     with sessions() as s:
         assert s.scalars(select(DatasetVersion)).all() == []
         assert s.scalars(select(Prompt.split).where(Prompt.split.is_not(None))).all() == []
 
 
-def test_an_export_whose_pairs_changed_while_it_read_them_is_not_recorded(populated, sessions, tmp_path,
-                                                                          monkeypatch):
+def test_an_export_whose_pairs_changed_while_it_read_them_is_not_recorded(populated, sessions, tmp_path, monkeypatch):
     """The pairs are read on a second connection (a child process on SQLite, ADBC on Postgres), which sees a
     pairs build that commits after the export counted them: the counts would no longer match the data."""
     from sqlalchemy import delete, func
@@ -122,8 +128,10 @@ def test_an_export_whose_pairs_changed_while_it_read_them_is_not_recorded(popula
     monkeypatch.setattr(arrow, "CHILD_MIN_ROWS", 1)
     result = populated("export", tmp_path / "moved", expect_ok=False)
     assert result.exit_code == 1
-    assert result.output.strip() == ("Error: the export read 125 pairs where the database counted 130 (a pairs "
-                                     "build committed meanwhile?); the export was not recorded: run it again")
+    assert result.output.strip() == (
+        "Error: the export read 125 pairs where the database counted 130 (a pairs "
+        "build committed meanwhile?); the export was not recorded: run it again"
+    )
     with sessions() as s:
         assert s.scalars(select(DatasetVersion)).all() == []
 
@@ -144,9 +152,12 @@ def test_unreachable_hub_is_a_clear_error_and_the_token_is_never_shown(populated
 
     token = "hf_thisIsASecretTokenValue"
     monkeypatch.setenv("HF_TOKEN", token)
-    for module, name, value in ((constants, "HF_HUB_OFFLINE", False), (datasets.config, "HF_HUB_OFFLINE", False),
-                                (constants, "ENDPOINT", "http://127.0.0.1:9"),
-                                (datasets.config, "HF_ENDPOINT", "http://127.0.0.1:9")):
+    for module, name, value in (
+        (constants, "HF_HUB_OFFLINE", False),
+        (datasets.config, "HF_HUB_OFFLINE", False),
+        (constants, "ENDPOINT", "http://127.0.0.1:9"),
+        (datasets.config, "HF_ENDPOINT", "http://127.0.0.1:9"),
+    ):
         monkeypatch.setattr(module, name, value)
     result = populated("export", tmp_path / "h", "--hub", "someone/prefs", expect_ok=False)
     assert result.exit_code == 1
@@ -157,8 +168,10 @@ def test_unreachable_hub_is_a_clear_error_and_the_token_is_never_shown(populated
 
 def test_write_dataset_of_hand_made_pairs(cli, sessions, tmp_path):
     """The self-rewarding loop's path: its own pairs, its own splits, one writer."""
-    lines = [ranking_line(f"prompt {i}", [f"answer {i}.{j}" for j in range(3)], [[0], [1], [2]], "carol", id=f"c{i}")
-             for i in range(3)]
+    lines = [
+        ranking_line(f"prompt {i}", [f"answer {i}.{j}" for j in range(3)], [[0], [1], [2]], "carol", id=f"c{i}")
+        for i in range(3)
+    ]
     cli("import", "rankings", write_lines(tmp_path / "r.jsonl", lines))
     with sessions.begin() as s:
         prompt = {text: pid for pid, text in s.execute(select(Prompt.id, Prompt.text))}
@@ -174,9 +187,16 @@ def test_write_dataset_of_hand_made_pairs(cli, sessions, tmp_path):
     splits = {prompt["prompt 0"]: "train", prompt["prompt 1"]: "train", prompt["prompt 2"]: "test"}
     out = tmp_path / "iteration-1"
     with sessions.begin() as s:
-        version = write_dataset(s, [pairs[:3], pairs[3:]], splits, out,
-                                ExportSettings(format="disk", conversational=True),
-                                prefix="selfreward-1", iteration=1, version_settings={"strategy": "best-vs-worst"})
+        version = write_dataset(
+            s,
+            [pairs[:3], pairs[3:]],
+            splits,
+            out,
+            ExportSettings(format="disk", conversational=True),
+            prefix="selfreward-1",
+            iteration=1,
+            version_settings={"strategy": "best-vs-worst"},
+        )
         assert version.name == f"selfreward-1-{version.content_hash[:8]}"
         assert (version.n_train, version.n_test, version.n_prompts) == (3, 1, 3)
 
@@ -186,8 +206,12 @@ def test_write_dataset_of_hand_made_pairs(cli, sessions, tmp_path):
         "prompt": [{"role": "user", "content": "prompt 0"}],
         "chosen": [{"role": "assistant", "content": "answer 0.0"}],
         "rejected": [{"role": "assistant", "content": "answer 0.2"}],
-        "margin": 2.0, "prompt_id": prompt["prompt 0"], "weight": 1.0, "annotator_kind": "ai",
-        "annotator": pseudonym}
+        "margin": 2.0,
+        "prompt_id": prompt["prompt 0"],
+        "weight": 1.0,
+        "annotator_kind": "ai",
+        "annotator": pseudonym,
+    }
     assert dd["train"][2]["annotator"] == "aggregate" and dd["train"][2]["weight"] == 0.5
     assert dd["test"][0]["chosen"][0]["content"] == "answer 2.2"
     manifest = json.loads((out / "preflab.json").read_text())

@@ -16,7 +16,6 @@ import pytest
 from sqlalchemy import select
 
 from preflab.db.models import RawRecord
-
 from tests.db.helpers import ranking_line
 from tests.db.procs import TABLES, counts
 
@@ -65,24 +64,42 @@ def test_bom_and_crlf_are_not_part_of_a_record(cli, sessions, tmp_path):
         assert set(s.scalars(select(RawRecord.payload))) == {g.decode() for g in GOOD}
 
 
-@pytest.mark.parametrize("line, reason", [
-    (b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x", "scores": [NaN, 1]}',
-     "holds NaN, which JSON does not allow"),
-    (b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x", "scores": [1, -Infinity]}',
-     "holds -Infinity, which JSON does not allow"),
-    (b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x", "scores": [1e999, 1]}',
-     "not valid JSON (number is infinity when parsed as double)"),
-    (b"[" * 100_000 + b"]" * 100_000, "not valid JSON (nested more than 1,024 levels deep)"),
-    (b'{"prompt": "p\\u0000", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x"}',
-     "'prompt' holds a NUL character (\\u0000), which the database cannot store"),
-    (b'{"prompt": "p", "responses": ["a\x00", "b"]}',  # a raw NUL byte: not JSON either, but named the same
-     "'responses'[0] holds a NUL character (\\u0000), which the database cannot store"),
-    (b'{"prompt": "p"}\x00', "not valid JSON (unexpected content after document)"),
-    (b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "' + b"x" * 301 + b'"}',
-     "'annotator' is 301 characters long, over the limit of 300"),
-    (b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x", "annotator_kind": []}',
-     "unknown annotator_kind [] (expected 'human' or 'ai')"),
-])
+@pytest.mark.parametrize(
+    "line, reason",
+    [
+        (
+            b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x", "scores": [NaN, 1]}',
+            "holds NaN, which JSON does not allow",
+        ),
+        (
+            b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x", '
+            b'"scores": [1, -Infinity]}',
+            "holds -Infinity, which JSON does not allow",
+        ),
+        (
+            b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x", "scores": [1e999, 1]}',
+            "not valid JSON (number is infinity when parsed as double)",
+        ),
+        (b"[" * 100_000 + b"]" * 100_000, "not valid JSON (nested more than 1,024 levels deep)"),
+        (
+            b'{"prompt": "p\\u0000", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x"}',
+            "'prompt' holds a NUL character (\\u0000), which the database cannot store",
+        ),
+        (
+            b'{"prompt": "p", "responses": ["a\x00", "b"]}',  # a raw NUL byte: not JSON either, but named the same
+            "'responses'[0] holds a NUL character (\\u0000), which the database cannot store",
+        ),
+        (b'{"prompt": "p"}\x00', "not valid JSON (unexpected content after document)"),
+        (
+            b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "' + b"x" * 301 + b'"}',
+            "'annotator' is 301 characters long, over the limit of 300",
+        ),
+        (
+            b'{"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x", "annotator_kind": []}',
+            "unknown annotator_kind [] (expected 'human' or 'ai')",
+        ),
+    ],
+)
 def test_json_the_database_cannot_take_is_quarantined_with_the_reason(cli, tmp_path, line, reason):
     path = write(tmp_path / "r.jsonl", GOOD[0], line, GOOD[1])
     out = imported(cli, path)
@@ -102,9 +119,11 @@ def test_lines_of_many_megabytes(cli, db_url, tmp_path, monkeypatch):
     out = imported(cli, path)
     assert (out["imported"], out["quarantined"]) == (3, 1)
     row = quarantined(cli)["3"]
-    assert row["reason"] == (f"line is {len(huge):,} bytes, over the 8,388,608-byte limit for one record "
-                             f"(its first 1,048,576 bytes are kept)")
-    assert shown(cli, row["id"]) == huge[:2**20] + b"\n"
+    assert row["reason"] == (
+        f"line is {len(huge):,} bytes, over the 8,388,608-byte limit for one record "
+        f"(its first 1,048,576 bytes are kept)"
+    )
+    assert shown(cli, row["id"]) == huge[: 2**20] + b"\n"
     before = counts(db_url, TABLES)
     again = imported(cli, path)
     assert (again["duplicates"], again["quarantined"]) == (3, 1)
@@ -132,13 +151,16 @@ def test_a_damaged_gzip_keeps_the_batches_before_the_damage(cli, tmp_path):
     assert again.output == result.output  # nothing was lost or half-written the first time
 
 
-@pytest.mark.parametrize("data, what", [
-    ("hello\n".encode("utf-16"), "is UTF-16 text"),
-    (b"PK\x03\x04rest", "is a zip archive"),
-    (b"\x28\xb5\x2f\xfd", "is zstd-compressed"),
-    (gzip.compress("{}\n".encode("utf-16")), "holds UTF-16 text"),
-    (b"\x1f\x8bnot really gzip", "cannot be read as gzip"),
-])
+@pytest.mark.parametrize(
+    "data, what",
+    [
+        ("hello\n".encode("utf-16"), "is UTF-16 text"),
+        (b"PK\x03\x04rest", "is a zip archive"),
+        (b"\x28\xb5\x2f\xfd", "is zstd-compressed"),
+        (gzip.compress("{}\n".encode("utf-16")), "holds UTF-16 text"),
+        (b"\x1f\x8bnot really gzip", "cannot be read as gzip"),
+    ],
+)
 def test_formats_preflab_cannot_read_are_refused_in_one_sentence(cli, db_url, tmp_path, data, what):
     path = tmp_path / "r.jsonl"
     path.write_bytes(data)
@@ -162,8 +184,8 @@ def test_prompts_follow_the_same_rules(cli, tmp_path):
 def test_text_summary_names_every_kind_of_line(cli, tmp_path):
     path = write(tmp_path / "r.jsonl", GOOD[0], b"", GOOD[0], b"nope")
     assert cli("import", "rankings", path).stdout == (
-        "read 4 lines: imported 1 ranking, 1 quarantined, 1 duplicate, 1 blank "
-        "(1 new prompt, 2 new candidates)\n")
+        "read 4 lines: imported 1 ranking, 1 quarantined, 1 duplicate, 1 blank (1 new prompt, 2 new candidates)\n"
+    )
 
 
 def test_stats_ends_with_a_newline(cli):
@@ -172,11 +194,24 @@ def test_stats_ends_with_a_newline(cli):
 
 
 RECORDS = [json.loads(g) for g in GOOD]
-LS_TASKS = [{"id": i, "data": {"prompt": f"p{i}", "a": "x", "b": "y"}, "annotations": [{"id": 7, "result": []}]}
-            for i in range(3)]
-LS_MIN_TASKS = [{"id": i, "prompt": f"p{i}", "items": [{"id": "a", "html": "x"}, {"id": "b", "html": "y"}],
-                 "rank": {"rank": ["b", "a"]}, "annotator": 1, "annotation_id": 7 + i, "lead_time": 3.5,
-                 "created_at": "2026-11-25T10:00:00Z", "updated_at": "2026-11-25T10:00:00Z"} for i in range(3)]
+LS_TASKS = [
+    {"id": i, "data": {"prompt": f"p{i}", "a": "x", "b": "y"}, "annotations": [{"id": 7, "result": []}]}
+    for i in range(3)
+]
+LS_MIN_TASKS = [
+    {
+        "id": i,
+        "prompt": f"p{i}",
+        "items": [{"id": "a", "html": "x"}, {"id": "b", "html": "y"}],
+        "rank": {"rank": ["b", "a"]},
+        "annotator": 1,
+        "annotation_id": 7 + i,
+        "lead_time": 3.5,
+        "created_at": "2026-11-25T10:00:00Z",
+        "updated_at": "2026-11-25T10:00:00Z",
+    }
+    for i in range(3)
+]
 DOCUMENTS = {  # name: (bytes, looks like a Label Studio export)
     "an array on one line": (json.dumps(RECORDS).encode() + b"\n", False),
     "a pretty-printed array": (json.dumps(RECORDS, indent=2).encode(), False),
@@ -184,7 +219,9 @@ DOCUMENTS = {  # name: (bytes, looks like a Label Studio export)
     "a pretty-printed array cut short": (json.dumps(RECORDS, indent=2).encode()[:-40], False),
     "a Label Studio export": (json.dumps(LS_TASKS, indent=2).encode(), True),
     "a Label Studio export on one line, after a BOM and blank lines": (
-        b"\xef\xbb\xbf\n  \r\n" + json.dumps(LS_TASKS).encode(), True),
+        b"\xef\xbb\xbf\n  \r\n" + json.dumps(LS_TASKS).encode(),
+        True,
+    ),
     "a Label Studio JSON_MIN export": (json.dumps(LS_MIN_TASKS, indent=2).encode(), True),
 }
 
@@ -199,8 +236,9 @@ def test_one_json_document_is_refused_before_anything_is_written(cli, db_url, tm
     result = cli("import", what, path, expect_ok=False)
     assert result.exit_code == 1 and result.output.count("\n") == 1 and "Traceback" not in result.output
     assert result.output.startswith(f"Error: {path} is one JSON document, not JSON Lines (one record per line)")
-    assert (f"it looks like a Label Studio export: import it with `preflab ls import {path}`"
-            in result.output) == label_studio
+    assert (
+        f"it looks like a Label Studio export: import it with `preflab ls import {path}`" in result.output
+    ) == label_studio
     assert sum(counts(db_url, TABLES).values()) == 0  # not one raw record
 
 
@@ -210,8 +248,10 @@ def test_pretty_printed_objects_one_after_another_are_not_json_lines(cli, db_url
     cli("db", "upgrade")
     result = cli("import", "rankings", path, expect_ok=False)
     assert result.exit_code == 1
-    assert result.output == (f"Error: {path} holds JSON written across several lines, not JSON Lines (one record "
-                             f"per line): `jq -c . {path}` writes one record per line\n")
+    assert result.output == (
+        f"Error: {path} holds JSON written across several lines, not JSON Lines (one record "
+        f"per line): `jq -c . {path}` writes one record per line\n"
+    )
     assert sum(counts(db_url, TABLES).values()) == 0
 
 
@@ -219,7 +259,8 @@ def test_an_array_alone_is_a_document_and_followed_by_records_is_a_bad_record(cl
     """Records are objects: an array on line 1 that parses alone, with records after it, is JSON Lines."""
     alone = write(tmp_path / "alone.jsonl", b'["a list"]')
     assert cli("import", "rankings", alone, expect_ok=False).output.startswith(
-        f"Error: {alone} is one JSON document, not JSON Lines")
+        f"Error: {alone} is one JSON document, not JSON Lines"
+    )
     lines = write(tmp_path / "lines.jsonl", b'["a list"]', *GOOD[:2])
     out = imported(cli, lines)
     assert (out["imported"], out["quarantined"]) == (2, 1)

@@ -14,23 +14,27 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.properties import examples
-
 from preflab.cli import cli
 from preflab.errors import EXIT_ALL_QUARANTINED
-
 from tests.db.procs import TABLES, counts, scalar
+from tests.properties import examples
 
 EXAMPLES = examples(30)
-SETTINGS = settings(max_examples=EXAMPLES, deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                           HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 
 PROMPTS = ["What is 2+2?", "Name a colour.", "Say hi.", "  padded  ", "Ünïcödé ☃", "NFC é", "NFD e\u0301"]
 RESPONSES = ["4", "5", "red", "blue", "hi", "hello", "e\u0301", "é", " x ", "x"]
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=12)
     | st.text(st.characters() | st.sampled_from(["\x00", "\ud800", "\udfff"]), max_size=6),  # NULs, lone surrogates
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=10,
@@ -43,15 +47,19 @@ def ranking_records(draw) -> dict:
     order = draw(st.permutations(range(len(responses))))
     cuts = sorted(draw(st.sets(st.integers(1, len(order) - 1), max_size=len(order) - 1)))
     tiers = [list(order[a:b]) for a, b in zip([0, *cuts], [*cuts, len(order)])]
-    record = {"prompt": draw(st.sampled_from(PROMPTS)), "responses": responses,
-              "ranking": tiers[:draw(st.integers(1, len(tiers)))],
-              "annotator": draw(st.sampled_from(["alice", "bob", "judge"])),
-              "annotator_kind": draw(st.sampled_from(["human", "ai"]))}
+    record = {
+        "prompt": draw(st.sampled_from(PROMPTS)),
+        "responses": responses,
+        "ranking": tiers[: draw(st.integers(1, len(tiers)))],
+        "annotator": draw(st.sampled_from(["alice", "bob", "judge"])),
+        "annotator_kind": draw(st.sampled_from(["human", "ai"])),
+    }
     if draw(st.booleans()):
         record["id"] = draw(st.sampled_from(["r1", "r2", 3, "r4"]))
     if draw(st.booleans()):
-        record["scores"] = draw(st.lists(st.none() | st.floats(-10, 10), min_size=len(responses),
-                                         max_size=len(responses)))
+        record["scores"] = draw(
+            st.lists(st.none() | st.floats(-10, 10), min_size=len(responses), max_size=len(responses))
+        )
     return record
 
 
@@ -69,7 +77,7 @@ def prompt_records(draw) -> dict:
 def mutated(draw, records) -> dict:
     """A valid record with one field replaced by any JSON value, or dropped."""
     record = draw(records)
-    key = draw(st.sampled_from(sorted(record) + ["model", "source", "id"]))
+    key = draw(st.sampled_from([*sorted(record), "model", "source", "id"]))
     if draw(st.booleans()):
         record.pop(key, None)
     else:
@@ -81,16 +89,34 @@ def dumped(value, ensure_ascii: bool) -> bytes:
     return json.dumps(value, ensure_ascii=ensure_ascii).encode("utf-8", "surrogatepass")
 
 
-SPECIAL = [b"", b"   ", b"\t", b"NaN", b'{"prompt": Infinity}', b"[" * 3000 + b"]" * 3000, b"\x00",
-           b'{"prompt": "a\x00b"}', b"\xef\xbb\xbf{}", b"\xff\xfe\xfd", b"\xed\xa0\x80", b"{", b"null", b"[]", b"[",
-           b'["a list"]', b'{"prompt": "\\ud800"}']
+SPECIAL = [
+    b"",
+    b"   ",
+    b"\t",
+    b"NaN",
+    b'{"prompt": Infinity}',
+    b"[" * 3000 + b"]" * 3000,
+    b"\x00",
+    b'{"prompt": "a\x00b"}',
+    b"\xef\xbb\xbf{}",
+    b"\xff\xfe\xfd",
+    b"\xed\xa0\x80",
+    b"{",
+    b"null",
+    b"[]",
+    b"[",
+    b'["a list"]',
+    b'{"prompt": "\\ud800"}',
+]
 
 
 def lines_of(records):
     broken = st.builds(dumped, mutated(records), st.booleans())
     return st.one_of(  # a record with one wrong field is where a parser's checks are tried hardest
         st.builds(dumped, records, st.booleans()),
-        broken, broken, broken,
+        broken,
+        broken,
+        broken,
         st.builds(dumped, json_values, st.booleans()),
         st.binary(max_size=40),
         st.sampled_from(SPECIAL),
@@ -99,8 +125,14 @@ def lines_of(records):
 
 def files_of(records):
     return st.builds(
-        lambda lines, sep, trailing, bom: (b"\xef\xbb\xbf" if bom else b"") + sep.join(lines) + (sep if trailing else b""),
-        st.lists(lines_of(records), max_size=10), st.sampled_from([b"\n", b"\r\n"]), st.booleans(), st.booleans())
+        lambda lines, sep, trailing, bom: (
+            (b"\xef\xbb\xbf" if bom else b"") + sep.join(lines) + (sep if trailing else b"")
+        ),
+        st.lists(lines_of(records), max_size=10),
+        st.sampled_from([b"\n", b"\r\n"]),
+        st.booleans(),
+        st.booleans(),
+    )
 
 
 def line_count(data: bytes) -> int:
@@ -108,8 +140,9 @@ def line_count(data: bytes) -> int:
 
 
 def state(url: str) -> dict:
-    return counts(url, TABLES) | {"quarantined": scalar(url, "SELECT count(*) FROM raw_records "
-                                                             "WHERE status = 'quarantined'")}
+    return counts(url, TABLES) | {
+        "quarantined": scalar(url, "SELECT count(*) FROM raw_records WHERE status = 'quarantined'")
+    }
 
 
 def check_import(url, path, what, data):
@@ -124,10 +157,12 @@ def check_import(url, path, what, data):
             return None
         summary = json.loads(result.stdout)
         assert (result.exit_code == EXIT_ALL_QUARANTINED) == (
-            summary["quarantined"] > 0 and summary["imported"] == summary["duplicates"] == 0)
+            summary["quarantined"] > 0 and summary["imported"] == summary["duplicates"] == 0
+        )
         assert summary["read"] == line_count(data)
-        assert summary["read"] == (summary["imported"] + summary["duplicates"] + summary["quarantined"]
-                                   + summary["blank"])
+        assert summary["read"] == (
+            summary["imported"] + summary["duplicates"] + summary["quarantined"] + summary["blank"]
+        )
         return summary
 
     first = run()

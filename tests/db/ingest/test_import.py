@@ -10,14 +10,21 @@ from preflab.console import Reporter
 from preflab.db.ingest.jsonl import import_file, import_rankings_batch
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RawRecord
 from preflab.errors import EXIT_ALL_QUARANTINED
-
 from tests.db.helpers import ranking_line, write_lines
 
 GOOD = [
     ranking_line("What is 2+2?", ["4", "5", "22"], [[0], [2], [1]], "alice", id="r1"),
     ranking_line("What is 2+2?", ["4", "5", "22"], [[0], [1, 2]], "bob", id="r1"),
-    ranking_line("Capital of France?", ["Paris", "Lyon", "Nice", "Marseille"], [[0], [3]], "judge", "ai",
-                 id="j1", scores=[9.0, 1.0, None, 4.0], model="tiny"),
+    ranking_line(
+        "Capital of France?",
+        ["Paris", "Lyon", "Nice", "Marseille"],
+        [[0], [3]],
+        "judge",
+        "ai",
+        id="j1",
+        scores=[9.0, 1.0, None, 4.0],
+        model="tiny",
+    ),
 ]
 BAD = {
     "not json": "not valid JSON",
@@ -40,8 +47,17 @@ def count(session, model):
 def test_import_stores_prompts_candidates_rankings(cli, sessions, tmp_path):
     path = write_lines(tmp_path / "r.jsonl", GOOD)
     out = json.loads(cli("import", "rankings", path, "--json").stdout)
-    assert out == {"read": 3, "imported": 3, "duplicates": 0, "quarantined": 0, "blank": 0, "new_prompts": 2,
-                   "new_candidates": 7, "retried": 0, "reasons": {}}
+    assert out == {
+        "read": 3,
+        "imported": 3,
+        "duplicates": 0,
+        "quarantined": 0,
+        "blank": 0,
+        "new_prompts": 2,
+        "new_candidates": 7,
+        "retried": 0,
+        "reasons": {},
+    }
     with sessions.begin() as s:
         assert count(s, Prompt) == 2 and count(s, Candidate) == 7 and count(s, Ranking) == 3
         assert count(s, RawRecord) == 3
@@ -91,7 +107,7 @@ def test_bad_lines_are_quarantined_with_reasons_and_the_rest_imports(cli, sessio
     assert out["imported"] == 2 and out["quarantined"] == len(BAD)
     listed = cli("quarantine", "list").stdout.strip().splitlines()
     assert len(listed) == len(BAD)
-    for line, reason in BAD.items():
+    for _line, reason in BAD.items():
         assert any(reason in row for row in listed), reason
     with sessions.begin() as s:
         stored = set(s.scalars(select(RawRecord.payload)))
@@ -111,8 +127,7 @@ def test_missing_file_is_one_sentence(cli, tmp_path):
 
 
 def test_crash_half_way_keeps_whole_batches_and_rerun_completes(sessions, tmp_path):
-    lines = [ranking_line(f"prompt {i}", [f"a{i}", f"b{i}", f"c{i}"], [[0], [1], [2]], id=f"r{i}")
-             for i in range(10)]
+    lines = [ranking_line(f"prompt {i}", [f"a{i}", f"b{i}", f"c{i}"], [[0], [1], [2]], id=f"r{i}") for i in range(10)]
     path = write_lines(tmp_path / "r.jsonl", lines)
 
     class CrashAfterTwoBatches(Reporter):
@@ -138,19 +153,21 @@ def test_crash_half_way_keeps_whole_batches_and_rerun_completes(sessions, tmp_pa
 
 
 def test_import_prompts_with_and_without_responses(cli, sessions, tmp_path):
-    path = write_lines(tmp_path / "p.jsonl", [
-        json.dumps({"prompt": "Name a colour.", "reference": "Red."}),
-        json.dumps({"prompt": "Say hi.", "responses": ["hi", "hello"]}),
-        json.dumps({"prompt": ""}),
-    ])
+    path = write_lines(
+        tmp_path / "p.jsonl",
+        [
+            json.dumps({"prompt": "Name a colour.", "reference": "Red."}),
+            json.dumps({"prompt": "Say hi.", "responses": ["hi", "hello"]}),
+            json.dumps({"prompt": ""}),
+        ],
+    )
     out = json.loads(cli("import", "prompts", path, "--json").stdout)
     assert out["imported"] == 2 and out["quarantined"] == 1
     with sessions.begin() as s:
         assert s.scalar(select(Prompt.reference).where(Prompt.text == "Name a colour.")) == "Red."
         assert count(s, Candidate) == 2 and count(s, Ranking) == 0
     # a later ranking of the same prompt reuses the prompt and its candidates
-    cli("import", "rankings", write_lines(tmp_path / "r.jsonl", [
-        ranking_line("Say hi.", ["hello", "hi"], [[0], [1]])]))
+    cli("import", "rankings", write_lines(tmp_path / "r.jsonl", [ranking_line("Say hi.", ["hello", "hi"], [[0], [1]])]))
     with sessions.begin() as s:
         assert count(s, Prompt) == 2 and count(s, Candidate) == 2
 

@@ -16,19 +16,23 @@ import json
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from tests.properties import examples
 from sqlalchemy import select
 
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RawRecord
 from preflab.errors import EXIT_ALL_QUARANTINED
-
 from tests.db.procs import TABLES, counts
+from tests.properties import examples
 
 # Where the character goes, and how the reason names that place.
 FIELDS = {
-    "id": "'id'", "prompt": "'prompt'", "response": "'responses'[2]", "annotator": "'annotator'",
-    "model": "'model'", "source": "'source'", "reference": "'reference'", "metadata": "'metadata'['tags'][1]",
+    "id": "'id'",
+    "prompt": "'prompt'",
+    "response": "'responses'[2]",
+    "annotator": "'annotator'",
+    "model": "'model'",
+    "source": "'source'",
+    "reference": "'reference'",
+    "metadata": "'metadata'['tags'][1]",
 }
 # How the character is written in the line.
 KINDS = {
@@ -38,16 +42,27 @@ KINDS = {
     "low surrogate": ("\udfff", "holds a lone UTF-16 surrogate (\\udfff), which is not text the database can store"),
     "surrogate pair": ("\U0001f600", None),  # written "\ud83d\ude00": one character, stored as such
 }
-SETTINGS = settings(max_examples=examples(4), deadline=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(4),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def line_with(field: str, kind: str, before: str, after: str) -> bytes:
     """A valid ranking (and prompt) record with the kind's character in `field`; its own prompt and id per example."""
     key = f"{field}-{kind}-{before!r}-{after!r}"
-    record = {"id": f"r-{key}", "prompt": f"p-{key}", "responses": ["a", "b", "c"], "ranking": [[0], [1], [2]],
-              "annotator": "alice", "model": "m", "source": "s", "reference": "ref",
-              "metadata": {"tags": ["x", "y"]}}
+    record = {
+        "id": f"r-{key}",
+        "prompt": f"p-{key}",
+        "responses": ["a", "b", "c"],
+        "ranking": [[0], [1], [2]],
+        "annotator": "alice",
+        "model": "m",
+        "source": "s",
+        "reference": "ref",
+        "metadata": {"tags": ["x", "y"]},
+    }
     text = before + KINDS[kind][0] + after
     if field == "response":
         record["responses"][2] += text
@@ -74,8 +89,11 @@ def check_quarantined(cli, db_url, sessions, tmp_path, what, line, reason):
     assert (first["read"], first["imported"], first["quarantined"]) == (1, 0, 1)
     assert list(first["reasons"]) == [reason]
     with sessions.begin() as s:
-        row = s.scalar(select(RawRecord).where(RawRecord.payload_hash == hashlib.sha256(line).hexdigest(),
-                                               RawRecord.source == f"import:{what}"))
+        row = s.scalar(
+            select(RawRecord).where(
+                RawRecord.payload_hash == hashlib.sha256(line).hexdigest(), RawRecord.source == f"import:{what}"
+            )
+        )
         assert (row.status, row.reason) == ("quarantined", reason)
     assert cli("quarantine", "show", row.id).stdout_bytes == line + b"\n"  # exactly what was received
     before = counts(db_url, TABLES)
@@ -93,8 +111,11 @@ def check_imported(cli, sessions, tmp_path, line):
     with sessions.begin() as s:
         ranking = s.scalar(select(Ranking).where(Ranking.external_id == record["id"]))
         prompt = s.get(Prompt, ranking.prompt_id)
-        assert (prompt.text, prompt.source, prompt.reference) == (record["prompt"], record["source"],
-                                                                  record["reference"])
+        assert (prompt.text, prompt.source, prompt.reference) == (
+            record["prompt"],
+            record["source"],
+            record["reference"],
+        )
         assert s.get(Annotator, ranking.annotator_id).name == record["annotator"]
         candidates = s.execute(select(Candidate.text, Candidate.model).where(Candidate.prompt_id == prompt.id))
         assert set(candidates) == {(r, record["model"]) for r in record["responses"]}
@@ -117,10 +138,15 @@ def _examples(test):
 
 @_examples
 @SETTINGS
-@given(field=st.sampled_from(sorted(FIELDS)), kind=st.sampled_from(sorted(KINDS)),
-       before=st.text("ab ", max_size=2), after=st.text("ab ", max_size=2))
-def test_text_no_database_can_hold_is_quarantined_naming_its_field(cli, db_url, sessions, tmp_path, field, kind,
-                                                                    before, after):
+@given(
+    field=st.sampled_from(sorted(FIELDS)),
+    kind=st.sampled_from(sorted(KINDS)),
+    before=st.text("ab ", max_size=2),
+    after=st.text("ab ", max_size=2),
+)
+def test_text_no_database_can_hold_is_quarantined_naming_its_field(
+    cli, db_url, sessions, tmp_path, field, kind, before, after
+):
     line = line_with(field, kind, before, after)
     problem = KINDS[kind][1]
     if problem is None:
@@ -133,8 +159,13 @@ def test_text_no_database_can_hold_is_quarantined_naming_its_field(cli, db_url, 
 @pytest.mark.parametrize("kind", [kind for kind, (_, problem) in KINDS.items() if problem])
 def test_a_key_is_named_too(cli, db_url, sessions, tmp_path, kind):
     char, problem = KINDS[kind]
-    record = {"prompt": "p", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "alice",
-              "metadata": {"ok": 1, f"k{char}": 2}}
+    record = {
+        "prompt": "p",
+        "responses": ["a", "b"],
+        "ranking": [[0], [1]],
+        "annotator": "alice",
+        "metadata": {"ok": 1, f"k{char}": 2},
+    }
     line = json.dumps(record).encode()
     if kind == "raw NUL byte":
         line = line.replace(b"\\u0000", b"\x00")

@@ -23,12 +23,7 @@ from scipy.special import expit
 
 # The Bradley-Terry half is the benches' baseline too: one copy, in bench/ (benches never import tests/).
 from bench.fastchat_bt import (
-    bt_loss_and_grad,
-    compute_bootstrap_bt,
-    compute_bt,
-    fit_bt,
     get_matchups_models,
-    preprocess_for_bt,
     scale_and_offset,
 )
 
@@ -55,8 +50,7 @@ def preprocess_for_style(df, style_a, style_b, apply_ratio=(1, 1, 1, 1), add_one
     return matchups, features, outcomes, models
 
 
-def contextual_bt_loss_and_grad(params, n_competitors, matchups, features, outcomes, alpha=1.0, reg=1.0,
-                                half_reg=0.5):
+def contextual_bt_loss_and_grad(params, n_competitors, matchups, features, outcomes, alpha=1.0, reg=1.0, half_reg=0.5):
     reg_loss = half_reg * np.inner(params, params)
     ratings = params[:n_competitors]
     feature_params = params[n_competitors:]
@@ -64,7 +58,7 @@ def contextual_bt_loss_and_grad(params, n_competitors, matchups, features, outco
     bt_logits = alpha * (matchup_ratings[:, 0] - matchup_ratings[:, 1])
     context_logits = np.dot(features, feature_params)
     probs = expit(bt_logits + context_logits)
-    loss = -((np.log(probs) * outcomes + np.log(1.0 - probs) * (1.0 - outcomes))).sum() + reg_loss
+    loss = -(np.log(probs) * outcomes + np.log(1.0 - probs) * (1.0 - outcomes)).sum() + reg_loss
     error = outcomes - probs
     grad = reg * params
     matchups_grads = -alpha * error
@@ -80,18 +74,24 @@ def fit_contextual_bt(matchups, features, outcomes, models, idxs=None, alpha=mat
     half_reg = reg / 2.0
     if idxs is not None:
         matchups, features, outcomes = matchups[idxs], features[idxs], outcomes[idxs]
-    result = minimize(fun=contextual_bt_loss_and_grad, x0=initial_params,
-                      args=(n_models, matchups, features, outcomes, alpha, reg, half_reg), jac=True,
-                      method="L-BFGS-B", options={"maxiter": 100, "gtol": tol})
+    result = minimize(
+        fun=contextual_bt_loss_and_grad,
+        x0=initial_params,
+        args=(n_models, matchups, features, outcomes, alpha, reg, half_reg),
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 100, "gtol": tol},
+    )
     return result["x"]
 
 
-def compute_style_control(df, style_a, style_b, alpha=math.log(10.0), reg=0.5, init_rating=1000.0, scale=400.0,
-                          tol=1e-6):
+def compute_style_control(
+    df, style_a, style_b, alpha=math.log(10.0), reg=0.5, init_rating=1000.0, scale=400.0, tol=1e-6
+):
     matchups, features, outcomes, models = preprocess_for_style(df, style_a, style_b)
     ratings_params = fit_contextual_bt(matchups, features, outcomes, models=models, alpha=alpha, reg=reg, tol=tol)
     ratings = ratings_params[: len(models)]
-    params = ratings_params[len(models):]
+    params = ratings_params[len(models) :]
     scaled_ratings = scale_and_offset(ratings, models, scale, init_rating)
     scaled_ratings = pd.Series(scaled_ratings, index=models).sort_values(ascending=False)
     return scaled_ratings, params

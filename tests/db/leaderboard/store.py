@@ -41,10 +41,18 @@ def simulated_store(sessions, path: Path, prompts: int = 150, seed: int = 0) -> 
             replies = [f"prompt {p}, {person}, {m}: " + "word " * (10 + 5 * names.index(m)) for m in pair]
             tiers = [[0], [1]] if outcome[0] == 1 else [[1], [0]] if outcome[0] == 0 else [[0, 1]]
             into = arena if p % 3 == 0 else lines
-            into.append(ranking_line(f"question {p}", replies, tiers, annotator=person, model=pair,
-                                     id=f"{p}-{person}"))
-            into.append(ranking_line(f"question {p}", replies, tiers[::-1], annotator="judge", kind="ai",
-                                     model=pair, id=f"{p}-{person}-judge"))
+            into.append(ranking_line(f"question {p}", replies, tiers, annotator=person, model=pair, id=f"{p}-{person}"))
+            into.append(
+                ranking_line(
+                    f"question {p}",
+                    replies,
+                    tiers[::-1],
+                    annotator="judge",
+                    kind="ai",
+                    model=pair,
+                    id=f"{p}-{person}-judge",
+                )
+            )
     import_lines(sessions, path, lines)
     import_lines(sessions, path.with_name(f"arena-{path.name}"), arena, source="import:arena")
     with sessions.begin() as session:
@@ -57,5 +65,6 @@ def name_versions(session) -> None:
         version = ModelVersion(name=name, kind="policy", base_model=BASE)
         session.add(version)
         session.flush()
-        session.execute(update(Candidate).where(Candidate.model == name)
-                        .values(model_version_id=version.id, model=BASE))
+        session.execute(
+            update(Candidate).where(Candidate.model == name).values(model_version_id=version.id, model=BASE)
+        )

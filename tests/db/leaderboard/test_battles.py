@@ -24,11 +24,15 @@ def outcomes(battles) -> dict[tuple[str, str], list[float]]:
 
 
 def test_a_ranking_is_every_pair_of_its_candidates_with_ties_as_ties(sessions, tmp_path):
-    import_lines(sessions, tmp_path / "r.jsonl", [
-        ranking_line("p1", ["a1", "b1", "c1", "d1"], [[1], [0, 2]], model=["x", "y", "z", "w"]),  # d1 not ranked
-        ranking_line("p2", ["a2", "b2", "c2"], [[2], [0], [1]], model=["x", "y", "x"], annotator="bo"),
-        ranking_line("p3", ["a3", "b3"], [[0], [1]], model=["x", None], annotator="cy"),
-    ])
+    import_lines(
+        sessions,
+        tmp_path / "r.jsonl",
+        [
+            ranking_line("p1", ["a1", "b1", "c1", "d1"], [[1], [0, 2]], model=["x", "y", "z", "w"]),  # d1 not ranked
+            ranking_line("p2", ["a2", "b2", "c2"], [[2], [0], [1]], model=["x", "y", "x"], annotator="bo"),
+            ranking_line("p3", ["a3", "b3"], [[0], [1]], model=["x", None], annotator="cy"),
+        ],
+    )
     with sessions.begin() as session:
         battles = read_battles(session, Filters())
     assert outcomes(battles) == {("x", "y"): [0.0, 1.0, 1.0], ("x", "z"): [0.5], ("y", "z"): [1.0]}
@@ -42,12 +46,16 @@ def test_a_candidate_of_a_model_version_is_named_by_the_version(sessions, tmp_pa
         battles = read_battles(session, Filters())
         assert set(battles.models) == {"base", "policy-v1", "policy-v2", "policy-v3"}
         assert {m for (m,) in session.execute(select(Candidate.model).distinct())} == {
-            "HuggingFaceTB/SmolLM2-135M-Instruct"}
+            "HuggingFaceTB/SmolLM2-135M-Instruct"
+        }
 
 
 def test_only_the_rankings_pairs_build_takes_count(sessions, tmp_path):
-    import_lines(sessions, tmp_path / "r.jsonl", [
-        ranking_line(f"p{k}", [f"a{k}", f"b{k}"], [[0], [1]], model=["x", "y"], id=str(k)) for k in range(4)])
+    import_lines(
+        sessions,
+        tmp_path / "r.jsonl",
+        [ranking_line(f"p{k}", [f"a{k}", f"b{k}"], [[0], [1]], model=["x", "y"], id=str(k)) for k in range(4)],
+    )
     with sessions.begin() as session:
         ids = session.scalars(select(Ranking.id).order_by(Ranking.id)).all()
         session.execute(update(Ranking).where(Ranking.id == ids[0]).values(status="superseded"))
@@ -81,9 +89,11 @@ def test_filters_by_annotator_kind_time_source_and_split_and_count_what_they_lea
         both = read_battles(session, Filters(annotator_kind="human", split="test", source="import:arena"))
         assert len(both) == 1 * 2
         # each battle left out once, under the first filter that refused it
-        assert both.left_out == {"rankings by AI judges (--annotator-kind human)": 12 * 2,
-                                 "rankings whose source is not import:arena (--source)": 8 * 2,
-                                 "prompts not of split test (--prompts)": 3 * 2}
+        assert both.left_out == {
+            "rankings by AI judges (--annotator-kind human)": 12 * 2,
+            "rankings whose source is not import:arena (--source)": 8 * 2,
+            "prompts not of split test (--prompts)": 3 * 2,
+        }
         old = datetime(2020, 1, 1, tzinfo=timezone.utc)
         first = session.scalars(select(Ranking.id).order_by(Ranking.id).limit(10)).all()
         session.execute(update(Ranking).where(Ranking.id.in_(first)).values(created_at=old))
@@ -93,15 +103,25 @@ def test_filters_by_annotator_kind_time_source_and_split_and_count_what_they_lea
         assert len(read_battles(session, Filters(since=datetime(2019, 1, 1, tzinfo=timezone.utc)))) == 12 * 4
         nothing = read_battles(session, Filters(source="label-studio"))
         assert len(nothing) == 0 and nothing.left_out == {
-            "rankings whose source is not label-studio (--source)": 12 * 4}
+            "rankings whose source is not label-studio (--source)": 12 * 4
+        }
 
 
 def test_a_ranking_of_several_replies_left_out_counts_all_its_battles(sessions, tmp_path):
-    import_lines(sessions, tmp_path / "r.jsonl", [
-        ranking_line("p1", ["a1", "b1", "c1", "d1"], [[1], [0, 2]], model=["x", "y", "z", "w"]),  # d1 not ranked
-        ranking_line("p2", ["a2", "b2"], [[0], [1]], model=["x", "y"], annotator="bo")])
-    import_lines(sessions, tmp_path / "s.jsonl", [ranking_line("p3", ["a3", "b3"], [[0], [1]], model=["x", "y"])],
-                 source="import:arena")
+    import_lines(
+        sessions,
+        tmp_path / "r.jsonl",
+        [
+            ranking_line("p1", ["a1", "b1", "c1", "d1"], [[1], [0, 2]], model=["x", "y", "z", "w"]),  # d1 not ranked
+            ranking_line("p2", ["a2", "b2"], [[0], [1]], model=["x", "y"], annotator="bo"),
+        ],
+    )
+    import_lines(
+        sessions,
+        tmp_path / "s.jsonl",
+        [ranking_line("p3", ["a3", "b3"], [[0], [1]], model=["x", "y"])],
+        source="import:arena",
+    )
     with sessions.begin() as session:
         battles = read_battles(session, Filters(source="import:arena"))
     assert len(battles) == 1 and battles.left_out == {"rankings whose source is not import:arena (--source)": 3 + 1}
@@ -109,8 +129,10 @@ def test_a_ranking_of_several_replies_left_out_counts_all_its_battles(sessions, 
 
 def test_the_bootstrap_draws_whole_rankings(sessions, tmp_path):
     """Rankings of three give three battles each: a pattern is a ranking's battles together."""
-    lines = [ranking_line(f"p{k}", [f"a{k}", f"b{k}", f"c{k}"], tiers, model=["x", "y", "z"], id=str(k))
-             for k, tiers in enumerate([[[0], [1], [2]]] * 5 + [[[2], [0, 1]]] * 3 + [[[1], [0], [2]]])]
+    lines = [
+        ranking_line(f"p{k}", [f"a{k}", f"b{k}", f"c{k}"], tiers, model=["x", "y", "z"], id=str(k))
+        for k, tiers in enumerate([[[0], [1], [2]]] * 5 + [[[2], [0, 1]]] * 3 + [[[1], [0], [2]]])
+    ]
     import_lines(sessions, tmp_path / "r.jsonl", lines)
     with sessions.begin() as session:
         battles = read_battles(session, Filters())
@@ -122,8 +144,10 @@ def test_the_bootstrap_draws_whole_rankings(sessions, tmp_path):
 
 
 def test_style_counts_are_fastchats_markdown_counts(sessions, tmp_path):
-    reply = ("# Title\n## Part\nSome **bold** and __bold__ text.\n1. one\n2. two\n- dash\n* star\n"
-             "```\n# not a header\n- not a list\n```\n#not a header either")
+    reply = (
+        "# Title\n## Part\nSome **bold** and __bold__ text.\n1. one\n2. two\n- dash\n* star\n"
+        "```\n# not a header\n- not a list\n```\n#not a header either"
+    )
     assert markdown_counts(reply) == (2, 4, 2)
     import_lines(sessions, tmp_path / "r.jsonl", [ranking_line("p", [reply, "plain"], [[0], [1]], model=["x", "y"])])
     with sessions.begin() as session:

@@ -1,5 +1,7 @@
 """The leaderboard's result on battles in memory: notes, anchors, seeds, the pairwise tables, refusals."""
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -14,11 +16,20 @@ def battles(*games):
 
 
 def test_models_that_never_met_and_a_model_that_never_lost_are_said():
-    games = [("x", "y", "model_a"), ("x", "y", "model_b"), ("z", "w", "tie"), ("z", "w", "model_a"),
-             ("z", "w", "model_b"), ("v", "z", "model_a"), ("v", "w", "model_a")]
+    games = [
+        ("x", "y", "model_a"),
+        ("x", "y", "model_b"),
+        ("z", "w", "tie"),
+        ("z", "w", "model_a"),
+        ("z", "w", "model_b"),
+        ("v", "z", "model_a"),
+        ("v", "w", "model_a"),
+    ]
     board = rate(battles(*games), LeaderboardConfig(bootstrap=50))
-    assert any(note.startswith("these groups of models never met") and "group 1: v, w, z | group 2: x, y" in note
-               for note in board.notes), board.notes
+    assert any(
+        note.startswith("these groups of models never met") and "group 1: v, w, z | group 2: x, y" in note
+        for note in board.notes
+    ), board.notes
     assert any(note.startswith("v won every battle") for note in board.notes)
     assert all(np.isfinite([r.rating, r.lower, r.upper]).all() for r in board.ratings)
 
@@ -30,11 +41,11 @@ def test_disconnected_groups_are_listed_group_by_group_each_ranked_within_itself
     models it never met; now each group is listed whole, by rank, and ranked within itself.
     """
     chain = [f"a{k}" for k in range(1, 9)]
-    games = [game for x, y in zip(chain, chain[1:]) for game in [(x, y, "model_a")] * 30 + [(y, x, "model_a")] * 10]
+    games = [game for x, y in itertools.pairwise(chain) for game in [(x, y, "model_a")] * 30 + [(y, x, "model_a")] * 10]
     games += [("b1", "b2", "model_a")] * 3 + [("b2", "b1", "model_a")]
     board = rate(battles(*games), LeaderboardConfig(bootstrap=100))
     rows = [(r.model, r.group, r.rank) for r in board.ratings]
-    assert [m for m, _, _ in rows] == chain + ["b1", "b2"]
+    assert [m for m, _, _ in rows] == [*chain, "b1", "b2"]
     assert [(g, rank) for _, g, rank in rows] == sorted((g, rank) for _, g, rank in rows)
     assert [rank for m, _, rank in rows if m.startswith("b")] == [1, 1]
     median = {r.model: r.median for r in board.ratings}
@@ -44,19 +55,27 @@ def test_disconnected_groups_are_listed_group_by_group_each_ranked_within_itself
     from preflab.commands.leaderboard import leaderboard_text
 
     lines = leaderboard_text(board).splitlines()
-    first, second = (lines.index(f"group {k} of 2 ({n} models; ratings and ranks compare only within a group)")
-                     for k, n in ((1, 8), (2, 2)))
-    assert [line.split()[1] for line in lines[first + 1:second]] == chain
-    assert [line.split()[:2] for line in lines[second + 1:second + 3]] == [["1", "b1"], ["1", "b2"]]
+    first, second = (
+        lines.index(f"group {k} of 2 ({n} models; ratings and ranks compare only within a group)")
+        for k, n in ((1, 8), (2, 2))
+    )
+    assert [line.split()[1] for line in lines[first + 1 : second]] == chain
+    assert [line.split()[:2] for line in lines[second + 1 : second + 3]] == [["1", "b1"], ["1", "b2"]]
     unbooted = rate(battles(*games), LeaderboardConfig(bootstrap=0))
     assert [(r.model, r.group, r.rank) for r in unbooted.ratings] == [
-        *((m, 1, k) for k, m in enumerate(chain, 1)), ("b1", 2, 1), ("b2", 2, 2)]
+        *((m, 1, k) for k, m in enumerate(chain, 1)),
+        ("b1", 2, 1),
+        ("b2", 2, 2),
+    ]
 
 
 def test_the_anchor_is_1000_in_every_bootstrap_round_and_the_seed_fixes_the_intervals():
     rng = np.random.default_rng(3)
-    games = [(a, b, rng.choice(["model_a", "model_b", "tie"], p=[0.5, 0.4, 0.1]))
-             for a, b in rng.choice(["p", "q", "r"], size=(300, 2)) if a != b]
+    games = [
+        (a, b, rng.choice(["model_a", "model_b", "tie"], p=[0.5, 0.4, 0.1]))
+        for a, b in rng.choice(["p", "q", "r"], size=(300, 2))
+        if a != b
+    ]
     data = battles(*games)
     anchored = {r.model: r for r in rate(data, LeaderboardConfig(bootstrap=100, anchor="q")).ratings}
     assert (anchored["q"].rating, anchored["q"].lower, anchored["q"].upper) == pytest.approx((1000, 1000, 1000))
@@ -69,8 +88,13 @@ def test_the_anchor_is_1000_in_every_bootstrap_round_and_the_seed_fixes_the_inte
 
 
 def test_the_pairwise_tables_count_ties_as_half_and_predict_from_the_ratings():
-    games = [("x", "y", "model_a")] * 6 + [("y", "x", "model_a")] * 2 + [("x", "y", "tie")] * 2 + \
-            [("y", "z", "model_a")] * 5 + [("z", "y", "model_a")] * 3
+    games = (
+        [("x", "y", "model_a")] * 6
+        + [("y", "x", "model_a")] * 2
+        + [("x", "y", "tie")] * 2
+        + [("y", "z", "model_a")] * 5
+        + [("z", "y", "model_a")] * 3
+    )
     board = rate(battles(*games), LeaderboardConfig(bootstrap=100, pairwise=True))
     table = board.pairwise
     assert table["models"] == ["x", "y", "z"]

@@ -24,8 +24,15 @@ def arena():
     rng = np.random.default_rng(7)
     names = np.array([f"model-{k}" for k in (5, 2, 7, 0, 3, 6, 1, 4)])
     a, b, outcome, _ = simulate(np.linspace(-190, 190, 8), 4000, rng)
-    style = np.stack([rng.integers(20, 900, (4000, 2)), rng.integers(0, 6, (4000, 2)),
-                      rng.integers(0, 12, (4000, 2)), rng.integers(0, 8, (4000, 2))], axis=2)
+    style = np.stack(
+        [
+            rng.integers(20, 900, (4000, 2)),
+            rng.integers(0, 6, (4000, 2)),
+            rng.integers(0, 12, (4000, 2)),
+            rng.integers(0, 8, (4000, 2)),
+        ],
+        axis=2,
+    )
     df = pd.DataFrame({"model_a": names[a], "model_b": names[b], "winner": winners(outcome, rng)})
     return df, style
 
@@ -40,8 +47,9 @@ def test_ratings_and_intervals_agree_with_fastchat_within_one_elo(arena):
     for model, rating in theirs.items():
         assert ours[model].rating == pytest.approx(rating, abs=1.0)
         lower, median, upper = samples[model].quantile([0.025, 0.5, 0.975])
-        assert (ours[model].lower, ours[model].median, ours[model].upper) == pytest.approx((lower, median, upper),
-                                                                                           abs=1.0)
+        assert (ours[model].lower, ours[model].median, ours[model].upper) == pytest.approx(
+            (lower, median, upper), abs=1.0
+        )
     # ordered by the bootstrap median, as FastChat orders its bootstrap table
     assert [r.model for r in board.ratings] == list(samples.columns)
     assert np.mean([r.rating for r in board.ratings]) == pytest.approx(1000.0, abs=1e-6)

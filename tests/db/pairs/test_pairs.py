@@ -1,7 +1,7 @@
 """Rankings → pairs: invariants (hypothesis), strategies, aggregation, determinism."""
 
 import json
-from itertools import combinations
+from itertools import combinations, pairwise
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,7 +16,6 @@ from preflab.db.pairs.build import (
     majority,
     tiers_from_scores,
 )
-
 from tests.db.helpers import ranking_line, write_lines
 
 
@@ -28,7 +27,7 @@ def tiered_rankings(draw):
     ranked = draw(st.integers(1, n))
     cuts = sorted(draw(st.sets(st.integers(1, ranked - 1), max_size=ranked - 1))) if ranked > 1 else []
     bounds = [0, *cuts, ranked]
-    return [list(items[a:b]) for a, b in zip(bounds, bounds[1:])]
+    return [list(items[a:b]) for a, b in pairwise(bounds)]
 
 
 @given(tiered_rankings())
@@ -41,8 +40,8 @@ def test_all_strategy_invariants(tiers):
     assert len(pairs) == n * (n - 1) // 2 - sum(s * (s - 1) // 2 for s in sizes)
     assert len(set(pairs)) == len(pairs)
     for a, b in pairs:
-        assert position[a] < position[b]          # follows the source order, never inside a tier
-        assert (b, a) not in pairs                 # antisymmetric
+        assert position[a] < position[b]  # follows the source order, never inside a tier
+        assert (b, a) not in pairs  # antisymmetric
     pair_set = set(pairs)
     for (a, b), (c, d) in combinations(pairs, 2):  # transitive
         if b == c:
@@ -100,8 +99,10 @@ LINES = [
 
 def built_pairs(session):
     texts = dict(session.execute(select(Candidate.id, Candidate.text)).all())
-    return sorted((texts[c.chosen_id], texts[c.rejected_id], c.margin, c.annotator_kind)
-                  for c in session.scalars(select(Comparison)))
+    return sorted(
+        (texts[c.chosen_id], texts[c.rejected_id], c.margin, c.annotator_kind)
+        for c in session.scalars(select(Comparison))
+    )
 
 
 def test_build_pairs_in_the_database(cli, sessions, tmp_path):
@@ -125,8 +126,12 @@ def test_building_twice_gives_identical_rows(cli, sessions, tmp_path):
     for _ in range(2):
         cli("pairs", "build", "--aggregate", "none")
         with sessions.begin() as s:
-            snapshots.append([(c.prompt_id, c.chosen_id, c.rejected_id, c.ranking_id, c.margin, c.weight)
-                              for c in s.scalars(select(Comparison).order_by(Comparison.id))])
+            snapshots.append(
+                [
+                    (c.prompt_id, c.chosen_id, c.rejected_id, c.ranking_id, c.margin, c.weight)
+                    for c in s.scalars(select(Comparison).order_by(Comparison.id))
+                ]
+            )
     assert snapshots[0] == snapshots[1] and snapshots[0]
 
 

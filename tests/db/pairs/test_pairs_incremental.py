@@ -10,7 +10,6 @@ from preflab.db.ingest.jsonl import import_file, import_rankings_batch
 from preflab.db.models import Annotator, Comparison, GoldAnswer, PairBuild, Ranking, RankingStatus
 from preflab.db.pairs.build import build_pairs
 from preflab.errors import InputError
-
 from tests.db.helpers import ranking_line, write_lines
 
 
@@ -22,16 +21,24 @@ def rankings(seed: int, n: int, prompts: range) -> list[str]:
         p = rng.choice(prompts)
         k = 3 + p % 4
         order = rng.sample(range(k), k)
-        ranked, tiers = order[:rng.randint(2, k)], []
+        ranked, tiers = order[: rng.randint(2, k)], []
         while ranked:
             size = 2 if len(ranked) > 2 and rng.random() < 0.3 else 1
             tiers.append(ranked[:size])
             ranked = ranked[size:]
         judge = rng.random() < 0.25
         extra = {"scores": [round(rng.random(), 3) for _ in range(k)]} if judge else {}
-        lines.append(ranking_line(f"prompt {p}", [f"answer {p}.{j}" for j in range(k)], tiers,
-                                  "judge" if judge else f"annotator-{rng.randint(0, 3)}", "ai" if judge else "human",
-                                  id=f"{seed}-{i}", **extra))
+        lines.append(
+            ranking_line(
+                f"prompt {p}",
+                [f"answer {p}.{j}" for j in range(k)],
+                tiers,
+                "judge" if judge else f"annotator-{rng.randint(0, 3)}",
+                "ai" if judge else "human",
+                id=f"{seed}-{i}",
+                **extra,
+            )
+        )
     return lines
 
 
@@ -41,9 +48,20 @@ def load(sessions, tmp_path, name: str, lines: list[str]) -> None:
 
 def snapshot(session) -> list[tuple]:
     """The comparisons in build order (the order an export writes them), without their surrogate ids."""
-    return [tuple(row) for row in session.execute(
-        select(Comparison.prompt_id, Comparison.chosen_id, Comparison.rejected_id, Comparison.ranking_id,
-               Comparison.annotator_kind, Comparison.margin, Comparison.weight).order_by(Comparison.id))]
+    return [
+        tuple(row)
+        for row in session.execute(
+            select(
+                Comparison.prompt_id,
+                Comparison.chosen_id,
+                Comparison.rejected_id,
+                Comparison.ranking_id,
+                Comparison.annotator_kind,
+                Comparison.margin,
+                Comparison.weight,
+            ).order_by(Comparison.id)
+        )
+    ]
 
 
 def build(sessions, **settings):
@@ -54,7 +72,7 @@ def build(sessions, **settings):
 
 def change_the_store(sessions, tmp_path) -> int:
     """New rankings on old and new prompts, superseded and deleted ones, an old one valid again, a gold prompt."""
-    load(sessions, tmp_path, "more.jsonl", rankings(2, 40, range(0, 40)))
+    load(sessions, tmp_path, "more.jsonl", rankings(2, 40, range(40)))
     with sessions.begin() as s:
         ids = s.scalars(select(Ranking.id).order_by(Ranking.id)).all()
         s.execute(update(Ranking).where(Ranking.id.in_(ids[5:8])).values(status=RankingStatus.superseded.value))
@@ -65,15 +83,21 @@ def change_the_store(sessions, tmp_path) -> int:
     return gold
 
 
-SETTINGS = [("all", "none", "any"), ("adjacent", "none", "human"), ("best-vs-rest", "none", "any"),
-            ("best-vs-worst", "none", "ai"), ("all", "majority", "any"), ("all", "borda", "human"),
-            ("adjacent", "bradley-terry", "any")]
+SETTINGS = [
+    ("all", "none", "any"),
+    ("adjacent", "none", "human"),
+    ("best-vs-rest", "none", "any"),
+    ("best-vs-worst", "none", "ai"),
+    ("all", "majority", "any"),
+    ("all", "borda", "human"),
+    ("adjacent", "bradley-terry", "any"),
+]
 
 
 @pytest.mark.parametrize("strategy,aggregate,kind", SETTINGS)
 def test_incremental_build_equals_a_full_rebuild(sessions, tmp_path, strategy, aggregate, kind):
     settings = {"strategy": strategy, "aggregate": aggregate, "annotator_kind": kind}
-    load(sessions, tmp_path, "first.jsonl", rankings(1, 80, range(0, 30)))
+    load(sessions, tmp_path, "first.jsonl", rankings(1, 80, range(30)))
     first, _ = build(sessions, **settings)
     assert first.mode == "full" and first.pairs > 0
     gold = change_the_store(sessions, tmp_path)
@@ -90,7 +114,7 @@ def test_incremental_build_equals_a_full_rebuild(sessions, tmp_path, strategy, a
 
 
 def test_a_ranking_valid_again_keeps_build_order(sessions, tmp_path):
-    load(sessions, tmp_path, "first.jsonl", rankings(1, 60, range(0, 20)))
+    load(sessions, tmp_path, "first.jsonl", rankings(1, 60, range(20)))
     with sessions.begin() as s:
         old = s.scalars(select(Ranking.id).order_by(Ranking.id)).all()[10]
         s.execute(update(Ranking).where(Ranking.id == old).values(status=RankingStatus.deleted.value))
@@ -104,14 +128,19 @@ def test_a_ranking_valid_again_keeps_build_order(sessions, tmp_path):
 
 
 def test_only_the_changed_rankings_are_rewritten(sessions, tmp_path):
-    load(sessions, tmp_path, "first.jsonl", rankings(1, 60, range(0, 20)))
+    load(sessions, tmp_path, "first.jsonl", rankings(1, 60, range(20)))
     first, _ = build(sessions)
     load(sessions, tmp_path, "more.jsonl", rankings(3, 5, range(100, 103)))
     second, _ = build(sessions)
     with sessions.begin() as s:
-        by_build = dict(s.execute(select(Comparison.build_id, Comparison.ranking_id)
-                                  .group_by(Comparison.build_id, Comparison.ranking_id)).all())
-        written = {rid for bid, rid in s.execute(select(Comparison.build_id, Comparison.ranking_id)) if bid == second.build_id}
+        by_build = dict(
+            s.execute(
+                select(Comparison.build_id, Comparison.ranking_id).group_by(Comparison.build_id, Comparison.ranking_id)
+            ).all()
+        )
+        written = {
+            rid for bid, rid in s.execute(select(Comparison.build_id, Comparison.ranking_id)) if bid == second.build_id
+        }
         new = set(s.scalars(select(Ranking.id).order_by(Ranking.id.desc()).limit(5)))
         row = s.get(PairBuild, second.build_id)
         assert (row.mode, row.n_changed, row.n_pairs) == ("incremental", 5, second.pairs)
@@ -120,7 +149,7 @@ def test_only_the_changed_rankings_are_rewritten(sessions, tmp_path):
 
 
 def test_changed_settings_rebuild_in_full(sessions, tmp_path):
-    load(sessions, tmp_path, "first.jsonl", rankings(1, 30, range(0, 10)))
+    load(sessions, tmp_path, "first.jsonl", rankings(1, 30, range(10)))
     assert build(sessions)[0].mode == "full"
     assert build(sessions)[0].mode == "incremental"
     assert build(sessions, strategy="adjacent")[0].mode == "full"
@@ -132,7 +161,7 @@ def test_changed_settings_rebuild_in_full(sessions, tmp_path):
 
 
 def test_excluded_annotators_are_left_out_and_recorded(sessions, tmp_path):
-    load(sessions, tmp_path, "first.jsonl", rankings(1, 60, range(0, 20)))
+    load(sessions, tmp_path, "first.jsonl", rankings(1, 60, range(20)))
     with sessions.begin() as s:
         people = dict(s.execute(select(Annotator.name, Annotator.id)).all())
         pseudonym = s.scalar(select(Annotator.pseudonym).where(Annotator.name == "annotator-1"))
@@ -153,7 +182,7 @@ def test_excluded_annotators_are_left_out_and_recorded(sessions, tmp_path):
 
 
 def test_cli_full_flag(cli, sessions, tmp_path):
-    cli("import", "rankings", write_lines(tmp_path / "r.jsonl", rankings(1, 20, range(0, 5))))
+    cli("import", "rankings", write_lines(tmp_path / "r.jsonl", rankings(1, 20, range(5))))
     assert json.loads(cli("pairs", "build", "--json").stdout)["mode"] == "full"
     out = cli("pairs", "build").stdout
     assert "0 rankings changed" in out

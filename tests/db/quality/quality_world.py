@@ -36,7 +36,10 @@ def as_shown(rng: random.Random, shown: Order) -> tuple[Order, float]:
 
 
 BEHAVIOURS: dict[str, Callable[[random.Random, Order], tuple[Order, float]]] = {
-    "careful": careful, "random": random_order, "shown": as_shown}
+    "careful": careful,
+    "random": random_order,
+    "shown": as_shown,
+}
 
 
 @dataclass
@@ -47,16 +50,25 @@ class World:
     shown: list[Order]  # per prompt, the candidate indices in the order shown
 
     def gold_lines(self) -> str:
-        return "".join(json.dumps({"prompt": self.prompts[p], "responses": self.responses[p],
-                                   "ranking": [[i] for i in range(len(self.responses[p]))]}) + "\n"
-                       for p in self.gold)
+        return "".join(
+            json.dumps(
+                {
+                    "prompt": self.prompts[p],
+                    "responses": self.responses[p],
+                    "ranking": [[i] for i in range(len(self.responses[p]))],
+                }
+            )
+            + "\n"
+            for p in self.gold
+        )
 
 
 def make_world(n_prompts: int = 30, n_candidates: int = 5, n_gold: int = 6, seed: int = 0) -> World:
     rng = random.Random(seed)
     prompts = [f"Question {p}: explain idea number {p} [{seed}]" for p in range(n_prompts)]
-    responses = [[f"answer {i} to question {p} (quality rank {i})" for i in range(n_candidates)]
-                 for p in range(n_prompts)]
+    responses = [
+        [f"answer {i} to question {p} (quality rank {i})" for i in range(n_candidates)] for p in range(n_prompts)
+    ]
     shown = [rng.sample(range(n_candidates), n_candidates) for _ in range(n_prompts)]
     return World(prompts, responses, rng.sample(range(n_prompts), n_gold), shown)
 
@@ -72,13 +84,25 @@ def export_file(world: World, annotators: dict[int, str], path: Path, seed: int 
     work = {uid: annotate(world, behaviour, rng) for uid, behaviour in annotators.items()}
     tasks = []
     for p, shown in enumerate(world.shown):
-        items = [{"id": f"a{i}", "title": f"Response {n + 1}", "body": world.responses[p][i]}
-                 for n, i in enumerate(shown)]
-        annotations = [{"id": 1000 * (p + 1) + uid, "completed_by": uid, "lead_time": round(work[uid][p][1], 2),
-                        "result": [{"from_name": "rank", "to_name": "responses", "type": "ranker",
-                                    "value": {"ranker": {"rank": [f"a{i}" for i in work[uid][p][0]]}}}]}
-                       for uid in annotators]
-        tasks.append({"id": p + 1, "data": {"prompt": world.prompts[p], "items": items},
-                      "annotations": annotations})
+        items = [
+            {"id": f"a{i}", "title": f"Response {n + 1}", "body": world.responses[p][i]} for n, i in enumerate(shown)
+        ]
+        annotations = [
+            {
+                "id": 1000 * (p + 1) + uid,
+                "completed_by": uid,
+                "lead_time": round(work[uid][p][1], 2),
+                "result": [
+                    {
+                        "from_name": "rank",
+                        "to_name": "responses",
+                        "type": "ranker",
+                        "value": {"ranker": {"rank": [f"a{i}" for i in work[uid][p][0]]}},
+                    }
+                ],
+            }
+            for uid in annotators
+        ]
+        tasks.append({"id": p + 1, "data": {"prompt": world.prompts[p], "items": items}, "annotations": annotations})
     path.write_text(json.dumps(tasks), encoding="utf-8")
     return path

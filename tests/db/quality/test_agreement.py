@@ -3,13 +3,11 @@
 import json
 
 import pytest
-
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.stats import kendalltau
 
 from preflab.db.quality.agreement import compare_rankings
-
 from tests.db.helpers import ranking_line, write_lines
 
 
@@ -64,11 +62,11 @@ def test_tau_b_from_pair_counts_equals_scipys():
         n = rng.randint(2, 8)
 
         def tiers():
-            kept = rng.sample(range(n), rng.randint(1, n))
+            kept = rng.sample(range(n), rng.randint(1, n))  # noqa: B023 (called within this iteration)
             out, i = [], 0
             while i < len(kept):
                 size = rng.randint(1, 3)
-                out.append(kept[i:i + size])
+                out.append(kept[i : i + size])
                 i += size
             return out
 

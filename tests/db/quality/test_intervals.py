@@ -43,11 +43,17 @@ def test_coverage_of_a_known_accuracy():
 
 
 def test_no_rounds_gives_estimates_without_intervals():
-    cell = Resampler(np.arange(4), 0).cells(np.array([1, 1, 0, 1]), [None, np.array([True, False, False, False]),
-                                                                     np.zeros(4, dtype=bool)])
+    cell = Resampler(np.arange(4), 0).cells(
+        np.array([1, 1, 0, 1]), [None, np.array([True, False, False, False]), np.zeros(4, dtype=bool)]
+    )
     assert cell[0].as_dict() == {"accuracy": 0.75, "low": None, "high": None, "pairs": 4, "prompts": 4}
-    assert cell[1].value == 1.0 and cell[2].as_dict() == {"accuracy": None, "low": None, "high": None, "pairs": 0,
-                                                          "prompts": 0}
+    assert cell[1].value == 1.0 and cell[2].as_dict() == {
+        "accuracy": None,
+        "low": None,
+        "high": None,
+        "pairs": 0,
+        "prompts": 0,
+    }
 
 
 def test_too_few_prompts_give_no_interval():

@@ -5,8 +5,8 @@ import json
 import pytest
 from sqlalchemy import func, select
 
-from preflab.db.quality.gold import read_gold, store_gold
 from preflab.db.models import Annotator, Comparison, GoldAnswer, Prompt, Ranking
+from preflab.db.quality.gold import read_gold, store_gold
 from preflab.errors import InputError
 from tests.db.quality.quality_world import export_file, make_world
 
@@ -56,20 +56,39 @@ def test_careless_annotators_are_flagged_and_careful_ones_are_not(cli, sessions,
     assert "2 of 6 annotators flagged" in text and names[5] in text and "label-studio-user" not in text
 
     # Stricter thresholds flag more; looser ones fewer.
-    loose = json.loads(cli("annotators", "--json", "--min-consensus-tau", "-1", "--max-unchanged", "1",
-                           "--min-seconds", "0", "--min-gold-tau", "-1").stdout)
+    loose = json.loads(
+        cli(
+            "annotators",
+            "--json",
+            "--min-consensus-tau",
+            "-1",
+            "--max-unchanged",
+            "1",
+            "--min-seconds",
+            "0",
+            "--min-gold-tau",
+            "-1",
+        ).stdout
+    )
     assert all(r["flags"] == {} for r in loose["annotators"])
 
 
 def test_pairs_build_leaves_flagged_annotators_and_gold_prompts_out_and_exports_say_so(
-        cli, sessions, world_db, tmp_path):
+    cli, sessions, world_db, tmp_path
+):
     names = pseudonyms(sessions)
     built = json.loads(cli("pairs", "build", "--exclude-flagged", "--json").stdout)
     assert set(built["excluded"]) == {names[u] for u in CARELESS}
     assert any(r.startswith("too-fast:") for r in built["excluded"][names[5]])
     with sessions() as s:
-        by = set(s.scalars(select(Annotator.name).join(Ranking, Ranking.annotator_id == Annotator.id)
-                           .join(Comparison, Comparison.ranking_id == Ranking.id).distinct()))
+        by = set(
+            s.scalars(
+                select(Annotator.name)
+                .join(Ranking, Ranking.annotator_id == Annotator.id)
+                .join(Comparison, Comparison.ranking_id == Ranking.id)
+                .distinct()
+            )
+        )
         gold_prompts = set(s.scalars(select(GoldAnswer.prompt_id)))
         built_prompts = set(s.scalars(select(Comparison.prompt_id).distinct()))
         n_pairs = s.scalar(select(func.count()).select_from(Comparison))
@@ -102,8 +121,10 @@ def test_a_bad_gold_file_stores_nothing(sessions, tmp_path):
     good = json.dumps({"prompt": "Best colour?", "responses": ["blue", "red"], "ranking": [[0], [1]]})
     for line, reason in [
         (json.dumps({"prompt": "Tie?", "responses": ["a", "b"], "ranking": [[0, 1]]}), "single tier"),
-        (json.dumps({"prompt": "Who?", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x"}),
-         "has no annotator"),
+        (
+            json.dumps({"prompt": "Who?", "responses": ["a", "b"], "ranking": [[0], [1]], "annotator": "x"}),
+            "has no annotator",
+        ),
         (json.dumps({"prompt": "Out?", "responses": ["a", "b"], "ranking": [[0], [2]]}), "out of range"),
         ("{not json", "not valid JSON"),
         (good, "again"),
@@ -118,12 +139,15 @@ def test_a_bad_gold_file_stores_nothing(sessions, tmp_path):
     with sessions.begin() as s:
         store_gold(s, read_gold(path), origin="ok.jsonl")
     flipped = tmp_path / "flipped.jsonl"
-    flipped.write_text(json.dumps({"prompt": "New?", "responses": ["x", "y"], "ranking": [[1], [0]]}) + "\n"
-                       + json.dumps({"prompt": "Best colour?", "responses": ["blue", "red"], "ranking": [[1], [0]]})
-                       + "\n", encoding="utf-8")
-    with pytest.raises(InputError, match="differently from its stored gold answer"):
-        with sessions.begin() as s:
-            store_gold(s, read_gold(flipped), origin="flipped.jsonl")
+    flipped.write_text(
+        json.dumps({"prompt": "New?", "responses": ["x", "y"], "ranking": [[1], [0]]})
+        + "\n"
+        + json.dumps({"prompt": "Best colour?", "responses": ["blue", "red"], "ranking": [[1], [0]]})
+        + "\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(InputError, match="differently from its stored gold answer"), sessions.begin() as s:
+        store_gold(s, read_gold(flipped), origin="flipped.jsonl")
     with sessions() as s:  # the first line of the refused file was not kept either
         assert s.scalar(select(func.count()).select_from(GoldAnswer)) == 1
         assert s.scalar(select(func.count()).where(Prompt.text == "New?")) == 0
@@ -134,10 +158,10 @@ def test_the_numbers_equal_borda_and_compare_rankings_ranking_by_ranking(cli, se
     import random
     from collections import defaultdict
 
-    from preflab.db.quality.agreement import Agreement, compare_rankings
-    from preflab.db.quality.gold import gold_tiers
     from preflab.db.pairs.build import borda, iter_prompt_rankings, tiers_from_scores
+    from preflab.db.quality.agreement import Agreement, compare_rankings
     from preflab.db.quality.annotators import annotator_quality
+    from preflab.db.quality.gold import gold_tiers
     from tests.db.helpers import ranking_line, write_lines
 
     rng = random.Random(7)
@@ -152,12 +176,23 @@ def test_the_numbers_equal_borda_and_compare_rankings_ranking_by_ranking(cli, se
         return out
 
     responses = {p: [f"response {i} of prompt {p}" for i in range(rng.randint(2, 6))] for p in range(40)}
-    lines = [ranking_line(f"prompt {p}", r, tiers(len(r)), annotator=f"person{a}", id=f"{p}-{a}-{n}")
-             for p, r in responses.items() for a in rng.sample(range(5), rng.randint(1, 4))
-             for n in range(1 if rng.random() < 0.9 else 2)]
+    lines = [
+        ranking_line(f"prompt {p}", r, tiers(len(r)), annotator=f"person{a}", id=f"{p}-{a}-{n}")
+        for p, r in responses.items()
+        for a in rng.sample(range(5), rng.randint(1, 4))
+        for n in range(1 if rng.random() < 0.9 else 2)
+    ]
     cli("import", "rankings", write_lines(tmp_path / "rankings.jsonl", lines))
-    gold = [json.dumps({"prompt": f"prompt {p}", "responses": responses[p],
-                        "ranking": [[i] for i in rng.sample(range(len(responses[p])), 2)]}) for p in range(0, 40, 4)]
+    gold = [
+        json.dumps(
+            {
+                "prompt": f"prompt {p}",
+                "responses": responses[p],
+                "ranking": [[i] for i in rng.sample(range(len(responses[p])), 2)],
+            }
+        )
+        for p in range(0, 40, 4)
+    ]
     with sessions.begin() as s:
         store_gold(s, read_gold(write_lines(tmp_path / "gold.jsonl", gold)))
 
@@ -186,7 +221,8 @@ def test_the_numbers_equal_borda_and_compare_rankings_ranking_by_ranking(cli, se
     for q in got:
         for which in ("gold", "consensus"):
             mine, theirs = getattr(q, which).as_dict(), expected[q.annotator_id][which].as_dict()
-            assert {k: mine[k] for k in ("ranking_pairs", "shared_pairs")} == \
-                {k: theirs[k] for k in ("ranking_pairs", "shared_pairs")}, (q.annotator_id, which)
+            assert {k: mine[k] for k in ("ranking_pairs", "shared_pairs")} == {
+                k: theirs[k] for k in ("ranking_pairs", "shared_pairs")
+            }, (q.annotator_id, which)
             for key in ("pairwise_agreement", "kendall_tau"):
                 assert mine[key] == pytest.approx(theirs[key], abs=1e-12), (q.annotator_id, which, key)

@@ -26,10 +26,24 @@ SAY_HI = ["hi", "hello there"]
 def ranked(cli, tmp_path):
     """The question with three answers and "Say hi." with two, each ranked by a person."""
     path = tmp_path / "rankings.jsonl"
-    path.write_text(json.dumps({"prompt": QUESTION, "reference": "Paris", "responses": ANSWERS,
-                                "ranking": [[0], [1], [2]], "annotator": "alice", "id": "r1"}) + "\n"
-                    + json.dumps({"prompt": "Say hi.", "responses": SAY_HI, "ranking": [[1], [0]],
-                                  "annotator": "alice", "id": "r2"}) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "prompt": QUESTION,
+                "reference": "Paris",
+                "responses": ANSWERS,
+                "ranking": [[0], [1], [2]],
+                "annotator": "alice",
+                "id": "r1",
+            }
+        )
+        + "\n"
+        + json.dumps(
+            {"prompt": "Say hi.", "responses": SAY_HI, "ranking": [[1], [0]], "annotator": "alice", "id": "r2"}
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     cli("import", "rankings", path)
     return path
 
@@ -43,8 +57,14 @@ def p_first(first: str, second: str, prompt=QUESTION) -> float:
     from preflab.labelling.judges.pairwise import judge_messages
 
     messages = judge_messages(prompt, first, second)
-    body = {"model": "fault-model", "messages": messages, "temperature": 0.0, "logprobs": True, "top_logprobs": 20,
-            "structured_outputs": {"choice": ["A", "B"]}}
+    body = {
+        "model": "fault-model",
+        "messages": messages,
+        "temperature": 0.0,
+        "logprobs": True,
+        "top_logprobs": 20,
+        "structured_outputs": {"choice": ["A", "B"]},
+    }
     top = chat_answer(body, rendered(messages, body), Faults())["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
     lp = {t["token"]: t["logprob"] for t in top}
     return 1 / (1 + math.exp(lp["B"] - lp["A"]))
@@ -58,8 +78,9 @@ def test_a_pairwise_judge_on_a_server_stores_what_the_in_process_judge_would(cli
     from preflab.labelling.judges.pairwise import rank_pairs
 
     url, faults = fault_server()
-    out = json.loads(cli("judge", "pairwise", *served(url, "fault-model", "--price-in", "2.5", "--price-out",
-                                                       "10")).stdout)
+    out = json.loads(
+        cli("judge", "pairwise", *served(url, "fault-model", "--price-in", "2.5", "--price-out", "10")).stdout
+    )
     assert out["ranked"] == 2 and out["unscored"] == 0
     # 4 pairs, each asked in both orders; the price turns the tokens into money.
     engine = out["engine"]
@@ -69,11 +90,15 @@ def test_a_pairwise_judge_on_a_server_stores_what_the_in_process_judge_would(cli
         ids = candidate_ids(sessions, prompt)
         (row,) = [r for r in judge_rankings(sessions, "pairwise") if set(r[4]) == set(ids.values())]
         order = sorted(texts, key=ids.get)
-        results = {(ids[x], ids[y]): (p_first(x, y, prompt), 1 - p_first(y, x, prompt))
-                   for n, x in enumerate(order) for y in order[n + 1:]}
+        results = {
+            (ids[x], ids[y]): (p_first(x, y, prompt), 1 - p_first(y, x, prompt))
+            for n, x in enumerate(order)
+            for y in order[n + 1 :]
+        }
         scores, details = rank_pairs([ids[t] for t in order], results, "copeland")
         assert {c: (s, without_seconds(d)) for c, (s, d) in row[4].items()} == {
-            c: (scores[c], details[c]) for c in scores}
+            c: (scores[c], details[c]) for c in scores
+        }
     with sessions.begin() as session:
         (judge,) = session.scalars(select(Annotator).where(Annotator.judge_kind == "pairwise"))
         assert judge.name == f"judge:pairwise:{out['run_id']}:openai:fault-model"
@@ -102,15 +127,17 @@ def test_a_pairwise_judge_on_a_server_stores_what_the_in_process_judge_would(cli
 
 def test_a_reply_that_cannot_be_read_is_an_abstention(cli, sessions, ranked, fault_server):
     # A server that offers no structured output, whose model answers in words: no verdict to read.
-    url, faults = fault_server(owned_by="someone-else")
+    url, _faults = fault_server(owned_by="someone-else")
     out = json.loads(cli("judge", "pairwise", *served(url)).stdout)
     assert out["ranked"] == 2 and out["report"]["abstentions"] == 4
     assert out["report"]["pairs_judged"] == 0 and out["report"]["swap_consistency"] is None
     for row in judge_rankings(sessions, "pairwise"):
         for score, details in row[4].values():
             assert score == 0 and details["abstentions"] == len(row[4]) - 1 and details["wins"] == 0
-            assert all(p["outcome"] == "abstain" and p["p_as_a"] is None and p["reason"].startswith("no A or B")
-                       for p in details["pairs"])
+            assert all(
+                p["outcome"] == "abstain" and p["p_as_a"] is None and p["reason"].startswith("no A or B")
+                for p in details["pairs"]
+            )
     graded = json.loads(cli("judge", "score", "--method", "expected", *served(url)).stdout)
     assert graded["unscored"] == 5 and graded["report"]["abstentions"] == 5
     report = cli("judge", "report").stdout
@@ -118,8 +145,9 @@ def test_a_reply_that_cannot_be_read_is_an_abstention(cli, sessions, ranked, fau
     assert "5 abstentions" in report
 
 
-def test_likelihood_on_a_server_without_prompt_logprobs_stops_before_any_paid_request(cli, sessions, ranked,
-                                                                                      fault_server):
+def test_likelihood_on_a_server_without_prompt_logprobs_stops_before_any_paid_request(
+    cli, sessions, ranked, fault_server
+):
     url, faults = fault_server(prompt_logprobs=False, echo=False)
     result = cli("judge", "likelihood", *served(url), expect_ok=False)
     assert result.exit_code != 0
@@ -141,23 +169,38 @@ def test_likelihood_on_a_server_reads_each_reply_given_its_history(cli, sessions
     assert [*FRANCE, {"role": "assistant", "content": "Paris."}] in [b["messages"] for b in sent]
     for row in judge_rankings(sessions, "likelihood"):
         assert all(details["tokens"] == 1 for _, details in row[4].values())
-        assert sorted(score for score, _ in row[4].values()) == pytest.approx([token_logprob("Paris."),
-                                                                               token_logprob("Rome.")])
+        assert sorted(score for score, _ in row[4].values()) == pytest.approx(
+            [token_logprob("Paris."), token_logprob("Rome.")]
+        )
 
 
 def test_a_panel_ranks_by_the_majority_of_its_members(cli, sessions, ranked, fault_server, tmp_path):
     from tests.tiny_models import tiny_causal_lm
 
     more = tmp_path / "more.jsonl"
-    more.write_text(json.dumps({"prompt": "Name a prime.", "responses": ["2", "7", "9", "11", "Four."]}) + "\n",
-                    encoding="utf-8")
+    more.write_text(
+        json.dumps({"prompt": "Name a prime.", "responses": ["2", "7", "9", "11", "Four."]}) + "\n", encoding="utf-8"
+    )
     cli("import", "prompts", more)  # 10 more pairs: the members disagree on some
 
     first, _ = fault_server(model="judge-a")
     second, _ = fault_server(model="judge-b")
     local = str(tiny_causal_lm(tmp_path / "local-judge"))
-    out = json.loads(cli("judge", "pairwise", "--model", f"judge-a@{first}", "--model", f"judge-b@{second}",
-                         "--model", local, "--price-in", "1", "--json").stdout)
+    out = json.loads(
+        cli(
+            "judge",
+            "pairwise",
+            "--model",
+            f"judge-a@{first}",
+            "--model",
+            f"judge-b@{second}",
+            "--model",
+            local,
+            "--price-in",
+            "1",
+            "--json",
+        ).stdout
+    )
     members = {m["model"]: m for m in out["members"]}
     assert len(members) == 3 and all(m["ranked"] == 3 for m in members.values())
     assert out["engine"]["requests"] == 56  # the two served members' requests, the panel's own cost
@@ -194,10 +237,12 @@ def outcomes_by_judge(sessions) -> dict[str, dict[tuple[str, str], str]]:
     out: dict[str, dict] = {}
     with sessions.begin() as session:
         texts = dict(session.execute(select(Candidate.id, Candidate.text)).all())
-        rows = session.execute(select(Annotator.model, RankingItem.candidate_id, RankingItem.details)
-                               .join(Ranking, Ranking.id == RankingItem.ranking_id)
-                               .join(Annotator, Annotator.id == Ranking.annotator_id)
-                               .where(Annotator.judge_kind == "pairwise", Ranking.status == "valid"))
+        rows = session.execute(
+            select(Annotator.model, RankingItem.candidate_id, RankingItem.details)
+            .join(Ranking, Ranking.id == RankingItem.ranking_id)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(Annotator.judge_kind == "pairwise", Ranking.status == "valid")
+        )
         for model, cid, details in rows:
             for pair in details["pairs"]:
                 out.setdefault(model, {})[(texts[cid], texts[pair["vs"]])] = pair["outcome"]
@@ -215,8 +260,19 @@ def test_majority():
 def test_a_score_panel_is_the_mean_of_its_members(cli, sessions, ranked, fault_server):
     first, _ = fault_server(model="judge-a")
     silent, _ = fault_server(model="judge-c", owned_by="someone-else")  # its replies name no score
-    out = json.loads(cli("judge", "score", "--method", "expected", "--model", f"judge-a@{first}",
-                         "--model", f"judge-c@{silent}", "--json").stdout)
+    out = json.loads(
+        cli(
+            "judge",
+            "score",
+            "--method",
+            "expected",
+            "--model",
+            f"judge-a@{first}",
+            "--model",
+            f"judge-c@{silent}",
+            "--json",
+        ).stdout
+    )
     assert out["ranked"] == 2 and out["unscored"] == 0
     scored: dict[str, dict] = {}
     for row in judge_rankings(sessions, "score"):
@@ -229,8 +285,9 @@ def test_a_score_panel_is_the_mean_of_its_members(cli, sessions, ranked, fault_s
 
 def test_sampled_grades_on_a_server_are_asked_again_where_no_score_is_read(cli, sessions, ranked, fault_server):
     url, faults = fault_server()  # its replies are words, never "Score: n"
-    out = json.loads(cli("judge", "score", "--method", "sampled", "--samples", "2", "--retries", "1",
-                         *served(url)).stdout)
+    out = json.loads(
+        cli("judge", "score", "--method", "sampled", "--samples", "2", "--retries", "1", *served(url)).stdout
+    )
     # 5 candidates, 2 samples each, asked once more: every ask its own request (its own seed), none a guess.
     assert out["unscored"] == 5 and out["engine"]["requests"] == 20 == len(faults.bodies)
     assert out["report"]["parse_failure_rate"] == 1.0 and out["report"]["score_attempts"] == 20

@@ -18,10 +18,14 @@ from tests.lm.conversations import FRANCE, ITALY, rankings_file
 pytestmark = pytest.mark.slow
 
 FACTS = [
-    ("What is the capital of France?", ["The capital of France is Paris.", "The capital of France is London.",
-                                        "It is Lyon."]),
-    ("How many legs does a spider have?", ["A spider has eight legs.", "A spider has six legs.",
-                                           "Spiders have ten legs."]),
+    (
+        "What is the capital of France?",
+        ["The capital of France is Paris.", "The capital of France is London.", "It is Lyon."],
+    ),
+    (
+        "How many legs does a spider have?",
+        ["A spider has eight legs.", "A spider has six legs.", "Spiders have ten legs."],
+    ),
     ("What do bees make?", ["Bees make honey.", "Bees make milk.", "Bees make silk and wax."]),
     ("What is 2 + 2?", ["2 + 2 is 4.", "2 + 2 is 5.", "Four, of course."]),
     ("Which planet is closest to the sun?", ["Mercury.", "Venus is closest.", "The Earth."]),
@@ -31,9 +35,14 @@ FACTS = [
 @pytest.fixture
 def facts(cli, tmp_path):
     path = tmp_path / "facts.jsonl"
-    path.write_text("".join(json.dumps({"prompt": q, "responses": answers, "ranking": [[0], [1], [2]],
-                                        "annotator": "alice", "id": q}) + "\n" for q, answers in FACTS),
-                    encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps({"prompt": q, "responses": answers, "ranking": [[0], [1], [2]], "annotator": "alice", "id": q})
+            + "\n"
+            for q, answers in FACTS
+        ),
+        encoding="utf-8",
+    )
     cli("import", "rankings", path)
 
 
@@ -46,18 +55,23 @@ def judged(sessions, kind: str) -> dict[str, dict[tuple[str, str], tuple[float |
     out: dict[str, dict] = {}
     with sessions.begin() as session:
         rows = session.execute(
-            select(Annotator.model, Prompt.text, Prompt.messages, Candidate.text, RankingItem.score,
-                   RankingItem.details)
-            .join(Ranking, Ranking.id == RankingItem.ranking_id).join(Annotator, Annotator.id == Ranking.annotator_id)
-            .join(Prompt, Prompt.id == Ranking.prompt_id).join(Candidate, Candidate.id == RankingItem.candidate_id)
-            .where(Annotator.judge_kind == kind, Ranking.status == "valid")).all()
+            select(
+                Annotator.model, Prompt.text, Prompt.messages, Candidate.text, RankingItem.score, RankingItem.details
+            )
+            .join(Ranking, Ranking.id == RankingItem.ranking_id)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .join(Prompt, Prompt.id == Ranking.prompt_id)
+            .join(Candidate, Candidate.id == RankingItem.candidate_id)
+            .where(Annotator.judge_kind == kind, Ranking.status == "valid")
+        ).all()
     for model, prompt, messages, text, value, details in rows:
         out.setdefault(model, {})[((messages or [{"content": prompt}])[0]["content"], text)] = (value, details)
     return out
 
 
-def test_likelihood_on_vllm_equals_the_in_process_judge_and_reads_the_history(cli, sessions, vllm_server, facts,
-                                                                                tmp_path):
+def test_likelihood_on_vllm_equals_the_in_process_judge_and_reads_the_history(
+    cli, sessions, vllm_server, facts, tmp_path
+):
     cli("import", "rankings", rankings_file(tmp_path / "conversations.jsonl"))
     local = json.loads(cli("judge", "likelihood", "--model", vllm_server.model_dir, "--json").stdout)
     remote = json.loads(cli("judge", "likelihood", *served(vllm_server)).stdout)
@@ -86,8 +100,9 @@ def test_likelihood_on_vllm_equals_the_in_process_judge_and_reads_the_history(cl
 
 def test_pairwise_on_vllm_agrees_with_the_in_process_judge(cli, sessions, vllm_server, facts):
     cli("judge", "pairwise", "--model", vllm_server.model_dir)
-    remote = json.loads(cli("judge", "pairwise", *served(vllm_server, "--price-in", "0.1", "--price-out",
-                                                       "0.4")).stdout)
+    remote = json.loads(
+        cli("judge", "pairwise", *served(vllm_server, "--price-in", "0.1", "--price-out", "0.4")).stdout
+    )
     assert remote["ranked"] == len(FACTS) and remote["engine"]["requests"] == 2 * 3 * len(FACTS)
     by_model = judged(sessions, "pairwise")
     mine = by_model.pop(f"openai:{vllm_server.model}")

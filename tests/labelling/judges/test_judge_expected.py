@@ -42,8 +42,11 @@ def build_grader(path, good_text: str, bad_text: str):
     with torch.no_grad():
         for param in model.parameters():
             param.zero_()
-        for norm in (model.model.norm, model.model.layers[0].input_layernorm,
-                     model.model.layers[0].post_attention_layernorm):
+        for norm in (
+            model.model.norm,
+            model.model.layers[0].input_layernorm,
+            model.model.layers[0].post_attention_layernorm,
+        ):
             norm.weight.fill_(1.0)
         emb, head = model.model.embed_tokens.weight, model.lm_head.weight
         emb[:, 1] = 1.0
@@ -80,8 +83,10 @@ def grader(tmp_path_factory):
 def two_answers(cli, tmp_path):
     """The question with both answers, ranked Paris > London by a person."""
     path = tmp_path / "rankings.jsonl"
-    path.write_text(json.dumps({"prompt": QUESTION, "responses": [BAD, GOOD], "ranking": [[1], [0]],
-                                "annotator": "alice"}) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps({"prompt": QUESTION, "responses": [BAD, GOOD], "ranking": [[1], [0]], "annotator": "alice"}) + "\n",
+        encoding="utf-8",
+    )
     cli("import", "rankings", path)
 
 
@@ -89,8 +94,10 @@ def stored(sessions, method):
     """{candidate text: (score, details)} of the score judge run by `method`."""
     with sessions.begin() as session:
         rows = session.execute(
-            select(Ranking, Annotator).join(Annotator, Annotator.id == Ranking.annotator_id)
-            .where(Annotator.judge_kind == "score")).all()
+            select(Ranking, Annotator)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(Annotator.judge_kind == "score")
+        ).all()
         texts = dict(session.execute(select(Candidate.id, Candidate.text)).all())
         for ranking, annotator in rows:
             if annotator.config.get("method", "sampled") == method:
@@ -117,11 +124,16 @@ def _split_digits_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|pad|>"], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|pad|>"],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(CORPUS * 3, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<|pad|>")
 
@@ -136,7 +148,7 @@ def test_score_tokens_follow_how_the_tokenizer_spells_a_score(make):
     for value, options in enumerate(variants):
         # The way the tokenizer itself spells "Score: <value>" is the answer start and one score token.
         spelled = tokenizer(f"Score: {value}", add_special_tokens=False)["input_ids"]
-        assert spelled == start + [options[0]]
+        assert spelled == [*start, options[0]]
         assert {tokenizer.decode([i]).strip() for i in options} == {str(value)}
     flat = [i for options in variants for i in options]
     assert len(flat) == len(set(flat))
@@ -197,30 +209,37 @@ def test_a_method_names_its_judge_and_sampling_settings_do_not_name_an_expected_
 
 
 @pytest.mark.parametrize("kind", ["score", "reference"])
-@pytest.mark.parametrize("given, named", [
-    (["--temperature", "0.7"], "--temperature"),  # its default value, but given: it would still do nothing
-    (["--n", "5"], "--samples"),
-    (["--retries", "0", "--samples", "5", "--seed", "3"], "--samples, --seed, --retries"),
-    (["--top-p", "0.5", "--max-new-tokens", "9"], "--top-p, --max-new-tokens"),
-])
+@pytest.mark.parametrize(
+    "given, named",
+    [
+        (["--temperature", "0.7"], "--temperature"),  # its default value, but given: it would still do nothing
+        (["--n", "5"], "--samples"),
+        (["--retries", "0", "--samples", "5", "--seed", "3"], "--samples, --seed, --retries"),
+        (["--top-p", "0.5", "--max-new-tokens", "9"], "--top-p, --max-new-tokens"),
+    ],
+)
 def test_sampling_options_given_with_the_expected_method_are_refused(tmp_path, kind, given, named):
     from click.testing import CliRunner
 
     from preflab.cli import cli as root
 
     db = tmp_path / "judge.db"
-    result = CliRunner().invoke(root, ["--database-url", f"sqlite:///{db}", "judge", kind, "--method", "expected",
-                                       *given])
+    result = CliRunner().invoke(
+        root, ["--database-url", f"sqlite:///{db}", "judge", kind, "--method", "expected", *given]
+    )
     them = "it" if "," not in named else "them"
     assert result.exit_code == 1
-    assert result.output == (f"Error: --method expected samples nothing, so it would ignore {named}: "
-                             f"leave {them} out or use --method sampled\n")
+    assert result.output == (
+        f"Error: --method expected samples nothing, so it would ignore {named}: "
+        f"leave {them} out or use --method sampled\n"
+    )
     assert not db.exists()  # refused before anything was opened or loaded
 
 
 def test_the_expected_method_takes_the_options_it_reads(cli, sessions, two_answers, grader):
-    out = json.loads(cli("judge", "score", "--method", "expected", "--batch-size", 1, "--model", grader,
-                         "--json").stdout)
+    out = json.loads(
+        cli("judge", "score", "--method", "expected", "--batch-size", 1, "--model", grader, "--json").stdout
+    )
     assert out["ranked"] == 1 and out["unscored"] == 0
 
 
@@ -233,8 +252,12 @@ def test_items_that_number_their_candidates_alike_are_graded_apart(grader, metho
 
     model, tokenizer = load_causal_lm(grader)
     judge = make_judge(model, tokenizer, ScoreConfig(method=method, n=1, max_new_tokens=5, temperature=0.1))
-    first, second = judge([PromptCandidates(1, QUESTION, None, [0, 1], [GOOD, BAD]),
-                           PromptCandidates(1, QUESTION, None, [0, 1], [BAD, GOOD])])
+    first, second = judge(
+        [
+            PromptCandidates(1, QUESTION, None, [0, 1], [GOOD, BAD]),
+            PromptCandidates(1, QUESTION, None, [0, 1], [BAD, GOOD]),
+        ]
+    )
     assert first[0][0] > first[0][1] and second[0][1] > second[0][0]
 
 

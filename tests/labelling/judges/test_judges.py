@@ -35,9 +35,15 @@ def always_a_judge(tmp_path_factory):
     """Answers "A" whatever it is shown: pure position bias."""
     from preflab.labelling.judges.pairwise import judge_text
 
-    return _fitted(tmp_path_factory, "always-a",
-                   lambda tok: [(judge_text(tok, QUESTION, ANSWERS[0], ANSWERS[1]), "A"),
-                                (judge_text(tok, QUESTION, ANSWERS[1], ANSWERS[0]), "A")], steps=25)
+    return _fitted(
+        tmp_path_factory,
+        "always-a",
+        lambda tok: [
+            (judge_text(tok, QUESTION, ANSWERS[0], ANSWERS[1]), "A"),
+            (judge_text(tok, QUESTION, ANSWERS[1], ANSWERS[0]), "A"),
+        ],
+        steps=25,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,37 +53,80 @@ def flaky_grader(tmp_path_factory):
     from preflab.labelling.selection import PromptCandidates
 
     item = PromptCandidates(0, QUESTION, None, [0], [ANSWERS[0]])
-    return _fitted(tmp_path_factory, "flaky",
-                   lambda tok: [(grading_text(tok, item, ANSWERS[0], False), "Score: 4"),
-                                (grading_text(tok, item, ANSWERS[0], False), "I am not sure.")], steps=30)
+    return _fitted(
+        tmp_path_factory,
+        "flaky",
+        lambda tok: [
+            (grading_text(tok, item, ANSWERS[0], False), "Score: 4"),
+            (grading_text(tok, item, ANSWERS[0], False), "I am not sure."),
+        ],
+        steps=30,
+    )
 
 
 @pytest.fixture
 def ranked_by_humans(cli, tmp_path):
     """The question with three answers, ranked Paris > London > Berlin by a person."""
     path = tmp_path / "rankings.jsonl"
-    path.write_text(json.dumps({"prompt": QUESTION, "reference": "Paris", "responses": ANSWERS,
-                                "ranking": [[0], [1], [2]], "annotator": "alice", "id": "r1"}) + "\n"
-                    + json.dumps({"prompt": "Say hi.", "responses": ["hi", "hello there"],
-                                  "ranking": [[1], [0]], "annotator": "alice", "id": "r2"}) + "\n",
-                    encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "prompt": QUESTION,
+                "reference": "Paris",
+                "responses": ANSWERS,
+                "ranking": [[0], [1], [2]],
+                "annotator": "alice",
+                "id": "r1",
+            }
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "prompt": "Say hi.",
+                "responses": ["hi", "hello there"],
+                "ranking": [[1], [0]],
+                "annotator": "alice",
+                "id": "r2",
+            }
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     cli("import", "rankings", path)
     return path
 
 
 def judge_rankings(sessions, kind):
     with sessions.begin() as session:
-        rows = session.execute(select(Ranking, Annotator).join(Annotator, Annotator.id == Ranking.annotator_id)
-                               .where(Annotator.judge_kind == kind)).all()
-        return [(r.Ranking.status, r.Ranking.source, r.Ranking.judge_run, r.Ranking.tiers(),
-                 {i.candidate_id: (i.score, i.details) for i in r.Ranking.items}, r.Annotator.kind,
-                 r.Annotator.config, r.Ranking.prompt_id) for r in rows]
+        rows = session.execute(
+            select(Ranking, Annotator)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(Annotator.judge_kind == kind)
+        ).all()
+        return [
+            (
+                r.Ranking.status,
+                r.Ranking.source,
+                r.Ranking.judge_run,
+                r.Ranking.tiers(),
+                {i.candidate_id: (i.score, i.details) for i in r.Ranking.items},
+                r.Annotator.kind,
+                r.Annotator.config,
+                r.Ranking.prompt_id,
+            )
+            for r in rows
+        ]
 
 
 def candidate_ids(sessions, prompt=QUESTION):
     with sessions.begin() as session:
-        return dict(session.execute(select(Candidate.text, Candidate.id).join(Prompt, Prompt.id == Candidate.prompt_id)
-                                    .where(Prompt.text == prompt)).all())
+        return dict(
+            session.execute(
+                select(Candidate.text, Candidate.id)
+                .join(Prompt, Prompt.id == Candidate.prompt_id)
+                .where(Prompt.text == prompt)
+            ).all()
+        )
 
 
 def test_likelihood_judge_ranks_the_answer_the_model_believes_first(cli, sessions, ranked_by_humans, paris_lm):
@@ -85,7 +134,7 @@ def test_likelihood_judge_ranks_the_answer_the_model_believes_first(cli, session
     assert out["ranked"] == 2 and out["kept"] == 0
     ids = candidate_ids(sessions)
     rows = judge_rankings(sessions, "likelihood")
-    (status, source, run, tiers, items, kind, config, _), = [r for r in rows if ids["Paris."] in r[4]]
+    ((status, source, run, tiers, items, kind, config, _),) = [r for r in rows if ids["Paris."] in r[4]]
     assert (status, source, kind) == ("valid", "judge", "ai") and config["run_id"] == run
     assert tiers[0] == [ids["Paris."]]
     assert items[ids["Paris."]][0] > items[ids["London."]][0]
@@ -102,8 +151,9 @@ def test_likelihood_judge_ranks_the_answer_the_model_believes_first(cli, session
     # The pairs built from the judge's ranking carry its score gap as the margin.
     cli("pairs", "build", "--annotator-kind", "ai")
     with sessions.begin() as session:
-        pair = session.scalars(select(Comparison).where(Comparison.chosen_id == ids["Paris."],
-                                                        Comparison.rejected_id == ids["London."])).one()
+        pair = session.scalars(
+            select(Comparison).where(Comparison.chosen_id == ids["Paris."], Comparison.rejected_id == ids["London."])
+        ).one()
         assert pair.margin == pytest.approx(items[ids["Paris."]][0] - items[ids["London."]][0], abs=1e-5)
 
 
@@ -146,8 +196,11 @@ def test_pair_outcomes_become_a_ranking():
 
 
 def test_score_judge_retries_unparseable_replies_and_never_counts_them(cli, sessions, ranked_by_humans, flaky_grader):
-    out = json.loads(cli("judge", "score", "--model", flaky_grader, "--samples", 3, "--retries", 3,
-                         "--max-new-tokens", 6, "--json").stdout)
+    out = json.loads(
+        cli(
+            "judge", "score", "--model", flaky_grader, "--samples", 3, "--retries", 3, "--max-new-tokens", 6, "--json"
+        ).stdout
+    )
     rows = judge_rankings(sessions, "score")
     assert len(rows) == 2
     failures = samples = 0
@@ -161,13 +214,29 @@ def test_score_judge_retries_unparseable_replies_and_never_counts_them(cli, sess
             samples += len(details["samples"])
         scored = [c for c, (s, _) in items.items() if s is not None]
         assert tiers == ([sorted(scored)] if scored else [])  # equal means are one tier
-    assert failures > 0 and samples > 0 and out["report"]["parse_failure_rate"] == pytest.approx(
-        failures / out["report"]["score_attempts"])
+    assert (
+        failures > 0
+        and samples > 0
+        and out["report"]["parse_failure_rate"] == pytest.approx(failures / out["report"]["score_attempts"])
+    )
 
 
 def test_reference_judge_grades_only_prompts_with_a_reference(cli, sessions, ranked_by_humans, flaky_grader):
-    out = json.loads(cli("judge", "reference", "--model", flaky_grader, "--samples", 1, "--retries", 0,
-                         "--max-new-tokens", 4, "--json").stdout)
+    out = json.loads(
+        cli(
+            "judge",
+            "reference",
+            "--model",
+            flaky_grader,
+            "--samples",
+            1,
+            "--retries",
+            0,
+            "--max-new-tokens",
+            4,
+            "--json",
+        ).stdout
+    )
     assert out["prompts"] == 1 and out["ranked"] == 1
     (row,) = judge_rankings(sessions, "reference")
     assert set(row[4]) == set(candidate_ids(sessions).values())

@@ -39,8 +39,9 @@ def run(url, *args):
 def test_embedded_model_generates_and_judges(embedded_model_cache, sqlite_url, sessions_sqlite, tmp_path):
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": q}) + "\n" for q, _, _ in FACTS[:2]), encoding="utf-8")
-    out = json.loads(run(sqlite_url, "generate", "--prompts", prompts, "-n", 2, "--max-new-tokens", 12,
-                         "--json").stdout)
+    out = json.loads(
+        run(sqlite_url, "generate", "--prompts", prompts, "-n", 2, "--max-new-tokens", 12, "--json").stdout
+    )
     assert out["model"] == "smollm2-135m-instruct" and out["stored"] >= 3
     assert (embedded_model_cache / "smollm2-135m-instruct" / "config.json").is_file()
     with sessions_sqlite.begin() as session:
@@ -48,9 +49,13 @@ def test_embedded_model_generates_and_judges(embedded_model_cache, sqlite_url, s
         assert all(t.strip() for t in texts) and len(texts) == out["stored"]
 
     rankings = tmp_path / "rankings.jsonl"
-    rankings.write_text("".join(
-        json.dumps({"prompt": q, "responses": [right, wrong], "ranking": [[0], [1]], "annotator": "alice"}) + "\n"
-        for q, right, wrong in FACTS), encoding="utf-8")
+    rankings.write_text(
+        "".join(
+            json.dumps({"prompt": q, "responses": [right, wrong], "ranking": [[0], [1]], "annotator": "alice"}) + "\n"
+            for q, right, wrong in FACTS
+        ),
+        encoding="utf-8",
+    )
     run(sqlite_url, "import", "rankings", rankings)
     facts = tmp_path / "facts.jsonl"
     facts.write_text("".join(json.dumps({"prompt": q}) + "\n" for q, _, _ in FACTS), encoding="utf-8")
@@ -75,8 +80,9 @@ def sessions_sqlite(sqlite_url):
     return session_factory(open_database(sqlite_url))
 
 
-def test_embedded_expected_score_judge_always_yields_a_score(embedded_model_cache, sqlite_url, sessions_sqlite,
-                                                              tmp_path):
+def test_embedded_expected_score_judge_always_yields_a_score(
+    embedded_model_cache, sqlite_url, sessions_sqlite, tmp_path
+):
     """The sampled score judge gets no parseable "Score: n" from this model; the expected one always scores."""
     from preflab.db.models import RankingItem
     from preflab.labelling.judges.score import score_tokens
@@ -89,9 +95,13 @@ def test_embedded_expected_score_judge_always_yields_a_score(embedded_model_cach
     assert [tokenizer.decode(options) for options in variants] == ["0", "1", "2", "3", "4", "5"]
 
     rankings = tmp_path / "rankings.jsonl"
-    rankings.write_text("".join(
-        json.dumps({"prompt": q, "responses": [right, wrong], "ranking": [[0], [1]], "annotator": "alice"}) + "\n"
-        for q, right, wrong in FACTS[:3]), encoding="utf-8")
+    rankings.write_text(
+        "".join(
+            json.dumps({"prompt": q, "responses": [right, wrong], "ranking": [[0], [1]], "annotator": "alice"}) + "\n"
+            for q, right, wrong in FACTS[:3]
+        ),
+        encoding="utf-8",
+    )
     run(sqlite_url, "import", "rankings", rankings)
     out = json.loads(run(sqlite_url, "judge", "score", "--method", "expected", "--json").stdout)
     assert out["ranked"] == 3 and out["unscored"] == 0

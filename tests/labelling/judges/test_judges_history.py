@@ -7,12 +7,21 @@ from sqlalchemy import select
 
 from preflab.db.conversation import transcript
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem
-from tests.lm.conversations import FRANCE, ITALY, rankings_file, recorded_inputs, shown_history
-from tests.lm.conversations import tutor_lm  # noqa: F401 (fixture)
+from tests.lm.conversations import (
+    FRANCE,
+    ITALY,
+    rankings_file,
+    recorded_inputs,
+    shown_history,
+    tutor_lm,  # noqa: F401 (fixture)
+)
 from tests.tiny_models import tiny_reward_model
 
-SEVERAL_TURNS = [{"role": "assistant", "content": "Paris."}, {"role": "user", "content": "Are you sure?"},
-                 {"role": "assistant", "content": "Yes, Paris."}]
+SEVERAL_TURNS = [
+    {"role": "assistant", "content": "Paris."},
+    {"role": "user", "content": "Are you sure?"},
+    {"role": "assistant", "content": "Yes, Paris."},
+]
 
 
 @pytest.fixture(scope="module")
@@ -40,18 +49,27 @@ def judged(sessions, kind: str) -> dict[tuple[str, str], tuple[float | None, dic
     with sessions.begin() as session:
         rows = session.execute(
             select(Prompt.messages, Candidate.text, RankingItem.score, RankingItem.details)
-            .join(Ranking, Ranking.id == RankingItem.ranking_id).join(Annotator, Annotator.id == Ranking.annotator_id)
-            .join(Prompt, Prompt.id == Ranking.prompt_id).join(Candidate, Candidate.id == RankingItem.candidate_id)
-            .where(Annotator.judge_kind == kind)).all()
-    return {(messages[0]["content"].split()[-1].rstrip("."), text): (score, details)
-            for messages, text, score, details in rows}
+            .join(Ranking, Ranking.id == RankingItem.ranking_id)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .join(Prompt, Prompt.id == Ranking.prompt_id)
+            .join(Candidate, Candidate.id == RankingItem.candidate_id)
+            .where(Annotator.judge_kind == kind)
+        ).all()
+    return {
+        (messages[0]["content"].split()[-1].rstrip("."), text): (score, details)
+        for messages, text, score, details in rows
+    }
 
 
-CONFIGS = {"score-sampled": ("score", {"method": "sampled", "n": 1, "max_new_tokens": 4, "retries": 0}),
-           "score-expected": ("score", {"method": "expected"}),
-           "reference": ("reference", {"method": "expected"}),
-           "pairwise": ("pairwise", {}), "likelihood": ("likelihood", {}),
-           "reward-model": ("reward-model", {}), "pair-ranker": ("pair-ranker", {})}
+CONFIGS = {
+    "score-sampled": ("score", {"method": "sampled", "n": 1, "max_new_tokens": 4, "retries": 0}),
+    "score-expected": ("score", {"method": "expected"}),
+    "reference": ("reference", {"method": "expected"}),
+    "pairwise": ("pairwise", {}),
+    "likelihood": ("likelihood", {}),
+    "reward-model": ("reward-model", {}),
+    "pair-ranker": ("pair-ranker", {}),
+}
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
@@ -89,8 +107,9 @@ def test_the_likelihood_judge_scores_a_reply_by_its_history(cli, sessions, judge
 
 
 @pytest.mark.parametrize("kind", ["reward-model", "pair-ranker"])
-def test_scorer_judges_score_the_same_replies_differently_under_another_history(cli, sessions, judge_models,
-                                                                                tmp_path, kind):
+def test_scorer_judges_score_the_same_replies_differently_under_another_history(
+    cli, sessions, judge_models, tmp_path, kind
+):
     from preflab.labelling.judges.run import judge_candidates
     from preflab.labelling.judges.table import JUDGES
 
@@ -119,8 +138,12 @@ def test_a_reply_of_several_turns_is_judged_as_its_turns(cli, sessions, judge_mo
     longer = transcript(SEVERAL_TURNS)
     assert any(transcript(FRANCE) in text and longer in text for text in seen)
     # The likelihood judge scores the assistant's turns, each given everything before it: not the user's.
-    (score, details), = [v for (country, text), v in judged(sessions, "likelihood").items()
-                         if country == "France" and text == longer]
-    tokens = sum(len(tokenizer(t["content"], add_special_tokens=False)["input_ids"])
-                 for t in SEVERAL_TURNS if t["role"] == "assistant")
+    ((score, details),) = [
+        v for (country, text), v in judged(sessions, "likelihood").items() if country == "France" and text == longer
+    ]
+    tokens = sum(
+        len(tokenizer(t["content"], add_special_tokens=False)["input_ids"])
+        for t in SEVERAL_TURNS
+        if t["role"] == "assistant"
+    )
     assert details["tokens"] == tokens and score is not None

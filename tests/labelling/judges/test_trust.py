@@ -15,9 +15,18 @@ GRADES = ("best", "fair", "worst")  # the people rank them in this order
 
 
 def _write_human_rankings(path):
-    lines = [json.dumps({"prompt": f"Question number {k}?", "responses": [f"{g} answer to {k}" for g in GRADES],
-                         "ranking": [[0], [1], [2]], "annotator": "alice", "id": f"h{k}"})
-             for k in range(PROMPTS)]
+    lines = [
+        json.dumps(
+            {
+                "prompt": f"Question number {k}?",
+                "responses": [f"{g} answer to {k}" for g in GRADES],
+                "ranking": [[0], [1], [2]],
+                "annotator": "alice",
+                "id": f"h{k}",
+            }
+        )
+        for k in range(PROMPTS)
+    ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -29,9 +38,19 @@ def _grade(text: str) -> int:
 
 def _scorer(wrong_on=lambda prompt_id: False):
     """A judge that scores each reply alone: the people's order, reversed on the prompts `wrong_on` picks."""
+
     def judge(items):
-        return [({c: float(-_grade(t) if wrong_on(item.prompt_id) else _grade(t))
-                  for c, t in zip(item.candidate_ids, item.texts)}, {}) for item in items]
+        return [
+            (
+                {
+                    c: float(-_grade(t) if wrong_on(item.prompt_id) else _grade(t))
+                    for c, t in zip(item.candidate_ids, item.texts)
+                },
+                {},
+            )
+            for item in items
+        ]
+
     return judge
 
 
@@ -42,17 +61,23 @@ def _pairwise(p_first: float, p_second: float):
     from preflab.labelling.judges.pairwise import rank_pairs
 
     def judge(items):
-        return [rank_pairs(item.candidate_ids, {pair: (p_first, p_second)
-                                                for pair in combinations(item.candidate_ids, 2)}, "copeland")
-                for item in items]
+        return [
+            rank_pairs(
+                item.candidate_ids,
+                dict.fromkeys(combinations(item.candidate_ids, 2), (p_first, p_second)),
+                "copeland",
+            )
+            for item in items
+        ]
+
     return judge
 
 
 JUDGES = {  # name: (kind, judge)
     "oracle": ("likelihood", _scorer()),
     "noisy": ("score", _scorer(lambda prompt_id: prompt_id % 3 == 0)),  # reversed on a third of the prompts
-    "always-first": ("pairwise", _pairwise(0.9, 0.1)),                   # answers "A" whatever it is shown
-    "always-second": ("pairwise", _pairwise(0.2, 0.7)),                  # answers "B" whatever it is shown
+    "always-first": ("pairwise", _pairwise(0.9, 0.1)),  # answers "A" whatever it is shown
+    "always-second": ("pairwise", _pairwise(0.2, 0.7)),  # answers "B" whatever it is shown
 }
 
 
@@ -74,10 +99,10 @@ def test_the_interval_is_seeded_and_holds_the_point_estimate():
     counts = [[3, 3], [3, 2], [6, 1], [1, 1], [3, 0], [10, 9], [3, 3], [2, 1]]
     point = sum(a for _, a in counts) / sum(n for n, _ in counts)
     low, high = agreement_interval(counts)
-    assert low < point < high and 0 <= low and high <= 1
-    assert agreement_interval(counts) == (low, high)                    # seed 0 by default: the same interval
+    assert low < point < high and low >= 0 and high <= 1
+    assert agreement_interval(counts) == (low, high)  # seed 0 by default: the same interval
     assert agreement_interval(counts, seed=1) != (low, high)
-    assert agreement_interval(counts, level=0.5)[0] > low                # a narrower interval inside it
+    assert agreement_interval(counts, level=0.5)[0] > low  # a narrower interval inside it
     assert agreement_interval([[3, 3], [5, 5], [1, 1], [2, 2], [4, 4]]) == (1.0, 1.0)  # always agrees: [1, 1]
     # Under five prompts there is no interval: one prompt's three agreeing pairs are not [1, 1] certainty.
     assert agreement_interval([[3, 3]]) is None and agreement_interval([[3, 3], [5, 5], [1, 1], [2, 2]]) is None
@@ -105,8 +130,12 @@ def test_judges_are_ordered_by_the_lower_bound_with_their_position_bias(cli, ses
     assert trust == again and trust["bootstrap"] == {"rounds": 1000, "seed": 0, "level": 0.95, "resampled": "prompts"}
     rows = {r["annotator_id"]: r for r in trust["judges"]}
     # Trust first the highest lower bound; the judges that never ranked a pair strictly (all ties) come last.
-    assert [r["annotator_id"] for r in trust["judges"]] == [ids["oracle"], ids["noisy"], ids["always-first"],
-                                                            ids["always-second"]]
+    assert [r["annotator_id"] for r in trust["judges"]] == [
+        ids["oracle"],
+        ids["noisy"],
+        ids["always-first"],
+        ids["always-second"],
+    ]
 
     oracle, noisy = rows[ids["oracle"]], rows[ids["noisy"]]
     assert (oracle["agreement"], oracle["agreement_low"], oracle["agreement_high"]) == (1.0, 1.0, 1.0)
@@ -136,8 +165,11 @@ def test_a_consistent_pairwise_judge_has_no_position_bias(cli, sessions, tmp_pat
         out = []
         for item in items:
             grade = dict(zip(item.candidate_ids, map(_grade, item.texts)))
-            results = {(x, y): (0.8, 0.6) if grade[x] > grade[y] else (0.2, 0.4)
-                       for i, x in enumerate(item.candidate_ids) for y in item.candidate_ids[i + 1:]}
+            results = {
+                (x, y): (0.8, 0.6) if grade[x] > grade[y] else (0.2, 0.4)
+                for i, x in enumerate(item.candidate_ids)
+                for y in item.candidate_ids[i + 1 :]
+            }
             out.append(rank_pairs(item.candidate_ids, results, "copeland"))
         return out
 

@@ -46,17 +46,26 @@ def add_reward_version(session, name: str, path, current: bool = True) -> None:
 def store_prompts(session, prompts=PROMPTS) -> dict[str, int]:
     """The prompts and their candidates; returns candidate text -> id."""
     pids = ensure_prompts(session, {prompt_hash(user_turn(p)): prompt_columns(user_turn(p)) for p in prompts})
-    ids = ensure_candidates(session, {(pids[prompt_hash(user_turn(p))], reply_hash(assistant_turn(r))):
-                                      reply_columns(assistant_turn(r)) for p, replies in prompts.items()
-                                      for r in replies})
-    return {r: ids[(pids[prompt_hash(user_turn(p))], reply_hash(assistant_turn(r)))]
-            for p, replies in prompts.items() for r in replies}
+    ids = ensure_candidates(
+        session,
+        {
+            (pids[prompt_hash(user_turn(p))], reply_hash(assistant_turn(r))): reply_columns(assistant_turn(r))
+            for p, replies in prompts.items()
+            for r in replies
+        },
+    )
+    return {
+        r: ids[(pids[prompt_hash(user_turn(p))], reply_hash(assistant_turn(r)))]
+        for p, replies in prompts.items()
+        for r in replies
+    }
 
 
 def pushed_tasks(session, template: str, project_id: int = 7) -> list[dict]:
     """The project's tasks as `ls push` builds and records them, as Label Studio sends them to /predict."""
-    project = ensure_project(session, BASE, project_id, title=template, template=template,
-                             label_config=label_config(template))
+    project = ensure_project(
+        session, BASE, project_id, title=template, template=template, label_config=label_config(template)
+    )
     planned, _ = plan_tasks(session, project)
     rows = [(1000 + n, t.prompt_id, t.set_hash, t.order) for n, t in enumerate(planned)]
     _record(session, project, rows)
@@ -72,8 +81,14 @@ def store(sessions, reward_models):
 
 
 def judge_rankings(session) -> list[Ranking]:
-    return list(session.scalars(select(Ranking).join(Annotator, Annotator.id == Ranking.annotator_id)
-                                .where(Annotator.kind == "ai").order_by(Ranking.id)))
+    return list(
+        session.scalars(
+            select(Ranking)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(Annotator.kind == "ai")
+            .order_by(Ranking.id)
+        )
+    )
 
 
 def order_of(prediction: dict, template: str) -> list[str] | str:
@@ -136,13 +151,28 @@ def test_order_is_kept_with_known_file_imported_and_unknown_tasks(sessions, stor
     with sessions.begin() as session:
         known = pushed_tasks(session, "ranking")
     # A task imported from a file: the same texts, its own item ids, no `ls_tasks` row.
-    imported = {"id": 5001, "data": {"prompt": "How many legs does a spider have?", "items": [
-        {"id": "a", "body": "Six legs."}, {"id": "b", "body": "Eight."},
-        {"id": "z", "body": "A spider has eight legs."}]}}
-    unknown_prompt = {"id": 5002, "data": {"prompt": "Never stored?", "items": [
-        {"id": "a", "body": "Paris."}, {"id": "b", "body": "London."}]}}
-    unknown_reply = {"id": 5003, "data": {"prompt": "What is the capital of France?", "items": [
-        {"id": "a", "body": "Paris."}, {"id": "b", "body": "Rome."}]}}
+    imported = {
+        "id": 5001,
+        "data": {
+            "prompt": "How many legs does a spider have?",
+            "items": [
+                {"id": "a", "body": "Six legs."},
+                {"id": "b", "body": "Eight."},
+                {"id": "z", "body": "A spider has eight legs."},
+            ],
+        },
+    }
+    unknown_prompt = {
+        "id": 5002,
+        "data": {"prompt": "Never stored?", "items": [{"id": "a", "body": "Paris."}, {"id": "b", "body": "London."}]},
+    }
+    unknown_reply = {
+        "id": 5003,
+        "data": {
+            "prompt": "What is the capital of France?",
+            "items": [{"id": "a", "body": "Paris."}, {"id": "b", "body": "Rome."}],
+        },
+    }
     no_data = {"id": 5004}
     tasks = [known[0], imported, unknown_prompt, no_data, unknown_reply, known[1], "not a task"]
     with sessions.begin() as session:
@@ -216,9 +246,19 @@ def test_a_custom_labelling_config_gets_nothing(sessions, store):
 def test_imported_ai_rankings_are_served_as_they_are(sessions, cli, tmp_path):
     """An AI annotator that is no judge run (rankings imported from a file) cannot rank: only its own are served."""
     path = tmp_path / "judged.jsonl"
-    path.write_text(json.dumps({"prompt": "What is the capital of France?", "responses": PROMPTS[
-        "What is the capital of France?"], "ranking": [[2], [0], [1]], "annotator": "judge-alpha",
-        "annotator_kind": "ai"}) + "\n", encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "prompt": "What is the capital of France?",
+                "responses": PROMPTS["What is the capital of France?"],
+                "ranking": [[2], [0], [1]],
+                "annotator": "judge-alpha",
+                "annotator_kind": "ai",
+            }
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     cli("import", "rankings", path)
     with sessions.begin() as session:
         ids = store_prompts(session)

@@ -17,7 +17,8 @@ def test_annotator_reorders_in_the_browser_and_sync_stores_that_order(lcli, sqli
     responses = [unique(f"Photosynthesis answer {i}: plants turn light into sugar.") for i in range(4)]
     lcli("import", "prompts", write_prompts(tmp_path / "p.jsonl", {prompt: responses}))
     pid = json.loads(lcli("ls", "init", "--template", "ranking", "--title", unique("browser"), "--json").stdout)[
-        "project_id"]
+        "project_id"
+    ]
     lcli("ls", "push", "--project", pid)
     (task,) = tasks(sqlite_url)
     email, password = f"annotator-{pid}@preflab.test", secrets.token_urlsafe(12)

@@ -9,8 +9,8 @@ from tests.labelling.ls_helpers import (
     comparisons,
     expected_pairs,
     item,
-    rankings,
     ranker_result,
+    rankings,
     session,
     tasks,
     unique,
@@ -29,10 +29,16 @@ def test_edited_deleted_and_unreadable_annotations(lcli, sqlite_url, ls_env, tmp
     dana, eli, fay = (f"{n}-{pid}@preflab.test" for n in ("dana", "eli", "fay"))
     ids = {e: server.signup(e) for e in (dana, eli, fay)}
     sdk = server.sdk()
-    first = sdk.annotations.create(task["id"], completed_by=ids[dana], result=ranker_result({"rank": [item(z), item(x), item(y)]}))
-    doomed = sdk.annotations.create(task["id"], completed_by=ids[eli], result=ranker_result({"rank": [item(y), item(z), item(x)]}))
+    first = sdk.annotations.create(
+        task["id"], completed_by=ids[dana], result=ranker_result({"rank": [item(z), item(x), item(y)]})
+    )
+    doomed = sdk.annotations.create(
+        task["id"], completed_by=ids[eli], result=ranker_result({"rank": [item(y), item(z), item(x)]})
+    )
     # Submitted as shown: the annotator may not have dragged anything.
-    sdk.annotations.create(task["id"], completed_by=ids[fay], result=ranker_result({"rank": [item(x), item(y), item(z)]}))
+    sdk.annotations.create(
+        task["id"], completed_by=ids[fay], result=ranker_result({"rank": [item(x), item(y), item(z)]})
+    )
     assert json.loads(lcli("ls", "sync", "--project", pid, "--json").stdout)["new"] == 3
     assert json.loads(lcli("stats", "--json").stdout)["counts"]["same_as_shown"] == 1
 
@@ -49,7 +55,12 @@ def test_edited_deleted_and_unreadable_annotations(lcli, sqlite_url, ls_env, tmp
         by_annotator.setdefault(r["annotator"], []).append(r)
     old, new = sorted(by_annotator[dana], key=lambda r: r["version"])
     assert (old["status"], old["tiers"], new["status"], new["version"], new["tiers"]) == (
-        "superseded", [[z], [x], [y]], "valid", 2, [[x], [z], [y]])
+        "superseded",
+        [[z], [x], [y]],
+        "valid",
+        2,
+        [[x], [z], [y]],
+    )
     assert [r["status"] for r in by_annotator[eli]] == ["deleted"]
     assert [r["status"] for r in by_annotator[fay]] == ["superseded"]  # its annotation no longer says it
     with session(sqlite_url) as s:
@@ -69,8 +80,18 @@ def test_ai_rankings_become_predictions_once(lcli, sqlite_url, ls_env, tmp_path)
     server = ls_env
     prompt, responses = unique("Is the sky blue?"), [unique("yes"), unique("no"), unique("sometimes")]
     judged = tmp_path / "judged.jsonl"
-    judged.write_text(json.dumps({"prompt": prompt, "responses": responses, "ranking": [[2], [0], [1]],
-                                  "annotator": "judge-alpha", "annotator_kind": "ai"}) + "\n")
+    judged.write_text(
+        json.dumps(
+            {
+                "prompt": prompt,
+                "responses": responses,
+                "ranking": [[2], [0], [1]],
+                "annotator": "judge-alpha",
+                "annotator_kind": "ai",
+            }
+        )
+        + "\n"
+    )
     lcli("import", "rankings", judged)
     pid = json.loads(lcli("ls", "init", "--title", unique("predictions"), "--json").stdout)["project_id"]
     lcli("ls", "push", "--project", pid)
@@ -81,8 +102,9 @@ def test_ai_rankings_become_predictions_once(lcli, sqlite_url, ls_env, tmp_path)
     assert first["uploaded"] == 1 and first["judges"] == {"judge-alpha": 1}
     (prediction,) = server.sdk().predictions.list(task=task["id"])
     assert prediction.model_version == "judge-alpha"
-    assert prediction.result[0]["value"]["ranker"]["rank"] == [item(by_text[r]) for r in
-                                                              (responses[2], responses[0], responses[1])]
+    assert prediction.result[0]["value"]["ranker"]["rank"] == [
+        item(by_text[r]) for r in (responses[2], responses[0], responses[1])
+    ]
     again = json.loads(lcli("ls", "predict", "--project", pid, "--json").stdout)
     assert (again["uploaded"], again["existing"]) == (0, 1)
     # Predictions are hidden from annotators unless asked for; three annotators see each task.
@@ -100,8 +122,11 @@ def test_push_adds_new_prompts_and_candidate_sets_and_recovers_unrecorded_tasks(
 
     # A new prompt, and a third candidate for the first prompt: two new tasks; the old one stays.
     second = unique("Define enthalpy.")
-    lcli("import", "prompts", write_prompts(tmp_path / "b.jsonl", {first: [unique("e3")],
-                                                                  second: [unique("h1"), unique("h2")]}))
+    lcli(
+        "import",
+        "prompts",
+        write_prompts(tmp_path / "b.jsonl", {first: [unique("e3")], second: [unique("h1"), unique("h2")]}),
+    )
     assert json.loads(lcli("ls", "push", "--project", pid, "--json").stdout)["created"] == 2
     pushed = tasks(sqlite_url)
     assert sorted(len(t["shown"]) for t in pushed) == [2, 2, 3]

@@ -24,24 +24,51 @@ def annotated_project(cli, db_url, server, tmp_path, n_tasks=N_TASKS) -> int:
     """A pushed project whose every task is ranked by two people (tiers) and skipped by nobody."""
     prompts = {unique(f"Prompt {i}"): [unique(f"answer {i}.{j}") for j in range(3)] for i in range(n_tasks)}
     cli("import", "prompts", write_prompts(tmp_path / "prompts.jsonl", prompts))
-    pid = json.loads(cli("ls", "init", "--template", "ranking_tiers", "--title", unique("concurrent"),
-                         "--json").stdout)["project_id"]
+    pid = json.loads(
+        cli("ls", "init", "--template", "ranking_tiers", "--title", unique("concurrent"), "--json").stdout
+    )["project_id"]
     cli("ls", "push", "--project", pid)
     sdk = server.sdk()
     users = [server.signup(f"{name}-{pid}@preflab.test") for name in ("ann", "ben")]
     for task in tasks(db_url):
         a, b, c = task["shown"]
-        sdk.annotations.create(task["id"], completed_by=users[0], result=ranker_result(
-            {"tier_1": [item(c)], "tier_2": [item(a), item(b)], "tier_3": [], "tier_4": [], "_": []}))
-        sdk.annotations.create(task["id"], completed_by=users[1], result=ranker_result(
-            {"tier_1": [item(a)], "tier_2": [item(b)], "tier_3": [item(c)], "tier_4": [], "_": []}))
+        sdk.annotations.create(
+            task["id"],
+            completed_by=users[0],
+            result=ranker_result(
+                {"tier_1": [item(c)], "tier_2": [item(a), item(b)], "tier_3": [], "tier_4": [], "_": []}
+            ),
+        )
+        sdk.annotations.create(
+            task["id"],
+            completed_by=users[1],
+            result=ranker_result(
+                {"tier_1": [item(a)], "tier_2": [item(b)], "tier_3": [item(c)], "tier_4": [], "_": []}
+            ),
+        )
     return pid
 
 
 def sync_process(url: str, pid: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "preflab", "--database-url", url, "ls", "sync", "--project",
-                             str(pid), "--page-size", "4", "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "preflab",
+            "--database-url",
+            url,
+            "ls",
+            "sync",
+            "--project",
+            str(pid),
+            "--page-size",
+            "4",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_two_syncs_of_one_project_at_once(cli, db_url, ls_env, tmp_path):
@@ -65,23 +92,37 @@ def test_two_syncs_of_one_project_at_once(cli, db_url, ls_env, tmp_path):
     assert (again["new"], again["unchanged"]) == (0, 2 * N_TASKS)
     assert counts(db_url) == together
     assert {k: together[k] - before[k] for k in together} == {
-        "prompts": 0, "candidates": 0, "annotators": 2, "rankings": 2 * N_TASKS, "ranking_items": 6 * N_TASKS,
-        "raw_records": N_TASKS + 2 * N_TASKS}  # a raw record per task and per annotation
+        "prompts": 0,
+        "candidates": 0,
+        "annotators": 2,
+        "rankings": 2 * N_TASKS,
+        "ranking_items": 6 * N_TASKS,
+        "raw_records": N_TASKS + 2 * N_TASKS,
+    }  # a raw record per task and per annotation
 
 
 def consistent_ls(url: str) -> dict:
     """No annotation twice, every ranking whole, every stored annotation turned into its ranking,
     and every reference without a constraint leads to its row."""
     assert dangling(url) == {}
-    assert rows(url, "SELECT ls_annotation_id FROM rankings GROUP BY ls_project_id, ls_annotation_id "
-                     "HAVING count(*) > 1") == []
+    assert (
+        rows(url, "SELECT ls_annotation_id FROM rankings GROUP BY ls_project_id, ls_annotation_id HAVING count(*) > 1")
+        == []
+    )
     assert rows(url, "SELECT ranking_id FROM ranking_items GROUP BY ranking_id HAVING count(*) <> 3") == []
-    assert rows(url, "SELECT id FROM raw_records WHERE source = 'label-studio' AND status = 'ok' "
-                     "AND id NOT IN (SELECT raw_record_id FROM rankings)") == []
+    assert (
+        rows(
+            url,
+            "SELECT id FROM raw_records WHERE source = 'label-studio' AND status = 'ok' "
+            "AND id NOT IN (SELECT raw_record_id FROM rankings)",
+        )
+        == []
+    )
     return counts(url)
 
 
 # --- secrets -------------------------------------------------------------------------------------
+
 
 def database_dump(url: str) -> str:
     """Every byte of the database as text: pg_dump of the test's schema, or SQLite's own dump."""
@@ -91,8 +132,12 @@ def database_dump(url: str) -> str:
     from sqlalchemy.engine import make_url
 
     schema = make_url(url).query["options"].split("search_path=")[1]
-    dump = subprocess.run(["pg_dump", "-h", "127.0.0.1", "-U", "postgres", "--schema", schema, "test"],
-                          capture_output=True, text=True, check=True)
+    dump = subprocess.run(
+        ["pg_dump", "-h", "127.0.0.1", "-U", "postgres", "--schema", schema, "test"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return dump.stdout
 
 
@@ -108,8 +153,12 @@ def test_secrets_never_leave_the_environment(cli, db_url, ls_env, tmp_path, monk
     def run(*args, key=good_key, url=ls_env.url):
         """In a real process (--verbose), then in this one (its log records)."""
         env = {**os.environ, "LABEL_STUDIO_API_KEY": key, "LABEL_STUDIO_URL": url}
-        proc = subprocess.run([sys.executable, "-m", "preflab", "--verbose", "--database-url", db_url, *args],
-                              capture_output=True, text=True, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", "preflab", "--verbose", "--database-url", db_url, *args],
+            capture_output=True,
+            text=True,
+            env=env,
+        )
         seen.extend([proc.stdout, proc.stderr])
         monkeypatch.setenv("LABEL_STUDIO_API_KEY", key)
         monkeypatch.setenv("LABEL_STUDIO_URL", url)

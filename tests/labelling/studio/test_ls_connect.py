@@ -115,7 +115,8 @@ def annotate(lcli, ls_env, pid: int, tmp_path) -> None:
 
 
 def test_connect_owns_one_backend_and_one_webhook_and_rerunning_or_removing_duplicates_nothing(
-        lcli, ls_env, project, stand_in, monkeypatch, tmp_path):
+    lcli, ls_env, project, stand_in, monkeypatch, tmp_path
+):
     first = stand_in("first-secret")
     monkeypatch.setenv(SECRET_ENV, "first-secret")
     out = json.loads(lcli("ls", "connect", first.url, "--project", project, "--json").stdout)
@@ -125,10 +126,11 @@ def test_connect_owns_one_backend_and_one_webhook_and_rerunning_or_removing_dupl
 
     backends, hooks = registered(ls_env, project)
     assert [(b.url, b.auth_method, b.basic_auth_user, b.basic_auth_pass_is_set) for b in backends] == [
-        (first.url, "BASIC_AUTH", BASIC_AUTH_USER, True)]
-    assert [(h.url, h.headers, sorted(h.actions), h.send_payload, h.send_for_all_actions, h.is_active)
-            for h in hooks] == [(f"{first.url}/webhook", {SECRET_HEADER: "first-secret"}, sorted(EVENTS), True,
-                                 False, True)]
+        (first.url, "BASIC_AUTH", BASIC_AUTH_USER, True)
+    ]
+    assert [
+        (h.url, h.headers, sorted(h.actions), h.send_payload, h.send_for_all_actions, h.is_active) for h in hooks
+    ] == [(f"{first.url}/webhook", {SECRET_HEADER: "first-secret"}, sorted(EVENTS), True, False, True)]
     # Label Studio checked the backend with the secret as the basic-auth password, and set it up.
     assert ("GET", "/health", True, None) in first.seen
     assert ("POST", "/setup", True, ["access_token", "extra_params", "hostname", "project", "schema"]) in first.seen
@@ -143,17 +145,22 @@ def test_connect_owns_one_backend_and_one_webhook_and_rerunning_or_removing_dupl
     second = stand_in("second-secret", "stand-in-2")
     monkeypatch.setenv(SECRET_ENV, "second-secret")
     again = lcli("ls", "connect", second.url, "--project", project)
-    assert again.stdout.startswith(f"connected project {project} to {second.url}: ML backend "
-                                   f"{out['ml_backend']['id']} updated (Connected, model_version stand-in-2), "
-                                   f"webhook {out['webhook']['id']} updated")
+    assert again.stdout.startswith(
+        f"connected project {project} to {second.url}: ML backend "
+        f"{out['ml_backend']['id']} updated (Connected, model_version stand-in-2), "
+        f"webhook {out['webhook']['id']} updated"
+    )
     assert "second-secret" not in again.output
     backends, hooks = registered(ls_env, project)
     assert [(b.id, b.url) for b in backends] == [(out["ml_backend"]["id"], second.url)]
     assert [(h.id, h.url, h.headers) for h in hooks] == [
-        (out["webhook"]["id"], f"{second.url}/webhook", {SECRET_HEADER: "second-secret"})]
+        (out["webhook"]["id"], f"{second.url}/webhook", {SECRET_HEADER: "second-secret"})
+    ]
     assert ("POST", "/setup", True, ["access_token", "extra_params", "hostname", "project", "schema"]) in second.seen
-    assert json.loads(lcli("ls", "connect", second.url, "--project", project, "--json").stdout)["ml_backend"][
-        "action"] == "updated"
+    assert (
+        json.loads(lcli("ls", "connect", second.url, "--project", project, "--json").stdout)["ml_backend"]["action"]
+        == "updated"
+    )
     assert [len(x) for x in registered(ls_env, project)] == [1, 1]
 
     # --remove takes both off (no secret needed), and a second --remove finds nothing.
@@ -162,11 +169,13 @@ def test_connect_owns_one_backend_and_one_webhook_and_rerunning_or_removing_dupl
     assert removed["removed"] == {"ml_backends": [out["ml_backend"]["id"]], "webhooks": [out["webhook"]["id"]]}
     assert registered(ls_env, project) == ([], [])
     assert lcli("ls", "connect", "--remove", "--project", project).stdout.strip() == (
-        f"project {project} had no preflab ML backend or webhook: nothing to remove")
+        f"project {project} had no preflab ML backend or webhook: nothing to remove"
+    )
 
 
-def test_the_webhook_label_studio_made_for_a_backend_connected_in_its_ui_is_adopted(lcli, ls_env, project, stand_in,
-                                                                                   monkeypatch, tmp_path):
+def test_the_webhook_label_studio_made_for_a_backend_connected_in_its_ui_is_adopted(
+    lcli, ls_env, project, stand_in, monkeypatch, tmp_path
+):
     server = stand_in(None)  # as a user might first connect it by hand: no auth
     sdk = ls_env.sdk()
     sdk.ml.create(project=project, url=server.url + "/")  # Label Studio adds a webhook for all actions, no headers
@@ -181,7 +190,8 @@ def test_the_webhook_label_studio_made_for_a_backend_connected_in_its_ui_is_adop
     backends, hooks = registered(ls_env, project)
     assert [(b.url, b.auth_method) for b in backends] == [(server.url, "BASIC_AUTH")]
     assert [(h.headers, sorted(h.actions), h.send_for_all_actions) for h in hooks] == [
-        ({SECRET_HEADER: "the-secret"}, sorted(EVENTS), False)]
+        ({SECRET_HEADER: "the-secret"}, sorted(EVENTS), False)
+    ]
     annotate(lcli, ls_env, project, tmp_path)
     assert server.deliveries() == [("ANNOTATION_CREATED", True)]
 
@@ -192,8 +202,9 @@ def one_error_line(result) -> str:
     return result.output.strip()
 
 
-def test_no_secret_no_server_or_a_refused_address_is_one_line_and_registers_nothing(lcli, ls_env, project, stand_in,
-                                                                                   monkeypatch):
+def test_no_secret_no_server_or_a_refused_address_is_one_line_and_registers_nothing(
+    lcli, ls_env, project, stand_in, monkeypatch
+):
     server = stand_in("s3cret-value")
     line = one_error_line(lcli("ls", "connect", server.url, "--project", project, expect_ok=False))
     assert line == f"Error: no webhook secret: set {SECRET_ENV} to the secret `preflab serve` runs with"
@@ -206,8 +217,10 @@ def test_no_secret_no_server_or_a_refused_address_is_one_line_and_registers_noth
     nobody = reserved_port()  # bound, never listening
     url = f"http://127.0.0.1:{nobody.getsockname()[1]}"
     line = one_error_line(lcli("ls", "connect", url, "--project", project, expect_ok=False))
-    assert line.startswith(f"Error: Label Studio at {ls_env.url} could not connect the ML backend {url} to project "
-                           f"{project}: Label Studio could not reach the ML backend (GET /health failed")
+    assert line.startswith(
+        f"Error: Label Studio at {ls_env.url} could not connect the ML backend {url} to project "
+        f"{project}: Label Studio could not reach the ML backend (GET /health failed"
+    )
     assert "is it running, and reachable from the Label Studio server?" in line and "<a" not in line
     assert registered(ls_env, project) == ([], [])
 
@@ -219,10 +232,12 @@ def test_no_secret_no_server_or_a_refused_address_is_one_line_and_registers_noth
     # The test server bans one documentation subnet, as USER_ADDITIONAL_BANNED_SUBNETS lets an admin do.
     banned = f"http://{BANNED_SUBNET.split('/')[0][:-1]}1:9090"
     line = one_error_line(lcli("ls", "connect", banned, "--project", project, expect_ok=False))
-    assert line == (f"Error: Label Studio at {ls_env.url} refused to connect the ML backend {banned} to project "
-                    f"{project}: the URL resolves to a reserved network address ({BANNED_SUBNET}) (HTTP 403); to let "
-                    "it reach loopback or a private network, set USE_DEFAULT_BANNED_SUBNETS=false on the Label Studio "
-                    "server (and keep that address out of USER_ADDITIONAL_BANNED_SUBNETS)")
+    assert line == (
+        f"Error: Label Studio at {ls_env.url} refused to connect the ML backend {banned} to project "
+        f"{project}: the URL resolves to a reserved network address ({BANNED_SUBNET}) (HTTP 403); to let "
+        "it reach loopback or a private network, set USE_DEFAULT_BANNED_SUBNETS=false on the Label Studio "
+        "server (and keep that address out of USER_ADDITIONAL_BANNED_SUBNETS)"
+    )
     assert registered(ls_env, project) == ([], [])
 
 
@@ -230,8 +245,13 @@ def test_label_studios_refusal_of_a_loopback_address_names_the_setting():
     """What Label Studio 1.23 answers by default to an ML backend on loopback (its SSRF guard), mapped to one line."""
     from label_studio_sdk.core.api_error import ApiError
 
-    body = {"id": "0b7e0a57-5bd4-4f2e-9c1e-2c0f8f0a1d11", "status_code": 403, "version": "1.23.2",
-            "detail": "URL resolves to a reserved network address (block: 127.0.0.0/8)", "exc_info": None}
+    body = {
+        "id": "0b7e0a57-5bd4-4f2e-9c1e-2c0f8f0a1d11",
+        "status_code": 403,
+        "version": "1.23.2",
+        "detail": "URL resolves to a reserved network address (block: 127.0.0.0/8)",
+        "exc_info": None,
+    }
 
     def refuse():
         raise ApiError(status_code=403, body=body)
@@ -243,5 +263,6 @@ def test_label_studios_refusal_of_a_loopback_address_names_the_setting():
         "Label Studio at http://ls.example:8080 refused to connect the ML backend http://127.0.0.1:9090 to project 3: "
         "the URL resolves to a reserved network address (127.0.0.0/8) (HTTP 403); to let it reach loopback or a "
         "private network, set USE_DEFAULT_BANNED_SUBNETS=false on the Label Studio server (and keep that address "
-        "out of USER_ADDITIONAL_BANNED_SUBNETS)")
+        "out of USER_ADDITIONAL_BANNED_SUBNETS)"
+    )
     assert caught.value.status == 403

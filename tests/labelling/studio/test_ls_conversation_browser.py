@@ -25,12 +25,33 @@ TURNS = [
     {"role": "user", "content": "Now summarise both answers in English, at length. 🙂"},
 ]
 PROMPT = [{"role": "system", "content": SYSTEM}, *TURNS]
-_words, _rng = "light air blue short waves scatter more than red ones so the sky looks blue".split(), random.Random(30)
+_words, _rng = (
+    [
+        "light",
+        "air",
+        "blue",
+        "short",
+        "waves",
+        "scatter",
+        "more",
+        "than",
+        "red",
+        "ones",
+        "so",
+        "the",
+        "sky",
+        "looks",
+        "blue",
+    ],
+    random.Random(30),
+)
 LONG = " ".join(_rng.choice(_words) for _ in range(3000))  # a 3,000-word reply
 ARABIC = "القاهرة هي عاصمة مصر، والسماء زرقاء لأن الضوء الأزرق يتشتت أكثر."
-MULTI = [{"role": "assistant", "content": "Short version: Cairo, and Rayleigh scattering. 🙂"},
-         {"role": "user", "content": "更详细一点？"},
-         {"role": "assistant", "content": "瑞利散射：波长短的蓝光比红光散射得更多。"}]
+MULTI = [
+    {"role": "assistant", "content": "Short version: Cairo, and Rayleigh scattering. 🙂"},
+    {"role": "user", "content": "更详细一点？"},
+    {"role": "assistant", "content": "瑞利散射：波长短的蓝光比红光散射得更多。"},
+]
 HEIGHT = 1800  # the browser's viewport: the conversation and all four capped cards fit
 SHORT = "Cairo; and the sky is blue because blue light scatters most. 🌍"
 TEXT_CAP = 320  # px: the templates' max-height of a response's text, which scrolls inside its card
@@ -38,8 +59,10 @@ CARD_CAP = TEXT_CAP + 120  # the card around it: title and padding
 
 
 def rect(locator) -> dict:
-    return locator.evaluate("e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, "
-                            "height: r.height, scroll: e.scrollHeight, client: e.clientHeight}; }")
+    return locator.evaluate(
+        "e => { const r = e.getBoundingClientRect(); return {top: r.top, bottom: r.bottom, "
+        "height: r.height, scroll: e.scrollHeight, client: e.clientHeight}; }"
+    )
 
 
 def right_to_left(box, text: str | None = None) -> bool:
@@ -48,7 +71,8 @@ def right_to_left(box, text: str | None = None) -> bool:
     The first letter of a right-to-left paragraph is drawn at the right of its first line,
     however the paragraph wraps; a left-to-right one's at the left.
     """
-    return box.evaluate("""(e, text) => {
+    return box.evaluate(
+        """(e, text) => {
         const walker = document.createTreeWalker(text ? e.querySelector(text) : e, NodeFilter.SHOW_TEXT);
         let node = walker.nextNode();
         while (node && !node.textContent.trim()) node = walker.nextNode();
@@ -56,7 +80,9 @@ def right_to_left(box, text: str | None = None) -> bool:
         r.setStart(node, 0);
         r.setEnd(node, 1);
         const first = r.getBoundingClientRect(), b = e.getBoundingClientRect();
-        return b.right - first.right < 12 && first.left - b.left > 40; }""", text)
+        return b.right - first.right < 12 && first.left - b.left > 40; }""",
+        text,
+    )
 
 
 def check_conversation(page) -> None:
@@ -83,19 +109,27 @@ def check_conversation(page) -> None:
 def conversation_projects(lcli, sqlite_url, ls_env, tmp_path):
     """One conversation with four responses (one of 3,000 words, one of three turns), and a plain prompt,
     pushed to a project of every template; returns {template: project id} and the candidates' ids."""
-    lines = [{"prompt": PROMPT, "responses": [LONG, ARABIC, MULTI, SHORT]},
-             {"prompt": unique("What is 2 + 2?"), "responses": ["4", "Four."]}]
+    lines = [
+        {"prompt": PROMPT, "responses": [LONG, ARABIC, MULTI, SHORT]},
+        {"prompt": unique("What is 2 + 2?"), "responses": ["4", "Four."]},
+    ]
     path = tmp_path / "conversation.jsonl"
     path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines), encoding="utf-8")
     lcli("import", "prompts", path)
     with session(sqlite_url) as s:
-        ids = {name: s.scalar(select(Candidate.id).where(Candidate.content_hash == reply_hash(turns)))
-               for name, turns in (("long", [{"role": "assistant", "content": LONG}]),
-                                   ("arabic", [{"role": "assistant", "content": ARABIC}]), ("multi", MULTI))}
+        ids = {
+            name: s.scalar(select(Candidate.id).where(Candidate.content_hash == reply_hash(turns)))
+            for name, turns in (
+                ("long", [{"role": "assistant", "content": LONG}]),
+                ("arabic", [{"role": "assistant", "content": ARABIC}]),
+                ("multi", MULTI),
+            )
+        }
     projects = {}
     for template in TEMPLATES:
-        projects[template] = json.loads(lcli("ls", "init", "--template", template, "--title",
-                                             unique(f"conversation {template}"), "--json").stdout)["project_id"]
+        projects[template] = json.loads(
+            lcli("ls", "init", "--template", template, "--title", unique(f"conversation {template}"), "--json").stdout
+        )["project_id"]
         lcli("ls", "push", "--project", projects[template])
     return projects, ids
 
@@ -104,8 +138,9 @@ def test_a_conversation_reads_well_in_every_template(lcli, sqlite_url, ls_env, t
     server = ls_env
     projects, ids = conversation_projects
     pushed = {t["id"]: t for t in tasks(sqlite_url)}
-    remote = {template: {t.id: t.data for t in server.sdk().tasks.list(project=pid)}
-              for template, pid in projects.items()}
+    remote = {
+        template: {t.id: t.data for t in server.sdk().tasks.list(project=pid)} for template, pid in projects.items()
+    }
     email, password = f"reader-{projects['ranking']}@preflab.test", "reader-password-1"
     server.signup(email, password)
     shots = tmp_path / "screenshots"
@@ -114,9 +149,15 @@ def test_a_conversation_reads_well_in_every_template(lcli, sqlite_url, ls_env, t
     with browser_page(height=HEIGHT) as page:
         log_in(page, server.url, email, password)
         for template, pid in projects.items():
-            talk = next(tid for tid, data in remote[template].items() if isinstance(data["prompt"], list)
-                        and (template != "pairwise" or {item(ids["long"]), item(ids["multi"])}
-                             == {i["id"] for i in data["items"]}))
+            talk = next(
+                tid
+                for tid, data in remote[template].items()
+                if isinstance(data["prompt"], list)
+                and (
+                    template != "pairwise"
+                    or {item(ids["long"]), item(ids["multi"])} == {i["id"] for i in data["items"]}
+                )
+            )
             page.goto(f"{server.url}/projects/{pid}/data?task={talk}")
             expect(page.locator('.preflab-prompt [data-testid="phrase:4"]')).to_be_visible()
             page.wait_for_load_state("networkidle")
@@ -137,7 +178,7 @@ def test_a_conversation_reads_well_in_every_template(lcli, sqlite_url, ls_env, t
                 assert right_to_left(page.locator(f'[data-ranker-id="{item(ids["arabic"])}"] p').first)
                 for n in range(4):  # every card capped, and all four on the screen at once
                     box = rect(cards.nth(n))
-                    assert box["height"] <= CARD_CAP and 0 <= box["top"] and box["bottom"] <= HEIGHT, box
+                    assert box["height"] <= CARD_CAP and box["top"] >= 0 and box["bottom"] <= HEIGHT, box
             assert multi.locator(".preflab-role").all_inner_texts() == [t["role"] for t in MULTI]  # its turns
             assert rect(long)["height"] <= CARD_CAP
             shown = rect(text)
@@ -168,8 +209,11 @@ def test_a_conversation_reads_well_in_every_template(lcli, sqlite_url, ls_env, t
         after = ids_on_screen(page)
         assert after == [shown[3], *shown[:3]]
         submit(page, server, talk)
-        pair = next(tid for tid, data in remote["pairwise"].items()
-                    if {i["id"] for i in data["items"]} == {item(ids["long"]), item(ids["multi"])})
+        pair = next(
+            tid
+            for tid, data in remote["pairwise"].items()
+            if {i["id"] for i in data["items"]} == {item(ids["long"]), item(ids["multi"])}
+        )
         page.goto(f"{server.url}/projects/{projects['pairwise']}/data?task={pair}")
         expect(page.locator(".preflab-answer")).to_have_count(2)
         page.wait_for_load_state("networkidle")

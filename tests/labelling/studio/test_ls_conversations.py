@@ -10,18 +10,25 @@ from preflab.db.conversation import assistant_turn, prompt_hash, reply_hash, use
 from preflab.db.ingest.jsonl import Invalid
 from preflab.db.models import Candidate, LSTask, Prompt
 from preflab.db.store import content_hash
-from preflab.labelling.studio.parse import TaskFields, task_items
 from preflab.errors import InputError
+from preflab.labelling.studio.parse import TaskFields, task_items
 from preflab.labelling.studio.projects import ProjectInfo
 from preflab.labelling.studio.push import plan_tasks, task_data
 from preflab.templates import TEMPLATES, label_config, shows_conversations
-from tests.labelling.ls_helpers import item, rankings, ranker_result, session, tasks, unique
+from tests.labelling.ls_helpers import item, ranker_result, rankings, session, tasks, unique
 
 SYSTEM = {"role": "system", "content": "Answer briefly."}
-HISTORY = [SYSTEM, {"role": "user", "content": "ما هي عاصمة مصر؟"}, {"role": "assistant", "content": "القاهرة."},
-           {"role": "user", "content": "And of China? 🙂"}]
-MULTI = [{"role": "assistant", "content": "北京 <b>Beijing</b>."}, {"role": "user", "content": "Sure?"},
-         {"role": "assistant", "content": "Yes & sure."}]
+HISTORY = [
+    SYSTEM,
+    {"role": "user", "content": "ما هي عاصمة مصر؟"},
+    {"role": "assistant", "content": "القاهرة."},
+    {"role": "user", "content": "And of China? 🙂"},
+]
+MULTI = [
+    {"role": "assistant", "content": "北京 <b>Beijing</b>."},
+    {"role": "user", "content": "Sure?"},
+    {"role": "assistant", "content": "Yes & sure."},
+]
 
 
 def test_a_task_shows_the_conversation_and_reads_back_as_stored():
@@ -42,8 +49,9 @@ def test_a_task_shows_the_conversation_and_reads_back_as_stored():
         if template == "pairwise":
             assert data["left"].startswith("Assistant: 北京") and data["right"] == "Beijing."
             assert 'dir="auto"' in data["left_html"] and data["right_html"].endswith("Beijing.</span>")
-    plain = task_data("ranking", user_turn("What is 2+2?"), [1, 2], {1: assistant_turn("4"), 2: assistant_turn("5")},
-                      "k")
+    plain = task_data(
+        "ranking", user_turn("What is 2+2?"), [1, 2], {1: assistant_turn("4"), 2: assistant_turn("5")}, "k"
+    )
     assert (plain["prompt"], plain["system"], plain["dialogue"]) == ("What is 2+2?", "", user_turn("What is 2+2?"))
     assert task_items(plain).prompt_key == content_hash("What is 2+2?")  # a plain prompt keeps its old hash
 
@@ -54,22 +62,35 @@ def test_templates_show_conversations_and_old_configs_do_not():
     assert not shows_conversations(old) and not shows_conversations("") and not shows_conversations("<View")
 
 
-@pytest.mark.parametrize("data, reason", [
-    ({"prompt": [{"role": "user", "content": "hi"}, {"role": "bot", "content": "x"}]},
-     "task data 'prompt'[1] has an unknown role 'bot'"),
-    ({"prompt": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]},
-     "task data 'prompt' ends with an assistant turn"),
-    ({"prompt": [{"role": "user", "content": 5}]}, "task data 'prompt'[0] 'content' must be a string, not int"),
-    ({"prompt": [], "items": []}, "task data 'prompt' must be a non-empty string or a non-empty list of messages"),
-    ({"prompt": {"role": "user"}}, "task data 'prompt' is dict, not text or a list of messages"),
-    ({"items": [{"id": "a", "body": "x"}, {"id": "b", "body": [{"role": "user", "content": "y"}]}]},
-     "item 'b' 'body'[0] is a user turn; a reply starts and ends with the assistant"),
-    ({"items": [{"id": "a", "body": "x"}, {"id": "b", "messages": [{"role": "assistant", "content": None}]}]},
-     "item 'b' 'messages'[0] 'content' must be a string, not missing"),
-    ({"items": [{"id": "a", "body": "x"}, {"id": "b", "body": [{"role": "assistant", "content": "x"}]}]},
-     "items 'a' and 'b' have the same text"),
-    ({"prompt": [{"role": "user", "content": "a\x00b"}]}, "task data 'prompt' [0]['content'] holds a NUL"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (
+            {"prompt": [{"role": "user", "content": "hi"}, {"role": "bot", "content": "x"}]},
+            "task data 'prompt'[1] has an unknown role 'bot'",
+        ),
+        (
+            {"prompt": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "x"}]},
+            "task data 'prompt' ends with an assistant turn",
+        ),
+        ({"prompt": [{"role": "user", "content": 5}]}, "task data 'prompt'[0] 'content' must be a string, not int"),
+        ({"prompt": [], "items": []}, "task data 'prompt' must be a non-empty string or a non-empty list of messages"),
+        ({"prompt": {"role": "user"}}, "task data 'prompt' is dict, not text or a list of messages"),
+        (
+            {"items": [{"id": "a", "body": "x"}, {"id": "b", "body": [{"role": "user", "content": "y"}]}]},
+            "item 'b' 'body'[0] is a user turn; a reply starts and ends with the assistant",
+        ),
+        (
+            {"items": [{"id": "a", "body": "x"}, {"id": "b", "messages": [{"role": "assistant", "content": None}]}]},
+            "item 'b' 'messages'[0] 'content' must be a string, not missing",
+        ),
+        (
+            {"items": [{"id": "a", "body": "x"}, {"id": "b", "body": [{"role": "assistant", "content": "x"}]}]},
+            "items 'a' and 'b' have the same text",
+        ),
+        ({"prompt": [{"role": "user", "content": "a\x00b"}]}, "task data 'prompt' [0]['content'] holds a NUL"),
+    ],
+)
 def test_malformed_messages_are_invalid_naming_the_field_and_index(data, reason):
     data = {"prompt": "p", "items": [{"id": "a", "body": "x"}, {"id": "b", "body": "y"}]} | data
     with pytest.raises(Invalid, match=re.escape(reason)):
@@ -80,8 +101,10 @@ def test_push_refuses_conversations_to_a_project_made_before_them(lcli, sqlite_u
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps({"prompt": HISTORY, "responses": ["a", "b"]}) + "\n", encoding="utf-8")
     lcli("import", "prompts", path)
-    old = ('<View><Text name="prompt" value="$prompt"/><List name="responses" value="$items"/>'
-           '<Ranker name="rank" toName="responses"/></View>')
+    old = (
+        '<View><Text name="prompt" value="$prompt"/><List name="responses" value="$items"/>'
+        '<Ranker name="rank" toName="responses"/></View>'
+    )
     with session(sqlite_url) as s:
         made_now = ProjectInfo(1, "http://ls.test", 9, "new", "ranking", label_config("ranking"))
         (task,), _ = plan_tasks(s, made_now)
@@ -97,8 +120,12 @@ def test_pair_fields_may_hold_messages():
 
 
 def export_task(task_id: int, data: dict, ranking: list[str]) -> dict:
-    return {"id": task_id, "project": 42, "data": data, "annotations": [
-        {"id": task_id * 10, "completed_by": 5, "result": ranker_result({"rank": ranking})}]}
+    return {
+        "id": task_id,
+        "project": 42,
+        "data": data,
+        "annotations": [{"id": task_id * 10, "completed_by": 5, "result": ranker_result({"rank": ranking})}],
+    }
 
 
 def test_import_of_an_export_whose_fields_hold_messages(lcli, sqlite_url, tmp_path):
@@ -112,14 +139,21 @@ def test_import_of_an_export_whose_fields_hold_messages(lcli, sqlite_url, tmp_pa
     items = [{"id": "a", "body": "Beijing."}, {"id": "b", "body": MULTI}, {"id": "c", "messages": MULTI[:1]}]
     export = [
         export_task(1, {"prompt": named, "items": items}, ["b", "a", "c"]),
-        export_task(2, {"prompt": plain, "items": [{"id": "x", "body": "Lima."}, {"id": "y", "body": "Cusco."}]},
-                    ["x", "y"]),
-        export_task(3, {"prompt": [HISTORY[1], {"role": "bot", "content": "?"}, HISTORY[3]], "items": items},
-                    ["a", "b", "c"]),
+        export_task(
+            2, {"prompt": plain, "items": [{"id": "x", "body": "Lima."}, {"id": "y", "body": "Cusco."}]}, ["x", "y"]
+        ),
+        export_task(
+            3, {"prompt": [HISTORY[1], {"role": "bot", "content": "?"}, HISTORY[3]], "items": items}, ["a", "b", "c"]
+        ),
         export_task(4, {"prompt": HISTORY[:3], "items": items}, ["a", "b", "c"]),
-        export_task(5, {"prompt": HISTORY, "items": [{"id": "a", "body": "x"},
-                                                     {"id": "b", "body": [{"role": "assistant", "content": 1}]}]},
-                    ["a", "b"]),
+        export_task(
+            5,
+            {
+                "prompt": HISTORY,
+                "items": [{"id": "a", "body": "x"}, {"id": "b", "body": [{"role": "assistant", "content": 1}]}],
+            },
+            ["a", "b"],
+        ),
     ]
     path = tmp_path / "export.json"
     path.write_text(json.dumps(export, ensure_ascii=False), encoding="utf-8")
@@ -128,22 +162,27 @@ def test_import_of_an_export_whose_fields_hold_messages(lcli, sqlite_url, tmp_pa
     assert summary["reasons"] == {
         "task data 'prompt'[1] has an unknown role 'bot' (expected system, user or assistant)": 1,
         "task data 'prompt' ends with an assistant turn; a prompt ends with the user's message": 1,
-        "item 'b' 'body'[0] 'content' must be a string, not int": 1}
+        "item 'b' 'body'[0] 'content' must be a string, not int": 1,
+    }
 
     with session(sqlite_url) as s:
         stored = {p.content_hash: p for p in s.scalars(select(Prompt))}
         conversation = stored[prompt_hash(HISTORY)]
         assert conversation.messages == HISTORY and conversation.text == HISTORY[-1]["content"]
         assert {h: p.id for h, p in stored.items() if h in before} == before  # the plain prompt kept its id
-        replies = {c.content_hash: c
-                   for c in s.scalars(select(Candidate).where(Candidate.prompt_id == conversation.id))}
+        replies = {
+            c.content_hash: c for c in s.scalars(select(Candidate).where(Candidate.prompt_id == conversation.id))
+        }
         assert replies[reply_hash(MULTI)].messages == MULTI  # several turns keep their messages; one is text
         assert replies[content_hash("Beijing.")].messages is None
         assert replies[content_hash(MULTI[0]["content"])].messages is None
         ids = {h: c.id for h, c in replies.items()}
     by_task = {r["task"]: r for r in rankings(sqlite_url)}
-    assert by_task[1]["tiers"] == [[ids[reply_hash(MULTI)]], [ids[content_hash("Beijing.")]],
-                                   [ids[content_hash(MULTI[0]["content"])]]]
+    assert by_task[1]["tiers"] == [
+        [ids[reply_hash(MULTI)]],
+        [ids[content_hash("Beijing.")]],
+        [ids[content_hash(MULTI[0]["content"])]],
+    ]
     assert len(by_task[2]["tiers"]) == 2
     again = json.loads(lcli("ls", "import", path, "--json").stdout)  # idempotent
     assert (again["new"], again["unchanged"], again["still_quarantined"]) == (0, 2, 3)
@@ -155,13 +194,19 @@ def test_push_sync_and_predict_a_conversation(cli, db_url, ls_env, tmp_path):
     history = [*HISTORY[:3], {"role": "user", "content": question}]
     multi = [{**MULTI[0], "content": unique(MULTI[0]["content"])}, *MULTI[1:]]
     plain = unique("Name a prime.")
-    judged = {"prompt": history, "responses": [unique("Beijing."), multi, unique("Shanghai.")],
-              "ranking": [[1], [0], [2]], "annotator": "judge-conv", "annotator_kind": "ai"}
+    judged = {
+        "prompt": history,
+        "responses": [unique("Beijing."), multi, unique("Shanghai.")],
+        "ranking": [[1], [0], [2]],
+        "annotator": "judge-conv",
+        "annotator_kind": "ai",
+    }
     for kind, line in (("rankings", judged), ("prompts", {"prompt": plain, "responses": [unique("2"), unique("9")]})):
         (tmp_path / f"{kind}.jsonl").write_text(json.dumps(line, ensure_ascii=False) + "\n", encoding="utf-8")
         cli("import", kind, tmp_path / f"{kind}.jsonl")
     pid = json.loads(cli("ls", "init", "--template", "ranking", "--title", unique("conversation"), "--json").stdout)[
-        "project_id"]
+        "project_id"
+    ]
     assert json.loads(cli("ls", "push", "--project", pid, "--json").stdout)["created"] == 2
     sdk = server.sdk()
     remote = {t.id: t.data for t in sdk.tasks.list(project=pid)}

@@ -1,5 +1,6 @@
 """Label Studio down, a wrong or missing token, a server that comes back: one-line errors, nothing written."""
 
+import contextlib
 import json
 import re
 import socket
@@ -12,8 +13,7 @@ from sqlalchemy import func, select
 from preflab.db.models import LSProject, LSTask
 from tests.db.procs import dangling, rows
 from tests.labelling.ls_fixtures import reserved_port
-from tests.labelling.ls_helpers import item, personal_access_token, ranker_result, session, tasks, unique, \
-    write_prompts
+from tests.labelling.ls_helpers import item, personal_access_token, ranker_result, session, tasks, unique, write_prompts
 
 
 def written(sqlite_url: str) -> int:
@@ -54,20 +54,26 @@ def test_wrong_or_missing_token(lcli, sqlite_url, ls_server, monkeypatch, tmp_pa
     monkeypatch.setenv("LABEL_STUDIO_URL", ls_server.url)
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", "0123456789abcdef-not-the-token")
     lcli("import", "prompts", write_prompts(tmp_path / "p.jsonl", {unique("q"): [unique("a"), unique("b")]}))
-    for args in (("ls", "init", "--title", "wrong token"), ("ls", "push", "--project", "1"),
-                 ("ls", "sync", "--project", "1")):
+    for args in (
+        ("ls", "init", "--title", "wrong token"),
+        ("ls", "push", "--project", "1"),
+        ("ls", "sync", "--project", "1"),
+    ):
         line = one_error_line(lcli(*args, expect_ok=False))
         assert "refused the token in LABEL_STUDIO_API_KEY (HTTP 401)" in line
         assert "not-the-token" not in line
     monkeypatch.delenv("LABEL_STUDIO_API_KEY")
     line = one_error_line(lcli("ls", "sync", "--project", "1", expect_ok=False))
-    assert line == ("Error: no Label Studio token: set LABEL_STUDIO_API_KEY to a personal access token "
-                    "(My Account → Personal Access Token)")
+    assert line == (
+        "Error: no Label Studio token: set LABEL_STUDIO_API_KEY to a personal access token "
+        "(My Account → Personal Access Token)"
+    )
     assert written(sqlite_url) == 0
 
 
-def test_a_personal_access_token_works_and_one_that_cannot_is_one_sentence(lcli, sqlite_url, ls_server, monkeypatch,
-                                                                           tmp_path):
+def test_a_personal_access_token_works_and_one_that_cannot_is_one_sentence(
+    lcli, sqlite_url, ls_server, monkeypatch, tmp_path
+):
     import jwt
 
     monkeypatch.setenv("LABEL_STUDIO_URL", ls_server.url)
@@ -86,22 +92,25 @@ def test_a_personal_access_token_works_and_one_that_cannot_is_one_sentence(lcli,
     ls_server.sdk().tokens.blacklist(refresh=token)
     revoked = lcli("ls", "sync", "--project", pid, expect_ok=False)
     assert "refused the token in LABEL_STUDIO_API_KEY (HTTP 401)" in one_error_line(revoked)
-    expired = jwt.encode({"token_type": "refresh", "exp": 1_000_000_000, "iat": 999_999_000, "jti": "0",
-                          "user_id": "1"}, "a key that is not this server's, 32 bytes+", algorithm="HS256")
+    expired = jwt.encode(
+        {"token_type": "refresh", "exp": 1_000_000_000, "iat": 999_999_000, "jti": "0", "user_id": "1"},
+        "a key that is not this server's, 32 bytes+",
+        algorithm="HS256",
+    )
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", expired)
     line = one_error_line(lcli("ls", "sync", "--project", pid, expect_ok=False))
-    assert line == ("Error: the token in LABEL_STUDIO_API_KEY cannot be used (API key has expired. Please obtain "
-                    "a new refresh token): create a new one in Label Studio under My Account → Personal Access Token")
+    assert line == (
+        "Error: the token in LABEL_STUDIO_API_KEY cannot be used (API key has expired. Please obtain "
+        "a new refresh token): create a new one in Label Studio under My Account → Personal Access Token"
+    )
     for result in (revoked,):
         assert token not in result.output
 
 
 def shut(*sockets: socket.socket) -> None:
     for s in sockets:
-        try:
+        with contextlib.suppress(OSError):
             s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
 
 def pipe(src: socket.socket, dst: socket.socket, cut=None) -> None:
@@ -129,7 +138,7 @@ def forward_later(listener: socket.socket, target: tuple[str, int], delay: float
         while time.monotonic() < end:
             try:
                 client, _ = listener.accept()
-            except socket.timeout:
+            except TimeoutError:
                 continue
             upstream = socket.create_connection(target)
             for a, b in ((client, upstream), (upstream, client)):
@@ -200,8 +209,9 @@ class Proxy:
         shut(*self.sockets)
 
 
-def test_label_studio_lost_mid_sync_keeps_whole_pages_and_a_second_sync_finishes(cli, db_url, ls_server, monkeypatch,
-                                                                                 tmp_path):
+def test_label_studio_lost_mid_sync_keeps_whole_pages_and_a_second_sync_finishes(
+    cli, db_url, ls_server, monkeypatch, tmp_path
+):
     host, port = ls_server.url.removeprefix("http://").split(":")
     proxy = Proxy((host, int(port)))
     monkeypatch.setenv("LABEL_STUDIO_URL", proxy.url)
@@ -213,8 +223,9 @@ def test_label_studio_lost_mid_sync_keeps_whole_pages_and_a_second_sync_finishes
     user = ls_server.signup(f"lou-{pid}@preflab.test")
     for task in tasks(db_url):
         a, b, c = task["shown"]
-        ls_server.sdk().annotations.create(task["id"], completed_by=user,
-                                           result=ranker_result({"rank": [item(b), item(c), item(a)]}))
+        ls_server.sdk().annotations.create(
+            task["id"], completed_by=user, result=ranker_result({"rank": [item(b), item(c), item(a)]})
+        )
 
     proxy.cut_at(page=3)  # pages 1 and 2 (4 tasks each) are read and stored; then the server is gone
     result = cli("ls", "sync", "--project", pid, "--page-size", "4", expect_ok=False)

@@ -47,24 +47,46 @@ GALLERY_LLM_RANKER = """<View>
 <!-- { "data": { "task": "Drag and rank the given AI model responses" } } -->
 """
 
-ITEMS = [{"title": "LlamaModel", "id": "llama_model",
-          "body": "While the initial impact of AI may seem daunting, technological evolution has historically "
-                  "led to more job creation in the long run."},
-         {"title": "CobraAI", "id": "cobra_ai",
-          "body": "Artificial Intelligence will replace all human jobs, leading to massive unemployment."},
-         {"title": "PumaIntelligence", "id": "puma_intelligence",
-          "body": "Artificial intelligence will definitely create more jobs than it will eliminate."}]
+ITEMS = [
+    {
+        "title": "LlamaModel",
+        "id": "llama_model",
+        "body": "While the initial impact of AI may seem daunting, technological evolution has historically "
+        "led to more job creation in the long run.",
+    },
+    {
+        "title": "CobraAI",
+        "id": "cobra_ai",
+        "body": "Artificial Intelligence will replace all human jobs, leading to massive unemployment.",
+    },
+    {
+        "title": "PumaIntelligence",
+        "id": "puma_intelligence",
+        "body": "Artificial intelligence will definitely create more jobs than it will eliminate.",
+    },
+]
 RELEVANT, BIASED = ["llama_model", "puma_intelligence"], ["cobra_ai"]
 
 
-def gallery_task(task_id=1, annotation_id=101, prompt="Discuss the implications of AI on the job market.",
-                 user=1) -> dict:
+def gallery_task(
+    task_id=1, annotation_id=101, prompt="Discuss the implications of AI on the job market.", user=1
+) -> dict:
     value = {"ranker": {"_": [], "biased_results": BIASED, "relevant_results": RELEVANT}}  # as exported
-    return {"id": task_id, "project": 7, "data": {"task": "Rank by relevance and bias.", "prompt": prompt,
-                                                   "items": ITEMS},
-            "annotations": [{"id": annotation_id, "completed_by": user, "was_cancelled": False,
-                             "result": [{"from_name": "rank", "to_name": "answers", "type": "ranker",
-                                         "origin": "manual", "value": value}]}]}
+    return {
+        "id": task_id,
+        "project": 7,
+        "data": {"task": "Rank by relevance and bias.", "prompt": prompt, "items": ITEMS},
+        "annotations": [
+            {
+                "id": annotation_id,
+                "completed_by": user,
+                "was_cancelled": False,
+                "result": [
+                    {"from_name": "rank", "to_name": "answers", "type": "ranker", "origin": "manual", "value": value}
+                ],
+            }
+        ],
+    }
 
 
 def write_export(path, tasks, encode=lambda text: text.encode()):
@@ -88,9 +110,11 @@ def test_an_export_with_buckets_and_no_known_order_stops_before_writing_anything
     export = write_export(tmp_path / "export.json", [gallery_task()])
     result = cli("ls", "import", export, expect_ok=False)
     assert result.exit_code == 1 and result.output.count("\n") == 1 and "Traceback" not in result.output
-    assert result.output == (f"Error: {export} ranks with buckets (biased_results, relevant_results), and only "
-                             "the project's labelling config says which is the best tier: pass --buckets with "
-                             "them best first, or --label-config with the project's XML\n")
+    assert result.output == (
+        f"Error: {export} ranks with buckets (biased_results, relevant_results), and only "
+        "the project's labelling config says which is the best tier: pass --buckets with "
+        "them best first, or --label-config with the project's XML\n"
+    )
     assert sum(counts(db_url, TABLES).values()) == 0
     assert scalar(db_url, "SELECT count(*) FROM ls_projects") == 0
 
@@ -126,26 +150,41 @@ BUCKETS = ("--buckets", "relevant_results,biased_results", "--json")
 
 def test_bom_crlf_and_gzip_exports_read_as_plain_ones(cli, tmp_path):
     tasks = [gallery_task(1, 101), gallery_task(2, 102, "Another prompt")]
-    windows = write_export(tmp_path / "bom.json", tasks,
-                           lambda text: b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+    windows = write_export(
+        tmp_path / "bom.json", tasks, lambda text: b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode()
+    )
     zipped = write_export(tmp_path / "export.json.gz", tasks, lambda text: gzip.compress(text.encode()))
     assert json.loads(cli("ls", "import", windows, *BUCKETS).stdout)["new"] == 2
     again = json.loads(cli("ls", "import", zipped, *BUCKETS).stdout)
     assert (again["new"], again["unchanged"], again["quarantined"]) == (0, 2, 0)
 
 
-@pytest.mark.parametrize("broken, reason, whole_task", [
-    (lambda t: t.replace('"Another prompt"', '"Caf\xe9 prompt"').encode("latin-1"),
-     "not valid UTF-8 (byte 0xe9 at offset ", True),
-    (lambda t: t.replace('"completed_by": 2', '"completed_by": NaN').encode(),
-     "holds NaN, which JSON does not allow", True),
-    (lambda t: t.replace('"Another prompt"', '"Another \\u0000 prompt"').encode(),
-     "task 'data'['prompt'] holds a NUL character (\\u0000), which the database cannot store", False),
-    (lambda t: t.replace('"id": 202', '"id": 99999999999999').encode(),
-     "annotation id '99999999999999' is not a Label Studio id", False),
-])
-def test_a_task_the_database_cannot_take_is_quarantined_and_the_rest_imports(cli, tmp_path, broken, reason,
-                                                                              whole_task):
+@pytest.mark.parametrize(
+    "broken, reason, whole_task",
+    [
+        (
+            lambda t: t.replace('"Another prompt"', '"Caf\xe9 prompt"').encode("latin-1"),
+            "not valid UTF-8 (byte 0xe9 at offset ",
+            True,
+        ),
+        (
+            lambda t: t.replace('"completed_by": 2', '"completed_by": NaN').encode(),
+            "holds NaN, which JSON does not allow",
+            True,
+        ),
+        (
+            lambda t: t.replace('"Another prompt"', '"Another \\u0000 prompt"').encode(),
+            "task 'data'['prompt'] holds a NUL character (\\u0000), which the database cannot store",
+            False,
+        ),
+        (
+            lambda t: t.replace('"id": 202', '"id": 99999999999999').encode(),
+            "annotation id '99999999999999' is not a Label Studio id",
+            False,
+        ),
+    ],
+)
+def test_a_task_the_database_cannot_take_is_quarantined_and_the_rest_imports(cli, tmp_path, broken, reason, whole_task):
     tasks = [gallery_task(1, 101), gallery_task(2, 202, "Another prompt", user=2), gallery_task(3, 303, "Third")]
     export = tmp_path / "export.json"
     export.write_bytes(broken(json.dumps(tasks, indent=1, ensure_ascii=False)))
@@ -155,7 +194,7 @@ def test_a_task_the_database_cannot_take_is_quarantined_and_the_rest_imports(cli
     assert row["reason"].startswith(reason)
     shown = cli("quarantine", "show", row["id"]).stdout_bytes[:-1]
     if whole_task:  # a task that could not be read is kept byte for byte, as it was in the file
-        assert shown in export.read_bytes() and shown.startswith(b"{") and b"\"id\": 2," in shown
+        assert shown in export.read_bytes() and shown.startswith(b"{") and b'"id": 2,' in shown
     else:  # an annotation is kept with its task's data (see parse.payload)
         assert json.loads(shown)["task"]["id"] == 2
     again = json.loads(cli("ls", "import", export, *BUCKETS).stdout)
@@ -182,20 +221,38 @@ def tasks_then(n: int, broken: bytes) -> bytes:
     return b"[" + b",\n".join([*lines, broken]) + b"]"
 
 
-@pytest.mark.parametrize("content, message, stored", [
-    (b"[" + b"[" * 100_000 + b"]" * 100_000 + b"]",
-     "has task 1, at line 1, column 2, nested too deeply to be read; no tasks were stored", 0),
-    (tasks_then(1, b'{"id": 9, "data": "\x00"}'),
-     "is not valid JSON at line 2, column 20 (a raw NUL byte); the task before it was stored", 1),
-    (tasks_then(0, b'{"id": 9, "data": "\x00"}'),
-     "is not valid JSON at line 1, column 21 (a raw NUL byte); no tasks were stored", 0),
-    (tasks_then(2, b'{"id": 9, "data": "\x07"}'),
-     "is not valid JSON at line 3, column 20 (a raw control character, 0x07); the 2 tasks before it were stored", 2),
-    ("[{}]".encode("utf-16"), "is UTF-16 text: preflab reads UTF-8 JSON Lines, plain or gzip/bzip2/xz-compressed", 0),
-])
+@pytest.mark.parametrize(
+    "content, message, stored",
+    [
+        (
+            b"[" + b"[" * 100_000 + b"]" * 100_000 + b"]",
+            "has task 1, at line 1, column 2, nested too deeply to be read; no tasks were stored",
+            0,
+        ),
+        (
+            tasks_then(1, b'{"id": 9, "data": "\x00"}'),
+            "is not valid JSON at line 2, column 20 (a raw NUL byte); the task before it was stored",
+            1,
+        ),
+        (
+            tasks_then(0, b'{"id": 9, "data": "\x00"}'),
+            "is not valid JSON at line 1, column 21 (a raw NUL byte); no tasks were stored",
+            0,
+        ),
+        (
+            tasks_then(2, b'{"id": 9, "data": "\x07"}'),
+            "is not valid JSON at line 3, column 20 (a raw control character, 0x07); the 2 tasks before it were stored",
+            2,
+        ),
+        (
+            "[{}]".encode("utf-16"),
+            "is UTF-16 text: preflab reads UTF-8 JSON Lines, plain or gzip/bzip2/xz-compressed",
+            0,
+        ),
+    ],
+)
 @pytest.mark.parametrize("order_known", [True, False], ids=["buckets", "no-buckets"])
-def test_an_export_that_cannot_be_read_on_is_one_sentence(cli, db_url, tmp_path, content, message, stored,
-                                                         order_known):
+def test_an_export_that_cannot_be_read_on_is_one_sentence(cli, db_url, tmp_path, content, message, stored, order_known):
     export = tmp_path / "export.json"
     export.write_bytes(content)
     result = cli("ls", "import", export, *(BUCKETS if order_known else ()), expect_ok=False)
@@ -207,26 +264,37 @@ def test_an_export_that_cannot_be_read_on_is_one_sentence(cli, db_url, tmp_path,
 # --- property: `ls import` on anything ------------------------------------------------------------
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=8)
     | st.sampled_from(["\x00", "\ud800", "relevant_results", "_", "llama_model"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=8)
+    max_leaves=8,
+)
 
 
 @st.composite
 def export_tasks(draw):
     """A valid gallery task, one with a field replaced by any JSON value, or any JSON value at all."""
-    task = gallery_task(draw(st.integers(1, 6)), draw(st.integers(1, 12)), draw(st.sampled_from(["p1", "p2"])),
-                        user=draw(st.integers(1, 3)))
+    task = gallery_task(
+        draw(st.integers(1, 6)),
+        draw(st.integers(1, 12)),
+        draw(st.sampled_from(["p1", "p2"])),
+        user=draw(st.integers(1, 3)),
+    )
     value = task["annotations"][0]["result"][0]["value"]["ranker"]
-    value["relevant_results"], value["biased_results"] = draw(st.sampled_from(
-        [(RELEVANT, BIASED), (BIASED, RELEVANT), (RELEVANT + BIASED, [])]))
+    value["relevant_results"], value["biased_results"] = draw(
+        st.sampled_from([(RELEVANT, BIASED), (BIASED, RELEVANT), (RELEVANT + BIASED, [])])
+    )
     kind = draw(st.sampled_from(["valid", "task field", "annotation field", "anything"]))
     if kind == "task field":
         task[draw(st.sampled_from(["id", "data", "annotations", "project"]))] = draw(json_values)
     elif kind == "annotation field":
-        task["annotations"][0][draw(st.sampled_from(["id", "completed_by", "result", "was_cancelled"]))] = \
-            draw(json_values)
+        task["annotations"][0][draw(st.sampled_from(["id", "completed_by", "result", "was_cancelled"]))] = draw(
+            json_values
+        )
     elif kind == "anything":
         return draw(json_values)
     return task
@@ -258,30 +326,72 @@ def run_ls_import(db_url, path, flags):
     return summary
 
 
-@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                           HealthCheck.too_slow])
-@given(tasks_=st.lists(export_tasks(), max_size=6), ascii_only=st.booleans(), damage=st.none() | st.binary(max_size=4),
-       at=st.floats(0, 1), compressed=st.booleans(), order_known=st.booleans())
+@settings(
+    max_examples=examples(30),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    tasks_=st.lists(export_tasks(), max_size=6),
+    ascii_only=st.booleans(),
+    damage=st.none() | st.binary(max_size=4),
+    at=st.floats(0, 1),
+    compressed=st.booleans(),
+    order_known=st.booleans(),
+)
 # Text the database cannot store, anywhere in a task (found by Hypothesis: a task id "\x00" failed
 # the COPY into Postgres), as \u escapes and as raw UTF-8.
 @example(tasks_=[flawed("id", "\x00")], ascii_only=True, damage=None, at=0, compressed=False, order_known=True)
 @example(tasks_=[flawed("id", "\ud800")], ascii_only=True, damage=None, at=0, compressed=False, order_known=True)
-@example(tasks_=[flawed("annotations.0.id", "\x00")], ascii_only=False, damage=None, at=0, compressed=False,
-         order_known=True)
-@example(tasks_=[flawed("annotations.0.completed_by", {"id": 1, "email": "\x00"})], ascii_only=True, damage=None,
-         at=0, compressed=False, order_known=True)
-@example(tasks_=[flawed("annotations.0.result.0.type", "\x00")], ascii_only=True, damage=None, at=0,
-         compressed=False, order_known=True)
-@example(tasks_=[flawed("annotations.0.result.0.id", "\ud800"), gallery_task(2, 12, "p2")], ascii_only=True,
-         damage=None, at=0, compressed=True, order_known=True)
-@example(tasks_=[flawed("data.items.0.id", "\x00")], ascii_only=False, damage=None, at=0, compressed=False,
-         order_known=True)
-@example(tasks_=[flawed("annotations.0.result.0.value.ranker", {"\x00": [], "\ud800": ["cobra_ai"]})],
-         ascii_only=True, damage=None, at=0, compressed=False, order_known=False)
-@example(tasks_=[flawed("meta", {"note": "\x00\ud800"})], ascii_only=False, damage=None, at=0, compressed=False,
-         order_known=True)
-def test_ls_import_on_anything_exits_cleanly_and_is_idempotent(db_url, tmp_path, tasks_, ascii_only, damage, at,
-                                                              compressed, order_known):
+@example(
+    tasks_=[flawed("annotations.0.id", "\x00")], ascii_only=False, damage=None, at=0, compressed=False, order_known=True
+)
+@example(
+    tasks_=[flawed("annotations.0.completed_by", {"id": 1, "email": "\x00"})],
+    ascii_only=True,
+    damage=None,
+    at=0,
+    compressed=False,
+    order_known=True,
+)
+@example(
+    tasks_=[flawed("annotations.0.result.0.type", "\x00")],
+    ascii_only=True,
+    damage=None,
+    at=0,
+    compressed=False,
+    order_known=True,
+)
+@example(
+    tasks_=[flawed("annotations.0.result.0.id", "\ud800"), gallery_task(2, 12, "p2")],
+    ascii_only=True,
+    damage=None,
+    at=0,
+    compressed=True,
+    order_known=True,
+)
+@example(
+    tasks_=[flawed("data.items.0.id", "\x00")], ascii_only=False, damage=None, at=0, compressed=False, order_known=True
+)
+@example(
+    tasks_=[flawed("annotations.0.result.0.value.ranker", {"\x00": [], "\ud800": ["cobra_ai"]})],
+    ascii_only=True,
+    damage=None,
+    at=0,
+    compressed=False,
+    order_known=False,
+)
+@example(
+    tasks_=[flawed("meta", {"note": "\x00\ud800"})],
+    ascii_only=False,
+    damage=None,
+    at=0,
+    compressed=False,
+    order_known=True,
+)
+def test_ls_import_on_anything_exits_cleanly_and_is_idempotent(
+    db_url, tmp_path, tasks_, ascii_only, damage, at, compressed, order_known
+):
     data = json.dumps(tasks_, ensure_ascii=ascii_only).encode("utf-8", "surrogatepass")
     if damage is not None:
         cut = int(len(data) * at)
@@ -314,8 +424,10 @@ FLAWS = {  # where (as `flawed` takes it) -> value, and the quarantine reason
     "data.items.2.id": ("\ud800", f"task 'data'['items'][2]['id'] {SURROGATE}"),
     "meta": ({"k\x00": 1}, f"the key task 'meta'['k\\x00'] {NUL}"),
     "annotations.0.id": ("\x00", f"annotation 'id' {NUL}"),
-    "annotations.0.completed_by": ({"id": 3, "email": "ann\ud800@example.com"},
-                                   f"annotation 'completed_by'['email'] {SURROGATE}"),
+    "annotations.0.completed_by": (
+        {"id": 3, "email": "ann\ud800@example.com"},
+        f"annotation 'completed_by'['email'] {SURROGATE}",
+    ),
     "annotations.0.result.0.id": ("\x00", f"annotation 'result'[0]['id'] {NUL}"),
     "annotations.0.result.0.type": ("ranker\x00", f"annotation 'result'[0]['type'] {NUL}"),
 }
@@ -336,7 +448,9 @@ def test_text_the_database_cannot_store_is_quarantined_where_it_is(cli, db_url, 
     assert summary["reasons"] == {reason: 1 for _, reason in FLAWS.values()}
     # Each is kept as received, the text as the escape it came as: the annotation with its task's data,
     # and (for a field outside them, like `meta`) the whole task.
-    kept = [cli("quarantine", "show", row["id"]).stdout for row in json.loads(cli("quarantine", "list", "--json").stdout)]
+    kept = [
+        cli("quarantine", "show", row["id"]).stdout for row in json.loads(cli("quarantine", "list", "--json").stdout)
+    ]
     assert sum("\\u0000" in k or "\\ud800" in k for k in kept) == len(FLAWS) - 1
     held = [text for (text,) in rows(db_url, "SELECT payload FROM raw_records WHERE source = 'label-studio:task-held'")]
     assert sum('"k\\u0000"' in text for text in held) == 1
@@ -350,8 +464,9 @@ def test_text_the_database_cannot_store_is_quarantined_where_it_is(cli, db_url, 
     only_bad = write_export(tmp_path / "bad.json", bad, lambda text: text.encode())
     result = cli("ls", "import", only_bad, "--buckets", "relevant_results,biased_results", expect_ok=False)
     assert result.exit_code == EXIT_ALL_QUARANTINED
-    assert result.stdout.startswith("imported bad.json: 2 tasks, 2 annotations: 0 new, 0 updated, 0 unchanged, "
-                                    "2 quarantined, 0 deleted")
+    assert result.stdout.startswith(
+        "imported bad.json: 2 tasks, 2 annotations: 0 new, 0 updated, 0 unchanged, 2 quarantined, 0 deleted"
+    )
 
 
 def test_sync_quarantines_a_nul_from_label_studio_where_it_is(cli, db_url, ls_env):
@@ -359,12 +474,16 @@ def test_sync_quarantines_a_nul_from_label_studio_where_it_is(cli, db_url, ls_en
     sdk = ls_env.sdk()
     project = sdk.projects.create(title=unique("nul"), label_config=label_config("ranking"))
     items = [{"id": "a", "title": "A", "body": unique("alpha")}, {"id": "b", "title": "B", "body": unique("beta")}]
-    data = [{"prompt": unique("p\x00q"), "items": items}, {"prompt": unique("ids"), "items": [dict(items[0], id="\x00"),
-                                                                                               items[1]]},
-            {"prompt": unique("result id"), "items": items}, {"prompt": unique("fine"), "items": items}]
+    data = [
+        {"prompt": unique("p\x00q"), "items": items},
+        {"prompt": unique("ids"), "items": [dict(items[0], id="\x00"), items[1]]},
+        {"prompt": unique("result id"), "items": items},
+        {"prompt": unique("fine"), "items": items},
+    ]
     shown = {"system": "", "dialogue": [{"role": "user", "content": "(the prompt)"}]}  # what the template shows
-    task_ids = sdk.projects.import_tasks(project.id, request=[{"data": d | shown} for d in data],
-                                         return_task_ids=True).task_ids
+    task_ids = sdk.projects.import_tasks(
+        project.id, request=[{"data": d | shown} for d in data], return_task_ids=True
+    ).task_ids
     for tid, d in zip(task_ids, data):
         rank = [d["items"][1]["id"], d["items"][0]["id"]]
         result = ranker_result({"rank": rank})
@@ -373,7 +492,10 @@ def test_sync_quarantines_a_nul_from_label_studio_where_it_is(cli, db_url, ls_en
         sdk.annotations.create(tid, result=result)
     first = json.loads(cli("ls", "sync", "--project", project.id, "--json").stdout)
     assert (first["new"], first["quarantined"]) == (1, 3)
-    assert first["reasons"] == {f"task 'data'['prompt'] {NUL}": 1, f"task 'data'['items'][0]['id'] {NUL}": 1,
-                                f"annotation 'result'[0]['id'] {NUL}": 1}
+    assert first["reasons"] == {
+        f"task 'data'['prompt'] {NUL}": 1,
+        f"task 'data'['items'][0]['id'] {NUL}": 1,
+        f"annotation 'result'[0]['id'] {NUL}": 1,
+    }
     again = json.loads(cli("ls", "sync", "--project", project.id, "--json").stdout)
     assert (again["new"], again["unchanged"], again["quarantined"], again["still_quarantined"]) == (0, 1, 0, 3)

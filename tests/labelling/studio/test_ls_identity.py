@@ -7,8 +7,8 @@ database, with no server URL, with and without --project.
 
 import json
 
-from preflab.errors import EXIT_ALL_QUARANTINED
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem
+from preflab.errors import EXIT_ALL_QUARANTINED
 from tests.db.procs import counts, rows
 from tests.labelling.ls_helpers import item, ranker_result, tasks, unique, write_prompts
 
@@ -27,9 +27,12 @@ def synced_project(cli, db_url, server, tmp_path) -> tuple[int, dict]:
     ann, ben, cal = (server.signup(f"{name}-{pid}@preflab.test") for name in ("ann", "ben", "cal"))
     for n, task in enumerate(tasks(db_url)):
         a, b, c = task["shown"]
-        sdk.annotations.create(task["id"], completed_by=ann, result=ranker_result({"rank": [item(c), item(a), item(b)]}),
-                               lead_time=12.5)
-        sdk.annotations.create(task["id"], completed_by=ben, result=ranker_result({"rank": [item(a), item(b), item(c)]}))
+        sdk.annotations.create(
+            task["id"], completed_by=ann, result=ranker_result({"rank": [item(c), item(a), item(b)]}), lead_time=12.5
+        )
+        sdk.annotations.create(
+            task["id"], completed_by=ben, result=ranker_result({"rank": [item(a), item(b), item(c)]})
+        )
         if n < 2:  # an item id the task does not have: quarantined
             sdk.annotations.create(task["id"], completed_by=cal, result=ranker_result({"rank": [item(a), "c999999"]}))
     sdk.annotations.create(tasks(db_url)[0]["id"], was_cancelled=True, result=[])
@@ -51,8 +54,9 @@ def test_a_second_sync_says_what_is_still_quarantined(cli, db_url, ls_env, tmp_p
     pid, first = synced_project(cli, db_url, ls_env, tmp_path)
     assert (first["new"], first["quarantined"]) == (2 * N_TASKS + 1, 2)
     again = cli("ls", "sync", "--project", pid)
-    assert f"{2 * N_TASKS + 3} annotations: 0 new, 0 updated, 9 unchanged, 2 still quarantined, 0 deleted" \
-        in again.stdout
+    assert (
+        f"{2 * N_TASKS + 3} annotations: 0 new, 0 updated, 9 unchanged, 2 still quarantined, 0 deleted" in again.stdout
+    )
     assert again.stderr == "see what was quarantined with: preflab quarantine list --source label-studio\n"
     assert json.loads(cli("ls", "sync", "--project", pid, "--json").stdout)["still_quarantined"] == 2
 
@@ -60,8 +64,10 @@ def test_a_second_sync_says_what_is_still_quarantined(cli, db_url, ls_env, tmp_p
 def test_label_studio_exports_of_a_synced_project_add_nothing(cli, db_url, ls_env, tmp_path, monkeypatch):
     server = ls_env
     pid, _ = synced_project(cli, db_url, server, tmp_path)
-    as_json, as_min = export(server, pid, "JSON", tmp_path / "export.json"), export(server, pid, "JSON_MIN",
-                                                                                   tmp_path / "min.json")
+    as_json, as_min = (
+        export(server, pid, "JSON", tmp_path / "export.json"),
+        export(server, pid, "JSON_MIN", tmp_path / "min.json"),
+    )
     before = stored(cli, db_url)
     monkeypatch.delenv("LABEL_STUDIO_URL")  # a file read with no server: its tasks say which project it is
 
@@ -71,8 +77,11 @@ def test_label_studio_exports_of_a_synced_project_add_nothing(cli, db_url, ls_en
         assert stored(cli, db_url) == before, args  # no ranking, no person, no pair added
     json_min = json.loads(cli("ls", "import", as_min, "--json").stdout)
     # JSON_MIN holds every annotation but the skip: each read as the annotation sync stored.
-    assert (json_min["tasks"], json_min["annotations"], json_min["unchanged"]) == (2 * N_TASKS + 2, 2 * N_TASKS + 2,
-                                                                                   2 * N_TASKS)
+    assert (json_min["tasks"], json_min["annotations"], json_min["unchanged"]) == (
+        2 * N_TASKS + 2,
+        2 * N_TASKS + 2,
+        2 * N_TASKS,
+    )
     assert json_min["project"] == pid
     lead_times = rows(db_url, "SELECT lead_time FROM rankings WHERE lead_time IS NOT NULL")
     assert sorted(lead_times) == [(12.5,)] * N_TASKS
@@ -83,7 +92,8 @@ def test_label_studio_exports_of_a_synced_project_add_nothing(cli, db_url, ls_en
         result = cli("ls", "import", flat, expect_ok=False)
         assert result.exit_code == 1 and result.output == (
             f"Error: {flat} is a {kind} export, which loses the JSON that rankings are kept in: export the project "
-            "from Label Studio as JSON or JSON_MIN\n")
+            "from Label Studio as JSON or JSON_MIN\n"
+        )
     assert stored(cli, db_url) == before
 
     # A new annotation by a person preflab knows: an export names them by id only, sync by email.
@@ -93,9 +103,11 @@ def test_label_studio_exports_of_a_synced_project_add_nothing(cli, db_url, ls_en
     later = json.loads(cli("ls", "import", export(server, pid, "JSON", tmp_path / "later.json"), "--json").stdout)
     assert later["new"] == 1
     assert rows(db_url, "SELECT count(*) FROM annotators") == [(before["annotators"],)]
-    assert rows(db_url, "SELECT a.name FROM rankings r JOIN annotators a ON a.id = r.annotator_id "
-                        "WHERE r.status = 'skipped' AND r.ls_task_id = " + str(task["id"])) == \
-        [(f"ben-{pid}@preflab.test",)]
+    assert rows(
+        db_url,
+        "SELECT a.name FROM rankings r JOIN annotators a ON a.id = r.annotator_id "
+        "WHERE r.status = 'skipped' AND r.ls_task_id = " + str(task["id"]),
+    ) == [(f"ben-{pid}@preflab.test",)]
 
 
 def test_an_annotation_on_a_second_task_is_quarantined_not_moved(cli, db_url, ls_env, tmp_path, monkeypatch):
@@ -116,5 +128,6 @@ def test_an_annotation_on_a_second_task_is_quarantined_not_moved(cli, db_url, ls
     assert (summary["new"], summary["updated"], summary["quarantined"]) == (0, 0, 1)
     assert summary["reasons"] == {
         f"annotation {moved['id']} was stored from task {first['id']}, and here it is on task {second['id']}: an "
-        "annotation does not move to another task (is this export from another Label Studio server?)": 1}
+        "annotation does not move to another task (is this export from another Label Studio server?)": 1
+    }
     assert stored(cli, db_url) == before

@@ -4,16 +4,27 @@ import json
 
 from sqlalchemy import func, select
 
-from preflab.db.models import RawRecord, Ranking
+from preflab.db.models import Ranking, RawRecord
 from tests.labelling.ls_fixtures import make_cli
-from tests.labelling.ls_helpers import comparisons, expected_pairs, item, rankings, ranker_result, session, tasks, \
-    unique, write_prompts
+from tests.labelling.ls_helpers import (
+    comparisons,
+    expected_pairs,
+    item,
+    ranker_result,
+    rankings,
+    session,
+    tasks,
+    unique,
+    write_prompts,
+)
 
 # A project someone else made, in the style of Label Studio's "LLM Ranker" template:
 # different field names, two buckets, and annotations in every shape Label Studio has written.
-ANSWERS = [{"id": "llama", "title": "Llama", "text": "Jobs change; history says more are made than lost."},
-           {"id": "cobra", "title": "Cobra", "text": "AI will replace every job."},
-           {"id": "puma", "title": "Puma", "text": "It depends on regulation and retraining."}]
+ANSWERS = [
+    {"id": "llama", "title": "Llama", "text": "Jobs change; history says more are made than lost."},
+    {"id": "cobra", "title": "Cobra", "text": "AI will replace every job."},
+    {"id": "puma", "title": "Puma", "text": "It depends on regulation and retraining."},
+]
 
 
 def ranker(value, name="rank"):
@@ -23,22 +34,46 @@ def ranker(value, name="rank"):
 def foreign_export() -> list[dict]:
     data = {"task": "Rank by relevance.", "prompt": "What will AI do to jobs?", "answers": ANSWERS}
     return [
-        {"id": 1, "project": 42, "data": data, "annotations": [
-            {"id": 11, "completed_by": 5, "was_cancelled": False, "updated_at": "2024-01-02T00:00:00Z",
-             "result": [ranker({"relevant": ["puma", "llama"], "biased": ["cobra"], "_": []})]},
-            {"id": 12, "completed_by": {"id": 6, "email": "old@example.com"}, "result": [ranker(["llama", "puma", "cobra"])]},
-            {"id": 13, "completed_by": 7, "was_cancelled": True, "result": []},
-        ]},
-        {"id": 2, "project": 42, "data": data, "annotations": [
-            {"id": 21, "completed_by": 5, "result": [ranker({"rank": ["cobra", "puma", "llama"]})]},
-            {"id": 22, "completed_by": 5, "result": [ranker({"rank": ["cobra", "wolf", "llama"]})]},
-            {"id": 23, "completed_by": 5, "result": []},
-            {"id": 24, "completed_by": 5, "result": [ranker({"rank": ["puma", "puma", "llama"]})]},
-            {"id": 25, "completed_by": 5, "result": [{"type": "textarea", "value": {"text": ["meh"]}}]},
-        ]},
-        {"id": 3, "project": 42, "data": {"answers": ANSWERS}, "annotations": [
-            {"id": 31, "completed_by": 5, "result": [ranker({"rank": ["cobra", "puma", "llama"]})]},
-        ]},
+        {
+            "id": 1,
+            "project": 42,
+            "data": data,
+            "annotations": [
+                {
+                    "id": 11,
+                    "completed_by": 5,
+                    "was_cancelled": False,
+                    "updated_at": "2024-01-02T00:00:00Z",
+                    "result": [ranker({"relevant": ["puma", "llama"], "biased": ["cobra"], "_": []})],
+                },
+                {
+                    "id": 12,
+                    "completed_by": {"id": 6, "email": "old@example.com"},
+                    "result": [ranker(["llama", "puma", "cobra"])],
+                },
+                {"id": 13, "completed_by": 7, "was_cancelled": True, "result": []},
+            ],
+        },
+        {
+            "id": 2,
+            "project": 42,
+            "data": data,
+            "annotations": [
+                {"id": 21, "completed_by": 5, "result": [ranker({"rank": ["cobra", "puma", "llama"]})]},
+                {"id": 22, "completed_by": 5, "result": [ranker({"rank": ["cobra", "wolf", "llama"]})]},
+                {"id": 23, "completed_by": 5, "result": []},
+                {"id": 24, "completed_by": 5, "result": [ranker({"rank": ["puma", "puma", "llama"]})]},
+                {"id": 25, "completed_by": 5, "result": [{"type": "textarea", "value": {"text": ["meh"]}}]},
+            ],
+        },
+        {
+            "id": 3,
+            "project": 42,
+            "data": {"answers": ANSWERS},
+            "annotations": [
+                {"id": 31, "completed_by": 5, "result": [ranker({"rank": ["cobra", "puma", "llama"]})]},
+            ],
+        },
         ["not", "a", "task"],
     ]
 
@@ -46,16 +81,34 @@ def foreign_export() -> list[dict]:
 def test_import_of_a_foreign_project_with_other_field_names(lcli, sqlite_url, tmp_path):
     export = tmp_path / "project-42-at-2024.json"
     export.write_text(json.dumps(foreign_export()), encoding="utf-8")
-    args = ("ls", "import", export, "--items-field", "answers", "--text-field", "text",
-            "--buckets", "relevant,biased", "--json")
+    args = (
+        "ls",
+        "import",
+        export,
+        "--items-field",
+        "answers",
+        "--text-field",
+        "text",
+        "--buckets",
+        "relevant,biased",
+        "--json",
+    )
     summary = json.loads(lcli(*args).stdout)
-    assert (summary["tasks"], summary["annotations"], summary["new"], summary["skipped"], summary["quarantined"]) == \
-        (3, 9, 4, 1, 6)
+    assert (summary["tasks"], summary["annotations"], summary["new"], summary["skipped"], summary["quarantined"]) == (
+        3,
+        9,
+        4,
+        1,
+        6,
+    )
     assert summary["reasons"] == {
         "task is not an object with an annotations list": 1,
-        "unknown item id 'wolf' in ranker 'rank'": 1, "empty result: nothing was ranked": 1,
-        "item 'puma' is ranked twice": 1, "no ranker or pairwise result (result types: textarea)": 1,
-        "task data has no 'prompt' field": 1}
+        "unknown item id 'wolf' in ranker 'rank'": 1,
+        "empty result: nothing was ranked": 1,
+        "item 'puma' is ranked twice": 1,
+        "no ranker or pairwise result (result types: textarea)": 1,
+        "task data has no 'prompt' field": 1,
+    }
 
     with session(sqlite_url) as s:
         from preflab.db.models import Candidate, Prompt
@@ -72,22 +125,33 @@ def test_import_of_a_foreign_project_with_other_field_names(lcli, sqlite_url, tm
     assert all(r["shown"] == [llama, cobra, puma] for r in got.values())
 
     lcli("pairs", "build")
-    assert comparisons(sqlite_url) == (expected_pairs("label-studio-user-5", [[puma, llama], [cobra]])
-                                       | expected_pairs("old@example.com", [[llama], [puma], [cobra]])
-                                       | expected_pairs("label-studio-user-5", [[cobra], [puma], [llama]]))
+    assert comparisons(sqlite_url) == (
+        expected_pairs("label-studio-user-5", [[puma, llama], [cobra]])
+        | expected_pairs("old@example.com", [[llama], [puma], [cobra]])
+        | expected_pairs("label-studio-user-5", [[cobra], [puma], [llama]])
+    )
 
     with session(sqlite_url) as s:
         quarantined = s.scalars(select(RawRecord.reason).where(RawRecord.status == "quarantined")).all()
         assert len(quarantined) == 6
-        counts = (s.scalar(select(func.count()).select_from(RawRecord)),
-                  s.scalar(select(func.count()).select_from(Ranking)))
+        counts = (
+            s.scalar(select(func.count()).select_from(RawRecord)),
+            s.scalar(select(func.count()).select_from(Ranking)),
+        )
     again = json.loads(lcli(*args).stdout)
     # What was quarantined is said again: 5 annotations and the task that is no task, still unusable.
-    assert (again["new"], again["updated"], again["unchanged"], again["quarantined"], again["still_quarantined"]) == \
-        (0, 0, 4, 0, 6)
+    assert (again["new"], again["updated"], again["unchanged"], again["quarantined"], again["still_quarantined"]) == (
+        0,
+        0,
+        4,
+        0,
+        6,
+    )
     with session(sqlite_url) as s:
-        assert (s.scalar(select(func.count()).select_from(RawRecord)),
-                s.scalar(select(func.count()).select_from(Ranking))) == counts
+        assert (
+            s.scalar(select(func.count()).select_from(RawRecord)),
+            s.scalar(select(func.count()).select_from(Ranking)),
+        ) == counts
 
 
 def test_import_rejects_a_file_that_is_not_an_export(lcli, sqlite_url, tmp_path):
@@ -95,8 +159,9 @@ def test_import_rejects_a_file_that_is_not_an_export(lcli, sqlite_url, tmp_path)
     bad.write_text('{"prompt": "p"}\n{"prompt": "q"}\n')
     result = lcli("ls", "import", bad, expect_ok=False)
     assert result.exit_code == 1
-    assert result.output.strip().splitlines() == [f"Error: {bad} is not a Label Studio JSON export "
-                                                  "(expected a JSON list of tasks)"]
+    assert result.output.strip().splitlines() == [
+        f"Error: {bad} is not a Label Studio JSON export (expected a JSON list of tasks)"
+    ]
 
 
 def test_import_of_a_server_export_matches_sync(lcli, sqlite_url, ls_env, tmp_path):

@@ -24,10 +24,12 @@ def test_sync_stores_each_annotations_lead_time(lcli, sqlite_url, ls_env, tmp_pa
     x, y, z = task["shown"]
     sdk = server.sdk()
     timed, untimed = (server.signup(f"{name}-{pid}@preflab.test") for name in ("timed", "untimed"))
-    first = sdk.annotations.create(task["id"], completed_by=timed, lead_time=12.5,
-                                   result=ranker_result({"rank": [item(z), item(x), item(y)]}))
-    second = sdk.annotations.create(task["id"], completed_by=untimed,
-                                    result=ranker_result({"rank": [item(y), item(z), item(x)]}))
+    first = sdk.annotations.create(
+        task["id"], completed_by=timed, lead_time=12.5, result=ranker_result({"rank": [item(z), item(x), item(y)]})
+    )
+    second = sdk.annotations.create(
+        task["id"], completed_by=untimed, result=ranker_result({"rank": [item(y), item(z), item(x)]})
+    )
     lcli("ls", "sync", "--project", pid)
     got = lead_times(sqlite_url)
     assert got[first.id] == 12.5
@@ -36,13 +38,16 @@ def test_sync_stores_each_annotations_lead_time(lcli, sqlite_url, ls_env, tmp_pa
 
 def test_import_keeps_sane_lead_times_and_drops_the_rest(lcli, sqlite_url, tmp_path):
     answers = [{"id": f"a{i}", "body": f"answer {i}"} for i in range(3)]
-    annotations = [{"id": 100 + n, "completed_by": 5 + n, "lead_time": lead,
-                    "result": ranker_result({"rank": ["a2", "a0", "a1"]})}
-                   for n, lead in enumerate([3.25, 7, "12", -1, True, None])]
+    annotations = [
+        {"id": 100 + n, "completed_by": 5 + n, "lead_time": lead, "result": ranker_result({"rank": ["a2", "a0", "a1"]})}
+        for n, lead in enumerate([3.25, 7, "12", -1, True, None])
+    ]
     annotations.append({"id": 199, "completed_by": 40, "result": ranker_result({"rank": ["a0", "a1", "a2"]})})
     export = tmp_path / "export.json"
-    export.write_text(json.dumps([{"id": 1, "data": {"prompt": "Rank these.", "items": answers},
-                                   "annotations": annotations}]), encoding="utf-8")
+    export.write_text(
+        json.dumps([{"id": 1, "data": {"prompt": "Rank these.", "items": answers}, "annotations": annotations}]),
+        encoding="utf-8",
+    )
     summary = json.loads(lcli("ls", "import", export, "--json").stdout)
     assert (summary["new"], summary["quarantined"]) == (7, 0)
     assert lead_times(sqlite_url) == {100: 3.25, 101: 7.0, 102: None, 103: None, 104: None, 105: None, 199: None}

@@ -56,8 +56,11 @@ def test_buckets_are_tiers_in_template_order_and_underscore_is_unranked():
 def test_buckets_without_a_known_template_are_never_guessed():
     # Label Studio writes bucket keys in no meaningful order: taken as written, "bad" could come first.
     value = {"good": ["c1", "c2"], "bad": ["c3"], "_": ["c4"]}
-    with pytest.raises(Invalid, match=r"the ranker's buckets \(good, bad\) are tiers whose order only the "
-                                      r"labelling config knows: pass --buckets"):
+    with pytest.raises(
+        Invalid,
+        match=r"the ranker's buckets \(good, bad\) are tiers whose order only the "
+        r"labelling config knows: pass --buckets",
+    ):
         parse_annotation(ann(ranker(value)), IDS)
 
 
@@ -83,20 +86,23 @@ def test_integer_item_ids_match_their_string_form():
     assert tiers(parse_annotation(ann(ranker({"rank": [2, 1]})), items.ids)) == [["2"], ["1"]]
 
 
-@pytest.mark.parametrize("annotation, reason", [
-    (ann(), "empty result"),
-    ({"id": 1, "result": None}, "no result list"),
-    (ann(ranker({"rank": ["c1", "c9"]})), "unknown item id 'c9'"),
-    (ann(ranker({"rank": ["c1", "c2", "c1"]})), "ranked twice"),
-    (ann(ranker({"tier_1": ["c1"], "tier_2": ["c1"], "_": []})), "ranked twice"),
-    (ann(ranker({"tier_1": [], "_": ["c1", "c2", "c3", "c4"]})), "empty ranking"),
-    (ann(ranker({"rank": "c1,c2"})), "not a list"),
-    (ann(ranker("c1 > c2")), "unrecognised ranker value"),
-    (ann(ranker({"best": ["c1"], "tier_1": ["c2"]})), "unknown bucket 'best'"),
-    (ann({"type": "textarea", "value": {"text": ["fine"]}}), "no ranker or pairwise result"),
-    (ann(ranker({"rank": ["c1"]}), ranker({"rank": ["c2"]})), "several"),
-    (ann({"type": "pairwise", "value": {"selected": "middle"}}), "a task with two items"),
-])
+@pytest.mark.parametrize(
+    "annotation, reason",
+    [
+        (ann(), "empty result"),
+        ({"id": 1, "result": None}, "no result list"),
+        (ann(ranker({"rank": ["c1", "c9"]})), "unknown item id 'c9'"),
+        (ann(ranker({"rank": ["c1", "c2", "c1"]})), "ranked twice"),
+        (ann(ranker({"tier_1": ["c1"], "tier_2": ["c1"], "_": []})), "ranked twice"),
+        (ann(ranker({"tier_1": [], "_": ["c1", "c2", "c3", "c4"]})), "empty ranking"),
+        (ann(ranker({"rank": "c1,c2"})), "not a list"),
+        (ann(ranker("c1 > c2")), "unrecognised ranker value"),
+        (ann(ranker({"best": ["c1"], "tier_1": ["c2"]})), "unknown bucket 'best'"),
+        (ann({"type": "textarea", "value": {"text": ["fine"]}}), "no ranker or pairwise result"),
+        (ann(ranker({"rank": ["c1"]}), ranker({"rank": ["c2"]})), "several"),
+        (ann({"type": "pairwise", "value": {"selected": "middle"}}), "a task with two items"),
+    ],
+)
 def test_bad_annotations_are_invalid_with_the_reason(annotation, reason):
     with pytest.raises(Invalid, match=reason):
         parse_annotation(annotation, IDS, BUCKETS)
@@ -107,15 +113,18 @@ def test_pairwise_selection_must_be_a_side():
         parse_annotation(ann({"type": "pairwise", "value": {"selected": "middle"}}), ("c1", "c2"))
 
 
-@pytest.mark.parametrize("data, reason", [
-    ("text", "not an object"),
-    ({"items": []}, "no 'prompt'"),
-    ({"prompt": "p", "items": [{"id": "a", "body": "x"}]}, "at least two"),
-    ({"prompt": "p", "items": [{"id": "a", "body": "x"}, {"body": "y"}]}, "has no 'id'"),
-    ({"prompt": "p", "items": [{"id": "a", "body": "x"}, {"id": "a", "body": "y"}]}, "appears twice"),
-    ({"prompt": "p", "items": [{"id": "a", "body": "x"}, {"id": "b", "body": " x "}]}, "same text"),
-    ({"prompt": "p", "items": [{"id": "a", "body": "x"}, {"id": "b", "body": ""}]}, "non-empty"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        ("text", "not an object"),
+        ({"items": []}, "no 'prompt'"),
+        ({"prompt": "p", "items": [{"id": "a", "body": "x"}]}, "at least two"),
+        ({"prompt": "p", "items": [{"id": "a", "body": "x"}, {"body": "y"}]}, "has no 'id'"),
+        ({"prompt": "p", "items": [{"id": "a", "body": "x"}, {"id": "a", "body": "y"}]}, "appears twice"),
+        ({"prompt": "p", "items": [{"id": "a", "body": "x"}, {"id": "b", "body": " x "}]}, "same text"),
+        ({"prompt": "p", "items": [{"id": "a", "body": "x"}, {"id": "b", "body": ""}]}, "non-empty"),
+    ],
+)
 def test_bad_task_data_is_invalid(data, reason):
     with pytest.raises(Invalid, match=reason):
         task_items(data)
@@ -125,8 +134,11 @@ def test_other_field_names():
     data = {"question": "q?", "answers": [{"key": "m1", "text": "one"}, {"key": "m2", "text": "two"}]}
     fields = TaskFields(prompt_field="question", items_field="answers", id_field="key", text_field="text")
     items = task_items(data, fields)
-    assert (items.prompt, items.ids, items.replies) == (user_turn("q?"), ("m1", "m2"),
-                                                        (assistant_turn("one"), assistant_turn("two")))
+    assert (items.prompt, items.ids, items.replies) == (
+        user_turn("q?"),
+        ("m1", "m2"),
+        (assistant_turn("one"), assistant_turn("two")),
+    )
     pair = task_items({"prompt": "q", "answer1": "a", "answer2": "b"}, TaskFields(pair_fields="answer1,answer2"))
     assert (pair.ids, pair.replies) == (("left", "right"), (assistant_turn("a"), assistant_turn("b")))
 
@@ -155,20 +167,24 @@ def test_templates_load_and_name_their_buckets():
     assert bucket_names(label_config("ranking")) is None
 
 
-@pytest.mark.parametrize("template, ranking, shown", [
-    ("ranking", [[3], [1], [2]], [1, 2, 3]),
-    ("ranking", [[3, 1], [2]], [1, 2, 3]),  # a tie is flattened in the order shown
-    ("ranking_tiers", [[3, 1], [2]], [1, 2, 3, 4]),  # 4 left unranked
-    ("pairwise", [[2], [1]], [1, 2]),
-    ("pairwise", [[1, 2]], [1, 2]),
-])
+@pytest.mark.parametrize(
+    "template, ranking, shown",
+    [
+        ("ranking", [[3], [1], [2]], [1, 2, 3]),
+        ("ranking", [[3, 1], [2]], [1, 2, 3]),  # a tie is flattened in the order shown
+        ("ranking_tiers", [[3, 1], [2]], [1, 2, 3, 4]),  # 4 left unranked
+        ("pairwise", [[2], [1]], [1, 2]),
+        ("pairwise", [[1, 2]], [1, 2]),
+    ],
+)
 def test_predictions_read_back_as_the_ranking(template, ranking, shown):
     result = prediction_result(template, ranking, shown, BUCKETS)
     parsed = parse_annotation({"id": 1, "result": result}, [f"c{c}" for c in shown], BUCKETS)
     back = [sorted(int(i[1:]) for i in tier) for tier in parsed.tiers]
     if template == "ranking":  # a plain ranker cannot tie: the tie comes back in the order shown
-        assert [c for t in back for c in t] == [c for t in ranking for c in sorted(t, key=shown.index)] + \
-            [c for c in shown if c not in {x for t in ranking for x in t}]
+        assert [c for t in back for c in t] == [c for t in ranking for c in sorted(t, key=shown.index)] + [
+            c for c in shown if c not in {x for t in ranking for x in t}
+        ]
     else:
         assert back == [sorted(t) for t in ranking]
 

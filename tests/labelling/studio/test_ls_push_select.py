@@ -23,15 +23,18 @@ def test_push_select_disagreement_pushes_only_the_k_chosen_tasks(lcli, sqlite_ur
     abc = [unique("answer a"), unique("answer b"), unique("answer c")]
     prompts = {name: unique(name) for name in ("agreed", "reversed", "swapped", "also agreed")}
     lines = []
-    for name, second in (("agreed", [[0], [1], [2]]), ("reversed", [[2], [1], [0]]),
-                         ("swapped", [[1], [0], [2]]), ("also agreed", [[0], [1], [2]])):
+    for name, second in (
+        ("agreed", [[0], [1], [2]]),
+        ("reversed", [[2], [1], [0]]),
+        ("swapped", [[1], [0], [2]]),
+        ("also agreed", [[0], [1], [2]]),
+    ):
         lines.append(ranking_line(prompts[name], abc, [[0], [1], [2]], "judge-1", "ai"))
         lines.append(ranking_line(prompts[name], abc, second, "judge-2", "ai"))
     lcli("import", "rankings", write_lines(tmp_path / "judged.jsonl", lines))
     pid = json.loads(lcli("ls", "init", "--title", unique("select"), "--json").stdout)["project_id"]
 
-    pushed = json.loads(lcli("ls", "push", "--project", pid, "--select", "disagreement", "--limit", 2,
-                             "--json").stdout)
+    pushed = json.loads(lcli("ls", "push", "--project", pid, "--select", "disagreement", "--limit", 2, "--json").stdout)
     assert (pushed["created"], pushed["waiting"]) == (2, 2)
     remote = [t.data["prompt"] for t in ls_env.sdk().tasks.list(project=pid)]
     assert sorted(remote) == sorted([prompts["reversed"], prompts["swapped"]])
@@ -50,13 +53,17 @@ def test_push_select_disagreement_pushes_only_the_k_chosen_tasks(lcli, sqlite_ur
 
 def test_push_select_uncertainty_with_a_reward_model(lcli, sqlite_url, ls_env, tmp_path):
     rm = tiny_reward_model(tmp_path / "rm")
-    lines = [ranking_line(unique(f"question {n}"), [unique(f"reply {n}.{i}") for i in range(3)],
-                          [[0], [1], [2]], "judge-1", "ai") for n in range(5)]
+    lines = [
+        ranking_line(
+            unique(f"question {n}"), [unique(f"reply {n}.{i}") for i in range(3)], [[0], [1], [2]], "judge-1", "ai"
+        )
+        for n in range(5)
+    ]
     lcli("import", "rankings", write_lines(tmp_path / "judged.jsonl", lines))
     pid = json.loads(lcli("ls", "init", "--title", unique("select rm"), "--json").stdout)["project_id"]
     out = lcli("ls", "push", "--project", pid, "--select", "uncertainty", "--reward-model", rm, "--limit", 1)
     assert "created 1 task" in out.stdout
-    (chosen,) = [v for v in _selections(sqlite_url).values()]
+    (chosen,) = list(_selections(sqlite_url).values())
     assert chosen["strategy"] == "uncertainty" and 0 < chosen["score"] <= 1
     assert len(list(ls_env.sdk().tasks.list(project=pid))) == 1
 

@@ -23,18 +23,31 @@ def test_gold_tasks_hide_among_the_others_and_flag_a_careless_annotator(lcli, sq
     prompts = {f"Question {p}, asked plainly {tag}": responses(p) for p in range(12)}
     lcli("import", "prompts", write_prompts(tmp_path / "prompts.jsonl", prompts))
     gold = tmp_path / "gold.jsonl"
-    gold.write_text("".join(json.dumps({"prompt": f"Question {p}, asked plainly {tag}", "responses": responses(p),
-                                        "ranking": [[0], [1], [2], [3]]}) + "\n" for p in range(100, 104)),
-                    encoding="utf-8")
+    gold.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "prompt": f"Question {p}, asked plainly {tag}",
+                    "responses": responses(p),
+                    "ranking": [[0], [1], [2], [3]],
+                }
+            )
+            + "\n"
+            for p in range(100, 104)
+        ),
+        encoding="utf-8",
+    )
     pid = json.loads(lcli("ls", "init", "--title", unique("gold"), "--json").stdout)["project_id"]
 
     # A bad gold file, or a rate that is no share, stops the push with one sentence, before anything is written.
     bad = tmp_path / "bad-gold.jsonl"
     tied = json.dumps({"prompt": "Tied?", "responses": ["a", "b"], "ranking": [[0, 1]]})
     bad.write_text(gold.read_text(encoding="utf-8") + tied + "\n", encoding="utf-8")
-    for args, said in [(("--gold", bad), "bad-gold.jsonl line 5: the ranking has a single tier"),
-                       (("--gold", gold, "--gold-rate", "1.5"), "--gold-rate must be at least 0 and below 1"),
-                       (("--gold-rate", "0.1"), "no gold answers are stored: give them with --gold FILE")]:
+    for args, said in [
+        (("--gold", bad), "bad-gold.jsonl line 5: the ranking has a single tier"),
+        (("--gold", gold, "--gold-rate", "1.5"), "--gold-rate must be at least 0 and below 1"),
+        (("--gold-rate", "0.1"), "no gold answers are stored: give them with --gold FILE"),
+    ]:
         refused = lcli("ls", "push", "--project", pid, *args, expect_ok=False)
         assert refused.exit_code != 0 and said in refused.output and "Traceback" not in refused.output
     with session(sqlite_url) as s:
@@ -53,8 +66,9 @@ def test_gold_tasks_hide_among_the_others_and_flag_a_careless_annotator(lcli, sq
     remote = {t.id: t.data for t in server.sdk().tasks.list(project=pid)}
     assert len(remote) == 16
     # Nothing in a task tells a gold task from another: the same fields, the same kind of values.
-    assert {frozenset(data) for data in remote.values()} == {frozenset({"prompt", "system", "dialogue", "items",
-                                                                        "preflab_task"})}
+    assert {frozenset(data) for data in remote.values()} == {
+        frozenset({"prompt", "system", "dialogue", "items", "preflab_task"})
+    }
     assert not any("gold" in json.dumps(data).lower() for data in remote.values())
 
     careful = [server.signup(f"careful{n}-{pid}@preflab.test") for n in range(3)]
@@ -63,10 +77,18 @@ def test_gold_tasks_hide_among_the_others_and_flag_a_careless_annotator(lcli, sq
     for task in pushed_tasks:
         best_first = sorted(task["shown"], key=lambda c: quality(task["texts"][task["shown"].index(c)]))
         for user in careful:
-            sdk.annotations.create(task["id"], completed_by=user, lead_time=25.0,
-                                   result=ranker_result({"rank": [item(c) for c in best_first]}))
-        sdk.annotations.create(task["id"], completed_by=careless, lead_time=1.5,
-                               result=ranker_result({"rank": [item(c) for c in task["shown"]]}))
+            sdk.annotations.create(
+                task["id"],
+                completed_by=user,
+                lead_time=25.0,
+                result=ranker_result({"rank": [item(c) for c in best_first]}),
+            )
+        sdk.annotations.create(
+            task["id"],
+            completed_by=careless,
+            lead_time=1.5,
+            result=ranker_result({"rank": [item(c) for c in task["shown"]]}),
+        )
     assert json.loads(lcli("ls", "sync", "--project", pid, "--json").stdout)["new"] == 64
 
     report = json.loads(lcli("annotators", "--json").stdout)["annotators"]

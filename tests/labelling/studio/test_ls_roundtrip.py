@@ -4,13 +4,13 @@ import json
 
 from sqlalchemy import func, select
 
-from preflab.db.models import LSTask, RawRecord, Ranking
+from preflab.db.models import LSTask, Ranking, RawRecord
 from tests.labelling.ls_helpers import (
     comparisons,
     expected_pairs,
     item,
-    rankings,
     ranker_result,
+    rankings,
     tasks,
     unique,
     write_prompts,
@@ -19,11 +19,14 @@ from tests.labelling.ls_helpers import (
 
 def test_push_annotate_sync_and_build_pairs(cli, db_url, ls_env, tmp_path):
     server = ls_env
-    prompts = {unique("Explain recursion."): [unique(f"recursion answer {i}") for i in range(4)],
-               unique("Name a prime."): [unique(f"prime answer {i}") for i in range(3)]}
+    prompts = {
+        unique("Explain recursion."): [unique(f"recursion answer {i}") for i in range(4)],
+        unique("Name a prime."): [unique(f"prime answer {i}") for i in range(3)],
+    }
     cli("import", "prompts", write_prompts(tmp_path / "prompts.jsonl", prompts))
-    project = json.loads(cli("ls", "init", "--template", "ranking_tiers", "--title", unique("round trip"),
-                             "--json").stdout)
+    project = json.loads(
+        cli("ls", "init", "--template", "ranking_tiers", "--title", unique("round trip"), "--json").stdout
+    )
     pid = project["project_id"]
     pushed = json.loads(cli("ls", "push", "--project", pid, "--json").stdout)
     assert pushed["created"] == 2
@@ -46,13 +49,26 @@ def test_push_annotate_sync_and_build_pairs(cli, db_url, ls_env, tmp_path):
     three = second if four is first else first
     x, y, z = three["shown"]
     # alice: a strict ranking (one candidate per bucket); bob: ties, one left unranked; carol: skipped.
-    sdk.annotations.create(four["id"], completed_by=ids[alice], result=ranker_result(
-        {"tier_1": [item(c)], "tier_2": [item(a)], "tier_3": [item(d)], "tier_4": [item(b)], "_": []}))
-    sdk.annotations.create(four["id"], completed_by=ids[bob], result=ranker_result(
-        {"tier_1": [item(b), item(a)], "tier_2": [item(c)], "tier_3": [], "tier_4": [], "_": [item(d)]}))
+    sdk.annotations.create(
+        four["id"],
+        completed_by=ids[alice],
+        result=ranker_result(
+            {"tier_1": [item(c)], "tier_2": [item(a)], "tier_3": [item(d)], "tier_4": [item(b)], "_": []}
+        ),
+    )
+    sdk.annotations.create(
+        four["id"],
+        completed_by=ids[bob],
+        result=ranker_result(
+            {"tier_1": [item(b), item(a)], "tier_2": [item(c)], "tier_3": [], "tier_4": [], "_": [item(d)]}
+        ),
+    )
     sdk.annotations.create(four["id"], completed_by=ids[carol], was_cancelled=True, result=[])
-    sdk.annotations.create(three["id"], completed_by=ids[alice], result=ranker_result(
-        {"tier_1": [item(z)], "tier_2": [item(x)], "tier_3": [item(y)], "tier_4": [], "_": []}))
+    sdk.annotations.create(
+        three["id"],
+        completed_by=ids[alice],
+        result=ranker_result({"tier_1": [item(z)], "tier_2": [item(x)], "tier_3": [item(y)], "tier_4": [], "_": []}),
+    )
 
     summary = json.loads(cli("ls", "sync", "--project", pid, "--json").stdout)
     assert (summary["new"], summary["skipped"], summary["quarantined"], summary["unchanged"]) == (4, 1, 0, 0)
@@ -68,8 +84,11 @@ def test_push_annotate_sync_and_build_pairs(cli, db_url, ls_env, tmp_path):
         assert r["status"] in ("valid", "skipped") and r["version"] == 1
 
     built = json.loads(cli("pairs", "build", "--json").stdout)
-    expected = (expected_pairs(alice, [[c], [a], [d], [b]]) | expected_pairs(bob, [[a, b], [c]])
-                | expected_pairs(alice, [[z], [x], [y]]))
+    expected = (
+        expected_pairs(alice, [[c], [a], [d], [b]])
+        | expected_pairs(bob, [[a, b], [c]])
+        | expected_pairs(alice, [[z], [x], [y]])
+    )
     assert comparisons(db_url) == expected
     assert built["pairs"] == len(expected) == 6 + 2 + 3
 

@@ -15,7 +15,8 @@ def setup_project(lcli, tmp_path, template: str, n: int = 3):
     responses = [unique(f"{template} haiku {i}: leaves fall softly down") for i in range(n)]
     lcli("import", "prompts", write_prompts(tmp_path / f"{template}.jsonl", {prompt: responses}))
     pid = json.loads(lcli("ls", "init", "--template", template, "--title", unique(template), "--json").stdout)[
-        "project_id"]
+        "project_id"
+    ]
     return prompt, pid, json.loads(lcli("ls", "push", "--project", pid, "--json").stdout)
 
 

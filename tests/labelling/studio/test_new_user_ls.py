@@ -42,7 +42,8 @@ def test_an_unknown_server_lists_the_projects_preflab_knows(lcli, sqlite_url, ls
     assert result.output.strip().splitlines()[-1] == (
         f"Error: preflab has no Label Studio project at http://127.0.0.1:{other}; it knows project {pid} "
         f'"{title}" at {server.url}. If one of these servers is this one under another address, set '
-        "LABEL_STUDIO_URL (or --label-studio-url) to that address; else create a project with `preflab ls init`")
+        "LABEL_STUDIO_URL (or --label-studio-url) to that address; else create a project with `preflab ls init`"
+    )
 
 
 def test_push_says_which_prompts_it_skipped_and_why(lcli, sqlite_url, ls_env, tmp_path):
@@ -52,8 +53,10 @@ def test_push_says_which_prompts_it_skipped_and_why(lcli, sqlite_url, ls_env, tm
 
     text = lcli("ls", "push", "--project", pid).output.strip().splitlines()
     assert text[0] == f"created 1 task in project {pid} (0 already there, 0 recovered)"
-    assert text[1] == ("skipped 2 prompts: 1 with no candidates (id 2), 1 with only one candidate (id 3); "
-                       "a task needs two or more candidates (make them with `preflab generate`)")
+    assert text[1] == (
+        "skipped 2 prompts: 1 with no candidates (id 2), 1 with only one candidate (id 3); "
+        "a task needs two or more candidates (make them with `preflab generate`)"
+    )
     report = json.loads(lcli("ls", "push", "--project", pid, "--json").stdout)
     assert report["created"] == 0 and report["existing"] == 1
     assert report["skipped"] == {"no_candidates": 1, "one_candidate": 1}
@@ -65,6 +68,7 @@ def test_push_with_a_limit_says_how_many_tasks_wait(lcli, sqlite_url, ls_env, tm
     lcli("import", "prompts", write_prompts(tmp_path / "p.jsonl", prompts))
     pid = json.loads(lcli("ls", "init", "--title", unique("limit"), "--json").stdout)["project_id"]
     assert lcli("ls", "push", "--project", pid, "--limit", 1).output.strip() == (
-        f"created 1 task in project {pid} (0 already there, 0 recovered; 2 more tasks left by --limit)")
+        f"created 1 task in project {pid} (0 already there, 0 recovered; 2 more tasks left by --limit)"
+    )
     report = json.loads(lcli("ls", "push", "--project", pid, "--json").stdout)
     assert (report["created"], report["existing"], report["waiting"]) == (2, 1, 0)

@@ -12,15 +12,17 @@ def project_with_one_task(lcli, tmp_path, template: str, n: int = 3):
     prompt = unique(f"Rank these ({template}).")
     lcli("import", "prompts", write_prompts(tmp_path / "p.jsonl", {prompt: [unique(f"r{i}") for i in range(n)]}))
     pid = json.loads(lcli("ls", "init", "--template", template, "--title", unique(template), "--json").stdout)[
-        "project_id"]
+        "project_id"
+    ]
     lcli("ls", "push", "--project", pid)
     return pid
 
 
 def margins(url: str) -> dict[tuple[int, int], float]:
     with session(url) as s:
-        return {(c, r): m for c, r, m in s.execute(select(Comparison.chosen_id, Comparison.rejected_id,
-                                                          Comparison.margin))}
+        return {
+            (c, r): m for c, r, m in s.execute(select(Comparison.chosen_id, Comparison.rejected_id, Comparison.margin))
+        }
 
 
 def test_an_empty_tier_between_two_keeps_them_apart(lcli, sqlite_url, ls_env, tmp_path):
@@ -30,8 +32,11 @@ def test_an_empty_tier_between_two_keeps_them_apart(lcli, sqlite_url, ls_env, tm
     a, b, c = task["shown"]
     user = server.signup(f"ivy-{pid}@preflab.test")
     # Tier 1 and Tier 3, Tier 2 left empty; Tier 4 holds the last.
-    server.sdk().annotations.create(task["id"], completed_by=user, result=ranker_result(
-        {"tier_1": [item(a)], "tier_2": [], "tier_3": [item(b)], "tier_4": [item(c)], "_": []}))
+    server.sdk().annotations.create(
+        task["id"],
+        completed_by=user,
+        result=ranker_result({"tier_1": [item(a)], "tier_2": [], "tier_3": [item(b)], "tier_4": [item(c)], "_": []}),
+    )
     lcli("ls", "sync", "--project", pid)
 
     lcli("pairs", "build")
@@ -43,8 +48,10 @@ def test_an_empty_tier_between_two_keeps_them_apart(lcli, sqlite_url, ls_env, tm
 
     # Moving b from Tier 3 to Tier 2 is an edit of the ranking, though the order stays.
     (annotation,) = server.sdk().annotations.list(id=task["id"])
-    server.sdk().annotations.update(annotation.id, result=ranker_result(
-        {"tier_1": [item(a)], "tier_2": [item(b)], "tier_3": [], "tier_4": [item(c)], "_": []}))
+    server.sdk().annotations.update(
+        annotation.id,
+        result=ranker_result({"tier_1": [item(a)], "tier_2": [item(b)], "tier_3": [], "tier_4": [item(c)], "_": []}),
+    )
     assert json.loads(lcli("ls", "sync", "--project", pid, "--json").stdout)["updated"] == 1
     lcli("pairs", "build")
     assert margins(sqlite_url) == {(a, b): 1.0, (a, c): 3.0, (b, c): 2.0}
@@ -57,20 +64,25 @@ def test_sync_and_stats_count_the_same_untouched_rankings_and_every_skip(lcli, s
     x, y, z = task["shown"]
     kim, lee = (server.signup(f"{n}-{pid}@preflab.test") for n in ("kim", "lee"))
     sdk = server.sdk()
-    as_shown = sdk.annotations.create(task["id"], completed_by=kim, result=ranker_result(
-        {"rank": [item(x), item(y), item(z)]}))
+    as_shown = sdk.annotations.create(
+        task["id"], completed_by=kim, result=ranker_result({"rank": [item(x), item(y), item(z)]})
+    )
     sdk.annotations.create(task["id"], completed_by=lee, was_cancelled=True, result=[])
 
     first = lcli("ls", "sync", "--project", pid).output.strip()
-    assert first == (f"synced project {pid}: 1 task, 2 annotations: 2 new, 0 updated, 0 unchanged, 0 quarantined, "
-                     "0 deleted; the project holds 1 skipped annotation and 1 valid ranking identical to the order "
-                     "shown")
+    assert first == (
+        f"synced project {pid}: 1 task, 2 annotations: 2 new, 0 updated, 0 unchanged, 0 quarantined, "
+        "0 deleted; the project holds 1 skipped annotation and 1 valid ranking identical to the order "
+        "shown"
+    )
     assert "1 valid ranking identical to the order shown" in lcli("stats").output
 
     # Nothing new: the skip is still there, and still said.
     again = lcli("ls", "sync", "--project", pid).output.strip()
-    assert again.endswith("2 annotations: 0 new, 0 updated, 2 unchanged, 0 quarantined, 0 deleted; the project "
-                          "holds 1 skipped annotation and 1 valid ranking identical to the order shown")
+    assert again.endswith(
+        "2 annotations: 0 new, 0 updated, 2 unchanged, 0 quarantined, 0 deleted; the project "
+        "holds 1 skipped annotation and 1 valid ranking identical to the order shown"
+    )
 
     # kim reorders: the untouched ranking is superseded, in the sync's count as in stats'.
     sdk.annotations.update(as_shown.id, result=ranker_result({"rank": [item(z), item(x), item(y)]}))

@@ -12,58 +12,124 @@ import json
 import threading
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import ClassVar
 
 import httpx
 import pytest
 from sqlalchemy import event, func, select, text
 
 from preflab.db.engine import dispose_all, open_sessions
-from preflab.db.models import Candidate, RawRecord, Ranking
+from preflab.db.models import Candidate, Ranking, RawRecord
 from preflab.db.store import raw_record
 from preflab.labelling.studio.projects import ensure_project
 from preflab.labelling.studio.versions import SOURCE
 from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE, apply_pending, last_delivery_at, pending_count, receive
 from preflab.templates import label_config
-from tests.labelling.ls_helpers import item, rankings, ranker_result, unique, write_prompts
+from tests.labelling.ls_helpers import item, ranker_result, rankings, unique, write_prompts
 
 BASE = "http://ls.example:8080"
 PROJECT = 7
 INVITE = "project-invite-token-never-stored"
 STORAGE_PASSWORD = "task-data-password-never-stored"
 # Label Studio's `updated_at` of successive versions.
-T1, T2, T3, T4 = ("2026-03-01T10:00:00.100000Z", "2026-03-01T10:05:00.200000Z", "2026-03-01T10:09:00.300000Z",
-                  "2026-03-01T10:30:00Z")
+T1, T2, T3, T4 = (
+    "2026-03-01T10:00:00.100000Z",
+    "2026-03-01T10:05:00.200000Z",
+    "2026-03-01T10:09:00.300000Z",
+    "2026-03-01T10:30:00Z",
+)
 
 
-def annotation(aid: int, task_id: int, order=("c2", "c1", "c3"), *, user: int = 1, cancelled: bool = False,
-               when: str = T1, project: int = PROJECT) -> dict:
+def annotation(
+    aid: int,
+    task_id: int,
+    order=("c2", "c1", "c3"),
+    *,
+    user: int = 1,
+    cancelled: bool = False,
+    when: str = T1,
+    project: int = PROJECT,
+) -> dict:
     """An annotation as AnnotationWebhookSerializer writes it (every model field; ids for relations)."""
-    return {"id": aid, "result": [] if cancelled else ranker_result({"rank": list(order)}), "was_cancelled": cancelled,
-            "ground_truth": False, "created_at": T1, "updated_at": when, "draft_created_at": None, "lead_time": 3.5,
-            "prediction": {}, "result_count": 0 if cancelled else 1, "unique_id": f"00000000-0000-4000-8000-{aid:012d}",
-            "import_id": None, "last_action": None, "bulk_created": False, "task": task_id, "project": project,
-            "completed_by": user, "updated_by": user, "parent_prediction": None, "parent_annotation": None,
-            "last_created_by": None}
+    return {
+        "id": aid,
+        "result": [] if cancelled else ranker_result({"rank": list(order)}),
+        "was_cancelled": cancelled,
+        "ground_truth": False,
+        "created_at": T1,
+        "updated_at": when,
+        "draft_created_at": None,
+        "lead_time": 3.5,
+        "prediction": {},
+        "result_count": 0 if cancelled else 1,
+        "unique_id": f"00000000-0000-4000-8000-{aid:012d}",
+        "import_id": None,
+        "last_action": None,
+        "bulk_created": False,
+        "task": task_id,
+        "project": project,
+        "completed_by": user,
+        "updated_by": user,
+        "parent_prediction": None,
+        "parent_annotation": None,
+        "last_created_by": None,
+    }
 
 
 def task(task_id: int, *, project: int = PROJECT, data: dict | None = None) -> dict:
     """A task as TaskWebhookSerializer writes it: its data, no annotations."""
     items = [{"id": f"c{n}", "title": f"Response {n}", "body": f"reply {n} to question {task_id}"} for n in (1, 2, 3)]
     prompt = f"question {task_id}?"
-    data = data if data is not None else {"prompt": prompt, "dialogue": [{"role": "user", "content": prompt}],
-                                          "system": "", "items": items, "preflab_task": f"{task_id}:abc"}
-    return {"id": task_id, "data": data, "meta": {}, "created_at": T1, "updated_at": T1, "is_labeled": True,
-            "allow_skip": True, "overlap": 1, "inner_id": task_id, "total_annotations": 1, "cancelled_annotations": 0,
-            "total_predictions": 0, "precomputed_agreement": None, "comment_count": 0, "unresolved_comment_count": 0,
-            "last_comment_updated_at": None, "project": project, "updated_by": 1, "file_upload": None,
-            "comment_authors": []}
+    data = (
+        data
+        if data is not None
+        else {
+            "prompt": prompt,
+            "dialogue": [{"role": "user", "content": prompt}],
+            "system": "",
+            "items": items,
+            "preflab_task": f"{task_id}:abc",
+        }
+    )
+    return {
+        "id": task_id,
+        "data": data,
+        "meta": {},
+        "created_at": T1,
+        "updated_at": T1,
+        "is_labeled": True,
+        "allow_skip": True,
+        "overlap": 1,
+        "inner_id": task_id,
+        "total_annotations": 1,
+        "cancelled_annotations": 0,
+        "total_predictions": 0,
+        "precomputed_agreement": None,
+        "comment_count": 0,
+        "unresolved_comment_count": 0,
+        "last_comment_updated_at": None,
+        "project": project,
+        "updated_by": 1,
+        "file_upload": None,
+        "comment_authors": [],
+    }
 
 
 def project(pid: int = PROJECT) -> dict:
     """The project as ProjectWebhookSerializer writes it (some of its fields), secrets included."""
-    return {"id": pid, "title": "webhooks", "label_config": label_config("ranking"), "token": INVITE,
-            "task_data_login": "storage-user", "task_data_password": STORAGE_PASSWORD, "model_version": "",
-            "maximum_annotations": 3, "organization": 1, "created_by": 1, "task_number": 2}
+    return {
+        "id": pid,
+        "title": "webhooks",
+        "label_config": label_config("ranking"),
+        "token": INVITE,
+        "task_data_login": "storage-user",
+        "task_data_password": STORAGE_PASSWORD,
+        "model_version": "",
+        "maximum_annotations": 3,
+        "organization": 1,
+        "created_by": 1,
+        "task_number": 2,
+    }
 
 
 def body(action: str, **payload) -> bytes:
@@ -96,7 +162,9 @@ class Users:
 
 def known_project(sessions) -> None:
     with sessions.begin() as session:
-        ensure_project(session, BASE, PROJECT, title="webhooks", template="ranking", label_config=label_config("ranking"))
+        ensure_project(
+            session, BASE, PROJECT, title="webhooks", template="ranking", label_config=label_config("ranking")
+        )
 
 
 def deliver(sessions, *bodies: bytes):
@@ -116,7 +184,8 @@ def texts(sessions, url: str) -> dict[int, tuple]:
     out: dict[int, list] = {}
     for r in rankings(url):
         out.setdefault(r["annotation"], []).append(
-            (r["status"], r["version"], r["annotator"], [[text[c] for c in tier] for tier in r["tiers"]]))
+            (r["status"], r["version"], r["annotator"], [[text[c] for c in tier] for tier in r["tiers"]])
+        )
     return out
 
 
@@ -132,9 +201,12 @@ def test_created_skipped_bulk_created_updated_and_deleted(sessions, db_url):
         created(annotation(1, 101, ("c2", "c1", "c3")), t1),
         created(annotation(2, 102, cancelled=True), t2),
         # "Predictions to annotations": lists of annotations and of their tasks.
-        body("ANNOTATIONS_CREATED", annotation=[annotation(3, 101, ("c3", "c2", "c1"), user=2),
-                                                annotation(4, 102, ("c1", "c3", "c2"), user=2)],
-             task=[t1, t2], project=project()),
+        body(
+            "ANNOTATIONS_CREATED",
+            annotation=[annotation(3, 101, ("c3", "c2", "c1"), user=2), annotation(4, 102, ("c1", "c3", "c2"), user=2)],
+            task=[t1, t2],
+            project=project(),
+        ),
         updated(annotation(1, 101, ("c1", "c2", "c3"), when=T2), t1),
         deleted(1, 999),  # 999: never stored, nothing to mark
     ]
@@ -146,13 +218,22 @@ def test_created_skipped_bulk_created_updated_and_deleted(sessions, db_url):
 
     users = Users()
     summary = apply(sessions, users)
-    assert (summary.deliveries, summary.annotations, summary.new, summary.updated, summary.skipped,
-            summary.deleted, summary.quarantined) == (5, 5, 4, 1, 1, 1, 0)
+    assert (
+        summary.deliveries,
+        summary.annotations,
+        summary.new,
+        summary.updated,
+        summary.skipped,
+        summary.deleted,
+        summary.quarantined,
+    ) == (5, 5, 4, 1, 1, 1, 0)
     assert users.calls == 1
     q = lambda n, t: f"reply {n} to question {t}"  # noqa: E731
     assert texts(sessions, db_url) == {
-        1: [("superseded", 1, "ada@preflab.test", [[q(2, 101)], [q(1, 101)], [q(3, 101)]]),
-            ("deleted", 2, "ada@preflab.test", [[q(1, 101)], [q(2, 101)], [q(3, 101)]])],
+        1: [
+            ("superseded", 1, "ada@preflab.test", [[q(2, 101)], [q(1, 101)], [q(3, 101)]]),
+            ("deleted", 2, "ada@preflab.test", [[q(1, 101)], [q(2, 101)], [q(3, 101)]]),
+        ],
         2: [("skipped", 1, "ada@preflab.test", [])],
         3: [("valid", 1, "bo@preflab.test", [[q(3, 101)], [q(2, 101)], [q(1, 101)]])],
         4: [("valid", 1, "bo@preflab.test", [[q(1, 102)], [q(3, 102)], [q(2, 102)]])],
@@ -186,8 +267,11 @@ def test_replays_and_late_deliveries_add_nothing(sessions, db_url):
     assert len(raw(sessions, SOURCE)) == annotations_before
 
     # An edit, then an older edit that arrives late: the older one changes nothing.
-    deliver(sessions, updated(annotation(1, 101, ("c1", "c2", "c3"), when=T3), t1),
-            updated(annotation(1, 101, ("c3", "c2", "c1"), when=T2), t1))
+    deliver(
+        sessions,
+        updated(annotation(1, 101, ("c1", "c2", "c3"), when=T3), t1),
+        updated(annotation(1, 101, ("c3", "c2", "c1"), when=T2), t1),
+    )
     summary = apply(sessions, users)
     assert (summary.updated, summary.unchanged) == (1, 1)
     # Deleted, then an edit applied only after it (its delivery waited while `ls sync` found the
@@ -249,8 +333,12 @@ def test_unknown_projects_and_unusable_tasks_are_quarantined(sessions, db_url):
         sessions,
         created(annotation(1, 101, project=99), task(101, project=99), pid=99),
         created(annotation(2, 103), no_items),
-        body("ANNOTATIONS_CREATED", annotation=[annotation(3, 101), annotation(4, 103)], task=[task(101), no_items],
-             project=project()),
+        body(
+            "ANNOTATIONS_CREATED",
+            annotation=[annotation(3, 101), annotation(4, 103)],
+            task=[task(101), no_items],
+            project=project(),
+        ),
         body("ANNOTATIONS_DELETED"),  # Label Studio deleted nothing: the action alone
         body("ANNOTATIONS_DELETED", annotations=[{"id": "5\x00"}], project=project()),
         created(annotation(6, 104), task(105)),  # the annotation's task is not the one sent
@@ -304,9 +392,9 @@ def test_two_servers_never_apply_the_same_delivery_at_once(postgres_url):
 
 
 class _Capture(BaseHTTPRequestHandler):
-    bodies: list[bytes] = []
+    bodies: ClassVar[list[bytes]] = []
 
-    def do_POST(self):  # noqa: N802 (http.server's name)
+    def do_POST(self):
         self.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
         self.send_response(200)
         self.end_headers()
@@ -333,10 +421,16 @@ def test_real_deliveries_agree_with_ls_sync(lcli, sqlite_url, ls_env, tmp_path):
     threading.Thread(target=capture.serve_forever, daemon=True).start()
     web = httpx.Client(base_url=server.url, headers={"Authorization": f"Token {server.token}"}, timeout=60)
     try:
-        hook = web.post("/api/webhooks/", json={"url": f"http://127.0.0.1:{capture.server_port}/webhook",
-                                                "project": pid, "send_payload": True, "send_for_all_actions": False,
-                                                "actions": ["ANNOTATION_CREATED", "ANNOTATION_UPDATED",
-                                                            "ANNOTATIONS_DELETED"]})
+        hook = web.post(
+            "/api/webhooks/",
+            json={
+                "url": f"http://127.0.0.1:{capture.server_port}/webhook",
+                "project": pid,
+                "send_payload": True,
+                "send_for_all_actions": False,
+                "actions": ["ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_DELETED"],
+            },
+        )
         assert hook.status_code == 201, hook.text
         user = server.signup(f"gil-{pid}@preflab.test")
         sdk = server.sdk()
@@ -352,7 +446,12 @@ def test_real_deliveries_agree_with_ls_sync(lcli, sqlite_url, ls_env, tmp_path):
         web.close()
     bodies = capture.RequestHandlerClass.bodies
     assert [json.loads(b)["action"] for b in bodies] == [
-        "ANNOTATION_CREATED", "ANNOTATION_UPDATED", "ANNOTATION_CREATED", "ANNOTATION_CREATED", "ANNOTATIONS_DELETED"]
+        "ANNOTATION_CREATED",
+        "ANNOTATION_UPDATED",
+        "ANNOTATION_CREATED",
+        "ANNOTATION_CREATED",
+        "ANNOTATIONS_DELETED",
+    ]
 
     sessions = open_sessions(sqlite_url)
     assert all(d.error is None for d in deliver(sessions, *bodies))
@@ -370,7 +469,8 @@ def test_real_deliveries_agree_with_ls_sync(lcli, sqlite_url, ls_env, tmp_path):
     by_hooks, by_sync = texts(sessions, sqlite_url), texts(open_sessions(f"sqlite:///{alone}"), f"sqlite:///{alone}")
     newest = {a: v[-1] for a, v in by_hooks.items() if v[-1][0] != "deleted"}
     assert {a: (s, who, tiers) for a, (s, _, who, tiers) in newest.items()} == {
-        a: (s, who, tiers) for a, (s, _, who, tiers) in ((a, v[-1]) for a, v in by_sync.items())}
+        a: (s, who, tiers) for a, (s, _, who, tiers) in ((a, v[-1]) for a, v in by_sync.items())
+    }
     assert by_hooks[doomed.id][-1][0] == "deleted" and doomed.id not in by_sync
 
 

@@ -24,8 +24,16 @@ def run(*args):
 
 def test_the_options_come_from_the_config_and_the_key_is_none_of_them():
     help_text = run("--help").output
-    for flag in ("--engine", "--api-base", "--model", "--concurrency", "--timeout", "--max-retries", "--price-in",
-                 "--price-out"):
+    for flag in (
+        "--engine",
+        "--api-base",
+        "--model",
+        "--concurrency",
+        "--timeout",
+        "--max-retries",
+        "--price-in",
+        "--price-out",
+    ):
         assert flag in help_text
     assert "--api-key" not in help_text and "OPENAI_API_KEY" in help_text
 
@@ -41,15 +49,20 @@ def test_the_engine_and_the_url_default_from_the_environment(monkeypatch):
     assert run("--model", "m").output.strip() == "openai ['https://api.openai.com/v1'] 32"
 
 
-@pytest.mark.parametrize(("settings", "sentence"), [
-    ({"engine": "vllm"}, "--engine must be one of transformers, openai, got 'vllm'"),
-    ({"engine": "openai"}, "--engine openai needs --model: the served model's name"),
-    ({"engine": "openai", "model": "m", "api_base": "localhost:8000"},
-     "--api-base 'localhost:8000' is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)"),
-    ({"concurrency": 0}, "--concurrency must be at least 1, got 0"),
-    ({"max_retries": -1}, "--max-retries cannot be negative, got -1"),
-    ({"price_out": -1.0}, "--price-in and --price-out cannot be negative"),
-])
+@pytest.mark.parametrize(
+    ("settings", "sentence"),
+    [
+        ({"engine": "vllm"}, "--engine must be one of transformers, openai, got 'vllm'"),
+        ({"engine": "openai"}, "--engine openai needs --model: the served model's name"),
+        (
+            {"engine": "openai", "model": "m", "api_base": "localhost:8000"},
+            "--api-base 'localhost:8000' is not an http(s) URL (e.g. http://127.0.0.1:8000/v1)",
+        ),
+        ({"concurrency": 0}, "--concurrency must be at least 1, got 0"),
+        ({"max_retries": -1}, "--max-retries cannot be negative, got -1"),
+        ({"price_out": -1.0}, "--price-in and --price-out cannot be negative"),
+    ],
+)
 def test_a_bad_setting_is_one_sentence(settings, sentence):
     with pytest.raises(ConfigError) as refused:
         EngineConfig(**settings)

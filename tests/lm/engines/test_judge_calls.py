@@ -13,10 +13,15 @@ import pytest
 from preflab.errors import EngineError
 from preflab.lm.engines import Likelihood, Logprobs, ReplyLogprob, TokenLogprobs
 
-JUDGE = [{"role": "system", "content": "You are a fair judge."},
-         {"role": "user", "content": "Which answer is better, A or B?\n[A] Paris\n[B] Lyon"}]
-HISTORY = [{"role": "user", "content": "Name a prime."}, {"role": "assistant", "content": "7"},
-           {"role": "user", "content": "Another one?"}]
+JUDGE = [
+    {"role": "system", "content": "You are a fair judge."},
+    {"role": "user", "content": "Which answer is better, A or B?\n[A] Paris\n[B] Lyon"},
+]
+HISTORY = [
+    {"role": "user", "content": "Name a prime."},
+    {"role": "assistant", "content": "7"},
+    {"role": "user", "content": "Another one?"},
+]
 
 
 def sent(faults) -> list[dict]:

@@ -15,9 +15,16 @@ from preflab.db.requests import EngineRequest
 from preflab.errors import EngineError
 from preflab.lm.engines import Failed, Generate, Generation, Sampling
 
-PROMPTS = ["What is the capital of France?", "How many legs does a spider have?",
-           [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "Name a prime."},
-            {"role": "assistant", "content": "7"}, {"role": "user", "content": "Another?"}]]
+PROMPTS = [
+    "What is the capital of France?",
+    "How many legs does a spider have?",
+    [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "Name a prime."},
+        {"role": "assistant", "content": "7"},
+        {"role": "user", "content": "Another?"},
+    ],
+]
 
 
 def asks(n: int = 4, seed: int = 3) -> list[Generate]:
@@ -34,7 +41,7 @@ def test_every_answer_is_stored_and_a_rerun_pays_for_nothing(fault_server, engin
     first = engine_for(url).generate(asks())
     assert all(isinstance(r, Generation) and r.text for r in first)
     # Each sample of a prompt is its own request with its own seed: four different replies per prompt.
-    assert all(len({r.text for r in first[k * 4:(k + 1) * 4]}) == 4 for k in range(len(PROMPTS)))
+    assert all(len({r.text for r in first[k * 4 : (k + 1) * 4]}) == 4 for k in range(len(PROMPTS)))
     rows = stored(sessions)
     assert len(rows) == 12 == faults.asked["chat"]
     assert {row.status for row in rows} == {"ok"} and all(row.tokens_in > 0 and row.tokens_out > 0 for row in rows)
@@ -111,7 +118,7 @@ def test_a_key_the_server_refuses_stops_before_anything_is_asked(fault_server, e
 
 
 def test_the_key_is_sent_but_never_stored(fault_server, engine_for, sessions, monkeypatch):
-    url, faults = fault_server(key="sk-secret-4242")
+    url, _faults = fault_server(key="sk-secret-4242")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-4242")
     engine = engine_for(url)
     assert all(isinstance(r, Generation) for r in engine.generate(asks(n=1)))
@@ -142,7 +149,8 @@ def test_a_run_costs_its_tokens_at_the_prices_given(fault_server, engine_for, se
     engine.generate(asks(n=2))
     with sessions() as session:
         tokens_in, tokens_out = session.execute(
-            select(func.sum(EngineRequest.tokens_in), func.sum(EngineRequest.tokens_out))).one()
+            select(func.sum(EngineRequest.tokens_in), func.sum(EngineRequest.tokens_out))
+        ).one()
     summary = engine.stats.as_dict()
     assert (summary["tokens_in"], summary["tokens_out"]) == (tokens_in, tokens_out)
     assert summary["cost"] == pytest.approx((tokens_in * 2 + tokens_out * 10) / 1e6)

@@ -7,9 +7,15 @@ import pytest
 from preflab.lm.engines import EngineConfig, Generate, Likelihood, Logprobs, Sampling, open_engine
 from tests.tiny_models import tiny_causal_lm
 
-PROMPTS = ["What is the capital of France?",
-           [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": "How many legs?"},
-            {"role": "assistant", "content": "Eight."}, {"role": "user", "content": "And a bee?"}]]
+PROMPTS = [
+    "What is the capital of France?",
+    [
+        {"role": "system", "content": "Answer briefly."},
+        {"role": "user", "content": "How many legs?"},
+        {"role": "assistant", "content": "Eight."},
+        {"role": "user", "content": "And a bee?"},
+    ],
+]
 REPLIES = ["The capital of France is Paris.", "Six legs."]
 
 
@@ -51,8 +57,9 @@ def test_the_first_tokens_alternatives_are_the_next_token_distribution(engine):
 
     results = engine.top_logprobs([Logprobs(p, top_logprobs=5, max_tokens=3) for p in PROMPTS])
     vocab = list(range(len(engine.tokenizer)))
-    full = next_token_logprobs(engine.model, engine.tokenizer, [chat_prompt(engine.tokenizer, p) for p in PROMPTS],
-                               vocab)
+    full = next_token_logprobs(
+        engine.model, engine.tokenizer, [chat_prompt(engine.tokenizer, p) for p in PROMPTS], vocab
+    )
     for result, row in zip(results, full):
         assert sorted(result.first.values(), reverse=True) == pytest.approx(sorted(row, reverse=True)[:5], abs=1e-4)
         assert 1 <= len(result.tokens) <= 3 and len(result.top) == len(result.tokens)

@@ -43,7 +43,7 @@ def samples_file(tmp_path):
     for g in range(6):
         size = 5 + g
         true = rng.normal(size=size)
-        proxy = np.round(true + rng.normal(0, 0.5, size), 1)   # rounding makes ties
+        proxy = np.round(true + rng.normal(0, 0.5, size), 1)  # rounding makes ties
         groups.append((proxy, true))
         rows += [{"group": f"prompt-{g}", "proxy": float(p), "true": float(t)} for p, t in zip(proxy, true)]
     path = tmp_path / "samples.jsonl"
@@ -60,7 +60,7 @@ def test_estimate_json_has_the_issue_keys_and_the_library_numbers(samples_file):
     assert out["true"] == pytest.approx(want.true)
     assert out["proxy"] == pytest.approx(want.proxy)
     assert out["true_stderr"] == pytest.approx(want.true_stderr)
-    assert out["groups"] == [6, 6, 6, 3]                       # groups of 5 … 10 samples
+    assert out["groups"] == [6, 6, 6, 3]  # groups of 5 … 10 samples
     assert out["kl_bound"] == pytest.approx([0.0, math.log(2) - 0.5, math.log(4) - 0.75, math.log(8) - 7 / 8])
     assert out["true"][0] == pytest.approx(np.mean([t.mean() for _, t in groups]))
 
@@ -77,8 +77,7 @@ def test_estimate_text_and_proxy_only(tmp_path, samples_file):
 
 
 def test_kl_json_has_the_issue_keys():
-    out = json.loads(run("bon", "kl", "--probs", "0.5,0.3,0.2", "--rewards", "3,2,1", "--n", "1,2,4",
-                         "--json").stdout)
+    out = json.loads(run("bon", "kl", "--probs", "0.5,0.3,0.2", "--rewards", "3,2,1", "--n", "1,2,4", "--json").stdout)
     assert list(out) == KL_KEYS
     want = theory([0.5, 0.3, 0.2], [3, 2, 1], [1, 2, 4]).as_json()
     for key in KL_KEYS:
@@ -107,7 +106,7 @@ def test_demo_reproduces_the_notebook(tmp_path):
     # Known answers: without noise 3 + 2n/(n+1); the notebook's 4.30 → 5.00 and 4.28 → 5.08.
     assert true[0] == pytest.approx(4.333, abs=0.03) and true[-1] == pytest.approx(5.0, abs=0.02)
     assert proxy[0] == pytest.approx(4.33, abs=0.03) and proxy[-1] == pytest.approx(5.08, abs=0.01)
-    assert np.all(np.diff(true) > 0) and proxy[-1] - true[-1] > 0.06      # the proxy overshoots
+    assert np.all(np.diff(true) > 0) and proxy[-1] - true[-1] > 0.06  # the proxy overshoots
     assert np.abs(np.array(out["true_mc"]) - true).max() < 0.1
     assert out["kl"] == pytest.approx([math.log(n) - (n - 1) / n for n in out["n"]])
     assert_picture(plot)
@@ -118,19 +117,22 @@ def test_demo_reproduces_the_notebook(tmp_path):
     assert "notebook: true 4.30" in text and "  256  " in text and "  512  " not in text
 
 
-@pytest.mark.parametrize("args,fragments", [
-    (["bon", "estimate", "BAD", "--n", "1"], ["line 2 is not valid JSON"]),
-    (["bon", "estimate", "GOOD", "--n", "1,4"], ["n = 4 is more than the largest group's 3 samples"]),
-    (["bon", "estimate", "GOOD", "--n", "two"], ["--n must be comma-separated"]),
-    (["bon", "estimate", "GOOD", "--proxy", "rm"], ["add --from-db"]),
-    (["bon", "estimate"], ["give a JSON Lines FILE or --from-db"]),
-    (["bon", "estimate", "MISSING"], ["is not a file"]),
-    (["bon", "kl", "--probs", "0.5,0.3", "--rewards", "1,2"], ["probabilities sum to 0.8, not 1"]),
-    (["bon", "kl", "--probs", "0.5,0.5", "--rewards", "1"], ["2 probabilities but 1 rewards"]),
-    (["bon", "kl", "--probs", "a,b", "--rewards", "1,2"], ["--probs must be comma-separated numbers"]),
-    (["demo", "bon", "--samples", "1"], ["--samples must be between 2 and 1,000,000"]),
-    (["bon", "sample", "--reward-model", "rm", "--top-p", "1.5"], ["--top-p must be in (0, 1]"]),
-])
+@pytest.mark.parametrize(
+    "args,fragments",
+    [
+        (["bon", "estimate", "BAD", "--n", "1"], ["line 2 is not valid JSON"]),
+        (["bon", "estimate", "GOOD", "--n", "1,4"], ["n = 4 is more than the largest group's 3 samples"]),
+        (["bon", "estimate", "GOOD", "--n", "two"], ["--n must be comma-separated"]),
+        (["bon", "estimate", "GOOD", "--proxy", "rm"], ["add --from-db"]),
+        (["bon", "estimate"], ["give a JSON Lines FILE or --from-db"]),
+        (["bon", "estimate", "MISSING"], ["is not a file"]),
+        (["bon", "kl", "--probs", "0.5,0.3", "--rewards", "1,2"], ["probabilities sum to 0.8, not 1"]),
+        (["bon", "kl", "--probs", "0.5,0.5", "--rewards", "1"], ["2 probabilities but 1 rewards"]),
+        (["bon", "kl", "--probs", "a,b", "--rewards", "1,2"], ["--probs must be comma-separated numbers"]),
+        (["demo", "bon", "--samples", "1"], ["--samples must be between 2 and 1,000,000"]),
+        (["bon", "sample", "--reward-model", "rm", "--top-p", "1.5"], ["--top-p must be in (0, 1]"]),
+    ],
+)
 def test_bad_input_is_one_line_and_non_zero(tmp_path, args, fragments):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"group": "a", "proxy": 1, "true": 0}\n{"group": "a", "proxy": 2, "true":\n')
@@ -147,11 +149,13 @@ def test_mixed_true_is_refused(tmp_path):
 
 
 def test_bon_help_imports_no_heavy_libraries():
-    code = ("import sys; from click.testing import CliRunner; from preflab.cli import cli\n"
-            "for args in (['--help'], ['bon', '--help'], ['bon', 'estimate', '--help'], ['bon', 'sample', '--help'],"
-            " ['demo', 'bon', '--help']):\n"
-            "    r = CliRunner().invoke(cli, args); assert r.exit_code == 0 and 'Usage:' in r.output, (args, r.output)\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'matplotlib') if m in sys.modules))")
+    code = (
+        "import sys; from click.testing import CliRunner; from preflab.cli import cli\n"
+        "for args in (['--help'], ['bon', '--help'], ['bon', 'estimate', '--help'], ['bon', 'sample', '--help'],"
+        " ['demo', 'bon', '--help']):\n"
+        "    r = CliRunner().invoke(cli, args); assert r.exit_code == 0 and 'Usage:' in r.output, (args, r.output)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'datasets', 'matplotlib') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
@@ -173,8 +177,17 @@ def test_sample_options_are_the_sampling_config_with_best_of_n_defaults():
 
     defaults = {p.name: p.default for p in sample_command.params}
     assert {f.name for f in dataclasses.fields(SamplingConfig)} <= set(defaults)
-    assert {k: defaults[k] for k in ("n", "temperature", "top_p", "max_new_tokens", "seed", "top_k", "batch_size",
-                                     "conversational")} == {"n": 8, "temperature": 1.0, "top_p": 1.0,
-                                                            "max_new_tokens": 128, "seed": 0, "top_k": 0,
-                                                            "batch_size": 8, "conversational": False}
+    assert {
+        k: defaults[k]
+        for k in ("n", "temperature", "top_p", "max_new_tokens", "seed", "top_k", "batch_size", "conversational")
+    } == {
+        "n": 8,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_new_tokens": 128,
+        "seed": 0,
+        "top_k": 0,
+        "batch_size": 8,
+        "conversational": False,
+    }
     assert "[default: 8]" in " ".join(run("bon", "sample", "--help").stdout.split())

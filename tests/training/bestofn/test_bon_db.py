@@ -37,7 +37,7 @@ def borda(rankings, index):
         if index not in ranked:
             continue
         tier = next(t for t in ranking if index in t)
-        below = sum(len(t) for t in ranking[ranking.index(tier) + 1:])
+        below = sum(len(t) for t in ranking[ranking.index(tier) + 1 :])
         values.append((below + 0.5 * (len(tier) - 1)) / (len(ranked) - 1))
     return float(np.mean(values)) if values else None
 
@@ -55,21 +55,36 @@ def world(tmp_path):
         size = 4 + p
         responses = [f"prompt {p} answer {i}" for i in range(size)]
         gold = np.round(rng.normal(size=size), 2)
-        proxy = np.round(gold + rng.normal(0, 0.7, size), 0)        # coarse: ties
+        proxy = np.round(gold + rng.normal(0, 0.7, size), 0)  # coarse: ties
         everyone = list(range(size))
         for name, scores in (("rm-proxy", proxy), ("gold-judge", gold)):
-            lines.append({"prompt": f"prompt {p}", "responses": responses, "annotator": name,
-                          "annotator_kind": "ai", "scores": [float(s) for s in scores],
-                          "ranking": tiers(scores, everyone), "id": f"{name}-{p}"})
+            lines.append(
+                {
+                    "prompt": f"prompt {p}",
+                    "responses": responses,
+                    "annotator": name,
+                    "annotator_kind": "ai",
+                    "scores": [float(s) for s in scores],
+                    "ranking": tiers(scores, everyone),
+                    "id": f"{name}-{p}",
+                }
+            )
         human_rankings = []
         for h, name in enumerate(("alice", "bob")):
             noisy = gold + rng.normal(0, 0.3, size)
             ranking = tiers(np.round(noisy, 0 if h else 1), everyone[:-1])
             human_rankings.append(ranking)
-            lines.append({"prompt": f"prompt {p}", "responses": responses, "annotator": name,
-                          "annotator_kind": "human", "ranking": ranking, "id": f"{name}-{p}"})
-        truth.append({"proxy": proxy, "gold": gold,
-                      "human": [borda(human_rankings, i) for i in range(size)]})
+            lines.append(
+                {
+                    "prompt": f"prompt {p}",
+                    "responses": responses,
+                    "annotator": name,
+                    "annotator_kind": "human",
+                    "ranking": ranking,
+                    "id": f"{name}-{p}",
+                }
+            )
+        truth.append({"proxy": proxy, "gold": gold, "human": [borda(human_rankings, i) for i in range(size)]})
     path = tmp_path / "rankings.jsonl"
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     return path, truth
@@ -79,8 +94,9 @@ def test_estimate_from_db_against_humans_and_a_gold_judge(cli, world):
     path, truth = world
     cli("import", "rankings", path)
 
-    out = json.loads(cli("bon", "estimate", "--from-db", "--proxy", "rm-proxy", "--true", "human",
-                         "--n", "1,2,4,6", "--json").stdout)
+    out = json.loads(
+        cli("bon", "estimate", "--from-db", "--proxy", "rm-proxy", "--true", "human", "--n", "1,2,4,6", "--json").stdout
+    )
     assert list(out) == ["n", "true", "proxy", "true_stderr", "groups", "kl_bound"]
     # Humans ranked all but the last response: prompts hold 3, 4, 5, 6 usable candidates.
     assert out["groups"] == [4, 4, 3, 1]
@@ -94,14 +110,18 @@ def test_estimate_from_db_against_humans_and_a_gold_judge(cli, world):
         if len(per_prompt) > 1:
             assert out["true_stderr"][j] == pytest.approx(np.std(per_prompt, ddof=1) / np.sqrt(len(per_prompt)))
 
-    gold = json.loads(cli("bon", "estimate", "--from-db", "--proxy", "rm-proxy", "--true", "gold-judge",
-                          "--n", "1,3,7", "--json").stdout)
+    gold = json.loads(
+        cli(
+            "bon", "estimate", "--from-db", "--proxy", "rm-proxy", "--true", "gold-judge", "--n", "1,3,7", "--json"
+        ).stdout
+    )
     assert gold["groups"] == [4, 4, 1]
     for j, n in enumerate(gold["n"]):
         want = [brute_force(t["proxy"], t["gold"], n) for t in truth if len(t["gold"]) >= n]
         assert gold["true"][j] == pytest.approx(np.mean(want))
-        assert gold["proxy"][j] == pytest.approx(np.mean([brute_force(t["proxy"], t["proxy"], n)
-                                                          for t in truth if len(t["proxy"]) >= n]))
+        assert gold["proxy"][j] == pytest.approx(
+            np.mean([brute_force(t["proxy"], t["proxy"], n) for t in truth if len(t["proxy"]) >= n])
+        )
 
     text = cli("bon", "estimate", "--from-db", "--proxy", "rm-proxy", "--n", "2").stdout
     assert "proxy: rm-proxy (score)" in text
@@ -111,8 +131,9 @@ def test_judge_without_scores_is_read_by_borda(cli, world, tmp_path):
     path, truth = world
     cli("import", "rankings", path)
     # alice has no scores: her tiers give the proxy (Borda), gold-judge the truth.
-    out = json.loads(cli("bon", "estimate", "--from-db", "--proxy", "alice", "--true", "gold-judge",
-                         "--n", "1", "--json").stdout)
+    out = json.loads(
+        cli("bon", "estimate", "--from-db", "--proxy", "alice", "--true", "gold-judge", "--n", "1", "--json").stdout
+    )
     assert out["groups"] == [4]
     assert out["true"][0] == pytest.approx(np.mean([np.mean(t["gold"][:-1]) for t in truth]))
 

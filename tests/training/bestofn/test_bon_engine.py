@@ -32,8 +32,23 @@ def prompts(sessions, reward_model, tmp_path):
 
 
 def bon(url: str, prompts, *args) -> list[str]:
-    return ["bon", "sample", "--reward-model", "rm-tiny", "--engine", "openai", "--api-base", url,
-            "--policy", "fault-model", "--prompts", str(prompts), "--n", "4", *map(str, args)]
+    return [
+        "bon",
+        "sample",
+        "--reward-model",
+        "rm-tiny",
+        "--engine",
+        "openai",
+        "--api-base",
+        url,
+        "--policy",
+        "fault-model",
+        "--prompts",
+        str(prompts),
+        "--n",
+        "4",
+        *map(str, args),
+    ]
 
 
 def test_draws_from_a_server_are_scored_stored_and_never_asked_twice(cli, sessions, fault_server, prompts):
@@ -43,7 +58,7 @@ def test_draws_from_a_server_are_scored_stored_and_never_asked_twice(cli, sessio
     assert out["policy"] == "openai:fault-model" and out["kl_beirami"] is None
     # Each draw is a request of its own: 8 answered, 4 refused for the prompt itself.
     assert (out["engine"]["requests"], out["engine"]["quarantined"], faults.asked["chat"]) == (8, 4, 12)
-    (reason, draws), = out["reasons"].items()
+    ((reason, draws),) = out["reasons"].items()
     assert "maximum context length is 300" in reason and draws == 1
     with sessions.begin() as session:
         candidates = session.scalars(select(Candidate)).all()

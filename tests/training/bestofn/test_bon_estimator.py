@@ -11,8 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.properties import examples
-
 from preflab.errors import InputError
 from preflab.training.bestofn.estimator import (
     bon_expectations,
@@ -21,6 +19,7 @@ from preflab.training.bestofn.estimator import (
     midranks,
     selection_probs,
 )
+from tests.properties import examples
 
 
 def brute_force(proxy, true, n):
@@ -34,10 +33,12 @@ def brute_force(proxy, true, n):
     return total / count
 
 
-samples = st.integers(1, 8).flatmap(lambda size: st.tuples(
-    st.lists(st.integers(0, 3).map(float), min_size=size, max_size=size),   # few levels: many ties
-    st.lists(st.floats(-10, 10, allow_nan=False), min_size=size, max_size=size),
-))
+samples = st.integers(1, 8).flatmap(
+    lambda size: st.tuples(
+        st.lists(st.integers(0, 3).map(float), min_size=size, max_size=size),  # few levels: many ties
+        st.lists(st.floats(-10, 10, allow_nan=False), min_size=size, max_size=size),
+    )
+)
 
 
 @settings(max_examples=examples(150), deadline=None)
@@ -53,7 +54,7 @@ def test_matches_every_subset(data):
 def test_without_ties_the_weights_are_binomials():
     rng = np.random.default_rng(3)
     size = 40
-    proxy = rng.permutation(size).astype(float)   # rank k = proxy + 1
+    proxy = rng.permutation(size).astype(float)  # rank k = proxy + 1
     for n in (1, 2, 7, 40):
         probs = selection_probs(proxy, [n])[0]
         for i in range(size):
@@ -148,7 +149,7 @@ def test_estimate_means_over_groups_with_enough_samples():
     assert result.true[2] == pytest.approx(2.0)
     per_group = np.array([1.0, 15.0])
     assert result.true_stderr[0] == pytest.approx(per_group.std(ddof=1) / math.sqrt(2))
-    assert result.true_stderr[2] is None          # one group: no spread to measure
+    assert result.true_stderr[2] is None  # one group: no spread to measure
     assert result.kl_bound == pytest.approx([0.0, math.log(2) - 0.5, math.log(3) - 2 / 3])
 
 

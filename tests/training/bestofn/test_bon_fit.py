@@ -29,7 +29,7 @@ def test_noisy_points_and_no_baseline_point():
     kl = kl_bound(np.arange(2, 2000))
     d = np.sqrt(kl)
     reward = 0.5 + d * (1.2 - 0.3 * d) + rng.normal(0, 0.01, d.size)
-    fit = fit_gao(kl, reward)          # no n = 1 point: the baseline is fitted too
+    fit = fit_gao(kl, reward)  # no n = 1 point: the baseline is fitted too
     assert fit.alpha == pytest.approx(1.2, abs=0.05)
     assert fit.beta == pytest.approx(0.3, abs=0.02)
     assert fit.baseline == pytest.approx(0.5, abs=0.05)
@@ -42,7 +42,7 @@ def test_dense_large_n_does_not_dominate():
 
     def reward(n):
         d = np.sqrt(kl_bound(n))
-        return d * (1.0 - 0.1 * d) + 0.05 * np.sin(3 * d)   # not exactly the law
+        return d * (1.0 - 0.1 * d) + 0.05 * np.sin(3 * d)  # not exactly the law
 
     a, b = fit_gao(kl_bound(n_all), reward(n_all)), fit_gao(kl_bound(n_pow2), reward(n_pow2))
     assert a.alpha == pytest.approx(b.alpha, rel=0.1) and a.beta == pytest.approx(b.beta, rel=0.15)

@@ -10,8 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.properties import examples
-
 from preflab.errors import InputError
 from preflab.training.bestofn.kl import (
     beirami_expected,
@@ -24,6 +22,7 @@ from preflab.training.bestofn.kl import (
     win_rate_bound,
     win_rate_exact,
 )
+from tests.properties import examples
 
 
 def enumerate_bon(probs, rewards, n):
@@ -37,16 +36,21 @@ def enumerate_bon(probs, rewards, n):
         for i in tied:
             pick[i] += chance / len(tied)
     kl = sum(pick[i] * math.log(pick[i] / probs[i]) for i in range(k) if pick[i] > 0)
-    win = sum(pick[i] * probs[j] * (1.0 if rewards[i] > rewards[j] else 0.5 if rewards[i] == rewards[j] else 0.0)
-              for i in range(k) for j in range(k))
+    win = sum(
+        pick[i] * probs[j] * (1.0 if rewards[i] > rewards[j] else 0.5 if rewards[i] == rewards[j] else 0.0)
+        for i in range(k)
+        for j in range(k)
+    )
     return pick, kl, win
 
 
-distributions = st.integers(1, 4).flatmap(lambda k: st.tuples(
-    st.lists(st.floats(0.0, 1.0), min_size=k, max_size=k).filter(lambda w: sum(w) > 0.05),
-    st.lists(st.integers(0, 2).map(float), min_size=k, max_size=k),     # few levels: ties
-    st.integers(1, 4),
-))
+distributions = st.integers(1, 4).flatmap(
+    lambda k: st.tuples(
+        st.lists(st.floats(0.0, 1.0), min_size=k, max_size=k).filter(lambda w: sum(w) > 0.05),
+        st.lists(st.integers(0, 2).map(float), min_size=k, max_size=k),  # few levels: ties
+        st.integers(1, 4),
+    )
+)
 
 
 @settings(max_examples=examples(120), deadline=None)
@@ -86,7 +90,7 @@ def test_point_masses_make_the_bound_loose():
     assert result.kl_exact[0] == pytest.approx(0.0, abs=1e-12)
     for exact, bound in zip(result.kl_exact[1:], result.kl_bound[1:]):
         assert exact < bound
-    assert result.win_rate == pytest.approx([0.5, 0.64, 0.7246])   # ½ Σ (Fⁿ − Gⁿ)(F + G) by hand
+    assert result.win_rate == pytest.approx([0.5, 0.64, 0.7246])  # ½ Σ (Fⁿ − Gⁿ)(F + G) by hand
     assert result.win_rate_bound == pytest.approx([0.5, 2 / 3, 0.8])
 
 
@@ -112,9 +116,9 @@ def test_tiny_level_masses_keep_their_digits():
 
 def test_beirami_closed_form_limits():
     n = np.array([1, 2, 16, 1000])
-    assert beirami_kl(np.full(4, 1.0), n) == pytest.approx([0, 0, 0, 0], abs=1e-12)        # the only output
-    assert beirami_kl(np.full(4, 1e-12), n) == pytest.approx(kl_bound(n), abs=1e-6)        # ε → 0: the bound
-    assert beirami_kl_log(np.full(4, -2000.0), n) == pytest.approx(kl_bound(n))           # e^−2000 underflows
+    assert beirami_kl(np.full(4, 1.0), n) == pytest.approx([0, 0, 0, 0], abs=1e-12)  # the only output
+    assert beirami_kl(np.full(4, 1e-12), n) == pytest.approx(kl_bound(n), abs=1e-6)  # ε → 0: the bound
+    assert beirami_kl_log(np.full(4, -2000.0), n) == pytest.approx(kl_bound(n))  # e^−2000 underflows
     assert beirami_kl([0.3], [1])[0] == pytest.approx(0.0, abs=1e-12)
     eps, m = 0.25, 3
     keep = (1 - eps) ** m
@@ -138,12 +142,15 @@ def test_zero_probability_outcomes_play_no_part():
         assert with_zero[key] == pytest.approx(values)
 
 
-@pytest.mark.parametrize("probs,rewards,match", [
-    ([0.5, 0.3], [1.0, 2.0], "sum to 0.8, not 1"),
-    ([0.5, 0.5], [1.0], "2 probabilities but 1 rewards"),
-    ([1.5, -0.5], [1.0, 2.0], "non-negative"),
-    ([1.0], [float("inf")], "finite"),
-])
+@pytest.mark.parametrize(
+    "probs,rewards,match",
+    [
+        ([0.5, 0.3], [1.0, 2.0], "sum to 0.8, not 1"),
+        ([0.5, 0.5], [1.0], "2 probabilities but 1 rewards"),
+        ([1.5, -0.5], [1.0, 2.0], "non-negative"),
+        ([1.0], [float("inf")], "finite"),
+    ],
+)
 def test_bad_distributions_are_refused(probs, rewards, match):
     with pytest.raises(InputError, match=match):
         theory(probs, rewards, [2])

@@ -38,8 +38,23 @@ def setup(sessions, models, tmp_path):
 def test_sample_stores_every_draw_and_the_estimate_reads_them(cli, sessions, setup):
     policy, rm, prompts = setup
     n = 4
-    out = json.loads(cli("bon", "sample", "--reward-model", "rm-tiny", "--policy", policy, "--n", n,
-                         "--prompts", prompts, "--max-new-tokens", 6, "--json").stdout)
+    out = json.loads(
+        cli(
+            "bon",
+            "sample",
+            "--reward-model",
+            "rm-tiny",
+            "--policy",
+            policy,
+            "--n",
+            n,
+            "--prompts",
+            prompts,
+            "--max-new-tokens",
+            6,
+            "--json",
+        ).stdout
+    )
     assert out["prompts"] == 3 and out["samples"] == 3 * n and out["kept"] == 0
     assert out["kl_bound"] == pytest.approx(math.log(n) - (n - 1) / n)
     # Beirami's estimate is read off the kept responses' own sampling probabilities.
@@ -60,9 +75,11 @@ def test_sample_stores_every_draw_and_the_estimate_reads_them(cli, sessions, set
         assert len(rankings) == 3 and {r.status for r in rankings} == {"valid"}
         for ranking in rankings:
             items = ranking.items
-            assert sum(i.details["copies"] for i in items) == n          # every draw accounted for
-            candidates = {c.id: c for c in session.scalars(select(Candidate).where(
-                Candidate.id.in_([i.candidate_id for i in items])))}
+            assert sum(i.details["copies"] for i in items) == n  # every draw accounted for
+            candidates = {
+                c.id: c
+                for c in session.scalars(select(Candidate).where(Candidate.id.in_([i.candidate_id for i in items])))
+            }
             prompt = candidates[items[0].candidate_id].prompt.text
             texts = [candidates[i.candidate_id].text for i in items]
             # The stored score is the reward model's score of (prompt, response).
@@ -74,8 +91,7 @@ def test_sample_stores_every_draw_and_the_estimate_reads_them(cli, sessions, set
             assert chosen[0].tier == 0
             kept = next(s for s in out["selected"] if s["candidate_id"] == chosen[0].candidate_id)
             assert kept["logprob"] == pytest.approx(chosen[0].details["logprob"])
-            assert kept["mean_score"] == pytest.approx(
-                sum(i.score * i.details["copies"] for i in items) / n, abs=1e-5)
+            assert kept["mean_score"] == pytest.approx(sum(i.score * i.details["copies"] for i in items) / n, abs=1e-5)
             for item in items:
                 sampling = candidates[item.candidate_id].sampling
                 assert sampling["best_of"] == n and sampling["temperature"] == 1.0
@@ -88,11 +104,43 @@ def test_sample_stores_every_draw_and_the_estimate_reads_them(cli, sessions, set
     assert est["proxy"][2] == pytest.approx(np.mean([s["score"] for s in out["selected"]]), abs=1e-6)
     assert out["estimate"]["proxy"] == pytest.approx(est["proxy"])
 
-    again = json.loads(cli("bon", "sample", "--reward-model", "rm-tiny", "--policy", policy, "--n", n,
-                           "--prompts", prompts, "--max-new-tokens", 6, "--json").stdout)
-    assert again["prompts"] == 0 and again["kept"] == 3          # same settings: nothing sampled twice
-    reseeded = json.loads(cli("bon", "sample", "--reward-model", "rm-tiny", "--policy", policy, "--n", n,
-                              "--prompts", prompts, "--max-new-tokens", 6, "--seed", 1, "--json").stdout)
+    again = json.loads(
+        cli(
+            "bon",
+            "sample",
+            "--reward-model",
+            "rm-tiny",
+            "--policy",
+            policy,
+            "--n",
+            n,
+            "--prompts",
+            prompts,
+            "--max-new-tokens",
+            6,
+            "--json",
+        ).stdout
+    )
+    assert again["prompts"] == 0 and again["kept"] == 3  # same settings: nothing sampled twice
+    reseeded = json.loads(
+        cli(
+            "bon",
+            "sample",
+            "--reward-model",
+            "rm-tiny",
+            "--policy",
+            policy,
+            "--n",
+            n,
+            "--prompts",
+            prompts,
+            "--max-new-tokens",
+            6,
+            "--seed",
+            1,
+            "--json",
+        ).stdout
+    )
     assert reseeded["prompts"] == 3 and reseeded["superseded"] == 3
     with sessions.begin() as session:
         valid = session.scalars(select(Ranking).where(Ranking.status == "valid")).all()
@@ -103,9 +151,9 @@ def test_logprob_is_the_sampling_probability(models):
     """With temperature 1 and no truncation, a draw's log-probability is the policy's own."""
     import torch
 
+    from preflab.lm.loading import chat_text, load_causal_lm
     from preflab.training.bestofn.config import BON_DEFAULTS, BonSampleConfig
     from preflab.training.bestofn.sample import sample_sequences
-    from preflab.lm.loading import chat_text, load_causal_lm
 
     policy, _ = models
     model, tokenizer = load_causal_lm(str(policy), device="cpu")
@@ -124,10 +172,11 @@ def test_logprob_is_the_sampling_probability(models):
 
 def test_bad_reward_model_is_one_line_error(cli, setup):
     policy, _, prompts = setup
-    for name, message in (("nope", "no model version named 'nope'"),
-                          ("policy-tiny", "is a policy model, not a reward model")):
-        result = cli("bon", "sample", "--reward-model", name, "--policy", policy, "--prompts", prompts,
-                     expect_ok=False)
+    for name, message in (
+        ("nope", "no model version named 'nope'"),
+        ("policy-tiny", "is a policy model, not a reward model"),
+    ):
+        result = cli("bon", "sample", "--reward-model", name, "--policy", policy, "--prompts", prompts, expect_ok=False)
         assert result.exit_code != 0
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and message in lines[0]

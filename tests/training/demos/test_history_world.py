@@ -22,8 +22,10 @@ def test_the_chat_template_renders_the_tokens_the_world_trains_on():
 
     tokenizer = world.chat_tokenizer()
     messages = world.conversation(7, [4, 5, 9, 1])
-    assert tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == \
-        "<system> 7 </s> <user> 4 5 9 1 </s> <assistant>"
+    assert (
+        tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        == "<system> 7 </s> <user> 4 5 9 1 </s> <assistant>"
+    )
     reply = [{"role": "assistant", "content": "8 5 6 0"}]
     ids = tokenizer.apply_chat_template(messages + reply, tokenize=True, return_dict=True)["input_ids"]
     assert list(ids) == world.encode(7, [4, 5, 9, 1], [8, 5, 6, 0])
@@ -38,9 +40,25 @@ def test_dpo_on_the_conversational_export_learns_to_follow_an_earlier_instructio
     from preflab.training.demos import history_world as world
     from preflab.training.demos import toy_world as toy
 
-    result = CliRunner().invoke(cli, ["--database-url", sqlite_url, "demo", "toy", "--world", "history", "--prompts",
-                                      "400", "--base-steps", "200", "--workdir", str(tmp_path / "history"), "--json"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--database-url",
+            sqlite_url,
+            "demo",
+            "toy",
+            "--world",
+            "history",
+            "--prompts",
+            "400",
+            "--base-steps",
+            "200",
+            "--workdir",
+            str(tmp_path / "history"),
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["world"] == "history" and report["held_out_conversations"] >= 50
@@ -59,8 +77,11 @@ def test_dpo_on_the_conversational_export_learns_to_follow_an_earlier_instructio
 
     # The same last user turn gets a different first digit for each instruction: the history decides.
     policy = AutoModelForCausalLM.from_pretrained(Path(report["workdir"]) / "dpo" / "model")
-    conversations = [(instruction, digits) for digits in ([0, 3, 6, 8], [9, 1, 4, 2], [5, 7, 2, 3])
-                     for instruction in sorted(toy.allowed(digits))]
+    conversations = [
+        (instruction, digits)
+        for digits in ([0, 3, 6, 8], [9, 1, 4, 2], [5, 7, 2, 3])
+        for instruction in sorted(toy.allowed(digits))
+    ]
     with torch.no_grad():
         probs = policy(input_ids=torch.tensor([world.encode(i, d) for i, d in conversations])).logits[:, -1].softmax(-1)
     followed = [probs[n, toy.DIGIT0 + i].item() for n, (i, _) in enumerate(conversations)]

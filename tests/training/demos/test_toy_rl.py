@@ -13,17 +13,40 @@ from tests.toy_data import one_thread  # noqa: F401 (fixture)
 pytestmark = pytest.mark.slow
 
 # What `demo toy --json` reports, whichever way the policy learned.
-KEYS = {"rm_accuracy", "p_preferred_before", "p_preferred_after", "kl_to_base", "base_rule_rate_after",
-        "base_rule_rate_before", "stop_rate_after", "stop_rate_before", "dpo_heldout_reward_accuracy", "rankings",
-        "imported", "pairs", "dataset", "held_out_prompts", "reward_model_version", "policy_model_version", "method",
-        "policy_metrics", "workdir", "seconds", "settings", "world"}
+KEYS = {
+    "rm_accuracy",
+    "p_preferred_before",
+    "p_preferred_after",
+    "kl_to_base",
+    "base_rule_rate_after",
+    "base_rule_rate_before",
+    "stop_rate_after",
+    "stop_rate_before",
+    "dpo_heldout_reward_accuracy",
+    "rankings",
+    "imported",
+    "pairs",
+    "dataset",
+    "held_out_prompts",
+    "reward_model_version",
+    "policy_model_version",
+    "method",
+    "policy_metrics",
+    "workdir",
+    "seconds",
+    "settings",
+    "world",
+}
 
 
 def test_rl_learns_the_hidden_preference_from_the_reward_model_and_keeps_the_language(sqlite_url, tmp_path):
     from preflab.db.engine import open_database, session_factory
 
-    result = CliRunner().invoke(cli, ["--database-url", sqlite_url, "demo", "toy", "--method", "rl", "--workdir",
-                                      str(tmp_path / "toy"), "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        ["--database-url", sqlite_url, "demo", "toy", "--method", "rl", "--workdir", str(tmp_path / "toy"), "--json"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert set(report) == KEYS and report["method"] == "rl" and report["world"] == "digits"
@@ -42,4 +65,8 @@ def test_rl_learns_the_hidden_preference_from_the_reward_model_and_keeps_the_lan
     with session_factory(open_database(sqlite_url)).begin() as session:
         runs = session.scalars(select(TrainingRun).order_by(TrainingRun.id)).all()
         assert [(r.kind, r.status) for r in runs] == [("reward-grouped", "succeeded"), ("rl", "succeeded")]
-        assert session.scalars(select(ModelVersion.kind).order_by(ModelVersion.id)).all() == ["base", "reward", "policy"]
+        assert session.scalars(select(ModelVersion.kind).order_by(ModelVersion.id)).all() == [
+            "base",
+            "reward",
+            "policy",
+        ]

@@ -31,7 +31,10 @@ def test_the_toy_world_learns_the_hidden_preference_and_keeps_the_language(sqlit
     assert report["p_preferred_after"] >= 0.9
     assert report["dpo_heldout_reward_accuracy"] >= 0.9
     # …while the later digits keep the base rule and sentences still end after four digits.
-    assert report["base_rule_rate_after"] >= 0.85 and report["base_rule_rate_after"] >= report["base_rule_rate_before"] - 0.1
+    assert (
+        report["base_rule_rate_after"] >= 0.85
+        and report["base_rule_rate_after"] >= report["base_rule_rate_before"] - 0.1
+    )
     assert report["stop_rate_after"] >= 0.9
     # Moving one digit from 1/4 to ~1 costs about log 4 nats: the policy moved, but not far.
     assert 0.5 < report["kl_to_base"] < 3.0
@@ -44,8 +47,19 @@ def test_the_toy_world_learns_the_hidden_preference_and_keeps_the_language(sqlit
         assert kinds == ["base", "reward", "policy"]
 
     # The policy beats its base model on the held-out prompts, as judged by the toy's reward model.
-    judged = run(sqlite_url, "train", "eval", report["policy_model_version"], "--judge", "reward-model",
-                 "--judge-model", report["reward_model_version"], "--max-new-tokens", 6, "--json")
+    judged = run(
+        sqlite_url,
+        "train",
+        "eval",
+        report["policy_model_version"],
+        "--judge",
+        "reward-model",
+        "--judge-model",
+        report["reward_model_version"],
+        "--max-new-tokens",
+        6,
+        "--json",
+    )
     assert judged["prompts"] == report["held_out_prompts"] and judged["win_rate"] >= 0.7
     assert judged["against"].startswith("/") and judged["judge"] == "reward-model"
 
@@ -53,8 +67,9 @@ def test_the_toy_world_learns_the_hidden_preference_and_keeps_the_language(sqlit
     from tests.tiny_models import tiny_reward_model
 
     with sessions.begin() as session:
-        session.add(ModelVersion(name="untrained", kind="reward",
-                                 path=str(tiny_reward_model(tmp_path / "untrained", seed=0))))
+        session.add(
+            ModelVersion(name="untrained", kind="reward", path=str(tiny_reward_model(tmp_path / "untrained", seed=0)))
+        )
     bench = run(sqlite_url, "train", "eval", report["reward_model_version"], "--compare", "untrained", "--json")
     assert bench["bench"]["accuracy"] == pytest.approx(report["rm_accuracy"]) and bench["bench"]["low"] >= 0.9
     assert {row["group"] for row in bench["bench"]["by_annotator_kind"]} == {"human"}  # the simulated annotator

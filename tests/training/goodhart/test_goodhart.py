@@ -1,5 +1,6 @@
 """The Goodhart frontier: the counting world's truth, exact points, the chart, `demo goodhart`, `bon frontier`."""
 
+import itertools
 import json
 import random
 
@@ -74,7 +75,7 @@ def test_exact_log_probabilities_are_the_models_own(toy_base):
         output = [rng.randrange(10) for _ in range(4)]
         ids = torch.tensor([toy.encode(prompt, output)])
         with torch.no_grad():
-            digits = model(input_ids=ids).logits[0, 4:8, toy.DIGIT0:toy.DIGIT0 + 10].double().log_softmax(-1)
+            digits = model(input_ids=ids).logits[0, 4:8, toy.DIGIT0 : toy.DIGIT0 + 10].double().log_softmax(-1)
         direct = sum(digits[k, d].item() for k, d in enumerate(output))
         assert logp[i, world.output_index(output)] == pytest.approx(direct, abs=1e-6)
 
@@ -102,8 +103,7 @@ def test_best_of_n_points_are_exact_and_start_at_the_reference():
     for point, n in zip(points[1:], (4, 64)):
         ref = np.exp(ref_logp)
         kept = np.where(ref >= 1e-7, ref, 0)
-        exact = np.mean([kl_exact(k / k.sum(), np.where(k > 0, s, 0), [n])[0]
-                         for k, s in zip(kept, proxy.values)])
+        exact = np.mean([kl_exact(k / k.sum(), np.where(k > 0, s, 0), [n])[0] for k, s in zip(kept, proxy.values)])
         assert point.kl == pytest.approx(exact) and point.kl <= kl_bound(n) + 1e-9
     assert points[0].proxy < points[1].proxy < points[2].proxy  # best-of-n climbs the proxy
 
@@ -117,14 +117,19 @@ def test_a_policy_point_scores_the_whole_distribution():
     ref = np.exp(ref_logp)
     assert point.true == pytest.approx(true.max(axis=1).mean())
     assert point.kl == pytest.approx(np.mean(-ref_logp[np.arange(2), top]))
-    expected = np.mean([ref[i][true[i] < true[i, top[i]]].sum() + 0.5 * ref[i][true[i] == true[i, top[i]]].sum()
-                        for i in range(2)])
+    expected = np.mean(
+        [ref[i][true[i] < true[i, top[i]]].sum() + 0.5 * ref[i][true[i] == true[i, top[i]]].sum() for i in range(2)]
+    )
     assert point.win_rate == pytest.approx(expected)
 
 
 def test_findings_say_where_the_true_reward_turns_down():
-    points = [Point("rl", "beta=1", 0.2, 0.5, 0.6, 0.6), Point("rl", "beta=0.1", 1.0, 0.9, 0.9, 0.7),
-              Point("rl", "beta=0", 3.0, 1.4, 0.1, 0.4), Point("dpo", "beta=0.1", 0.2, 0.4, 0.7, 0.65)]
+    points = [
+        Point("rl", "beta=1", 0.2, 0.5, 0.6, 0.6),
+        Point("rl", "beta=0.1", 1.0, 0.9, 0.9, 0.7),
+        Point("rl", "beta=0", 3.0, 1.4, 0.1, 0.4),
+        Point("dpo", "beta=0.1", 0.2, 0.4, 0.7, 0.65),
+    ]
     found = findings(points, baseline=0.3)
     rl = found["methods"]["rl"]
     assert rl["overoptimised"] and rl["peak_setting"] == "beta=0.1"
@@ -139,22 +144,54 @@ def test_the_chart_is_written(tmp_path):
     from preflab.training.bestofn.fit import fit_gao
     from preflab.training.goodhart.chart import frontier_chart
 
-    points = [Point("best-of-n", f"n={n}", kl, 0.3 + kl / 4, 0.3 + 0.2 * kl - 0.05 * kl * kl, 0.5 + kl / 20)
-              for n, kl in ((1, 0.0), (4, 0.64), (16, 1.83), (64, 3.17))]
+    points = [
+        Point("best-of-n", f"n={n}", kl, 0.3 + kl / 4, 0.3 + 0.2 * kl - 0.05 * kl * kl, 0.5 + kl / 20)
+        for n, kl in ((1, 0.0), (4, 0.64), (16, 1.83), (64, 3.17))
+    ]
     points.append(Point("rl", "beta=0.1", 0.8, 0.6, 0.4, 0.55, kl_stderr=0.05))
     fits = {"best-of-n": fit_gao([p.kl for p in points[1:4]], [p.true for p in points[1:4]], baseline=0.3), "rl": None}
     out = frontier_chart(points, fits, 0.3, tmp_path / "chart.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000
 
 
-QUICK = ["--prompts", 60, "--more-prompts", 120, "--eval-prompts", 8, "--base-steps", 120, "--ns", "1,4,16,64",
-         "--dpo-betas", "0.1", "--simpo-betas", "2", "--rl-betas", "0,1", "--rl-steps", 16]
+QUICK = [
+    "--prompts",
+    60,
+    "--more-prompts",
+    120,
+    "--eval-prompts",
+    8,
+    "--base-steps",
+    120,
+    "--ns",
+    "1,4,16,64",
+    "--dpo-betas",
+    "0.1",
+    "--simpo-betas",
+    "2",
+    "--rl-betas",
+    "0,1",
+    "--rl-steps",
+    16,
+]
 
 
 @pytest.mark.slow
 def test_demo_goodhart_puts_every_method_on_one_chart(sqlite_url, tmp_path):
-    result = CliRunner().invoke(cli, ["--database-url", sqlite_url, "demo", "goodhart", "--workdir",
-                                      str(tmp_path / "g"), *map(str, QUICK), "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--database-url",
+            sqlite_url,
+            "demo",
+            "goodhart",
+            "--workdir",
+            str(tmp_path / "g"),
+            *map(str, QUICK),
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     methods = {p["method"] for p in report["points"]}
@@ -163,7 +200,7 @@ def test_demo_goodhart_puts_every_method_on_one_chart(sqlite_url, tmp_path):
     assert [p["setting"] for p in bon] == ["n=1", "n=4", "n=16", "n=64"] and bon[0]["kl"] == pytest.approx(0, abs=1e-9)
     # n = 1 is the reference (drawn from the outputs holding all but ~1e-4 of its mass).
     assert bon[0]["true"] == pytest.approx(report["reference"]["true"], abs=1e-3)
-    assert all(b["kl"] > a["kl"] for a, b in zip(bon, bon[1:]))  # KL grows with n
+    assert all(b["kl"] > a["kl"] for a, b in itertools.pairwise(bon))  # KL grows with n
     rl = {p["setting"]: p for p in report["points"] if p["method"] == "rl"}
     assert rl["beta=0"]["kl"] > rl["beta=1"]["kl"]  # the KL penalty holds the policy back
     assert rl["beta=0"]["proxy"] > report["reference"]["proxy"]  # RL climbed the proxy
@@ -205,14 +242,32 @@ def write_lineage_rankings(base, policy, path, prompts) -> int:
         outputs = list(texts)
         if len(outputs) < 2:
             continue
-        common = {"prompt": toy.prompt_text(prompt), "responses": [toy.completion_text(o) for o in outputs],
-                  "model": models}
-        lines.append({**common, "ranking": toy.annotator_tiers(prompt, outputs), "annotator": "toy-human",
-                      "annotator_kind": "human", "id": f"human-{i}"})
+        common = {
+            "prompt": toy.prompt_text(prompt),
+            "responses": [toy.completion_text(o) for o in outputs],
+            "model": models,
+        }
+        lines.append(
+            {
+                **common,
+                "ranking": toy.annotator_tiers(prompt, outputs),
+                "annotator": "toy-human",
+                "annotator_kind": "human",
+                "id": f"human-{i}",
+            }
+        )
         scores = [float(o[0] == toy.preferred_first(prompt)) + rng.gauss(0, 0.3) for o in outputs]
         order = sorted(range(len(outputs)), key=lambda j: -scores[j])
-        lines.append({**common, "ranking": [[j] for j in order], "scores": scores, "annotator": "proxy-rm",
-                      "annotator_kind": "ai", "id": f"proxy-{i}"})
+        lines.append(
+            {
+                **common,
+                "ranking": [[j] for j in order],
+                "scores": scores,
+                "annotator": "proxy-rm",
+                "annotator_kind": "ai",
+                "id": f"proxy-{i}",
+            }
+        )
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return len(lines)
 
@@ -224,15 +279,44 @@ def test_bon_frontier_charts_a_lineage_of_real_model_versions(toy_store, toy_bas
     from preflab.training.methods import train
 
     url, sessions = toy_store
-    policy = train("dpo", sessions, DPOTrainConfig(loss_type="sigmoid,sft", max_steps=24, per_device_train_batch_size=8,
-                                                 learning_rate=2e-3, max_length=16, use_cpu=True, logging_steps=8,
-                                                 save_steps=10_000), str(toy_base))
+    policy = train(
+        "dpo",
+        sessions,
+        DPOTrainConfig(
+            loss_type="sigmoid,sft",
+            max_steps=24,
+            per_device_train_batch_size=8,
+            learning_rate=2e-3,
+            max_length=16,
+            use_cpu=True,
+            logging_steps=8,
+            save_steps=10_000,
+        ),
+        str(toy_base),
+    )
     path = tmp_path / "lineage.jsonl"
     assert write_lineage_rankings(toy_base, policy.path, path, world.sample_prompts(30, seed=3)) > 40
     import_file(sessions, path, import_rankings_batch)
-    result = CliRunner().invoke(cli, ["--database-url", url, "bon", "frontier", "--policy", policy.model_version,
-                                      "--proxy", "proxy-rm", "--true", "human", "--plain", "--out",
-                                      str(tmp_path / "frontier.png"), "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--database-url",
+            url,
+            "bon",
+            "frontier",
+            "--policy",
+            policy.model_version,
+            "--proxy",
+            "proxy-rm",
+            "--true",
+            "human",
+            "--plain",
+            "--out",
+            str(tmp_path / "frontier.png"),
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["lineage"][-1] == policy.model_version and len(report["lineage"]) == 2
@@ -241,8 +325,26 @@ def test_bon_frontier_charts_a_lineage_of_real_model_versions(toy_store, toy_bas
     assert trained["kl"] > 0 and trained["kl_stderr"] > 0  # a Monte-Carlo estimate, with its error
     # DPO learned the annotator's preference: its samples win on the truth, and the proxy agrees.
     assert trained["true"] > root["true"] and trained["win_rate"] > 0.5 and trained["proxy"] > root["proxy"]
-    assert [p["setting"] for p in report["points"] if p["method"] == "best-of-n"][0] == "n=1"
+    assert next(p["setting"] for p in report["points"] if p["method"] == "best-of-n") == "n=1"
     assert (tmp_path / "frontier.png").read_bytes()[:4] == b"\x89PNG"
-    text = CliRunner().invoke(cli, ["--database-url", url, "bon", "frontier", "--policy", policy.model_version,
-                                    "--proxy", "proxy-rm", "--plain", "--out", str(tmp_path / "f2.png")]).output
+    text = (
+        CliRunner()
+        .invoke(
+            cli,
+            [
+                "--database-url",
+                url,
+                "bon",
+                "frontier",
+                "--policy",
+                policy.model_version,
+                "--proxy",
+                "proxy-rm",
+                "--plain",
+                "--out",
+                str(tmp_path / "f2.png"),
+            ],
+        )
+        .output
+    )
     assert "lineage" in text and "chart:" in text

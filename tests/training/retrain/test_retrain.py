@@ -8,14 +8,22 @@ from sqlalchemy import select
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
 from tests.training.retrain.retrain_fixtures import retrain_config, write_config  # noqa: F401 (fixture)
 from tests.training.selfreward.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
-from tests.training.step_lines import matches, step_line, step_lines, stderr_is_a_log  # noqa: F401 (fixture)
+from tests.training.step_lines import matches, stderr_is_a_log, step_line, step_lines  # noqa: F401 (fixture)
 
 
 def new_rankings(path, n: int = 3, tag: str = "late"):
-    lines = [json.dumps({"prompt": f"{tag} question {i}: what is {i} plus {i}?",
-                         "responses": [f"It is {2 * i}.", f"Maybe {2 * i + 1}.", "No idea."],
-                         "ranking": [[0], [1], [2]], "annotator": "alice", "id": f"{tag}-{i}"})
-             for i in range(n)]
+    lines = [
+        json.dumps(
+            {
+                "prompt": f"{tag} question {i}: what is {i} plus {i}?",
+                "responses": [f"It is {2 * i}.", f"Maybe {2 * i + 1}.", "No idea."],
+                "ranking": [[0], [1], [2]],
+                "annotator": "alice",
+                "id": f"{tag}-{i}",
+            }
+        )
+        for i in range(n)
+    ]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
 
@@ -27,7 +35,8 @@ def current(session) -> dict:
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread", "stderr_is_a_log")
 def test_retrain_trains_when_enough_is_new_and_a_failure_keeps_the_current_models(
-        cli, sessions, retrain_config, sample_rankings, tmp_path, monkeypatch):
+    cli, sessions, retrain_config, sample_rankings, tmp_path, monkeypatch
+):
     empty = json.loads(cli("retrain", "--config", retrain_config, "--json").stdout)
     assert (empty["status"], empty["new_comparisons"]) == ("nothing-to-do", 0)
     assert "nothing to do" in cli("retrain", "--config", retrain_config).stdout
@@ -69,8 +78,12 @@ def test_retrain_trains_when_enough_is_new_and_a_failure_keeps_the_current_model
         runs = session.scalars(select(TrainingRun).order_by(TrainingRun.id)).all()
         assert [r.status for r in runs] == ["succeeded", "succeeded", "failed", "failed"]
         assert "injected failure" in runs[-1].error
-        assert session.scalar(select(ModelVersion).where(ModelVersion.kind == "policy",
-                                                         ModelVersion.is_current.is_(False))) is None
+        assert (
+            session.scalar(
+                select(ModelVersion).where(ModelVersion.kind == "policy", ModelVersion.is_current.is_(False))
+            )
+            is None
+        )
 
     # The failed retrain did not count: the next run sees the same nine comparisons and trains.
     monkeypatch.delenv("PREFLAB_FAIL_AT")
@@ -78,8 +91,10 @@ def test_retrain_trains_when_enough_is_new_and_a_failure_keeps_the_current_model
     assert recovered["status"] == "trained" and recovered["new_comparisons"] == 9
     assert recovered["since"] == version.name
     with sessions.begin() as session:
-        assert current(session) == {"reward": recovered["runs"][0]["model_version"],
-                                    "policy": recovered["runs"][1]["model_version"]}
+        assert current(session) == {
+            "reward": recovered["runs"][0]["model_version"],
+            "policy": recovered["runs"][1]["model_version"],
+        }
 
 
 def test_retrain_config_mistakes_are_one_sentence(cli, tmp_path):
@@ -106,12 +121,15 @@ def test_a_run_with_nothing_to_do_stays_light(tmp_path):
 
     config = tmp_path / "retrain.toml"
     config.write_text("min_new = 1\n[dpo]\nbeta = 0.1\n", encoding="utf-8")
-    code = ("import sys; from click.testing import CliRunner; from preflab.cli import cli\n"
-            "r = CliRunner().invoke(cli, ['--database-url', sys.argv[1], 'retrain', '--config', sys.argv[2]])\n"
-            "assert r.exit_code == 0 and 'nothing to do' in r.output, r.output\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code, f"sqlite:///{tmp_path / 'x.db'}", str(config)],
-                         capture_output=True, text=True)
+    code = (
+        "import sys; from click.testing import CliRunner; from preflab.cli import cli\n"
+        "r = CliRunner().invoke(cli, ['--database-url', sys.argv[1], 'retrain', '--config', sys.argv[2]])\n"
+        "assert r.exit_code == 0 and 'nothing to do' in r.output, r.output\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'trl', 'datasets') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, f"sqlite:///{tmp_path / 'x.db'}", str(config)], capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "[]"
 

@@ -11,9 +11,9 @@ import time
 import pytest
 from sqlalchemy import select
 
+from preflab.db.locks import describe, hold, try_acquire
 from preflab.db.models import ModelVersion, TrainingRun
 from preflab.errors import LockHeld
-from preflab.db.locks import describe, hold, try_acquire
 from tests.training.retrain.retrain_fixtures import write_config
 
 CRASHING_HOLDER = """
@@ -43,9 +43,11 @@ def test_exactly_one_of_many_contenders_takes_the_lease(sessions):
         t.join()
     assert len(winners) == 1
     assert describe(sessions, "retrain")["holder"] == f"contender-{winners[0]}"
-    with pytest.raises(LockHeld, match=f"another run holds the retrain lock \\(contender-{winners[0]}, until"):
-        with hold(sessions, "retrain", ttl=60):
-            pass
+    with (
+        pytest.raises(LockHeld, match=f"another run holds the retrain lock \\(contender-{winners[0]}, until"),
+        hold(sessions, "retrain", ttl=60),
+    ):
+        pass
     # The holder may take its own lease again (a renewal); another may not.
     assert try_acquire(sessions, "retrain", f"contender-{winners[0]}", ttl=60) is not None
     assert try_acquire(sessions, "retrain", "late", ttl=60) is None
@@ -56,9 +58,8 @@ def test_a_crashed_holders_lease_expires_and_a_live_one_is_renewed(db_url, sessi
     assert crashed.returncode == 9, crashed.stderr
     info = describe(sessions, "retrain")
     assert info["holder"] == "crashed-process" and not info["expired"]
-    with pytest.raises(LockHeld, match="crashed-process"):
-        with hold(sessions, "retrain", ttl=60):
-            pass
+    with pytest.raises(LockHeld, match="crashed-process"), hold(sessions, "retrain", ttl=60):
+        pass
     time.sleep(max(0.0, (info["expires_at"] - info["acquired_at"]).total_seconds()) + 0.3)
     with hold(sessions, "retrain", ttl=0.9) as lease:
         first_expiry = lease.expires_at
@@ -75,8 +76,9 @@ def test_two_overlapping_retrain_processes_train_once(cli, sessions, db_url, tmp
     cli("import", "rankings", sample_rankings)
     command = [sys.executable, "-m", "preflab", "--database-url", db_url, "retrain", "--config", str(config), "--json"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny models: one thread each is faster
-    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                 for _ in range(2)]
+    processes = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)
+    ]
     results = [p.communicate(timeout=600) for p in processes]
     assert [p.returncode for p in processes] == [0, 0], [err[-2000:] for _, err in results]
     outcomes = sorted((json.loads(out) for out, _ in results), key=lambda r: r["status"])
@@ -93,8 +95,7 @@ def test_two_overlapping_retrain_processes_train_once(cli, sessions, db_url, tmp
 
 
 @pytest.mark.slow
-def test_a_terminated_retrain_records_its_run_as_failed_and_gives_the_lease_back(sqlite_url, tmp_path,
-                                                                                  sample_rankings):
+def test_a_terminated_retrain_records_its_run_as_failed_and_gives_the_lease_back(sqlite_url, tmp_path, sample_rankings):
     """SIGTERM (a scheduler's timeout, systemd stopping, a Kubernetes eviction) is not a crash: the run
     is marked failed and the next run need not wait for the lease to expire."""
     from preflab.db.engine import open_database, session_factory
@@ -104,8 +105,9 @@ def test_a_terminated_retrain_records_its_run_as_failed_and_gives_the_lease_back
     import_file(sessions, sample_rankings, import_rankings_batch)
     config = write_config(tmp_path / "retrain", reward=True, dpo=False, max_steps=100_000)
     command = [sys.executable, "-m", "preflab", "--database-url", sqlite_url, "retrain", "--config", str(config)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
     deadline = time.monotonic() + 300
     while not list((tmp_path / "retrain" / "runs").glob("*/reward/data/dataset_dict.json")):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()

@@ -27,9 +27,23 @@ def test_cron_lines_are_read_with_or_without_seconds():
 def test_the_scheduler_fires_the_retrain_job_at_a_test_schedule(sqlite_url, tmp_path):
     config = write_config(tmp_path / "retrain")
     log_file = tmp_path / "schedule.log"
-    result = CliRunner().invoke(cli, ["--database-url", sqlite_url, "schedule", "--cron", "* * * * * *",
-                                      "--config", str(config), "--max-runs", "2", "--log-file", str(log_file)],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--database-url",
+            sqlite_url,
+            "schedule",
+            "--cron",
+            "* * * * * *",
+            "--config",
+            str(config),
+            "--max-runs",
+            "2",
+            "--log-file",
+            str(log_file),
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     assert "scheduler stopped after 2 run(s)" in result.stdout
     log = log_file.read_text(encoding="utf-8")
@@ -44,12 +58,16 @@ def test_the_scheduler_fires_the_retrain_job_at_a_test_schedule(sqlite_url, tmp_
     assert len(started) == 2 and (started[1] - started[0]).total_seconds() >= 1
 
 
-@pytest.mark.parametrize("cron, message", [
-    ("61 * * * *", "is not a valid schedule"),
-    ("0 3 * *", "must have 5 fields"),
-])
+@pytest.mark.parametrize(
+    "cron, message",
+    [
+        ("61 * * * *", "is not a valid schedule"),
+        ("0 3 * *", "must have 5 fields"),
+    ],
+)
 def test_a_bad_schedule_is_one_sentence(sqlite_url, tmp_path, cron, message):
     config = write_config(tmp_path / "retrain")
-    result = CliRunner().invoke(cli, ["--database-url", sqlite_url, "schedule", "--cron", cron, "--config",
-                                      str(config)])
+    result = CliRunner().invoke(
+        cli, ["--database-url", sqlite_url, "schedule", "--cron", cron, "--config", str(config)]
+    )
     assert result.exit_code == 1 and message in result.output and result.output.startswith("Error: --cron")

@@ -12,10 +12,12 @@ from preflab.training.reward_eval.score import Scored
 
 
 def _facts(n, prompts=None, categories=None, kinds=None, margins=None):
-    return PairFacts(prompt_ids=np.asarray(prompts if prompts is not None else range(n)),
-                     categories=np.array(categories or ["chat"] * n, dtype=object),
-                     annotator_kinds=np.array(kinds or ["human"] * n, dtype=object),
-                     margins=np.asarray(margins if margins is not None else [1.0] * n, dtype=float))
+    return PairFacts(
+        prompt_ids=np.asarray(prompts if prompts is not None else range(n)),
+        categories=np.array(categories or ["chat"] * n, dtype=object),
+        annotator_kinds=np.array(kinds or ["human"] * n, dtype=object),
+        margins=np.asarray(margins if margins is not None else [1.0] * n, dtype=float),
+    )
 
 
 def _split(chosen, rejected):
@@ -44,11 +46,18 @@ def test_a_model_that_loves_length_shows_its_bias():
 
 def test_breakdowns_by_category_kind_and_margin():
     gap = np.array([1, 1, -1, 1, -1, -1, 1, 1], dtype=float)
-    facts = _facts(8, prompts=[0, 0, 0, 1, 1, 1, 2, 3], categories=["math"] * 6 + ["chat"] * 2,
-                   kinds=["human"] * 3 + ["ai"] * 5, margins=[1, 2, 1, 1, 3, 4, 1, 2])
+    facts = _facts(
+        8,
+        prompts=[0, 0, 0, 1, 1, 1, 2, 3],
+        categories=["math"] * 6 + ["chat"] * 2,
+        kinds=["human"] * 3 + ["ai"] * 5,
+        margins=[1, 2, 1, 1, 3, 4, 1, 2],
+    )
     report = bench(Scored("rm", "reward", gap), facts, _split(list("abcdefgh"), list("ABCDEFGH")), rounds=100)
-    by = {key: {row["group"]: (row["accuracy"], row["pairs"]) for row in report[key]}
-          for key in ("by_category", "by_annotator_kind", "by_margin")}
+    by = {
+        key: {row["group"]: (row["accuracy"], row["pairs"]) for row in report[key]}
+        for key in ("by_category", "by_annotator_kind", "by_margin")
+    }
     assert by["by_category"] == {"math": (0.5, 6), "chat": (1.0, 2)}
     assert [row["group"] for row in report["by_category"]] == ["math", "chat"]  # the largest first
     assert by["by_annotator_kind"] == {"ai": (0.6, 5), "human": (2 / 3, 3)}

@@ -10,8 +10,10 @@ from sqlalchemy import select
 from preflab.db.models import ModelVersion
 from tests.tiny_models import tiny_reward_model
 
-TOPICS = {"math": ["What is {a} plus {b}?", "Is {a} larger than {b}?"],
-          "chat": ["Tell me about the number {a}.", "Say hello to {b} friends."]}
+TOPICS = {
+    "math": ["What is {a} plus {b}?", "Is {a} larger than {b}?"],
+    "chat": ["Tell me about the number {a}.", "Say hello to {b} friends."],
+}
 
 
 def _conversations(path, n=24):
@@ -20,13 +22,23 @@ def _conversations(path, n=24):
     for i in range(n):
         category = "math" if i % 2 else "chat"
         question = TOPICS[category][i % 4 // 2].format(a=i, b=i + 3)
-        prompt = [{"role": "user", "content": f"Hello, I have question {i}."},
-                  {"role": "assistant", "content": "Of course, ask away."},
-                  {"role": "user", "content": question}]
+        prompt = [
+            {"role": "user", "content": f"Hello, I have question {i}."},
+            {"role": "assistant", "content": "Of course, ask away."},
+            {"role": "user", "content": question},
+        ]
         replies = [f"The answer is {i + 3}.", f"Maybe {i}, I think, or perhaps something else entirely.", "No."]
-        rows.append({"id": f"r{i}", "prompt": prompt, "responses": replies, "ranking": [[0], [1], [2]],
-                     "annotator": "alice" if i % 3 else "judge-x", "annotator_kind": "human" if i % 3 else "ai",
-                     "source": category})
+        rows.append(
+            {
+                "id": f"r{i}",
+                "prompt": prompt,
+                "responses": replies,
+                "ranking": [[0], [1], [2]],
+                "annotator": "alice" if i % 3 else "judge-x",
+                "annotator_kind": "human" if i % 3 else "ai",
+                "source": category,
+            }
+        )
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -54,8 +66,7 @@ def test_bench_breaks_accuracy_down_and_is_stored(cli, sessions, bench_store):
     from preflab.lm.loading import load_sequence_scorer
     from preflab.lm.scoring import pair_rewards
 
-    report = json.loads(cli("train", "eval", "rm-0", "--dataset-version", "held", "--bootstrap", 300,
-                            "--json").stdout)
+    report = json.loads(cli("train", "eval", "rm-0", "--dataset-version", "held", "--bootstrap", 300, "--json").stdout)
     bench = report["bench"]
     test = _test_split(bench_store)
     # Strict, pair by pair, on the prompt's messages plus the reply (the chat template reads the whole history).
@@ -79,15 +90,17 @@ def test_bench_breaks_accuracy_down_and_is_stored(cli, sessions, bench_store):
         stored = session.scalar(select(ModelVersion.metrics).where(ModelVersion.name == "rm-0"))
     assert stored["eval"] == report
     # The same command and seed give the same numbers.
-    again = json.loads(cli("train", "eval", "rm-0", "--dataset-version", "held", "--bootstrap", 300,
-                           "--json").stdout)
+    again = json.loads(cli("train", "eval", "rm-0", "--dataset-version", "held", "--bootstrap", 300, "--json").stdout)
     assert again == report
 
 
 def test_compare_gives_the_paired_difference_on_the_same_pairs(cli, sessions, bench_store):
     alone = json.loads(cli("train", "eval", "rm-1", "--dataset-version", "held", "--bootstrap", 0, "--json").stdout)
-    report = json.loads(cli("train", "eval", "rm-0", "--dataset-version", "held", "--compare", "rm-1",
-                            "--bootstrap", 300, "--json").stdout)
+    report = json.loads(
+        cli(
+            "train", "eval", "rm-0", "--dataset-version", "held", "--compare", "rm-1", "--bootstrap", 300, "--json"
+        ).stdout
+    )
     compared = report["compare"]
     with sessions.begin() as session:
         metrics = dict(session.execute(select(ModelVersion.name, ModelVersion.metrics)).all())
@@ -134,7 +147,8 @@ def _rewardbench_texts(tokenizer, example):
     out = {}
     for side in ("chosen", "rejected"):
         out[side] = tokenizer.apply_chat_template(
-            messages + [{"role": "assistant", "content": example[side][0]["content"]}], tokenize=False)
+            [*messages, {"role": "assistant", "content": example[side][0]["content"]}], tokenize=False
+        )
     return out["chosen"], out["rejected"]
 
 
@@ -142,8 +156,7 @@ def test_same_accuracy_as_rewardbench_on_the_same_pairs(cli, bench_store):
     """RewardBench's path: chat-template text, transformers' text-classification pipeline, `chosen > rejected`."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
-    report = json.loads(cli("train", "eval", "rm-1", "--dataset-version", "held", "--bootstrap", 0,
-                            "--json").stdout)
+    report = json.loads(cli("train", "eval", "rm-1", "--dataset-version", "held", "--bootstrap", 0, "--json").stdout)
     path = str(bench_store / "rm-1")
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForSequenceClassification.from_pretrained(path)
@@ -163,7 +176,6 @@ def test_same_accuracy_as_rewardbench_on_the_same_pairs(cli, bench_store):
 
     ours = zip(*pair_rewards(model, tokenizer, test["prompt"], test["chosen"], test["rejected"]))
     assert [pytest.approx(pair, abs=1e-5) for pair in ours] == theirs
-
 
 
 def test_the_report_shows_the_bench_and_the_comparison(cli, bench_store):

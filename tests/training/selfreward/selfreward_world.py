@@ -30,30 +30,60 @@ from sqlalchemy import select
 from tests.toy_data import toy_base  # noqa: F401 (fixture)
 
 # A digit prompt renders as itself; an answer follows after a space and ends with EOS.
-IDENTITY_CHAT = ("{% for m in messages %}{% if m['role'] == 'assistant' %}{{ ' ' + m['content'] + eos_token }}"
-                 "{% else %}{{ m['content'] }}{% endif %}{% endfor %}")
+IDENTITY_CHAT = (
+    "{% for m in messages %}{% if m['role'] == 'assistant' %}{{ ' ' + m['content'] + eos_token }}"
+    "{% else %}{{ m['content'] }}{% endif %}{% endfor %}"
+)
 
 # DPO as the toy demo trains it (RPO keeps the EOS after four digits), sized for a few hundred pairs.
-TOY_DPO = ["--loss-type", "sigmoid,sft", "--beta", 0.1, "--learning-rate", 2e-3, "--num-train-epochs", 4,
-           "--per-device-train-batch-size", 16, "--max-length", 16, "--use-cpu", "--logging-steps", 5,
-           "--save-steps", 10_000, "--warmup-steps", 0.1]
+TOY_DPO = [
+    "--loss-type",
+    "sigmoid,sft",
+    "--beta",
+    0.1,
+    "--learning-rate",
+    2e-3,
+    "--num-train-epochs",
+    4,
+    "--per-device-train-batch-size",
+    16,
+    "--max-length",
+    16,
+    "--use-cpu",
+    "--logging-steps",
+    5,
+    "--save-steps",
+    10_000,
+    "--warmup-steps",
+    0.1,
+]
 # Loop settings for the toy: prompts from the pool, 4 candidates of 4 digits + EOS, the reward-model judge.
-TOY_LOOP = ["--n", 6, "--max-new-tokens", 5, "--eval-max-new-tokens", 5, "--batch-size", 64,
-            "--judge", "reward-model"]
+TOY_LOOP = ["--n", 6, "--max-new-tokens", 5, "--eval-max-new-tokens", 5, "--batch-size", 64, "--judge", "reward-model"]
 
 
 @dataclass
 class ToyWorld:
-    base: Path          # M_0
+    base: Path  # M_0
     reward_model: Path  # the judge
-    pool: Path          # JSON Lines prompts the loop takes new prompts from
+    pool: Path  # JSON Lines prompts the loop takes new prompts from
     eval_prompts: Path  # JSON Lines held-out prompts
     eval_digits: list[list[int]]
 
     def loop_args(self, prompts_per_iteration: int = 160) -> list:
-        return ["--model", self.base, "--judge-model", self.reward_model, "--prompt-pool", self.pool,
-                "--eval-prompts", self.eval_prompts, "--prompts-per-iteration", prompts_per_iteration,
-                *TOY_LOOP, *TOY_DPO]
+        return [
+            "--model",
+            self.base,
+            "--judge-model",
+            self.reward_model,
+            "--prompt-pool",
+            self.pool,
+            "--eval-prompts",
+            self.eval_prompts,
+            "--prompts-per-iteration",
+            prompts_per_iteration,
+            *TOY_LOOP,
+            *TOY_DPO,
+        ]
 
 
 def _write_prompts(path: Path, prompts: list[list[int]]) -> Path:
@@ -78,10 +108,21 @@ def train_toy_judge(path: Path, steps: int = 300, seed: int = 0) -> Path:
     tokenizer = toy.digit_tokenizer()
     torch.manual_seed(seed)
     rng = random.Random(seed)
-    model = LlamaForSequenceClassification(LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=4, max_position_embeddings=16, pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id, bos_token_id=None, num_labels=1))
+    model = LlamaForSequenceClassification(
+        LlamaConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=16,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+            bos_token_id=None,
+            num_labels=1,
+        )
+    )
 
     def sample(prompt, preferred: bool):
         while True:
@@ -125,15 +166,21 @@ def _build(root: Path, base: Path) -> ToyWorld:
         prompts[tuple(toy.sample_prompt(rng))] = None
     ordered = [list(p) for p in prompts]
     eval_digits = ordered[:20]
-    world = ToyWorld(m0, judge.resolve(), _write_prompts(root / "pool.jsonl", ordered[20:]),
-                     _write_prompts(root / "eval.jsonl", eval_digits), eval_digits)
-    (root / "world.json").write_text(json.dumps({k: str(v) if isinstance(v, Path) else v
-                                                 for k, v in world.__dict__.items()}), encoding="utf-8")
+    world = ToyWorld(
+        m0,
+        judge.resolve(),
+        _write_prompts(root / "pool.jsonl", ordered[20:]),
+        _write_prompts(root / "eval.jsonl", eval_digits),
+        eval_digits,
+    )
+    (root / "world.json").write_text(
+        json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in world.__dict__.items()}), encoding="utf-8"
+    )
     return world
 
 
 @pytest.fixture(scope="session")
-def toy_world(tmp_path_factory, toy_base) -> ToyWorld:  # noqa: F811 (toy_base is a fixture)
+def toy_world(tmp_path_factory, toy_base) -> ToyWorld:
     root = tmp_path_factory.getbasetemp() / "selfreward-toy"
     marker = root / "world.json"
     if marker.exists():  # another test module built it in this session
@@ -168,9 +215,12 @@ def human_rankings_of(sessions, iteration: int, path: Path) -> int:
     from preflab.training.demos import toy_world as toy
 
     with sessions.begin() as session:
-        rows = session.execute(select(Prompt.id, Prompt.text, Candidate.text).join(
-            Candidate, Candidate.prompt_id == Prompt.id).where(Candidate.iteration == iteration)
-            .order_by(Prompt.id, Candidate.id)).all()
+        rows = session.execute(
+            select(Prompt.id, Prompt.text, Candidate.text)
+            .join(Candidate, Candidate.prompt_id == Prompt.id)
+            .where(Candidate.iteration == iteration)
+            .order_by(Prompt.id, Candidate.id)
+        ).all()
     by_prompt: dict[int, tuple[str, list[str]]] = {}
     for pid, prompt, text in rows:
         by_prompt.setdefault(pid, (prompt, []))[1].append(text)
@@ -178,8 +228,17 @@ def human_rankings_of(sessions, iteration: int, path: Path) -> int:
     for pid, (prompt, texts) in by_prompt.items():
         tiers = toy.annotator_tiers(toy.parse_digits(prompt), [toy.parse_digits(t) for t in texts])
         if len(tiers) > 1:
-            lines.append(json.dumps({"prompt": prompt, "responses": texts, "ranking": tiers,
-                                     "annotator": "simulated-annotator", "annotator_kind": "human",
-                                     "id": f"iteration-{iteration}-prompt-{pid}"}))
+            lines.append(
+                json.dumps(
+                    {
+                        "prompt": prompt,
+                        "responses": texts,
+                        "ranking": tiers,
+                        "annotator": "simulated-annotator",
+                        "annotator_kind": "human",
+                        "id": f"iteration-{iteration}-prompt-{pid}",
+                    }
+                )
+            )
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return len(lines)

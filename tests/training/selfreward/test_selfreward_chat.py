@@ -11,13 +11,26 @@ from preflab.training.selfreward.prompts import FEW_SHOT_PROMPT, clean_reply, fe
 from tests.tiny_models import tiny_causal_lm, tiny_tokenizer
 from tests.training.selfreward.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
 
-TINY_DPO = ["--max-steps", 2, "--per-device-train-batch-size", 4, "--learning-rate", 1e-3, "--use-cpu",
-            "--logging-steps", 1, "--max-length", 256]
+TINY_DPO = [
+    "--max-steps",
+    2,
+    "--per-device-train-batch-size",
+    4,
+    "--learning-rate",
+    1e-3,
+    "--use-cpu",
+    "--logging-steps",
+    1,
+    "--max-length",
+    256,
+]
 
 
 def test_replies_are_cleaned_into_one_task():
-    assert clean_reply("Task 9: Name the largest planet in the solar system.\n\nTask 10: more") == \
-        "Name the largest planet in the solar system."
+    assert (
+        clean_reply("Task 9: Name the largest planet in the solar system.\n\nTask 10: more")
+        == "Name the largest planet in the solar system."
+    )
     assert clean_reply('**New task:** "Explain how a rainbow forms."') == "Explain how a rainbow forms."
     assert clean_reply("Here is a new task:\nWrite a limerick about cheese.") == "Write a limerick about cheese."
     assert clean_reply(' Improve this: "It is." Task 10: Tell a story.') == 'Improve this: "It is."'
@@ -64,10 +77,29 @@ def test_a_chat_model_writes_answers_and_judges_its_own_prompts(sqlite_url, tmp_
     cli("import", "prompts", str(files("preflab.db.samples") / "prompts.jsonl"))
     with sessions.begin() as session:
         seeds = {p.text for p in session.scalars(select(Prompt))}
-    summary = json.loads(cli(
-        "self-reward", "--iterations", 1, "--model", m0, "--judge", "likelihood", "--prompts-per-iteration", 6,
-        "--prompt-max-new-tokens", 24, "--max-new-tokens", 12, "--n", 3, "--eval-max-new-tokens", 8,
-        *TINY_DPO, "--json").stdout)
+    summary = json.loads(
+        cli(
+            "self-reward",
+            "--iterations",
+            1,
+            "--model",
+            m0,
+            "--judge",
+            "likelihood",
+            "--prompts-per-iteration",
+            6,
+            "--prompt-max-new-tokens",
+            24,
+            "--max-new-tokens",
+            12,
+            "--n",
+            3,
+            "--eval-max-new-tokens",
+            8,
+            *TINY_DPO,
+            "--json",
+        ).stdout
+    )
     assert summary[0]["step"] == "done" and summary[0]["prompts"] == 6
 
     with sessions.begin() as session:
@@ -115,8 +147,15 @@ def test_a_new_loop_reads_expected_scores_and_an_older_loop_keeps_sampling(sessi
         base = ModelVersion(name="m0", kind="base")
         session.add(base)
         session.flush()
-        session.add(SelfRewardIteration(loop="old", iteration=1, step="done", policy_id=base.id,
-                                        config={"loop": {"model": "m0", "judge": "score", "judge_samples": 3}}))
+        session.add(
+            SelfRewardIteration(
+                loop="old",
+                iteration=1,
+                step="done",
+                policy_id=base.id,
+                config={"loop": {"model": "m0", "judge": "score", "judge_samples": 3}},
+            )
+        )
         session.flush()
         old, _ = loop_settings(session, "old", {}, {}, "smollm2-135m-instruct")
         assert old.judge_method == "sampled" and old.judge_config().n == 3

@@ -18,10 +18,35 @@ from tests.training.selfreward.selfreward_world import one_torch_thread  # noqa:
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread", "embedded_model_cache")]
 
-TINY = ["--prompts-per-iteration", 2, "--shots", 2, "--prompt-max-new-tokens", 24, "-n", 2,
-        "--max-new-tokens", 16, "--eval-limit", 1, "--eval-max-new-tokens", 16, "--agreement-prompts", 1,
-        "--test-size", 0, "--max-steps", 1, "--per-device-train-batch-size", 2, "--max-length", 256,
-        "--use-cpu", "--logging-steps", 1]
+TINY = [
+    "--prompts-per-iteration",
+    2,
+    "--shots",
+    2,
+    "--prompt-max-new-tokens",
+    24,
+    "-n",
+    2,
+    "--max-new-tokens",
+    16,
+    "--eval-limit",
+    1,
+    "--eval-max-new-tokens",
+    16,
+    "--agreement-prompts",
+    1,
+    "--test-size",
+    0,
+    "--max-steps",
+    1,
+    "--per-device-train-batch-size",
+    2,
+    "--max-length",
+    256,
+    "--use-cpu",
+    "--logging-steps",
+    1,
+]
 
 
 def test_one_iteration_on_the_embedded_model_judges_every_candidate(sqlite_url, sample_rankings, tmp_path):
@@ -36,8 +61,9 @@ def test_one_iteration_on_the_embedded_model_judges_every_candidate(sqlite_url, 
         return result
 
     cli("import", "rankings", sample_rankings)  # examples to write prompts from, and people's rankings
-    (summary,) = json.loads(cli("self-reward", "--iterations", 1, *TINY, "--output-dir", tmp_path / "loop",
-                                "--json").stdout)
+    (summary,) = json.loads(
+        cli("self-reward", "--iterations", 1, *TINY, "--output-dir", tmp_path / "loop", "--json").stdout
+    )
     assert summary["step"] == "done" and summary["prompts"] == 2
     assert summary["pairs"]["judge"] >= 1 and summary["win_rate"] is not None
     # The judge that made the pairs also ranked a prompt people ranked: its agreement with them is measured.
@@ -49,9 +75,11 @@ def test_one_iteration_on_the_embedded_model_judges_every_candidate(sqlite_url, 
         row = session.scalars(select(SelfRewardIteration)).one()
         judge = session.get(Annotator, row.judge_annotator_id)
         assert judge.judge_kind == "score" and judge.config["method"] == "expected"
-        items = session.execute(select(RankingItem.score, RankingItem.details)
-                                .join(Ranking, Ranking.id == RankingItem.ranking_id)
-                                .where(Ranking.iteration == 1)).all()
+        items = session.execute(
+            select(RankingItem.score, RankingItem.details)
+            .join(Ranking, Ranking.id == RankingItem.ranking_id)
+            .where(Ranking.iteration == 1)
+        ).all()
         # Every candidate got a score, with the probability mass its score tokens took.
         assert items and all(score is not None and 0 <= score <= 5 for score, _ in items)
         assert all(0 < details["mass"] <= 1 for _, details in items)

@@ -15,8 +15,13 @@ from preflab.console import SILENT
 from preflab.db.models import Candidate, Prompt, SelfRewardIteration
 from tests.lm.engines.conftest import fault_server, no_outside_server  # noqa: F401 (fixtures)
 
-EXAMPLES = ["What is the capital of France?", "How many legs does a spider have?", "Write a short poem about the sea.",
-            "Name three primary colours.", "Explain why the sky is blue."]
+EXAMPLES = [
+    "What is the capital of France?",
+    "How many legs does a spider have?",
+    "Write a short poem about the sea.",
+    "Name three primary colours.",
+    "Explain why the sky is blue.",
+]
 
 
 def served_loop(cli, sessions, url: str, tmp_path):
@@ -31,8 +36,9 @@ def served_loop(cli, sessions, url: str, tmp_path):
     examples = tmp_path / "examples.jsonl"
     examples.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in EXAMPLES), encoding="utf-8")
     cli("import", "prompts", examples)
-    config = SelfRewardConfig(model="fault-model", prompts_per_iteration=4, shots=3, n=2, max_new_tokens=8,
-                              judge="likelihood", eval_limit=0)
+    config = SelfRewardConfig(
+        model="fault-model", prompts_per_iteration=4, shots=3, n=2, max_new_tokens=8, judge="likelihood", eval_limit=0
+    )
     engine = EngineConfig(engine="openai", api_base=url, model="fault-model")
     row_id = _next_iteration(sessions, config, {}, 1, "served", str(tmp_path / "loop"))
 

@@ -9,8 +9,12 @@ from sqlalchemy import select
 
 from preflab.console import SILENT
 from preflab.db.models import Candidate, Prompt
-from tests.lm.conversations import FRANCE, ITALY, LAST
-from tests.lm.conversations import tutor_lm  # noqa: F401 (fixture)
+from tests.lm.conversations import (
+    FRANCE,
+    ITALY,
+    LAST,
+    tutor_lm,  # noqa: F401 (fixture)
+)
 
 pytestmark = pytest.mark.slow
 
@@ -23,10 +27,18 @@ def test_pool_conversations_are_stored_whole_and_answered_by_their_history(cli, 
     from preflab.training.selfreward.steps import STEP_FUNCTIONS
 
     pool = tmp_path / "pool.jsonl"
-    pool.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in (FRANCE, ITALY, "Name a colour.")),
-                    encoding="utf-8")
-    config = SelfRewardConfig(model=str(tutor_lm), prompt_pool=str(pool), prompts_per_iteration=3, n=2,
-                              max_new_tokens=6, judge="likelihood", eval_limit=0)
+    pool.write_text(
+        "".join(json.dumps({"prompt": p}) + "\n" for p in (FRANCE, ITALY, "Name a colour.")), encoding="utf-8"
+    )
+    config = SelfRewardConfig(
+        model=str(tutor_lm),
+        prompt_pool=str(pool),
+        prompts_per_iteration=3,
+        n=2,
+        max_new_tokens=6,
+        judge="likelihood",
+        eval_limit=0,
+    )
     row_id = _next_iteration(sessions, config, {}, 1, "history", str(tmp_path / "loop"))
     models = ModelCache()
     for step in ("prompts", "candidates"):

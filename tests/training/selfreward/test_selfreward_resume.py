@@ -23,16 +23,26 @@ def counts(sessions) -> dict:
 
     with sessions.begin() as session:
         row = session.scalars(select(SelfRewardIteration)).one()
-        return {"step": row.step, "prompts": n(Prompt, Prompt.iteration == 1),
-                "candidates": n(Candidate, Candidate.iteration == 1),
-                "rankings": n(Ranking, Ranking.source == "judge"), "runs": n(TrainingRun),
-                "policies": n(ModelVersion, ModelVersion.kind == "policy")}
+        return {
+            "step": row.step,
+            "prompts": n(Prompt, Prompt.iteration == 1),
+            "candidates": n(Candidate, Candidate.iteration == 1),
+            "rankings": n(Ranking, Ranking.source == "judge"),
+            "runs": n(TrainingRun),
+            "policies": n(ModelVersion, ModelVersion.kind == "policy"),
+        }
 
 
 def test_a_crashed_iteration_resumes_at_the_step_it_reached(sqlite_url, toy_world, monkeypatch):
     sessions = session_factory(open_database(sqlite_url))
-    args = ["--database-url", sqlite_url, "self-reward", "--iterations", 1,
-            *toy_world.loop_args(prompts_per_iteration=48)]
+    args = [
+        "--database-url",
+        sqlite_url,
+        "self-reward",
+        "--iterations",
+        1,
+        *toy_world.loop_args(prompts_per_iteration=48),
+    ]
     args = [str(a) for a in args]
 
     monkeypatch.setenv("PREFLAB_FAIL_AT", "self-reward:judge:1")
@@ -51,14 +61,16 @@ def test_a_crashed_iteration_resumes_at_the_step_it_reached(sqlite_url, toy_worl
     after_train = counts(sessions)
     assert after_train["step"] == "train" and after_train["runs"] == 1 and after_train["policies"] == 1
     # Resuming at the judge step re-judged nothing and sampled nothing new.
-    assert {k: after_train[k] for k in ("prompts", "candidates", "rankings")} == \
-        {k: after_judge[k] for k in ("prompts", "candidates", "rankings")}
+    assert {k: after_train[k] for k in ("prompts", "candidates", "rankings")} == {
+        k: after_judge[k] for k in ("prompts", "candidates", "rankings")
+    }
     assert "48 prompts (48 already ranked)" in crashed.output
 
     # Resuming needs no settings: the bare command continues with those the iteration started with.
     monkeypatch.delenv("PREFLAB_FAIL_AT")
-    finished = CliRunner().invoke(cli, ["--database-url", sqlite_url, "self-reward", "--iterations", "1"],
-                                  catch_exceptions=False)
+    finished = CliRunner().invoke(
+        cli, ["--database-url", sqlite_url, "self-reward", "--iterations", "1"], catch_exceptions=False
+    )
     assert finished.exit_code == 0, finished.output
     final = counts(sessions)
     # The training run that finished before the crash was adopted, not repeated.

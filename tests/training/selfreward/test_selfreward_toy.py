@@ -30,8 +30,7 @@ def test_two_iterations_end_to_end_with_lineage_people_and_report(cli, sessions,
     ranked = human_rankings_of(sessions, 1, tmp_path / "people.jsonl")
     assert ranked > 10
     cli("import", "rankings", tmp_path / "people.jsonl")
-    second = json.loads(cli("self-reward", "--iterations", 2, *toy_world.loop_args(), "--with-human",
-                            "--json").stdout)
+    second = json.loads(cli("self-reward", "--iterations", 2, *toy_world.loop_args(), "--with-human", "--json").stdout)
     assert [(s["iteration"], s["step"]) for s in second] == [(2, "done")]
     assert second[0]["pairs"]["human"] > 0 and second[0]["pairs"]["judge"] > 0
     # Asking for two iterations again finds nothing to do.
@@ -70,8 +69,12 @@ def test_two_iterations_end_to_end_with_lineage_people_and_report(cli, sessions,
             judge = session.get(Annotator, judged[0].annotator_id)
             assert (judge.kind, judge.judge_kind, judge.model) == ("ai", "reward-model", str(toy_world.reward_model))
         # The people's rankings kept their own provenance: no iteration, human annotator.
-        assert session.scalar(select(func.count()).select_from(Ranking).where(Ranking.source == "import",
-                                                                                Ranking.iteration.is_(None))) == ranked
+        assert (
+            session.scalar(
+                select(func.count()).select_from(Ranking).where(Ranking.source == "import", Ranking.iteration.is_(None))
+            )
+            == ranked
+        )
 
     report = json.loads(cli("self-reward", "report", "--plot", tmp_path / "loop.png", "--json").stdout)
     it1, it2 = report["iterations"]
@@ -89,6 +92,9 @@ def test_two_iterations_end_to_end_with_lineage_people_and_report(cli, sessions,
 
     from preflab.training.demos import toy_world as toy
 
-    after = toy.policy_report(AutoModelForCausalLM.from_pretrained(m2.path),
-                              AutoModelForCausalLM.from_pretrained(toy_world.base), toy_world.eval_digits)
+    after = toy.policy_report(
+        AutoModelForCausalLM.from_pretrained(m2.path),
+        AutoModelForCausalLM.from_pretrained(toy_world.base),
+        toy_world.eval_digits,
+    )
     assert after["p_preferred_policy"] > after["p_preferred_base"] + 0.25, after

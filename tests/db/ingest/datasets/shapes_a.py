@@ -10,7 +10,6 @@ from sqlalchemy import select
 from preflab.db.conversation import stored_reply
 from preflab.db.models import Candidate, Comparison
 from preflab.db.pairs.build import build_pairs
-
 from tests.db.ingest.datasets.shapes_b import compact
 
 

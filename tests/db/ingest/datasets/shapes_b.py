@@ -56,9 +56,19 @@ def compact(turns: list[dict[str, str]]) -> str | tuple[str, ...]:
 
 def parsed(records) -> list[dict[str, Any]]:
     """`Format.parse`'s records, read plainly: the replies by tier, best first."""
-    return [{"prompt": compact(r.prompt), "tiers": [[compact(r.responses[i]) for i in tier] for tier in r.tiers],
-             "models": r.models, "scores": r.scores, "details": r.details, "annotator": r.annotator,
-             "kind": r.kind, "external_id": r.external_id} for r in records]
+    return [
+        {
+            "prompt": compact(r.prompt),
+            "tiers": [[compact(r.responses[i]) for i in tier] for tier in r.tiers],
+            "models": r.models,
+            "scores": r.scores,
+            "details": r.details,
+            "annotator": r.annotator,
+            "kind": r.kind,
+            "external_id": r.external_id,
+        }
+        for r in records
+    ]
 
 
 def run_import(sessions, path: Path, fmt: str, **settings):
@@ -73,25 +83,39 @@ def stored(sessions) -> list[dict[str, Any]]:
             prompt = s.get(Prompt, ranking.prompt_id)
             replies = {c.id: c for c in s.scalars(select(Candidate).where(Candidate.prompt_id == prompt.id))}
             annotator = s.get(Annotator, ranking.annotator_id)
-            out.append({
-                "prompt": compact(stored_prompt(prompt.text, prompt.messages)),
-                "tiers": [[compact(stored_reply(replies[c].text, replies[c].messages)) for c in tier]
-                          for tier in ranking.tiers()],
-                "models": {compact(stored_reply(replies[i.candidate_id].text, replies[i.candidate_id].messages)):
-                           replies[i.candidate_id].model for i in ranking.items},
-                "scores": {compact(stored_reply(replies[i.candidate_id].text, replies[i.candidate_id].messages)):
-                           i.score for i in ranking.items},
-                "details": ranking.details, "annotator": (annotator.kind, annotator.name),
-                "external_id": ranking.external_id,
-            })
+            out.append(
+                {
+                    "prompt": compact(stored_prompt(prompt.text, prompt.messages)),
+                    "tiers": [
+                        [compact(stored_reply(replies[c].text, replies[c].messages)) for c in tier]
+                        for tier in ranking.tiers()
+                    ],
+                    "models": {
+                        compact(stored_reply(replies[i.candidate_id].text, replies[i.candidate_id].messages)): replies[
+                            i.candidate_id
+                        ].model
+                        for i in ranking.items
+                    },
+                    "scores": {
+                        compact(stored_reply(replies[i.candidate_id].text, replies[i.candidate_id].messages)): i.score
+                        for i in ranking.items
+                    },
+                    "details": ranking.details,
+                    "annotator": (annotator.kind, annotator.name),
+                    "external_id": ranking.external_id,
+                }
+            )
         return out
 
 
 def quarantined(sessions) -> dict[str, str]:
     """Each quarantined raw record's locator ("train:3") -> its reason."""
     with sessions.begin() as s:
-        return dict(s.execute(select(RawRecord.locator, RawRecord.reason)
-                              .where(RawRecord.status == RawStatus.quarantined.value)).all())
+        return dict(
+            s.execute(
+                select(RawRecord.locator, RawRecord.reason).where(RawRecord.status == RawStatus.quarantined.value)
+            ).all()
+        )
 
 
 def ordered(items) -> list:

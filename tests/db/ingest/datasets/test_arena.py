@@ -8,9 +8,18 @@ from sqlalchemy import select
 from preflab.db.ingest.datasets.arena import FORMAT
 from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.models import Annotator
-
-from tests.db.ingest.datasets.shapes_b import (ordered, pairs, parsed, quarantined, run_import, sqlite_only,
-                                               stored, write_csv, write_jsonl, write_parquet)
+from tests.db.ingest.datasets.shapes_b import (
+    ordered,
+    pairs,
+    parsed,
+    quarantined,
+    run_import,
+    sqlite_only,
+    stored,
+    write_csv,
+    write_jsonl,
+    write_parquet,
+)
 
 
 def user(text):
@@ -23,49 +32,100 @@ def bot(text):
 
 def battle(qid, winner, a, b, judge="arena_user_1", models=("vicuna-13b", "koala-13b")):
     """A lmsys/chatbot_arena_conversations row."""
-    return {"question_id": qid, "model_a": models[0], "model_b": models[1], "winner": winner, "judge": judge,
-            "conversation_a": a, "conversation_b": b, "turn": sum(m["role"] == "user" for m in a),
-            "anony": True, "language": "English", "tstamp": 1682351591.1322}
+    return {
+        "question_id": qid,
+        "model_a": models[0],
+        "model_b": models[1],
+        "winner": winner,
+        "judge": judge,
+        "conversation_a": a,
+        "conversation_b": b,
+        "turn": sum(m["role"] == "user" for m in a),
+        "anony": True,
+        "language": "English",
+        "tstamp": 1682351591.1322,
+    }
 
 
 CONVERSATIONS = [
     battle("c0", "model_a", [user("Hi"), bot("Hello!")], [user("Hi"), bot("hey")]),
     # a battle that went on: the prompt is the first user turn, each reply the rest of its side
-    battle("c1", "model_b", [user("Joke?"), bot("A pun."), user("Another"), bot("A limerick.")],
-           [user("Joke?"), bot("A riddle."), user("Another"), bot("A haiku.")], judge="arena_user_2"),
+    battle(
+        "c1",
+        "model_b",
+        [user("Joke?"), bot("A pun."), user("Another"), bot("A limerick.")],
+        [user("Joke?"), bot("A riddle."), user("Another"), bot("A haiku.")],
+        judge="arena_user_2",
+    ),
     battle("c2", "tie", [user("2+2?"), bot("4")], [user("2+2?"), bot("Four.")]),
     battle("c3", "tie (bothbad)", [user("Capital of Mars?"), bot("Paris")], [user("Capital of Mars?"), bot("Rome")]),
     battle("c4", "model_c", [user("Hi"), bot("A")], [user("Hi"), bot("B")]),
     battle("c5", "model_a", [user("Hi"), bot("Same")], [user("Hi"), bot("Same")]),
     battle("c6", "model_a", [user("Hi"), bot("A")], [user("Hi"), {"role": "bot", "content": "B"}]),
     # identical first replies: the prompt runs to the first turn where the sides differ
-    battle("c7", "model_b", [user("Count"), bot("1"), user("More"), bot("2, 3")],
-           [user("Count"), bot("1"), user("More"), bot("2")]),
+    battle(
+        "c7",
+        "model_b",
+        [user("Count"), bot("1"), user("More"), bot("2, 3")],
+        [user("Count"), bot("1"), user("More"), bot("2")],
+    ),
 ]
 CONVERSATION_RESULTS = [
-    {"prompt": "Hi", "tiers": [["Hello!"], ["hey"]], "details": {"winner": "model_a"}, "external_id": "c0",
-     "annotator": "arena_user_1"},
-    {"prompt": "Joke?", "tiers": [[("assistant: A riddle.", "user: Another", "assistant: A haiku.")],
-                                  [("assistant: A pun.", "user: Another", "assistant: A limerick.")]],
-     "details": {"winner": "model_b"}, "external_id": "c1", "annotator": "arena_user_2"},
-    {"prompt": "2+2?", "tiers": [["4", "Four."]], "details": {"winner": "tie", "both_bad": False},
-     "external_id": "c2", "annotator": "arena_user_1"},
-    {"prompt": "Capital of Mars?", "tiers": [["Paris", "Rome"]], "details": {"winner": "tie (bothbad)",
-                                                                             "both_bad": True},
-     "external_id": "c3", "annotator": "arena_user_1"},
+    {
+        "prompt": "Hi",
+        "tiers": [["Hello!"], ["hey"]],
+        "details": {"winner": "model_a"},
+        "external_id": "c0",
+        "annotator": "arena_user_1",
+    },
+    {
+        "prompt": "Joke?",
+        "tiers": [
+            [("assistant: A riddle.", "user: Another", "assistant: A haiku.")],
+            [("assistant: A pun.", "user: Another", "assistant: A limerick.")],
+        ],
+        "details": {"winner": "model_b"},
+        "external_id": "c1",
+        "annotator": "arena_user_2",
+    },
+    {
+        "prompt": "2+2?",
+        "tiers": [["4", "Four."]],
+        "details": {"winner": "tie", "both_bad": False},
+        "external_id": "c2",
+        "annotator": "arena_user_1",
+    },
+    {
+        "prompt": "Capital of Mars?",
+        "tiers": [["Paris", "Rome"]],
+        "details": {"winner": "tie (bothbad)", "both_bad": True},
+        "external_id": "c3",
+        "annotator": "arena_user_1",
+    },
     "'winner' is 'model_c', not one of 'model_a', 'model_b', 'tie', 'tie (bothbad)', 'both_bad'",
     "'conversation_a' and 'conversation_b' are identical",
     "'conversation_b'[1] has an unknown role 'bot' (expected system, user or assistant)",
-    {"prompt": ("user: Count", "assistant: 1", "user: More"), "tiers": [["2"], ["2, 3"]],
-     "details": {"winner": "model_b"}, "external_id": "c7", "annotator": "arena_user_1"},
+    {
+        "prompt": ("user: Count", "assistant: 1", "user: More"),
+        "tiers": [["2"], ["2, 3"]],
+        "details": {"winner": "model_b"},
+        "external_id": "c7",
+        "annotator": "arena_user_1",
+    },
 ]
 
 
 def kaggle(id, prompt, a, b, winner, models=("gpt-4-0613", "claude-2.1")):
     """An arena-human-preference-55k row: the turns are JSON-encoded lists; the verdict three 0/1 columns."""
-    return {"id": id, "model_a": models[0], "model_b": models[1], "prompt": json.dumps(prompt),
-            "response_a": json.dumps(a), "response_b": json.dumps(b),
-            **{f"winner_{name}": int(name == winner) for name in ("model_a", "model_b", "tie")}}
+    return {
+        "id": id,
+        "model_a": models[0],
+        "model_b": models[1],
+        "prompt": json.dumps(prompt),
+        "response_a": json.dumps(a),
+        "response_b": json.dumps(b),
+        **{f"winner_{name}": int(name == winner) for name in ("model_a", "model_b", "tie")},
+    }
 
 
 KAGGLE = [
@@ -78,13 +138,30 @@ KAGGLE = [
     {**kaggle(292873, ["Hi"], ["A"], ["B"], "model_a"), "prompt": '["Hi \\ud83d"]'},
 ]
 KAGGLE_RESULTS = [
-    {"prompt": "Is 7 prime?", "tiers": [["Yes."], ["No."]], "details": {"winner": "model_a"},
-     "external_id": "30192", "annotator": "lmarena-ai/arena-human-preference-55k"},
-    {"prompt": "Hi", "tiers": [["Hello", "Hey there"]], "details": {"winner": "tie"}, "external_id": "53567",
-     "annotator": "lmarena-ai/arena-human-preference-55k"},
-    {"prompt": "Name a fruit", "tiers": [[("assistant: Plum", "user: Another", "assistant: Fig")],
-                                         [("assistant: Apple", "user: Another", "assistant: Pear")]],
-     "details": {"winner": "model_b"}, "external_id": "65089", "annotator": "lmarena-ai/arena-human-preference-55k"},
+    {
+        "prompt": "Is 7 prime?",
+        "tiers": [["Yes."], ["No."]],
+        "details": {"winner": "model_a"},
+        "external_id": "30192",
+        "annotator": "lmarena-ai/arena-human-preference-55k",
+    },
+    {
+        "prompt": "Hi",
+        "tiers": [["Hello", "Hey there"]],
+        "details": {"winner": "tie"},
+        "external_id": "53567",
+        "annotator": "lmarena-ai/arena-human-preference-55k",
+    },
+    {
+        "prompt": "Name a fruit",
+        "tiers": [
+            [("assistant: Plum", "user: Another", "assistant: Fig")],
+            [("assistant: Apple", "user: Another", "assistant: Pear")],
+        ],
+        "details": {"winner": "model_b"},
+        "external_id": "65089",
+        "annotator": "lmarena-ai/arena-human-preference-55k",
+    },
     "'response_b'[0] is None, not text",
     "unknown winner: winner_model_a, winner_model_b and winner_tie are 1, 1, 0 (exactly one must be 1)",
     "'prompt'[0]['content'] holds a lone UTF-16 surrogate (\\ud83d), which is not text the database can store",
@@ -92,36 +169,71 @@ KAGGLE_RESULTS = [
 
 
 def parts(message, *texts, kind="text"):
-    return {"role": message["role"], "content": [{"type": kind, "text": t, "image": None, "mimeType": None}
-                                                 for t in (texts or [message["content"]])]}
+    return {
+        "role": message["role"],
+        "content": [
+            {"type": kind, "text": t, "image": None, "mimeType": None} for t in (texts or [message["content"]])
+        ],
+    }
 
 
 def vote(id, winner, a, b):
     """An arena-human-preference-140k row: message content is a list of {type, text} parts."""
-    return {"id": id, "model_a": "gemini-2.5-pro", "model_b": "o3-2025-04-16", "winner": winner,
-            "evaluation_session_id": f"s-{id}", "evaluation_order": 1, "conversation_a": a, "conversation_b": b,
-            "language": "en", "is_code": False}
+    return {
+        "id": id,
+        "model_a": "gemini-2.5-pro",
+        "model_b": "o3-2025-04-16",
+        "winner": winner,
+        "evaluation_session_id": f"s-{id}",
+        "evaluation_order": 1,
+        "conversation_a": a,
+        "conversation_b": b,
+        "language": "en",
+        "is_code": False,
+    }
 
 
 ARENA_140K = [
-    vote("h0", "both_bad", [parts(user("Weather?")), parts(bot("Sunny"))],
-         [parts(user("Weather?")), parts(bot("Rain"))]),
-    vote("h1", "model_a", [parts(user("Haiku"), "Write a haiku", "about rain"), parts(bot("Drops fall"))],
-         [parts(user("Haiku"), "Write a haiku", "about rain"), parts(bot("Rain rain"))]),
-    vote("h2", "model_b", [parts(user("See this"), kind="image"), parts(bot("A cat"))],
-         [parts(user("See this"), kind="image"), parts(bot("A dog"))]),
+    vote(
+        "h0", "both_bad", [parts(user("Weather?")), parts(bot("Sunny"))], [parts(user("Weather?")), parts(bot("Rain"))]
+    ),
+    vote(
+        "h1",
+        "model_a",
+        [parts(user("Haiku"), "Write a haiku", "about rain"), parts(bot("Drops fall"))],
+        [parts(user("Haiku"), "Write a haiku", "about rain"), parts(bot("Rain rain"))],
+    ),
+    vote(
+        "h2",
+        "model_b",
+        [parts(user("See this"), kind="image"), parts(bot("A cat"))],
+        [parts(user("See this"), kind="image"), parts(bot("A dog"))],
+    ),
 ]
 ARENA_140K_RESULTS = [
-    {"prompt": "Weather?", "tiers": [["Sunny", "Rain"]], "details": {"winner": "both_bad", "both_bad": True},
-     "external_id": "h0", "annotator": "lmarena-ai/arena-human-preference-140k"},
-    {"prompt": "Write a haiku\n\nabout rain", "tiers": [["Drops fall"], ["Rain rain"]],
-     "details": {"winner": "model_a"}, "external_id": "h1", "annotator": "lmarena-ai/arena-human-preference-140k"},
+    {
+        "prompt": "Weather?",
+        "tiers": [["Sunny", "Rain"]],
+        "details": {"winner": "both_bad", "both_bad": True},
+        "external_id": "h0",
+        "annotator": "lmarena-ai/arena-human-preference-140k",
+    },
+    {
+        "prompt": "Write a haiku\n\nabout rain",
+        "tiers": [["Drops fall"], ["Rain rain"]],
+        "details": {"winner": "model_a"},
+        "external_id": "h1",
+        "annotator": "lmarena-ai/arena-human-preference-140k",
+    },
     "'conversation_a'[0] 'content'[0] is of type 'image', not text (only text battles can be imported)",
 ]
 
 
-@pytest.mark.parametrize("rows, results", [(CONVERSATIONS, CONVERSATION_RESULTS), (KAGGLE, KAGGLE_RESULTS),
-                                           (ARENA_140K, ARENA_140K_RESULTS)], ids=["conversations", "55k", "140k"])
+@pytest.mark.parametrize(
+    "rows, results",
+    [(CONVERSATIONS, CONVERSATION_RESULTS), (KAGGLE, KAGGLE_RESULTS), (ARENA_140K, ARENA_140K_RESULTS)],
+    ids=["conversations", "55k", "140k"],
+)
 def test_parse_row_by_row(rows, results):
     for row, expected in zip(rows, results, strict=True):
         if isinstance(expected, str):
@@ -139,10 +251,16 @@ def quarantine_of(rows, results):
     return {f"train:{i}": reason for i, reason in enumerate(results) if isinstance(reason, str)}
 
 
-@pytest.mark.parametrize("rows, results, writer", [
-    (CONVERSATIONS, CONVERSATION_RESULTS, write_jsonl), (KAGGLE, KAGGLE_RESULTS, write_parquet),
-    (KAGGLE, KAGGLE_RESULTS, write_csv), (ARENA_140K, ARENA_140K_RESULTS, write_parquet)],
-    ids=["conversations-jsonl", "55k-parquet", "55k-csv", "140k-parquet"])
+@pytest.mark.parametrize(
+    "rows, results, writer",
+    [
+        (CONVERSATIONS, CONVERSATION_RESULTS, write_jsonl),
+        (KAGGLE, KAGGLE_RESULTS, write_parquet),
+        (KAGGLE, KAGGLE_RESULTS, write_csv),
+        (ARENA_140K, ARENA_140K_RESULTS, write_parquet),
+    ],
+    ids=["conversations-jsonl", "55k-parquet", "55k-csv", "140k-parquet"],
+)
 def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, rows, results, writer):
     suffix = {write_jsonl: "jsonl", write_parquet: "parquet", write_csv: "csv"}[writer]
     path = writer(tmp_path / f"arena.{suffix}", rows)
@@ -150,10 +268,15 @@ def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, 
     summary = run_import(sessions, path, "arena")
     ties = sum(len(r["tiers"]) == 1 for r in ranked)
     assert (summary.rows, summary.rankings, summary.ties, summary.quarantined) == (
-        len(rows), len(ranked), ties, len(rows) - len(ranked))
+        len(rows),
+        len(ranked),
+        ties,
+        len(rows) - len(ranked),
+    )
     got = stored(sessions)
     assert [{key: r[key] for key in ("prompt", "tiers", "details", "external_id")} for r in got] == [
-        {key: r[key] for key in ("prompt", "tiers", "details", "external_id")} for r in ranked]
+        {key: r[key] for key in ("prompt", "tiers", "details", "external_id")} for r in ranked
+    ]
     assert [r["annotator"] for r in got] == [("human", r["annotator"]) for r in ranked]
     assert quarantined(sessions) == quarantine_of(rows, results)
     # the winner beats the loser (margin 1, by tiers); a tie of either kind gives no pair
@@ -191,8 +314,11 @@ def test_the_command_never_prints_a_judge(cli, tmp_path):
 
 def test_the_example_row_gives_its_ranking():
     (got,) = parsed(FORMAT.parse(json.loads(FORMAT.example)))
-    assert (got["prompt"], got["tiers"], got["details"]) == ("Hi!", [["Hello! How can I help?"], ["hi"]],
-                                                             {"winner": "model_a"})
+    assert (got["prompt"], got["tiers"], got["details"]) == (
+        "Hi!",
+        [["Hello! How can I help?"], ["hi"]],
+        {"winner": "model_a"},
+    )
 
 
 def test_a_row_is_told_the_field_of_its_own_shape(sessions, tmp_path):

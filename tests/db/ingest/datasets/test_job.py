@@ -8,7 +8,6 @@ from sqlalchemy import select
 from preflab.db.ingest.datasets.job import DatasetImportSettings, import_dataset
 from preflab.db.models import RawRecord
 from preflab.errors import InputError
-
 from tests.db.ingest.datasets import test_hh, test_nectar, test_oasst2, test_pku, test_shp, test_trl
 from tests.db.ingest.datasets.shapes_b import quarantined, run_import, stored, write_jsonl, write_parquet
 
@@ -27,7 +26,8 @@ def test_every_row_is_stored_raw_with_its_split_and_index(sessions, tmp_path):
     summary = run_import(sessions, path, "hh-rlhf")
     assert (summary.rows, summary.rankings, summary.quarantined, summary.splits) == (4, 3, 1, {"train": 4})
     assert raw_rows(sessions) == [("import:hh-rlhf", f"train:{i}", line, "ok") for i, line in enumerate(lines[:3])] + [
-        ("import:hh-rlhf", "train:3", "{not json", "quarantined")]
+        ("import:hh-rlhf", "train:3", "{not json", "quarantined")
+    ]
     with sessions.begin() as s:
         assert {r.origin for r in s.scalars(select(RawRecord))} == {str(path.resolve())}
 
@@ -37,7 +37,8 @@ def test_splits_limit_and_a_row_twice(sessions, tmp_path):
 
     rows = test_shp.ROWS[:2]
     DatasetDict({"train": Dataset.from_list(rows + rows[:1]), "test": Dataset.from_list(rows[1:])}).save_to_disk(
-        tmp_path / "shp")
+        tmp_path / "shp"
+    )
     test = run_import(sessions, tmp_path / "shp", "shp", split="test")
     assert (test.rows, test.rankings, test.splits) == (1, 1, {"test": 1})
     first = run_import(sessions, tmp_path / "shp", "shp", limit=2)
@@ -46,20 +47,32 @@ def test_splits_limit_and_a_row_twice(sessions, tmp_path):
     assert (every.rows, every.rankings, every.duplicates, every.splits) == (4, 0, 4, {"train": 3, "test": 1})
     with sessions.begin() as s:
         assert [r.locator for r in s.scalars(select(RawRecord).order_by(RawRecord.id))] == [
-            "test:0", "train:0"]  # a row seen again (train:1 is test:0, train:2 is train:0) keeps its first raw record
+            "test:0",
+            "train:0",
+        ]  # a row seen again (train:1 is test:0, train:2 is train:0) keeps its first raw record
 
 
-@pytest.mark.parametrize(("rows", "name"), [
-    (test_trl.ROWS[:5], "trl"), (HH, "hh-rlhf"), (test_nectar.ROWS[:2], "nectar"), (test_shp.ROWS[:2], "shp"),
-    (test_pku.ROWS[:2], "pku-saferlhf")])
+@pytest.mark.parametrize(
+    ("rows", "name"),
+    [
+        (test_trl.ROWS[:5], "trl"),
+        (HH, "hh-rlhf"),
+        (test_nectar.ROWS[:2], "nectar"),
+        (test_shp.ROWS[:2], "shp"),
+        (test_pku.ROWS[:2], "pku-saferlhf"),
+    ],
+)
 def test_auto_picks_the_format_from_the_columns(sessions, tmp_path, rows, name):
     summary = run_import(sessions, write_jsonl(tmp_path / "d.jsonl", rows), "auto")
     assert (summary.format, summary.quarantined, summary.rankings) == (name, 0, len(rows))
 
 
 def test_auto_needs_columns_some_format_has(sessions, tmp_path):
-    with pytest.raises(InputError, match=r"no format fits the columns of .*d\.jsonl \(a, b\): name one with --format "
-                                         r"\(trl, hh-rlhf, "):
+    with pytest.raises(
+        InputError,
+        match=r"no format fits the columns of .*d\.jsonl \(a, b\): name one with --format "
+        r"\(trl, hh-rlhf, ",
+    ):
         run_import(sessions, write_jsonl(tmp_path / "d.jsonl", [{"a": 1, "b": 2}]), "auto")
     (tmp_path / "empty.jsonl").write_text("")
     with pytest.raises(InputError, match="holds no rows to pick a format from"):
@@ -74,7 +87,8 @@ def test_a_format_none_of_the_first_rows_fit_stops_naming_the_one_that_does(sess
     assert str(stopped.value) == (
         f"none of the first 3 rows of {path} can be read as trl (train:0: 'chosen' and 'rejected' are replies without "
         "a 'prompt' (an implicit prompt needs whole conversations: lists of messages)); they are hh-rlhf rows: "
-        "use --format hh-rlhf")
+        "use --format hh-rlhf"
+    )
     assert raw_rows(sessions) == []  # nothing was written
     # rows of the named format that are all bad are quarantined: no other format reads them
     bad = write_jsonl(tmp_path / "bad.jsonl", [test_hh.ROWS[3], test_hh.ROWS[4]])
@@ -99,7 +113,7 @@ def test_batches_never_split_a_group_of_rows(sessions, tmp_path):
 def test_damaged_part_way_keeps_the_batches_before(sessions, tmp_path):
     data = gzip.compress(("".join(write_jsonl(tmp_path / "x.jsonl", [row]).read_text() for row in HH * 100)).encode())
     path = tmp_path / "hh.jsonl.gz"
-    path.write_bytes(data[:len(data) * 3 // 4])  # cut short: the last rows cannot be read
+    path.write_bytes(data[: len(data) * 3 // 4])  # cut short: the last rows cannot be read
     with pytest.raises(InputError, match=r"is damaged after line [\d,]+ .*; the [\d,]+ rows before it are stored$"):
         import_dataset(sessions, str(path), DatasetImportSettings(format="hh-rlhf", batch_rows=7))
     assert len(stored(sessions)) == 3 and len(raw_rows(sessions)) == 3

@@ -7,23 +7,36 @@ import pytest
 
 from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.ingest.datasets.nectar import FORMAT
-
 from tests.db.ingest.datasets.shapes_a import pair_counts
 from tests.db.ingest.datasets.shapes_b import parsed, quarantined, run_import, stored, write_jsonl, write_parquet
 
 
 def row(prompt, *answers, turns=1):
-    return {"prompt": prompt, "answers": [{"answer": a, "model": m, "rank": r} for a, m, r in answers],
-            "turns": turns, "num_responses": len(answers), "source": ["anthropic-hh"], "good_natured": True}
+    return {
+        "prompt": prompt,
+        "answers": [{"answer": a, "model": m, "rank": r} for a, m, r in answers],
+        "turns": turns,
+        "num_responses": len(answers),
+        "source": ["anthropic-hh"],
+        "good_natured": True,
+    }
 
 
 CAT = "\n\nHuman: Give me a word that rhymes with cat.\n\nAssistant: "
 ROWS = [
-    row(CAT, ("Hat.", "gpt-4", 1.0), ("Bat.", "gpt-3.5-turbo", 2.0), ("Mat.", "mistral-7b-instruct", 2.0),
-        ("Dog.", "llama-2-7b-chat", 3.0)),
-    row("\n\nHuman: Hi\n\nAssistant: Hello! How can I help?\n\nHuman: Tell me a joke.\n\nAssistant: ",
-        ("Why did the chicken cross the road?", "gpt-4", 2.0), ("Knock knock.", "gpt-3.5-turbo-instruct", 1.0),
-        turns=2),
+    row(
+        CAT,
+        ("Hat.", "gpt-4", 1.0),
+        ("Bat.", "gpt-3.5-turbo", 2.0),
+        ("Mat.", "mistral-7b-instruct", 2.0),
+        ("Dog.", "llama-2-7b-chat", 3.0),
+    ),
+    row(
+        "\n\nHuman: Hi\n\nAssistant: Hello! How can I help?\n\nHuman: Tell me a joke.\n\nAssistant: ",
+        ("Why did the chicken cross the road?", "gpt-4", 2.0),
+        ("Knock knock.", "gpt-3.5-turbo-instruct", 1.0),
+        turns=2,
+    ),
     row(CAT, ("Hat.", "gpt-4", 1.0)),
     row(CAT, ("Hat.", "gpt-4", 1.0), ("Hat.", "gpt-3.5-turbo", 2.0)),
     row(CAT, ("Hat.", "gpt-4", 1.0), ("Bat.", "gpt-3.5-turbo", None)),
@@ -40,12 +53,23 @@ REASONS = {
 
 
 def test_rows_parse_row_by_row():
-    assert parsed(FORMAT.parse(ROWS[0])) == [{
-        "prompt": "Give me a word that rhymes with cat.", "tiers": [["Hat."], ["Bat.", "Mat."], ["Dog."]],
-        "models": ["gpt-4", "gpt-3.5-turbo", "mistral-7b-instruct", "llama-2-7b-chat"], "scores": None,
-        "details": None, "annotator": "nectar-gpt-4", "kind": "ai", "external_id": None}]
+    assert parsed(FORMAT.parse(ROWS[0])) == [
+        {
+            "prompt": "Give me a word that rhymes with cat.",
+            "tiers": [["Hat."], ["Bat.", "Mat."], ["Dog."]],
+            "models": ["gpt-4", "gpt-3.5-turbo", "mistral-7b-instruct", "llama-2-7b-chat"],
+            "scores": None,
+            "details": None,
+            "annotator": "nectar-gpt-4",
+            "kind": "ai",
+            "external_id": None,
+        }
+    ]
     assert parsed(FORMAT.parse(ROWS[1]))[0]["prompt"] == (
-        "user: Hi", "assistant: Hello! How can I help?", "user: Tell me a joke.")
+        "user: Hi",
+        "assistant: Hello! How can I help?",
+        "user: Tell me a joke.",
+    )
     assert parsed(FORMAT.parse(ROWS[1]))[0]["tiers"] == [["Knock knock."], ["Why did the chicken cross the road?"]]
     for locator, reason in REASONS.items():
         with pytest.raises(Invalid) as caught:
@@ -61,12 +85,23 @@ def test_import_k_wise_rankings(sessions, tmp_path, writer):
     assert quarantined(sessions) == REASONS
     first = stored(sessions)[0]
     assert first["annotator"] == ("ai", "nectar-gpt-4")
-    assert first["models"] == {"Hat.": "gpt-4", "Bat.": "gpt-3.5-turbo", "Mat.": "mistral-7b-instruct",
-                               "Dog.": "llama-2-7b-chat"}
+    assert first["models"] == {
+        "Hat.": "gpt-4",
+        "Bat.": "gpt-3.5-turbo",
+        "Mat.": "mistral-7b-instruct",
+        "Dog.": "llama-2-7b-chat",
+    }
     # 4 answers in 3 tiers: every pair across tiers (5), none inside the tie; one from the 2-turn row
-    assert pair_counts(sessions) == Counter([
-        ("Hat.", "Bat.", 1.0), ("Hat.", "Mat.", 1.0), ("Hat.", "Dog.", 2.0), ("Bat.", "Dog.", 1.0),
-        ("Mat.", "Dog.", 1.0), ("Knock knock.", "Why did the chicken cross the road?", 1.0)])
+    assert pair_counts(sessions) == Counter(
+        [
+            ("Hat.", "Bat.", 1.0),
+            ("Hat.", "Mat.", 1.0),
+            ("Hat.", "Dog.", 2.0),
+            ("Bat.", "Dog.", 1.0),
+            ("Mat.", "Dog.", 1.0),
+            ("Knock knock.", "Why did the chicken cross the road?", 1.0),
+        ]
+    )
     assert run_import(sessions, path, "nectar").duplicates == 2
 
 
@@ -80,6 +115,7 @@ def test_one_empty_answer_is_quarantined_alone(cli, sessions, tmp_path):
     assert quarantined(sessions) == {"train:0/'answers'[1]": reason}
     listed = json.loads(cli("quarantine", "list", "--json").stdout)
     assert [(r["source"], r["locator"], r["reason"]) for r in listed] == [
-        ("import:nectar", "train:0/'answers'[1]", reason)]
+        ("import:nectar", "train:0/'answers'[1]", reason)
+    ]
     assert run_import(sessions, path, "nectar").duplicates == 1
     assert len(quarantined(sessions)) == 1

@@ -12,7 +12,6 @@ import pytest
 
 from preflab.db.ingest.datasets import arena, helpsteer, pku, shp
 from preflab.db.ingest.datasets.base import Invalid
-
 from tests.db.ingest.datasets import test_arena, test_helpsteer3, test_pku, test_shp
 from tests.db.ingest.datasets.shapes_b import quarantined, run_import, stored, write_jsonl
 
@@ -35,12 +34,16 @@ def missing(row: dict, key: str) -> dict:
 
 # format, rows with one missing value (the last), the field, what the rest read back as from plain JSON Lines
 CASES = {
-    "helpsteer3": (test_helpsteer3.ROWS[:3] + [missing(test_helpsteer3.ROWS[4], "overall_preference")],
-                   "overall_preference"),
-    "pku-saferlhf": (test_pku.ROWS[:2] + [missing(test_pku.ROWS[0], "better_response_id")], "better_response_id"),
-    "shp": (test_shp.ROWS[:2] + [missing(test_shp.ROWS[0], "labels")], "labels"),
-    "arena": (test_arena.KAGGLE[:3] + [{**missing(test_arena.KAGGLE[0], "winner_model_a"), "id": None}],
-              "winner_model_a"),
+    "helpsteer3": (
+        [*test_helpsteer3.ROWS[:3], missing(test_helpsteer3.ROWS[4], "overall_preference")],
+        "overall_preference",
+    ),
+    "pku-saferlhf": ([*test_pku.ROWS[:2], missing(test_pku.ROWS[0], "better_response_id")], "better_response_id"),
+    "shp": ([*test_shp.ROWS[:2], missing(test_shp.ROWS[0], "labels")], "labels"),
+    "arena": (
+        [*test_arena.KAGGLE[:3], {**missing(test_arena.KAGGLE[0], "winner_model_a"), "id": None}],
+        "winner_model_a",
+    ),
 }
 
 
@@ -56,7 +59,7 @@ def test_whole_number_floats_read_as_the_integers_they_are(sessions, tmp_path, n
     assert list(quarantined(sessions).values()) == [f"missing '{key}'"]
     # the same rankings as from the integers: tiers, details and ids alike. Rows with their own id (shp, arena)
     # are the same rankings again; the others are identified by their bytes, which pandas wrote otherwise.
-    again = stored(sessions)[len(expected):]
+    again = stored(sessions)[len(expected) :]
     if name in ("shp", "arena"):
         assert (summary.rankings, summary.duplicates, summary.quarantined, again) == (0, plain.rankings, 1, [])
     else:
@@ -77,12 +80,15 @@ def pandas_text(path: Path, key: str) -> str:
     return path.read_text()
 
 
-@pytest.mark.parametrize(("fmt", "row", "key", "allowed"), [
-    (helpsteer.FORMAT, test_helpsteer3.ROWS[0], "overall_preference", "-3, -2, -1, 0, 1, 2, 3"),
-    (pku.FORMAT, test_pku.ROWS[0], "better_response_id", "0, 1"),
-    (shp.FORMAT, test_shp.ROWS[0], "labels", "1, 0"),
-    (arena.FORMAT, test_arena.KAGGLE[0], "winner_model_a", "0, 1"),
-])
+@pytest.mark.parametrize(
+    ("fmt", "row", "key", "allowed"),
+    [
+        (helpsteer.FORMAT, test_helpsteer3.ROWS[0], "overall_preference", "-3, -2, -1, 0, 1, 2, 3"),
+        (pku.FORMAT, test_pku.ROWS[0], "better_response_id", "0, 1"),
+        (shp.FORMAT, test_shp.ROWS[0], "labels", "1, 0"),
+        (arena.FORMAT, test_arena.KAGGLE[0], "winner_model_a", "0, 1"),
+    ],
+)
 def test_a_fraction_or_a_boolean_is_refused_naming_the_field(fmt, row, key, allowed):
     with pytest.raises(Invalid) as caught:
         fmt.parse({**row, key: 1.5})

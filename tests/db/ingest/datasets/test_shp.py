@@ -4,16 +4,28 @@ import pytest
 
 from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.ingest.datasets.shp import FORMAT
-
 from tests.db.ingest.datasets.shapes_b import pairs, parsed, quarantined, run_import, stored, write_jsonl
 
 
 def row(post, a, b, labels, ratio, history="What is the best way to keep basil fresh?"):
     """A row as askculinary/train.json holds it."""
-    return {"post_id": post, "domain": "askculinary_train", "upvote_ratio": 0.98, "history": history,
-            "c_root_id_A": f"{post}a", "c_root_id_B": f"{post}b", "created_at_utc_A": 1636822112,
-            "created_at_utc_B": 1636822110, "score_A": 340, "score_B": 166, "human_ref_A": a, "human_ref_B": b,
-            "labels": labels, "seconds_difference": 2.0, "score_ratio": ratio}
+    return {
+        "post_id": post,
+        "domain": "askculinary_train",
+        "upvote_ratio": 0.98,
+        "history": history,
+        "c_root_id_A": f"{post}a",
+        "c_root_id_B": f"{post}b",
+        "created_at_utc_A": 1636822112,
+        "created_at_utc_B": 1636822110,
+        "score_A": 340,
+        "score_B": 166,
+        "human_ref_A": a,
+        "human_ref_B": b,
+        "labels": labels,
+        "seconds_difference": 2.0,
+        "score_ratio": ratio,
+    }
 
 
 ROWS = [
@@ -33,10 +45,18 @@ REASONS = {
 
 
 def test_rows_parse_row_by_row():
-    assert parsed(FORMAT.parse(ROWS[0])) == [{
-        "prompt": "What is the best way to keep basil fresh?", "tiers": [["Stems in a glass of water."], ["Freeze it."]],
-        "models": [None, None], "scores": None, "details": {"score_ratio": 2.048}, "annotator": "shp",
-        "kind": "human", "external_id": "qt3nxl/qt3nxla/qt3nxlb"}]
+    assert parsed(FORMAT.parse(ROWS[0])) == [
+        {
+            "prompt": "What is the best way to keep basil fresh?",
+            "tiers": [["Stems in a glass of water."], ["Freeze it."]],
+            "models": [None, None],
+            "scores": None,
+            "details": {"score_ratio": 2.048},
+            "annotator": "shp",
+            "kind": "human",
+            "external_id": "qt3nxl/qt3nxla/qt3nxlb",
+        }
+    ]
     assert parsed(FORMAT.parse(ROWS[1]))[0]["tiers"] == [["Dry it in the oven."], ["In the fridge."]]
     for locator, reason in REASONS.items():
         with pytest.raises(Invalid) as caught:
@@ -52,9 +72,11 @@ def test_import_pairs_keep_the_score_ratio(sessions, tmp_path):
     assert quarantined(sessions) == REASONS
     assert [(r["details"], r["external_id"], r["annotator"]) for r in stored(sessions)] == [
         ({"score_ratio": 2.048}, "qt3nxl/qt3nxla/qt3nxlb", ("human", "shp")),
-        ({"score_ratio": 1.5}, "qt3nxm/qt3nxma/qt3nxmb", ("human", "shp"))]
-    assert pairs(sessions) == sorted([("Stems in a glass of water.", "Freeze it.", 1.0),
-                                      ("Dry it in the oven.", "In the fridge.", 1.0)])
+        ({"score_ratio": 1.5}, "qt3nxm/qt3nxma/qt3nxmb", ("human", "shp")),
+    ]
+    assert pairs(sessions) == sorted(
+        [("Stems in a glass of water.", "Freeze it.", 1.0), ("Dry it in the oven.", "In the fridge.", 1.0)]
+    )
     # the same post and comments under other bytes (another export) are the same ranking
     write_jsonl(path, [dict(reversed(list(r.items()))) for r in ROWS[:2]])
     again = run_import(sessions, path, "shp")

@@ -7,9 +7,17 @@ import pytest
 from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.ingest.datasets.ultrafeedback import FORMAT
 from preflab.errors import EXIT_ALL_QUARANTINED
-
-from tests.db.ingest.datasets.shapes_b import (ordered, pairs, parsed, quarantined, run_import, sqlite_only,
-                                               stored, write_jsonl, write_parquet)
+from tests.db.ingest.datasets.shapes_b import (
+    ordered,
+    pairs,
+    parsed,
+    quarantined,
+    run_import,
+    sqlite_only,
+    stored,
+    write_jsonl,
+    write_parquet,
+)
 
 
 def completion(model, response, overall, fine=None, **ratings):
@@ -17,21 +25,38 @@ def completion(model, response, overall, fine=None, **ratings):
     aspects = {"helpfulness": "3", "honesty": "3", "instruction_following": "3", "truthfulness": "3", **ratings}
     annotations = {name: {"Rating": rating, "Rationale": f"{name} is {rating}."} for name, rating in aspects.items()}
     annotations["helpfulness"].update({"Rationale For Rating": "Informative.", "Type": ["1", "2"]})
-    return {"annotations": annotations, "critique": "Fine.", "custom_system_prompt": "Be helpful.",
-            "fine-grained_score": fine if fine is not None or overall is None else overall / 2, "model": model,
-            "overall_score": overall, "principle": "helpfulness", "response": response}
+    return {
+        "annotations": annotations,
+        "critique": "Fine.",
+        "custom_system_prompt": "Be helpful.",
+        "fine-grained_score": fine if fine is not None or overall is None else overall / 2,
+        "model": model,
+        "overall_score": overall,
+        "principle": "helpfulness",
+        "response": response,
+    }
 
 
 def row(instruction, *completions, source="evol_instruct"):
-    return {"source": source, "instruction": instruction, "models": [c["model"] for c in completions],
-            "completions": list(completions), "correct_answers": ["None"], "incorrect_answers": ["None"]}
+    return {
+        "source": source,
+        "instruction": instruction,
+        "models": [c["model"] for c in completions],
+        "completions": list(completions),
+        "correct_answers": ["None"],
+        "incorrect_answers": ["None"],
+    }
 
 
 ROWS = [
     # 0: four completions, two of them scored alike (a tie inside the ranking)
-    row("Name a prime.", completion("gpt-4", "7", 8.5, helpfulness="5"),
-        completion("alpaca-7b", "9", 6.0, helpfulness="1"), completion("llama-2-7b", "11", 6.0, helpfulness="4"),
-        completion("falcon-40b", "4", 3.0, helpfulness="2", honesty="N/A")),
+    row(
+        "Name a prime.",
+        completion("gpt-4", "7", 8.5, helpfulness="5"),
+        completion("alpaca-7b", "9", 6.0, helpfulness="1"),
+        completion("llama-2-7b", "11", 6.0, helpfulness="4"),
+        completion("falcon-40b", "4", 3.0, helpfulness="2", honesty="N/A"),
+    ),
     # 1: equal scores only: one tier, a tie
     row("Say yes.", completion("gpt-4", "Yes.", 7.0), completion("bard", "Yes!", 7.0)),
     row("One only.", completion("gpt-4", "Alone.", 9.0)),
@@ -50,11 +75,18 @@ REASONS = {
 
 
 def test_parse_ranks_completions_by_overall_score_row_by_row():
-    assert parsed(FORMAT.parse(ROWS[0], **FORMAT.options)) == [{
-        "prompt": "Name a prime.", "tiers": [["7"], ["9", "11"], ["4"]],
-        "models": ["gpt-4", "alpaca-7b", "llama-2-7b", "falcon-40b"], "scores": [8.5, 6.0, 6.0, 3.0],
-        "details": {"score_field": "overall_score"}, "annotator": "openbmb/UltraFeedback:overall_score",
-        "kind": "ai", "external_id": None}]
+    assert parsed(FORMAT.parse(ROWS[0], **FORMAT.options)) == [
+        {
+            "prompt": "Name a prime.",
+            "tiers": [["7"], ["9", "11"], ["4"]],
+            "models": ["gpt-4", "alpaca-7b", "llama-2-7b", "falcon-40b"],
+            "scores": [8.5, 6.0, 6.0, 3.0],
+            "details": {"score_field": "overall_score"},
+            "annotator": "openbmb/UltraFeedback:overall_score",
+            "kind": "ai",
+            "external_id": None,
+        }
+    ]
     assert parsed(FORMAT.parse(ROWS[1]))[0]["tiers"] == [["Yes.", "Yes!"]]
     for index, reason in REASONS.items():
         with pytest.raises(Invalid) as caught:
@@ -70,21 +102,33 @@ def test_score_field_ranks_by_another_number():
     assert parsed(FORMAT.parse(ROWS[0], score_field="fine-grained_score"))[0]["scores"] == [4.25, 3.0, 3.0, 1.5]
     with pytest.raises(Invalid, match=r"^completion 3: its honesty rating is 'N/A', not a number$"):
         FORMAT.parse(ROWS[0], score_field="honesty")
-    with pytest.raises(Invalid, match=r"^completion 0: no score 'helpfulnes' \(a number of the completion, "
-                                      r"or an aspect of its annotations: helpfulness, honesty, "):
+    with pytest.raises(
+        Invalid,
+        match=r"^completion 0: no score 'helpfulnes' \(a number of the completion, "
+        r"or an aspect of its annotations: helpfulness, honesty, ",
+    ):
         FORMAT.parse(ROWS[0], score_field="helpfulnes")
     with pytest.raises(Invalid, match=r"^completion 0: 'response' must be a finite number, not '7'$"):
         FORMAT.parse(ROWS[0], score_field="response")
 
 
 RANKED = [
-    {"prompt": "Name a prime.", "tiers": [["7"], ["9", "11"], ["4"]],
-     "models": {"7": "gpt-4", "9": "alpaca-7b", "11": "llama-2-7b", "4": "falcon-40b"},
-     "scores": {"7": 8.5, "9": 6.0, "11": 6.0, "4": 3.0}, "details": {"score_field": "overall_score"},
-     "annotator": ("ai", "openbmb/UltraFeedback:overall_score")},
-    {"prompt": "Say yes.", "tiers": [["Yes.", "Yes!"]], "models": {"Yes.": "gpt-4", "Yes!": "bard"},
-     "scores": {"Yes.": 7.0, "Yes!": 7.0}, "details": {"score_field": "overall_score"},
-     "annotator": ("ai", "openbmb/UltraFeedback:overall_score")},
+    {
+        "prompt": "Name a prime.",
+        "tiers": [["7"], ["9", "11"], ["4"]],
+        "models": {"7": "gpt-4", "9": "alpaca-7b", "11": "llama-2-7b", "4": "falcon-40b"},
+        "scores": {"7": 8.5, "9": 6.0, "11": 6.0, "4": 3.0},
+        "details": {"score_field": "overall_score"},
+        "annotator": ("ai", "openbmb/UltraFeedback:overall_score"),
+    },
+    {
+        "prompt": "Say yes.",
+        "tiers": [["Yes.", "Yes!"]],
+        "models": {"Yes.": "gpt-4", "Yes!": "bard"},
+        "scores": {"Yes.": 7.0, "Yes!": 7.0},
+        "details": {"score_field": "overall_score"},
+        "annotator": ("ai", "openbmb/UltraFeedback:overall_score"),
+    },
 ]
 PAIRS = ordered([("7", "9", 2.5), ("7", "11", 2.5), ("7", "4", 5.5), ("9", "4", 3.0), ("11", "4", 3.0)])
 
@@ -94,7 +138,7 @@ def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, 
     path = writer(tmp_path / f"ultrafeedback.{'jsonl' if writer is write_jsonl else 'parquet'}", ROWS)
     summary = run_import(sessions, path, "ultrafeedback")
     assert (summary.rows, summary.rankings, summary.ties, summary.quarantined) == (7, 2, 1, 5)
-    assert summary.reasons == {reason: 1 for reason in REASONS.values()}
+    assert summary.reasons == dict.fromkeys(REASONS.values(), 1)
     assert [{k: v for k, v in r.items() if k != "external_id"} for r in stored(sessions)] == RANKED
     assert quarantined(sessions) == REASONS
     assert pairs(sessions) == PAIRS  # the tie gives none; each margin is the score gap
@@ -111,7 +155,8 @@ def test_rankings_by_another_field_are_other_rankings(sessions, tmp_path):
     by_help = run_import(sessions, path, "ultrafeedback", score_field="helpfulness")
     assert (by_help.rankings, by_help.duplicates) == (2, 0)
     assert [r["annotator"][1] for r in stored(sessions)] == ["openbmb/UltraFeedback:overall_score"] * 2 + [
-        "openbmb/UltraFeedback:helpfulness"] * 2
+        "openbmb/UltraFeedback:helpfulness"
+    ] * 2
     assert stored(sessions)[2]["tiers"] == [["7"], ["11"], ["4"], ["9"]]
 
 
@@ -124,24 +169,34 @@ def test_auto_picks_ultrafeedback_from_the_columns(sessions, tmp_path):
 @sqlite_only
 def test_score_field_option_of_the_command(cli, tmp_path):
     path = write_jsonl(tmp_path / "uf.jsonl", ROWS[:1])
-    out = json.loads(cli("import", "dataset", "--format", "ultrafeedback", "--score-field", "helpfulness", path,
-                         "--json").stdout)
+    out = json.loads(
+        cli("import", "dataset", "--format", "ultrafeedback", "--score-field", "helpfulness", path, "--json").stdout
+    )
     assert (out["format"], out["rows"], out["rankings"]) == ("ultrafeedback", 1, 1)
-    honesty = cli("import", "dataset", "--format", "ultrafeedback", "--score-field", "honesty", path, "--json",
-                  expect_ok=False)
+    honesty = cli(
+        "import", "dataset", "--format", "ultrafeedback", "--score-field", "honesty", path, "--json", expect_ok=False
+    )
     assert honesty.exit_code == EXIT_ALL_QUARANTINED
     assert json.loads(honesty.stdout)["reasons"] == {"completion 3: its honesty rating is 'N/A', not a number": 1}
 
 
 def test_the_example_row_gives_its_ranking():
     (got,) = parsed(FORMAT.parse(json.loads(FORMAT.example)))
-    assert (got["prompt"], got["tiers"], got["scores"]) == ("Name a prime number.", [["7 is prime."], ["9 is prime."]],
-                                                            [8.5, 3.0])
+    assert (got["prompt"], got["tiers"], got["scores"]) == (
+        "Name a prime number.",
+        [["7 is prime."], ["9 is prime."]],
+        [8.5, 3.0],
+    )
 
 
 # four completions, one of them empty: the other three are the ranking, the empty one quarantined alone
-ONE_EMPTY = row("Name a colour.", completion("gpt-4", "Blue.", 8.0), completion("bard", "Red.", 6.0),
-                completion("alpaca-7b", "", 2.0), completion("falcon-40b", "Green.", 4.0))
+ONE_EMPTY = row(
+    "Name a colour.",
+    completion("gpt-4", "Blue.", 8.0),
+    completion("bard", "Red.", 6.0),
+    completion("alpaca-7b", "", 2.0),
+    completion("falcon-40b", "Green.", 4.0),
+)
 EMPTY_REASON = "completion 2 is empty, so the row's other 3 replies were ranked without it"
 
 
@@ -150,10 +205,17 @@ def test_one_empty_completion_is_quarantined_alone(cli, sessions, tmp_path):
     path = write_jsonl(tmp_path / "uf.jsonl", [ONE_EMPTY, ROWS[0], ONE_EMPTY])
     summary = run_import(sessions, path, "ultrafeedback")
     assert (summary.rows, summary.rankings, summary.duplicates, summary.quarantined, summary.quarantined_replies) == (
-        3, 2, 1, 0, 1)
+        3,
+        2,
+        1,
+        0,
+        1,
+    )
     colour = stored(sessions)[0]
-    assert (colour["tiers"], colour["models"]) == ([["Blue."], ["Red."], ["Green."]], {
-        "Blue.": "gpt-4", "Red.": "bard", "Green.": "falcon-40b"})
+    assert (colour["tiers"], colour["models"]) == (
+        [["Blue."], ["Red."], ["Green."]],
+        {"Blue.": "gpt-4", "Red.": "bard", "Green.": "falcon-40b"},
+    )
     assert quarantined(sessions) == {"train:0/completion 2": EMPTY_REASON}
     listed = cli("quarantine", "list").stdout.splitlines()
     assert len(listed) == 1
