@@ -9,20 +9,19 @@ and does only the rest. Every step is `step(sessions, ctx, models, reporter)`:
 from __future__ import annotations
 
 import random
-from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import Reporter
-from preflab.db.models import Candidate, DatasetVersion, ModelVersion, Prompt, TrainingRun
+from preflab.db.models import Candidate, ModelVersion, Prompt
 from preflab.errors import InputError, TrainingError
 from preflab.labelling.judges.table import JUDGES
-from preflab.lm.names import ModelCache, NamedModel, load_named_model
+from preflab.lm.names import ModelCache
+from preflab.training.selfreward.policy import _judge, _on_server, _policy_engine
 from preflab.training.selfreward.state import (
     Context,
     advance,
@@ -31,9 +30,9 @@ from preflab.training.selfreward.state import (
     store_prompts,
     tag_iteration,
 )
+from preflab.training.selfreward.train_step import train_step
 
 EXAMPLE_POOL = 512  # prompts drawn from the store to show as examples; each request shows `shots` of them
-METHOD = "dpo"  # the training method (`preflab.training.methods`) that makes M_t from M_{t-1}
 
 
 def _is_new(sessions: sessionmaker[Session]):
@@ -69,38 +68,6 @@ def _examples(session: Session, ctx: Context) -> list[str]:
     rng = random.Random(f"{ctx.config.seed}:{ctx.iteration}")
     chosen = sorted(rng.sample(ids, min(EXAMPLE_POOL, len(ids))))
     return list(session.scalars(select(Prompt.text).where(Prompt.id.in_(chosen)).order_by(Prompt.id))) if chosen else []
-
-
-def _policy(ctx: Context, models: ModelCache) -> NamedModel:
-    """M_{t-1}, loaded once per iteration."""
-    return NamedModel(ctx.policy, ctx.policy_location, ctx.policy_id, *models.get(ctx.policy_location))
-
-
-def _judge(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) -> NamedModel:
-    """This iteration's judge model: the --judge-model, else M_{t-1} itself (self-rewarding)."""
-    cfg = ctx.config
-    if cfg.judge_model:
-        return load_named_model(sessions, cfg.judge_model, record=False, scorer=JUDGES[cfg.judge].scorer, cache=models)
-    return _policy(ctx, models)
-
-
-@contextmanager
-def _policy_engine(sessions: sessionmaker[Session], ctx: Context, models: ModelCache):
-    """M_{t-1} as an engine: loaded here (once per iteration), or on the server, served under its own name."""
-    if ctx.engine is None or ctx.engine.engine == "transformers":
-        from preflab.lm.engines.local import TransformersEngine
-
-        policy = _policy(ctx, models)
-        yield TransformersEngine(policy.model, policy.tokenizer, policy.label, ctx.config.batch_size, policy.version_id)
-        return
-    from preflab.lm.engines import open_engine
-
-    with open_engine(replace(ctx.engine, model=ctx.policy), sessions) as engine:
-        yield engine
-
-
-def _on_server(ctx: Context) -> bool:
-    return ctx.engine is not None and ctx.engine.engine != "transformers"
 
 
 def _unanswered(summary) -> str:
@@ -298,76 +265,6 @@ def pairs_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
             f"{counts['human']} from people ({version.n_train} train, {version.n_test} test)"
         )
         advance(session, ctx, dataset_version_id=version.id, metrics={"pairs": counts})
-
-
-def _adopt_or_resume(session: Session, run_dir: Path, kind: str) -> tuple[TrainingRun | None, bool]:
-    """(a run of this iteration that already succeeded, whether to resume an unfinished one)."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    mine = list(
-        session.scalars(
-            select(TrainingRun)
-            .where(TrainingRun.kind == kind, TrainingRun.output_path == str(run_dir))
-            .order_by(TrainingRun.id)
-        )
-    )
-    done = next((r for r in mine if r.status == "succeeded"), None)
-    if done is not None:
-        return done, False
-    newest = session.scalars(
-        select(TrainingRun)
-        .where(TrainingRun.kind == kind, TrainingRun.status.in_(("running", "failed")))
-        .order_by(TrainingRun.id.desc())
-    ).first()
-    checkpoints = run_dir / "checkpoints"
-    resumable = (
-        newest is not None
-        and newest.output_path == str(run_dir)
-        and checkpoints.is_dir()
-        and get_last_checkpoint(str(checkpoints)) is not None
-    )
-    for run in mine:
-        if run.status == "running" and not (resumable and run.id == newest.id):
-            run.status, run.error = "failed", "interrupted; the self-reward loop started the iteration's training again"
-    return None, resumable
-
-
-def train_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
-    from preflab.training.methods import METHODS, train
-
-    models.clear()  # training loads its own copies
-    config = METHODS[METHOD].config.from_dict(ctx.dpo)
-    run_dir = (ctx.folder / METHOD).resolve()
-    with sessions.begin() as session:
-        dataset_name = session.get(DatasetVersion, ctx.dataset_version_id).name
-        done, resume = _adopt_or_resume(session, run_dir, METHODS[METHOD].kind(config))
-        parent_name = session.get(ModelVersion, ctx.policy_id).name
-    if done is None:
-        result = train(
-            METHOD,
-            sessions,
-            config,
-            parent_name,
-            dataset_name,
-            resume=resume,
-            output_dir=str(run_dir),
-            reporter=reporter,
-        )
-        run_id = result.run_id
-    else:
-        run_id = done.id
-    with sessions.begin() as session:
-        run = session.get(TrainingRun, run_id)
-        version = session.get(ModelVersion, run.output_model_version_id)
-        run.iteration = version.iteration = ctx.iteration
-        version.parent_id = ctx.policy_id
-        metrics = {
-            k: v
-            for k, v in (run.metrics or {}).items()
-            if k.startswith(("heldout_", "train_", "first_", "last_", "global_"))
-        }
-        reporter.note(f"iteration {ctx.iteration}: trained {version.name} from {ctx.policy} (DPO run {run.id})")
-        advance(session, ctx, model_version_id=version.id, training_run_id=run.id, metrics={"dpo": metrics})
 
 
 def evaluate_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
