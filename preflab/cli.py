@@ -19,7 +19,7 @@ from preflab.settings import DEFAULT_MODEL, Settings, default_database_url
 # name -> "module:attribute"; each entry is one concern.
 COMMANDS: dict[str, str] = {
     "db": "preflab.commands.store:db_group",
-    "import": "preflab.commands.store:import_group",
+    "import": "preflab.commands.imports:import_group",
     "quarantine": "preflab.commands.store:quarantine_group",
     "pairs": "preflab.commands.store:pairs_group",
     "stats": "preflab.commands.store:stats_command",

@@ -1,0 +1,146 @@
+"""The `preflab import` commands: rankings, prompts and public preference datasets, read into the store."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.db.engine import open_sessions
+from preflab.db.ingest.datasets.job import DatasetImportSettings
+from preflab.db.ingest.jsonl import BATCH_LINES
+from preflab.errors import EXIT_ALL_QUARANTINED
+from preflab.settings import Settings
+
+
+@click.group("import")
+def import_group():
+    """Import rankings, prompts or a public preference dataset.
+
+    Exit status: 0, also when some lines are quarantined; 3 when every record
+    read was quarantined (the summary is still printed); 1 when the file cannot
+    be read or is not JSON Lines (nothing is written).
+
+    Example: preflab import rankings rankings.jsonl
+    """
+
+
+batch_lines_option = click.option(
+    "--batch-lines",
+    type=click.IntRange(min=1),
+    default=BATCH_LINES,
+    show_default=True,
+    help="Lines per transaction: a crash loses, and a conflict with another writer redoes, at most this many.",
+)
+
+
+def _run_import(settings: Settings, path: str, importer, what: str, as_json: bool, batch_lines: int):
+    from preflab.db.ingest.jsonl import import_file
+
+    summary = import_file(
+        open_sessions(settings.database_url), path, importer, reporter=Reporter(not as_json), batch_lines=batch_lines
+    )
+    if as_json:
+        echo_json(summary.as_dict() | {"reasons": summary.reasons})
+    else:
+        retried = f", {plural(summary.retried, 'batch', 'batches')} retried after a conflict" if summary.retried else ""
+        click.echo(
+            f"read {plural(summary.read, 'line')}: imported {plural(summary.imported, what)}, "
+            f"{summary.quarantined:,} quarantined, {plural(summary.duplicates, 'duplicate')}, "
+            f"{summary.blank:,} blank ({plural(summary.prompts, 'new prompt')}, "
+            f"{plural(summary.candidates, 'new candidate')}{retried})"
+        )
+        if summary.quarantined:
+            click.echo("see them with: preflab quarantine list", err=True)
+    if summary.all_quarantined:
+        sys.exit(EXIT_ALL_QUARANTINED)
+
+
+@import_group.command("rankings")
+@click.argument("path", type=click.Path(dir_okay=False))
+@batch_lines_option
+@json_option
+@pass_settings
+def import_rankings(settings: Settings, path, batch_lines, as_json):
+    """Import rankings from a JSON Lines file, one ranking per line.
+
+    Each line: {"prompt": …, "responses": [...], "ranking": [[1], [0, 2]],
+    "annotator": "alice", "annotator_kind": "human", "id": "batch7-0001"}.
+    Bad lines are quarantined with the reason and their exact bytes; re-importing
+    adds nothing twice. The file may be gzip-, bzip2- or xz-compressed. A JSON
+    array (one document, e.g. a Label Studio export) is refused before anything
+    is written.
+
+    Exit status: 0, also when some lines are quarantined; 3 when every record
+    was quarantined (the summary is still printed); 1 when the file cannot be read
+    or is not JSON Lines (nothing is written).
+
+    Example: preflab import rankings rankings.jsonl
+    """
+    from preflab.db.ingest.jsonl import import_rankings_batch
+
+    _run_import(settings, path, import_rankings_batch, "ranking", as_json, batch_lines)
+
+
+@import_group.command("prompts")
+@click.argument("path", type=click.Path(dir_okay=False))
+@batch_lines_option
+@json_option
+@pass_settings
+def import_prompts(settings: Settings, path, batch_lines, as_json):
+    """Import prompts (optionally with unranked responses) from JSON Lines.
+
+    Each line: {"prompt": …, "responses": [...], "reference": …}; responses and
+    reference are optional. Bad lines are quarantined as for `import rankings`.
+
+    Exit status: 0, also when some lines are quarantined; 3 when every record
+    was quarantined (the summary is still printed); 1 when the file cannot be read
+    or is not JSON Lines (nothing is written).
+
+    Example: preflab import prompts prompts.jsonl
+    """
+    from preflab.db.ingest.jsonl import import_prompts_batch
+
+    _run_import(settings, path, import_prompts_batch, "prompt", as_json, batch_lines)
+
+
+@import_group.command("dataset")
+@click.argument("source")
+@config_options(DatasetImportSettings)
+@json_option
+@pass_settings
+def import_dataset_command(settings: Settings, source, as_json, **options):
+    """Import a public preference dataset's rows as rankings.
+
+    SOURCE is a .jsonl, .json, .parquet or .csv file, a folder written by save_to_disk,
+    a folder of data files, or a Hugging Face Hub dataset id (read from the local
+    cache under HF_HUB_OFFLINE=1). Formats: trl, hh-rlhf, ultrafeedback, arena,
+    oasst2, helpsteer3, shp, nectar, pku-saferlhf; auto picks one from the columns.
+    Each row is stored raw first; a bad row is quarantined with its reason and the
+    rest go on; importing the same rows again adds nothing.
+
+    Exit status: 0, also when some rows are quarantined; 3 when every row was
+    quarantined (the summary is still printed); 1 when the source cannot be read,
+    no format fits it, or the named format reads none of its first 100 rows while
+    another does (nothing is written).
+
+    Example: preflab import dataset --format hh-rlhf Anthropic/hh-rlhf --split test --limit 1000
+    """
+    from preflab.commands.text import dataset_summary
+    from preflab.db.ingest.datasets.job import import_dataset
+
+    summary = import_dataset(
+        open_sessions(settings.database_url),
+        source,
+        build_config(DatasetImportSettings, options),
+        reporter=Reporter(not as_json),
+    )
+    if as_json:
+        echo_json(summary.as_dict())
+    else:
+        click.echo(dataset_summary(summary.as_dict()))
+        if summary.quarantined:
+            click.echo("see them with: preflab quarantine list", err=True)
+    if summary.all_quarantined:
+        sys.exit(EXIT_ALL_QUARANTINED)
