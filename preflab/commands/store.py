@@ -1,4 +1,4 @@
-"""Commands for the preference store: db, import, quarantine, pairs, stats, export."""
+"""Commands for the preference store: db, quarantine, pairs, stats, annotators, export (`import` is in imports.py)."""
 
 from __future__ import annotations
 
