@@ -221,7 +221,8 @@ def setup_store(url: str, label_studio: str, users: list[int]) -> tuple[list[dic
     from preflab.db.store import ensure_candidates, ensure_prompts
     from preflab.labelling.studio.projects import ensure_project
     from preflab.labelling.studio.push import _record, plan_tasks
-    from preflab.labelling.studio.webhooks import apply_pending, receive
+    from preflab.labelling.studio.webhook_apply import apply_pending
+    from preflab.labelling.studio.webhooks import receive
     from preflab.templates import label_config
 
     rng = random.Random(1)

@@ -134,7 +134,7 @@ class DeliveryWorker:
         self.loop = Loop("deliveries", self.step, DELIVERY_POLL)
 
     def _batch(self, session: Session):
-        from preflab.labelling.studio.webhooks import apply_pending
+        from preflab.labelling.studio.webhook_apply import apply_pending
 
         return apply_pending(session, self.studio.base_url, self._users, limit=self.batch)
 

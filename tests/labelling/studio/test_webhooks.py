@@ -23,7 +23,8 @@ from preflab.db.models import Candidate, Ranking, RawRecord
 from preflab.db.store import raw_record
 from preflab.labelling.studio.projects import ensure_project
 from preflab.labelling.studio.versions import SOURCE
-from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE, apply_pending, last_delivery_at, pending_count, receive
+from preflab.labelling.studio.webhook_apply import apply_pending
+from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE, last_delivery_at, pending_count, receive
 from preflab.templates import label_config
 from tests.labelling.ls_helpers import item, ranker_result, rankings, unique, write_prompts
 
