@@ -33,7 +33,7 @@ from preflab.labelling.studio.parse import TaskFields, ls_id
 from preflab.labelling.studio.projects import ProjectInfo, find_project, same_server
 from preflab.labelling.studio.sync import delete_annotations
 from preflab.labelling.studio.versions import SOURCE, Previous, latest_versions
-from preflab.labelling.studio.webhooks import _DELIVERY, EVENTS
+from preflab.labelling.studio.webhooks import EVENTS, IS_DELIVERY
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +284,7 @@ def apply_pending(
     # On Postgres another process applying deliveries at once takes the others (SQLite has one writer).
     rows = session.execute(
         select(RawRecord.id, RawRecord.payload, RawRecord.payload_bytes)
-        .where(_DELIVERY, RawRecord.status == RawStatus.pending.value)
+        .where(IS_DELIVERY, RawRecord.status == RawStatus.pending.value)
         .order_by(RawRecord.id)
         .limit(limit)
         .with_for_update(skip_locked=True)

@@ -1,10 +1,10 @@
-"""Label Studio webhooks: each delivery stored as received, then parsed as `ls sync` parses annotations.
+"""Receiving Label Studio webhooks: each delivery stored as received, before `webhook_apply` parses it.
 
 Label Studio 1.23 posts a webhook once, inside the annotator's own request, waits
 `WEBHOOK_TIMEOUT` (1 s) and never retries (its `webhooks/utils.py`). So `receive`
 only stores the body, keyed by the hash of its bytes (a replay is the same record),
 and checks that it is a JSON object naming an annotation event; a delivery waits
-as `pending` for `apply_pending`, and one stored before a crash is applied after it.
+as `pending` for `webhook_apply.apply_pending`, and one stored before a crash is applied after it.
 
 What Label Studio sends (`webhooks/models.py` `WebhookAction.ACTIONS`,
 `webhooks/serializers_for_hooks.py`), always with `action`:
@@ -46,8 +46,9 @@ log = logging.getLogger(__name__)
 
 EVENTS = frozenset({"ANNOTATION_CREATED", "ANNOTATIONS_CREATED", "ANNOTATION_UPDATED", "ANNOTATIONS_DELETED"})
 WEBHOOK_SOURCE = "label-studio:webhook"  # raw_records.source of a delivery
-# Written into the SQL as a literal, so that both databases use the index partial to deliveries (db.models).
-_DELIVERY = RawRecord.source == bindparam("webhook_source", WEBHOOK_SOURCE, literal_execute=True)
+# Whether a raw record is a delivery. Written into the SQL as a literal, so that both databases use the index
+# partial to deliveries (db.models).
+IS_DELIVERY = RawRecord.source == bindparam("webhook_source", WEBHOOK_SOURCE, literal_execute=True)
 PROJECT_SECRETS = ("token", "task_data_login", "task_data_password")
 BLANKED = "[not stored]"
 
@@ -59,9 +60,6 @@ class Delivery:
     raw_id: int
     error: str | None
     new: bool
-
-
-# --- receiving: cheap, nothing but the body's own check --------------------------------------------
 
 
 def _checked(body: bytes) -> tuple[Any, str | None]:
@@ -110,7 +108,7 @@ def receive(session: Session, body: bytes, *, origin: str | None = None) -> Deli
 
     A body that is not a JSON object naming an annotation event (`EVENTS`) is
     stored quarantined with the reason (`error`: the server answers 400);
-    otherwise it is stored `pending` for `apply_pending`. The same bytes again
+    otherwise it is stored `pending` for `webhook_apply.apply_pending`. The same bytes again
     (a replay) return the same record, `new` False, and change nothing.
 
     Args:
@@ -153,7 +151,7 @@ def receive_many(session: Session, bodies: Sequence[tuple[bytes, str | None]]) -
 def pending_count(session: Session) -> int:
     """How many deliveries are stored and not parsed yet."""
     return session.scalar(
-        select(func.count()).select_from(RawRecord).where(_DELIVERY, RawRecord.status == RawStatus.pending.value)
+        select(func.count()).select_from(RawRecord).where(IS_DELIVERY, RawRecord.status == RawStatus.pending.value)
     )
 
 
@@ -161,7 +159,7 @@ def last_delivery_at(session: Session) -> datetime | None:
     """When the newest delivery was received (whatever became of it); None before the first."""
     # The newest of each status, each one probe of the deliveries' (status, id) index.
     newest = [
-        session.scalar(select(func.max(RawRecord.id)).where(_DELIVERY, RawRecord.status == status.value))
+        session.scalar(select(func.max(RawRecord.id)).where(IS_DELIVERY, RawRecord.status == status.value))
         for status in RawStatus
     ]
     newest = [rid for rid in newest if rid is not None]
