@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 
 import click
@@ -14,13 +15,30 @@ from preflab.errors import EXIT_ALL_QUARANTINED
 from preflab.settings import Settings
 
 
+def exit_statuses(unit: str = "record", failure: str = "the file cannot be read or is not JSON Lines"):
+    """Write an import's exit statuses into a command's help, as the paragraph before its example.
+
+    Args:
+        unit: what the import stores or quarantines one at a time (a file's records, a dataset's rows).
+        failure: when it stops with 1, before writing anything.
+    """
+    paragraph = (
+        f"Exit status: 0, also when some {unit}s are quarantined; 3 when every {unit} read was "
+        f"quarantined (the summary is still printed); 1 when {failure} (nothing is written)."
+    )
+
+    def add(command):
+        body, example = inspect.cleandoc(command.__doc__).rsplit("\n\nExample:", 1)
+        command.__doc__ = f"{body}\n\n{paragraph}\n\nExample:{example}"
+        return command
+
+    return add
+
+
 @click.group("import")
+@exit_statuses()
 def import_group():
     """Import rankings, prompts or a public preference dataset.
-
-    Exit status: 0, also when some lines are quarantined; 3 when every record
-    read was quarantined (the summary is still printed); 1 when the file cannot
-    be read or is not JSON Lines (nothing is written).
 
     Example: preflab import rankings rankings.jsonl
     """
@@ -58,6 +76,7 @@ def _run_import(settings: Settings, path: str, importer, what: str, as_json: boo
 
 
 @import_group.command("rankings")
+@exit_statuses()
 @click.argument("path", type=click.Path(dir_okay=False))
 @batch_lines_option
 @json_option
@@ -72,10 +91,6 @@ def import_rankings(settings: Settings, path, batch_lines, as_json):
     array (one document, e.g. a Label Studio export) is refused before anything
     is written.
 
-    Exit status: 0, also when some lines are quarantined; 3 when every record
-    was quarantined (the summary is still printed); 1 when the file cannot be read
-    or is not JSON Lines (nothing is written).
-
     Example: preflab import rankings rankings.jsonl
     """
     from preflab.db.ingest.jsonl import import_rankings_batch
@@ -84,6 +99,7 @@ def import_rankings(settings: Settings, path, batch_lines, as_json):
 
 
 @import_group.command("prompts")
+@exit_statuses()
 @click.argument("path", type=click.Path(dir_okay=False))
 @batch_lines_option
 @json_option
@@ -94,10 +110,6 @@ def import_prompts(settings: Settings, path, batch_lines, as_json):
     Each line: {"prompt": …, "responses": [...], "reference": …}; responses and
     reference are optional. Bad lines are quarantined as for `import rankings`.
 
-    Exit status: 0, also when some lines are quarantined; 3 when every record
-    was quarantined (the summary is still printed); 1 when the file cannot be read
-    or is not JSON Lines (nothing is written).
-
     Example: preflab import prompts prompts.jsonl
     """
     from preflab.db.ingest.jsonl import import_prompts_batch
@@ -106,6 +118,11 @@ def import_prompts(settings: Settings, path, batch_lines, as_json):
 
 
 @import_group.command("dataset")
+@exit_statuses(
+    "row",
+    "the source cannot be read, no format fits it, or the named format reads none of its first 100 rows "
+    "while another does",
+)
 @click.argument("source")
 @config_options(DatasetImportSettings)
 @json_option
@@ -119,11 +136,6 @@ def import_dataset_command(settings: Settings, source, as_json, **options):
     oasst2, helpsteer3, shp, nectar, pku-saferlhf; auto picks one from the columns.
     Each row is stored raw first; a bad row is quarantined with its reason and the
     rest go on; importing the same rows again adds nothing.
-
-    Exit status: 0, also when some rows are quarantined; 3 when every row was
-    quarantined (the summary is still printed); 1 when the source cannot be read,
-    no format fits it, or the named format reads none of its first 100 rows while
-    another does (nothing is written).
 
     Example: preflab import dataset --format hh-rlhf Anthropic/hh-rlhf --split test --limit 1000
     """
