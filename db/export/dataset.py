@@ -40,8 +40,8 @@ from preflab.db.export.pair_tables import (
     refuse_plain_conversations,
     text_tables,
 )
+from preflab.db.export.selection import EXPORT_KINDS, kept_comparisons, kept_prompts, pair_mix
 from preflab.db.models import Comparison, DatasetVersion, PairBuild, Prompt, Ranking
-from preflab.db.pairs.build import EXPORT_KINDS, kept_comparisons, kept_prompts, pair_mix
 from preflab.errors import ConfigError, DatabaseError, HubError, InputError
 
 FORMATS = ("disk", "parquet", "jsonl")

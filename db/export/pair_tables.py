@@ -25,8 +25,8 @@ from sqlalchemy.orm import Session
 from preflab.db.bulk import IN_CHUNK, in_values
 from preflab.db.conversation import assistant_turn, stored_prompt, stored_reply, user_turn
 from preflab.db.export.arrow import rows_to_batch
+from preflab.db.export.selection import kept_comparisons, kept_prompts
 from preflab.db.models import Annotator, Candidate, Comparison, Prompt
-from preflab.db.pairs.build import kept_comparisons, kept_prompts
 from preflab.errors import InputError
 
 # One row of pairs by id: (prompt_id, chosen_id, rejected_id, margin, weight, annotator_kind, annotator_id);

@@ -15,8 +15,8 @@ from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Float, Numeric, and_, case, cast, func, insert, literal, or_, select, true
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy import Float, Numeric, and_, cast, func, insert, literal, select
+from sqlalchemy.orm import Session
 
 from preflab.db.bulk import refresh_statistics
 from preflab.db.models import Annotator, Comparison, PairBuild, Ranking, RankingItem, RankingStatus
@@ -364,85 +364,3 @@ def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate
             rows = []
     if rows:
         session.execute(insert(Comparison), rows)
-
-
-# --- which comparisons an export keeps, and what they hold -----------------------------------
-
-# `human-first`: people's pairs, and a judge's only on prompts no person gave a pair for, so
-# a person and a judge never contradict each other in one dataset. `any` keeps every pair.
-EXPORT_KINDS = ("human-first", "human", "ai", "any")
-
-
-def kept_comparisons(kind: str):
-    """The WHERE clause on `Comparison` of an export's `kind` (one of EXPORT_KINDS)."""
-    if kind not in EXPORT_KINDS:
-        raise InputError(f"unknown annotator kind {kind!r} (expected one of {', '.join(EXPORT_KINDS)})")
-    if kind == "any":
-        return true()
-    if kind in ("human", "ai"):
-        return Comparison.annotator_kind == kind
-    human = aliased(Comparison)
-    by_people = select(human.id).where(human.prompt_id == Comparison.prompt_id, human.annotator_kind == "human")
-    return or_(Comparison.annotator_kind != "ai", ~by_people.exists())
-
-
-def kept_prompts(kind: str):
-    """A SELECT of the ids of the prompts an export of `kind` writes pairs of.
-
-    Every prompt with a comparison keeps some under `any` and `human-first` (a
-    judge's pairs go only where no person gave one), so those two need no
-    per-pair test here.
-    """
-    query = select(Comparison.prompt_id).distinct()
-    return query if kind in ("any", "human-first") else query.where(kept_comparisons(kind))
-
-
-@dataclass
-class PairMix:
-    """What an export holds: pairs by annotator kind, those left out, and the contradicting ones."""
-
-    kept: dict[str, int]  # annotator kind (human, ai, mixed) -> pairs exported
-    left_out: dict[str, int]  # annotator kind -> pairs of the comparisons the export leaves out
-    contradicting: dict[int, int]  # prompt id -> exported pairs whose opposite pair is exported too
-
-    @property
-    def n_contradicting(self) -> int:
-        return sum(self.contradicting.values())
-
-    def as_dict(self) -> dict:
-        return {
-            "pairs_by_kind": self.kept,
-            "left_out_by_kind": self.left_out,
-            "contradicting_pairs": self.n_contradicting,
-        }
-
-
-def pair_mix(session: Session, kind: str = "any") -> PairMix:
-    """Count the comparisons an export of `kind` keeps, by annotator kind, and those that contradict.
-
-    A pair contradicts when the same prompt also has the opposite pair (b over
-    a): two annotators who disagree, or a person and a judge. One GROUP BY on
-    the unordered pair, so it scales with the comparisons, not their square.
-    """
-    keep = kept_comparisons(kind)
-    counted = session.execute(
-        select(Comparison.annotator_kind, func.count(), func.sum(case((keep, 1), else_=0))).group_by(
-            Comparison.annotator_kind
-        )
-    ).all()  # one pass for both counts
-    by_kind = {k: n for k, n, _ in counted}
-    kept = {k: int(n) for k, _, n in counted if n}
-    low = case((Comparison.chosen_id < Comparison.rejected_id, Comparison.chosen_id), else_=Comparison.rejected_id)
-    high = case((Comparison.chosen_id < Comparison.rejected_id, Comparison.rejected_id), else_=Comparison.chosen_id)
-    groups = (
-        select(Comparison.prompt_id, func.count().label("n"))
-        .where(keep)
-        .group_by(Comparison.prompt_id, low, high)
-        .having(func.min(Comparison.chosen_id) != func.max(Comparison.chosen_id))
-        .subquery()
-    )
-    contradicting = dict(
-        session.execute(select(groups.c.prompt_id, func.sum(groups.c.n)).group_by(groups.c.prompt_id)).all()
-    )
-    left_out = {k: n - kept.get(k, 0) for k, n in by_kind.items() if n - kept.get(k, 0)}
-    return PairMix(kept, left_out, {int(p): int(n) for p, n in contradicting.items()})
