@@ -14,6 +14,7 @@ from preflab.errors import ConfigError
 from preflab.training.bestofn.estimator import BonEstimate
 from preflab.training.bestofn.fit import GaoFit
 from preflab.training.bestofn.kl import win_rate_bound
+from preflab.training.figures import save_figure
 
 
 def _array(values) -> np.ndarray:
@@ -79,7 +80,4 @@ def goodhart_plot(est: BonEstimate, out: str | Path, fit: GaoFit | None = None, 
     right.set_title("win rate against KL")
     right.legend(fontsize=8)
 
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    return out
+    return save_figure(fig, out)

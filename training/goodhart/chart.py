@@ -16,6 +16,7 @@ import numpy as np
 
 from preflab.errors import ConfigError
 from preflab.training.bestofn.fit import GaoFit
+from preflab.training.figures import save_figure
 from preflab.training.goodhart.frontier import Point, by_method
 
 COLORS = {"best-of-n": "tab:blue", "dpo": "tab:green", "simpo": "tab:purple", "rl": "tab:red", "grpo": "tab:orange"}
@@ -86,7 +87,4 @@ def frontier_chart(
     right.set_ylabel("true-reward win rate over the reference")
     right.set_title("win rate over the reference")
     right.legend(fontsize=8)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    return out
+    return save_figure(fig, out)

@@ -24,6 +24,7 @@ from preflab.db.models import (
 from preflab.db.quality.agreement import compare_rankings
 from preflab.db.store import chunks
 from preflab.errors import NotFound
+from preflab.training.figures import save_figure
 
 
 def judge_agreement(session: Session, annotator_id: int | None, prompt_ids: list[int]) -> dict[str, Any]:
@@ -158,10 +159,7 @@ def plot_report(rows: list[dict[str, Any]], out: str | Path, title: str = "Self-
     ax.set_ylabel("rate")
     ax.set_title(title)
     ax.legend(fontsize=8, loc="lower right")
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    return out
+    return save_figure(fig, out)
 
 
 def write_loop_report(session: Session, loop: str, out: str | Path | None = None) -> tuple[list[dict[str, Any]], Path]:
