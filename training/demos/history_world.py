@@ -35,7 +35,7 @@ EOS = toy.SPECIAL.index("</s>")
 CONTEXT = 3 + toy.INPUT_DIGITS + 3
 
 
-def chat_tokenizer():
+def digit_role_tokenizer():
     """The digit tokenizer with role tokens and a chat template (digit d is still token DIGIT0 + d)."""
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -99,7 +99,7 @@ def train_base_model(
         return rows
 
     return toy.fit_language(
-        path, chat_tokenizer(), batch, CONTEXT, steps=steps, lr=lr, hidden=64, layers=2, seed=seed, positions=32
+        path, digit_role_tokenizer(), batch, CONTEXT, steps=steps, lr=lr, hidden=64, layers=2, seed=seed, positions=32
     )
 
 

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 def test_the_chat_template_renders_the_tokens_the_world_trains_on():
     from preflab.training.demos import history_world as world
 
-    tokenizer = world.chat_tokenizer()
+    tokenizer = world.digit_role_tokenizer()
     messages = world.conversation(7, [4, 5, 9, 1])
     assert (
         tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
