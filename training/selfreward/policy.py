@@ -22,7 +22,7 @@ def _policy(ctx: Context, models: ModelCache) -> NamedModel:
     return NamedModel(ctx.policy, ctx.policy_location, ctx.policy_id, *models.get(ctx.policy_location))
 
 
-def _judge(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) -> NamedModel:
+def iteration_judge(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) -> NamedModel:
     """This iteration's judge model: the --judge-model, else M_{t-1} itself (self-rewarding)."""
     cfg = ctx.config
     if cfg.judge_model:
@@ -31,7 +31,7 @@ def _judge(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) ->
 
 
 @contextmanager
-def _policy_engine(sessions: sessionmaker[Session], ctx: Context, models: ModelCache):
+def policy_engine(sessions: sessionmaker[Session], ctx: Context, models: ModelCache):
     """M_{t-1} as an engine: loaded here (once per iteration), or on the server, served under its own name."""
     if ctx.engine is None or ctx.engine.engine == "transformers":
         from preflab.lm.engines.local import TransformersEngine
@@ -45,5 +45,5 @@ def _policy_engine(sessions: sessionmaker[Session], ctx: Context, models: ModelC
         yield engine
 
 
-def _on_server(ctx: Context) -> bool:
+def on_server(ctx: Context) -> bool:
     return ctx.engine is not None and ctx.engine.engine != "transformers"

@@ -3,7 +3,8 @@
 Each step does its work in transactions of its own, then `advance` records it
 as done. A step run again after a crash finds what an earlier attempt committed
 and does only the rest. Every step is `step(sessions, ctx, models, reporter)`:
-`models` is the iteration's `ModelCache`, so M_{t-1} and its judge load once.
+`models` is the iteration's `ModelCache`, so M_{t-1} and its judge load once
+(`preflab.training.selfreward.policy`). The train step is in `train_step`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from preflab.db.models import Candidate, ModelVersion, Prompt
 from preflab.errors import InputError, TrainingError
 from preflab.labelling.judges.table import JUDGES
 from preflab.lm.names import ModelCache
-from preflab.training.selfreward.policy import _judge, _on_server, _policy_engine
+from preflab.training.selfreward.policy import iteration_judge, on_server, policy_engine
 from preflab.training.selfreward.state import (
     Context,
     advance,
@@ -96,10 +97,10 @@ def prompts_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCac
         }
         batch_size = cfg.batch_size
         with (
-            _policy_engine(sessions, ctx, models) as engine,
+            policy_engine(sessions, ctx, models) as engine,
             reporter.progress(f"iteration {ctx.iteration}: writing prompts", missing) as step,
         ):
-            if _on_server(ctx):
+            if on_server(ctx):
                 draw = draw_on_server(engine, **sampling)
                 batch_size = max(batch_size, engine.config.concurrency)  # keep the server's slots busy
             else:
@@ -118,7 +119,7 @@ def prompts_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCac
                     step(len(texts)),
                 ),
             )
-            stats = engine.stats.as_dict() if _on_server(ctx) else None
+            stats = engine.stats.as_dict() if on_server(ctx) else None
         unanswered = f", {written.unanswered} unanswered" if written.unanswered else ""
         detail = (
             f" written by {ctx.policy} ({written.requests} asked, {written.duplicates} duplicates, "
@@ -146,7 +147,7 @@ def candidates_step(sessions: sessionmaker[Session], ctx: Context, models: Model
     summary = GenerateSummary()
     if todo:
         # Stored under M_{t-1}'s own name wherever it ran, as the judge and pairs steps read them.
-        with _policy_engine(sessions, ctx, models) as engine:
+        with policy_engine(sessions, ctx, models) as engine:
             summary = generate_with(sessions, engine, gen, ids, ctx.policy_id, reporter, label=ctx.policy)
     with sessions.begin() as session:
         tag_iteration(session, ctx, ids)
@@ -160,7 +161,7 @@ def candidates_step(sessions: sessionmaker[Session], ctx: Context, models: Model
             f"({summary.stored} new, {summary.duplicates} duplicates, "
             f"{summary.short} prompts short of {cfg.n}{_unanswered(summary)})"
         )
-        engine = {"engine_candidates": summary.engine} if _on_server(ctx) and summary.engine else {}
+        engine = {"engine_candidates": summary.engine} if on_server(ctx) and summary.engine else {}
         advance(session, ctx, metrics={"candidates": total, **engine})
 
 
@@ -170,7 +171,7 @@ def judge_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
     cfg = ctx.config
     with sessions.begin() as session:
         ids = iteration_prompt_ids(session, ctx)
-    if _on_server(ctx) and not JUDGES[cfg.judge].scorer:
+    if on_server(ctx) and not JUDGES[cfg.judge].scorer:
         # The judge asks the server too: the --judge-model, else M_{t-1}, by its served name.
         from preflab.labelling.judges.engine_run import judge_on
         from preflab.lm.engines import open_engine
@@ -179,7 +180,7 @@ def judge_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache
             summary = judge_on(sessions, cfg.judge, engine, cfg.judge_config(), ids, ctx.policy, reporter)
         label = engine.name
     else:
-        judge = _judge(sessions, ctx, models)
+        judge = iteration_judge(sessions, ctx, models)
         label = judge.label
         summary = judge_candidates(
             sessions,
@@ -292,7 +293,7 @@ def evaluate_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCa
         )
     report: dict[str, Any] = {"win_rate": None, "prompts": 0}
     if prompts:
-        judge = _judge(sessions, ctx, models)
+        judge = iteration_judge(sessions, ctx, models)
         compare = make_judge(cfg.judge, judge.model, judge.tokenizer, cfg.judge_config())
         report = win_rate(plan, compare, cfg.eval_max_new_tokens, False, cfg.seed, cfg.batch_size)
         report |= {"judge": cfg.judge, "judge_model": judge.label}
@@ -337,7 +338,7 @@ def check_with_people(
     if not ranked:
         with sessions.begin() as session:
             return judge_agreement(session, None, [])
-    judge = _judge(sessions, ctx, models)
+    judge = iteration_judge(sessions, ctx, models)
     summary = judge_candidates(
         sessions, cfg.judge, judge.model, judge.tokenizer, judge.label, cfg.judge_config(), ranked, reporter=reporter
     )
