@@ -190,7 +190,8 @@ def since(before: dict, spent: dict) -> dict:
 def fast_path(url: str, path: Path, out_dir: Path, bulk: str = "core", more: Path | None = None) -> dict:
     spent = time_bulk_calls(bulk)
     from preflab.db.engine import open_database, session_factory
-    from preflab.db.export.dataset import ExportSettings, export_dataset
+    from preflab.db.export.dataset import ExportSettings
+    from preflab.db.export.job import export_dataset
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.db.pairs.build import build_pairs
 

@@ -14,7 +14,8 @@ def sqlite_dataset(workdir, rankings, seed: int):
     Returns (session factory, the exported dataset version, the number of pairs).
     """
     from preflab.db.engine import open_database, session_factory
-    from preflab.db.export.dataset import ExportSettings, export_dataset
+    from preflab.db.export.dataset import ExportSettings
+    from preflab.db.export.job import export_dataset
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.db.pairs.build import build_pairs
 

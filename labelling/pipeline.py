@@ -20,7 +20,8 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.export.dataset import FORMATS, ExportSettings, export_and_push, version_info
+from preflab.db.export.dataset import FORMATS, ExportSettings
+from preflab.db.export.job import export_and_push, version_info
 from preflab.db.ingest.jsonl import import_file, import_rankings_batch
 from preflab.db.pairs.build import STRATEGIES, build_pairs
 from preflab.db.quality.agreement import stats

@@ -70,7 +70,8 @@ def resolve_dataset_version(session: Session, name_or_id: str | None = None) -> 
 
 def export_for_training(session: Session, previous: DatasetVersion | None) -> DatasetVersion:
     """Export the current comparisons as conversations, with the previous export's split settings if any."""
-    from preflab.db.export.dataset import ExportSettings, export_dataset
+    from preflab.db.export.dataset import ExportSettings
+    from preflab.db.export.job import export_dataset
 
     settings = ExportSettings()
     if previous is not None:

@@ -302,7 +302,7 @@ def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **optio
     Example: preflab export out/prefs --format parquet --test-size 0.1
     """
     from preflab.commands.text import export_summary
-    from preflab.db.export.dataset import export_and_push, version_info
+    from preflab.db.export.job import export_and_push, version_info
     from preflab.training.data import chat_tokenizer
 
     config, sessions = build_config(ExportSettings, options), open_sessions(settings.database_url, existing=True)

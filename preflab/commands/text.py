@@ -1,7 +1,7 @@
 """The text the store's commands print: `stats`, `annotators`, `export`, `import dataset` (`--json`: the dict itself).
 
 The library jobs return data (`preflab.db.quality.agreement.stats`,
-`preflab.db.quality.annotators.annotator_quality`, `preflab.db.export.dataset.version_info`,
+`preflab.db.quality.annotators.annotator_quality`, `preflab.db.export.job.version_info`,
 `preflab.labelling.judges.trust.judge_trust`);
 how it reads on a terminal is the shell's business, so it lives here, beside the commands.
 """

@@ -214,7 +214,8 @@ class _Clock:
 
 def _dataset(sessions: sessionmaker[Session], rankings: Path, out: Path, settings: ToySettings, **export) -> tuple:
     """Import the annotator's rankings, build the pairs and export them: (import summary, pairs, dataset)."""
-    from preflab.db.export.dataset import ExportSettings, export_dataset
+    from preflab.db.export.dataset import ExportSettings
+    from preflab.db.export.job import export_dataset
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.db.pairs.build import build_pairs
 

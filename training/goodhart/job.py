@@ -156,7 +156,8 @@ def rank_and_fit(
     reporter: Reporter,
 ) -> Stage:
     """Rank base samples for `prompts` (after the `ranked` already in the store) and fit a proxy on all of them."""
-    from preflab.db.export.dataset import ExportSettings, export_dataset
+    from preflab.db.export.dataset import ExportSettings
+    from preflab.db.export.job import export_dataset
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.db.pairs.build import build_pairs
     from preflab.training.methods import train

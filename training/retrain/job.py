@@ -327,7 +327,7 @@ def retrain(
 def _retrain(
     sessions: sessionmaker[Session], config: RetrainConfig, default_model: str, min_new: int, reporter: Reporter
 ) -> RetrainResult:
-    from preflab.db.export.dataset import export_dataset
+    from preflab.db.export.job import export_dataset
     from preflab.db.locks import db_now
     from preflab.db.pairs.build import build_pairs
 

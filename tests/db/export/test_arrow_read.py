@@ -7,8 +7,9 @@ import pytest
 from sqlalchemy import func, select, text
 
 from preflab.db.export import arrow, sqlite_reader
-from preflab.db.export import dataset as export
-from preflab.db.export.dataset import ExportSettings, comparison_batches, export_dataset
+from preflab.db.export import job as export
+from preflab.db.export.dataset import ExportSettings
+from preflab.db.export.job import comparison_batches, export_dataset
 from preflab.db.export.pair_tables import id_schema
 from preflab.db.ingest.jsonl import import_file, import_rankings_batch
 from preflab.db.models import Comparison

@@ -91,7 +91,7 @@ def test_nothing_to_export_is_one_sentence(cli, tmp_path):
 
 
 def test_an_export_whose_splits_the_database_did_not_store_is_not_recorded(populated, sessions, tmp_path, monkeypatch):
-    from preflab.db.export import dataset as export
+    from preflab.db.export import job as export
 
     stored = export.for_values
     monkeypatch.setattr(
@@ -113,7 +113,7 @@ def test_an_export_whose_pairs_changed_while_it_read_them_is_not_recorded(popula
     from sqlalchemy import delete, func
 
     from preflab.db.export import arrow
-    from preflab.db.export import dataset as export
+    from preflab.db.export import job as export
     from preflab.db.models import Comparison
 
     counted = export.pair_mix
