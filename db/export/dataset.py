@@ -1,11 +1,12 @@
-"""Export comparisons as a Hugging Face dataset (prompt / chosen / rejected).
+"""A Hugging Face dataset of pairs (prompt / chosen / rejected): its settings, its writer, and reading it back.
 
 `write_batches` is the one writer: pairs (ids) come in Arrow batches and are
 written split by split with pyarrow, so memory stays flat however many pairs
-there are. `export_dataset` feeds it the comparisons table (read as Arrow,
+there are. `preflab.db.export.job` feeds it the comparisons table (read as Arrow,
 `preflab.db.export.arrow`); the self-rewarding loop feeds it an iteration's own pairs
 (`write_dataset`). Splits are made by prompt: every pair of a prompt lands
-in the same split. Human annotators appear only by their stored pseudonym.
+in the same split. Human annotators appear only by their stored pseudonym;
+`load_export` reads any of the formats back.
 
 By default the texts are chat messages (TRL's conversational format), the form a
 training run reads; plain text holds only single-message prompts and replies, unless
