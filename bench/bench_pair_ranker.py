@@ -36,7 +36,8 @@ from common import sqlite_dataset
 
 def toy_store(workdir: Path, prompts: int, candidates: int, base_steps: int, seed: int):
     """The toy world's store and dataset version; returns (sessions, dataset name, pairs, base model path)."""
-    from preflab.training.demos.toy import ToySettings, toy_rankings
+    from preflab.training.demos.toy import toy_rankings
+    from preflab.training.demos.toy_config import ToySettings
     from preflab.training.demos.toy_world import train_base_model
 
     base = train_base_model(workdir / "base", steps=base_steps, batch_size=64, seed=seed)

@@ -30,7 +30,8 @@ def load_toy_rankings(
     """Import the simulated annotator's rankings of the base model's samples and build pairs."""
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
     from preflab.db.pairs.build import build_pairs
-    from preflab.training.demos.toy import ToySettings, toy_rankings
+    from preflab.training.demos.toy import toy_rankings
+    from preflab.training.demos.toy_config import ToySettings
 
     workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / f"rankings-{seed}.jsonl"

@@ -15,7 +15,7 @@ from click.core import ParameterSource
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
 from preflab.settings import Settings
 from preflab.training.demos.bon import BonDemoConfig
-from preflab.training.demos.toy import ToySettings
+from preflab.training.demos.toy_config import ToySettings
 from preflab.training.goodhart.job import GoodhartSettings
 
 

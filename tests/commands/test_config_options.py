@@ -59,7 +59,7 @@ CONFIGS = {
         "preflab.training.selfreward.config.SelfRewardConfig",
         "preflab.training.config.DPOTrainConfig",
     ],
-    "demo toy": ["preflab.training.demos.toy.ToySettings"],
+    "demo toy": ["preflab.training.demos.toy_config.ToySettings"],
     "demo bon": ["preflab.training.demos.bon.BonDemoConfig"],
 }
 
