@@ -135,18 +135,13 @@ def make_app(faults: Faults) -> FastAPI:
         }
 
     @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        body, refused = await guard(request, "chat")
-        if refused is not None:
-            return refused
-        return await answer(body, "chat")
-
     @app.post("/v1/completions")
     async def completions(request: Request):
-        body, refused = await guard(request, "completions")
+        path = "chat" if request.url.path.endswith("/chat/completions") else "completions"
+        body, refused = await guard(request, path)
         if refused is not None:
             return refused
-        return await answer(body, "completions")
+        return await answer(body, path)
 
     async def answer(body: dict, path: str):
         f = faults
