@@ -31,7 +31,7 @@ from preflab.db.engine import in_transaction
 from preflab.db.models import LSProject, LSTask
 from preflab.db.store import shown_payload
 from preflab.errors import InputError
-from preflab.labelling.studio.annotations import Received, SyncSummary, annotation_count, project_state, store_tasks
+from preflab.labelling.studio.annotations import SyncSummary, project_state, store_tasks
 from preflab.labelling.studio.export_reader import (
     BrokenExport,
     JsonMinTask,
@@ -42,6 +42,7 @@ from preflab.labelling.studio.export_reader import (
 )
 from preflab.labelling.studio.parse import KEY_FIELD, MAX_ID, TaskFields
 from preflab.labelling.studio.projects import CUSTOM, EXPORT_BASE_URL, ProjectInfo, ensure_project, info
+from preflab.labelling.studio.received import Received, annotation_count
 
 BATCH_TASKS = 500
 # How far into a file to look for tasks preflab pushed: an export of them has them throughout.

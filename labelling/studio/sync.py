@@ -12,10 +12,11 @@ from preflab.db.engine import in_transaction
 from preflab.db.models import LSProject, Ranking, RankingStatus, utcnow
 from preflab.db.store import chunks
 from preflab.errors import LabelStudioError
-from preflab.labelling.studio.annotations import Received, SyncSummary, project_state, store_tasks
+from preflab.labelling.studio.annotations import SyncSummary, project_state, store_tasks
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.parse import TaskFields
 from preflab.labelling.studio.projects import ProjectInfo, ensure_project, find_project
+from preflab.labelling.studio.received import Received
 from preflab.labelling.studio.versions import LIVE, SOURCE
 
 

@@ -28,9 +28,10 @@ from preflab.db.engine import as_utc
 from preflab.db.models import Annotator, AnnotatorKind, Ranking, RankingStatus, RawRecord, RawStatus
 from preflab.db.store import quarantine
 from preflab.errors import Invalid, NotFound
-from preflab.labelling.studio.annotations import Received, shown_id, store_tasks
+from preflab.labelling.studio.annotations import store_tasks
 from preflab.labelling.studio.parse import TaskFields, ls_id
 from preflab.labelling.studio.projects import ProjectInfo, find_project, same_server
+from preflab.labelling.studio.received import Received, shown_id
 from preflab.labelling.studio.sync import delete_annotations
 from preflab.labelling.studio.versions import SOURCE, Previous, latest_versions
 from preflab.labelling.studio.webhooks import EVENTS, IS_DELIVERY

@@ -40,7 +40,7 @@ from preflab.console import plural
 from preflab.db.engine import as_utc
 from preflab.db.models import RawRecord, RawStatus
 from preflab.db.store import payload_hash, quarantine, store_raw
-from preflab.labelling.studio.annotations import shown_id
+from preflab.labelling.studio.received import shown_id
 
 log = logging.getLogger(__name__)
 
