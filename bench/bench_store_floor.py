@@ -28,8 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_store import child, whole_path, write_rankings
+from bench_store import child, write_rankings
 from sqlalchemy import bindparam, create_engine, insert, select, text
+from store_report import whole_path
 
 from preflab.db.ingest.jsonl import BATCH_LINES
 
