@@ -33,51 +33,7 @@ import uuid
 from pathlib import Path
 
 from common import peak_rss_mb, postgres_schema_url
-
-WORDS = [
-    "the",
-    "model",
-    "answer",
-    "prompt",
-    "reward",
-    "policy",
-    "gradient",
-    "token",
-    "river",
-    "mountain",
-    "quick",
-    "brown",
-    "fox",
-    "jumps",
-    "over",
-    "lazy",
-    "dog",
-    "data",
-    "train",
-    "test",
-    "split",
-    "human",
-    "judge",
-    "rank",
-    "prefer",
-    "better",
-    "worse",
-    "explain",
-    "because",
-    "therefore",
-    "example",
-    "python",
-    "function",
-    "value",
-    "list",
-    "return",
-    "error",
-    "fix",
-]
-
-
-def sentence(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(WORDS) for _ in range(n)).capitalize() + "."
+from sentences import sentence
 
 
 def write_export(path: Path, n_tasks: int, per_task: int, seed: int = 0) -> None:

@@ -1,4 +1,4 @@
-"""Made-up sentences from a small vocabulary, for the benches that generate prompts and replies."""
+"""Made-up sentences from a small vocabulary: bench_store.py's rankings and bench_ls_sync.py's tasks."""
 
 from __future__ import annotations
 
