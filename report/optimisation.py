@@ -9,6 +9,7 @@ score). Self-rewarding: `preflab self-reward report`'s rows, one per iteration.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sqlalchemy import exists, func, select
@@ -16,6 +17,7 @@ from sqlalchemy.orm import Session, aliased
 
 from preflab.db.models import Annotator, Ranking, RankingStatus, SelfRewardIteration
 from preflab.errors import InputError
+from preflab.report.charts import SOURCE_COLOURS, _figure, _styled, to_svg
 from preflab.report.privacy import model_label
 from preflab.training.bestofn.estimator import estimate
 from preflab.training.bestofn.sample import SOURCE as BON_SOURCE
@@ -123,3 +125,69 @@ def self_reward_loops(session: Session) -> list[dict[str, Any]]:
 def optimisation_section(session: Session) -> dict[str, Any]:
     """Best-of-n curves and self-rewarding loops (empty lists where there are none)."""
     return {"bon": bon_curves(session), "self_reward": self_reward_loops(session)}
+
+
+@_styled
+def bon_chart(curves: list[dict[str, Any]]) -> str:
+    """Expected reward of the best of n draws against n: the proxy (reward model), and people where they ranked."""
+    with_true = [c for c in curves if c["true_values"]]
+    fig = _figure(9.5 if with_true else 6.0, 3.2)
+    axes = fig.subplots(1, 2 if with_true else 1)
+    axes = list(axes) if with_true else [axes]
+    for i, curve in enumerate(curves):
+        colour = SOURCE_COLOURS[i % len(SOURCE_COLOURS)]
+        axes[0].plot(curve["n"], curve["proxy"], "o-", color=colour, label=curve["reward_model"], markersize=4)
+        if with_true and curve["true_values"]:
+            axes[1].plot(
+                curve["n"], curve["true_values"], "s--", color=colour, label=curve["reward_model"], markersize=4
+            )
+    axes[0].set_title("Proxy reward of the best of n")
+    axes[0].set_ylabel("reward model score")
+    if with_true:
+        axes[1].set_title("True reward of the best of n (people)")
+        axes[1].set_ylabel("mean Borda score")
+    ns = sorted({n for curve in curves for n in curve["n"]})
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.minorticks_off()
+        ax.set_xlabel("n (draws per prompt)")
+        ax.legend(fontsize=8)
+    return to_svg(fig, "bon")
+
+
+@_styled
+def self_reward_chart(loops: list[dict[str, Any]]) -> str:
+    """Per iteration: the win rate of M_t against M_{t-1}, and the judge's agreement with people."""
+    fig = _figure(6.5, 3.2)
+    ax = fig.subplots()
+    ax.axhline(0.5, color="#555", linestyle="--", linewidth=1)
+    for i, loop in enumerate(loops):
+        colour = SOURCE_COLOURS[i % len(SOURCE_COLOURS)]
+        rows = loop["iterations"]
+        name = f" ({loop['loop']})" if len(loops) > 1 else ""
+        xs = [r["iteration"] for r in rows]
+        ax.plot(
+            xs,
+            [math.nan if r["win_rate"] is None else r["win_rate"] for r in rows],
+            "o-",
+            color=colour,
+            label=f"win rate against the parent{name}",
+        )
+        if any(r["judge_agreement"] is not None for r in rows):
+            ax.plot(
+                xs,
+                [math.nan if r["judge_agreement"] is None else r["judge_agreement"] for r in rows],
+                "s:",
+                color=colour,
+                label=f"judge agreement with people{name}",
+            )
+    iterations = sorted({r["iteration"] for loop in loops for r in loop["iterations"]})
+    ax.set_xticks(iterations)
+    ax.set_xlim(min(iterations) - 0.5, max(iterations) + 0.5)
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("iteration t")
+    ax.set_ylabel("rate")
+    ax.set_title("Self-rewarding iterations")
+    ax.legend(fontsize=8, loc="lower left")
+    return to_svg(fig, "self-reward")

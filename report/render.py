@@ -34,6 +34,7 @@ def make_charts(report: dict[str, Any]) -> dict[str, str | None]:
     """The page's charts by name: an `<svg>` where its section has the data to draw, else None."""
     charts.require_matplotlib()
     from preflab.report.leaderboard import forest_chart
+    from preflab.report.optimisation import bon_chart, self_reward_chart
 
     data, agreement, judges, leaderboard, models, optimisation = (report[name] for name in SECTIONS)
     bon, loops = optimisation["bon"], optimisation["self_reward"]
@@ -43,8 +44,8 @@ def make_charts(report: dict[str, Any]) -> dict[str, str | None]:
         "judges": charts.judges_chart(judges) if charts.judges_has_chart(judges) else None,
         "leaderboard": forest_chart(leaderboard) if leaderboard["ratings"] else None,
         "lineage": charts.lineage_chart(models["lineage"]) if models["lineage"] else None,
-        "bon": charts.bon_chart(bon) if bon else None,
-        "self_reward": charts.self_reward_chart(loops) if loops else None,
+        "bon": bon_chart(bon) if bon else None,
+        "self_reward": self_reward_chart(loops) if loops else None,
     }
 
 
