@@ -27,8 +27,8 @@ from typing import Any
 
 import orjson
 
-from preflab.db.ingest.lines import Invalid
 from preflab.db.store import content_hash
+from preflab.errors import Invalid
 
 ROLES = ("system", "user", "assistant")
 Message = dict[str, str]

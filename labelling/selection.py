@@ -22,7 +22,8 @@ def prompts_from_file(sessions: sessionmaker[Session], path: str | Path) -> list
     file with no usable prompt is an error. The import is checkpointed a batch
     per transaction, as `preflab import` is.
     """
-    from preflab.db.ingest.jsonl import Invalid, import_file, import_prompts_batch, open_jsonl, parse_prompt
+    from preflab.db.ingest.jsonl import import_file, import_prompts_batch, open_jsonl, parse_prompt
+    from preflab.errors import Invalid
 
     import_file(sessions, path, import_prompts_batch)
     hashes: list[str] = []

@@ -41,6 +41,10 @@ class EngineError(PreflabError):
     """A model server refused the key, has no such model, does not answer, or cannot do what was asked."""
 
 
+class Invalid(ValueError):
+    """A record that cannot be imported; the message is the quarantine reason."""
+
+
 # The exit status of an import that read records but could use none of them (every one
 # quarantined): a scheduled import can tell a wrong file from a good one. The summary is
 # still printed. A partly bad file exits 0; a file preflab cannot read at all exits 1.

@@ -175,7 +175,8 @@ def file_prompts(path: str) -> list:
     A prompt is its text, or its messages when it is a conversation (`compact`).
     """
     from preflab.db.conversation import compact
-    from preflab.db.ingest.jsonl import Invalid, open_jsonl, parse_prompt
+    from preflab.db.ingest.jsonl import open_jsonl, parse_prompt
+    from preflab.errors import Invalid
 
     prompts = []
     with open_jsonl(path) as handle:

@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from preflab.errors import InputError
+from preflab.errors import InputError, Invalid
 
 MAX_LINE_BYTES = 64 * 2**20  # a longer line is quarantined, not parsed
 KEPT_BYTES = 2**20  # how much of such a line is stored
@@ -42,10 +42,6 @@ _REFUSED = {
     b"\xfe\xff": "UTF-16 text",
 }
 _DAMAGED = (OSError, EOFError, zlib.error, lzma.LZMAError)
-
-
-class Invalid(ValueError):
-    """A record that cannot be imported; the message is the quarantine reason."""
 
 
 @dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ cost a fifth of reading a line

@@ -19,8 +19,8 @@ from typing import Any
 import orjson
 
 from preflab.db.conversation import Messages, prompt_hash, prompt_messages, reply_hash, reply_messages
-from preflab.db.ingest.lines import Invalid
 from preflab.db.models import AnnotatorKind
+from preflab.errors import Invalid
 
 # The widths of the String columns these fields are stored in (db/models.py).
 LIMITS = {"annotator": 300, "model": 300, "source": 200, "id": 200}

@@ -18,11 +18,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from preflab.db.conversation import prompt_columns, reply_columns
-from preflab.db.ingest.lines import Invalid, open_input, read_lines
+from preflab.db.ingest.lines import open_input, read_lines
 from preflab.db.ingest.records import RankingRecord, load_object, parse_ranking
 from preflab.db.models import GoldAnswer
 from preflab.db.store import ensure_candidates, ensure_prompts
-from preflab.errors import InputError
+from preflab.errors import InputError, Invalid
 
 GOLD_SOURCE = "gold"
 _PLACEHOLDER = "gold"  # parse_ranking wants an annotator; a gold line has none

@@ -30,11 +30,11 @@ from sqlalchemy.orm import Session
 
 from preflab.console import plural
 from preflab.db.bulk import lookup
-from preflab.db.ingest.lines import Invalid
 from preflab.db.ingest.records import unstorable  # the rule of every reader: any field, any depth, keys too
 from preflab.db.models import AnnotatorKind, Ranking, RankingStatus, RawRecord, RawStatus
 from preflab.db.quality.agreement import same_as_shown_text
 from preflab.db.store import payload_hash, quarantine, store_raw
+from preflab.errors import Invalid
 from preflab.labelling.studio.parse import (
     MAX_ID,
     TaskFields,

@@ -50,11 +50,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from preflab.db.bulk import lookup
-from preflab.db.ingest.lines import Invalid
 from preflab.db.models import Annotator, AnnotatorKind, Candidate, LSTask, Prompt, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks
-from preflab.errors import ConfigError, NotFound
+from preflab.errors import ConfigError, Invalid, NotFound
 from preflab.labelling.judges.base import Judgement, ensure_judge, timed, write_ranking
 from preflab.labelling.judges.run import make_judge
 from preflab.labelling.judges.table import JUDGES

@@ -30,9 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from preflab.db.conversation import Messages, prompt_hash, prompt_messages, reply_hash, reply_messages
-from preflab.db.ingest.lines import Invalid
 from preflab.db.ingest.records import unstorable
-from preflab.errors import ConfigError
+from preflab.errors import ConfigError, Invalid
 
 UNRANKED_BUCKET = "_"
 # In each task's data that `ls push` creates: "<prompt id>:<candidate set hash>". A later push adopts

@@ -19,9 +19,9 @@ from preflab.db.conversation import (
     transcript,
 )
 from preflab.db.engine import alembic_config, make_engine, open_database, session_factory, upgrade
-from preflab.db.ingest.lines import Invalid
 from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawRecord
 from preflab.db.store import content_hash
+from preflab.errors import Invalid
 from tests.db.helpers import ranking_line, write_lines
 
 HISTORY = [

@@ -51,8 +51,9 @@ def read_jsonl(path: str | Path) -> list[Group]:
     through, a byte-order mark and CRLF endings ignored); an analysis needs every
     sample, so a line that cannot be used stops it with one sentence naming the line.
     """
-    from preflab.db.ingest.lines import Invalid, open_input, read_lines
+    from preflab.db.ingest.lines import open_input, read_lines
     from preflab.db.ingest.records import load_object
+    from preflab.errors import Invalid
 
     path = Path(path)
     proxies: dict[str, list[float]] = defaultdict(list)

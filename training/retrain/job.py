@@ -200,8 +200,8 @@ def _check_values(data: dict, where: str) -> None:
 
 def load_retrain_config(path: str | Path) -> RetrainConfig:
     """Read a TOML (or, by its suffix, JSON) retrain config file."""
-    from preflab.db.ingest.lines import Invalid
     from preflab.db.ingest.records import load_object
+    from preflab.errors import Invalid
 
     path = Path(path)
     if not path.is_file():

@@ -209,7 +209,8 @@ def pool_prompts(
     policy answers it with every message of its history).
     """
     from preflab.db.conversation import compact
-    from preflab.db.ingest.jsonl import Invalid, open_jsonl, parse_prompt
+    from preflab.db.ingest.jsonl import open_jsonl, parse_prompt
+    from preflab.errors import Invalid
 
     out: list[tuple[str | Messages, str | None]] = []
     batch: list[tuple[str | Messages, str | None]] = []

@@ -33,8 +33,9 @@ from typing import Any
 import orjson
 
 from preflab.db.conversation import Messages, messages
-from preflab.db.ingest.datasets.base import Format, Invalid, choice, identifier, integer, ranking, split_shared
+from preflab.db.ingest.datasets.base import Format, choice, identifier, integer, ranking, split_shared
 from preflab.db.ingest.records import RankingRecord, shown
+from preflab.errors import Invalid
 
 # winner -> (tiers of [a, b], whether it says both were bad: None where it does not tell)
 VERDICTS: dict[str, tuple[list[list[int]], bool | None]] = {

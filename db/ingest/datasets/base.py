@@ -36,12 +36,11 @@ from preflab.db.conversation import (
     reply_messages,
     shared_prefix,
 )
-from preflab.db.ingest.lines import Invalid
 from preflab.db.ingest.records import KINDS, LIMITS, RankingRecord, first_repeat, shown, unstorable, unstorable_text
+from preflab.errors import Invalid
 
 __all__ = [
     "Format",
-    "Invalid",
     "choice",
     "identifier",
     "integer",

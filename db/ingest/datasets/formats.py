@@ -16,9 +16,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from preflab.db.ingest.datasets import arena, helpsteer, hh, nectar, oasst, pku, shp, trl, ultrafeedback
-from preflab.db.ingest.datasets.base import Format, Invalid
+from preflab.db.ingest.datasets.base import Format
 from preflab.db.ingest.datasets.sources import Row
 from preflab.db.ingest.records import RankingRecord
+from preflab.errors import Invalid
 
 FORMATS: dict[str, Format] = {
     f.name: f

@@ -14,8 +14,9 @@ import re
 from typing import Any
 
 from preflab.db.conversation import Messages
-from preflab.db.ingest.datasets.base import Format, Invalid, ranking, split_shared, text
+from preflab.db.ingest.datasets.base import Format, ranking, split_shared, text
 from preflab.db.ingest.records import RankingRecord
+from preflab.errors import Invalid
 
 ANNOTATOR = "hh-rlhf"
 _TURN = re.compile(r"(?:^|\n\n)(Human|Assistant):[ \t]?")

@@ -32,7 +32,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
-from preflab.db.ingest.datasets.base import Format, Invalid
+from preflab.db.ingest.datasets.base import Format
 from preflab.db.ingest.datasets.formats import (
     FORMATS,
     PEEK_ROWS,
@@ -53,7 +53,7 @@ from preflab.db.ingest.records import LIMITS, unstorable_text
 from preflab.db.models import RawStatus
 from preflab.db.overlap import aside, commit_behind
 from preflab.db.store import quarantine, release, store_raw
-from preflab.errors import InputError
+from preflab.errors import InputError, Invalid
 
 __all__ = ["DatasetImportSettings", "DatasetSummary", "import_dataset"]
 

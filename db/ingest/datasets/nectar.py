@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from preflab.db.ingest.datasets.base import Format, Invalid, number, ranking, text, without_empty
+from preflab.db.ingest.datasets.base import Format, number, ranking, text, without_empty
 from preflab.db.ingest.datasets.hh import transcript_messages
 from preflab.db.ingest.records import RankingRecord
 from preflab.db.pairs.build import tiers_from_scores
+from preflab.errors import Invalid
 
 ANNOTATOR, KIND = "nectar-gpt-4", "ai"
 

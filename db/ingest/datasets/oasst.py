@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from preflab.console import plural
-from preflab.db.ingest.datasets.base import Format, Invalid, ranking
+from preflab.db.ingest.datasets.base import Format, ranking
 from preflab.db.ingest.records import RankingRecord, shown
+from preflab.errors import Invalid
 
 ANNOTATOR = "OpenAssistant"
 ROLES = {"prompter": "user", "assistant": "assistant"}

@@ -32,10 +32,10 @@ from typing import Any
 import orjson
 
 from preflab.console import plural
-from preflab.db.ingest.lines import Invalid, Line, open_input, read_lines
+from preflab.db.ingest.lines import Line, open_input, read_lines
 from preflab.db.ingest.records import load_record, unstorable
 from preflab.db.store import shown_payload
-from preflab.errors import InputError
+from preflab.errors import InputError, Invalid
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
 # pandas, under `datasets`' CSV reader, would read the text "NA", "null" or "None" as a missing value

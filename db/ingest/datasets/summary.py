@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 
 from preflab.console import plural
-from preflab.db.ingest.lines import Invalid
 from preflab.db.ingest.records import RankingRecord
+from preflab.errors import Invalid
 
 OVERRIDE = "--annotator NAME --annotator-kind human|ai"
 

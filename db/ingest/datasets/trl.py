@@ -23,8 +23,9 @@ from __future__ import annotations
 from typing import Any
 
 from preflab.db.conversation import Messages, prompt_messages
-from preflab.db.ingest.datasets.base import Format, Invalid, messages_or_text, number, ranking, split_shared
+from preflab.db.ingest.datasets.base import Format, messages_or_text, number, ranking, split_shared
 from preflab.db.ingest.records import RankingRecord
+from preflab.errors import Invalid
 
 ANNOTATOR = "trl"
 BINARIZED = "HuggingFaceH4/ultrafeedback_binarized"

@@ -24,8 +24,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from preflab.db.ingest.datasets.base import Format, Invalid, number, ranking, text, without_empty
+from preflab.db.ingest.datasets.base import Format, number, ranking, text, without_empty
 from preflab.db.ingest.records import RankingRecord, shown
+from preflab.errors import Invalid
 
 ANNOTATOR, KIND = "openbmb/UltraFeedback:{}", "ai"
 ASPECTS = ("helpfulness", "honesty", "instruction_following", "truthfulness")

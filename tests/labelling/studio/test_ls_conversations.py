@@ -7,10 +7,9 @@ import pytest
 from sqlalchemy import select
 
 from preflab.db.conversation import assistant_turn, prompt_hash, reply_hash, user_turn
-from preflab.db.ingest.jsonl import Invalid
 from preflab.db.models import Candidate, LSTask, Prompt
 from preflab.db.store import content_hash
-from preflab.errors import InputError
+from preflab.errors import InputError, Invalid
 from preflab.labelling.studio.parse import TaskFields, task_items
 from preflab.labelling.studio.projects import ProjectInfo
 from preflab.labelling.studio.push import plan_tasks, task_data

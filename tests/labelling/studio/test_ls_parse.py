@@ -5,7 +5,7 @@ import json
 import pytest
 
 from preflab.db.conversation import assistant_turn, user_turn
-from preflab.db.ingest.jsonl import Invalid
+from preflab.errors import Invalid
 from preflab.labelling.studio.parse import (
     TaskFields,
     parse_annotation,

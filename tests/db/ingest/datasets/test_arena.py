@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import select
 
 from preflab.db.ingest.datasets.arena import FORMAT
-from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.models import Annotator
+from preflab.errors import Invalid
 from tests.db.ingest.datasets.shapes_b import (
     ordered,
     pairs,

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.ingest.datasets.helpsteer import FORMAT
+from preflab.errors import Invalid
 from tests.db.ingest.datasets.shapes_b import (
     ordered,
     pairs,

@@ -5,8 +5,8 @@ from collections import Counter
 
 import pytest
 
-from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.ingest.datasets.nectar import FORMAT
+from preflab.errors import Invalid
 from tests.db.ingest.datasets.shapes_a import pair_counts
 from tests.db.ingest.datasets.shapes_b import parsed, quarantined, run_import, stored, write_jsonl, write_parquet
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from preflab.db.ingest.datasets import arena, helpsteer, pku, shp
-from preflab.db.ingest.datasets.base import Invalid
+from preflab.errors import Invalid
 from tests.db.ingest.datasets import test_arena, test_helpsteer3, test_pku, test_shp
 from tests.db.ingest.datasets.shapes_b import quarantined, run_import, stored, write_jsonl
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.ingest.datasets.pku import FORMAT
+from preflab.errors import Invalid
 from tests.db.ingest.datasets.shapes_b import pairs, parsed, quarantined, run_import, stored, write_parquet
 
 

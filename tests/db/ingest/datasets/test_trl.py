@@ -2,8 +2,8 @@
 
 import pytest
 
-from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.ingest.datasets.trl import ASSUMED, BINARIZED, FORMAT
+from preflab.errors import Invalid
 from tests.db.ingest.datasets.shapes_a import pair_counts
 from tests.db.ingest.datasets.shapes_b import parsed, quarantined, run_import, stored, write_jsonl, write_parquet
 

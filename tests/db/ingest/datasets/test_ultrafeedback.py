@@ -4,9 +4,8 @@ import json
 
 import pytest
 
-from preflab.db.ingest.datasets.base import Invalid
 from preflab.db.ingest.datasets.ultrafeedback import FORMAT
-from preflab.errors import EXIT_ALL_QUARANTINED
+from preflab.errors import EXIT_ALL_QUARANTINED, Invalid
 from tests.db.ingest.datasets.shapes_b import (
     ordered,
     pairs,
