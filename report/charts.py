@@ -1,8 +1,10 @@
 """The page's charts: matplotlib figures written as inline SVG (no pyplot, no files, no fonts to fetch).
 
 Each function takes a section's data (plain numbers, as `build_report` returns
-them) and returns the `<svg>` element as a string. matplotlib is imported here
-only, and each figure has an Agg canvas of its own, so no display or pyplot
+them) and returns the `<svg>` element as a string; the Leaderboard and
+Optimisation sections draw theirs beside their data, with this module's figure,
+style and `to_svg`. matplotlib is imported inside the drawing functions only,
+and each figure has an Agg canvas of its own, so no display or pyplot
 state is touched. Text is drawn as paths, so the page needs no font; every chart
 gets its own id salt, so the clip paths and markers of two charts on one page
 never share an id.

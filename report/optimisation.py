@@ -5,6 +5,7 @@ Best-of-n: for each reward model whose draws are stored (rankings of source
 proxy reward of the best of n draws for every n up to the draws per prompt, and,
 where people ranked the same candidates, the true reward (their mean Borda
 score). Self-rewarding: `preflab self-reward report`'s rows, one per iteration.
+This module also draws the section's two charts, with `charts`' figure and style.
 """
 
 from __future__ import annotations
