@@ -43,8 +43,11 @@ import time
 from pathlib import Path
 
 from common import postgres_schema_url
-from ls_webhook_body import PROJECT, REPLIES, TASKS, label_studio_body
-from webhook_load import SECRET, Event, _free_port, _send, _start, _stats, _stop, run_bare
+from ls_webhook_body import PROJECT, TASKS, label_studio_body
+from webhook_load import SECRET, Event, latency_stats, run_bare, send_deliveries, start_server, stop_server
+from worlds import free_port
+
+REPLIES = 4
 
 
 def setup_store(url: str, label_studio: str, users: list[int]) -> tuple[list[dict], int]:
@@ -224,7 +227,7 @@ def run_serve(
     from preflab.db.models import RawRecord
     from preflab.labelling.studio.webhooks import WEBHOOK_SOURCE
 
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PREFLAB_WEBHOOK_SECRET": SECRET,
@@ -232,14 +235,14 @@ def run_serve(
         "LABEL_STUDIO_API_KEY": "bench-no-label-studio",
         "PREFLAB_HOME": str(workdir / "home"),
     }
-    proc = _start(
+    proc = start_server(
         [sys.executable, "-m", "preflab", "--database-url", url, "serve", "--port", str(port), "--sync-every", "off"],
         env,
         workdir / f"serve-{name}.log",
         port,
     )
     try:
-        latencies, statuses, wall = asyncio.run(_send(port, clients, rate))
+        latencies, statuses, wall = asyncio.run(send_deliveries(port, clients, rate))
         sent_at = time.perf_counter()
         sessions = open_sessions(url)
         pending = -1
@@ -256,14 +259,14 @@ def run_serve(
         drained = time.perf_counter() - sent_at
         dispose_all()
     finally:
-        _stop(proc)
+        stop_server(proc)
     if set(statuses) != {200}:
         log = (workdir / f"serve-{name}.log").read_text()[-3000:]
         raise SystemExit(f"{name}: statuses {sorted(set(statuses))}:\n{log}")
     if pending:
         raise SystemExit(f"{name}: {pending} deliveries still pending after 120 s")
     return {
-        **_stats(latencies, wall),
+        **latency_stats(latencies, wall),
         "drained_after_s": round(drained, 2),
         "parse_per_s": round(sum(map(len, clients)) / (wall + drained), 1),
         "store": check_store(url, clients, warm),

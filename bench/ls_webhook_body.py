@@ -6,7 +6,7 @@ import json
 from datetime import datetime, timedelta
 
 PROJECT = 41
-TASKS, REPLIES = 520, 4
+TASKS = 520
 LS_EPOCH = "2026-03-01T10:00:00"
 
 

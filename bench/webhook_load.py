@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from worlds import free_port
 
 SECRET = "bench-serve-secret"
 BARE_APP = """
@@ -35,12 +36,6 @@ class Event:
     replay: bool = False
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 async def _post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, body: bytes) -> int:
     """One POST on a kept-alive connection; returns the status (a minimal HTTP/1.1 client: httpx's own CPU time
     per request would be a good part of what is measured on 2 cores)."""
@@ -56,7 +51,9 @@ async def _post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head
     return int(status_line.split()[1])
 
 
-async def _send(port: int, clients: list[list[Event]], rate: float = 0) -> tuple[list[float], list[int], float]:
+async def send_deliveries(
+    port: int, clients: list[list[Event]], rate: float = 0
+) -> tuple[list[float], list[int], float]:
     """Each client on its own connection, one request at a time: as fast as answers come, or (`rate`: deliveries
     a second, all clients together) each at its share of that rate, on a schedule (a late answer is not waited
     out again: the next request goes at once)."""
@@ -86,7 +83,7 @@ async def _send(port: int, clients: list[list[Event]], rate: float = 0) -> tuple
     return latencies, statuses, time.perf_counter() - began
 
 
-def _start(argv: list[str], env: dict, log: Path, port: int) -> subprocess.Popen:
+def start_server(argv: list[str], env: dict, log: Path, port: int) -> subprocess.Popen:
     import httpx
 
     with log.open("ab") as out:
@@ -105,7 +102,7 @@ def _start(argv: list[str], env: dict, log: Path, port: int) -> subprocess.Popen
     sys.exit("the server did not answer /health within 60 s")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def stop_server(proc: subprocess.Popen) -> None:
     proc.send_signal(signal.SIGTERM)
     try:
         proc.wait(timeout=60)
@@ -114,7 +111,7 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def _stats(latencies: list[float], wall: float) -> dict:
+def latency_stats(latencies: list[float], wall: float) -> dict:
     ordered = sorted(latencies)
     q = statistics.quantiles(ordered, n=100, method="inclusive")
     return {
@@ -130,8 +127,8 @@ def _stats(latencies: list[float], wall: float) -> dict:
 def run_bare(clients: list[list[Event]], workdir: Path, rate: float) -> dict:
     app = workdir / "bare_app.py"
     app.write_text(BARE_APP)
-    port = _free_port()
-    proc = _start(
+    port = free_port()
+    proc = start_server(
         [
             sys.executable,
             "-m",
@@ -148,8 +145,8 @@ def run_bare(clients: list[list[Event]], workdir: Path, rate: float) -> dict:
         port,
     )
     try:
-        latencies, statuses, wall = asyncio.run(_send(port, clients, rate))
+        latencies, statuses, wall = asyncio.run(send_deliveries(port, clients, rate))
     finally:
-        _stop(proc)
+        stop_server(proc)
     assert set(statuses) == {200}, statuses
-    return _stats(latencies, wall)
+    return latency_stats(latencies, wall)
