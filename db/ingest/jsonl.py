@@ -17,7 +17,6 @@ import io
 import os
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -29,13 +28,13 @@ from preflab.db.conversation import prompt_columns, reply_columns
 from preflab.db.engine import in_transaction
 from preflab.db.ingest.lines import Line, count_lines, open_input, read_lines, refuse_json_document
 from preflab.db.ingest.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
+from preflab.db.ingest.summary import ImportSummary
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RawRecord, RawStatus
 from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts, quarantine, shown_payload, store_raw
 from preflab.errors import InputError, Invalid
 
 __all__ = [
     "BATCH_LINES",
-    "ImportSummary",
     "PromptRecord",
     "RankingRecord",
     "cycles_unchecked",
@@ -51,44 +50,6 @@ __all__ = [
 
 BATCH_LINES = 5000
 BATCH_BYTES = 64 * 2**20  # a batch of long lines is cut short: memory stays bounded
-
-
-@dataclass
-class ImportSummary:
-    """What an import did with each line it read: read = imported + duplicates + quarantined + blank."""
-
-    read: int = 0
-    imported: int = 0
-    duplicates: int = 0
-    quarantined: int = 0
-    blank: int = 0
-    prompts: int = 0
-    candidates: int = 0
-    retried: int = 0  # transactions run again after losing a race with another writer
-    reasons: dict[str, int] = field(default_factory=dict)
-
-    @property
-    def all_quarantined(self) -> bool:
-        """Records were read and every one was quarantined: the exit status is `EXIT_ALL_QUARANTINED`."""
-        return self.quarantined > 0 and self.imported == 0 and self.duplicates == 0
-
-    def add(self, other: ImportSummary) -> None:
-        for name in ("read", "imported", "duplicates", "quarantined", "blank", "prompts", "candidates", "retried"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        for reason, n in other.reasons.items():
-            self.reasons[reason] = self.reasons.get(reason, 0) + n
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "read": self.read,
-            "imported": self.imported,
-            "duplicates": self.duplicates,
-            "quarantined": self.quarantined,
-            "blank": self.blank,
-            "new_prompts": self.prompts,
-            "new_candidates": self.candidates,
-            "retried": self.retried,
-        }
 
 
 # --- reading files ----------------------------------------------------------------------

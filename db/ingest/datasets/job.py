@@ -48,8 +48,9 @@ from preflab.db.ingest.datasets.formats import (
 )
 from preflab.db.ingest.datasets.sources import Row, column_values, open_source
 from preflab.db.ingest.datasets.summary import DatasetSummary, Repeated, assumed_notes, once, part_digest, part_payload
-from preflab.db.ingest.jsonl import ImportSummary, cycles_unchecked, sample_grown_tables, write_rankings
+from preflab.db.ingest.jsonl import cycles_unchecked, sample_grown_tables, write_rankings
 from preflab.db.ingest.records import LIMITS, unstorable_text
+from preflab.db.ingest.summary import ImportSummary
 from preflab.db.models import RawStatus
 from preflab.db.overlap import aside, commit_behind
 from preflab.db.store import quarantine, release, store_raw
