@@ -1,4 +1,4 @@
-"""The preflab data model (SQLAlchemy 2.0, typed).
+"""What was ranked and the pairs built from it: prompts, candidates, annotators, raw records, rankings, comparisons.
 
 A ranking is stored twice over: `Ranking` holds who ranked what and where it came
 from; `RankingItem` holds one row per candidate shown, with its tier (0 = best;
@@ -10,43 +10,26 @@ database.
 from __future__ import annotations
 
 import enum
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     Boolean,
-    DateTime,
     Float,
     ForeignKey,
     Index,
     Integer,
     LargeBinary,
-    MetaData,
     String,
     Text,
     UniqueConstraint,
     false,
     text,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: JSON, list[Any]: JSON}  # noqa: RUF012 (SQLAlchemy reads it)
+from preflab.db.models.base import Base, _ts
 
 
 class AnnotatorKind(str, enum.Enum):
@@ -65,10 +48,6 @@ class RawStatus(str, enum.Enum):
     ok = "ok"
     quarantined = "quarantined"
     pending = "pending"  # stored, not parsed yet (a webhook delivery acknowledged before parsing)
-
-
-def _ts() -> Mapped[datetime]:
-    return mapped_column(DateTime(timezone=True), default=utcnow, nullable=False)
 
 
 class Prompt(Base):
@@ -286,147 +265,3 @@ class Comparison(Base):
     annotator_kind: Mapped[str] = mapped_column(String(10))  # human | ai | mixed
     margin: Mapped[float] = mapped_column(Float)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
-
-
-class DatasetVersion(Base):
-    __tablename__ = "dataset_versions"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
-    build_id: Mapped[int | None] = mapped_column(ForeignKey("pair_builds.id", ondelete="SET NULL"))
-    settings: Mapped[dict[str, Any]] = mapped_column(JSON)
-    n_train: Mapped[int] = mapped_column(Integer)
-    n_test: Mapped[int] = mapped_column(Integer)
-    n_prompts: Mapped[int] = mapped_column(Integer)
-    content_hash: Mapped[str] = mapped_column(String(64))
-    format: Mapped[str] = mapped_column(String(10))
-    path: Mapped[str | None] = mapped_column(String(1000))
-    hub_repo: Mapped[str | None] = mapped_column(String(300))
-    hub_revision: Mapped[str | None] = mapped_column(String(100))
-    iteration: Mapped[int | None] = mapped_column(Integer)
-    created_at: Mapped[datetime] = _ts()
-
-
-class ModelVersion(Base):
-    __tablename__ = "model_versions"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(200), unique=True)
-    kind: Mapped[str] = mapped_column(String(20))  # base | policy | reward
-    base_model: Mapped[str | None] = mapped_column(String(1000))
-    parent_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
-    path: Mapped[str | None] = mapped_column(String(1000))
-    iteration: Mapped[int | None] = mapped_column(Integer)
-    is_current: Mapped[bool] = mapped_column(Boolean, default=False)
-    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    created_at: Mapped[datetime] = _ts()
-
-
-class TrainingRun(Base):
-    __tablename__ = "training_runs"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    kind: Mapped[str] = mapped_column(String(30))  # reward | reward-grouped | dpo
-    status: Mapped[str] = mapped_column(String(12), default="running")  # running | succeeded | failed
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    dataset_version_id: Mapped[int | None] = mapped_column(ForeignKey("dataset_versions.id"))
-    base_model: Mapped[str | None] = mapped_column(String(1000))
-    base_model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
-    output_model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))
-    output_path: Mapped[str | None] = mapped_column(String(1000))
-    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    error: Mapped[str | None] = mapped_column(Text)
-    world_size: Mapped[int] = mapped_column(Integer, default=1)
-    iteration: Mapped[int | None] = mapped_column(Integer)
-    started_at: Mapped[datetime] = _ts()
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-
-
-class SelfRewardIteration(Base):
-    """One iteration of a self-rewarding loop (M_{t-1} → M_t) and the step it has reached.
-
-    The loop resumes from `step` after a crash; the ids link the iteration to what
-    it made (judge, dataset version, training run, model version).
-    """
-
-    __tablename__ = "self_reward_iterations"
-    __table_args__ = (UniqueConstraint("loop", "iteration"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    loop: Mapped[str] = mapped_column(String(100))
-    iteration: Mapped[int] = mapped_column(Integer)
-    step: Mapped[str] = mapped_column(String(20))  # the next step to run; "done" when finished
-    config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    policy_id: Mapped[int] = mapped_column(ForeignKey("model_versions.id"))  # M_{t-1}
-    model_version_id: Mapped[int | None] = mapped_column(ForeignKey("model_versions.id"))  # M_t
-    judge_annotator_id: Mapped[int | None] = mapped_column(ForeignKey("annotators.id"))
-    dataset_version_id: Mapped[int | None] = mapped_column(ForeignKey("dataset_versions.id"))
-    training_run_id: Mapped[int | None] = mapped_column(ForeignKey("training_runs.id"))
-    state: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    metrics: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    started_at: Mapped[datetime] = _ts()
-    updated_at: Mapped[datetime] = _ts()
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-
-
-class JobLock(Base):
-    """A named lock in the database, so it holds across processes and machines."""
-
-    __tablename__ = "job_locks"
-
-    name: Mapped[str] = mapped_column(String(100), primary_key=True)
-    holder: Mapped[str] = mapped_column(String(200))
-    acquired_at: Mapped[datetime] = _ts()
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-class LSProject(Base):
-    """A Label Studio project preflab created or imported from (no token stored)."""
-
-    __tablename__ = "ls_projects"
-    __table_args__ = (UniqueConstraint("base_url", "project_id"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    base_url: Mapped[str] = mapped_column(String(500))
-    project_id: Mapped[int] = mapped_column(Integer)
-    title: Mapped[str] = mapped_column(String(300))
-    template: Mapped[str] = mapped_column(String(40))
-    label_config: Mapped[str] = mapped_column(Text)
-    synced_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = _ts()
-
-
-class LSTask(Base):
-    """A task pushed to Label Studio: which prompt, which candidates, in which order."""
-
-    __tablename__ = "ls_tasks"
-    __table_args__ = (
-        UniqueConstraint("project_id", "task_id"),
-        UniqueConstraint("project_id", "prompt_id", "candidate_set_hash"),
-    )
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    project_id: Mapped[int] = mapped_column(ForeignKey("ls_projects.id", ondelete="CASCADE"))
-    task_id: Mapped[int] = mapped_column(Integer)
-    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"))
-    candidate_set_hash: Mapped[str] = mapped_column(String(64))
-    shown_order: Mapped[list[Any]] = mapped_column(JSON)  # candidate ids, top to bottom
-    # Why `ls push --select` chose this task: {"strategy": ..., "score": ...}; NULL when unselected.
-    selection: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    created_at: Mapped[datetime] = _ts()
-
-
-class GoldAnswer(Base):
-    """The known ranking of a gold task's prompt, stored apart from the rankings.
-
-    Annotators' rankings of gold prompts are measured against it and never become
-    training pairs.
-    """
-
-    __tablename__ = "gold_answers"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"), unique=True)
-    tiers: Mapped[list[Any]] = mapped_column(JSON)  # candidate ids by tier, best first
-    origin: Mapped[str | None] = mapped_column(String(500))  # the gold file
-    created_at: Mapped[datetime] = _ts()
