@@ -13,13 +13,7 @@ n ≤ N from them, and a human or gold judge can rank them to measure the truth:
   "selected"}. A response drawn twice is one candidate with two copies (the
   estimator counts it twice: identical draws are a point mass, not a mistake).
 
-Sampling uses the policy's own generation loop with the scores of the processed
-(temperature, top-p) distribution, so each response's probability under what
-was actually sampled is known: Beirami et al.'s KL estimate d_n(ε) needs it.
-On a server (`--engine openai`) each draw is a request of its own, seeded by its
-prompt and index so a re-run is answered from the request store; a server does
-not say what the processed distribution gave a reply, so its draws' `logprob`
-is None and the KL is left at its bound.
+The N draws come from `preflab.training.bestofn.draw`.
 Loading comes from `preflab.lm.loading`, prompt formatting from its chat
 helpers, and scoring from `preflab.lm.scoring` (inputs tokenized as the
 reward model was trained on them), as `preflab judge reward-model` scores.
@@ -45,20 +39,12 @@ from preflab.db.models import Annotator, ModelVersion, Prompt, Ranking, RankingI
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
 from preflab.errors import InputError, NotFound
-from preflab.lm.engines import Failed, Generate, Sampling
+from preflab.lm.engines import Failed
 from preflab.lm.names import NamedModel
 from preflab.training.bestofn.config import BonSampleConfig
+from preflab.training.bestofn.draw import Sample, _batch_seed, draw_on_server, sample_sequences
 
 SOURCE = "bon"
-
-
-@dataclass
-class Sample:
-    text: str
-    logprob: float | None  # log P(token sequence) under the processed sampling distribution (None: a server's)
-    tokens: int  # generated tokens, the end-of-turn token included
-    finished: bool  # ended with an end-of-turn token rather than at max_new_tokens
-    token_ids: list[int] = field(default_factory=list, repr=False)  # generated, up to the end-of-turn token
 
 
 def reward_model_version(session: Session, name: str) -> ModelVersion:
@@ -71,40 +57,6 @@ def reward_model_version(session: Session, name: str) -> ModelVersion:
     if not version.path:
         raise InputError(f"model version {name!r} has no saved weights (no path)")
     return version
-
-
-def sample_sequences(model, tokenizer, texts: list[str], config: BonSampleConfig, seed: int) -> list[list[Sample]]:
-    """`config.n` samples for each formatted text, in one batched `generate` call (left padding)."""
-    import torch
-
-    from preflab.lm.sampling import stop_ids
-
-    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-    torch.manual_seed(seed)
-    with torch.inference_mode():
-        out = model.generate(
-            **enc,
-            do_sample=True,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=config.top_k,
-            max_new_tokens=config.max_new_tokens,
-            num_return_sequences=config.n,
-            pad_token_id=tokenizer.pad_token_id,
-            output_scores=True,
-            return_dict_in_generate=True,
-        )
-        # log-softmax of the processed scores: each token's probability under what was sampled.
-        steps = model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).float().cpu()
-    generated = out.sequences[:, enc["input_ids"].shape[1] :].tolist()
-    stop = stop_ids(model, tokenizer)
-    samples: list[Sample] = []
-    for row, logps in zip(generated, steps.tolist()):
-        end = next((i for i, t in enumerate(row) if t in stop), None)
-        used = len(row) if end is None else end + 1
-        text = tokenizer.decode(row if end is None else row[:end], skip_special_tokens=True).strip()
-        samples.append(Sample(text, float(sum(logps[:used])), used, end is not None, row[:used]))
-    return [samples[i * config.n : (i + 1) * config.n] for i in range(len(texts))]
 
 
 @dataclass
@@ -144,31 +96,6 @@ class BonSampleSummary:
 def run_id(policy: str, reward_model: str, config: BonSampleConfig) -> str:
     blob = json.dumps({"policy": policy, "reward_model": reward_model, **config.identity()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def _batch_seed(base: int, prompt_ids: list[int]) -> int:
-    key = f"{base}:{prompt_ids}".encode()
-    return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
-
-
-def draw_on_server(engine, batch: list[tuple[int, Messages]], config: BonSampleConfig) -> list[list[Sample] | Failed]:
-    """`config.n` draws per prompt from a server, or why a prompt got none; each prompt seeded by itself."""
-    asks = [
-        Generate(
-            turns,
-            Sampling(config.max_new_tokens, config.temperature, config.top_p, _batch_seed(config.seed, [pid])),
-            index=i,
-        )
-        for pid, turns in batch
-        for i in range(config.n)
-    ]
-    answers = engine.generate(asks)
-    out: list[list[Sample] | Failed] = []
-    for k in range(len(batch)):
-        mine = answers[k * config.n : (k + 1) * config.n]
-        failed = next((a for a in mine if isinstance(a, Failed)), None)
-        out.append(failed or [Sample(a.text, None, a.tokens, a.finished) for a in mine])
-    return out
 
 
 def _prompts_to_sample(

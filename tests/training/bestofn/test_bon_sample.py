@@ -153,7 +153,7 @@ def test_logprob_is_the_sampling_probability(models):
 
     from preflab.lm.loading import chat_text, load_causal_lm
     from preflab.training.bestofn.config import BON_DEFAULTS, BonSampleConfig
-    from preflab.training.bestofn.sample import sample_sequences
+    from preflab.training.bestofn.draw import sample_sequences
 
     policy, _ = models
     model, tokenizer = load_causal_lm(str(policy), device="cpu")
