@@ -75,7 +75,8 @@ def retrain_command(settings: Settings, config_path, min_new, as_json):
     Example: preflab retrain --config retrain.toml --min-new 200
     """
     from preflab.db.engine import open_sessions
-    from preflab.training.retrain.job import find_retrain_config, load_retrain_config, retrain
+    from preflab.training.retrain.config import find_retrain_config, load_retrain_config
+    from preflab.training.retrain.job import retrain
 
     config = load_retrain_config(find_retrain_config(config_path))
     reporter = Reporter(not as_json)
@@ -140,7 +141,7 @@ def schedule_command(settings: Settings, cron, config_path, min_new, timezone, r
 
     Example: preflab schedule --cron "0 3 * * *" --config retrain.toml --log-file retrain.log
     """
-    from preflab.training.retrain.job import find_retrain_config
+    from preflab.training.retrain.config import find_retrain_config
     from preflab.training.retrain.schedule import schedule_retrain
 
     runs = schedule_retrain(

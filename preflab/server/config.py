@@ -133,7 +133,7 @@ class ServeConfig:
         """The retrain config file, when retraining on arrival is on (read and checked before binding)."""
         if self.retrain_every is None:
             return None
-        from preflab.training.retrain.job import find_retrain_config
+        from preflab.training.retrain.config import find_retrain_config
 
         return str(find_retrain_config(self.retrain_config or os.environ.get("PREFLAB_RETRAIN_CONFIG")))
 

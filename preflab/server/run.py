@@ -52,7 +52,7 @@ def check(settings: Settings, config: ServeConfig) -> None:
     services = build_services(settings, config)  # opens (a new SQLite file: creates) the store
     path = config.retrain_config_path()
     if path:
-        from preflab.training.retrain.job import load_retrain_config
+        from preflab.training.retrain.config import load_retrain_config
 
         load_retrain_config(path)  # a broken config fails now, not at the first retrain
     in_transaction(services.sessions, services.model.version)  # a judge that does not exist, say

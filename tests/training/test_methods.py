@@ -28,7 +28,7 @@ def test_each_method_is_a_train_command_with_its_configs_options():
 
 
 def test_the_retrain_config_has_a_section_for_each_method_the_table_retrains():
-    from preflab.training.retrain.job import parse_retrain_config
+    from preflab.training.retrain.config import parse_retrain_config
 
     retrained = [name for name, method in METHODS.items() if method.retrain]
     assert retrained == ["reward", "dpo"]

@@ -188,7 +188,7 @@ def schedule_retrain(
     Args:
         described_url: the database as the log may show it (a password redacted).
     """
-    from preflab.training.retrain.job import load_retrain_config
+    from preflab.training.retrain.config import load_retrain_config
 
     load_retrain_config(config_path)
     trigger = cron_trigger(cron, timezone)
