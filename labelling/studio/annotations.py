@@ -223,17 +223,26 @@ def store_tasks(
     """
     summary = SyncSummary()
     origin = origin or f"{project.base_url}/projects/{project.project_id}"
+    by_hash = _batch_tasks(session, origin, received, seen, summary)
+    fresh_tasks = _fresh_tasks(session, by_hash, summary)
+    if not fresh_tasks:
+        return summary
+    held: set[str] = set()  # tasks with an annotation that is quarantined
+    new = _store_annotations(session, origin, _annotations(fresh_tasks), held, summary)
+    _parse_and_write(session, project, new, users, fields, held, summary)
+    _store_task_records(session, origin, fresh_tasks, held)
+    return summary
+
+
+def _batch_tasks(
+    session: Session, origin: str, received: list[Received], seen: set[int] | None, summary: SyncSummary
+) -> dict[str, Received]:
+    """The batch's tasks that hold annotations, once each, by hash; one that is no task object is quarantined."""
     by_hash: dict[str, Received] = {}
     for n, r in enumerate(received):
         if r.unusable is not None or r.count < 0:
-            _quarantine_task(
-                session,
-                origin,
-                f"task #{n + 1} of the batch",
-                r.text,
-                r.unusable or "task is not an object with an annotations list",
-                summary,
-            )
+            reason = r.unusable or "task is not an object with an annotations list"
+            _quarantine_task(session, origin, f"task #{n + 1} of the batch", r.text, reason, summary)
             continue
         summary.tasks += 1
         summary.annotations += r.count
@@ -247,6 +256,11 @@ def store_tasks(
                 summary.unchanged += r.count
                 continue
             by_hash[h] = r
+    return by_hash
+
+
+def _fresh_tasks(session: Session, by_hash: dict[str, Received], summary: SyncSummary) -> dict[str, Received]:
+    """The tasks not stored exactly so before, by hash."""
     # A task stored exactly so before was fully handled then: skip it without decoding it. One
     # that held annotations the database could not use (HELD) is read again, to say so again.
     known = {
@@ -255,10 +269,11 @@ def store_tasks(
         if src == TASK_SOURCE
     }
     summary.unchanged += sum(r.count for h, r in by_hash.items() if h in known)
-    fresh_tasks = {h: r for h, r in by_hash.items() if h not in known}
-    if not fresh_tasks:
-        return summary
+    return {h: r for h, r in by_hash.items() if h not in known}
 
+
+def _annotations(fresh_tasks: dict[str, Received]) -> list[_Pending]:
+    """Each annotation of the fresh tasks, as its raw record will hold it, with what the database cannot store."""
     pending: list[_Pending] = []
     for h, r in fresh_tasks.items():
         task = r.decoded()
@@ -271,8 +286,13 @@ def store_tasks(
             pending.append(
                 _Pending(h, task, ann, payload(shared, ann if isinstance(ann, dict) else {"value": ann}), flaw)
             )
+    return pending
 
-    held: set[str] = set()  # tasks with an annotation that is quarantined
+
+def _store_annotations(
+    session: Session, origin: str, pending: list[_Pending], held: set[str], summary: SyncSummary
+) -> dict[int, _Pending]:
+    """The annotations not stored before, stored raw, by raw record id; the others counted (`held`: quarantined)."""
     by_payload = {payload_hash(p.text): p for p in pending}
     summary.unchanged += len(pending) - len(by_payload)
     for _, h, src, status in lookup(
@@ -286,33 +306,40 @@ def store_tasks(
             held.add(p.task_hash)
         else:
             summary.unchanged += 1
-    raw = (
-        store_raw(
-            session,
-            SOURCE,
-            origin,
-            [
-                (
-                    f"task {shown_id(p.task.get('id'))} annotation "
-                    f"{shown_id(p.annotation.get('id') if isinstance(p.annotation, dict) else None)}",
-                    p.text,
-                )
-                for p in by_payload.values()
-            ],
-            append=True,
-        )
-        if by_payload
-        else {}
+    if not by_payload:
+        return {}
+    raw = store_raw(
+        session,
+        SOURCE,
+        origin,
+        [
+            (
+                f"task {shown_id(p.task.get('id'))} annotation "
+                f"{shown_id(p.annotation.get('id') if isinstance(p.annotation, dict) else None)}",
+                p.text,
+            )
+            for p in by_payload.values()
+        ],
+        append=True,
     )
+    return {raw[h][0]: p for h, p in by_payload.items()}
 
+
+def _parse_and_write(
+    session: Session,
+    project: ProjectInfo,
+    new: dict[int, _Pending],
+    users: dict[int, str],
+    fields: TaskFields,
+    held: set[str],
+    summary: SyncSummary,
+) -> None:
+    """Parse the new annotations and write their rankings; quarantine, with the reason, those that cannot be used."""
     entries: list[Entry] = []
     reasons: dict[int, str] = {}
     invalid: dict[int, int | None] = {}  # annotation id -> its task's id, of those that cannot be used
     item_cache: dict[int, TaskItems | Invalid] = {}
-    task_of: dict[int, str] = {}
-    for h, p in by_payload.items():
-        raw_id = raw[h][0]
-        task_of[raw_id] = p.task_hash
+    for raw_id, p in new.items():
         try:
             if p.flaw:
                 raise Invalid(p.flaw)
@@ -330,8 +357,12 @@ def store_tasks(
         reasons.update(written.moved)
     for raw_id, reason in reasons.items():
         _count_reason(summary, reason)
-        held.add(task_of[raw_id])
+        held.add(new[raw_id].task_hash)
     quarantine(session, reasons)
+
+
+def _store_task_records(session: Session, origin: str, fresh_tasks: dict[str, Received], held: set[str]) -> None:
+    """Store each fresh task whole: skipped on the next sync, or (`held`) read again to say what is unusable."""
     # Appended (COPY on Postgres): a race with another writer fails the transaction, which the
     # caller runs again (`in_transaction`).
     for source, hashes in ((TASK_SOURCE, [h for h in fresh_tasks if h not in held]), (HELD_SOURCE, sorted(held))):
@@ -342,4 +373,3 @@ def store_tasks(
             [(f"task {shown_id(fresh_tasks[h].decoded().get('id'))}", fresh_tasks[h].text) for h in hashes],
             append=True,
         )
-    return summary
