@@ -26,12 +26,12 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, Integer, String, Text, select
+from sqlalchemy import JSON, DateTime, Integer, String, Text, func, select
 from sqlalchemy.orm import Mapped, Session, mapped_column, sessionmaker
 
-from preflab.db.engine import in_transaction
 from preflab.db.models import Base, utcnow
 from preflab.db.store import chunks, insert_ignore
+from preflab.db.transactions import in_transaction
 
 OK = "ok"
 QUARANTINED = "quarantined"
@@ -76,6 +76,33 @@ def store_answers(session: Session, rows: Sequence[dict[str, Any]]) -> None:
     """Insert answers; one already stored under the same key (asked twice at once) is kept as it was."""
     now = utcnow()
     insert_ignore(session, EngineRequest.__table__, [{"created_at": now, **row} for row in rows], ("key",))
+
+
+def engine_usage(session: Session) -> dict[str, dict[str, int]]:
+    """What the store holds from model servers, by served model: answers, quarantined asks, tokens in and out.
+
+    Each stored answer was paid for once, whichever run or command asked for it first.
+    """
+    rows = session.execute(
+        select(
+            EngineRequest.model,
+            func.count(),
+            func.count().filter(EngineRequest.status == QUARANTINED),
+            func.coalesce(func.sum(EngineRequest.tokens_in), 0),
+            func.coalesce(func.sum(EngineRequest.tokens_out), 0),
+        )
+        .group_by(EngineRequest.model)
+        .order_by(EngineRequest.model)
+    )
+    return {
+        model: {
+            "answers": answers,
+            "quarantined": quarantined,
+            "tokens_in": int(tokens_in),
+            "tokens_out": int(tokens_out),
+        }
+        for model, answers, quarantined, tokens_in, tokens_out in rows
+    }
 
 
 class AnswerWriter:

@@ -30,6 +30,7 @@ from preflab.db.models import (
     RawStatus,
 )
 from preflab.db.pairs.build import RankedView, iter_prompt_rankings
+from preflab.db.requests import engine_usage
 
 
 def same_as_shown_text(n: int) -> str:
@@ -145,5 +146,5 @@ def counts(session: Session) -> dict:
 
 
 def stats(session: Session) -> dict:
-    """Counts and agreement (what `preflab stats --json` prints)."""
-    return {"counts": counts(session), "agreement": agreement(session)}
+    """Counts, agreement and what model servers answered (what `preflab stats --json` prints)."""
+    return {"counts": counts(session), "agreement": agreement(session), "engine": engine_usage(session)}

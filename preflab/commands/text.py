@@ -37,6 +37,11 @@ def stats_text(report: dict) -> str:
             f"agreement {name}: {a['ranking_pairs']:,} ranking pairs, {a['shared_pairs']:,} shared pairs,"
             f" pairwise agreement {rate}, Kendall tau-b {tau}"
         )
+    for model, used in report.get("engine", {}).items():
+        lines.append(
+            f"engine {model}: {used['answers']:,} answers stored ({used['quarantined']:,} quarantined),"
+            f" {used['tokens_in']:,} tokens in, {used['tokens_out']:,} out"
+        )
     return "\n".join(lines)
 
 

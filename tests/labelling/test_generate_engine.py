@@ -64,6 +64,14 @@ def test_candidates_from_a_server_are_named_after_it_and_a_conversation_goes_as_
     sent = [json.loads(body)["messages"] for body in faults.bodies]
     assert sum(messages == FRANCE for messages in sent) == 3
     assert sum(messages == [{"role": "user", "content": q}] for messages in sent for q in QUESTIONS) == 9
+    # `stats` counts what the store holds from servers: each answer paid for once, with its tokens.
+    used = json.loads(cli("stats", "--json").stdout)["engine"]
+    assert used == {
+        "fault-model": {"answers": 12, "quarantined": 0, "tokens_in": stats["tokens_in"], "tokens_out": 12 * 8}
+    }
+    assert f"engine fault-model: 12 answers stored (0 quarantined), {stats['tokens_in']:,} tokens in, 96 out" in (
+        cli("stats").output
+    )
 
     line = cli(*on_server(url, "--prompts", prompts, "-n", 4)).output
     assert "generated 4 candidates for 4 prompts with openai:fault-model" in line
