@@ -25,12 +25,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter, plural
 from preflab.db.bulk import append_rows, lookup, refresh_statistics
 from preflab.db.conversation import prompt_columns, reply_columns
-from preflab.db.engine import in_transaction
 from preflab.db.ingest.lines import Line, count_lines, open_input, read_lines, refuse_json_document
 from preflab.db.ingest.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
-from preflab.db.ingest.summary import ImportSummary
+from preflab.db.ingest.summary import ImportCounts, ImportSummary
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RawRecord, RawStatus
 from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts, quarantine, shown_payload, store_raw
+from preflab.db.transactions import in_transaction
 from preflab.errors import InputError, Invalid
 
 __all__ = [
@@ -119,7 +119,7 @@ def open_jsonl(path: str | Path) -> TextIO:
 # --- writing ----------------------------------------------------------------------------
 
 
-def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...]], summary: ImportSummary):
+def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...]], summary: ImportCounts):
     """Get or create the prompts and candidates of parsed records; returns the id maps."""
     prompt_rows: dict[str, dict[str, Any]] = {}
     for rec, *_ in records:
@@ -179,8 +179,7 @@ def _parse_batch(
         except Invalid as exc:
             if status == RawStatus.ok.value:
                 reasons[raw_id] = str(exc)
-            summary.quarantined += 1
-            summary.reasons[str(exc)] = summary.reasons.get(str(exc), 0) + 1
+            summary.count_quarantined(str(exc))
             continue
         parsed.append((record, h, raw_id, h not in raw.new))
     quarantine(session, reasons)
@@ -191,12 +190,13 @@ def import_rankings_batch(session: Session, batch: list[Line], origin: str, sour
     """Import one batch of JSON Lines rankings inside the caller's transaction."""
     summary = ImportSummary()
     parsed = _parse_batch(session, batch, "import:rankings", origin, parse_ranking, summary)
-    write_rankings(session, [(rec, h, raw_id) for rec, h, raw_id, _ in parsed], source, summary)
+    written = write_rankings(session, [(rec, h, raw_id) for rec, h, raw_id, _ in parsed], source, summary)
+    summary.imported += len(written)
     return summary
 
 
 def write_rankings(
-    session: Session, parsed: list[tuple[RankingRecord, str, int]], source: str, summary: ImportSummary
+    session: Session, parsed: list[tuple[RankingRecord, str, int]], source: str, summary: ImportCounts
 ) -> list[RankingRecord]:
     """Store parsed rankings, with their prompts, candidates and annotators, inside the caller's transaction.
 
@@ -204,7 +204,7 @@ def write_rankings(
     its annotator and its external id (the payload hash where it has none) within
     `source`: one stored before, or met earlier in `parsed`, is counted a duplicate. Each
     ranking item keeps the model the record names for its reply (`RankingItem.model`).
-    Returns the records written.
+    Returns the records written; `summary` counts the duplicates and the new prompts and candidates.
     """
     if not parsed:
         return []
@@ -276,7 +276,6 @@ def write_rankings(
         columns=("ranking_id", "candidate_id", "tier", "shown_position", "score", "model"),
         new_ids=False,
     )
-    summary.imported += len(ranking_rows)
     return [rec for _, rec, _ in new]
 
 

@@ -50,7 +50,6 @@ from preflab.db.ingest.datasets.sources import Row, column_values, open_source
 from preflab.db.ingest.datasets.summary import DatasetSummary, Repeated, assumed_notes, once, part_digest, part_payload
 from preflab.db.ingest.jsonl import cycles_unchecked, sample_grown_tables, write_rankings
 from preflab.db.ingest.records import LIMITS, unstorable_text
-from preflab.db.ingest.summary import ImportSummary
 from preflab.db.models import RawStatus
 from preflab.db.overlap import aside, commit_behind
 from preflab.db.store import quarantine, release, store_raw
@@ -377,8 +376,7 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
             # Only rows stored by this import: a row stored before was used then (its rankings are stored),
             # and a row of a tree not together is only quarantined because of where it is.
             reasons.update((raw[row.digest][0], str(records)) for row in unit if row.digest in raw.new)
-            summary.quarantined += len(unit)
-            summary.reasons[str(records)] = summary.reasons.get(str(records), 0) + len(unit)
+            summary.count_quarantined(str(records), len(unit))
             continue
         # Rows quarantined by an earlier import and used now (a tree that was not together, the file now sorted)
         released += [raw[row.digest][0] for row in unit if raw[row.digest][1] == RawStatus.quarantined.value]
@@ -391,10 +389,7 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
             parsed.append((record, first, raw[first][0]))
     quarantine(session, reasons)
     release(session, released)
-    written = ImportSummary()
-    new = write_rankings(session, parsed, source, written)
-    summary.rankings = written.imported
-    summary.duplicates += written.duplicates
-    summary.prompts, summary.candidates = written.prompts, written.candidates
+    new = write_rankings(session, parsed, source, summary)
+    summary.rankings = len(new)
     summary.ties = sum(1 for record in new if len(record.tiers) == 1)
     return summary

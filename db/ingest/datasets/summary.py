@@ -1,5 +1,7 @@
 """What an import of a dataset counts (`DatasetSummary`), and the notes it says beside its summary line.
 
+`DatasetSummary` holds the counts every import keeps (`preflab.db.ingest.summary.ImportCounts`) and its own.
+
 Two things are counted here rather than by a format, because they span the import: a row quarantined
 earlier in the same import and met again is a duplicate (`once`), as a ranking met again is, so the
 summary's quarantined rows are the rows `preflab quarantine list` shows; and a reply a format set aside
@@ -18,13 +20,32 @@ import orjson
 
 from preflab.console import plural
 from preflab.db.ingest.records import RankingRecord
+from preflab.db.ingest.summary import ImportCounts
 from preflab.errors import Invalid
 
 OVERRIDE = "--annotator NAME --annotator-kind human|ai"
 
 
+# The --json keys, in the order the command has always printed them.
+JSON_KEYS = (
+    "format",
+    "rows",
+    "rankings",
+    "ties",
+    "duplicates",
+    "quarantined",
+    "quarantined_replies",
+    "prompts",
+    "candidates",
+    "retried",
+    "splits",
+    "reasons",
+    "assumed",
+)
+
+
 @dataclass
-class DatasetSummary:
+class DatasetSummary(ImportCounts):
     """What an import did with the rows it read.
 
     rows = the rows read; rankings = the new rankings (ties among them: rankings of one tier, which give
@@ -35,18 +56,14 @@ class DatasetSummary:
     assumed who ranked (the trl format does not say).
     """
 
+    BY_KEY = ("splits", "reasons")
+
     format: str
     rows: int = 0
     rankings: int = 0
     ties: int = 0
-    duplicates: int = 0
-    quarantined: int = 0
     quarantined_replies: int = 0
-    prompts: int = 0
-    candidates: int = 0
-    retried: int = 0
     splits: dict[str, int] = field(default_factory=dict)
-    reasons: dict[str, int] = field(default_factory=dict)
     assumed: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -59,23 +76,9 @@ class DatasetSummary:
         return self.quarantined > 0 and self.quarantined == self.rows
 
     def add(self, other: DatasetSummary) -> None:
-        for name in (
-            "rows",
-            "rankings",
-            "ties",
-            "duplicates",
-            "quarantined",
-            "quarantined_replies",
-            "prompts",
-            "candidates",
-            "retried",
-        ):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
+        super().add(other)
         for name, what in other.assumed.items():
             self.assumed.setdefault(name, {**what, "rankings": 0})["rankings"] += what["rankings"]
-        for mine, theirs in ((self.splits, other.splits), (self.reasons, other.reasons)):
-            for key, n in theirs.items():
-                mine[key] = mine.get(key, 0) + n
 
     def count_assumed(self, record: RankingRecord) -> None:
         """Count a ranking whose annotator preflab assumed (`record.assumed`: why)."""
@@ -86,7 +89,8 @@ class DatasetSummary:
             )["rankings"] += 1
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        counts = asdict(self)
+        return {name: counts[name] for name in JSON_KEYS}
 
 
 class Repeated(Invalid):
