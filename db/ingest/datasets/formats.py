@@ -17,7 +17,7 @@ from typing import Any
 
 from preflab.db.ingest.datasets import arena, helpsteer, hh, nectar, oasst, pku, shp, trl, ultrafeedback
 from preflab.db.ingest.datasets.base import Format
-from preflab.db.ingest.datasets.sources import Row
+from preflab.db.ingest.datasets.rows import Row
 from preflab.db.ingest.records import RankingRecord
 from preflab.errors import Invalid
 

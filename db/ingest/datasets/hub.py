@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from preflab.db.ingest.datasets.sources import Row, Source, batch_rows
+from preflab.db.ingest.datasets.rows import Row, Source, batch_rows
 from preflab.errors import InputError
 
 _ARROW_BATCH = 1024

@@ -46,7 +46,8 @@ from preflab.db.ingest.datasets.formats import (
     split_groups,
     units,
 )
-from preflab.db.ingest.datasets.sources import Row, column_values, open_source
+from preflab.db.ingest.datasets.rows import Row
+from preflab.db.ingest.datasets.sources import column_values, open_source
 from preflab.db.ingest.datasets.summary import DatasetSummary, Repeated, assumed_notes, once, part_digest, part_payload
 from preflab.db.ingest.jsonl import cycles_unchecked, sample_grown_tables, write_rankings
 from preflab.db.ingest.records import LIMITS, unstorable_text

@@ -24,7 +24,6 @@ import io
 import json
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from itertools import count
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from typing import Any
 import orjson
 
 from preflab.console import plural
+from preflab.db.ingest.datasets.rows import Row, Source, batch_rows
 from preflab.db.ingest.lines import Line, open_input, read_lines
 from preflab.db.ingest.records import load_record, unstorable
 from preflab.db.store import shown_payload
@@ -44,32 +44,6 @@ _COMPRESSIONS = ("", ".gz", ".bz2", ".xz")
 _CHUNK = 2**20
 _ARROW_BATCH = 1024
 DEFAULT_SPLIT = "train"  # the split `datasets` gives a lone file
-
-
-@dataclass(slots=True)  # not frozen: a frozen dataclass's __init__ is slower, and a row is made per row read
-class Row:
-    """One row as read: `data` is None when it is not a row (then `error` says why)."""
-
-    split: str
-    index: int
-    payload: str | bytes
-    digest: str
-    data: dict[str, Any] | None
-    error: str | None = None
-
-    @property
-    def locator(self) -> str:
-        """Where the row is: its split and its index in it, from 0 (`dataset[split][index]`)."""
-        return f"{self.split}:{self.index}"
-
-
-@dataclass
-class Source:
-    """An opened SOURCE: what it is called (`raw_records.origin`), its rows, and how many when known."""
-
-    origin: str
-    rows: Iterator[Row]
-    total: int | None = None
 
 
 def open_source(source: str, split: str | None = None) -> Source:
@@ -117,24 +91,6 @@ def _one_split(split: str | None, have: str, where: Path | str) -> None:
 
 
 # --- rows from Python values and from lines ------------------------------------------------
-
-
-def _dumped(value: Any) -> Any:
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return shown_payload(bytes(value))
-    return str(value)
-
-
-def value_row(split: str, index: int, data: Any) -> Row:
-    """A row read as a Python value (Arrow, `datasets`): stored raw as its JSON."""
-    payload = orjson.dumps(data, default=_dumped, option=orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY)
-    digest = hashlib.sha256(payload).hexdigest()
-    text = payload.decode("utf-8")
-    if not isinstance(data, dict):
-        return Row(split, index, text, digest, None, f"expected a JSON object, got {type(data).__name__}")
-    # orjson writes a NUL as an escape, and refuses a lone surrogate: only then is there something to name.
-    reason = unstorable(data) if "\\u0000" in text else None
-    return Row(split, index, text, digest, None if reason else data, reason)
 
 
 def line_rows(path: Path, split: str) -> Iterator[Row]:
@@ -235,13 +191,6 @@ def _file_source(path: Path, split: str | None) -> Source:
     if _is_json_array(path):
         return Source(origin, _array_rows(path, DEFAULT_SPLIT))
     return Source(origin, line_rows(path, DEFAULT_SPLIT))
-
-
-def batch_rows(batches: Iterator[list[dict]], split: str, start: int = 0) -> Iterator[Row]:
-    index = count(start)
-    for batch in batches:
-        for data in batch:
-            yield value_row(split, next(index), data)
 
 
 def _first_char(handle) -> str:

@@ -8,7 +8,7 @@ import pytest
 from preflab.db.ingest.datasets import job
 from preflab.db.ingest.datasets.formats import Refusals, split_groups, units
 from preflab.db.ingest.datasets.oasst import FORMAT
-from preflab.db.ingest.datasets.sources import value_row
+from preflab.db.ingest.datasets.rows import value_row
 from preflab.errors import Invalid
 from tests.db.ingest.datasets.shapes_b import (
     ordered,
