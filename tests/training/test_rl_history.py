@@ -58,7 +58,7 @@ def test_a_base_model_without_a_chat_template_gets_plain_prompts_and_stops_at_a_
 def test_held_out_samples_follow_each_conversation(tutor_lm):
     from preflab.lm.loading import load_causal_lm
     from preflab.lm.sampling import SamplingConfig
-    from preflab.training.rl import heldout_samples
+    from preflab.training.rl_heldout import heldout_samples
 
     model, tokenizer = load_causal_lm(tutor_lm, device="cpu")
     rows, completions = heldout_samples(model, tokenizer, [FRANCE, ITALY], SamplingConfig(n=2, max_new_tokens=6), 0)
