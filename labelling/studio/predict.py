@@ -24,7 +24,7 @@ from preflab.db.models import Annotator, AnnotatorKind, LSTask, Ranking, Ranking
 from preflab.errors import InputError
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.projects import ProjectInfo, find_project
-from preflab.labelling.studio.push import item_id as default_item_id
+from preflab.labelling.studio.task_data import item_id as default_item_id
 from preflab.templates import LIST, PAIRWISE, PAIRWISE_TARGET, RANKER, TIE, TIE_VALUE
 
 BATCH = 500

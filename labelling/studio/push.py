@@ -22,8 +22,6 @@ text of a plain prompt, as before, or the messages of a conversation.
 
 from __future__ import annotations
 
-import hashlib
-import html
 import itertools
 import math
 import random
@@ -34,80 +32,18 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.conversation import Messages, compact, reply_columns
 from preflab.db.models import Candidate, LSTask, Prompt
 from preflab.db.quality.gold import gold_prompt_ids, read_gold, store_gold
 from preflab.errors import InputError
 from preflab.labelling.active import SelectConfig, select_prompts
 from preflab.labelling.selection import PromptSelection, prompts_with_candidates, selected_prompt_ids
 from preflab.labelling.studio.client import LabelStudioClient
-from preflab.labelling.studio.parse import ITEM_TURNS, KEY_FIELD
+from preflab.labelling.studio.parse import KEY_FIELD
 from preflab.labelling.studio.projects import CUSTOM, ProjectInfo, find_project
-from preflab.templates import DIALOGUE, shows_conversations
+from preflab.labelling.studio.task_data import candidate_id, candidate_set_hash, shown_order, task_data
+from preflab.templates import shows_conversations
 
 BATCH_TASKS = 200
-
-
-def item_id(candidate_id: int) -> str:
-    return f"c{candidate_id}"
-
-
-def candidate_id(item: str) -> int | None:
-    return int(item[1:]) if item.startswith("c") and item[1:].isdigit() else None
-
-
-def candidate_set_hash(candidate_ids) -> str:
-    return hashlib.sha256(",".join(map(str, sorted(candidate_ids))).encode()).hexdigest()
-
-
-def shown_order(candidate_ids, seed: int, project_id: int, prompt_id: int) -> list[int]:
-    """The candidates in the order a task shows them: a shuffle seeded by the task's identity."""
-    order = sorted(candidate_ids)
-    random.Random(f"{seed}:{project_id}:{prompt_id}:{candidate_set_hash(order)}").shuffle(order)
-    return order
-
-
-def split_system(prompt: Messages) -> tuple[str, Messages]:
-    """The prompt's leading system messages (their text, joined) and the turns after them."""
-    n = 0
-    while n < len(prompt) - 1 and prompt[n]["role"] == "system":
-        n += 1
-    return "\n\n".join(t["content"] for t in prompt[:n]), list(prompt[n:])
-
-
-def turns_html(turns: Messages) -> str:
-    """A reply as the templates show it in HTML: its text, or each turn with its role; escaped, direction by content."""
-    if len(turns) == 1 and turns[0]["role"] == "assistant":
-        return f'<span class="preflab-text" dir="auto">{html.escape(turns[0]["content"])}</span>'
-    return "".join(
-        f'<span class="preflab-turn preflab-{t["role"]}"><span class="preflab-role">{t["role"]}</span>'
-        f'<span class="preflab-text" dir="auto">{html.escape(t["content"])}</span></span>'
-        for t in turns
-    )
-
-
-def task_data(template: str, prompt: Messages, order: list[int], replies: dict[int, Messages], key: str) -> dict:
-    """A task's data for a preflab template: the conversation and the candidates in the order shown.
-
-    A candidate of one assistant message is an item's `body`, as before; one of several
-    turns is shown as `html` and read back from `messages`.
-    """
-    items = []
-    for n, cid in enumerate(order):
-        item: dict = {"id": item_id(cid), "title": f"Response {n + 1}"}
-        turns = replies[cid]
-        if len(turns) == 1 and turns[0]["role"] == "assistant":
-            item["body"] = turns[0]["content"]
-        else:
-            item.update({"html": turns_html(turns), ITEM_TURNS: turns})
-        items.append(item)
-    system, dialogue = split_system(prompt)
-    data = {"prompt": compact(prompt), "system": system, DIALOGUE: dialogue, "items": items, KEY_FIELD: key}
-    if template == "pairwise":
-        left, right = replies[order[0]], replies[order[1]]
-        data["left"], data["right"] = reply_columns(left)["text"], reply_columns(right)["text"]
-        data["left_html"], data["right_html"] = turns_html(left), turns_html(right)
-    return data
 
 
 @dataclass

@@ -12,7 +12,8 @@ from preflab.db.store import content_hash
 from preflab.errors import InputError, Invalid
 from preflab.labelling.studio.parse import TaskFields, task_items
 from preflab.labelling.studio.projects import ProjectInfo
-from preflab.labelling.studio.push import plan_tasks, task_data
+from preflab.labelling.studio.push import plan_tasks
+from preflab.labelling.studio.task_data import task_data
 from preflab.templates import TEMPLATES, label_config, shows_conversations
 from tests.labelling.ls_helpers import item, ranker_result, rankings, session, tasks, unique
 

@@ -195,7 +195,7 @@ def test_prediction_that_the_template_cannot_show():
 
 
 def test_shuffle_is_seeded_per_task():
-    from preflab.labelling.studio.push import shown_order
+    from preflab.labelling.studio.task_data import shown_order
 
     ids = list(range(1, 9))
     order = shown_order(ids, seed=0, project_id=3, prompt_id=7)
