@@ -12,7 +12,7 @@ SOURCE (`open_source`) is one of:
   (under `HF_HUB_OFFLINE=1` a Hub id is read from the local cache, as `datasets` does offline; an
   unreachable Hub stops the import at once: `preflab.db.ingest.datasets.hub`).
 
-Every row comes as a `Row`: where it is (split and index, the `raw_records` locator), the payload stored
+Every row comes as a `Row` (`rows.py`): where it is (split and index, the `raw_records` locator), the payload stored
 raw (a JSON Lines line as received; any other row as JSON), its hash, and its data, or why it is not a row
 (a line that is not a JSON object).
 """
@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from preflab.console import plural
+from preflab.db.ingest.datasets.hub import hub_source
 from preflab.db.ingest.datasets.rows import Row, Source, batch_rows
 from preflab.db.ingest.lines import Line, open_input, read_lines
 from preflab.db.ingest.records import load_record, unstorable
@@ -65,13 +66,9 @@ def open_source(source: str, split: str | None = None) -> Source:
                 f"{path} holds no data files ({', '.join(FILE_SUFFIXES)}) and was not written by save_to_disk"
             )
         csv = all(_data_file(p, (".csv",)) for p in files)
-        from preflab.db.ingest.datasets.hub import hub_source  # it imports this module's rows
-
         return hub_source(str(path), split, origin=_origin(path), options=_CSV_OPTIONS if csv else None)
     if path.exists() or source.startswith((".", "/", "~")) or source.count("/") > 1 or _data_file(path):
         raise InputError(f"{source} is not a file or folder")
-    from preflab.db.ingest.datasets.hub import hub_source
-
     return hub_source(source, split)
 
 
@@ -90,7 +87,7 @@ def _one_split(split: str | None, have: str, where: Path | str) -> None:
         raise InputError(f"{where} has no split {split!r} (it has {have})")
 
 
-# --- rows from Python values and from lines ------------------------------------------------
+# --- rows from lines --------------------------------------------------------------------------
 
 
 def line_rows(path: Path, split: str) -> Iterator[Row]:
@@ -185,8 +182,6 @@ def _file_source(path: Path, split: str | None) -> Source:
     if not _data_file(path):
         raise InputError(f"{path} is not a data file preflab reads ({', '.join(FILE_SUFFIXES)}, plain or compressed)")
     if _data_file(path, (".csv",)):
-        from preflab.db.ingest.datasets.hub import hub_source
-
         return hub_source("csv", split, origin=origin, options={"data_files": str(path), **_CSV_OPTIONS})
     if _is_json_array(path):
         return Source(origin, _array_rows(path, DEFAULT_SPLIT))
