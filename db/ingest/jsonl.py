@@ -11,25 +11,24 @@ quarantined or blank.
 
 from __future__ import annotations
 
-import gc
 import hashlib
 import io
 import os
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
-from preflab.db.bulk import append_rows, lookup, refresh_statistics
+from preflab.db.bulk import append_rows, lookup
 from preflab.db.conversation import prompt_columns, reply_columns
 from preflab.db.engine import in_transaction
 from preflab.db.ingest.lines import Line, count_lines, open_input, read_lines, refuse_json_document
 from preflab.db.ingest.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
 from preflab.db.ingest.summary import ImportCounts, ImportSummary
-from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RawRecord, RawStatus
+from preflab.db.ingest.upkeep import cycles_unchecked, sample_grown_tables
+from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawStatus
 from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts, quarantine, shown_payload, store_raw
 from preflab.errors import InputError, Invalid
 
@@ -37,14 +36,12 @@ __all__ = [
     "BATCH_LINES",
     "PromptRecord",
     "RankingRecord",
-    "cycles_unchecked",
     "import_file",
     "import_prompts_batch",
     "import_rankings_batch",
     "open_jsonl",
     "parse_prompt",
     "parse_ranking",
-    "sample_grown_tables",
     "write_rankings",
 ]
 
@@ -72,40 +69,6 @@ def batches(lines: Iterable[Line], max_lines: int = BATCH_LINES, max_bytes: int 
         raise
     if out:
         yield out
-
-
-@contextmanager
-def cycles_unchecked() -> Iterator[None]:
-    """Python's cycle collector paused for an import, and run once after it.
-
-    An import makes a batch's worth of parsed records at a time, none of them in a cycle (JSON values,
-    records): their reference counts free them. The collector, run every few hundred allocations,
-    scanned them again and again, a quarter of an import's CPU time (bench/README.md, issue 30).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-            gc.collect()
-
-
-# The tables an import looks rows up in, by a key it has a unique index on.
-LOOKED_UP = (RawRecord.__table__, Prompt.__table__, Candidate.__table__, Annotator.__table__, Ranking.__table__)
-
-
-def sample_grown_tables(sessions: sessionmaker[Session], batch: int) -> None:
-    """After the 1st, 2nd, 4th, 8th… batch, have Postgres sample the tables an import looks rows up in.
-
-    The lookups bind their keys as one array (`= ANY`); on a table grown from empty in this import,
-    unsampled, the planner scanned the whole table for each chunk of keys instead of probing the unique
-    index: on rows of about 1 kB, stored in the table itself, a 25,000-row oasst2 import spent 27 of its
-    35 s there (bench/README.md, issue 30). Doubling the interval keeps the sampling a small share.
-    """
-    if batch & (batch - 1) == 0:  # run again if the connection is lost, as a batch is (`in_transaction`)
-        in_transaction(sessions, lambda session: [refresh_statistics(session, table) for table in LOOKED_UP])
 
 
 def open_jsonl(path: str | Path) -> TextIO:

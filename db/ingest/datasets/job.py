@@ -49,8 +49,9 @@ from preflab.db.ingest.datasets.formats import (
 from preflab.db.ingest.datasets.rows import Row
 from preflab.db.ingest.datasets.sources import column_values, open_source
 from preflab.db.ingest.datasets.summary import DatasetSummary, Repeated, assumed_notes, once, part_digest, part_payload
-from preflab.db.ingest.jsonl import cycles_unchecked, sample_grown_tables, write_rankings
+from preflab.db.ingest.jsonl import write_rankings
 from preflab.db.ingest.records import LIMITS, unstorable_text
+from preflab.db.ingest.upkeep import cycles_unchecked, sample_grown_tables
 from preflab.db.models import RawStatus
 from preflab.db.overlap import aside, commit_behind
 from preflab.db.store import quarantine, release, store_raw
