@@ -1,0 +1,100 @@
+"""One batch of a dataset import: parsed with no database, then stored inside the caller's transaction.
+
+`parse_batch` parses a batch's units of rows (it runs while the batch before it commits); `import_rows`
+stores every row raw, the replies set aside alone, quarantines what cannot be used and writes the rankings
+(`preflab.db.ingest.jsonl.write_rankings`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from preflab.db.ingest.datasets.base import Format
+from preflab.db.ingest.datasets.formats import parse_unit
+from preflab.db.ingest.datasets.rows import Row
+from preflab.db.ingest.datasets.summary import DatasetSummary, Repeated, part_digest, part_payload
+from preflab.db.ingest.jsonl import write_rankings
+from preflab.db.models import RawStatus
+from preflab.db.store import quarantine, release, store_raw
+from preflab.errors import Invalid
+
+# A unit of rows and what parsing it gave: its records, or why it cannot be used.
+Parsed = tuple[list[Row], list[Any] | Invalid]
+
+
+def parse_batch(
+    batch: list[list[Row]], fmt: Format, options: dict[str, Any], annotator: str | None = None, kind: str | None = None
+) -> list[Parsed]:
+    """Parse a batch's units (no database: this runs while the batch before it commits).
+
+    `annotator`, `kind`: who ranked, where the import says (`--annotator`, `--annotator-kind`); what the
+    format assumed (`Format.assumed`) is marked on the record unless the kind is given.
+    """
+    parsed: list[Parsed] = []
+    for unit in batch:
+        try:
+            records = parse_unit(fmt, unit, options)
+        except Invalid as exc:
+            parsed.append((unit, exc))
+            continue
+        for record in records:
+            record.assumed = fmt.assumed.get(record.annotator) if kind is None else None
+            record.annotator, record.kind = annotator or record.annotator, kind or record.kind
+        parsed.append((unit, records))
+    return parsed
+
+
+def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str) -> DatasetSummary:
+    """Import one parsed batch inside the caller's transaction: every row raw, then the rankings."""
+    source = f"import:{fmt.name}"
+    summary = DatasetSummary(fmt.name)
+    rows = [row for unit, _ in batch for row in unit]
+    summary.rows = len(rows)
+    for row in rows:
+        summary.splits[row.split] = summary.splits.get(row.split, 0) + 1
+    # the replies set aside, each stored raw alone (its part of the row) and quarantined with its reason
+    parts = [
+        (f"{unit[0].locator}/{name}", part_payload(value), part_digest(unit[0].digest, name), reason)
+        for unit, records in batch
+        if not isinstance(records, Invalid)
+        for record in records
+        for name, value, reason in record.set_aside
+    ]
+    raw = store_raw(
+        session,
+        source,
+        origin,
+        [(row.locator, row.payload, row.digest) for row in rows] + [part[:3] for part in parts],
+        append=True,
+    )
+    reasons: dict[int, str] = {raw[h][0]: reason for _, _, h, reason in parts if h in raw.new}
+    summary.quarantined_replies = len(parts)
+    released: list[int] = []
+    parsed = []
+    for unit, records in batch:
+        if isinstance(records, Repeated):
+            summary.duplicates += len(unit)
+            continue
+        if isinstance(records, Invalid):
+            # Only rows stored by this import: a row stored before was used then (its rankings are stored),
+            # and a row of a tree not together is only quarantined because of where it is.
+            reasons.update((raw[row.digest][0], str(records)) for row in unit if row.digest in raw.new)
+            summary.count_quarantined(str(records), len(unit))
+            continue
+        # Rows quarantined by an earlier import and used now (a tree that was not together, the file now sorted)
+        released += [raw[row.digest][0] for row in unit if raw[row.digest][1] == RawStatus.quarantined.value]
+        first = unit[0].digest
+        for i, record in enumerate(records):
+            if record.external_id is None:  # the payload's hash: the row's identity where the dataset gives none
+                record.external_id = first if len(records) == 1 and len(unit) == 1 else f"{first}:{i}"
+            record.source = record.source or source
+            summary.count_assumed(record)
+            parsed.append((record, first, raw[first][0]))
+    quarantine(session, reasons)
+    release(session, released)
+    new = write_rankings(session, parsed, source, summary)
+    summary.rankings = len(new)
+    summary.ties = sum(1 for record in new if len(record.tiers) == 1)
+    return summary
