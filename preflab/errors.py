@@ -45,6 +45,15 @@ class Invalid(ValueError):
     """A record that cannot be imported; the message is the quarantine reason."""
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception as one line for a log, an answer or a stored error: its message with the whitespace
+    collapsed and cut at 300 characters, after its class name unless it is a preflab error (already a sentence)."""
+    text = " ".join(str(exc).split())[:300]
+    if isinstance(exc, PreflabError) and text:
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 # The exit status of an import that read records but could use none of them (every one
 # quarantined): a scheduled import can tell a wrong file from a good one. The summary is
 # still printed. A partly bad file exits 0; a file preflab cannot read at all exits 1.

@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.db.models import DatasetVersion, ModelVersion, TrainingRun
-from preflab.errors import InputError, NotFound, PreflabError, TrainingError
+from preflab.errors import InputError, NotFound, PreflabError, TrainingError, one_line
 from preflab.settings import data_dir
 from preflab.training.progress import quiet_libraries
 
@@ -90,11 +90,6 @@ class RunResult:
     elsewhere: list[dict[str, Any]] = field(default_factory=list)  # {"path", "what", "bytes"} outside the run folder
     freed_bytes: int = 0  # the checkpoints deleted when the run succeeded
     extra: dict[str, Any] = field(default_factory=dict)
-
-
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 # --- rank 0: planning and recording ------------------------------------------------------

@@ -31,8 +31,8 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from preflab.db.engine import in_transaction
-from preflab.errors import PreflabError
+from preflab.db.transactions import in_transaction
+from preflab.errors import PreflabError, one_line
 from preflab.server.access_log import AccessLog, note
 from preflab.server.config import SECRET_HEADER, ServeConfig, webhook_secret
 from preflab.server.receiver import Gate, Receiver
@@ -40,7 +40,7 @@ from preflab.server.retraining import ModelWorker
 from preflab.server.scoring import Scorer, answer_predict
 from preflab.server.security import Refused, check_basic, check_header, read_body
 from preflab.server.studio import Studio
-from preflab.server.workers import DeliveryWorker, SyncWorker, _sentence
+from preflab.server.workers import DeliveryWorker, SyncWorker
 from preflab.settings import Settings
 
 log = logging.getLogger("preflab.server")
@@ -170,7 +170,7 @@ def create_app(settings: Settings, config: ServeConfig | None = None, *, backgro
         try:
             version = await run_in_threadpool(in_transaction, services.sessions, services.model.version)
         except PreflabError as exc:
-            raise Refused(400, _sentence(exc)) from None
+            raise Refused(400, one_line(exc)) from None
         note(request, project=project, model_version=version)
         return {"model_version": version}
 
@@ -191,7 +191,7 @@ def create_app(settings: Settings, config: ServeConfig | None = None, *, backgro
         try:
             results, counts = await run_in_threadpool(predict_results, services, project, label_config, tasks)
         except PreflabError as exc:
-            raise Refused(400, _sentence(exc)) from None
+            raise Refused(400, one_line(exc)) from None
         note(request, project=project, tasks=len(tasks), **counts)
         return {"results": results}
 
@@ -250,7 +250,7 @@ def say_what_serves(services: Services) -> None:
     try:
         served = in_transaction(services.sessions, services.scorer.resolve)
     except PreflabError as exc:
-        log.error("/predict cannot serve: %s", _sentence(exc))
+        log.error("/predict cannot serve: %s", one_line(exc))
         return
     budget = services.config.predict_seconds
     within = f"answering within {budget:g} s" if budget is not None else "ranking every task before answering"
@@ -275,7 +275,7 @@ async def health_answer(services: Services) -> JSONResponse:
             served = services.scorer.resolve(session)
             found["serving"] = served.describe() if served is not None else None
         except PreflabError as exc:  # the judge cannot be named (deleted since start, say): no model to serve
-            found["model_error"] = _sentence(exc)
+            found["model_error"] = one_line(exc)
         return found
 
     answer = {
@@ -292,7 +292,7 @@ async def health_answer(services: Services) -> JSONResponse:
     except asyncio.TimeoutError:
         answer |= {"status": "DOWN", "database": f"no answer within {HEALTH_DB_TIMEOUT:g} s"}
     except Exception as exc:
-        log.warning("health: the database did not answer: %s", _sentence(exc))
+        log.warning("health: the database did not answer: %s", one_line(exc))
         answer |= {"status": "DOWN", "database": "unreachable"}
     else:
         answer |= {"database": "ok", "model_version": found.get("model_version"), "serving": found.get("serving")}

@@ -30,7 +30,8 @@ from contextlib import contextmanager
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.engine import in_transaction
+from preflab.db.transactions import in_transaction
+from preflab.errors import one_line
 
 log = logging.getLogger("preflab.server")
 GROUP = 200  # deliveries stored per transaction, at most
@@ -160,9 +161,7 @@ class Receiver(threading.Thread):
             with self.gate.receiver(len(taken)):
                 deliveries = in_transaction(self.sessions, lambda session: receive_many(session, pairs))
         except Exception as exc:  # nothing of the group was committed: every request hears it
-            log.error(
-                "storing %d deliveries failed: %s: %s", len(taken), type(exc).__name__, " ".join(str(exc).split())[:300]
-            )
+            log.error("storing %d deliveries failed: %s", len(taken), one_line(exc))
             for _, _, loop, future in taken:
                 _answer(loop, future, None, exc)
             return

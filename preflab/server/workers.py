@@ -24,8 +24,8 @@ from datetime import datetime, timezone
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.engine import in_transaction
-from preflab.errors import LockHeld, PreflabError
+from preflab.db.transactions import in_transaction
+from preflab.errors import LockHeld, PreflabError, one_line
 from preflab.server.receiver import Gate
 from preflab.server.studio import Studio
 
@@ -40,11 +40,6 @@ SYNC_LOCK, SYNC_LOCK_TTL = "serve-sync", 300.0
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _sentence(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())[:300]
-    return text if isinstance(exc, PreflabError) and text else f"{type(exc).__name__}: {text}"
 
 
 @dataclass
@@ -63,7 +58,7 @@ class Activity:
         self.detail.update(detail)
 
     def failed(self, exc: BaseException) -> None:
-        self.last_error, self.last_error_at = _sentence(exc), _now()
+        self.last_error, self.last_error_at = one_line(exc), _now()
 
     def as_dict(self) -> dict:
         return {
@@ -106,7 +101,7 @@ class Loop(threading.Thread):
                 failures += 1
                 self.activity.failed(exc)
                 backoff = min(MAX_BACKOFF, 2.0 * 2 ** min(failures, 5))
-                log.warning("%s failed (trying again in %.0f s): %s", self.name, backoff, _sentence(exc))
+                log.warning("%s failed (trying again in %.0f s): %s", self.name, backoff, one_line(exc))
                 self.stopping.wait(backoff)  # a wake does not cut it short: no retry storm while deliveries flow
                 continue
             if self.stopping.is_set():
@@ -196,7 +191,7 @@ class SyncWorker:
                     try:
                         _, summary = sync_project(self.sessions, client, project_id)
                     except PreflabError as exc:  # one project gone or refused: the others still sync
-                        failed[project_id] = _sentence(exc)
+                        failed[project_id] = one_line(exc)
                         log.warning("sync of project %d failed: %s", project_id, failed[project_id])
                         continue
                     synced[project_id] = summary.new + summary.updated + summary.deleted
