@@ -4,7 +4,8 @@
   leaderboard's tests);
 - `tiny_reward_model`: a random 2-layer Llama reward model with a ChatML tokenizer
   (bench_reward_eval.py), the same model tests/tiny_models.py builds for the same seed;
-- `free_port`: a loopback port for a bench's stub server (bench_engine_client.py).
+- `free_port`: a loopback port for a server a bench starts (bench_engine_client.py, bench_engine_vllm.py,
+  bench_serve.py).
 
 The tests import these from here (tests/db/leaderboard/simulate.py, fastchat_reference.py,
 tests/tiny_models.py): one copy, so a figure measured before the move still compares with one
