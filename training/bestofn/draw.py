@@ -62,7 +62,8 @@ def sample_sequences(model, tokenizer, texts: list[str], config: BonSampleConfig
     return [samples[i * config.n : (i + 1) * config.n] for i in range(len(texts))]
 
 
-def _batch_seed(base: int, prompt_ids: list[int]) -> int:
+def batch_seed(base: int, prompt_ids: list[int]) -> int:
+    """The seed of a batch of prompts' draws (of one prompt's, on a server), the same on every run."""
     key = f"{base}:{prompt_ids}".encode()
     return int.from_bytes(hashlib.sha256(key).digest()[:4], "big") & 0x7FFFFFFF
 
@@ -72,7 +73,7 @@ def draw_on_server(engine, batch: list[tuple[int, Messages]], config: BonSampleC
     asks = [
         Generate(
             turns,
-            Sampling(config.max_new_tokens, config.temperature, config.top_p, _batch_seed(config.seed, [pid])),
+            Sampling(config.max_new_tokens, config.temperature, config.top_p, batch_seed(config.seed, [pid])),
             index=i,
         )
         for pid, turns in batch

@@ -42,7 +42,7 @@ from preflab.errors import InputError, NotFound
 from preflab.lm.engines import Failed
 from preflab.lm.names import NamedModel
 from preflab.training.bestofn.config import BonSampleConfig
-from preflab.training.bestofn.draw import Sample, _batch_seed, draw_on_server, sample_sequences
+from preflab.training.bestofn.draw import Sample, batch_seed, draw_on_server, sample_sequences
 
 SOURCE = "bon"
 
@@ -257,7 +257,7 @@ def best_of_n(
     reasons: Counter[str] = Counter()
     with reporter.progress("best-of-n", len(todo)) as advance:
         for batch in chunks(todo, per_batch):
-            seed = _batch_seed(config.seed, [pid for pid, _ in batch])
+            seed = batch_seed(config.seed, [pid for pid, _ in batch])
             if engine is None:
                 # The policy reads every message of the history through its chat template, and the reward
                 # model scores each draw given that history (plain text only for a lone user message).
@@ -287,7 +287,7 @@ def best_of_n(
             with sessions.begin() as session:
                 for (prompt_id, _), samples in kept:
                     scores = [round(next(values), 6) for _ in samples]
-                    drawn_with = seed if engine is None else _batch_seed(config.seed, [prompt_id])
+                    drawn_with = seed if engine is None else batch_seed(config.seed, [prompt_id])
                     _store_prompt(
                         session,
                         annotator_id,
