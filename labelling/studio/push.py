@@ -35,7 +35,8 @@ from preflab.console import SILENT, Reporter
 from preflab.db.models import Candidate, LSTask, Prompt
 from preflab.db.quality.gold import gold_prompt_ids, read_gold, store_gold
 from preflab.errors import InputError
-from preflab.labelling.active import SelectConfig, select_prompts
+from preflab.labelling.active import SelectConfig
+from preflab.labelling.active_store import select_prompts
 from preflab.labelling.selection import PromptSelection, prompts_with_candidates, selected_prompt_ids
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.parse import KEY_FIELD

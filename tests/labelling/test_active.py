@@ -16,13 +16,12 @@ import pytest
 from preflab.errors import ConfigError, InputError
 from preflab.labelling.active import (
     SelectConfig,
-    last_layer_features,
     pick_disagreement,
     pick_diversity,
     pick_random,
     pick_uncertainty,
-    select_prompts,
 )
+from preflab.labelling.active_store import last_layer_features, select_prompts
 from tests.db.helpers import ranking_line, write_lines
 from tests.tiny_models import tiny_reward_model
 from tests.toy_data import one_thread  # noqa: F401  (fixture: tiny models on one thread)
