@@ -22,8 +22,13 @@ from scipy.optimize import minimize
 from scipy.special import expit
 
 # The Bradley-Terry half is the benches' baseline too: one copy, in bench/ (benches never import tests/).
-from bench.fastchat_bt import (
+from bench.fastchat_bt import (  # the reference's Bradley-Terry names, read by the tests from here
+    bt_loss_and_grad,  # noqa: F401
+    compute_bootstrap_bt,  # noqa: F401
+    compute_bt,  # noqa: F401
+    fit_bt,  # noqa: F401
     get_matchups_models,
+    preprocess_for_bt,  # noqa: F401
     scale_and_offset,
 )
 
