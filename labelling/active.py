@@ -16,8 +16,8 @@ Four strategies, each returning the chosen prompts with a score and the reason:
   the batch spreads over directions the labelled data has not covered.
 
 The pickers (`pick_*`) work on plain numbers, so a simulation can drive them
-(`bench/bench_active.py`); `select_prompts` gathers those numbers from the store
-and the reward model(s) for `preflab ls push --select`.
+(`bench/bench_active.py`); `active_store.select_prompts` gathers those numbers from
+the store and the reward model(s) for `preflab ls push --select`.
 """
 
 from __future__ import annotations
