@@ -17,95 +17,26 @@ the size (413), then the JSON (400; a webhook body is kept in quarantine with th
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import logging
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from datetime import datetime, timezone
 
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
-from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from preflab.db.transactions import in_transaction
 from preflab.errors import PreflabError, one_line
 from preflab.server.access_log import AccessLog, note
-from preflab.server.config import SECRET_HEADER, ServeConfig, webhook_secret
-from preflab.server.receiver import Gate, Receiver
-from preflab.server.retraining import ModelWorker
-from preflab.server.scoring import Scorer, answer_predict
+from preflab.server.config import SECRET_HEADER, ServeConfig
+from preflab.server.routes.backend import _json_object, _project_id, predict_results
+from preflab.server.routes.health import health_answer
 from preflab.server.security import Refused, check_basic, check_header, read_body
-from preflab.server.studio import Studio
-from preflab.server.workers import DeliveryWorker, SyncWorker
+from preflab.server.services import Services, build_services
 from preflab.settings import Settings
 
 log = logging.getLogger("preflab.server")
-HEALTH_DB_TIMEOUT = 0.8  # Label Studio gives /health one second
 STOP_WAIT = 15.0  # seconds shutdown waits for a worker's step under way
-
-
-@dataclass
-class Services:
-    """What the endpoints share: the store, Label Studio, the secret and the workers."""
-
-    config: ServeConfig
-    sessions: sessionmaker[Session]
-    studio: Studio
-    secret: str | None
-    receiver: Receiver
-    deliveries: DeliveryWorker
-    sync: SyncWorker
-    model: ModelWorker
-    scorer: Scorer
-    started_at: str
-
-    def loops(self):
-        return [self.deliveries.loop, self.sync.loop, self.model.loop]
-
-
-def build_services(settings: Settings, config: ServeConfig) -> Services:
-    """Open the store (a SQLite file is created and migrated) and make the workers; starts nothing."""
-    from preflab.db.engine import open_sessions
-    from preflab.errors import ConfigError
-
-    if not settings.label_studio_url:
-        raise ConfigError("no Label Studio URL: set LABEL_STUDIO_URL or pass --label-studio-url")
-    sessions = open_sessions(settings.database_url)
-    studio = Studio(settings.label_studio_url)
-    # With nothing trained and no --judge, the default model's likelihood judge serves (`served.py`).
-    options = config.judge_options() | {"default": settings.model}
-    scorer = Scorer(sessions, config.judge, options)
-    model = ModelWorker(
-        sessions,
-        studio,
-        config.judge,
-        options,
-        settings.database_url,
-        settings.model,
-        config.retrain_every,
-        config.retrain_config_path(),
-        changed=scorer.loop.wake,
-    )
-    sync = SyncWorker(sessions, studio, config.sync_seconds, after=model.loop.wake)
-    gate = Gate()
-    receiver = Receiver(sessions, gate)
-    deliveries = DeliveryWorker(sessions, studio, after=model.loop.wake, gate=gate)
-    return Services(
-        config,
-        sessions,
-        studio,
-        webhook_secret(),
-        receiver,
-        deliveries,
-        sync,
-        model,
-        scorer,
-        datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    )
 
 
 def create_app(settings: Settings, config: ServeConfig | None = None, *, background: bool = True) -> FastAPI:
@@ -225,26 +156,6 @@ def warm_imports() -> None:
     from preflab.training.retrain import job, schedule  # noqa: F401
 
 
-def predict_results(services: Services, project: int, label_config: str, tasks: list[dict]) -> tuple[list, dict]:
-    if not tasks:
-        return [], {}
-    results, counts = answer_predict(
-        services.scorer,
-        services.sessions,
-        services.studio.base_url,
-        project,
-        label_config,
-        tasks,
-        services.config.predict_seconds,
-    )
-    if len(results) != len(tasks):  # Label Studio would drop them all
-        raise RuntimeError(f"{len(results)} predictions for {len(tasks)} tasks")
-    for result in results:
-        if isinstance(result, dict) and result.get("model_version"):
-            services.model.served.add(result["model_version"])
-    return results, counts
-
-
 def say_what_serves(services: Services) -> None:
     """The start-up line that says which judge and model /predict serves (and the budget it answers in)."""
     try:
@@ -258,58 +169,6 @@ def say_what_serves(services: Services) -> None:
         log.info("/predict serves nothing: no reward model is trained (--judge names a judge)")
     else:
         log.info("/predict serves %s as model version %s, %s", served.describe(), served.name, within)
-
-
-async def health_answer(services: Services) -> JSONResponse:
-    from preflab.labelling.studio.webhooks import last_delivery_at, pending_count
-
-    def look(session: Session) -> dict:
-        session.execute(text("SELECT 1"))
-        last = last_delivery_at(session)
-        found = {
-            "pending": pending_count(session),
-            "last_delivery_at": last.isoformat(timespec="seconds") if last else None,
-        }
-        try:
-            found["model_version"] = services.model.version(session)
-            served = services.scorer.resolve(session)
-            found["serving"] = served.describe() if served is not None else None
-        except PreflabError as exc:  # the judge cannot be named (deleted since start, say): no model to serve
-            found["model_error"] = one_line(exc)
-        return found
-
-    answer = {
-        "status": "UP",
-        "model_class": "preflab",
-        "started_at": services.started_at,
-        "label_studio": services.studio.base_url,
-    }
-    deliveries: dict = {}
-    try:
-        found = await asyncio.wait_for(
-            run_in_threadpool(in_transaction, services.sessions, look, attempts=1), HEALTH_DB_TIMEOUT
-        )
-    except asyncio.TimeoutError:
-        answer |= {"status": "DOWN", "database": f"no answer within {HEALTH_DB_TIMEOUT:g} s"}
-    except Exception as exc:
-        log.warning("health: the database did not answer: %s", one_line(exc))
-        answer |= {"status": "DOWN", "database": "unreachable"}
-    else:
-        answer |= {"database": "ok", "model_version": found.get("model_version"), "serving": found.get("serving")}
-        if "model_error" in found:
-            answer |= {"status": "DOWN", "error": found["model_error"]}
-        deliveries = {"pending": found["pending"], "last_delivery_at": found["last_delivery_at"]}
-    model = services.model
-    receiver = services.receiver
-    answer |= {
-        "deliveries": deliveries
-        | {"parser": services.deliveries.loop.activity.as_dict(), "stored": receiver.stored, "groups": receiver.groups},
-        "sync": services.sync.loop.activity.as_dict(),
-        "model": model.loop.activity.as_dict(),
-        **model.health(),
-        "predictions": services.scorer.health() | {"budget_s": services.config.predict_seconds},
-    }
-    return JSONResponse(answer, status_code=200 if answer["status"] == "UP" else 503)
 
 
 def stop_workers(services: Services) -> None:
@@ -331,26 +190,3 @@ def stop_loop(loop) -> None:
             log.warning(
                 "%s still busy after %.0f s; leaving it (its work resumes at the next start)", loop.name, STOP_WAIT
             )
-
-
-def _json_object(body: bytes) -> dict:
-    try:
-        value = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise Refused(400, "the body is not valid JSON") from None
-    if not isinstance(value, dict):
-        raise Refused(400, "the body must be a JSON object")
-    return value
-
-
-def _project_id(value) -> int | None:
-    """Label Studio's project id from `"<id>.<timestamp>"` (or a bare id)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if value > 0 else None
-    if isinstance(value, str):
-        head = value.split(".", 1)[0].strip()
-        if head.isdigit() and len(head) < 12:
-            return int(head) or None
-    return None

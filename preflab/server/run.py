@@ -47,7 +47,7 @@ def check(settings: Settings, config: ServeConfig) -> None:
     """
     check_bind(config.host, webhook_secret())
     from preflab.db.engine import in_transaction
-    from preflab.server.app import build_services
+    from preflab.server.services import build_services
 
     services = build_services(settings, config)  # opens (a new SQLite file: creates) the store
     path = config.retrain_config_path()
