@@ -56,7 +56,7 @@ def append_rows(
     """INSERT rows (all with the same keys) that take new ids, fast; returns the ids, in order.
 
     For writers whose transaction is run again when another writer adds the same
-    row first (`preflab.db.engine.in_transaction`): a row that collides with a
+    row first (`preflab.db.transactions.in_transaction`): a row that collides with a
     unique key fails the whole statement. Rows go to the driver as plain tuples,
     with the columns' Python-side defaults filled once per call (one timestamp for
     the batch). Postgres: ids drawn from the table's sequence in one query, rows

@@ -21,8 +21,8 @@ waits up to the 5 ms switch interval.
 `aside` runs a first read that only a later step needs (the tree ids of `import dataset`'s oasst2 file)
 in a forked child process, so that the first batches are read and parsed here meanwhile.
 
-A transaction that lost a race (`engine.retry_reason`) at a write or at COMMIT is run again as a whole by
-`engine.in_transaction`, synchronously, as every checkpointing job's is: the writes must be idempotent.
+A transaction that lost a race (`transactions.retry_reason`) at a write or at COMMIT is run again as a whole by
+`transactions.in_transaction`, synchronously, as every checkpointing job's is: the writes must be idempotent.
 An error that cannot be retried stops the run once the COMMIT in flight has finished, so every batch
 before it is committed whole and none after it is begun.
 """
@@ -41,7 +41,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.engine import AUTOCHECKPOINT_KEY, in_transaction, retry_reason
+from preflab.db.engine import AUTOCHECKPOINT_KEY
+from preflab.db.transactions import in_transaction, retry_reason
 
 B = TypeVar("B")
 R = TypeVar("R")

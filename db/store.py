@@ -7,7 +7,7 @@ never adds a row twice and never fails on a unique constraint, even when two
 importers run at once. With `append=True` the missing rows are appended instead
 (COPY on Postgres, with their ids drawn beforehand, so nothing is read back):
 for callers whose transaction is run again when another writer added the same
-row first (`preflab.db.engine.in_transaction`).
+row first (`preflab.db.transactions.in_transaction`).
 """
 
 from __future__ import annotations

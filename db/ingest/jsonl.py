@@ -23,13 +23,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter, plural
 from preflab.db.bulk import append_rows, lookup
 from preflab.db.conversation import prompt_columns, reply_columns
-from preflab.db.engine import in_transaction
 from preflab.db.ingest.lines import Line, count_lines, open_input, read_lines, refuse_json_document
 from preflab.db.ingest.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
 from preflab.db.ingest.summary import ImportCounts, ImportSummary
 from preflab.db.ingest.upkeep import cycles_unchecked, sample_grown_tables
 from preflab.db.models import Candidate, Prompt, Ranking, RankingItem, RawStatus
 from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts, quarantine, shown_payload, store_raw
+from preflab.db.transactions import in_transaction
 from preflab.errors import InputError, Invalid
 
 __all__ = [

@@ -27,9 +27,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.engine import in_transaction
 from preflab.db.models import LSProject, LSTask
 from preflab.db.store import shown_payload
+from preflab.db.transactions import in_transaction
 from preflab.errors import InputError
 from preflab.labelling.studio.annotations import SyncSummary, project_state, store_tasks
 from preflab.labelling.studio.export_reader import (

@@ -8,9 +8,9 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
-from preflab.db.engine import in_transaction
 from preflab.db.models import LSProject, Ranking, RankingStatus, utcnow
 from preflab.db.store import chunks
+from preflab.db.transactions import in_transaction
 from preflab.errors import LabelStudioError
 from preflab.labelling.studio.annotations import SyncSummary, project_state, store_tasks
 from preflab.labelling.studio.client import LabelStudioClient

@@ -189,9 +189,9 @@ def pairs_build(
 
     Example: preflab pairs build --aggregate borda --annotator-kind human --exclude-flagged
     """
-    from preflab.db.engine import in_transaction
     from preflab.db.pairs.build import build_pairs
     from preflab.db.quality.annotators import excluded_annotators
+    from preflab.db.transactions import in_transaction
 
     config = build_config(QualityConfig, options)
 

@@ -25,8 +25,8 @@ from datetime import datetime, timezone
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.engine import in_transaction
 from preflab.db.models import Annotator, AnnotatorKind, Ranking, RankingStatus
+from preflab.db.transactions import in_transaction
 from preflab.server.studio import Studio, stale_versions
 from preflab.server.workers import Activity, Loop, _now
 

@@ -46,7 +46,7 @@ def check(settings: Settings, config: ServeConfig) -> None:
         DatabaseError: the store cannot be opened (or is not migrated).
     """
     check_bind(config.host, webhook_secret())
-    from preflab.db.engine import in_transaction
+    from preflab.db.transactions import in_transaction
     from preflab.server.services import build_services
 
     services = build_services(settings, config)  # opens (a new SQLite file: creates) the store

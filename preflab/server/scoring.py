@@ -33,7 +33,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.engine import in_transaction
+from preflab.db.transactions import in_transaction
 from preflab.server.workers import Activity, Loop
 
 log = logging.getLogger("preflab.server")

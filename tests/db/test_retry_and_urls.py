@@ -5,8 +5,9 @@ from click.testing import CliRunner
 from sqlalchemy import insert, select, update
 
 from preflab.cli import cli
-from preflab.db.engine import in_transaction, make_engine, open_database, session_factory
+from preflab.db.engine import make_engine, open_database, session_factory
 from preflab.db.models import JobLock, utcnow
+from preflab.db.transactions import in_transaction
 from preflab.errors import DatabaseError
 
 

@@ -5,9 +5,9 @@ from sqlalchemy import select
 from sqlalchemy.exc import DBAPIError
 
 from preflab.db.bulk import append_rows
-from preflab.db.engine import retry_reason
 from preflab.db.models import Candidate, Prompt, RawRecord
 from preflab.db.store import payload_hash, quarantine, store_raw
+from preflab.db.transactions import retry_reason
 
 
 def test_append_rows_returns_the_ids_in_order_with_defaults_filled(sessions):
