@@ -13,8 +13,8 @@ from contextlib import contextmanager
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.db.bulk import refresh_statistics
-from preflab.db.engine import in_transaction
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RawRecord
+from preflab.db.transactions import in_transaction
 
 
 @contextmanager
