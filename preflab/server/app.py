@@ -1,15 +1,10 @@
-"""The FastAPI app of `preflab serve`: Label Studio's ML backend and the webhook receiver.
+"""The FastAPI app of `preflab serve`: Label Studio's ML backend and the webhook receiver, wired from a
+router per concern (`routes/`), with the services they depend on (`deps.py`) in `app.state`, and the lifespan
+that starts and stops the workers.
 
-- `GET /health`: up or not, for Label Studio (which allows it one second) and for operators:
-  the database, the model version served, the last delivery, and each worker's last run
-  and last error (a failed retrain says so while the current version keeps serving);
-- `POST /setup`: `{"model_version": …}`, cheap: Label Studio calls it before every batch;
-- `POST /predict`: `{"results": [...]}`, one prediction per task, in order, within `--predict-budget`
-  (`scoring.py`: what is not ranked by then is ranked in the background for the next retrieve);
-- `POST /webhook`: the delivery is stored raw and acknowledged once committed; the
-  receiver thread stores the deliveries that arrive together in one transaction (group
-  commit, `receiver.py`); the `deliveries` worker parses them. Label Studio waits one second for the answer, inside
-  the annotator's own submit, and never sends it again.
+- `GET /health`: up or not, for Label Studio (which allows it one second) and for operators (`routes/health.py`);
+- `POST /setup`, `POST /predict`: Label Studio's ML backend (`routes/backend.py`);
+- `POST /webhook`: the delivery is stored raw and acknowledged once committed (`routes/webhooks.py`).
 
 Requests are checked in this order, so a refused one stores nothing: the secret (401/403),
 the size (413), then the JSON (400; a webhook body is kept in quarantine with the reason).
@@ -28,10 +23,9 @@ from starlette.concurrency import run_in_threadpool
 from preflab.db.transactions import in_transaction
 from preflab.errors import PreflabError, one_line
 from preflab.server.access_log import AccessLog, note
-from preflab.server.config import SECRET_HEADER, ServeConfig
-from preflab.server.routes.backend import _json_object, _project_id, predict_results
-from preflab.server.routes.health import health_answer
-from preflab.server.security import Refused, check_basic, check_header, read_body
+from preflab.server.config import ServeConfig
+from preflab.server.routes import backend, health, webhooks
+from preflab.server.security import Refused
 from preflab.server.services import Services, build_services
 from preflab.settings import Settings
 
@@ -45,100 +39,56 @@ def create_app(settings: Settings, config: ServeConfig | None = None, *, backgro
     Raises:
         ConfigError, DatabaseError: before anything listens.
     """
-    services = build_services(settings, config or ServeConfig())
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        services.receiver.ensure_started()  # the request path: runs with or without the background workers
-        if background:
-            await run_in_threadpool(warm_imports)
-        # The scorer is on /predict's path too; loading the model at start (and at each new version) is background
-        # work: without the workers, the model loads once something is to be ranked.
-        services.scorer.eager = background
-        services.scorer.loop.start()
-        await run_in_threadpool(say_what_serves, services)
-        if background:
-            # What is loaded now lives as long as the server: out of the collector's reach, a full collection
-            # pauses every thread ~10 ms instead of ~90 ms (p99 of the deliveries' answers, bench/bench_serve.py).
-            gc.collect()
-            gc.freeze()
-            for loop in services.loops():
-                loop.start()
-            log.info(
-                "workers started: deliveries, sync (%s), model (retrain %s)",
-                f"every {services.config.sync_every}" if services.config.sync_seconds else "at start only",
-                f"every {services.config.retrain_every} rankings" if services.config.retrain_every else "off",
-            )
-        try:
-            yield
-        finally:
-            if background:
-                await run_in_threadpool(stop_workers, services)
-            await run_in_threadpool(stop_loop, services.scorer.loop)
-            await run_in_threadpool(services.scorer.close)
-            await run_in_threadpool(services.receiver.stop, STOP_WAIT)
-
     app = FastAPI(title="preflab", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.services = services
+    app.state.services = build_services(settings, config or ServeConfig())
+    app.state.background = background
     app.add_middleware(AccessLog)
-
-    @app.exception_handler(Refused)
-    async def refused(request: Request, exc: Refused):
-        note(request, note=exc.reason)
-        return JSONResponse({"error": exc.reason}, status_code=exc.status, headers=exc.headers)
-
-    @app.get("/health")
-    async def health(request: Request):
-        return await health_answer(services)
-
-    @app.post("/setup")
-    async def setup(request: Request):
-        check_basic(request.headers.get("authorization"), services.secret)
-        body = _json_object(await read_body(request, services.config.max_body))
-        project = _project_id(body.get("project"))  # the access_token it holds is neither logged nor kept
-        if project is not None:
-            services.studio.seen_projects.add(project)
-        try:
-            version = await run_in_threadpool(in_transaction, services.sessions, services.model.version)
-        except PreflabError as exc:
-            raise Refused(400, one_line(exc)) from None
-        note(request, project=project, model_version=version)
-        return {"model_version": version}
-
-    @app.post("/predict")
-    async def predict(request: Request):
-        check_basic(request.headers.get("authorization"), services.secret)
-        body = _json_object(await read_body(request, services.config.max_body))
-        tasks = body.get("tasks")
-        if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
-            raise Refused(400, "tasks must be a list of task objects")
-        project = _project_id(body.get("project"))
-        if project is None and tasks:
-            project = _project_id(tasks[0].get("project"))
-        if project is None:
-            raise Refused(400, 'no project id (expected project: "<id>.<timestamp>")')
-        services.studio.seen_projects.add(project)
-        label_config = body.get("label_config") if isinstance(body.get("label_config"), str) else ""
-        try:
-            results, counts = await run_in_threadpool(predict_results, services, project, label_config, tasks)
-        except PreflabError as exc:
-            raise Refused(400, one_line(exc)) from None
-        note(request, project=project, tasks=len(tasks), **counts)
-        return {"results": results}
-
-    @app.post("/webhook")
-    async def webhook(request: Request):
-        check_header(request.headers.get(SECRET_HEADER), services.secret)
-        body = await read_body(request, services.config.max_body)
-        client = request.client.host if request.client else None
-        delivery = await services.receiver.receive(body, client)  # committed (else raises: 500)
-        note(request, raw_id=delivery.raw_id, new=delivery.new)
-        if delivery.error:
-            raise Refused(400, f"{delivery.error} (kept in quarantine as raw record {delivery.raw_id})")
-        services.deliveries.loop.wake()
-        return {"stored": delivery.raw_id, "new": delivery.new}
-
+    app.add_exception_handler(Refused, refused)
+    app.include_router(health.router)
+    app.include_router(backend.router)
+    app.include_router(webhooks.router)
     return app
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    """Start the receiver and the scorer (and, with `background`, the workers); stop them at shutdown."""
+    services: Services = app.state.services
+    background: bool = app.state.background
+    services.receiver.ensure_started()  # the request path: runs with or without the background workers
+    if background:
+        await run_in_threadpool(warm_imports)
+    # The scorer is on /predict's path too; loading the model at start (and at each new version) is background
+    # work: without the workers, the model loads once something is to be ranked.
+    services.scorer.eager = background
+    services.scorer.loop.start()
+    await run_in_threadpool(say_what_serves, services)
+    if background:
+        # What is loaded now lives as long as the server: out of the collector's reach, a full collection
+        # pauses every thread ~10 ms instead of ~90 ms (p99 of the deliveries' answers, bench/bench_serve.py).
+        gc.collect()
+        gc.freeze()
+        for loop in services.loops():
+            loop.start()
+        log.info(
+            "workers started: deliveries, sync (%s), model (retrain %s)",
+            f"every {services.config.sync_every}" if services.config.sync_seconds else "at start only",
+            f"every {services.config.retrain_every} rankings" if services.config.retrain_every else "off",
+        )
+    try:
+        yield
+    finally:
+        if background:
+            await run_in_threadpool(stop_workers, services)
+        await run_in_threadpool(stop_loop, services.scorer.loop)
+        await run_in_threadpool(services.scorer.close)
+        await run_in_threadpool(services.receiver.stop, STOP_WAIT)
+
+
+async def refused(request: Request, exc: Refused) -> JSONResponse:
+    """A refused request: its status and one sentence, which its access-log line notes too."""
+    note(request, note=exc.reason)
+    return JSONResponse({"error": exc.reason}, status_code=exc.status, headers=exc.headers)
 
 
 def warm_imports() -> None:

@@ -5,10 +5,53 @@ before every batch) and `POST /predict` (`{"results": [...]}`, one prediction pe
 from __future__ import annotations
 
 import orjson
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
 
+from preflab.db.transactions import in_transaction
+from preflab.errors import PreflabError, one_line
+from preflab.server.access_log import note
+from preflab.server.deps import ConfigDep, ModelDep, ServicesDep, SessionsDep, StudioDep, require_basic_auth
 from preflab.server.scoring import answer_predict
-from preflab.server.security import Refused
+from preflab.server.security import Refused, read_body
 from preflab.server.services import Services
+
+router = APIRouter(dependencies=[Depends(require_basic_auth)])
+
+
+@router.post("/setup")
+async def setup(request: Request, config: ConfigDep, sessions: SessionsDep, studio: StudioDep, model: ModelDep):
+    body = _json_object(await read_body(request, config.max_body))
+    project = _project_id(body.get("project"))  # the access_token it holds is neither logged nor kept
+    if project is not None:
+        studio.seen_projects.add(project)
+    try:
+        version = await run_in_threadpool(in_transaction, sessions, model.version)
+    except PreflabError as exc:
+        raise Refused(400, one_line(exc)) from None
+    note(request, project=project, model_version=version)
+    return {"model_version": version}
+
+
+@router.post("/predict")
+async def predict(request: Request, services: ServicesDep):
+    body = _json_object(await read_body(request, services.config.max_body))
+    tasks = body.get("tasks")
+    if not isinstance(tasks, list) or not all(isinstance(t, dict) for t in tasks):
+        raise Refused(400, "tasks must be a list of task objects")
+    project = _project_id(body.get("project"))
+    if project is None and tasks:
+        project = _project_id(tasks[0].get("project"))
+    if project is None:
+        raise Refused(400, 'no project id (expected project: "<id>.<timestamp>")')
+    services.studio.seen_projects.add(project)
+    label_config = body.get("label_config") if isinstance(body.get("label_config"), str) else ""
+    try:
+        results, counts = await run_in_threadpool(predict_results, services, project, label_config, tasks)
+    except PreflabError as exc:
+        raise Refused(400, one_line(exc)) from None
+    note(request, project=project, tasks=len(tasks), **counts)
+    return {"results": results}
 
 
 def predict_results(services: Services, project: int, label_config: str, tasks: list[dict]) -> tuple[list, dict]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from sqlalchemy.orm import Session
@@ -14,10 +15,17 @@ from starlette.concurrency import run_in_threadpool
 
 from preflab.db.transactions import in_transaction
 from preflab.errors import PreflabError, one_line
+from preflab.server.deps import ServicesDep
 from preflab.server.services import Services
 
 log = logging.getLogger("preflab.server")
 HEALTH_DB_TIMEOUT = 0.8  # Label Studio gives /health one second
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(services: ServicesDep):
+    return await health_answer(services)
 
 
 async def health_answer(services: Services) -> JSONResponse:
