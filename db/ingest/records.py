@@ -22,7 +22,7 @@ from preflab.db.conversation import Messages, prompt_hash, prompt_messages, repl
 from preflab.db.models import AnnotatorKind
 from preflab.errors import Invalid
 
-# The widths of the String columns these fields are stored in (db/models.py).
+# The widths of the String columns these fields are stored in (db/models/rankings.py).
 LIMITS = {"annotator": 300, "model": 300, "source": 200, "id": 200}
 KINDS = frozenset(kind.value for kind in AnnotatorKind)
 
