@@ -64,6 +64,18 @@ class JudgeSummary:
         return out
 
 
+@dataclass
+class JudgeResult:
+    """What a judge run did and how far the judge can be trusted."""
+
+    model: str  # the judge model's label
+    summary: JudgeSummary
+    measures: dict[str, Any]  # this judge's row of `judge_report`
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.summary.as_dict(), "report": self.measures}
+
+
 def external_id(run_id: str, prompt_id: int, candidate_ids: Sequence[int]) -> str:
     ids = ",".join(map(str, sorted(candidate_ids)))
     return f"{run_id}:{prompt_id}:{hashlib.sha256(ids.encode()).hexdigest()[:16]}"

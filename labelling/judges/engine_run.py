@@ -115,9 +115,10 @@ def judge_on_engine(
     reporter: Reporter = SILENT,
 ):
     """The `judge KIND` job for a judge on a server or a panel: rank, store the stats, report (`run.JudgeResult`)."""
+    from preflab.labelling.judges.base import JudgeResult
+    from preflab.labelling.judges.identity import identity
     from preflab.labelling.judges.panel import panel_judge, panel_label
     from preflab.labelling.judges.report import judge_report
-    from preflab.labelling.judges.run import JudgeResult, identity
 
     if JUDGES[kind].scorer:
         raise ConfigError(f"the {kind} judge runs in this process only (its model is no causal LM)")
@@ -181,8 +182,8 @@ def judge_on(
 ):
     """Rank with a judge of `kind` on an engine already open (a server's: self-reward's judging step);
     its annotator names the engine's model, its stats are stored with it (`base.JudgeSummary`)."""
+    from preflab.labelling.judges.identity import identity
     from preflab.labelling.judges.on_engine import engine_judge
-    from preflab.labelling.judges.run import identity
 
     if kind == "likelihood":
         engine.check_likelihood()

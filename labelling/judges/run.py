@@ -2,43 +2,19 @@
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.labelling.judges import prompts, score
-from preflab.labelling.judges.base import JudgeRun, JudgeSummary, judge_prompts
+from preflab.labelling.judges.base import JudgeResult, JudgeRun, JudgeSummary, judge_prompts
+from preflab.labelling.judges.identity import identity
 from preflab.labelling.judges.report import judge_report
 from preflab.labelling.judges.table import JUDGES
 from preflab.labelling.selection import PromptSelection, prompts_from_file, selected_prompt_ids
 from preflab.lm.engines import EngineConfig
 from preflab.lm.names import ModelCache, load_named_model, resolve_model
-
-# Settings that change how fast a judge runs, not what it decides: not part of its identity.
-SPEED_ONLY = {"batch_size"}
-# Settings stored under the name they had before the config took its field from SamplingConfig,
-# so a judge keeps its run id (and the rankings it wrote) across that change.
-STORED_NAMES = {"n": "samples"}
-
-
-def identity(kind: str, config) -> dict:
-    """The configuration that names a judge: the settings it reads and the hash of its prompt text.
-
-    An expected-score judge's prompt includes the answer start it reads the score after.
-    """
-    graded = isinstance(config, score.ScoreConfig)
-    skip = SPEED_ONLY | (config.unused() if graded else set())
-    out = {STORED_NAMES.get(k, k): v for k, v in asdict(config).items() if k not in skip}
-    text = JUDGES[kind].prompt
-    if text is not None:
-        text += prompts.ANSWER_START if graded and config.method == "expected" else ""
-        out["prompt_sha256"] = hashlib.sha256(text.encode()).hexdigest()[:16]
-    return out
 
 
 def make_judge(kind: str, model, tokenizer, config):
@@ -83,18 +59,6 @@ def judge_candidates(
 def _served(name: str) -> bool:
     """`NAME@URL` (a model on that server) or a TOML file of a panel's members."""
     return "@http" in name or name.endswith(".toml")
-
-
-@dataclass
-class JudgeResult:
-    """What a judge run did and how far the judge can be trusted."""
-
-    model: str  # the judge model's label
-    summary: JudgeSummary
-    measures: dict[str, Any]  # this judge's row of `judge_report`
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.summary.as_dict(), "report": self.measures}
 
 
 def run_judge(

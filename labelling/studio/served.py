@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 from preflab.db.models import Annotator, AnnotatorKind, ModelVersion
 from preflab.errors import ConfigError, NotFound
 from preflab.labelling.judges.base import JudgeRun
-from preflab.labelling.judges.run import STORED_NAMES, identity
+from preflab.labelling.judges.identity import STORED_NAMES, identity
 from preflab.labelling.judges.table import JUDGES
 from preflab.lm.names import resolve_model
 

@@ -196,7 +196,7 @@ def test_a_judge_that_puts_little_mass_on_scores_is_reported_as_guessing(cli, tw
 
 
 def test_a_method_names_its_judge_and_sampling_settings_do_not_name_an_expected_one():
-    from preflab.labelling.judges.run import identity
+    from preflab.labelling.judges.identity import identity
     from preflab.labelling.judges.score import ScoreConfig
 
     sampled = identity("score", ScoreConfig())

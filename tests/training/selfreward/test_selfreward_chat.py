@@ -134,7 +134,7 @@ def test_bad_settings_are_one_clear_sentence(cli):
 
 
 def test_a_new_loop_reads_expected_scores_and_an_older_loop_keeps_sampling(sessions):
-    from preflab.labelling.judges.run import identity
+    from preflab.labelling.judges.identity import identity
     from preflab.training.selfreward.config import loop_settings
 
     with sessions.begin() as session:
