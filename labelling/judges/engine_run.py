@@ -29,7 +29,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.errors import ConfigError
-from preflab.labelling.judges.base import JudgeRun, judge_prompts, record_stats
+from preflab.labelling.judges.base import JudgeResult, JudgeRun, judge_prompts, record_stats
+from preflab.labelling.judges.identity import identity
 from preflab.labelling.judges.table import JUDGES
 from preflab.lm.engines import EngineConfig
 from preflab.lm.names import ModelCache
@@ -114,9 +115,7 @@ def judge_on_engine(
     cache: ModelCache | None = None,
     reporter: Reporter = SILENT,
 ):
-    """The `judge KIND` job for a judge on a server or a panel: rank, store the stats, report (`run.JudgeResult`)."""
-    from preflab.labelling.judges.base import JudgeResult
-    from preflab.labelling.judges.identity import identity
+    """The `judge KIND` job for a judge on a server or a panel: rank, store the stats, report (`base.JudgeResult`)."""
     from preflab.labelling.judges.panel import panel_judge, panel_label
     from preflab.labelling.judges.report import judge_report
 
@@ -182,7 +181,6 @@ def judge_on(
 ):
     """Rank with a judge of `kind` on an engine already open (a server's: self-reward's judging step);
     its annotator names the engine's model, its stats are stored with it (`base.JudgeSummary`)."""
-    from preflab.labelling.judges.identity import identity
     from preflab.labelling.judges.on_engine import engine_judge
 
     if kind == "likelihood":

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.labelling.judges.base import JudgeResult, JudgeRun, JudgeSummary, judge_prompts
+from preflab.labelling.judges.engine_run import judge_on_engine
 from preflab.labelling.judges.identity import identity
 from preflab.labelling.judges.report import judge_report
 from preflab.labelling.judges.table import JUDGES
@@ -93,8 +94,6 @@ def run_judge(
             candidates_from = resolve_model(session, candidates_from, record=False)[0]
     names = [model_name] if isinstance(model_name, str) else list(model_name)
     if len(names) > 1 or (engine is not None and engine.engine != "transformers") or _served(names[0]):
-        from preflab.labelling.judges.engine_run import judge_on_engine
-
         return judge_on_engine(
             sessions,
             kind,
