@@ -70,9 +70,9 @@ def likelihood_ids(tokenizer, history, reply: str) -> tuple[list[int], int]:
     return context + answer, len(answer)
 
 
-def test_models_lists_the_served_name(client, vllm_server):
+def test_models_lists_the_served_names(client, vllm_server):
     models = client.models.list().data
-    assert [m.id for m in models] == [vllm_server.model]
+    assert [m.id for m in models] == [vllm_server.model, vllm_server.second]
     assert models[0].owned_by == "vllm"
     assert models[0].model_extra["max_model_len"] == vllm_server.max_model_len
 
