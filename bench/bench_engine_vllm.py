@@ -3,7 +3,7 @@
 Usage: python bench/bench_engine_vllm.py [--prompts 64] [--candidates 4] [--max-new-tokens 64] [--pairs 500]
                                          [--only generate|judge] [--concurrency 64] [--batch-size 8]
                                          [--model smollm2-135m-instruct] [--api-base URL --served-model NAME]
-                                         [--start-timeout 600]
+                                         [--start-timeout 600] [--block-size 32]
 
 Both sides run preflab's own jobs in this process, each into a fresh SQLite store of its own,
 on the same input, with the same model folder (the embedded SmolLM2-135M-Instruct's converted
@@ -12,8 +12,9 @@ folder, ~/.cache/preflab/models/smollm2-135m-instruct):
 - served: `run_generation` / `run_judge` with `--engine openai`, against a vLLM
   OpenAI-compatible server this bench starts from its own venv ($PREFLAB_VLLM_PYTHON, else
   ~/.cache/vllm-venv; `make vllm-venv`) with the settings the tests use on two cores
-  (`--enforce-eager`, `--max-model-len 2048`, 1 GiB of KV cache, vLLM's own thread binding),
-  and stops at the end; `--api-base` uses a server already running instead;
+  (`--enforce-eager`, `--max-model-len 2048`, 1 GiB of KV cache, vLLM's own thread binding)
+  and KV blocks of `--block-size` tokens (vLLM's CPU default, 128, reuses too little of a judge's
+  prefix: see `start_vllm`), and stops at the end; `--api-base` uses a server already running instead;
 - baseline: the same jobs with `--engine transformers`, the model loaded here once
   (the load and a warm-up are outside the timing, as the server's start is).
 
@@ -52,10 +53,15 @@ GOAL = 5.0
 # --- the server --------------------------------------------------------------------------------------------
 
 
-def start_vllm(model_dir: Path, log: Path, timeout: float) -> tuple[subprocess.Popen, str]:
-    """vLLM's OpenAI-compatible server on a free loopback port, as the tests start it; (process, /v1 URL)."""
+def start_vllm(model_dir: Path, log: Path, timeout: float, block_size: int) -> tuple[subprocess.Popen, str]:
+    """vLLM's OpenAI-compatible server on a free loopback port, as the tests start it but for its KV cache's
+    block size; (process, /v1 URL)."""
+    # vLLM on the CPU caches prefixes in blocks of 128 tokens by default: a judge prompt's asks share ~190
+    # (the rubric, the question and the reply shown first), so only one block would be reused. 32 is the
+    # smallest block the CPU backend takes (16 fails at start-up).
+    extra = ("--block-size", str(block_size)) if block_size else ()
     try:
-        process, root = vllm_process.start(model_dir, log, free_port(), timeout)
+        process, root = vllm_process.start(model_dir, log, free_port(), timeout, extra_args=extra)
     except vllm_process.VllmStartError as error:
         sys.exit(str(error))
     return process, f"{root}/v1"
@@ -225,6 +231,9 @@ def main() -> None:
     parser.add_argument("--api-base", help="use this running server (serving --model's folder) instead of starting one")
     parser.add_argument("--served-model", default=SERVED_MODEL, help="with --api-base: the served model's name")
     parser.add_argument("--start-timeout", type=float, default=600, help="seconds to wait for vLLM's /health")
+    parser.add_argument(
+        "--block-size", type=int, default=32, help="vLLM's KV cache block, in tokens (0: vLLM's default, 128 on CPU)"
+    )
     args = parser.parse_args()
 
     import torch
@@ -250,7 +259,7 @@ def main() -> None:
         url, served_name = args.api_base.rstrip("/"), args.served_model
     else:
         began = time.monotonic()
-        process, url = start_vllm(model_dir, workdir / "vllm.log", args.start_timeout)
+        process, url = start_vllm(model_dir, workdir / "vllm.log", args.start_timeout, args.block_size)
         pgid, served_name = process.pid, SERVED_MODEL
         print(f"vLLM answered /health {time.monotonic() - began:.0f} s after its start (log {workdir / 'vllm.log'})")
     try:

@@ -19,7 +19,7 @@ import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-MAX_LINES = 420  # "a module past ~400 lines is asking to be split"
+MAX_LINES = 380  # "a module past ~400 lines is asking to be split" (issue 42: none over 380)
 
 
 def source_folders() -> dict[str, Path]:
@@ -78,7 +78,7 @@ def test_the_wheel_lists_every_package():
     assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == found
 
 
-def test_no_module_is_past_about_400_lines():
+def test_no_module_is_past_380_lines():
     too_long = []
     for folder in source_folders().values():
         for path in folder.rglob("*.py"):

@@ -77,6 +77,23 @@ def _p_first(answer) -> tuple[float | None, str | None]:
     return 1.0 / (1.0 + exp(lb - la)) if lb != float("-inf") else 1.0, None
 
 
+def prefix_waves(orders: list[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
+    """The asks (prompt, reply shown first, reply shown second) in two waves, by index: first one ask for each
+    prompt and reply shown first, then the rest.
+
+    A judge prompt is the rubric, the question, the reply shown first, then the other. Asked at once, asks that
+    share all but the last reply are read side by side, each from the start; in a second wave, a server with a
+    prefix cache (vLLM's is on by default) reads them from the first wave's, as the judge in process reads its
+    rubric once. With 4 replies, 8 of a prompt's 12 asks then read only the last reply.
+    """
+    leads: dict[tuple[int, int], int] = {}
+    for n, (k, first, _) in enumerate(orders):
+        leads.setdefault((k, first), n)
+    first_wave = sorted(leads.values())
+    led = set(first_wave)
+    return first_wave, [n for n in range(len(orders)) if n not in led]
+
+
 def pairwise_judge(engine, config: pairwise.PairwiseConfig) -> JudgeFn:
     def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
         pairs = [(k, i, j) for k, item in enumerate(items) for i, j in combinations(range(len(item.texts)), 2)]
@@ -88,9 +105,12 @@ def pairwise_judge(engine, config: pairwise.PairwiseConfig) -> JudgeFn:
                 max_tokens=VERDICT_TOKENS,
             )
 
-        # All first orders, then all swapped orders, as in process.
-        asks = [ask(k, i, j) for k, i, j in pairs] + [ask(k, j, i) for k, i, j in pairs]
-        answers = engine.top_logprobs(asks)
+        # All first orders, then all swapped orders, as in process; asked in two waves (`prefix_waves`).
+        orders = [(k, i, j) for k, i, j in pairs] + [(k, j, i) for k, i, j in pairs]
+        answers: list = [None] * len(orders)
+        for wave in prefix_waves(orders):
+            for n, answer in zip(wave, engine.top_logprobs([ask(*orders[n]) for n in wave])):
+                answers[n] = answer
         missing = {
             k for (k, _, _), a, b in zip(pairs, answers, answers[len(pairs) :]) if _unanswered(a) or _unanswered(b)
         }

@@ -1,6 +1,6 @@
 """The server's background workers: threads, never the request path.
 
-- `deliveries`: parses stored webhook deliveries (`webhooks.apply_pending`), each batch in
+- `deliveries`: parses stored webhook deliveries (`webhook_apply.apply_pending`), each batch in
   its own transaction, when a request wakes it and every couple of seconds (deliveries a
   sibling process stored, or ones left pending by a crash, are found that way too); on
   SQLite after the receiver (`receiver.Gate`): storing a delivery comes first;

@@ -99,6 +99,11 @@ def test_a_pairwise_judge_on_a_server_stores_what_the_in_process_judge_would(cli
         assert {c: (s, without_seconds(d)) for c, (s, d) in row[4].items()} == {
             c: (scores[c], details[c]) for c in scores
         }
+    # Asked in two waves: one ask for each prompt and reply shown first, then those that share all but their
+    # second reply with one of the first wave (a server's prefix cache holds what they share).
+    asked = [json.loads(body)["messages"][-1]["content"] for body in faults.bodies]
+    leads = [text.split("[The Start of Assistant B")[0] for text in asked]
+    assert len(set(leads[:5])) == 5 and set(leads[5:]) <= set(leads[:5]) and len(leads) == 8
     with sessions.begin() as session:
         (judge,) = session.scalars(select(Annotator).where(Annotator.judge_kind == "pairwise"))
         assert judge.name == f"judge:pairwise:{out['run_id']}:openai:fault-model"
@@ -247,6 +252,20 @@ def outcomes_by_judge(sessions) -> dict[str, dict[tuple[str, str], str]]:
             for pair in details["pairs"]:
                 out.setdefault(model, {})[(texts[cid], texts[pair["vs"]])] = pair["outcome"]
     return out
+
+
+def test_prefix_waves_ask_each_prompt_and_first_reply_once_then_the_rest():
+    from itertools import combinations
+
+    from preflab.labelling.judges.on_engine import prefix_waves
+
+    pairs = [(k, i, j) for k in range(2) for i, j in combinations(range(4), 2)]
+    orders = pairs + [(k, j, i) for k, i, j in pairs]
+    first, rest = prefix_waves(orders)
+    assert sorted(first + rest) == list(range(len(orders)))  # every ask, once
+    assert sorted(orders[n][:2] for n in first) == [(k, r) for k in range(2) for r in range(4)]
+    assert len(rest) == 2 * 12 - 8 and {orders[n][:2] for n in rest} <= {orders[n][:2] for n in first}
+    assert prefix_waves([]) == ([], [])
 
 
 def test_majority():
