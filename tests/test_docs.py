@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The floors the drawing lists module by module; db's stages are listed inside db's line.
 FLOORS = [
     "preflab/commands",
+    "preflab/server",
     "report",
     "training",
     "labelling",
