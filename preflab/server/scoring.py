@@ -40,6 +40,18 @@ log = logging.getLogger("preflab.server")
 SCORE_CHUNK = 4  # prompts a round: what a waiting /predict gets each time a round commits
 
 
+def record_spent(session: Session, served, stats: dict[str, Any], recorded: dict[str, Any]) -> None:
+    """Add what an engine asked and cost since `recorded` (its stats when last added) to the served judge's
+    annotator, where `judge` runs add theirs: `stats --judges` and the report count serve's spend too.
+    Each round that asked anything counts as a run."""
+    from preflab.labelling.judges.base import ENGINE_SUMS, ensure_judge, record_stats
+
+    spent = {name: round((stats.get(name) or 0) - (recorded.get(name) or 0), 6) for name in ENGINE_SUMS}
+    if not any(spent.values()):
+        return
+    record_stats(session, ensure_judge(session, served.run), {**stats, **spent})
+
+
 class Scorer:
     """The served judge's model, and the prompts it has to rank: prompt id -> the candidates tasks show."""
 
@@ -51,6 +63,7 @@ class Scorer:
         self.cache, self.loaded, self.loading = ModelCache(), None, False
         self.served = None  # the judge of the last round (`served.ServedJudge`)
         self.engine = None  # the open engine of a judge on a server (opened by the worker, used by it only)
+        self.recorded: dict[str, Any] = {}  # its stats as last added to the judge's annotator
         self.pending: dict[int, frozenset[int]] = {}
         self.busy: set[int] = set()
         self.later: set[int] = set()  # prompts a /predict answered `[]` for, not ranked yet
@@ -177,7 +190,7 @@ class Scorer:
         except BaseException:
             engine.close()
             raise
-        self.engine = engine
+        self.engine, self.recorded = engine, {}
         log.info("/predict ranks on %s at %s", engine.name, served.engine.api_base)
 
     def close(self) -> None:
@@ -220,14 +233,21 @@ class Scorer:
             return 0
         judgements = judge_items(served, items, self.cache, self.engine)
 
+        spent = self.engine.stats.as_dict() if self.engine is not None else None
+
         def write(session: Session) -> int:
             todo = uncovered(session, {i.prompt_id: frozenset(i.candidate_ids) for i in items})
             fresh = [(i, j) for i, j in zip(items, judgements) if i.prompt_id in todo and j is not None]
             if fresh:
                 store_judgements(session, served, [i for i, _ in fresh], [j for _, j in fresh])
+            if spent is not None:  # what the server was asked since the last round, on the judge's annotator
+                record_spent(session, served, spent, self.recorded)
             return len(fresh)
 
-        return in_transaction(self.sessions, write)
+        ranked = in_transaction(self.sessions, write)
+        if spent is not None:
+            self.recorded = spent
+        return ranked
 
     def health(self) -> dict:
         served = self.served

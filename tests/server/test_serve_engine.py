@@ -24,6 +24,17 @@ def asked(faults) -> int:
     return sum(faults.asked.values())
 
 
+def stored_spend(db_url: str, name: str) -> dict:
+    """The engine stats stored on the judge annotator `name` (all its runs, serve's rounds among them)."""
+    from sqlalchemy import select
+
+    from preflab.db.engine import open_sessions
+    from preflab.db.models import Annotator
+
+    with open_sessions(db_url, existing=True).begin() as session:
+        return session.scalars(select(Annotator.config).where(Annotator.name == name)).one()["engine"]
+
+
 def paid(faults) -> int:
     """Requests that ask the model something (not its list of models)."""
     return faults.asked["chat"] + faults.asked["completions"]
@@ -50,6 +61,9 @@ def test_serve_judges_on_a_server_and_a_second_retrieve_reuses_its_rankings(
     assert f"/predict serves the {kind} judge on openai:fault-model at {url}" in caplog.text
     assert len(first) == len(tasks) and all(is_valid(r) and r["model_version"] == name for r in first)
     assert paid(faults) > 0
+    # What the server was asked is added to the judge's annotator, where `judge` runs add theirs.
+    spent = health["predictions"]["engine_stats"]
+    assert spent["requests"] > 0 and stored_spend(db_url, name)["requests"] == spent["requests"]
     ranked = judge_rankings(db_url, name)
     assert len(ranked) == 5 and {status for _, status in ranked} == {"valid"}
 
@@ -64,6 +78,7 @@ def test_serve_judges_on_a_server_and_a_second_retrieve_reuses_its_rankings(
         cli("judge", kind, "--engine", "openai", "--api-base", url, "--model", "fault-model", "--json").output
     )
     assert name.split(":")[2] == out["run_id"] and out["ranked"] == 0 and out["kept"] == 5
+    assert out["engine_total"]["requests"] == spent["requests"] + out["engine"]["requests"]
     assert paid(faults) - paid_before <= (kind == "likelihood")  # its one probe of prompt log-probabilities
 
 
