@@ -208,7 +208,8 @@ def test_unknown_model_is_a_404_naming_the_served_ones(client, vllm_server):
         client.chat.completions.create(model="no-such-model", messages=PAIRWISE, max_tokens=1)
     assert caught.value.status_code == 404
     assert caught.value.body == {
-        "message": f"The model `no-such-model` does not exist. Valid aliases: {vllm_server.model}.",
+        "message": "The model `no-such-model` does not exist. "
+        f"Valid aliases: {vllm_server.model}, {vllm_server.second}.",
         "type": "NotFoundError",
         "param": "model",
         "code": 404,
