@@ -145,8 +145,8 @@ def since(before: dict, spent: dict) -> dict:
     return {name: {k: spent[name][k] - before[name][k] for k in totals} for name, totals in spent.items()}
 
 
-def fast_path(url: str, path: Path, out_dir: Path, bulk: str = "core", more: Path | None = None) -> dict:
-    spent = time_bulk_calls(bulk)
+def fast_path(url: str, path: Path, out_dir: Path, spent: dict, bulk: str = "core", more: Path | None = None) -> dict:
+    """The fast path on `url`, with `spent` the totals `time_bulk_calls(bulk)` adds up."""
     from preflab.db.engine import open_database, session_factory
     from preflab.db.export.dataset import ExportSettings
     from preflab.db.export.job import export_dataset
@@ -218,13 +218,20 @@ def run_one(database: str, kind: str, path: Path, limit: int, work: Path, more: 
     """One measurement in this (fresh) process: prints JSON."""
     if kind == "peer":
         return peer(path, work / "pairs.parquet")
+    # Before the Postgres schema is migrated: Alembic's env.py imports the models, and through
+    # preflab.db.requests the store, which binds the bulk functions as it is imported.
+    spent = time_bulk_calls(kind) if kind != "baseline" else None
     drop = None
     if database == "sqlite":
         url = f"sqlite:///{work / f'{kind}.db'}"
     else:
         url, drop = postgres_schema_url()
     try:
-        result = baseline(url, path, limit) if kind == "baseline" else fast_path(url, path, work / "export", kind, more)
+        result = (
+            baseline(url, path, limit)
+            if kind == "baseline"
+            else fast_path(url, path, work / "export", spent, kind, more)
+        )
     finally:
         from preflab.db.engine import dispose_all
 
