@@ -105,9 +105,13 @@ def dataset_summary(summary: dict[str, Any]) -> str:
     retried = (
         f", {plural(summary['retried'], 'batch', 'batches')} retried after a conflict" if summary["retried"] else ""
     )
+    # ties: rankings that are one whole tie; with tied replies: any tier of two or more (the ties among them)
+    tied = f", {plural(summary['rankings_with_ties'], 'ranking')} with tied replies"
+    if summary.get("identical_replies"):
+        tied += f", {plural(summary['identical_replies'], 'battle')} of identical replies (no pair)"
     return (
         f"{summary['format']}: read {plural(summary['rows'], 'row')}{f' ({splits})' if splits else ''}: "
-        f"{plural(summary['rankings'], 'new ranking')} ({plural(summary['ties'], 'tie')}), "
+        f"{plural(summary['rankings'], 'new ranking')} ({plural(summary['ties'], 'tie')}{tied}), "
         f"{plural(summary['duplicates'], 'duplicate')}, {summary['quarantined']:,} quarantined "
         f"({plural(summary['prompts'], 'new prompt')}, {plural(summary['candidates'], 'new candidate')}{retried})"
     )

@@ -12,7 +12,8 @@ def test_summary_line_json_and_reimport(cli, tmp_path):
     path = write_jsonl(tmp_path / "hh.jsonl", test_hh.ROWS)
     out = cli("import", "dataset", "--format", "hh-rlhf", path)
     assert out.stdout == (
-        "hh-rlhf: read 8 rows (train 8): 3 new rankings (0 ties), 0 duplicates, 5 quarantined "
+        "hh-rlhf: read 8 rows (train 8): 3 new rankings (0 ties, 0 rankings with tied replies), 0 duplicates, "
+        "5 quarantined "
         "(3 new prompts, 6 new candidates)\n"
     )
     assert "see them with: preflab quarantine list" in out.stderr
@@ -22,6 +23,8 @@ def test_summary_line_json_and_reimport(cli, tmp_path):
         "rows": 8,
         "rankings": 0,
         "ties": 0,
+        "rankings_with_ties": 0,
+        "identical_replies": 0,
         "duplicates": 3,
         "quarantined": 5,
         "quarantined_replies": 0,
@@ -39,7 +42,8 @@ def test_every_row_quarantined_exits_3(cli, tmp_path):
     result = cli("import", "dataset", "--format", "hh-rlhf", path, "--limit", "1", expect_ok=False)
     assert result.exit_code == EXIT_ALL_QUARANTINED
     assert result.stdout.startswith(
-        "hh-rlhf: read 1 row (train 1): 0 new rankings (0 ties), 0 duplicates, 1 quarantined"
+        "hh-rlhf: read 1 row (train 1): 0 new rankings (0 ties, 0 rankings with tied replies), 0 duplicates, "
+        "1 quarantined"
     )
 
 

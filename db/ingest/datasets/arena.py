@@ -23,6 +23,13 @@ with a missing value.
 A battle may go on for several turns. The prompt is what both conversations share, up
 to its last user turn (`split_shared`: the user's first message, and any identical
 turns after it); each candidate is the rest of its conversation, however many turns.
+
+Two models may give the same reply (the prompt "hi"). Such a battle is still a vote between two
+models, and Arena's ratings count it: it is kept, as a ranking of its one reply (a ranking holds a
+candidate once) whose details say the two models (`identical`: [model_a, model_b]) beside the verdict
+(`winner`), which the leaderboard reads (`preflab.db.leaderboard.battles`). It gives no pair: the
+export counts it among what it left out. Only a battle of two named models is kept so; without both
+names, identical replies are quarantined, as every other format quarantines them.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from preflab.db.conversation import Messages, messages
+from preflab.db.conversation import Messages, messages, reply_hash
 from preflab.db.ingest.datasets.base import Format, choice, identifier, integer, ranking, split_shared
 from preflab.db.ingest.records import RankingRecord, shown
 from preflab.errors import Invalid
@@ -46,6 +53,8 @@ VERDICTS: dict[str, tuple[list[list[int]], bool | None]] = {
     "both_bad": ([[0, 1]], True),
 }
 SIDES = ("a", "b")
+TIES = frozenset(winner for winner, (tiers, _) in VERDICTS.items() if len(tiers) == 1)
+IDENTICAL = "identical"  # the details key of a battle of identical replies: [model_a, model_b]
 # The annotator of a shape without a judge: the dataset its votes were published in.
 DATASETS = {
     "conversations": "lmsys/chatbot_arena_conversations",
@@ -146,26 +155,37 @@ def parse(row: dict[str, Any]) -> list[RankingRecord]:
         winner = choice(row, "winner", tuple(VERDICTS))
         conversations = [_conversation(row, side) for side in SIDES]
         names = ("'conversation_a'", "'conversation_b'")
-    prompt, *replies = split_shared(*conversations, names=names)
+    models = [row.get(f"model_{side}") if isinstance(row.get(f"model_{side}"), str) else None for side in SIDES]
+    named = all(m is not None and m.strip() for m in models)
+    prompt, *replies = split_shared(*conversations, names=names, same=named)
     tiers, both_bad = VERDICTS[winner]
     details: dict[str, Any] = {"winner": winner}
     if both_bad is not None and shape != "55k":  # the 55k shape's winner_tie counts both kinds of tie
         details["both_bad"] = both_bad
+    names = ("model_a's reply", "model_b's reply")
+    if named and reply_hash(replies[0]) == reply_hash(replies[1]):
+        # one reply, both models': a battle for the leaderboard, no pair
+        replies, tiers, names = replies[:1], [[0]], ("the reply of model_a and model_b",)
+        details[IDENTICAL] = models
     judge = row.get("judge")
-    external_id = identifier(row.get("question_id", row.get("id")))
-    models = [row.get(f"model_{side}") if isinstance(row.get(f"model_{side}"), str) else None for side in SIDES]
     return [
         ranking(
             prompt,
             replies,
             tiers,
             judge if isinstance(judge, str) and judge.strip() else DATASETS[shape],
-            models=models,
+            models=models[: len(replies)],
             details=details,
-            external_id=external_id,
-            names=("model_a's reply", "model_b's reply"),
+            external_id=identifier(row.get("question_id", row.get("id"))),
+            names=names,
+            fewest=len(replies),
         )
     ]
+
+
+def identical_battle(record: RankingRecord) -> bool:
+    """Whether a ranking is a battle of two models whose replies were identical (one reply, both models')."""
+    return bool(record.details and record.details.get(IDENTICAL))
 
 
 EXAMPLE = (

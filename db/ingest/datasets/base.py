@@ -66,17 +66,19 @@ def ranking(
     external_id: str | None = None,
     source: str | None = None,
     names: Sequence[str] | None = None,
+    fewest: int = 2,
 ) -> RankingRecord:
     """A checked ranking of `replies` (strings or message lists) for `prompt` (a string or messages).
 
     `tiers`: indices into `replies`, best first; a tie is one tier holding both.
     `names`: what the replies are called in a reason ("'chosen'"; default "reply 0", "reply 1"…).
+    `fewest`: the fewest replies it may hold (1 only for an Arena battle of identical replies, `arena`).
     Raises Invalid naming the field that cannot be used.
     """
     names = list(names or [f"reply {i}" for i in range(len(replies))])
     turns = prompt_messages(prompt, "the prompt")
     answers = [reply_messages(r, names[i]) for i, r in enumerate(replies)]
-    if len(answers) < 2:
+    if len(answers) < fewest:
         raise Invalid(f"fewer than two replies ({len(answers)})")
     hashes = [reply_hash(a) for a in answers]
     if repeat := first_repeat(hashes):
@@ -246,14 +248,15 @@ def messages_or_text(row: dict[str, Any], key: str) -> str | Messages:
 
 
 def split_shared(
-    a: Messages, b: Messages, names: Sequence[str] = ("'chosen'", "'rejected'")
+    a: Messages, b: Messages, names: Sequence[str] = ("'chosen'", "'rejected'"), same: bool = False
 ) -> tuple[Messages, Messages, Messages]:
     """Two whole conversations as (the prompt they share, what `a` goes on with, what `b` goes on with).
 
     The prompt is their longest shared prefix that ends with a user turn; each reply is the rest.
-    Raises Invalid when they are identical or share no user turn.
+    Raises Invalid when they share no user turn, or are identical (unless `same`: then both replies are
+    the one after their last user turn).
     """
-    if shared_prefix(a, b) == len(a) == len(b):
+    if shared_prefix(a, b) == len(a) == len(b) and not same:
         raise Invalid(f"{names[0]} and {names[1]} are identical")
     n = shared_prefix(a, b)
     while n and a[n - 1]["role"] != "user":

@@ -11,13 +11,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from preflab.db.bulk import lookup
 from preflab.db.ingest.datasets.base import Format
 from preflab.db.ingest.datasets.formats import parse_unit
 from preflab.db.ingest.datasets.rows import Row
 from preflab.db.ingest.datasets.summary import DatasetSummary, Repeated, part_digest, part_payload
 from preflab.db.ingest.jsonl import write_rankings
-from preflab.db.models import RawStatus
-from preflab.db.store import quarantine, release, store_raw
+from preflab.db.models import RawRecord, RawStatus
+from preflab.db.store import RawMap, quarantine, release, store_raw
 from preflab.errors import Invalid
 
 # A unit of rows and what parsing it gave: its records, or why it cannot be used.
@@ -72,15 +73,17 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
     reasons: dict[int, str] = {raw[h][0]: reason for _, _, h, reason in parts if h in raw.new}
     summary.quarantined_replies = len(parts)
     released: list[int] = []
+    again: list[tuple[Row, str]] = []
     parsed = []
     for unit, records in batch:
         if isinstance(records, Repeated):
             summary.duplicates += len(unit)
             continue
         if isinstance(records, Invalid):
-            # Only rows stored by this import: a row stored before was used then (its rankings are stored),
-            # and a row of a tree not together is only quarantined because of where it is.
+            # A row new to this import is quarantined itself; one stored before keeps its record (its rankings
+            # may be stored), and is listed with this import's reason by `listed_again`.
             reasons.update((raw[row.digest][0], str(records)) for row in unit if row.digest in raw.new)
+            again += [(row, str(records)) for row in unit if row.digest not in raw.new]
             summary.count_quarantined(str(records), len(unit))
             continue
         # Rows quarantined by an earlier import and used now (a tree that was not together, the file now sorted)
@@ -92,9 +95,32 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
             record.source = record.source or source
             summary.count_assumed(record)
             parsed.append((record, first, raw[first][0]))
+    reasons.update(listed_again(session, source, origin, again, raw))
     quarantine(session, reasons)
     release(session, released)
-    new = write_rankings(session, parsed, source, summary)
-    summary.rankings = len(new)
-    summary.ties = sum(1 for record in new if len(record.tiers) == 1)
+    summary.count_rankings(write_rankings(session, parsed, source, summary))
     return summary
+
+
+def listed_again(
+    session: Session, source: str, origin: str, rows: list[tuple[Row, str]], raw: RawMap
+) -> dict[int, str]:
+    """Rows stored before that this import could not use: raw record id -> reason, for `quarantine`.
+
+    Every row an import's summary counts quarantined is in `preflab quarantine list` with the reason it
+    gives. A row stored before keeps its record: used then (by another `--score-field`, in a tree that was
+    together), or quarantined for another reason. So this import's reason is a raw record of its own, the
+    row's payload identified by the row and the reason (`part_digest`), stored once however often the row
+    is read so. A row quarantined before for the same reason is listed already.
+    """
+    held = [raw[row.digest][0] for row, _ in rows if raw[row.digest][1] == RawStatus.quarantined.value]
+    stored = dict(lookup(session, RawRecord.__table__, ("id", "reason"), "id", held))
+    readings = {
+        part_digest(row.digest, f"quarantined: {reason}"): (row.locator, row.payload, reason)
+        for row, reason in rows
+        if stored.get(raw[row.digest][0]) != reason
+    }
+    if not readings:
+        return {}
+    found = store_raw(session, source, origin, [(loc, payload, h) for h, (loc, payload, _) in readings.items()], True)
+    return {found[h][0]: reason for h, (_, _, reason) in readings.items() if h in found.new}

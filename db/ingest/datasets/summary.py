@@ -4,9 +4,11 @@
 
 Two things are counted here rather than by a format, because they span the import: a row quarantined
 earlier in the same import and met again is a duplicate (`once`), as a ranking met again is, so the
-summary's quarantined rows are the rows `preflab quarantine list` shows; and a reply a format set aside
-(`RankingRecord.set_aside`: an empty one) is a raw record of its own, `<split>:<index>/<name>`, identified
-by its row and its name (`part_digest`), so importing the row again quarantines nothing twice.
+summary's quarantined rows are the rows `preflab quarantine list` shows (a row stored before is listed
+with this import's reason: `preflab.db.ingest.datasets.batch.listed_again`); and a reply a format set
+aside (`RankingRecord.set_aside`: an empty one, or one unrated by the score field) is a raw record of its
+own, `<split>:<index>/<name>`, identified by its row and its name (`part_digest`), so importing the row
+again quarantines nothing twice.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import orjson
 
 from preflab.console import plural
+from preflab.db.ingest.datasets.arena import TIES, identical_battle
 from preflab.db.ingest.records import RankingRecord
 from preflab.db.ingest.summary import ImportCounts
 from preflab.errors import Invalid
@@ -32,6 +35,8 @@ JSON_KEYS = (
     "rows",
     "rankings",
     "ties",
+    "rankings_with_ties",
+    "identical_replies",
     "duplicates",
     "quarantined",
     "quarantined_replies",
@@ -48,10 +53,13 @@ JSON_KEYS = (
 class DatasetSummary(ImportCounts):
     """What an import did with the rows it read.
 
-    rows = the rows read; rankings = the new rankings (ties among them: rankings of one tier, which give
-    no pair); duplicates = rankings stored before (or twice in the source), and rows quarantined earlier in
-    this import met again; quarantined = rows that could not be used; quarantined_replies = replies left out
-    of their row's ranking and quarantined alone (an empty one). A row may give no ranking (an oasst2 prompter
+    rows = the rows read; rankings = the new rankings; of them, ties = those one whole tie (one tier, which
+    gives no pair; an Arena battle of identical replies voted a tie too), rankings_with_ties = those with any
+    replies tied (the whole ties among them), identical_replies = Arena battles whose two models gave the same
+    reply (a ranking of that one reply: a battle on the leaderboard, no pair); duplicates = rankings stored
+    before (or twice in the source), and rows quarantined earlier in this import met again; quarantined = rows
+    that could not be used; quarantined_replies = replies left out of their row's ranking and quarantined
+    alone (an empty one, or one unrated by the score field). A row may give no ranking (an oasst2 prompter
     message) or several. assumed: annotator -> {annotator_kind, rankings, why, override} where preflab
     assumed who ranked (the trl format does not say).
     """
@@ -62,6 +70,8 @@ class DatasetSummary(ImportCounts):
     rows: int = 0
     rankings: int = 0
     ties: int = 0
+    rankings_with_ties: int = 0
+    identical_replies: int = 0
     quarantined_replies: int = 0
     splits: dict[str, int] = field(default_factory=dict)
     assumed: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -79,6 +89,19 @@ class DatasetSummary(ImportCounts):
         super().add(other)
         for name, what in other.assumed.items():
             self.assumed.setdefault(name, {**what, "rankings": 0})["rankings"] += what["rankings"]
+
+    def count_rankings(self, new: list[RankingRecord]) -> None:
+        """Count the new rankings, the whole ties, the rankings with tied replies and the identical battles."""
+        self.rankings += len(new)
+        for record in new:
+            if identical_battle(record):
+                self.identical_replies += 1
+                tied = record.details["winner"] in TIES
+                self.ties += tied
+                self.rankings_with_ties += tied
+                continue
+            self.ties += len(record.tiers) == 1
+            self.rankings_with_ties += any(len(tier) > 1 for tier in record.tiers)
 
     def count_assumed(self, record: RankingRecord) -> None:
         """Count a ranking whose annotator preflab assumed (`record.assumed`: why)."""
@@ -144,8 +167,8 @@ def assumed_notes(assumed: dict[str, dict[str, Any]], replies: int) -> list[str]
         )
     if replies:
         lines.append(
-            f"{plural(replies, 'empty reply', 'empty replies')} quarantined alone, the rest of "
-            f"{'its row' if replies == 1 else 'their rows'} ranked without "
+            f"{plural(replies, 'reply', 'replies')} (empty, or unrated by the score field) quarantined alone, "
+            f"the rest of {'its row' if replies == 1 else 'their rows'} ranked without "
             f"{'it' if replies == 1 else 'them'}: see them with: preflab quarantine list"
         )
     return lines

@@ -60,6 +60,7 @@ CONVERSATIONS = [
     battle("c2", "tie", [user("2+2?"), bot("4")], [user("2+2?"), bot("Four.")]),
     battle("c3", "tie (bothbad)", [user("Capital of Mars?"), bot("Paris")], [user("Capital of Mars?"), bot("Rome")]),
     battle("c4", "model_c", [user("Hi"), bot("A")], [user("Hi"), bot("B")]),
+    # two models gave the same reply: a battle of its one reply (issue 46 §1h)
     battle("c5", "model_a", [user("Hi"), bot("Same")], [user("Hi"), bot("Same")]),
     battle("c6", "model_a", [user("Hi"), bot("A")], [user("Hi"), {"role": "bot", "content": "B"}]),
     # identical first replies: the prompt runs to the first turn where the sides differ
@@ -69,6 +70,8 @@ CONVERSATIONS = [
         [user("Count"), bot("1"), user("More"), bot("2, 3")],
         [user("Count"), bot("1"), user("More"), bot("2")],
     ),
+    # the same reply, but only one model named: not a battle of two models, so quarantined as before
+    battle("c8", "model_a", [user("Hi"), bot("Same")], [user("Hi"), bot("Same")], models=("vicuna-13b", None)),
 ]
 CONVERSATION_RESULTS = [
     {
@@ -103,7 +106,13 @@ CONVERSATION_RESULTS = [
         "annotator": "arena_user_1",
     },
     "'winner' is 'model_c', not one of 'model_a', 'model_b', 'tie', 'tie (bothbad)', 'both_bad'",
-    "'conversation_a' and 'conversation_b' are identical",
+    {
+        "prompt": "Hi",
+        "tiers": [["Same"]],
+        "details": {"winner": "model_a", "identical": ["vicuna-13b", "koala-13b"]},
+        "external_id": "c5",
+        "annotator": "arena_user_1",
+    },
     "'conversation_b'[1] has an unknown role 'bot' (expected system, user or assistant)",
     {
         "prompt": ("user: Count", "assistant: 1", "user: More"),
@@ -112,6 +121,7 @@ CONVERSATION_RESULTS = [
         "external_id": "c7",
         "annotator": "arena_user_1",
     },
+    "'conversation_a' and 'conversation_b' are identical",
 ]
 
 
@@ -244,7 +254,9 @@ def test_parse_row_by_row(rows, results):
         (got,) = parsed(FORMAT.parse(row))
         assert {key: got[key] for key in expected} == expected
         assert got["kind"] == "human" and got["scores"] is None
-        assert got["models"] == [row["model_a"], row["model_b"]]
+        # a battle of identical replies holds the one reply, model_a's (its details name both models)
+        sides = 1 if "identical" in got["details"] else 2
+        assert got["models"] == [row["model_a"], row["model_b"]][:sides]
 
 
 def quarantine_of(rows, results):
@@ -266,7 +278,10 @@ def test_import_rankings_ties_pairs_quarantine_and_reimport(sessions, tmp_path, 
     path = writer(tmp_path / f"arena.{suffix}", rows)
     ranked = [r for r in results if not isinstance(r, str)]
     summary = run_import(sessions, path, "arena")
-    ties = sum(len(r["tiers"]) == 1 for r in ranked)
+    # a whole tie, or a battle of identical replies voted a tie
+    ties = sum(
+        len(r["tiers"]) == 1 and ("identical" not in r["details"] or "tie" in r["details"]["winner"]) for r in ranked
+    )
     assert (summary.rows, summary.rankings, summary.ties, summary.quarantined) == (
         len(rows),
         len(ranked),

@@ -68,7 +68,7 @@ REASONS = {
     "train:2": "fewer than two completions (1)",
     "train:3": "fewer than two completions (0)",
     "train:4": "completion 1 is not a non-empty string",
-    "train:5": "completion 1: missing 'overall_score'",
+    "train:5": "only 1 of its 2 completions is rated by overall_score (completion 1: 'overall_score' is missing)",
     "train:6": "completion 0 and completion 1 are identical",
 }
 
@@ -99,8 +99,17 @@ def test_score_field_ranks_by_another_number():
     assert by_help["annotator"] == "openbmb/UltraFeedback:helpfulness"
     assert by_help["details"] == {"score_field": "helpfulness"}
     assert parsed(FORMAT.parse(ROWS[0], score_field="fine-grained_score"))[0]["scores"] == [4.25, 3.0, 3.0, 1.5]
-    with pytest.raises(Invalid, match=r"^completion 3: its honesty rating is 'N/A', not a number$"):
-        FORMAT.parse(ROWS[0], score_field="honesty")
+    # completion 3 is not rated for honesty: the other three are ranked by it, completion 3 set aside alone
+    (by_honesty,) = FORMAT.parse(ROWS[0], score_field="honesty")
+    assert parsed([by_honesty])[0]["tiers"] == [["7", "9", "11"]]
+    assert [(name, reason) for name, _, reason in by_honesty.set_aside] == [
+        ("completion 3/honesty", NA_REASON.format(n=3))
+    ]
+    with pytest.raises(Invalid, match=r"^completion 1: its honesty rating is 'five', not a number$"):
+        FORMAT.parse(
+            row("Q", completion("a", "A", 1.0, honesty="4"), completion("b", "B", 2.0, honesty="five")),
+            score_field="honesty",
+        )
     with pytest.raises(
         Invalid,
         match=r"^completion 0: no score 'helpfulnes' \(a number of the completion, "
@@ -110,6 +119,11 @@ def test_score_field_ranks_by_another_number():
     with pytest.raises(Invalid, match=r"^completion 0: 'response' must be a finite number, not '7'$"):
         FORMAT.parse(ROWS[0], score_field="response")
 
+
+NA_REASON = (
+    "completion 3 is unrated by honesty (its honesty rating is 'N/A'), so the row's other {n} replies were "
+    "ranked by honesty without it"
+)
 
 RANKED = [
     {
@@ -172,11 +186,18 @@ def test_score_field_option_of_the_command(cli, tmp_path):
         cli("import", "dataset", "--format", "ultrafeedback", "--score-field", "helpfulness", path, "--json").stdout
     )
     assert (out["format"], out["rows"], out["rankings"]) == ("ultrafeedback", 1, 1)
-    honesty = cli(
-        "import", "dataset", "--format", "ultrafeedback", "--score-field", "honesty", path, "--json", expect_ok=False
+    honesty = json.loads(
+        cli("import", "dataset", "--format", "ultrafeedback", "--score-field", "honesty", path, "--json").stdout
     )
-    assert honesty.exit_code == EXIT_ALL_QUARANTINED
-    assert json.loads(honesty.stdout)["reasons"] == {"completion 3: its honesty rating is 'N/A', not a number": 1}
+    assert (honesty["rankings"], honesty["quarantined"], honesty["quarantined_replies"]) == (1, 0, 1)
+    typo = cli(
+        "import", "dataset", "--format", "ultrafeedback", "--score-field", "honsety", path, "--json", expect_ok=False
+    )
+    assert typo.exit_code == EXIT_ALL_QUARANTINED
+    assert list(json.loads(typo.stdout)["reasons"]) == [
+        "completion 0: no score 'honsety' (a number of the completion, or an aspect of its annotations: "
+        "helpfulness, honesty, instruction_following, truthfulness)"
+    ]
 
 
 def test_the_example_row_gives_its_ranking():
@@ -225,3 +246,35 @@ def test_one_empty_completion_is_quarantined_alone(cli, sessions, tmp_path):
     again = run_import(sessions, path, "ultrafeedback")
     assert (again.rankings, again.duplicates, again.quarantined, again.quarantined_replies) == (0, 3, 0, 1)
     assert quarantined(sessions) == {"train:0/completion 2": EMPTY_REASON} and len(stored(sessions)) == 2
+
+
+# one completion unrated for honesty; and a row of two completions, one unrated: too few to rank by honesty
+NOT_RATED = [
+    ROWS[0],
+    row("Say no.", completion("gpt-4", "No.", 6.0, honesty="4"), completion("bard", "Nope.", 5.0, honesty="N/A")),
+]
+TOO_FEW = "only 1 of its 2 completions is rated by honesty (completion 1: its honesty rating is 'N/A')"
+
+
+def test_what_a_summary_quarantines_is_listed_even_for_rows_stored_before(cli, sessions, tmp_path):
+    """Issue 46 §1c: the rows stored ok by an --score-field overall_score import, then read by honesty."""
+    path = write_jsonl(tmp_path / "uf.jsonl", NOT_RATED)
+    assert run_import(sessions, path, "ultrafeedback").rankings == 2
+    assert quarantined(sessions) == {}
+    honesty = run_import(sessions, path, "ultrafeedback", score_field="honesty")
+    assert (honesty.rankings, honesty.quarantined, honesty.quarantined_replies) == (1, 1, 1)
+    assert honesty.reasons == {TOO_FEW: 1}
+    listed = cli("quarantine", "list").stdout.splitlines()
+    assert [line.split(" ", 2)[2] for line in listed] == [
+        f"uf.jsonl:train:0/completion 3/honesty: {NA_REASON.format(n=3)}",
+        f"uf.jsonl:train:1: {TOO_FEW}",
+    ]
+    # the row's own record is still the one the first import used; what this import said is a record of its own
+    shown_json = json.loads(cli("quarantine", "show", listed[1].split()[0][1:], "--json").stdout)
+    assert json.loads(shown_json["payload"]) == NOT_RATED[1]
+
+    again = run_import(sessions, path, "ultrafeedback", score_field="honesty")  # nothing listed twice
+    assert (again.rankings, again.duplicates, again.quarantined, again.quarantined_replies) == (0, 1, 1, 1)
+    assert cli("quarantine", "list").stdout.splitlines() == listed
+    assert run_import(sessions, path, "ultrafeedback").duplicates == 2  # overall_score: both rows still ranked
+    assert cli("quarantine", "list").stdout.splitlines() == listed
