@@ -124,6 +124,12 @@ def _annotators(settings: dict) -> list[str]:
             + ".",
             "",
         ]
+    unpaired = settings.get("unpaired_rankings") or {}
+    if unpaired:
+        lines += [
+            "Rankings that give no pair: " + ", ".join(f"{n:,} {why}" for why, n in sorted(unpaired.items())) + ".",
+            "",
+        ]
     lines += _excluded(settings)
     n = settings.get("contradicting_pairs", 0)
     if n:

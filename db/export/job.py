@@ -186,6 +186,7 @@ def version_info(version: DatasetVersion) -> dict[str, Any]:
         "annotators",
         "pairs_by_kind",
         "left_out_by_kind",
+        "unpaired_rankings",
         "contradicting_pairs",
         "contradicting_by_split",
         "excluded_annotators",

@@ -3,17 +3,21 @@
 An export chooses its pairs by annotator kind (`EXPORT_KINDS`): `kept_comparisons`
 is that choice as a WHERE clause on the comparisons, `kept_prompts` the prompts it
 keeps pairs of, and `pair_mix` counts what it keeps, leaves out, and what
-contradicts, so the dataset version and its card can say so.
+contradicts, so the dataset version and its card can say so. Rankings that give
+no pair at all are counted too, by why (`unpaired`): an Arena battle of identical
+replies is a vote on the leaderboard, but no pair to train on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import case, func, or_, select, true
 from sqlalchemy.orm import Session, aliased
 
-from preflab.db.models import Comparison
+from preflab.db.leaderboard.battles import identical_battles
+from preflab.db.models import Annotator, Comparison, Ranking
+from preflab.db.pairs.incremental import eligible
 from preflab.errors import InputError
 
 # `human-first`: people's pairs, and a judge's only on prompts no person gave a pair for, so
@@ -52,6 +56,7 @@ class PairMix:
     kept: dict[str, int]  # annotator kind (human, ai, mixed) -> pairs exported
     left_out: dict[str, int]  # annotator kind -> pairs of the comparisons the export leaves out
     contradicting: dict[int, int]  # prompt id -> exported pairs whose opposite pair is exported too
+    unpaired: dict[str, int] = field(default_factory=dict)  # why a ranking of these annotators gave no pair -> how many
 
     @property
     def n_contradicting(self) -> int:
@@ -62,6 +67,7 @@ class PairMix:
             "pairs_by_kind": self.kept,
             "left_out_by_kind": self.left_out,
             "contradicting_pairs": self.n_contradicting,
+            "unpaired_rankings": self.unpaired,
         }
 
 
@@ -93,4 +99,20 @@ def pair_mix(session: Session, kind: str = "any") -> PairMix:
         session.execute(select(groups.c.prompt_id, func.sum(groups.c.n)).group_by(groups.c.prompt_id)).all()
     )
     left_out = {k: n - kept.get(k, 0) for k, n in by_kind.items() if n - kept.get(k, 0)}
-    return PairMix(kept, left_out, {int(p): int(n) for p, n in contradicting.items()})
+    return PairMix(kept, left_out, {int(p): int(n) for p, n in contradicting.items()}, unpaired(session, kind))
+
+
+IDENTICAL_REPLIES = "battles of identical replies (two models gave the same reply: a vote on the leaderboard, no pair)"
+
+
+def unpaired(session: Session, kind: str = "any") -> dict[str, int]:
+    """The rankings `pairs build` takes, of an export's annotators, that give no pair by their kind: why -> how many.
+
+    An Arena battle of identical replies is one (it is counted on the leaderboard). A ranking of one tie
+    is not counted here: a tie is a verdict, not a pair left out.
+    """
+    query = select(func.count()).select_from(Ranking).where(eligible("any", ()), identical_battles())
+    if kind in ("human", "ai"):
+        query = query.where(Ranking.annotator_id.in_(select(Annotator.id).where(Annotator.kind == kind)))
+    n = session.scalar(query)
+    return {IDENTICAL_REPLIES: n} if n else {}

@@ -10,6 +10,9 @@ A reply's model is the one its ranking's source row named (`RankingItem.model`: 
 is shared by every ranking of its prompt and text, so one reply can be two models' in two
 battles), else its candidate's model version's name, else the candidate's `model`; a battle
 between two replies of one model, or with a reply of no known model, is left out and counted.
+An Arena battle whose two models gave the same reply is a ranking of that one reply; its details name
+both models and keep the verdict (`preflab.db.ingest.datasets.arena`), and it is read as the battle it
+was (`identical_battles`), a win, loss or tie like any other.
 
 Each battle keeps its ranking (the bootstrap draws rankings: a two-way battle is one
 ranking, as in Chatbot Arena) and, for style control, its two candidates.
@@ -28,6 +31,7 @@ from sqlalchemy import and_, case, func, not_, select
 from sqlalchemy.orm import Session, aliased
 
 from preflab.db.bulk import lookup
+from preflab.db.ingest.datasets.arena import IDENTICAL
 from preflab.db.models import Annotator, Candidate, ModelVersion, Prompt, Ranking, RankingItem
 from preflab.db.pairs.incremental import eligible
 
@@ -138,6 +142,38 @@ class Filters:
         return rules
 
 
+def identical_battles():
+    """SQL: the ranking is an Arena battle of identical replies (one reply; details name both models)."""
+    return and_(Ranking.n_tiers == 1, Ranking.details[IDENTICAL].as_string().is_not(None))
+
+
+def _identical_rows(session: Session, rules: list, index: dict[str, int]) -> list[np.ndarray]:
+    """The battles of identical replies the filters keep, as `read_battles` reads the others' columns.
+
+    (ranking, candidate, candidate, outcome, model a's code, model b's code): the verdict is the details'
+    `winner`, as Chatbot Arena wrote it (the ranking's one tier says nothing of it).
+    """
+    query = (
+        select(Ranking.id, RankingItem.candidate_id, Ranking.details)
+        .join(RankingItem, RankingItem.ranking_id == Ranking.id)
+        .where(eligible("any", ()), identical_battles(), *(rule for _, rule in rules), RankingItem.tier.is_not(None))
+        .order_by(Ranking.id)
+    )
+    rows = session.execute(query).all()
+    codes = [
+        [-1 if not isinstance(m, str) else index.setdefault(m, len(index)) for m in details[IDENTICAL][:2]]
+        for _, _, details in rows
+    ]
+    return [
+        np.array([r for r, _, _ in rows], dtype=np.int64),
+        np.array([c for _, c, _ in rows], dtype=np.int64),
+        np.array([c for _, c, _ in rows], dtype=np.int64),
+        np.array([WINNERS[details["winner"]] for _, _, details in rows], dtype=np.float64),
+        np.array([a for a, _ in codes], dtype=np.int64),
+        np.array([b for _, b in codes], dtype=np.int64),
+    ]
+
+
 def read_battles(session: Session, filters: Filters, *, with_candidates: bool = False) -> Battles:
     """Every battle of the rankings `filters` keeps, in ranking order.
 
@@ -178,12 +214,22 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
             for c in columns[5:]
         ]
         parts.append(ints + names)
-    if not parts:
+    same_text = _identical_rows(session, rules, index)
+    if not parts and not len(same_text[0]):
         none = empty()
         none.left_out = filtered
         return none
-    ranking, cand_a, cand_b, tier_a, tier_b, la, lb = (np.concatenate(c) for c in zip(*parts))
-    del parts
+    if parts:
+        ranking, cand_a, cand_b, tier_a, tier_b, la, lb = (np.concatenate(c) for c in zip(*parts))
+        del parts
+        outcome = np.where(tier_a < tier_b, 1.0, np.where(tier_a > tier_b, 0.0, 0.5))
+    else:
+        ranking = cand_a = cand_b = la = lb = np.zeros(0, dtype=np.int64)
+        outcome = np.zeros(0)
+    if len(same_text[0]):  # merged in ranking order, each ranking's battles as read
+        columns = [np.concatenate(pair) for pair in zip((ranking, cand_a, cand_b, outcome, la, lb), same_text)]
+        order = np.argsort(columns[0], kind="stable")
+        ranking, cand_a, cand_b, outcome, la, lb = (c[order] for c in columns)
     unknown = (la < 0) | (lb < 0)
     same = ~unknown & (la == lb)
     keep = ~unknown & ~same
@@ -198,8 +244,7 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
     )
     names = list(index)
     codes, a, b = _renumbered(la[keep], lb[keep])
-    tier_a, tier_b = tier_a[keep], tier_b[keep]
-    outcome = np.where(tier_a < tier_b, 1.0, np.where(tier_a > tier_b, 0.0, 0.5))
+    outcome = outcome[keep]
     group = np.unique(ranking[keep], return_inverse=True)[1].reshape(-1).astype(np.int64)
     candidates = np.stack([cand_a[keep], cand_b[keep]], axis=1) if with_candidates else None
     return Battles([names[c] for c in codes], a, b, outcome, group, candidates, left_out)
@@ -208,7 +253,8 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
 def _filtered_out(session: Session, rules: list[tuple[str, Any]]) -> dict[str, int]:
     """The battles of the rankings the filters leave out, by the first filter each fails: reason -> battles.
 
-    A ranking of n ranked replies is n·(n−1)/2 battles, counted per ranking in SQL: no battle is read.
+    A ranking of n ranked replies is n·(n−1)/2 battles (a battle of identical replies one), counted per
+    ranking in SQL: no battle is read.
     """
     if not rules:
         return {}
@@ -218,8 +264,10 @@ def _filtered_out(session: Session, rules: list[tuple[str, Any]]) -> dict[str, i
         .group_by(RankingItem.ranking_id)
         .subquery()
     )
+    # a battle of identical replies is one battle, of the ranking's one reply
+    n = case((identical_battles(), 2), else_=ranked.c.n).label("n")
     failed = (
-        select(case(*((not_(rule), k) for k, (_, rule) in enumerate(rules))).label("rule"), ranked.c.n)
+        select(case(*((not_(rule), k) for k, (_, rule) in enumerate(rules))).label("rule"), n)
         .join_from(Ranking, ranked, ranked.c.ranking_id == Ranking.id)
         .where(eligible("any", ()), not_(and_(*(rule for _, rule in rules))))
         .subquery()
