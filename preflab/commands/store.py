@@ -79,7 +79,10 @@ def quarantine_list(settings: Settings, source, limit, as_json):
     from preflab.db.store import quarantined_records
 
     with open_sessions(settings.database_url, existing=True).begin() as session:
-        rows = quarantined_records(session, source, limit)
+        rows = quarantined_records(session, source, limit + 1)
+    more, rows = len(rows) > limit, rows[:limit]
+    if more:  # never silently fewer than there are
+        click.echo(f"the first {limit:,} quarantined records; there are more: see them with a larger --limit", err=True)
     if as_json:
         echo_json(rows)
         return

@@ -269,6 +269,8 @@ def test_what_a_summary_quarantines_is_listed_even_for_rows_stored_before(cli, s
         f"uf.jsonl:train:0/completion 3/honesty: {NA_REASON.format(n=3)}",
         f"uf.jsonl:train:1: {TOO_FEW}",
     ]
+    first = cli("quarantine", "list", "--limit", 1)  # never silently fewer than there are
+    assert first.stdout.splitlines() == listed[:1] and "there are more" in first.stderr
     # the row's own record is still the one the first import used; what this import said is a record of its own
     shown_json = json.loads(cli("quarantine", "show", listed[1].split()[0][1:], "--json").stdout)
     assert json.loads(shown_json["payload"]) == NOT_RATED[1]
