@@ -101,7 +101,7 @@ class Resampler:
 
     def estimates(self, columns: list[tuple[np.ndarray, np.ndarray | None]]) -> np.ndarray:
         """(rounds × columns) resampled means, one column per (values, mask) (NaN: no pair drawn)."""
-        if not self.rounds or not self.n_prompts:
+        if not columns or not self.rounds or not self.n_prompts:  # no columns: a breakdown with no group
             return np.empty((0, len(columns)))
         sums, counts = zip(*(self._per_prompt(np.asarray(v, dtype=float), m) for v, m in columns))
         return self.ratios(np.stack(sums, axis=1), np.stack(counts, axis=1))

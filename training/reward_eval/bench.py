@@ -44,7 +44,7 @@ def _by_value(values: np.ndarray) -> list[tuple[str, np.ndarray]]:
 
 def margin_buckets(margins: np.ndarray) -> list[tuple[str, np.ndarray]]:
     """Groups of pairs by margin: by value (1, 2, 3+) when every margin is a whole number (tier gaps, or
-    whole-number score gaps such as 1–5 ratings), else by terciles."""
+    whole-number score gaps such as 1–5 ratings), else by terciles (those that hold a pair)."""
     known = ~np.isnan(margins)
     if not known.any():
         return []
@@ -55,13 +55,13 @@ def margin_buckets(margins: np.ndarray) -> list[tuple[str, np.ndarray]]:
             out.append(("3+", margins >= 3))
         return out
     low, high = np.quantile(values, [1 / 3, 2 / 3])
-    if low == high:
-        return [(f"{low:g}", known)]
-    return [
+    buckets = [
         (f"≤ {low:.3g}", margins <= low),
         (f"{low:.3g}–{high:.3g}", (margins > low) & (margins <= high)),
         (f"> {high:.3g}", margins > high),
     ]
+    # Few distinct margins leave a bucket empty (or two cuts equal): no row for it, and no pair under a wrong label.
+    return [(name, mask) for name, mask in buckets if mask.any()]
 
 
 def lengths(split) -> tuple[np.ndarray, np.ndarray]:
