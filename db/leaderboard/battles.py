@@ -45,6 +45,7 @@ _ORDERED = re.compile(r"^\s*\d+\.\s", re.MULTILINE)
 _UNORDERED = re.compile(r"^\s*[-*+]\s", re.MULTILINE)
 _BOLD = (re.compile(r"\*\*[^*\n]+\*\*"), re.compile(r"__[^_\n]+__"))
 CHUNK = 100_000  # battles read from the database at a time
+ARENA = "import:arena"  # the source of Chatbot Arena's rankings, the only ones of identical replies
 
 
 @dataclass
@@ -144,7 +145,7 @@ class Filters:
 
 def identical_battles():
     """SQL: the ranking is an Arena battle of identical replies (one reply; details name both models)."""
-    return and_(Ranking.n_tiers == 1, Ranking.details[IDENTICAL].as_string().is_not(None))
+    return and_(Ranking.n_tiers == 1, Ranking.source == ARENA, Ranking.details[IDENTICAL].as_string().is_not(None))
 
 
 def _identical_rows(session: Session, rules: list, index: dict[str, int]) -> list[np.ndarray]:
@@ -160,17 +161,24 @@ def _identical_rows(session: Session, rules: list, index: dict[str, int]) -> lis
         .order_by(Ranking.id)
     )
     rows = session.execute(query).all()
-    codes = [
-        [-1 if not isinstance(m, str) else index.setdefault(m, len(index)) for m in details[IDENTICAL][:2]]
-        for _, _, details in rows
-    ]
+
+    def battle(details: dict[str, Any]) -> tuple[list[int], float]:
+        """(the two models' codes, the outcome); details that cannot be read (not two models, no verdict Arena
+        writes) are a battle of no known model, left out and counted."""
+        pair, winner = details.get(IDENTICAL), details.get("winner")
+        named = isinstance(pair, list) and len(pair) == 2 and all(isinstance(m, str) for m in pair)
+        if not named or winner not in WINNERS:
+            return [-1, -1], 0.5
+        return [index.setdefault(m, len(index)) for m in pair], WINNERS[winner]
+
+    read = [battle(details) for _, _, details in rows]
     return [
         np.array([r for r, _, _ in rows], dtype=np.int64),
         np.array([c for _, c, _ in rows], dtype=np.int64),
         np.array([c for _, c, _ in rows], dtype=np.int64),
-        np.array([WINNERS[details["winner"]] for _, _, details in rows], dtype=np.float64),
-        np.array([a for a, _ in codes], dtype=np.int64),
-        np.array([b for _, b in codes], dtype=np.int64),
+        np.array([outcome for _, outcome in read], dtype=np.float64),
+        np.array([codes[0] for codes, _ in read], dtype=np.int64),
+        np.array([codes[1] for codes, _ in read], dtype=np.int64),
     ]
 
 
