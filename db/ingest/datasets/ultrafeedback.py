@@ -63,9 +63,8 @@ def _found(completion: dict[str, Any], field: str) -> Any:
     """What a completion holds in `field`: its own field's value, else its annotated aspect's `Rating` (None: none)."""
     if field in completion:
         return completion[field]
-    aspect = (
-        (completion.get("annotations") or {}).get(field) if isinstance(completion.get("annotations"), dict) else None
-    )
+    annotations = completion.get("annotations")
+    aspect = annotations.get(field) if isinstance(annotations, dict) else None
     return aspect.get("Rating") if isinstance(aspect, dict) else None
 
 
