@@ -18,6 +18,7 @@ proxy = true + U(−0.1, 0.1)).
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import tracemalloc
 
@@ -45,7 +46,7 @@ def measure(func):
     return result, seconds, peak / 2**20
 
 
-def all_n(samples: int, seed: int) -> None:
+def all_n(samples: int, seed: int) -> dict:
     rng = np.random.default_rng(seed)
     true, proxy = toy_samples(rng, samples)
     ns = np.arange(1, samples + 1)
@@ -58,12 +59,19 @@ def all_n(samples: int, seed: int) -> None:
         f"time ratio (MC / estimator): {slow_s / fast_s:.2f}×;  an N × N float64 matrix would be "
         f"{samples * samples * 8 / 2**20:,.0f} MiB"
     )
-    for n in (1, 2, 16, 256, 2048, samples):
+    for n in sorted({n for n in (1, 2, 16, 256, 2048, samples) if n <= samples}):
         print(f"  n = {n:>6}: estimator {fast[n - 1]:.4f}   Monte Carlo {slow[n - 1]:.4f}")
     print()
+    return {
+        "samples": samples,
+        "estimator_s": fast_s,
+        "monte_carlo_s": slow_s,
+        "estimator_peak_mib": fast_mb,
+        "monte_carlo_peak_mib": slow_mb,
+    }
 
 
-def variance(samples: int, replicates: int, ns: list[int], seed: int) -> None:
+def variance(samples: int, replicates: int, ns: list[int], seed: int) -> dict:
     rng = np.random.default_rng(seed)
     ns = sorted({n for n in ns if n <= samples})
     fast = np.empty((replicates, len(ns)))
@@ -79,13 +87,16 @@ def variance(samples: int, replicates: int, ns: list[int], seed: int) -> None:
         f"  [{seconds:.1f} s]"
     )
     print(f"{'n':>6}  {'mean (est.)':>11}  {'sd estimator':>12}  {'sd Monte Carlo':>14}  {'variance ratio':>14}")
+    ratios = {}
     for j, n in enumerate(ns):
         ratio = slow[:, j].var(ddof=1) / fast[:, j].var(ddof=1) if fast[:, j].var() > 0 else float("inf")
+        ratios[n] = ratio if np.isfinite(ratio) else None
         print(
             f"{n:>6}  {fast[:, j].mean():>11.4f}  {fast[:, j].std(ddof=1):>12.2e}  "
             f"{slow[:, j].std(ddof=1):>14.2e}  {ratio:>14.2f}"
         )
     print()
+    return {"samples": samples, "replicates": replicates, "seconds": seconds, "variance_ratio_by_n": ratios}
 
 
 def main() -> None:
@@ -94,10 +105,13 @@ def main() -> None:
     parser.add_argument("--replicates", type=int, default=200)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    all_n(args.samples, args.seed)
-    variance(args.samples, args.replicates, [2, 8, 32, 128, 512, 2048], args.seed + 1)
+    report = {"all_n": all_n(args.samples, args.seed)}
+    report["variance"] = [variance(args.samples, args.replicates, [2, 8, 32, 128, 512, 2048], args.seed + 1)]
     for small in (64, 16):
-        variance(small, max(args.replicates, 2000), [2, 4, 8, small // 2, small], args.seed + small)
+        report["variance"].append(
+            variance(small, max(args.replicates, 2000), [2, 4, 8, small // 2, small], args.seed + small)
+        )
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

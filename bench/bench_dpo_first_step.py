@@ -175,6 +175,7 @@ def main() -> None:
         )
     before, after = results["whole-split"]["first_step_s"], results["rows-reached"]["first_step_s"]
     print(f"time to the first step: {before:.1f} s before, {after:.1f} s after: {before / after:.1f}× sooner")
+    print(json.dumps({"model": args.model, "pairs": args.pairs, "steps": args.steps, "results": results}))
 
 
 if __name__ == "__main__":

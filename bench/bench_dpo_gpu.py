@@ -2,6 +2,7 @@
 
 Usage: python bench/bench_dpo_gpu.py [--pairs 512] [--steps 40] [--batch 8] [--peak-tflops auto]
        python bench/bench_dpo_gpu.py --smoke     # a tiny model for a few steps on any device: checks the script
+       python bench/bench_dpo_gpu.py --dry-run   # without CUDA: the settings each side would use, no step
 
 Needs a CUDA GPU (it says so and exits 0 without one, so `make bench` passes on CPU
 machines). Model: a randomly initialised Qwen2.5-0.5B-shaped decoder (24 layers,
@@ -125,17 +126,13 @@ def build(workdir: Path, smoke: bool, pairs: int, seed: int) -> dict:
     }
 
 
-def run_mode(mode: str, workdir: Path, steps: int, batch: int, smoke: bool) -> dict:
-    """One setting, in this process: construct the trainer (precompute included), train, measure."""
-    import torch
-    from datasets import load_from_disk
-    from transformers import AutoTokenizer
-    from trl import DPOConfig, DPOTrainer
+def trainer_args(mode: str, workdir: Path, steps: int, batch: int, cuda: bool):
+    """The TRL arguments of one setting: TRL's defaults, or what `preflab train dpo` passes."""
+    from trl import DPOConfig
 
     from preflab.lm.loading import prefer_reusable_attention
     from preflab.training.config import DPOTrainConfig
 
-    cuda = torch.cuda.is_available()
     device_overrides = {} if cuda else {"use_cpu": True, "bf16": False}
     common = {
         "output_dir": str(workdir / f"out-{mode}"),
@@ -161,6 +158,26 @@ def run_mode(mode: str, workdir: Path, steps: int, batch: int, smoke: bool) -> d
         args = config.to_trl(common["output_dir"])
         args.save_strategy = "no"
         prefer_reusable_attention()  # as `preflab train` does before it builds a trainer
+    return args
+
+
+def settings_of(args) -> dict:
+    return {
+        "bf16": bool(args.bf16),
+        "gradient_checkpointing": bool(args.gradient_checkpointing),
+        "precompute": bool(args.precompute_ref_log_probs),
+    }
+
+
+def run_mode(mode: str, workdir: Path, steps: int, batch: int, smoke: bool) -> dict:
+    """One setting, in this process: construct the trainer (precompute included), train, measure."""
+    import torch
+    from datasets import load_from_disk
+    from transformers import AutoTokenizer
+    from trl import DPOTrainer
+
+    cuda = torch.cuda.is_available()
+    args = trainer_args(mode, workdir, steps, batch, cuda)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
     tokenizer = AutoTokenizer.from_pretrained(workdir / "tokenizer")
@@ -183,9 +200,7 @@ def run_mode(mode: str, workdir: Path, steps: int, batch: int, smoke: bool) -> d
         "total_s": total,
         "tokens": tokens,
         "pairs": pairs,
-        "gradient_checkpointing": bool(trainer.args.gradient_checkpointing),
-        "precompute": bool(trainer.args.precompute_ref_log_probs),
-        "bf16": bool(trainer.args.bf16),
+        **settings_of(trainer.args),
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
     }
@@ -199,6 +214,21 @@ def flops(info: dict, result: dict) -> float:
     return tokens * ((6 * info["matmul_params"] + 12 * attention) + (2 * info["matmul_params"] + 4 * attention))
 
 
+def dry_run(args) -> None:
+    """What a run would train, on the smoke model and data, with no step taken: the script's checks without a GPU."""
+    with tempfile.TemporaryDirectory(prefix="bench-dpo-") as tmp:
+        workdir = Path(tmp)
+        info = build(workdir, True, min(args.pairs, 32), args.seed)
+        settings = {
+            mode: settings_of(trainer_args(mode, workdir, min(args.steps, 4), min(args.batch, 4), cuda=False))
+            for mode in ("trl-default", "preflab")
+        }
+    for mode, chosen in settings.items():
+        print(f"{mode:14}" + " ".join(f"{k}={v}" for k, v in chosen.items()))
+    print("dry run: no CUDA GPU here, so no step was taken and nothing was measured")
+    print(json.dumps({"dry_run": True, "measured": False, "device": "cpu", **info, "settings": settings}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=512, help="Preference pairs in the dataset.")
@@ -206,6 +236,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8, help="Pairs per device per step.")
     parser.add_argument("--peak-tflops", type=float, help="The GPU's dense bf16 peak (default: from its name).")
     parser.add_argument("--smoke", action="store_true", help="Tiny model, few steps, any device (checks the script).")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="Without CUDA: the smoke model and data, and the settings each side would train with; no step is "
+        "taken and nothing is measured (with CUDA: as --smoke).",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -217,6 +253,10 @@ def main() -> None:
         result = run_mode(args.mode, Path(args.workdir), args.steps, args.batch, args.smoke)
         print("RESULT " + json.dumps(result))
         return
+    if args.dry_run and not torch.cuda.is_available():
+        dry_run(args)
+        return
+    args.smoke = args.smoke or args.dry_run
     if not torch.cuda.is_available() and not args.smoke:
         print(
             "bench_dpo_gpu.py measures DPO on a CUDA GPU and none is available here "

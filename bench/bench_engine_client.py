@@ -18,6 +18,7 @@ all answered from the store (what a resumed run pays: nothing).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -123,6 +124,11 @@ def main() -> None:
         f"goal: >= 250 requests/s (0.8 of {args.concurrency / args.latency:.0f}) at <= 300 MB"
     )
     print(f"the client's own CPU per request bounds it at {1000 / fast['cpu_ms']:.0f} requests/s on one free core")
+    print(
+        json.dumps(
+            {"latency": args.latency, "database": args.database, "baseline": baseline, "engine": fast, "re_run": cached}
+        )
+    )
 
 
 if __name__ == "__main__":

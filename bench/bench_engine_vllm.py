@@ -315,6 +315,7 @@ def main() -> None:
         + "; ".join(f"{task} {ratio:.2f}x" for task, ratio in ratios.items())
         + f" (goal >= {GOAL:.0f}x each)"
     )
+    print(json.dumps({"model": args.model, "served": served_name, "ratios": ratios, "goal": GOAL}))
 
 
 if __name__ == "__main__":

@@ -62,10 +62,15 @@ def main() -> None:
     )
     print(f"one prompt at a time:    {single_tokens:5d} tokens in {single_s:7.2f} s   {slow:8.1f} tokens/s")
     print(f"ratio: batched {fast / slow:.1f}x the tokens/s")
+    figures = {
+        "batched": {"tokens": batched_tokens, "seconds": batched_s},
+        "single": {"tokens": single_tokens, "seconds": single_s},
+    }
     if torch.cuda.is_available():
         print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB ({torch.cuda.get_device_name()})")
     else:
         print("GPU: not measured (no CUDA device here)")
+    print(json.dumps({"model": args.model, "prompts": args.prompts, "batch_size": args.batch_size, **figures}))
 
 
 if __name__ == "__main__":

@@ -309,6 +309,7 @@ def report(runs: dict, databases, kinds) -> None:
                 f"{median[d, 'ultrafeedback'] / median[d, 'jsonl']:.2f}× the rate"
             )
     print(f"load after: {os.getloadavg()[0]:.2f}")
+    print(json.dumps({f"{database} {kind}": results for (database, kind), results in runs.items()}))
 
 
 if __name__ == "__main__":

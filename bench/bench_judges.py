@@ -31,6 +31,7 @@ else on the CPU.
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 FACTS = [
@@ -45,7 +46,7 @@ FACTS = [
 ]
 
 
-def pairwise_bench(args, model, tokenizer) -> None:
+def pairwise_bench(args, model, tokenizer) -> dict:
     from preflab.labelling.judges.pairwise import judge_text, prob_first_better, verdicts_by_generation
 
     pairs = [FACTS[i % len(FACTS)] for i in range(args.pairs)]
@@ -72,9 +73,17 @@ def pairwise_bench(args, model, tokenizer) -> None:
     )
     first = sum(p > 0.5 for p in probs) / len(probs)
     print(f"position bias: the first answer is preferred in {first:.0%} of orders")
+    return {
+        "pairs": n,
+        "forward_s": fast,
+        "decoded_s": slow,
+        "agree": agree,
+        "orders": len(texts),
+        "unparsed": unparsed,
+    }
 
 
-def score_bench(args, model, tokenizer, label: str) -> None:
+def score_bench(args, model, tokenizer, label: str) -> dict:
     import tempfile
     from importlib.resources import files
     from pathlib import Path
@@ -135,15 +144,22 @@ def score_bench(args, model, tokenizer, label: str) -> None:
             else f"{agree['pairwise_agreement']:.2f} of {agree['shared_pairs']} pairs"
         )
         print(
-            f"{title:<34} {m['seconds_per_candidate']:>11.2f} {share:>22} {_fmt(agree['kendall_tau']):>6} "
+            f"{title:<34} {_fmt(m['seconds_per_candidate']):>11} {share:>22} {_fmt(agree['kendall_tau']):>6} "
             f"{m['unscored']:>8} {_fmt(m['parse_failure_rate']):>14} {_fmt(m['score_mass']):>10}"
         )
     fast, slow = rows["expected"]["seconds_per_candidate"], rows["sampled"]["seconds_per_candidate"]
-    print(f"ratio: expected {slow / fast:.1f}x faster per candidate than sampled (k = {args.samples})")
+    if fast and slow:  # a judge that scored no candidate has no time per candidate
+        print(f"ratio: expected {slow / fast:.1f}x faster per candidate than sampled (k = {args.samples})")
     print(
         f"expected, forward pass only: {timings[True]:.2f} s/candidate with the shared rubric cached, "
         f"{timings[False]:.2f} s/candidate in full ({timings[False] / timings[True]:.1f}x)"
     )
+    keep = ("seconds_per_candidate", "unscored", "parse_failure_rate", "score_mass", "human_agreement")
+    return {
+        "candidates": candidates,
+        **{method: {k: rows[method][k] for k in keep} for method in rows},
+        "forward_s_per_candidate": {"shared_rubric": timings[True], "in_full": timings[False]},
+    }
 
 
 def _fmt(value, spec: str = ".2f") -> str:
@@ -175,14 +191,16 @@ def main() -> None:
         f"model {args.model} loaded in {time.perf_counter() - start:.1f} s on {model.device} "
         f"({torch.get_num_threads()} CPU threads, torch {torch.__version__})"
     )
+    report = {"model": args.model}
     if args.only in (None, "pairwise"):
-        pairwise_bench(args, model, tokenizer)
+        report["pairwise"] = pairwise_bench(args, model, tokenizer)
     if args.only in (None, "score"):
-        score_bench(args, model, tokenizer, model_label(args.model))
+        report["score"] = score_bench(args, model, tokenizer, model_label(args.model))
     if torch.cuda.is_available():
         print(f"peak GPU memory: {torch.cuda.max_memory_allocated() / 2**30:.2f} GiB ({torch.cuda.get_device_name()})")
     else:
         print("GPU: not measured (no CUDA device here)")
+    print(json.dumps(report))
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ One torch thread (the machine is shared).
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from pathlib import Path
@@ -132,8 +133,10 @@ def main() -> None:
         f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU; load average "
         f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}"
     )
+    report = {}
     for world in args.worlds:
         runs = [bench_world(world, seed, args) for seed in args.seeds]
+        report[world] = runs
         print(
             f"\n## {world}: {args.epochs:g} epochs, ≈{runs[0]['pairs']:,} pairs "
             f"({runs[0]['reward']['pairs']:,} held out)"
@@ -156,6 +159,7 @@ def main() -> None:
             f"ranker's training CPU {cost:.2f}× the reward model's"
         )
     print(f"\nload average at the end {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    print(json.dumps({"epochs": args.epochs, "seeds": args.seeds, "worlds": report}))
 
 
 if __name__ == "__main__":

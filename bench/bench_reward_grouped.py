@@ -187,8 +187,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s), CPU")
     prompts = dict(zip(args.k, args.prompts + args.prompts[-1:] * len(args.k)))
+    report = {}
     for k in args.k:
         runs = [bench(k, prompts[k], args.epochs, args.prompts_per_step, seed) for seed in args.seeds]
+        report[f"k={k}"] = runs
         print(
             f"\n## K = {k}: {prompts[k]} prompts (≈{runs[0]['pairs']:,} pairs), {args.epochs:g} epochs, "
             f"{args.prompts_per_step} prompts' pairs per step"
@@ -214,6 +216,7 @@ def main() -> None:
             f"held-out accuracy: pairwise {mean(acc['pairwise']):.3f}, grouped {mean(acc['grouped']):.3f} "
             f"(difference {mean(acc['grouped']) - mean(acc['pairwise']):+.3f})"
         )
+    print(json.dumps({"epochs": args.epochs, "seeds": args.seeds, "runs": report}))
 
 
 if __name__ == "__main__":

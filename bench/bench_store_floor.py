@@ -23,6 +23,7 @@ storing the design asks for, on the same file in the same run:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 import time
@@ -139,6 +140,7 @@ def main() -> None:
         + ", ".join(f"{k} {v:.2f} s" for k, v in low.items() if k.startswith(("insert", "commits", "export ")))
     )
     print(f"load average now {load:.1f}")
+    print(json.dumps({"rankings": args.rankings, "peer": peer, "preflab": fast, "floor": low}))
 
 
 if __name__ == "__main__":
