@@ -5,8 +5,11 @@
 `rate(battles, config)` does the same on battles already in memory.
 
 Models that never met, directly or through others, fall in separate groups whose
-ratings do not compare: ranks are counted within a group, and the board lists group
-by group (the group of the most battles first), each by rank, then by median.
+ratings do not compare: each group is centred on its own (`fit.centre`), ranks are counted
+within a group, and the board lists group by group (the group of the most battles first),
+each by rank, then by median. A model of few battles (`exact.few_battles`) gets the exact
+test's interval instead of the bootstrap's, no rank, and no say in the others' ranks: it is
+listed after its group's ranked models.
 """
 
 from __future__ import annotations
@@ -16,8 +19,6 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -26,11 +27,34 @@ from preflab.db.leaderboard.bootstrap import (
     Cells,
     bootstrap_ratings,
     bootstrap_style,
+    centred,
+    groups_of,
     intervals,
     rank_by_interval,
-    share_better,
 )
-from preflab.db.leaderboard.fit import ALPHA, L2, OFFSET, SCALE, STYLE_L2, fit_contextual, fit_pairs, to_elo
+from preflab.db.leaderboard.exact import (
+    FEW_BATTLES,
+    HELD_SHARE,
+    exact_intervals,
+    few_battles,
+    ranked_weights,
+    record,
+)
+from preflab.db.leaderboard.fit import (
+    ALPHA,
+    CENTRE_CAP,
+    L2,
+    OFFSET,
+    SCALE,
+    STYLE_L2,
+    centre,
+    centre_cap,
+    centre_weights,
+    fit_contextual,
+    fit_pairs,
+    to_elo,
+)
+from preflab.db.leaderboard.pairwise import pairwise_tables
 from preflab.db.models import Ranking
 from preflab.db.pairs.build import KINDS
 from preflab.errors import ConfigError, InputError
@@ -65,7 +89,11 @@ class LeaderboardConfig:
     )
     seed: int = field(default=0, metadata={"help": "Seed of the bootstrap draws."})
     anchor: str | None = field(
-        default=None, metadata={"help": "The model fixed at 1000 (default: the mean rating is 1000)."}
+        default=None,
+        metadata={
+            "help": "The model fixed at 1000 (default: each group's mean rating is 1000, a model weighing its "
+            f"battles up to {CENTRE_CAP}, or up to a tenth of the median model's on a larger board)."
+        },
     )
     style_control: bool = field(
         default=False,
@@ -100,19 +128,27 @@ class LeaderboardConfig:
 
 @dataclass
 class Rating:
-    """One model's rating: the full data's fit, and its bootstrap median and 95% interval (Elo scale)."""
+    """One model's rating: the full data's fit, and its bootstrap median and 95% interval (Elo scale).
+
+    A model of few battles (`few_battles` says why) has the exact test's interval, no median
+    and no rank; an end of its interval that no rating reaches (a record of all losses, or all
+    wins) is None. Without a bootstrap, every model's median and interval are None.
+    """
 
     model: str
     rating: float
     median: float | None
     lower: float | None
     upper: float | None
-    rank: int  # 1 + the models of its group whose interval lies wholly above this one's
+    rank: int | None  # 1 + the ranked models of its group whose interval lies wholly above this one's
     battles: int
     wins: int
     ties: int
     losses: int
     group: int = 1  # models that met, directly or through others: 1 the group of the most battles, 2…
+    few_battles: str | None = None  # why it is not ranked: "only 3 battles", "lost every battle"…
+    interval: str | None = None  # "bootstrap", "exact" (few battles), None (no bootstrap)
+    held: int | None = None  # bootstrap rounds holding the model
 
 
 @dataclass
@@ -177,15 +213,26 @@ def rate(battles: Battles, config: LeaderboardConfig, style: np.ndarray | None =
     cells = Cells(battles)
     score, total = cells.pair_totals(np.bincount(cells.cell_of_battle, minlength=len(cells.codes)).astype(float))
     r = fit_pairs(cells.pairs, score, total)
-    samples = bootstrap_ratings(battles, config.bootstrap, config.seed, r, cells=cells) if config.bootstrap else None
-    groups = _groups(battles, cells)
-    ratings = _ratings(battles, groups, to_elo(r, anchor), None if samples is None else to_elo(samples, anchor))
+    played, wins, ties, losses = record(battles)
+    groups = groups_of(cells.pairs, played)
+    weights = centre_weights(played, groups)
+    point = centre(r, groups, weights, anchor)
+    raw = held = samples = None
+    if config.bootstrap:
+        raw, held = bootstrap_ratings(
+            battles, config.bootstrap, config.seed, r, cells=cells, weights=weights, anchor=anchor
+        )
+    few = few_battles(played, wins, ties, losses, None if held is None else held.sum(axis=0), config.bootstrap)
+    if config.bootstrap:
+        samples = centred(raw, held, point, groups, ranked_weights(weights, few, groups), anchor)
+    ratings = _ratings(battles, groups, point, samples, few)
     board = Leaderboard(ratings, len(battles), battles.rankings, _method(config), filters, dict(battles.left_out))
+    board.method["centre_cap"] = [centre_cap(played[groups == g]) for g in range(int(groups.max()) + 1)]
     board.notes = _notes(battles, groups, ratings)
     if config.style_control:
-        _style(board, battles, groups, config, style, anchor)
+        _style(board, battles, groups, weights, few, config, style, anchor)
     if config.pairwise:
-        board.pairwise = _pairwise(battles, board.ratings, samples, anchor)
+        board.pairwise = pairwise_tables(battles, [r.model for r in board.ratings], point, samples)
     return board
 
 
@@ -197,63 +244,68 @@ def _method(config: LeaderboardConfig) -> dict[str, Any]:
         "scale": SCALE,
         "offset": OFFSET,
         "anchor": config.anchor or "mean",
+        "centre": f"each group's weighted mean at {OFFSET:.0f}, a model weighing min(its battles, K), K its "
+        f"group's centre_cap: {CENTRE_CAP}, or a tenth of the group's median battles per model where that is more",
         "ties": TIES,
         "l2": L2,
         "bootstrap": config.bootstrap,
         "seed": config.seed,
         "bootstrap_unit": "ranking",
-        "interval": "95%: the 2.5% and 97.5% quantiles of the bootstrap ratings",
-        "order": "group, then rank, then " + ("bootstrap median" if config.bootstrap else "rating"),
+        "interval": "95%: the 2.5% and 97.5% quantiles of the bootstrap ratings, of the rounds holding the model",
+        "few_battles": f"under {FEW_BATTLES} battles, all lost or all won, or held by under {HELD_SHARE:.0%} of the "
+        "bootstrap rounds: an exact test's 95% interval (the score's Poisson-binomial law against the opponents' "
+        "ratings; no end where no rating is rejected), and no rank",
+        "order": "group, then rank, then "
+        + ("bootstrap median" if config.bootstrap else "rating")
+        + "; models of few battles last in their group, by rating",
     }
 
 
-def _counts(battles: Battles) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    n = len(battles.models)
-    played = np.bincount(battles.a, minlength=n) + np.bincount(battles.b, minlength=n)
-    a_won, tie = battles.outcome == 1.0, battles.outcome == 0.5
-    b_won = battles.outcome == 0.0
-    wins = np.bincount(battles.a[a_won], minlength=n) + np.bincount(battles.b[b_won], minlength=n)
-    ties = np.bincount(battles.a[tie], minlength=n) + np.bincount(battles.b[tie], minlength=n)
-    return played, wins, ties, played - wins - ties
-
-
-def _groups(battles: Battles, cells: Cells) -> np.ndarray:
-    """Each model's group (0: the group of the most battles), models joined by the battles between them."""
-    n = len(battles.models)
-    graph = csr_matrix((np.ones(len(cells.pairs)), (cells.pairs.i, cells.pairs.j)), shape=(n, n))
-    parts, label = connected_components(graph, directed=False)
-    played = _counts(battles)[0]
-    size = np.bincount(label, weights=played, minlength=parts)  # twice the group's battles
-    first = np.unique(label, return_index=True)[1]  # each group's first model
-    order = np.lexsort((first, -size))  # the most battles first; then the group met first
-    number = np.empty(parts, dtype=np.int64)
-    number[order] = np.arange(parts)
-    return number[label]
-
-
-def _ratings(battles: Battles, groups: np.ndarray, elo: np.ndarray, samples: np.ndarray | None) -> list[Rating]:
-    played, wins, ties, losses = _counts(battles)
-    if samples is None:  # 1 + the models of the group rated higher
-        centre, ranks = elo, rank_by_interval(elo, elo, groups)
-        spread = {"median": [None] * len(elo), "lower": [None] * len(elo), "upper": [None] * len(elo)}
+def _ratings(
+    battles: Battles,
+    groups: np.ndarray,
+    point: np.ndarray,
+    samples: np.ndarray | None,
+    few: list[str | None],
+    logit: np.ndarray | None = None,
+) -> list[Rating]:
+    """The board's rows from the centred fit and samples (natural units); `logit`: style control's f·β per battle."""
+    played, wins, ties, losses = record(battles)
+    n = len(played)
+    elo = to_elo(point)
+    none: list[float | None] = [None] * n
+    median, lower, upper, held = list(none), list(none), list(none), list(none)
+    ranked = np.array([why is None for why in few])
+    if samples is None:
+        centre_of, ranks = elo, rank_by_interval(elo, elo, groups, ranked)
     else:
-        spread = intervals(samples)
-        centre, ranks = spread["median"], rank_by_interval(spread["lower"], spread["upper"], groups)
-        spread = {k: [float(x) for x in v] for k, v in spread.items()}
-    order = np.lexsort((-centre, ranks, groups))
+        spread = intervals(to_elo(samples))
+        exact = exact_intervals(battles, point, np.flatnonzero(~ranked), logit)
+        ranks = rank_by_interval(spread["lower"], spread["upper"], groups, ranked)
+        centre_of = np.where(ranked, spread["median"], elo)
+        held = [int(h) for h in spread["held"]]
+        for i in range(n):
+            if ranked[i]:
+                median[i], lower[i], upper[i] = (float(spread[k][i]) for k in ("median", "lower", "upper"))
+            else:
+                lower[i], upper[i] = (float(to_elo(x)) if np.isfinite(x) else None for x in exact[i])
+    order = np.lexsort((-centre_of, np.where(ranked, ranks, 0), ~ranked, groups))
     return [
         Rating(
             battles.models[i],
             float(elo[i]),
-            spread["median"][i],
-            spread["lower"][i],
-            spread["upper"][i],
-            int(ranks[i]),
+            median[i],
+            lower[i],
+            upper[i],
+            int(ranks[i]) if ranked[i] else None,
             int(played[i]),
             int(wins[i]),
             int(ties[i]),
             int(losses[i]),
             int(groups[i]) + 1,
+            few[i],
+            None if samples is None else "bootstrap" if ranked[i] else "exact",
+            held[i],
         )
         for i in order
     ]
@@ -263,19 +315,26 @@ def _style(
     board: Leaderboard,
     battles: Battles,
     groups: np.ndarray,
+    weights: np.ndarray,
+    few: list[str | None],
     config: LeaderboardConfig,
     style: np.ndarray | None,
     anchor: int | None,
 ) -> None:
+    """Style control's board, its models ranked or not as on the plain board."""
     if style is None:
         raise InputError("style control needs each reply's length and markdown counts")
     features, names = style_features(style)
     n = len(battles.models)
     theta = fit_contextual(battles.a, battles.b, battles.outcome, features, n)
-    samples = bootstrap_style(battles, features, config.bootstrap, config.seed, theta) if config.bootstrap else None
-    board.style = _ratings(
-        battles, groups, to_elo(theta[:n], anchor), None if samples is None else to_elo(samples[:, :n], anchor)
-    )
+    point = centre(theta[:n], groups, weights, anchor)
+    samples = None
+    if config.bootstrap:
+        raw, held = bootstrap_style(
+            battles, features, config.bootstrap, config.seed, theta, weights=weights, anchor=anchor
+        )
+        samples = centred(raw[:, :n], held, point, groups, ranked_weights(weights, few, groups), anchor)
+    board.style = _ratings(battles, groups, point, samples, few, features @ theta[n:])
     board.style_coefficients = {name: float(theta[n + c]) for c, name in enumerate(names)}
     board.method["style_control"] = {
         "features": names,
@@ -296,46 +355,24 @@ def _notes(battles: Battles, groups: np.ndarray, ratings: list[Rating]) -> list[
             "these groups of models never met, directly or through others, so ratings and ranks compare "
             "only within a group: " + " | ".join(listed)
         )
-    _played, wins, ties, losses = _counts(battles)
+    _played, wins, ties, losses = record(battles)
     for name, w, t, lost in zip(battles.models, wins, ties, losses):
         if w + t == 0 or lost + t == 0:
             notes.append(
                 f"{name} {'lost' if w + t == 0 else 'won'} every battle: its rating is held finite only "
                 f"by the fit's small L2 penalty, and more battles will move it"
             )
+    few = [f"{r.model} ({r.few_battles})" for r in ratings if r.few_battles]
+    if few:
+        notes.append(
+            "not ranked, for too few battles, and no say in the others' ranks (listed after their group's ranked "
+            "models): "
+            + ", ".join(few)
+            + (
+                "; their 95% interval is an exact test's (the score against the opponents' ratings; "
+                "−∞ or ∞ where no rating is rejected), the bootstrap's being too narrow there"
+                if ratings[0].interval
+                else ""
+            )
+        )
     return notes
-
-
-def _pairwise(
-    battles: Battles, ratings: list[Rating], samples: np.ndarray | None, anchor: int | None
-) -> dict[str, Any]:
-    """Every pair, in board order: battles, the observed win rate (ties half), the predicted win probability."""
-    index = {m: k for k, m in enumerate(battles.models)}
-    order = [index[r.model] for r in ratings]
-    n = len(battles.models)
-    played = np.zeros((n, n))
-    scored = np.zeros((n, n))
-    np.add.at(played, (battles.a, battles.b), 1.0)
-    np.add.at(scored, (battles.a, battles.b), battles.outcome)
-    played, scored = played + played.T, scored + (played.T - scored.T)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        rate = np.where(played > 0, scored / played, np.nan)
-    elo = np.array([r.rating for r in sorted(ratings, key=lambda r: index[r.model])])
-    predicted = 1.0 / (1.0 + 10.0 ** ((elo[None, :] - elo[:, None]) / SCALE))
-    better = share_better(to_elo(samples, anchor)) if samples is not None else None
-
-    def matrix(values: np.ndarray | None, digits: int = 4) -> list[list[float | None]] | None:
-        if values is None:
-            return None
-        return [
-            [None if i == j or np.isnan(values[i, j]) else round(float(values[i, j]), digits) for j in order]
-            for i in order
-        ]
-
-    return {
-        "models": [battles.models[i] for i in order],
-        "battles": [[int(played[i, j]) for j in order] for i in order],
-        "win_rate": matrix(rate),
-        "predicted": matrix(predicted),
-        "share_better": matrix(better),
-    }

@@ -9,8 +9,15 @@ FastChat's conventions (Chatbot Arena's `rating_systems.py`), so the numbers com
   small one here (`L2`, a hundredth) keeps a model that never lost finite and moves real
   ratings by far less than an Elo point. Its style control uses 0.5 (`STYLE_L2`).
 
-The penalty and the likelihood's gradient both sum to zero over the ratings, so the
-ratings' mean is 0 (1000 on the Elo scale) unless a model is named as the anchor.
+The penalty and the likelihood's gradient both sum to zero over the ratings, so the fit's
+mean is 0. Where the ratings sit is a convention: `centre` puts each group of models that met
+(directly or through others) at a weighted mean of 0 (1000 on the Elo scale), each model weighing
+min(its battles, K) (`centre_weights`: K is 50, or a tenth of the group's median battles per
+model where that is more), unless a model is named as the anchor. With every model at K battles
+or more it is the plain mean, FastChat's and arena-rank's; a newcomer with 3 battles weighs 3
+against the others' 50 or more each, so it barely moves them. The price, and why no centre
+avoids it, is in docs/guides/leaderboard.md: where a model's weight grows (under K battles), one
+more win can lower its shown rating, never its rating against any other model.
 
 The plain fit sees the battles reduced to unordered pairs of models: for each, the
 battles and the score of the first (its wins plus half its ties). A bootstrap sample
@@ -29,7 +36,9 @@ from scipy.special import expit
 
 ALPHA = math.log(10.0)  # logit per unit of r: base 10
 SCALE = 400.0  # Elo points per unit of r
-OFFSET = 1000.0  # the mean rating (or the anchor's)
+OFFSET = 1000.0  # the (weighted) mean rating, or the anchor's
+CENTRE_CAP = 50  # battles past which a model weighs no more in its group's centre (at least)
+CENTRE_SHARE = 10  # ... nor past a tenth of the group's median battles per model
 L2 = 0.01  # the plain fit's penalty
 STYLE_L2 = 0.5  # FastChat's style-control penalty
 MAX_STEP = 2.0  # the largest Newton step in r (800 Elo), so a far start cannot overshoot
@@ -155,6 +164,39 @@ def fit_contextual(
         if largest < TOLERANCE:
             break
     return theta
+
+
+def centre_cap(played: np.ndarray) -> float:
+    """K of a group whose models played `played` battles: the larger of `CENTRE_CAP` and a tenth of their median.
+
+    On a board of thousands of battles per model, a newcomer of 50 is light too.
+    """
+    return max(float(CENTRE_CAP), float(np.median(played)) / CENTRE_SHARE)
+
+
+def centre_weights(played: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """Each model's weight in its group's centre: min(its battles, its group's `centre_cap`)."""
+    played = np.asarray(played, dtype=np.float64)
+    cap = np.empty_like(played)
+    for g in np.unique(groups):
+        cap[groups == g] = centre_cap(played[groups == g])
+    return np.minimum(played, cap)
+
+
+def centre(r: np.ndarray, groups: np.ndarray, weights: np.ndarray, anchor: int | None = None) -> np.ndarray:
+    """Ratings r moved, group by group, so that each group's weighted mean is 0 (the anchor's group: the anchor 0).
+
+    A constant per group changes no difference within it, so the likelihood is the same;
+    groups that never met have no common scale, and each gets its own centre.
+    """
+    out = np.array(r, dtype=np.float64)
+    for g in np.unique(groups):
+        members = groups == g
+        if anchor is not None and members[anchor]:
+            out[members] -= out[anchor]
+        else:
+            out[members] -= np.average(out[members], weights=weights[members])
+    return out
 
 
 def to_elo(r: np.ndarray, anchor: int | None = None) -> np.ndarray:

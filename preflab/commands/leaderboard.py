@@ -25,11 +25,15 @@ def leaderboard_command(settings: Settings, as_json, **options):
     (a model version's name where a candidate has one); a tie is half a win to
     each side. Ratings follow Chatbot Arena's conventions (FastChat): 400 points
     are ten times the odds of winning, the mean rating is 1000 (or --anchor's
-    model), and the 95% interval of each comes from a bootstrap over rankings
-    with a fixed seed. Models are ordered by rank, then by the bootstrap median;
-    rank 1 is shared by every model no other is surely above. Models that never
-    met, directly or through others, are listed group by group, ranked within
-    their group. What a filter leaves out is counted, never dropped silently.
+    model; a model of few battles weighs less in the mean, so that a newcomer
+    does not move the others), and the 95% interval of each comes from a
+    bootstrap over rankings with a fixed seed. Models are ordered by rank, then
+    by the bootstrap median; rank 1 is shared by every model no other is surely
+    above. A model of few battles (under 10, all won or all lost) gets an exact
+    test's interval instead, an open end where no rating is too high or too low
+    for its record, and no rank ("–"). Models that never met, directly or through
+    others, are listed group by group, ranked within their group. What a filter
+    leaves out is counted, never dropped silently.
 
     Example: preflab leaderboard --annotator-kind human --style-control --pairwise
     """
@@ -50,7 +54,9 @@ def _number(value: float | None) -> str:
 
 
 def _interval(r: Rating) -> str:
-    return "—" if r.lower is None else f"{r.lower:.0f} – {r.upper:.0f}"
+    if r.interval is None:
+        return "—"
+    return ("−∞" if r.lower is None else f"{r.lower:.0f}") + " – " + ("∞" if r.upper is None else f"{r.upper:.0f}")
 
 
 def leaderboard_text(board: Leaderboard) -> str:
@@ -64,12 +70,18 @@ def leaderboard_text(board: Leaderboard) -> str:
         f"{plural(len(board.ratings), 'model')}, {plural(board.battles, 'battle')} from "
         f"{plural(board.rankings, 'ranking')} by {kinds}" + (f" ({kept})" if kept else "")
     ]
-    anchor = "the mean rating is 1000" if m["anchor"] == "mean" else f"{m['anchor']} is fixed at 1000"
+    caps = sorted(set(m.get("centre_cap") or [50]))
+    anchor = (
+        f"the mean rating is 1000 (a model weighing its battles, up to {' or '.join(f'{c:.0f}' for c in caps)})"
+        if m["anchor"] == "mean"
+        else f"{m['anchor']} is fixed at 1000"
+    )
     lines.append(f"Bradley–Terry, as Chatbot Arena rates: 400 points = 10× the odds of winning; {anchor}; {m['ties']}.")
     if m["bootstrap"]:
         lines.append(
             f"95% intervals from {m['bootstrap']:,} bootstrap rounds over rankings (seed {m['seed']}); "
-            "ordered by rank, then the bootstrap median; rank: 1 + the models surely above."
+            "ordered by rank, then the bootstrap median; rank: 1 + the models surely above; "
+            "–: few battles, an exact test's interval (∞: no bound on that side)."
         )
     else:
         lines.append("no bootstrap (--bootstrap 0): ratings only, no intervals.")
@@ -79,6 +91,8 @@ def leaderboard_text(board: Leaderboard) -> str:
     if style:
         header += f"  {'style-ctrl':>10}  {'95% interval':>12}"
     header += f"  {'battles':>7}  {'won':>6}  {'tied':>6}  {'lost':>6}"
+    if any(r.few_battles for r in board.ratings):
+        header += "  not ranked"
     lines += ["", header]
     groups = board.ratings[-1].group if board.ratings else 1
     for k, r in enumerate(board.ratings):
@@ -88,11 +102,13 @@ def leaderboard_text(board: Leaderboard) -> str:
                 f"group {r.group} of {groups} ({plural(members, 'model')}; ratings and ranks compare only "
                 "within a group)"
             )
-        row = f"{r.rank:>4}  {r.model:<{width}}  {_number(r.rating):>6}  {_interval(r):>12}"
+        rank = "–" if r.rank is None else r.rank
+        row = f"{rank:>4}  {r.model:<{width}}  {_number(r.rating):>6}  {_interval(r):>12}"
         if style:
             s = style[r.model]
             row += f"  {_number(s.rating):>10}  {_interval(s):>12}"
-        lines.append(row + f"  {r.battles:>7,}  {r.wins:>6,}  {r.ties:>6,}  {r.losses:>6,}")
+        row += f"  {r.battles:>7,}  {r.wins:>6,}  {r.ties:>6,}  {r.losses:>6,}"
+        lines.append(row + (f"  {r.few_battles}" if r.few_battles else ""))
     if board.style_coefficients is not None:
         effects = ", ".join(f"{name} {value:+.3f}" for name, value in board.style_coefficients.items()) or "none"
         lines += [

@@ -22,7 +22,10 @@ def board(cli, *args) -> dict:
 def test_people_rank_the_versions_in_order_with_intervals_and_the_method_stated(cli, store):
     text = cli("leaderboard", "--annotator-kind", "human", "--bootstrap", 200).output
     assert f"4 models, {PROMPTS * 2:,} battles from {PROMPTS * 2:,} rankings by people" in text
-    assert "400 points = 10× the odds of winning; the mean rating is 1000; a tie is half a win to each side" in text
+    assert (
+        "400 points = 10× the odds of winning; the mean rating is 1000 (a model weighing its battles, up to 50); "
+        "a tie is half a win to each side"
+    ) in text
     assert "95% intervals from 200 bootstrap rounds over rankings (seed 0)" in text
     rows = [line.split() for line in text.splitlines() if line.split()[1:2] and line.split()[1] in ORDER]
     assert [row[1] for row in rows] == ORDER
@@ -100,3 +103,27 @@ def test_style_control_and_the_pairwise_tables(cli, store):
                     assert pairwise["win_rate"][i][j] + pairwise["win_rate"][j][i] == pytest.approx(1, abs=1e-3)
     assert sum(map(sum, pairwise["battles"])) == 2 * PROMPTS * 2
     assert pairwise["share_better"][0][n - 1] == 1.0
+
+
+def test_a_model_of_few_battles_shows_its_exact_interval_and_no_rank(cli, sessions, tmp_path):
+    from tests.db.leaderboard.test_store_laws import games, lines
+
+    path = tmp_path / "battles.jsonl"
+    path.write_text("\n".join(lines(games(), renamed=False)) + "\n", encoding="utf-8")
+    cli("import", "rankings", path)
+    text = cli("leaderboard", "--bootstrap", 200).output
+    row = next(line.split() for line in text.splitlines() if " newbie " in line)
+    assert row[:3] == ["–", "newbie", row[2]] and row[3:6] == ["−∞", "–", row[5]]
+    assert row[-5:] == ["only", "3", "battles,", "all", "lost"] and "not ranked" in text
+    assert "–: few battles, an exact test's interval (∞: no bound on that side)" in text
+    result = board(cli)
+    newbie = next(r for r in result["ratings"] if r["model"] == "newbie")
+    assert (newbie["rank"], newbie["lower"], newbie["interval"], newbie["few_battles"]) == (
+        None,
+        None,
+        "exact",
+        "only 3 battles, all lost",
+    )
+    assert newbie["upper"] < min(r["rating"] for r in result["ratings"] if r["model"] != "newbie") + 700
+    assert [r["rank"] for r in result["ratings"][:5]] == sorted(r["rank"] for r in result["ratings"][:5])
+    assert result["method"]["centre_cap"] == [50]

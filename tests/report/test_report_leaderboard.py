@@ -90,10 +90,11 @@ def test_the_versions_are_on_the_board_best_first_with_their_intervals(page):
         "scale": 400,
         "offset": 1000,
         "anchor": "mean",
+        "centre_cap": [50],
         "ties": "a tie is half a win to each side",
         "bootstrap": 1000,
         "seed": 0,
-        "order": "group, then rank, then bootstrap median",
+        "order": "group, then rank, then bootstrap median; models of few battles last in their group, by rating",
         "annotator_kind": "any",
     }
     with open_sessions(url).begin() as session:  # the page says what `preflab leaderboard` says
@@ -172,3 +173,30 @@ def test_no_two_models_give_one_line_and_local_folders_are_cut(cli, db_url, tmp_
 def _lines(path: Path, lines: list[str]) -> Path:
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
+
+
+def test_groups_get_their_own_axes_and_few_battles_show_as_such(tmp_path):
+    """Two groups that never met, and a newcomer that lost its 3 battles: a panel each, an open end, no rank."""
+    from preflab.db.leaderboard.battles import from_labels
+    from preflab.db.leaderboard.board import LeaderboardConfig, rate
+    from preflab.report.leaderboard import forest_chart, section_of
+    from preflab.report.render import _environment
+
+    rng = np.random.default_rng(1)
+    games = [(x, y, "model_a" if rng.random() < 0.6 else "model_b") for x, y in [("p", "q"), ("q", "r")] * 40]
+    games += [(x, y, "model_a" if rng.random() < 0.5 else "model_b") for x, y in [("s", "t")] * 30]
+    games += [("newbie", "r", "model_b")] * 3
+    section = section_of(rate(from_labels(*zip(*games)), LeaderboardConfig(bootstrap=100)))
+    newbie = next(r for r in section["ratings"] if r["model"] == "newbie")
+    assert (newbie["rank"], newbie["lower"], newbie["interval"]) == (None, None, "exact")
+    svg = forest_chart(section)
+    assert svg.count("its own scale, not comparable with the others") == 2
+    assert "few battles" in svg and svg.count('id="axes_') == 2
+    html = (
+        _environment()
+        .get_template("leaderboard.html.j2")
+        .render(report={"leaderboard": section}, charts={"leaderboard": None})
+    )
+    text = " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    assert "– newbie" in text and "−∞ – " in text and "only 3 battles, all lost" in text
+    assert "not ranked (–) and counts for no one's rank" in text and "each on its own scale" in text

@@ -27,11 +27,15 @@ def test_models_that_never_met_and_a_model_that_never_lost_are_said():
     ]
     board = rate(battles(*games), LeaderboardConfig(bootstrap=50))
     assert any(
-        note.startswith("these groups of models never met") and "group 1: v, w, z | group 2: x, y" in note
+        note.startswith("these groups of models never met") and "group 1: v, z, w | group 2: x, y" in note
         for note in board.notes
     ), board.notes
     assert any(note.startswith("v won every battle") for note in board.notes)
-    assert all(np.isfinite([r.rating, r.lower, r.upper]).all() for r in board.ratings)
+    # every model has under 10 battles: each gets the exact test's interval and no rank, v no upper end
+    assert all(r.interval == "exact" and r.rank is None and r.few_battles for r in board.ratings)
+    v = board.ratings[0]
+    assert (v.model, v.few_battles, v.upper) == ("v", "only 2 battles, all won", None) and v.lower < v.rating
+    assert all(np.isfinite([r.rating, r.lower, r.upper]).all() for r in board.ratings[1:])
 
 
 def test_disconnected_groups_are_listed_group_by_group_each_ranked_within_itself():
@@ -42,15 +46,16 @@ def test_disconnected_groups_are_listed_group_by_group_each_ranked_within_itself
     """
     chain = [f"a{k}" for k in range(1, 9)]
     games = [game for x, y in itertools.pairwise(chain) for game in [(x, y, "model_a")] * 30 + [(y, x, "model_a")] * 10]
-    games += [("b1", "b2", "model_a")] * 3 + [("b2", "b1", "model_a")]
+    games += [("b1", "b2", "model_a")] * 9 + [("b2", "b1", "model_a")] * 3
     board = rate(battles(*games), LeaderboardConfig(bootstrap=100))
     rows = [(r.model, r.group, r.rank) for r in board.ratings]
     assert [m for m, _, _ in rows] == [*chain, "b1", "b2"]
     assert [(g, rank) for _, g, rank in rows] == sorted((g, rank) for _, g, rank in rows)
     assert [rank for m, _, rank in rows if m.startswith("b")] == [1, 1]
+    assert board.method["centre_cap"] == [50, 50]  # each group centred on its own mean
     median = {r.model: r.median for r in board.ratings}
     assert median["a4"] < median["b1"] < median["a3"]  # where a sort by median alone put it
-    assert board.method["order"] == "group, then rank, then bootstrap median"
+    assert board.method["order"].startswith("group, then rank, then bootstrap median; models of few battles last")
 
     from preflab.commands.leaderboard import leaderboard_text
 
