@@ -1,4 +1,5 @@
-"""Every agreement statistic `stats`, `annotators`, `stats --judges` and the report print, against the reference.
+"""Every agreement statistic `stats`, `annotators`, `stats --judges`, the report and the self-rewarding
+loop's report print, against the reference.
 
 A law over generated stores, on SQLite and on Postgres: rankings with ties and
 unranked candidates, by people and AI annotators, a person now and then ranking a
@@ -24,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from preflab.db.models import Annotator
+from preflab.db.models import Annotator, Prompt
 from preflab.db.quality.gold import read_gold, store_gold
 from tests.db.helpers import ranking_line, write_lines
 from tests.db.quality import reference as ref
@@ -60,7 +61,8 @@ class Worlds:
 
 
 def _tiers(rng: random.Random, items: list[int], least: int = 1) -> list[list[int]]:
-    kept = rng.sample(items, rng.randint(least, len(items)))
+    """Mostly every item ranked; now and then some left unranked; ties about one time in three."""
+    kept = rng.sample(items, len(items) if rng.random() < 0.6 else rng.randint(least, len(items)))
     out: list[list[int]] = []
     for item in kept:
         if out and rng.random() < 0.3:
@@ -254,6 +256,7 @@ def check_annotators(cli, worlds: Worlds, names: dict[str, str]) -> None:
 
 def check_judges(cli, sessions, worlds: Worlds) -> None:
     from preflab.report.judges import judges_section
+    from preflab.training.selfreward.report import judge_agreement
 
     want = expected_judges(worlds)
     rows = {r["name"]: r for r in json.loads(cli("stats", "--judges", "--json").stdout)["judges"]}
@@ -276,6 +279,12 @@ def check_judges(cli, sessions, worlds: Worlds) -> None:
         assert on_page["length_pairs"] == w["length_pairs"] and close(on_page["longer_wins"], w["longer_wins"])
         assert close(on_page["length_correlation"], w["length_correlation"]), (on_page, w)
         assert on_page["position_bias"] is None  # imported rankings keep no verdicts in both orders
+        # The self-rewarding loop's report measures its judge the same way.
+        with sessions() as s:
+            judge_id = s.scalar(select(Annotator.id).where(Annotator.name == judge))
+            loop = judge_agreement(s, judge_id, list(s.scalars(select(Prompt.id))))
+        assert (loop["prompts"], loop["shared_pairs"]) == (len(tally.prompts), tally.shared_pairs)
+        assert close(loop["pairwise_agreement"], tally.agreement) and close(loop["kendall_tau"], tally.tau)
 
 
 def test_every_agreement_statistic_equals_the_reference(cli, sessions, tmp_path):
@@ -293,6 +302,12 @@ def test_every_agreement_statistic_equals_the_reference(cli, sessions, tmp_path)
         check_judges(cli, sessions, worlds)
 
     grow()
+    # The examples were not trivial: people and judges shared prompts, with ties, unranked replies and gold.
+    groups, _ = expected_agreement(worlds)
+    judged = expected_judges(worlds)
+    assert all(g.shared_pairs for g in groups.values()) and worlds.gold
+    assert all(w["tally"].shared_pairs for w in judged.values())
+    assert any(len(tier) > 1 for r in worlds.rankings for tier in r.tiers)
 
 
 def test_the_reference_borda_is_exact():

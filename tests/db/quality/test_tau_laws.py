@@ -7,7 +7,7 @@ count the same pairs three ways; each must equal `tests/db/quality/reference.py`
 
 from __future__ import annotations
 
-from itertools import combinations
+from itertools import combinations, pairwise
 
 import numpy as np
 import pytest
@@ -85,3 +85,19 @@ def test_the_reports_kernel_is_scipys_tau_b_by_annotator_pair(rankings):
         mine = got[key].as_dict()
         assert (mine["ranking_pairs"], mine["shared_pairs"]) == (tally.ranking_pairs, tally.shared_pairs), key
         assert same(mine["pairwise_agreement"], tally.agreement) and same(mine["kendall_tau"], tally.tau), key
+
+
+@settings(max_examples=examples(100))
+@given(st.dictionaries(st.integers(0, 5), st.lists(tiers(), max_size=4), max_size=5))
+def test_active_selection_scores_disagreement_by_scipys_mean_tau_b(rankings):
+    """`ls push --select disagreement`: (1 − mean tau-b over every two rankings) / 2, best first."""
+    from preflab.labelling.active import pick_disagreement
+
+    want = {}
+    for pid, views in rankings.items():
+        taus = [t for a, b in combinations(views, 2) if (t := ref.tau_b(ref.scoring(a), ref.scoring(b))) is not None]
+        if taus:
+            want[pid] = (1 - sum(taus) / len(taus)) / 2
+    chosen = pick_disagreement(rankings, k=len(rankings))
+    assert {c.prompt_id: c.score for c in chosen} == pytest.approx(want)
+    assert all(a.score >= b.score for a, b in pairwise(chosen))
