@@ -61,11 +61,11 @@ def case_arrays(args) -> dict:
     rss = peak_rss_mb()
     cells = Cells(battles)
     r = fit_pairs(cells.pairs, *cells.pair_totals(np.bincount(cells.cell_of_battle).astype(float)))
-    timed, samples = {"warm": [], "cold": []}, {}
+    timed, samples, held = {"warm": [], "cold": []}, {}, None
     for _ in range(3):  # alternated, best of three: this machine is shared
         for name, begin in (("warm", r), ("cold", np.zeros_like(r))):
             start = time.perf_counter()
-            samples[name] = bootstrap_ratings(battles, args.rounds, 0, begin, cells=cells)
+            samples[name], held = bootstrap_ratings(battles, args.rounds, 0, begin, cells=cells)
             timed[name].append(time.perf_counter() - start)
     timed = {name: min(times) for name, times in timed.items()}
     return {
@@ -73,9 +73,12 @@ def case_arrays(args) -> dict:
         "peak_rss_mb": rss,
         "bootstrap_warm_s": timed["warm"],
         "bootstrap_cold_s": timed["cold"],
-        "warm_vs_cold_max_elo": float(400 * np.abs(samples["warm"] - samples["cold"]).max()),
+        # Where a sample holds the model: one it does not hold is left free there, whatever the start.
+        "warm_vs_cold_max_elo": float(400 * np.abs(samples["warm"] - samples["cold"])[held].max()),
         "top": board.ratings[0].model,
-        "widest_interval": max(x.upper - x.lower for x in board.ratings),
+        "widest_interval": max(
+            (x.upper - x.lower for x in board.ratings if x.upper is not None and x.lower is not None), default=None
+        ),
     }
 
 
