@@ -1,6 +1,7 @@
 """Served vLLM against in-process transformers: `generate` and `judge pairwise`, same model folder, same run.
 
 Usage: python bench/bench_engine_vllm.py [--prompts 64] [--candidates 4] [--max-new-tokens 64] [--pairs 500]
+                                         [--judge-candidates 4]
                                          [--only generate|judge] [--concurrency 64] [--batch-size 8]
                                          [--model smollm2-135m-instruct] [--api-base URL --served-model NAME]
                                          [--start-timeout 600] [--block-size 32]
@@ -222,6 +223,9 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=4, help="generate: samples per prompt")
     parser.add_argument("--max-new-tokens", type=int, default=64, help="generate: longest sample")
     parser.add_argument("--pairs", type=int, default=500, help="judge pairwise: pairs (rounded up to whole prompts)")
+    parser.add_argument(
+        "--judge-candidates", type=int, default=JUDGE_CANDIDATES, help="judge pairwise: candidates per prompt"
+    )
     parser.add_argument("--only", choices=("generate", "judge"), help="run one of the two")
     parser.add_argument("--concurrency", type=int, default=64, help="served: requests in flight")
     parser.add_argument(
@@ -247,7 +251,8 @@ def main() -> None:
     model_dir = Path(resolve_model_path(args.model))
     workdir = Path(tempfile.mkdtemp(prefix="bench-engine-vllm-"))
     pool = sample_pool()
-    texts, records = [t for _, t in prompt_variants(list(pool), args.prompts)], judge_records(pool, args.pairs)
+    texts = [t for _, t in prompt_variants(list(pool), args.prompts)]
+    records = judge_records(pool, args.pairs, candidates=args.judge_candidates)
     print(
         f"model folder {model_dir}; {os.cpu_count()} cores, torch {torch.__version__} "
         f"({torch.get_num_threads()} threads); stores under {workdir}"
@@ -293,7 +298,7 @@ def main() -> None:
         if args.only in (None, "judge"):
             pairs = sum(math.comb(len(r["responses"]), 2) for r in records)
             print(
-                f"\njudge pairwise: {len(records)} prompts x {JUDGE_CANDIDATES} candidates = {pairs:,} pairs, "
+                f"\njudge pairwise: {len(records)} prompts x {args.judge_candidates} candidates = {pairs:,} pairs, "
                 f"each in both orders",
                 flush=True,
             )

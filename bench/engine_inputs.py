@@ -46,15 +46,18 @@ def prompt_variants(bases: list[str], n: int) -> list[tuple[str, str]]:
     return out
 
 
-def judge_records(pool: dict[str, list[str]], pairs: int, seed: int = 0) -> list[dict]:
-    """Enough prompts of 4 candidates for `pairs` pairs: a prompt's own responses first, topped up from others'."""
+def judge_records(
+    pool: dict[str, list[str]], pairs: int, seed: int = 0, candidates: int = JUDGE_CANDIDATES
+) -> list[dict]:
+    """Enough prompts of `candidates` candidates for `pairs` pairs: a prompt's own responses first, topped up from
+    others'."""
     rng = random.Random(seed)
     every = [r for responses in pool.values() for r in responses]
     bases = sorted(pool, key=lambda p: -len(pool[p]))  # the prompts with responses of their own first
     records = []
-    for base, text in prompt_variants(bases, math.ceil(pairs / math.comb(JUDGE_CANDIDATES, 2))):
-        own = list(pool[base][:JUDGE_CANDIDATES])
-        while len(own) < JUDGE_CANDIDATES:
+    for base, text in prompt_variants(bases, math.ceil(pairs / math.comb(candidates, 2))):
+        own = list(pool[base][:candidates])
+        while len(own) < candidates:
             pick = rng.choice(every)
             if pick not in own:
                 own.append(pick)

@@ -58,6 +58,8 @@ BENCHES: dict[str, str] = {
     "bench_store_floor": "--rankings 200",
     "bench_bon": "--samples 200 --replicates 10",
 }
+# bench_engine_vllm.py's, beside the session's server: one prompt and one pair each way.
+VLLM_SIZE = "--prompts 1 --candidates 1 --max-new-tokens 4 --pairs 1 --judge-candidates 2 --concurrency 4"
 # These load or train transformer models (tiny ones).
 MODELS = {
     "bench_dpo_first_step",
@@ -166,7 +168,7 @@ def test_bench_store_runs_on_postgres_too(bench_runs):
 def test_the_vllm_bench_completes_on_the_sessions_server(vllm_server, tmp_path):
     """Served generation and pairwise judging against the in-process engine, on the session's vLLM server."""
     args = ["--api-base", vllm_server.url, "--served-model", vllm_server.model, "--model", str(vllm_server.model_dir)]
-    args += ["--prompts", "1", "--candidates", "1", "--max-new-tokens", "4", "--pairs", "1", "--concurrency", "4"]
+    args += VLLM_SIZE.split()
     report = check("bench_engine_vllm", run_bench("bench_engine_vllm", args, tmp_path))
     assert set(report["ratios"]) == {"generate", "judge pairwise"}
 
