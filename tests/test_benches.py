@@ -124,21 +124,36 @@ def _selected(request) -> list[str]:
     return [name for name in BENCHES if name in wanted]
 
 
+class Runs:
+    """Benches started two at a time, each in a folder of its own under `base`."""
+
+    def __init__(self, base: Path, tiny: Path):
+        self.base, self.tiny = base, tiny
+        self.pool = ThreadPoolExecutor(max_workers=WORKERS)
+        self.futures: dict[str, Future] = {}
+
+    def start(self, name: str) -> None:
+        if name not in self.futures:
+            workdir = self.base / name
+            args = BENCHES[name].replace("{tmp}", str(workdir)).replace(TINY_MODEL, str(self.tiny)).split()
+            self.futures[name] = self.pool.submit(run_bench, name, args, workdir)
+
+    def result(self, name: str) -> dict:
+        self.start(name)
+        return self.futures[name].result()
+
+
 @pytest.fixture(scope="module")
-def bench_runs(request, tmp_path_factory) -> dict[str, Future]:
-    """Every selected bench started, two at a time, in its own folder; name -> its future result."""
+def bench_runs(request, tmp_path_factory) -> Runs:
+    """Every bench this session's tests ask for, started at once (two at a time), the longest first."""
     from tests.tiny_models import tiny_causal_lm
 
     base = tmp_path_factory.mktemp("benches")
-    tiny = tiny_causal_lm(base / "tiny-model")
-    pool = ThreadPoolExecutor(max_workers=WORKERS)
-    runs = {}
+    runs = Runs(base, tiny_causal_lm(base / "tiny-model"))
     for name in _selected(request):
-        workdir = base / name
-        args = BENCHES[name].replace("{tmp}", str(workdir)).replace(TINY_MODEL, str(tiny)).split()
-        runs[name] = pool.submit(run_bench, name, args, workdir)
+        runs.start(name)
     yield runs
-    pool.shutdown(wait=True, cancel_futures=True)
+    runs.pool.shutdown(wait=True, cancel_futures=True)
 
 
 def check(name: str, result: dict) -> dict:
@@ -152,14 +167,14 @@ def check(name: str, result: dict) -> dict:
     "name", [pytest.param(name, marks=[pytest.mark.slow] if name in MODELS else []) for name in BENCHES]
 )
 def test_the_bench_completes_and_prints_its_json(name, bench_runs):
-    report = check(name, bench_runs[name].result())
+    report = check(name, bench_runs.result(name))
     if name == "bench_dpo_gpu" and report.get("dry_run"):  # no CUDA here: said so, nothing measured
         assert report["measured"] is False and set(report["settings"]) == {"trl-default", "preflab"}
 
 
 def test_bench_store_runs_on_postgres_too(bench_runs):
     """The run that stopped with time_bulk_calls' AssertionError: both databases are in its JSON."""
-    report = check("bench_store", bench_runs["bench_store"].result())
+    report = check("bench_store", bench_runs.result("bench_store"))
     assert {"peer", "sqlite", "postgres"} <= set(report)
     assert report["postgres"]["core"][0]["import"]["rankings"] == 200
 
