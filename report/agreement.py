@@ -28,7 +28,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from preflab.db.models import Annotator, Prompt, Ranking, RankingItem, RankingStatus
-from preflab.report.privacy import excerpt
+from preflab.report.privacy import annotator_label, excerpt
 
 CATEGORIES = ("all", "human-human", "human-ai", "ai-ai")
 HEATMAP_ANNOTATORS = 24  # the most active annotators the heatmap shows (a larger grid is unreadable)
@@ -215,7 +215,7 @@ def compare_block(items: np.ndarray) -> tuple[dict[int, Tally], np.ndarray, np.n
 
 
 def _annotators(session: Session) -> dict[int, dict[str, Any]]:
-    """Every annotator's kind, public label and number of valid rankings (never its name)."""
+    """Every annotator's kind, public label and number of valid rankings (never a person's name)."""
     rankings = dict(
         session.execute(
             select(Ranking.annotator_id, func.count())
@@ -224,10 +224,11 @@ def _annotators(session: Session) -> dict[int, dict[str, Any]]:
         ).all()
     )
     out = {}
-    for aid, kind, pseudonym, judge_kind in session.execute(
-        select(Annotator.id, Annotator.kind, Annotator.pseudonym, Annotator.judge_kind)
+    for aid, kind, pseudonym, name in session.execute(
+        select(Annotator.id, Annotator.kind, Annotator.pseudonym, Annotator.name)
     ):
-        label = pseudonym if kind == "human" or not judge_kind else f"{pseudonym} ({judge_kind})"
+        # People by pseudonym; an AI annotator by its name (`privacy.annotator_label`), which says its kind.
+        label = annotator_label(kind, name, pseudonym)
         out[aid] = {"kind": kind, "label": label, "pseudonym": pseudonym, "rankings": rankings.get(aid, 0)}
     return out
 

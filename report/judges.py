@@ -3,11 +3,12 @@
 The measures are `preflab.labelling.judges.report.judge_report`'s, with the
 interval of agreement with people and the position bias of
 `preflab.labelling.judges.trust` (`preflab stats --judges`); this module only
-relabels them for the page (the stored pseudonym, as `stats --judges` and the
-exports name the judge, and its judge kind, never its configuration or import
-name), leaves out judges that ranked nothing and orders them as `stats --judges`
-does: which judge to trust first. Every AI annotator is a judge here, imported
-ones too (kind "import": GPT-4's UltraFeedback ratings beside the team's people).
+relabels them for the page (the judge's name, as `stats --judges` names it, with local
+folders dropped: `privacy.ai_label`; a judge is no person, so no pseudonym hides it, and
+the four UltraFeedback score fields are four judges a reader can tell apart), leaves out
+judges that ranked nothing and orders them as `stats --judges` does: which judge to trust
+first. Every AI annotator is a judge here, imported ones too (kind "import": GPT-4's
+UltraFeedback ratings beside the team's people).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from sqlalchemy.orm import Session
 from preflab.db.models import Annotator
 from preflab.labelling.judges.report import judge_report
 from preflab.labelling.judges.trust import trust_rows
-from preflab.report.privacy import model_label
+from preflab.report.privacy import ai_label, judge_model_label
 
 MEASURES = ("swap_consistency", "first_position_rate", "longer_wins", "length_correlation", "parse_failure_rate")
 # Measures `judge_report` gives where the judges record them (newer judges); shown when any judge has one.
@@ -45,12 +46,12 @@ def judges_section(session: Session) -> list[dict[str, Any]]:
         agreement = row["human_agreement"]
         # A reward model is named by its model version where the judge recorded it (best-of-n does); an import
         # with no model by where it came from ("import:ultrafeedback"), as the Data section names sources.
-        model = configs[row["annotator_id"]].get("model_version") or model_label(
+        model = configs[row["annotator_id"]].get("model_version") or judge_model_label(
             row["model"] or (row["source"] if row["imported"] else None)
         )
         out.append(
             {
-                "judge": t["judge"],
+                "judge": ai_label(t["judge"]),
                 "kind": row["kind"],
                 "imported": row["imported"],
                 "model": model,

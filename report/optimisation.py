@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, aliased
 from preflab.db.models import Annotator, Ranking, RankingStatus, SelfRewardIteration
 from preflab.errors import InputError
 from preflab.report.charts import SOURCE_COLOURS, _figure, _styled, to_svg
-from preflab.report.privacy import model_label
+from preflab.report.privacy import ai_label, model_label
 from preflab.training.bestofn.estimator import estimate
 from preflab.training.bestofn.sample import SOURCE as BON_SOURCE
 from preflab.training.bestofn.sources import HUMAN, db_groups
@@ -72,10 +72,10 @@ def bon_curves(session: Session) -> list[dict[str, Any]]:
             truth = None
         largest = max(proxy.size for _, proxy, _ in groups)
         result = estimate([(proxy, true) for _, proxy, true in groups], _ns(largest))
-        label = (annotator.config or {}).get("model_version") or annotator.pseudonym
+        version = (annotator.config or {}).get("model_version")
         out.append(
             {
-                "reward_model": model_label(label),
+                "reward_model": model_label(version) if version else ai_label(annotator.name),
                 "prompts": summary.prompts,
                 "samples": summary.samples,
                 "draws_per_prompt": largest,

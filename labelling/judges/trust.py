@@ -15,8 +15,9 @@ Every AI annotator is a judge here, those whose rankings were imported too
 prompts both ranked, like the judges preflab ran. One that shares no prompt with
 people is listed, with no agreement (shared_prompts 0). Imported rankings keep no
 verdicts in both orders, so their position bias is None too ("imported": True says why).
-Each judge is named by its stored pseudonym (`judge`), the one exports and the
-report use; "name" is what it was configured or imported as.
+Each judge is named by its name (`judge`: `judge:pairwise:<run>:openai:judge-b` for a judge preflab ran,
+`openbmb/UltraFeedback:overall_score` for an import), the name `ls predict --judge` and `serve --judge` take:
+pseudonyms protect people, and a judge is none. Its stored pseudonym (`pseudonym`) is the one exports use.
 
 The measures are `judge_report`'s (`preflab.labelling.judges.report`); the rows
 come ordered by which judge to trust first: the lower bound of the interval,
@@ -88,8 +89,9 @@ def trust_rows(
         low, high = bounds or (None, None)
         rows.append(
             {
-                "judge": judge["pseudonym"],
+                "judge": judge["judge"],
                 "name": judge["judge"],
+                "pseudonym": judge["pseudonym"],
                 "annotator_id": judge["annotator_id"],
                 "kind": judge["kind"],
                 "imported": judge["imported"],

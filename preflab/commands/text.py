@@ -37,12 +37,41 @@ def stats_text(report: dict) -> str:
             f"agreement {name}: {a['ranking_pairs']:,} ranking pairs, {a['shared_pairs']:,} shared pairs,"
             f" pairwise agreement {rate}, Kendall tau-b {tau}"
         )
-    for model, used in report.get("engine", {}).items():
+    spend = report.get("spend") or {"by_model": report.get("engine", {}), "by_judge": [], "by_generator": []}
+    for model, used in spend["by_model"].items():
         lines.append(
             f"engine {model}: {used['answers']:,} answers stored ({used['quarantined']:,} quarantined),"
-            f" {used['tokens_in']:,} tokens in, {used['tokens_out']:,} out"
+            f" {used['tokens_in']:,} tokens in, {used['tokens_out']:,} out{_paid(used)}"
         )
+    if spend["by_model"] and "total" in spend:
+        total = spend["total"]
+        costs = " + ".join(f"{cost:,.4f} {currency}" for currency, cost in sorted(total["cost"].items()))
+        lines.append(
+            f"spent on model servers: {total['tokens_in']:,} tokens in, {total['tokens_out']:,} out"
+            + (f", cost {costs}" if costs else "")
+            + (
+                f" ({plural(total['unpriced_models'], 'served model')} with no price given)"
+                if total["unpriced_models"]
+                else ""
+            )
+        )
+    for title, rows in (("judge", spend["by_judge"]), ("generator", spend["by_generator"])):
+        for row in rows:
+            lines.append(
+                f"  by {title} {row['name']}{' (a panel: its members’ own)' if row['panel'] else ''}: "
+                f"{plural(row['runs'], 'run')}, {row['requests']:,} requests ({row['cache_hits']:,} answered from the "
+                f"store), {row['tokens_in']:,} tokens in, {row['tokens_out']:,} out{_paid(row)}"
+            )
     return "\n".join(lines)
+
+
+def _paid(row: dict) -> str:
+    """`, cost 0.0300 USD`; where no price was given `, no price given`; where runs gave several, says so."""
+    if row.get("cost") is not None and row.get("currency"):
+        return f", cost {row['cost']:,.4f} {row['currency']}"
+    if row.get("prices"):
+        return f", no cost: its runs gave {len(row['prices'])} different prices"
+    return ", no price given (--price-in, --price-out)" if "cost" in row else ""
 
 
 def quality_text(qualities: list[AnnotatorQuality]) -> str:
@@ -117,9 +146,10 @@ def dataset_summary(summary: dict[str, Any]) -> str:
     )
 
 
-def _tail(text: str | None, width: int) -> str:
+def _head(text: str | None, width: int) -> str:
+    """`text` in `width` characters, cut from the right: a label's start says what it is."""
     text = text or "—"
-    return text if len(text) <= width else "…" + text[-(width - 1) :]
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _cost(value: float | None) -> str:
@@ -143,8 +173,8 @@ def judges_text(trust: dict[str, Any]) -> str:
         f"which judge to trust, first the highest lower bound of agreement with people "
         f"({boot['level']:.0%} interval: {boot['rounds']:,} bootstrap resamples of the shared prompts, "
         f"seed {boot['seed']})",
-        f"{'judge':<16} {'kind':<20} {'model':<28} {'prompts':>7} {'pairs':>7}  {'agreement [interval]':<20}"
-        f" {'tau-b':>6} {'$/1k pairs':>10} {'pairs/s':>8}  position bias",
+        f"{'kind':<20} {'prompts':>7} {'pairs':>7}  {'agreement [interval]':<22} {'tau-b':>6} {'$/1k pairs':>10}"
+        f" {'pairs/s':>8}  {'position bias':<30}  judge",
     ]
     for r in rows:
         kind = f"{r['kind']} ({r['method']})" if r["method"] else r["kind"]
@@ -164,10 +194,12 @@ def judges_text(trust: dict[str, Any]) -> str:
             if r["position_bias"] is None
             else f"{num(r['position_bias'])} (first {num(r['position_first'])}, second {num(r['position_second'])})"
         )
+        # The judge's name last and whole (a panel's names its members): what `ls predict --judge` takes.
+        source = f" ({r['source']})" if r.get("imported") and r.get("source") else ""
         lines.append(
-            f"{_tail(r['judge'], 16):<16} {_tail(kind, 20):<20} {_tail(r['model'] or r.get('source'), 28):<28} "
-            f"{r['shared_prompts']:>7,} {r['shared_pairs']:>7,}  {agreement:<20} {num(r['kendall_tau']):>6} "
-            f"{_cost(r.get('cost_per_1000_pairs')):>10} {_rate(r.get('pairs_per_s')):>8}  {bias}"
+            f"{_head(kind, 20):<20} {r['shared_prompts']:>7,} {r['shared_pairs']:>7,}  {agreement:<22} "
+            f"{num(r['kendall_tau']):>6} {_cost(r.get('cost_per_1000_pairs')):>10} {_rate(r.get('pairs_per_s')):>8}  "
+            f"{bias:<30}  {r['judge']}{source}"
         )
     lines.append(
         "position bias: the share of pairs judged in both orders whose verdict followed the position "

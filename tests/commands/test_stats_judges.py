@@ -26,9 +26,14 @@ def test_stats_judges_prints_the_judges_best_first(cli, sessions, tmp_path):
 
     lines = cli("stats", "--judges").stdout.splitlines()
     assert lines[0].startswith("which judge to trust") and "seed 0" in lines[0]
-    assert lines[1].split()[:3] == ["judge", "kind", "model"]
+    assert lines[1].split()[:3] == ["kind", "prompts", "pairs"] and lines[1].split()[-1] == "judge"
     rows = lines[2:6]
-    assert [row.split()[1] for row in rows] == ["likelihood", "score", "pairwise", "pairwise"]
+    assert [row.split()[0] for row in rows] == ["likelihood", "score", "pairwise", "pairwise"]
+    # Each judge by its whole name, last on its line: the name `ls predict --judge` takes, never a pseudonym.
+    assert (
+        [row.split()[-1] for row in rows] == [r["judge"] for r in out["judges"]] == [r["name"] for r in out["judges"]]
+    )
+    assert oracle["judge"].startswith("judge:likelihood:") and oracle["judge"].endswith(":test/oracle")
     assert "1.00 [1.00, 1.00]" in rows[0] and "n/a (scores each reply alone)" in rows[0]
     noisy = out["judges"][1]
     assert f"0.67 [{noisy['agreement_low']:.2f}, {noisy['agreement_high']:.2f}]" in rows[1]
@@ -158,7 +163,9 @@ def _imported_store(cli, sessions, tmp_path) -> dict[str, tuple[int, str, str]]:
         }
 
 
-def test_imported_gpt4_ratings_are_judged_against_people_under_one_pseudonym(cli, sessions, tmp_path):
+def test_imported_ai_judges_show_their_names_and_people_keep_pseudonyms(cli, sessions, tmp_path):
+    """GPT-4's UltraFeedback ratings beside the team's people: the judges by name (the four score fields could
+    not be told apart by pseudonym), the people by pseudonym everywhere."""
     import re
 
     annotators = _imported_store(cli, sessions, tmp_path)
@@ -166,12 +173,13 @@ def test_imported_gpt4_ratings_are_judged_against_people_under_one_pseudonym(cli
         annotators["import:ultrafeedback"],
         annotators["import:nectar"],
     )
+    assert (uf_name, nectar_name) == ("openbmb/UltraFeedback:overall_score", "nectar-gpt-4")
     shared = len(TOPICS)
 
     out = json.loads(cli("stats", "--judges", "--json").stdout)["judges"]
     assert [r["annotator_id"] for r in out] == [uf_id, nectar_id]  # the one with an interval first
     gpt4, nectar = out
-    assert (gpt4["judge"], gpt4["kind"], gpt4["imported"]) == (uf_pseudonym, "import", True)
+    assert (gpt4["judge"], gpt4["pseudonym"], gpt4["kind"], gpt4["imported"]) == (uf_name, uf_pseudonym, "import", True)
     assert (gpt4["shared_prompts"], gpt4["shared_pairs"]) == (shared, 2 * 3 * shared)  # two people, three pairs each
     assert gpt4["agreement"] == (2 * 3 * shared - 3 * len(REVERSED_BY_BOB)) / (2 * 3 * shared)  # 42 of 48 pairs
     assert gpt4["agreement_low"] < gpt4["agreement"] <= gpt4["agreement_high"]
@@ -180,24 +188,26 @@ def test_imported_gpt4_ratings_are_judged_against_people_under_one_pseudonym(cli
     assert (gpt4["model"], gpt4["source"], nectar["source"]) == (None, "import:ultrafeedback", "import:nectar")
     # A judge that shares no prompt with people is listed, with that said: no agreement, no interval.
     assert (nectar["judge"], nectar["shared_prompts"], nectar["agreement"], nectar["agreement_low"]) == (
-        nectar_pseudonym,
+        nectar_name,
         0,
         None,
         None,
     )
 
     lines = cli("stats", "--judges").stdout.splitlines()
-    rows = {line.split()[0]: line for line in lines[2:4]}
-    assert set(rows) == {uf_pseudonym, nectar_pseudonym}  # the stored pseudonym, as the report and exports show it
-    assert rows[uf_pseudonym].split()[1:3] == ["import", "import:ultrafeedback"]  # where it came from, for a model
-    assert f"0.88 [{gpt4['agreement_low']:.2f}, {gpt4['agreement_high']:.2f}]" in rows[uf_pseudonym]
-    assert "n/a (imported: not recorded)" in rows[uf_pseudonym]
-    assert "n/a (no prompt shared)" in rows[nectar_pseudonym]
+    rows = {line.split("  ")[-1]: line for line in lines[2:4]}
+    assert set(rows) == {f"{uf_name} (import:ultrafeedback)", f"{nectar_name} (import:nectar)"}
+    uf_row = rows[f"{uf_name} (import:ultrafeedback)"]
+    assert uf_row.split()[0] == "import"
+    assert f"0.88 [{gpt4['agreement_low']:.2f}, {gpt4['agreement_high']:.2f}]" in uf_row
+    assert "n/a (imported: not recorded)" in uf_row
+    assert "n/a (no prompt shared)" in rows[f"{nectar_name} (import:nectar)"]
+    assert uf_pseudonym not in cli("stats", "--judges").stdout
 
     page = tmp_path / "report.html"
     report = json.loads(cli("report", page, "--json").stdout)
     assert "judges" in report["sections"]
-    assert [j["judge"] for j in report["judges"]] == [uf_pseudonym, nectar_pseudonym]
+    assert [j["judge"] for j in report["judges"]] == [uf_name, nectar_name]
     judge = report["judges"][0]
     assert (judge["kind"], judge["model"], judge["imported"]) == ("import", "import:ultrafeedback", True)
     assert (judge["human_agreement"], judge["human_agreement_low"], judge["human_agreement_high"]) == (
@@ -208,10 +218,44 @@ def test_imported_gpt4_ratings_are_judged_against_people_under_one_pseudonym(cli
     html = page.read_text(encoding="utf-8")
     table = html.split('<table class="trust">')[1].split("</table>")[0]
     cells = dict(re.findall(r"<tr><td class=\"id\">([^<]+)</td>(.*?)</tr>", table, flags=re.S))
-    assert list(cells) == [uf_pseudonym, nectar_pseudonym]
-    assert f"0.88 <small>[{gpt4['agreement_low']:.2f}, {gpt4['agreement_high']:.2f}]</small>" in cells[uf_pseudonym]
-    assert "n/a <small>(imported)</small>" in cells[uf_pseudonym]
-    assert "(no prompt shared with people)" in cells[nectar_pseudonym]
-    # The page names judges and people by pseudonym only: no import name, no email.
-    for private in (uf_name, nectar_name, EMAIL, "alice"):
+    assert list(cells) == [uf_name, nectar_name]
+    assert f"0.88 <small>[{gpt4['agreement_low']:.2f}, {gpt4['agreement_high']:.2f}]</small>" in cells[uf_name]
+    assert "n/a <small>(imported)</small>" in cells[uf_name]
+    assert "(no prompt shared with people)" in cells[nectar_name]
+    # People appear by pseudonym only: no person's name, no email; the judges' pseudonyms are not needed.
+    for private in (EMAIL, "alice", uf_pseudonym, nectar_pseudonym):
         assert not re.search(rf"(?<![\w-]){re.escape(private)}(?![\w-])", html), private
+    with sessions.begin() as session:
+        from sqlalchemy import select
+
+        from preflab.db.models import Annotator
+
+        people = list(session.scalars(select(Annotator.pseudonym).where(Annotator.kind == "human")))
+    assert len(people) == 2 and all(p in html for p in people)  # the agreement section names them so
+
+
+def test_a_panel_is_named_whole_and_cut_from_the_right_where_it_must_be_cut():
+    """The panel's members are all named: a judge's name is never cut from the left (`…enai:judge-b+…`)."""
+    from preflab.commands.text import judges_text
+    from preflab.report.privacy import ai_label
+
+    name = "judge:pairwise:0123456789abcdef:panel:openai:judge-a+openai:judge-b+/home/alice/models/judge-c"
+    row = {
+        "judge": name,
+        "kind": "pairwise",
+        "method": None,
+        "imported": False,
+        "shared_prompts": 0,
+        "shared_pairs": 0,
+        "agreement": None,
+        "agreement_low": None,
+        "agreement_high": None,
+        "kendall_tau": None,
+        "position_bias": 0.25,
+        "position_first": 0.25,
+        "position_second": 0.0,
+    }
+    text = judges_text({"judges": [row], "bootstrap": {"level": 0.95, "rounds": 1000, "seed": 0}})
+    assert text.splitlines()[2].endswith("  " + name)
+    # On the page, a member's local folders are dropped, as any model's are; the rest is whole.
+    assert ai_label(name) == "judge:pairwise:0123456789abcdef:panel:openai:judge-a+openai:judge-b+judge-c"

@@ -82,8 +82,10 @@ def test_every_section_reads_what_the_store_holds(page, full_store):
     assert agreement["human-human"]["ranking_pairs"] > 0 and agreement["human-ai"]["ranking_pairs"] > 0
     assert agreement["ai-ai"]["ranking_pairs"] > 0
     heatmap = report["agreement"]["heatmap"]
+    # People by pseudonym; an AI annotator, no person, by its name (never its pseudonym).
     assert set(heatmap["kinds"]) == {"human", "ai"} and all(
-        label.startswith(("human-", "ai-")) for label in heatmap["labels"]
+        label.startswith("human-") if kind == "human" else not label.startswith("ai-")
+        for label, kind in zip(heatmap["labels"], heatmap["kinds"])
     )
     # Several people: the annotator table, one row per person by pseudonym (no judge), as `preflab annotators`.
     with full_store.sessions.begin() as session:
@@ -184,7 +186,8 @@ def test_rankings_alone_give_data_and_agreement_as_stats_counts_it(cli, db_url, 
 
 
 def test_the_judges_section_says_which_judge_to_trust_first(cli, sessions, tmp_path):
-    """The `stats --judges` table on the page: by pseudonym, in the same order, with intervals and position bias."""
+    """The `stats --judges` table on the page: each judge by its name, in the same order, with intervals and
+    position bias; people by pseudonym only."""
     from tests.labelling.judges.test_trust import judged_store
 
     ids = judged_store(cli, sessions, tmp_path)
@@ -192,11 +195,12 @@ def test_the_judges_section_says_which_judge_to_trust_first(cli, sessions, tmp_p
     report = json.loads(cli("report", out, "--json").stdout)
     stats = json.loads(cli("stats", "--judges", "--json").stdout)["judges"]
     with sessions.begin() as session:
-        pseudonyms = dict(session.execute(select(Annotator.id, Annotator.pseudonym)).all())
-        names = list(session.scalars(select(Annotator.name).where(Annotator.kind == "ai")))
-    order = [pseudonyms[ids[name]] for name in ("oracle", "noisy", "always-first", "always-second")]
+        names = dict(session.execute(select(Annotator.id, Annotator.name).where(Annotator.kind == "ai")).all())
+        people = list(session.scalars(select(Annotator.name).where(Annotator.kind == "human")))
+    order = [names[ids[name]] for name in ("oracle", "noisy", "always-first", "always-second")]
     judges = report["judges"]
-    assert [j["judge"] for j in judges] == order == [pseudonyms[r["annotator_id"]] for r in stats]
+    assert [j["judge"] for j in judges] == order == [r["judge"] for r in stats]
+    assert order[0].startswith("judge:likelihood:") and order[0].endswith(":test/oracle")
     for row, same in zip(judges, stats):
         assert (row["human_agreement_low"], row["human_agreement_high"], row["position_bias"]) == (
             same["agreement_low"],
@@ -214,4 +218,4 @@ def test_the_judges_section_says_which_judge_to_trust_first(cli, sessions, tmp_p
     low, high = noisy["human_agreement_low"], noisy["human_agreement_high"]
     assert f"0.67 <small>[{low:.2f}, {high:.2f}]</small>" in rows[1][1]
     assert "(no pair both ranked)" in rows[2][1] and "1.00 <small>(first 1.00, second 0.00)</small>" in rows[2][1]
-    assert not [name for name in names if name in html]  # judges by pseudonym only, as everywhere on the page
+    assert people and not [name for name in people if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", html)]
