@@ -105,6 +105,107 @@ def engine_usage(session: Session) -> dict[str, dict[str, int]]:
     }
 
 
+# The engine stats that add up over runs (what a judge's or a generator's runs asked and cost, all together).
+ENGINE_SUMS = (
+    "requests",
+    "cache_hits",
+    "tokens_in",
+    "tokens_out",
+    "retries",
+    "errors",
+    "quarantined",
+    "seconds",
+    "cost",
+)
+# What the last run said about its prices, kept beside the sums.
+PRICES = ("engine", "model", "price_in", "price_out", "currency")
+
+
+def added_stats(total: dict[str, Any] | None, stats: dict[str, Any], replace: bool = False) -> dict[str, Any]:
+    """A run's engine stats (`EngineStats.as_dict`, with its currency) added to the sums of the runs before it
+    (`replace`: `stats` are the sums already); the run's prices and currency kept beside them."""
+    out = {} if replace or not total else dict(total)
+    for name in ENGINE_SUMS:
+        out[name] = round((out.get(name) or 0) + (stats.get(name) or 0), 6)
+    out["runs"] = int(stats.get("runs") or 0) if replace else int(out.get("runs") or 0) + 1
+    out.update({name: stats[name] for name in PRICES if name in stats})
+    return out
+
+
+def _priced(stats: dict[str, Any]) -> tuple[float, float, str] | None:
+    """(price in, price out, currency) of a run on a server that was given a price; None: no price given."""
+    if stats.get("engine") != "openai" or not (stats.get("price_in") or stats.get("price_out")):
+        return None
+    return float(stats.get("price_in") or 0), float(stats.get("price_out") or 0), stats.get("currency") or "USD"
+
+
+def spend(session: Session) -> dict[str, Any]:
+    """What model servers were paid, in the currency the prices were given in (`preflab stats`).
+
+    - by served model: the stored answers' tokens (each paid once, whichever run asked first) at the price
+      the runs on that model were given (`--price-in`, `--price-out`, `--currency`); no cost where no run
+      gave one, nor where runs gave different prices (`prices` lists them);
+    - by judge: what each judge's runs sent and cost at their own prices (a panel's is its members', so it
+      is marked and left out of the totals), by the judge's name;
+    - by generator: the same for `generate` on a server, by served model;
+    - total: the served models' tokens and costs, one cost per currency.
+    """
+    from preflab.db.models import Annotator, ModelVersion
+
+    judges = [
+        (name, config["engine"])
+        for name, config in session.execute(
+            select(Annotator.name, Annotator.config).where(Annotator.kind == "ai").order_by(Annotator.id)
+        )
+        if isinstance(config, dict) and isinstance(config.get("engine"), dict)
+    ]
+    generators = [
+        (name, metrics["engine"])
+        for name, metrics in session.execute(select(ModelVersion.name, ModelVersion.metrics).order_by(ModelVersion.id))
+        if isinstance(metrics, dict) and isinstance(metrics.get("engine"), dict)
+    ]
+    prices: dict[str, set[tuple[float, float, str]]] = {}
+    for _, stats in judges + generators:
+        price = _priced(stats)
+        if price is not None:
+            prices.setdefault(str(stats.get("model")), set()).add(price)
+    by_model: dict[str, dict[str, Any]] = {}
+    total: dict[str, Any] = {"tokens_in": 0, "tokens_out": 0, "cost": {}, "unpriced_models": 0}
+    for model, used in engine_usage(session).items():
+        given = sorted(prices.get(model, ()))
+        row: dict[str, Any] = {**used, "cost": None, "currency": None, "price_in": None, "price_out": None}
+        if len(given) == 1:
+            (price_in, price_out, currency) = given[0]
+            cost = round((used["tokens_in"] * price_in + used["tokens_out"] * price_out) / 1e6, 6)
+            row.update(cost=cost, currency=currency, price_in=price_in, price_out=price_out)
+            total["cost"][currency] = round(total["cost"].get(currency, 0.0) + cost, 6)
+        else:
+            total["unpriced_models"] += 1
+            if given:
+                row["prices"] = [{"price_in": a, "price_out": b, "currency": c} for a, b, c in given]
+        total["tokens_in"] += used["tokens_in"]
+        total["tokens_out"] += used["tokens_out"]
+        by_model[model] = row
+
+    def ran(name: str, stats: dict[str, Any]) -> dict[str, Any]:
+        price = _priced(stats)
+        return {
+            "name": name,
+            "model": stats.get("model"),
+            "panel": stats.get("engine") == "panel",
+            **{key: stats.get(key) or 0 for key in ("runs", "requests", "cache_hits", "tokens_in", "tokens_out")},
+            "cost": stats.get("cost") if price is not None or stats.get("engine") == "panel" else None,
+            "currency": price[2] if price is not None else stats.get("currency"),
+        }
+
+    return {
+        "by_model": by_model,
+        "by_judge": [ran(name, stats) for name, stats in judges],
+        "by_generator": [ran(name, stats) for name, stats in generators],
+        "total": total,
+    }
+
+
 class AnswerWriter:
     """Answers handed over from any thread, committed by one thread in small transactions.
 

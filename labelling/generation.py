@@ -36,7 +36,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.db.conversation import Messages, compact, stored_prompt
-from preflab.db.models import Candidate, Prompt
+from preflab.db.models import Candidate, ModelVersion, Prompt
+from preflab.db.requests import added_stats
 from preflab.db.store import chunks, content_hash, ensure_candidates
 from preflab.errors import ConfigError
 from preflab.labelling.selection import PromptSelection, prompts_from_file, selected_prompt_ids
@@ -192,6 +193,8 @@ def generate_with(
     reasons: Counter[str] = Counter()
     with sessions.begin() as session:
         todo = prompts_needing(session, model_name, config.n, prompt_ids)
+    # The bar counts the candidates still needed and those stored: a round that samples again for duplicates
+    # asks more than it counted, and the total would change under it ("0/24", then "25/25").
     with reporter.progress("generating", sum(config.n - have for *_, have in todo)) as advance:
         for round_ in range(config.max_rounds):
             if round_:  # the first round's prompts were read above, for the bar's total
@@ -214,9 +217,10 @@ def generate_with(
                         else:
                             summary.failed += 1
                 summary.tokens += sum(r.tokens for r in results if not isinstance(r, Failed))
+                before = summary.stored
                 with sessions.begin() as session:
                     _store(session, asks, results, model_name, model_version_id, config, summary)
-                advance(len(asks))
+                advance(summary.stored - before)
     if needed_prompts:
         with sessions.begin() as session:
             summary.short = len(prompts_needing(session, model_name, config.n, list(needed_prompts)))
@@ -225,7 +229,8 @@ def generate_with(
     # The first few reasons: a context-length refusal names each prompt's own length.
     summary.reasons = dict(reasons.most_common(10))
     summary.seconds = time.perf_counter() - start
-    summary.engine = engine.stats.as_dict()
+    currency = getattr(getattr(engine, "config", None), "currency", None)
+    summary.engine = {**engine.stats.as_dict(), **({"currency": currency} if currency else {})}
     return summary
 
 
@@ -321,6 +326,13 @@ def run_generation(
             with sessions.begin() as session:  # the served model is recorded under the name it is stored as
                 version_id = record_version(session, served.name)
         summary = generate_with(sessions, running, config, prompt_ids, version_id, reporter)
+        if served is not None and (summary.engine["requests"] or summary.engine["cache_hits"]):
+            with sessions.begin() as session:  # what it asked and cost, beside the judges' (`preflab stats`)
+                row = session.scalars(select(ModelVersion).where(ModelVersion.id == version_id).with_for_update()).one()
+                row.metrics = {
+                    **(row.metrics or {}),
+                    "engine": added_stats((row.metrics or {}).get("engine"), summary.engine),
+                }
     summary.waiting = waiting
     return summary
 

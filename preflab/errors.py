@@ -41,6 +41,10 @@ class EngineError(PreflabError):
     """A model server refused the key, has no such model, does not answer, or cannot do what was asked."""
 
 
+class JudgeError(PreflabError):
+    """A judge could not read its own replies past its budget: it stopped before asking for more."""
+
+
 class Invalid(ValueError):
     """A record that cannot be imported; the message is the quarantine reason."""
 

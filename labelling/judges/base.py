@@ -5,12 +5,20 @@ configuration is the same annotator and the same run id, so re-running it keeps
 every ranking it already wrote. A ranking's external id names the run, the prompt
 and the exact set of candidates ranked; when a prompt gains candidates, the new
 ranking supersedes the judge's older one for that prompt.
+
+A judgement that scores fewer than two candidates (replies that could not be read: no
+score, no verdict) ranks nothing: it is stored as the judge's abstention (status
+`skipped`: recorded with what it read, never a pair), not as a valid ranking with no
+tiers, and counted as `abstained`, not `ranked`. A run stops with one sentence
+(`JudgeError`) once more of its candidates could not be read than its `ReadBudget`
+allows, keeping what it wrote, before it spends the rest of its requests.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +30,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.db.models import Ranking, RankingItem, RankingStatus
 from preflab.db.pairs.build import tiers_from_scores
+from preflab.db.requests import added_stats
 from preflab.db.store import chunks, ensure_annotators
+from preflab.errors import ConfigError, JudgeError
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 
 # (candidate scores, per-candidate details) for one prompt; a None score = not ranked.
@@ -45,21 +55,50 @@ class JudgeRun:
         return f"judge:{self.kind}:{self.run_id}:{self.model[-200:]}"
 
 
+# A run is stopped by its read budget only once it has judged this many candidates: a few unreadable
+# replies at the start say little.
+BUDGET_FROM = 16
+
+
+@dataclass
+class ReadBudget:
+    """How many replies a judge run may fail to read before it stops (`preflab judge KIND --max-unreadable`)."""
+
+    max_unreadable: float = field(
+        default=0.5,
+        metadata={
+            "help": "Stop once more than this share of the candidates this run judged could not be read (no score, "
+            f"no verdict), checked after each batch from {BUDGET_FROM} candidates on; what was read is kept. "
+            "1: never stop."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.max_unreadable <= 1:
+            raise ConfigError(f"--max-unreadable is a share between 0 and 1, got {self.max_unreadable}")
+
+    def exceeded(self, read: int, unread: int) -> bool:
+        judged = read + unread
+        return judged >= BUDGET_FROM and unread > self.max_unreadable * judged
+
+
 @dataclass
 class JudgeSummary:
     judge: str
     run_id: str
     annotator_id: int
     prompts: int = 0  # prompts with enough candidates
-    ranked: int = 0  # new rankings written
-    kept: int = 0  # rankings this run had already written
+    ranked: int = 0  # new rankings written that rank two candidates or more
+    kept: int = 0  # rankings (and abstentions) this run had already written
     superseded: int = 0  # older rankings of this judge replaced (the prompt gained candidates)
     unscored: int = 0  # candidates the judge could not score (left unranked)
+    abstained: int = 0  # prompts where it could read fewer than two candidates: stored as abstentions, no ranking
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
+    written: list[int] = field(default_factory=list)  # the valid rankings this run wrote (its own measures)
 
     def as_dict(self) -> dict[str, Any]:
-        out = {k: v for k, v in self.__dict__.items() if k != "extra"}
+        out = {k: v for k, v in self.__dict__.items() if k not in ("extra", "written")}
         out.update(self.extra)
         return out
 
@@ -91,22 +130,42 @@ def ensure_judge(session: Session, run: JudgeRun) -> int:
     )[key]
 
 
+def read_scores(judgement: Judgement) -> dict[int, float]:
+    """The candidates a judgement scored, with their scores (None and NaN: not read)."""
+    return {c: s for c, s in judgement[0].items() if s is not None and not math.isnan(s)}
+
+
+def ranks(judgement: Judgement) -> bool:
+    """Whether a judgement ranks anything: two candidates or more with a score."""
+    return len(read_scores(judgement)) >= 2
+
+
 def write_ranking(
     session: Session, annotator_id: int, run: JudgeRun, item: PromptCandidates, judgement: Judgement
 ) -> tuple[int, int]:
-    """Store one prompt's judge ranking (tiers by score, best first); returns (ranking id, superseded)."""
-    scores, details = judgement
-    tiers = tiers_from_scores({c: s for c, s in scores.items() if s is not None})
+    """Store one prompt's judge ranking (tiers by score, best first); returns (ranking id, superseded).
+
+    A judgement that ranks nothing (`ranks`) is stored as the judge's abstention (status `skipped`, no
+    tiers, what it read in the items' details): no pairs, and it supersedes none of the judge's rankings.
+    """
+    scores = read_scores(judgement)
+    details = judgement[1]
+    abstains = len(scores) < 2
+    tiers = [] if abstains else tiers_from_scores(scores)
     tier_of = {c: t for t, tier in enumerate(tiers) for c in tier}
-    old = session.execute(
-        update(Ranking)
-        .where(
-            Ranking.annotator_id == annotator_id,
-            Ranking.prompt_id == item.prompt_id,
-            Ranking.status == RankingStatus.valid.value,
-        )
-        .values(status=RankingStatus.superseded.value)
-    ).rowcount
+    old = (
+        0
+        if abstains
+        else session.execute(
+            update(Ranking)
+            .where(
+                Ranking.annotator_id == annotator_id,
+                Ranking.prompt_id == item.prompt_id,
+                Ranking.status == RankingStatus.valid.value,
+            )
+            .values(status=RankingStatus.superseded.value)
+        ).rowcount
+    )
     ranking_id = session.execute(
         insert(Ranking)
         .values(
@@ -115,7 +174,7 @@ def write_ranking(
             source="judge",
             external_id=external_id(run.run_id, item.prompt_id, item.candidate_ids),
             version=1,
-            status=RankingStatus.valid.value,
+            status=RankingStatus.skipped.value if abstains else RankingStatus.valid.value,
             n_tiers=len(tiers),
             same_as_shown=False,
             judge_run=run.run_id,
@@ -139,6 +198,16 @@ def write_ranking(
     return ranking_id, old
 
 
+def run_measures(sessions: sessionmaker[Session], summary: JudgeSummary) -> dict[str, Any]:
+    """The judge's row of `judge_report` over the rankings this run wrote (a shard's own pairs, not the judge's
+    whole history), or over all its runs where this one wrote none; "scope" says which."""
+    from preflab.labelling.judges.report import judge_report
+
+    with sessions.begin() as session:
+        (measures,) = judge_report(session, [summary.annotator_id], ranking_ids=summary.written or None)
+    return measures
+
+
 def timed(judgement: Judgement, seconds: float) -> Judgement:
     """The judgement with each candidate's share of the judging time in its details (for the report).
 
@@ -149,39 +218,34 @@ def timed(judgement: Judgement, seconds: float) -> Judgement:
 
 
 def record_stats(session: Session, annotator_id: int, stats: dict[str, Any], replace: bool = False) -> dict[str, Any]:
-    """Add a run's engine stats (`EngineStats.as_dict`) to those stored on its annotator; returns the sums
-    (`replace`: store `stats` as the sums, a panel's being its members' own).
+    """Add a run's engine stats (`EngineStats.as_dict`, with its currency) to those stored on its annotator; returns
+    the sums (`replace`: store `stats` as the sums, a panel's being its members' own).
 
     They live in the annotator's configuration under "engine" (what every run of this judge asked and cost,
-    all runs together), read by `judge report`, `stats --judges` and the report. The row is locked while
-    it is updated, so shards finishing at once add up (Postgres; SQLite has one writer at a time).
+    all runs together: `preflab.db.requests.added_stats`), read by `judge report`, `stats --judges`, `stats` and
+    the report. The row is locked while it is updated, so shards finishing at once add up (Postgres; SQLite has
+    one writer at a time).
     """
     from preflab.db.models import Annotator
 
     row = session.scalars(select(Annotator).where(Annotator.id == annotator_id).with_for_update()).one()
     config = dict(row.config or {})
-    total = {} if replace else dict(config.get("engine") or {})
-    for name in ENGINE_SUMS:
-        total[name] = round((total.get(name) or 0) + (stats.get(name) or 0), 6)
-    total["runs"] = int(stats.get("runs") or 0) if replace else int(total.get("runs") or 0) + 1
-    total.update({name: stats[name] for name in ("engine", "model", "price_in", "price_out") if name in stats})
-    config["engine"] = total
+    config["engine"] = added_stats(config.get("engine"), stats, replace)
     row.config = config
-    return total
+    return config["engine"]
 
 
-# The engine stats that add up over runs.
-ENGINE_SUMS = (
-    "requests",
-    "cache_hits",
-    "tokens_in",
-    "tokens_out",
-    "retries",
-    "errors",
-    "quarantined",
-    "seconds",
-    "cost",
-)
+def unread_reason(details: dict[str, Any] | None) -> str | None:
+    """Why a candidate could not be read, from its details (the server's words, or a reply with no score)."""
+    details = details or {}
+    if details.get("reason"):
+        return str(details["reason"])
+    if details.get("failed_replies"):
+        return f"no score in the reply {details['failed_replies'][0][:120]!r}"
+    for entry in details.get("pairs", []):
+        if entry.get("outcome") == "abstain" and entry.get("reason"):
+            return str(entry["reason"])
+    return None
 
 
 def judge_prompts(
@@ -194,6 +258,7 @@ def judge_prompts(
     prompts_per_batch: int = 8,
     reporter: Reporter = SILENT,
     stats: Callable[[], dict[str, Any]] | None = None,
+    budget: ReadBudget | None = None,
 ) -> JudgeSummary:
     """Judge every prompt with two or more candidates that this run has not ranked yet.
 
@@ -201,11 +266,14 @@ def judge_prompts(
     rankings are written in their own transaction, so a crash keeps them. Each
     candidate's details record its share of its batch's judging time. A judgement of
     None (a server gave no answer after every retry) leaves its prompt unranked, for the
-    next run to ask again (`unanswered`).
+    next run to ask again (`unanswered`). A judgement that ranks nothing is stored as an
+    abstention (`write_ranking`), counted in `abstained`.
 
     Args:
         stats: the run's engine stats so far (`EngineStats.as_dict`), read when the run ends:
             added to those stored on the judge's annotator, and given as the summary's "engine".
+        budget: stop (`JudgeError`, once this batch is stored and the stats recorded) when more of this
+            run's candidates could not be read than it allows; None: never stop.
     """
     start = time.perf_counter()
     with sessions.begin() as session:
@@ -224,6 +292,9 @@ def judge_prompts(
     summary = JudgeSummary(run.kind, run.run_id, annotator_id, prompts=len(items))
     todo = [i for i, eid in zip(items, ids) if eid not in done]
     summary.kept = len(items) - len(todo)
+    read = unread = 0
+    stopped: str | None = None
+    why: str | None = None  # the first reason a candidate could not be read
     with reporter.progress(f"judging ({run.kind})", len(todo)) as advance:
         for batch in chunks(todo, prompts_per_batch):
             began = time.perf_counter()
@@ -235,14 +306,34 @@ def judge_prompts(
                     if judgement is None:
                         summary.extra["unanswered"] = summary.extra.get("unanswered", 0) + 1
                         continue
-                    _, old = write_ranking(session, annotator_id, run, item, judgement)
-                    summary.ranked += 1
+                    ranking_id, old = write_ranking(session, annotator_id, run, item, judgement)
+                    scored = read_scores(judgement)
+                    missed = [c for c in item.candidate_ids if c not in scored]
+                    if len(scored) >= 2:
+                        summary.ranked += 1
+                        summary.written.append(ranking_id)
+                    else:
+                        summary.abstained += 1
                     summary.superseded += old
-                    summary.unscored += sum(1 for c in item.candidate_ids if judgement[0].get(c) is None)
+                    summary.unscored += len(missed)
+                    read, unread = read + len(item.candidate_ids) - len(missed), unread + len(missed)
+                    why = why or next((r for c in missed if (r := unread_reason(judgement[1].get(c)))), None)
             advance(len(batch))
+            if budget is not None and budget.exceeded(read, unread):
+                stopped = (
+                    f"the {run.kind} judge ({run.model}) could not read {unread:,} of the {read + unread:,} candidates "
+                    f"it judged in this run, more than --max-unreadable {budget.max_unreadable:g} allows, so it "
+                    f"stopped asking (ranked {summary.ranked:,} prompts, {summary.abstained:,} abstained, "
+                    f"{len(todo) - summary.ranked - summary.abstained:,} left)"
+                    + (f"; the first it could not read: {why[:200]}" if why else "")
+                    + ": check the judge's model and prompt, or raise --max-unreadable"
+                )
+                break
     summary.seconds = time.perf_counter() - start
     if stats is not None:
         summary.extra["engine"] = stats()
         with sessions.begin() as session:
             summary.extra["engine_total"] = record_stats(session, annotator_id, summary.extra["engine"])
+    if stopped:
+        raise JudgeError(stopped)
     return summary

@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.errors import ConfigError
-from preflab.labelling.judges.base import JudgeResult, JudgeRun, judge_prompts, record_stats
+from preflab.labelling.judges.base import JudgeResult, JudgeRun, ReadBudget, judge_prompts, record_stats, run_measures
 from preflab.labelling.judges.identity import identity
 from preflab.labelling.judges.table import JUDGES
 from preflab.lm.engines import EngineConfig
@@ -96,9 +96,7 @@ def _open(
         served.server()
         if kind == "likelihood":
             served.check_likelihood()
-        return Member(
-            served.name, engine_judge(kind, served, config), served.stats.as_dict, max(8, engine.concurrency // 2)
-        )
+        return Member(served.name, engine_judge(kind, served, config), spent(served), max(8, engine.concurrency // 2))
     named = load_named_model(sessions, engine.model, record=False, cache=cache)
     return Member(named.label, JUDGES[kind].make(named.model, named.tokenizer, config))
 
@@ -114,10 +112,14 @@ def judge_on_engine(
     candidates_from: str | None = None,
     cache: ModelCache | None = None,
     reporter: Reporter = SILENT,
+    budget: ReadBudget | None = None,
 ):
-    """The `judge KIND` job for a judge on a server or a panel: rank, store the stats, report (`base.JudgeResult`)."""
+    """The `judge KIND` job for a judge on a server or a panel: rank, store the stats, report (`base.JudgeResult`).
+
+    Each member stops once too many of its replies could not be read (`budget`); the panel reads only what its
+    members stored. The measures are this run's rankings' (`base.run_measures`).
+    """
     from preflab.labelling.judges.panel import panel_judge, panel_label
-    from preflab.labelling.judges.report import judge_report
 
     if JUDGES[kind].scorer:
         raise ConfigError(f"the {kind} judge runs in this process only (its model is no causal LM)")
@@ -140,6 +142,7 @@ def judge_on_engine(
                     member.batch,
                     reporter,
                     member.stats,
+                    budget,
                 )
             )
             runs.append(run)
@@ -165,9 +168,7 @@ def judge_on_engine(
             totals = added([s.extra["engine_total"] for s in summaries if "engine_total" in s.extra], label)
             with sessions.begin() as session:
                 summary.extra["engine_total"] = record_stats(session, summary.annotator_id, totals, replace=True)
-    with sessions.begin() as session:
-        (measures,) = judge_report(session, [summary.annotator_id])
-    return JudgeResult(label, summary, measures)
+    return JudgeResult(label, summary, run_measures(sessions, summary))
 
 
 def judge_on(
@@ -195,15 +196,25 @@ def judge_on(
         JUDGES[kind].needs_reference,
         max(8, engine.config.concurrency // 2),
         reporter,
-        engine.stats.as_dict,
+        spent(engine),
     )
 
 
+def spent(engine):
+    """The engine's stats so far (`EngineStats.as_dict`) with the currency its prices were given in."""
+    currency = getattr(getattr(engine, "config", None), "currency", None)
+    return lambda: {**engine.stats.as_dict(), **({"currency": currency} if currency else {})}
+
+
 def added(stats: list[dict[str, Any]], model: str) -> dict[str, Any]:
-    """The members' stats of one run as the panel's: what the panel asked and cost is what its members did."""
-    from preflab.labelling.judges.base import ENGINE_SUMS
+    """The members' stats of one run as the panel's: what the panel asked and cost is what its members did
+    (in their currency, where they share one)."""
+    from preflab.db.requests import ENGINE_SUMS
 
     out: dict[str, Any] = {"engine": "panel", "model": model, "runs": sum(int(s.get("runs") or 0) for s in stats)}
     for name in ENGINE_SUMS:
         out[name] = round(sum(s.get(name) or 0 for s in stats), 6)
+    currencies = {s["currency"] for s in stats if s.get("currency") and (s.get("price_in") or s.get("price_out"))}
+    if len(currencies) == 1:
+        out["currency"] = currencies.pop()
     return out

@@ -155,9 +155,12 @@ def rank_outcomes(
     aggregate: str,
 ) -> Judgement:
     """Scores and details from each pair's (x's outcome, P(x better | x first), P(x better | x second), more
-    details of the pair). An abstention counts for neither candidate (and is kept in their details)."""
+    details of the pair). An abstention counts for neither candidate (and is kept in their details); a candidate
+    whose every pair was an abstention has no score (None): nothing was read about it, so it is not ranked, and
+    a prompt where no pair was read is no ranking at all, never a tie of everything."""
     details = {c: {"wins": 0, "losses": 0, "ties": 0, "pairs": []} for c in candidate_ids}
     decided: list[list[list[int]]] = []
+    read: set[int] = set()  # candidates with a verdict in at least one pair (a tie is a verdict)
     for (x, y), (result, p_first, p_second, extra) in verdicts.items():
         for me, other, p_a, p_b, mine in (
             (x, y, p_first, p_second, result),
@@ -168,13 +171,15 @@ def rank_outcomes(
             d["pairs"].append({"vs": other, "p_as_a": _round(p_a), "p_as_b": _round(p_b), "outcome": mine, **extra})
         if result != "abstain":
             decided.append([[x], [y]] if result == "win" else [[y], [x]] if result == "loss" else [[x, y]])
+            read.update((x, y))
+    scores: dict[int, float | None]
     if aggregate == "bradley-terry":
         from preflab.db.pairs.build import bradley_terry
 
         strengths = bradley_terry(decided)
-        scores = {c: round(strengths.get(c, 0.0), 6) for c in candidate_ids}
+        scores = {c: round(strengths.get(c, 0.0), 6) if c in read else None for c in candidate_ids}
     else:
-        scores = {c: float(details[c]["wins"] - details[c]["losses"]) for c in candidate_ids}
+        scores = {c: float(details[c]["wins"] - details[c]["losses"]) if c in read else None for c in candidate_ids}
     return scores, details
 
 

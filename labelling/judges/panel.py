@@ -11,7 +11,9 @@ the panel then ranks each prompt from its members' stored rankings of the same c
 - score, reference, likelihood: the mean of the members' scores (those that scored the candidate).
 
 A prompt that a member left unranked (its server gave no answer) is left unranked by the panel too,
-for the next run. Each candidate's judging time is its members' together.
+for the next run. A member that could read too little to rank a prompt abstained there (`base.write_ranking`):
+it votes with what it read, and a panel that reads fewer than two candidates abstains too. Each candidate's
+judging time is its members' together.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def _share(values: list[float | None]) -> float | None:
 def _stored(
     session: Session, runs: list[JudgeRun], summaries: list[JudgeSummary], items: list[PromptCandidates]
 ) -> dict[tuple[int, int], dict[int, tuple[float | None, dict]]]:
-    """(member, prompt) -> candidate -> (score, details), from each member's valid ranking of the same candidates."""
+    """(member, prompt) -> candidate -> (score, details), from each member's ranking of the same candidates: its
+    valid ranking, or its abstention (`skipped`: it read too little to rank, and votes with what it read)."""
     ids = {
         external_id(run.run_id, item.prompt_id, item.candidate_ids): item.prompt_id for run in runs for item in items
     }
@@ -67,7 +70,7 @@ def _stored(
     rankings = session.execute(
         select(Ranking.id, Ranking.annotator_id, Ranking.external_id).where(
             Ranking.annotator_id.in_(list(members_of)),
-            Ranking.status == RankingStatus.valid.value,
+            Ranking.status.in_([RankingStatus.valid.value, RankingStatus.skipped.value]),
             Ranking.source == "judge",
             Ranking.external_id.in_(list(ids)),
         )

@@ -76,8 +76,12 @@ def _pearson(points: list[tuple[float, float]]) -> float | None:
     return float(np.corrcoef(xs, ys)[0, 1])
 
 
-def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
+def _collect(session: Session, annotator_ids: list[int], ranking_ids: list[int] | None = None) -> dict[int, _Tally]:
+    """Each judge's tallies over its valid rankings, and what it could not read in its abstentions too
+    (`skipped` judge rankings: replies it read nothing from count as parse failures and abstentions);
+    `ranking_ids`: only those rankings (one run's)."""
     tallies: dict[int, _Tally] = defaultdict(_Tally)
+    wanted = None if ranking_ids is None else set(ranking_ids)
     query = (
         select(
             Ranking.annotator_id,
@@ -89,16 +93,28 @@ def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
             RankingItem.score,
             RankingItem.details,
             func.length(Candidate.text),
+            Ranking.status,
         )
         .join(RankingItem, RankingItem.ranking_id == Ranking.id)
         .join(Candidate, Candidate.id == RankingItem.candidate_id)
-        .where(Ranking.status == RankingStatus.valid.value, Ranking.annotator_id.in_(annotator_ids))
+        .where(
+            Ranking.status.in_([RankingStatus.valid.value, RankingStatus.skipped.value]),
+            Ranking.annotator_id.in_(annotator_ids),
+        )
         .execution_options(yield_per=10_000)
     )
+    if wanted is not None:  # one run's rankings: their id range, then the ids themselves
+        query = query.where(Ranking.id.between(min(wanted, default=0), max(wanted, default=-1)))
     # Core rows, not ORM ones: 80,000 imported ranking items are read in 0.3 s here, 0.9 s through the ORM.
     rows = session.connection().execute(query)
-    for annotator_id, ranking_id, prompt_id, source, cid, tier, score, details, length in rows:
+    for annotator_id, ranking_id, prompt_id, source, cid, tier, score, details, length, status in rows:
+        if wanted is not None and ranking_id not in wanted:
+            continue
         t = tallies[annotator_id]
+        if status != RankingStatus.valid.value:  # an abstention (a judge's only): what it could not read
+            if source == "judge":
+                _count_unread(t, details or {})
+            continue
         seen = t.seen.setdefault(ranking_id, 0)
         t.pairs_ranked += seen  # the ranking's candidates so far, each a pair with this one
         t.seen[ranking_id] = seen + 1
@@ -122,14 +138,21 @@ def _collect(session: Session, annotator_ids: list[int]) -> dict[int, _Tally]:
             t.first_won += p_a > 0.5
             t.first_both += p_a > 0.5 > p_b
             t.second_both += p_a < 0.5 < p_b
-        t.attempts += details.get("attempts", 0)
-        t.failures += details.get("parse_failures", 0)
-        t.abstentions += 2 * bool(details.get("abstain"))  # two per candidate, as a pair's are counted
+        _count_unread(t, details, pairs=False)
         if "mass" in details:
             t.masses.append(details["mass"])
         if "seconds" in details:
             t.seconds.append(details["seconds"])
     return tallies
+
+
+def _count_unread(t: _Tally, details: dict, pairs: bool = True) -> None:
+    """A candidate's attempts, parse failures and abstentions (its pairs' too, where `pairs`)."""
+    if pairs:
+        t.abstentions += sum(entry.get("outcome") == "abstain" for entry in details.get("pairs", []))
+    t.attempts += details.get("attempts", 0)
+    t.failures += details.get("parse_failures", 0)
+    t.abstentions += 2 * bool(details.get("abstain"))  # two per candidate, as a pair's are counted
 
 
 def _costs(t: _Tally, engine: dict | None) -> dict:
@@ -196,11 +219,17 @@ def _human_agreement(session: Session, tallies: dict[int, _Tally], per_prompt: b
 
 
 def judge_report(
-    session: Session, annotator_ids: list[int] | None = None, per_prompt: bool = False, imported: bool = False
+    session: Session,
+    annotator_ids: list[int] | None = None,
+    per_prompt: bool = False,
+    imported: bool = False,
+    ranking_ids: list[int] | None = None,
 ) -> list[dict]:
     """One dict of trust measures per judge (AI annotator with a judge kind), oldest first.
 
     Args:
+        ranking_ids: measure only these rankings (one run's, so a shard's summary counts its own pairs, not
+            the judge's whole history); "scope" says which ("this run" or "all runs").
         per_prompt: also give, under "human_agreement", "per_prompt": the [shared, agreeing]
             pair counts of each prompt the judge shares with people (for `trust.judge_trust`'s interval).
         imported: every AI annotator, those whose rankings were imported too (GPT-4's UltraFeedback
@@ -213,7 +242,7 @@ def judge_report(
     if annotator_ids is not None:
         query = query.where(Annotator.id.in_(annotator_ids))
     judges = list(session.scalars(query))
-    tallies = _collect(session, [j.id for j in judges]) if judges else {}
+    tallies = _collect(session, [j.id for j in judges], ranking_ids) if judges else {}
     agreement = _human_agreement(session, tallies, per_prompt) if tallies else {}
     nobody = {"prompts": 0, "shared_pairs": 0, "pairwise_agreement": None, "kendall_tau": None}
     out = []
@@ -253,6 +282,7 @@ def judge_report(
                 "length_pairs": n_longer,
                 "human_agreement": agreement.get(judge.id, nobody | ({"per_prompt": []} if per_prompt else {})),
                 "abstentions": t.abstentions // 2,
+                "scope": "all runs" if ranking_ids is None else "this run",
                 **_costs(t, (judge.config or {}).get("engine")),
             }
         )

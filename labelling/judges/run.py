@@ -8,10 +8,9 @@ from pathlib import Path
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.labelling.judges.base import JudgeResult, JudgeRun, JudgeSummary, judge_prompts
+from preflab.labelling.judges.base import JudgeResult, JudgeRun, JudgeSummary, ReadBudget, judge_prompts, run_measures
 from preflab.labelling.judges.engine_run import judge_on_engine
 from preflab.labelling.judges.identity import identity
-from preflab.labelling.judges.report import judge_report
 from preflab.labelling.judges.table import JUDGES
 from preflab.labelling.selection import PromptSelection, prompts_from_file, selected_prompt_ids
 from preflab.lm.engines import EngineConfig
@@ -33,6 +32,7 @@ def judge_candidates(
     prompt_ids: list[int] | None = None,
     candidate_model: str | None = None,
     reporter: Reporter = SILENT,
+    budget: ReadBudget | None = None,
 ) -> JudgeSummary:
     """Rank the candidates of every prompt this judge has not ranked yet.
 
@@ -44,6 +44,7 @@ def judge_candidates(
         model_name: the judge model's label, stored on the annotator.
         config: the kind's config dataclass (`JUDGES[kind].config`).
         candidate_model: judge only the candidates this model generated.
+        budget: stop once too many of its candidates could not be read (`base.ReadBudget`); None: never.
     """
     run = JudgeRun(kind, model_name, identity(kind, config))
     return judge_prompts(
@@ -54,6 +55,7 @@ def judge_candidates(
         candidate_model,
         require_reference=JUDGES[kind].needs_reference,
         reporter=reporter,
+        budget=budget,
     )
 
 
@@ -74,6 +76,7 @@ def run_judge(
     engine: EngineConfig | None = None,
     cache: ModelCache | None = None,
     reporter: Reporter = SILENT,
+    budget: ReadBudget | None = ReadBudget(),
 ) -> JudgeResult:
     """The `judge KIND` job: load the judge model, rank what it has not ranked, and report on it.
 
@@ -86,6 +89,9 @@ def run_judge(
         selection: which stored prompts (by id, split, source, shard); its limit is not read.
         engine: where the model runs (`--engine openai`: on a server); None: in this process.
         cache: models already loaded by the calling job (the pipeline loads its model once).
+        budget: the share of unreadable replies past which it stops (`base.ReadBudget`); None: never.
+
+    The result's measures are this run's rankings' (`base.run_measures`).
     """
     prompt_ids = prompts_from_file(sessions, prompts) if prompts else None
     with sessions.begin() as session:
@@ -104,12 +110,11 @@ def run_judge(
             candidates_from=candidates_from,
             cache=cache,
             reporter=reporter,
+            budget=budget,
         )
     model_name = names[0]
     named = load_named_model(sessions, model_name, record=False, scorer=JUDGES[kind].scorer, cache=cache)
     summary = judge_candidates(
-        sessions, kind, named.model, named.tokenizer, named.label, config, prompt_ids, candidates_from, reporter
+        sessions, kind, named.model, named.tokenizer, named.label, config, prompt_ids, candidates_from, reporter, budget
     )
-    with sessions.begin() as session:
-        (measures,) = judge_report(session, [summary.annotator_id])
-    return JudgeResult(named.label, summary, measures)
+    return JudgeResult(named.label, summary, run_measures(sessions, summary))

@@ -51,6 +51,10 @@ class EngineConfig:
     )
     price_in: float = field(default=0.0, metadata={"help": "openai: price per million prompt tokens (for the cost)."})
     price_out: float = field(default=0.0, metadata={"help": "openai: price per million generated tokens."})
+    currency: str = field(
+        default="USD",
+        metadata={"help": "openai: the currency --price-in and --price-out are given in (said with every cost)."},
+    )
 
     def __post_init__(self) -> None:
         if self.engine is None:
@@ -67,6 +71,8 @@ class EngineConfig:
             raise ConfigError(f"--max-retries cannot be negative, got {self.max_retries}")
         if self.price_in < 0 or self.price_out < 0:
             raise ConfigError("--price-in and --price-out cannot be negative")
+        if not (self.currency.isalpha() and 1 <= len(self.currency) <= 10):
+            raise ConfigError(f"--currency names a currency in letters (USD, EUR, credits), got {self.currency!r}")
         if self.engine == "openai":
             if not self.model:
                 raise ConfigError("--engine openai needs --model: the served model's name")

@@ -11,6 +11,7 @@ import click
 from click.core import ParameterSource
 
 from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
+from preflab.labelling.judges.base import ReadBudget
 from preflab.labelling.judges.report import LOW_MASS
 from preflab.labelling.judges.table import JUDGES, Judge
 from preflab.labelling.selection import PromptSelection
@@ -84,8 +85,9 @@ def judge_and_print(
     as_json: bool,
     selection: PromptSelection = PromptSelection(),
     engine=None,
+    budget: ReadBudget = ReadBudget(),
 ) -> None:
-    """Run the judge job and print what it did, with the measures of how far to trust it."""
+    """Run the judge job and print what it did, with the measures of how far to trust it (this run's)."""
     from preflab.db.engine import open_sessions
     from preflab.labelling.judges.run import run_judge
 
@@ -99,6 +101,7 @@ def judge_and_print(
         selection=selection,
         engine=engine,
         reporter=Reporter(not as_json),
+        budget=budget,
     )
     if as_json:
         echo_json(result.as_dict())
@@ -106,13 +109,13 @@ def judge_and_print(
     s = result.summary
     click.echo(
         f"{judge_label(kind, result.measures['method'])} judge {s.run_id} ({result.model}): "
-        f"ranked {s.ranked:,} prompts, "
+        f"ranked {s.ranked:,} prompts{abstained_text(s.abstained)}, "
         f"kept {s.kept:,} already ranked, superseded {s.superseded:,}, {s.unscored:,} candidates unscored"
     )
     for member in s.extra.get("members", []):
         click.echo(
-            f"  member {member['run_id']} ({member['model']}): ranked {member['ranked']:,} prompts, "
-            f"kept {member['kept']:,}"
+            f"  member {member['run_id']} ({member['model']}): ranked {member['ranked']:,} prompts"
+            f"{abstained_text(member['abstained'])}, kept {member['kept']:,}"
         )
     if s.extra.get("unanswered"):
         click.echo(
@@ -123,11 +126,17 @@ def judge_and_print(
         click.echo(engine_line(s.extra["engine"]))
     line = measures_line(result.measures)
     if line:
-        click.echo(line)
+        click.echo(f"{result.measures['scope']}: {line}")
+
+
+def abstained_text(n: int) -> str:
+    """`, 3 abstained (fewer than two replies read: no ranking stored)`, or nothing."""
+    return f", {n:,} abstained (fewer than two replies read: no ranking)" if n else ""
 
 
 def engine_line(stats: dict) -> str:
-    """What the run asked of its server(s) and what it cost."""
+    """What the run asked of its server(s) and what it cost: the requests it sent, and the asks answered from
+    the request store (asked before, by this judge's killed run, another shard or another command)."""
     return (
         f"{stats['requests']:,} requests ({stats['cache_hits']:,} answered from the store), "
         f"{stats['tokens_in']:,} tokens in, {stats['tokens_out']:,} out, {stats['retries']:,} retries, "
@@ -189,9 +198,12 @@ def judge_command(kind: str, judge: Judge) -> click.Command:
         # The served model is each --model (the config checks one is named for --engine openai).
         engine = build_config(EngineConfig, options, model=(model_name or (settings.model,))[0]) if on_engine else None
         config = build_config(judge.config, options)
+        budget = build_config(ReadBudget, options)
         if judge.check_given is not None:
             judge.check_given(config, given)
-        judge_and_print(settings, kind, config, model_name, prompts_file, candidate_model, as_json, selection, engine)
+        judge_and_print(
+            settings, kind, config, model_name, prompts_file, candidate_model, as_json, selection, engine, budget
+        )
 
     on_engine = kind in ENGINE_JUDGES
     model = (
@@ -201,7 +213,7 @@ def judge_command(kind: str, judge: Judge) -> click.Command:
         if on_engine
         else model_option
     )
-    command = config_options(judge.config)(target_options(command))
+    command = config_options(judge.config)(config_options(ReadBudget)(target_options(command)))
     if on_engine:
         command = config_options(EngineConfig, exclude=("model",))(command)
     return judge_group.command(kind, help=judge.help)(model(command))

@@ -240,7 +240,10 @@ def stats_command(settings: Settings, judges, as_json):
     """Counts and inter-annotator agreement.
 
     Agreement is measured between annotators who ranked the same prompts:
-    the pairwise agreement rate and Kendall's tau-b. With --judges: one row per
+    the pairwise agreement rate and Kendall's tau-b. What model servers were
+    paid: the stored answers' tokens and cost by served model, and what each
+    judge's and generator's runs sent and cost, in the currency the prices were
+    given in (--price-in, --price-out, --currency). With --judges: one row per
     AI judge, best first, with its agreement with people (and a bootstrap 95%
     interval over the shared prompts, seed 0), Kendall's tau-b and position bias.
 
@@ -248,10 +251,11 @@ def stats_command(settings: Settings, judges, as_json):
     """
     from preflab.commands.text import judges_text, stats_text
     from preflab.db.quality.agreement import stats
+    from preflab.db.requests import spend
     from preflab.labelling.judges.trust import judge_trust
 
     with open_sessions(settings.database_url, existing=True).begin() as session:
-        report = judge_trust(session) if judges else stats(session)
+        report = judge_trust(session) if judges else {**stats(session), "spend": spend(session)}
     if as_json:
         echo_json(report)
     else:

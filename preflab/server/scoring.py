@@ -44,12 +44,14 @@ def record_spent(session: Session, served, stats: dict[str, Any], recorded: dict
     """Add what an engine asked and cost since `recorded` (its stats when last added) to the served judge's
     annotator, where `judge` runs add theirs: `stats --judges` and the report count serve's spend too.
     Each round that asked anything counts as a run."""
-    from preflab.labelling.judges.base import ENGINE_SUMS, ensure_judge, record_stats
+    from preflab.db.requests import ENGINE_SUMS
+    from preflab.labelling.judges.base import ensure_judge, record_stats
 
     spent = {name: round((stats.get(name) or 0) - (recorded.get(name) or 0), 6) for name in ENGINE_SUMS}
     if not any(spent.values()):
         return
-    record_stats(session, ensure_judge(session, served.run), {**stats, **spent})
+    currency = {"currency": served.engine.currency} if served.engine is not None else {}
+    record_stats(session, ensure_judge(session, served.run), {**stats, **spent, **currency})
 
 
 class Scorer:

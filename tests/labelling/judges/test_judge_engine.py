@@ -134,17 +134,21 @@ def test_a_reply_that_cannot_be_read_is_an_abstention(cli, sessions, ranked, fau
     # A server that offers no structured output, whose model answers in words: no verdict to read.
     url, _faults = fault_server(owned_by="someone-else")
     out = json.loads(cli("judge", "pairwise", *served(url)).stdout)
-    assert out["ranked"] == 2 and out["report"]["abstentions"] == 4
+    # A prompt where no pair was read is no ranking (not a tie of everything): stored as the judge's abstention.
+    assert (out["ranked"], out["abstained"], out["report"]["abstentions"]) == (0, 2, 4)
     assert out["report"]["pairs_judged"] == 0 and out["report"]["swap_consistency"] is None
-    for row in judge_rankings(sessions, "pairwise"):
+    rows = judge_rankings(sessions, "pairwise")
+    assert len(rows) == 2 and {row[0] for row in rows} == {"skipped"} and all(row[3] == [] for row in rows)
+    for row in rows:
         for score, details in row[4].values():
-            assert score == 0 and details["abstentions"] == len(row[4]) - 1 and details["wins"] == 0
+            assert score is None and details["abstentions"] == len(row[4]) - 1 and details["wins"] == 0
             assert all(
                 p["outcome"] == "abstain" and p["p_as_a"] is None and p["reason"].startswith("no A or B")
                 for p in details["pairs"]
             )
     graded = json.loads(cli("judge", "score", "--method", "expected", *served(url)).stdout)
-    assert graded["unscored"] == 5 and graded["report"]["abstentions"] == 5
+    assert (graded["unscored"], graded["ranked"], graded["abstained"]) == (5, 0, 2)
+    assert graded["report"]["abstentions"] == 5
     report = cli("judge", "report").stdout
     assert "4 abstentions (replies that could not be read)" in report
     assert "5 abstentions" in report

@@ -204,7 +204,7 @@ def test_score_judge_retries_unparseable_replies_and_never_counts_them(cli, sess
     rows = judge_rankings(sessions, "score")
     assert len(rows) == 2
     failures = samples = 0
-    for _, _, _, tiers, items, _, config, _ in rows:
+    for status, _, _, tiers, items, _, config, _ in rows:
         assert config["samples"] == 3 and config["retries"] == 3 and "prompt_sha256" in config
         for score, details in items.values():
             assert details["attempts"] == len(details["samples"]) + details["parse_failures"]
@@ -213,7 +213,8 @@ def test_score_judge_retries_unparseable_replies_and_never_counts_them(cli, sess
             failures += details["parse_failures"]
             samples += len(details["samples"])
         scored = [c for c, (s, _) in items.items() if s is not None]
-        assert tiers == ([sorted(scored)] if scored else [])  # equal means are one tier
+        # Equal means are one tier; fewer than two candidates read is no ranking: the judge's abstention.
+        assert (status, tiers) == (("valid", [sorted(scored)]) if len(scored) >= 2 else ("skipped", []))
     assert (
         failures > 0
         and samples > 0
@@ -237,7 +238,7 @@ def test_reference_judge_grades_only_prompts_with_a_reference(cli, sessions, ran
             "--json",
         ).stdout
     )
-    assert out["prompts"] == 1 and out["ranked"] == 1
+    assert out["prompts"] == 1 and out["ranked"] + out["abstained"] == 1
     (row,) = judge_rankings(sessions, "reference")
     assert set(row[4]) == set(candidate_ids(sessions).values())
 

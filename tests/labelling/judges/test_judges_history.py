@@ -82,7 +82,8 @@ def test_each_judge_feeds_its_model_the_whole_conversation(cli, sessions, judge_
     model, tokenizer = load(kind, judge_models)
     with recorded_inputs(model, tokenizer) as seen:
         summary = judge_candidates(sessions, kind, model, tokenizer, kind, JUDGES[kind].config(**settings))
-    assert summary.ranked == 2
+    # Both prompts judged (a tiny sampled grader may read no score: an abstention, judged all the same).
+    assert summary.ranked + summary.abstained == 2
     for turns in (FRANCE, ITALY):
         # One sequence the model read holds every message of the conversation, the system prompt first.
         assert any(all(content in text for content in shown_history(turns)) for text in seen), name
