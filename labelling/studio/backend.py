@@ -28,7 +28,10 @@ stores it (the same annotator, run id and external id, superseding its older one
 however many tasks show it. The result has the shape of the project's template, found from the
 label config (`template_of`); the score is the mean, over the ranked candidates the task shows taken
 in order, of σ(score − next score): the Bradley–Terry probability of each step, exact for a reward
-model (trained with that loss) and monotone in the gap for other judges; 0.5 for a tie.
+model (trained with that loss) and monotone in the gap for other judges; 0.5 for a tie
+(`predict.confidence`). A tie stays a tie (`predict.prediction_result`): one bucket, the Tie choice, or
+in the plain ranker the order shown with a note; a judge's abstention (it read too little to rank) is
+no prediction at all.
 
 The session belongs to the caller: the reads come first, then the judge, then the writes, so the
 transaction holds no write lock while a model runs. Two calls that rank the same prompt at once
@@ -37,9 +40,7 @@ collide on the ranking's unique key; the loser's `in_transaction` runs it again 
 
 from __future__ import annotations
 
-import itertools
 import logging
-import math
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Sequence
@@ -54,12 +55,12 @@ from preflab.db.models import Annotator, AnnotatorKind, Candidate, LSTask, Promp
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks
 from preflab.errors import ConfigError, Invalid, NotFound
-from preflab.labelling.judges.base import Judgement, ensure_judge, timed, write_ranking
+from preflab.labelling.judges.base import Judgement, ensure_judge, ranks, read_scores, timed, write_ranking
 from preflab.labelling.judges.run import make_judge
 from preflab.labelling.judges.table import JUDGES
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 from preflab.labelling.studio.parse import task_items
-from preflab.labelling.studio.predict import prediction_errors, prediction_result
+from preflab.labelling.studio.predict import confidence, prediction_errors, prediction_result
 from preflab.labelling.studio.projects import find_project
 from preflab.labelling.studio.served import NO_MODEL, ServedJudge, model_version, served_judge
 from preflab.lm.names import ModelCache
@@ -177,7 +178,8 @@ class Ranked:
 
 
 def stored_rankings(session: Session, annotator: str, prompt_ids: set[int]) -> dict[int, Ranked]:
-    """prompt id -> the AI annotator's newest valid ranking of it."""
+    """prompt id -> the AI annotator's newest valid ranking of it, or its newer abstention (a judge that read too
+    little to rank: no tiers, so no prediction, and the prompt is not ranked again at every retrieve)."""
     aid = session.scalar(
         select(Annotator.id).where(Annotator.kind == AnnotatorKind.ai.value, Annotator.name == annotator)
     )
@@ -187,7 +189,9 @@ def stored_rankings(session: Session, annotator: str, prompt_ids: set[int]) -> d
     for part in chunks(sorted(prompt_ids)):
         for rid, pid in session.execute(
             select(Ranking.id, Ranking.prompt_id).where(
-                Ranking.annotator_id == aid, Ranking.status == RankingStatus.valid.value, Ranking.prompt_id.in_(part)
+                Ranking.annotator_id == aid,
+                Ranking.status.in_([RankingStatus.valid.value, RankingStatus.skipped.value]),
+                Ranking.prompt_id.in_(part),
             )
         ):
             newest[pid] = max(rid, newest.get(pid, rid))
@@ -246,7 +250,7 @@ def store_judgements(
         if judgement is None:  # no answer from the server: left for the next retrieve
             continue
         write_ranking(session, annotator_id, served.run, item, judgement)
-        scores = {cid: s for cid, s in judgement[0].items() if s is not None}
+        scores = read_scores(judgement) if ranks(judgement) else {}  # an abstention ranks nothing
         out[item.prompt_id] = Ranked(tiers_from_scores(scores), scores, frozenset(item.candidate_ids))
     return out
 
@@ -261,14 +265,6 @@ def rank_prompts(
     out = store_judgements(session, served, items, judge_items(served, items, cache))
     log.debug("%s ranked %d prompts for Label Studio", served.annotator, len(out))
     return out
-
-
-def confidence(tiers: Sequence[Sequence[int]], scores: dict[int, float], shown: Sequence[int]) -> float | None:
-    """The mean σ(score − next score) down the ranked candidates the task shows (0.5 a step for a tie)."""
-    visible = set(shown)
-    ordered = [scores[c] for tier in tiers for c in sorted(tier) if c in visible and c in scores]
-    steps = [1 / (1 + math.exp(-min(max(a - b, -60.0), 60.0))) for a, b in itertools.pairwise(ordered)]
-    return round(sum(steps) / len(steps), 4) if steps else None
 
 
 @dataclass

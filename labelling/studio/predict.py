@@ -9,10 +9,19 @@ Label Studio answers 201 even when it drops predictions that do not fit the
 labelling config, so each one is checked first with label-studio-sdk's own
 validator (the one the server uses), and only the count the server reports
 as created is reported as uploaded.
+
+A prediction shows what the judge decided, and a tie is a tie: one bucket in the
+tiers template, the Tie choice in the pairwise one. The plain ranker can only show an
+order, so tied candidates keep the order the task shows them in (no order the judge did
+not choose), the prediction's score is a tie's (0.5 for each tied step: `confidence`),
+and the result carries a note saying which responses are tied (`tie_note`), so the
+judge's indifference is not taken for its verdict.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -52,7 +61,9 @@ def prediction_result(
     unranked = [c for c in shown if c not in ranked]
     if template == "ranking":
         order = [item_id(c) for t in tiers for c in t] + [item_id(c) for c in unranked]
-        return [{"from_name": RANKER, "to_name": LIST, "type": "ranker", "value": {"ranker": {RANKER: order}}}]
+        result = {"from_name": RANKER, "to_name": LIST, "type": "ranker", "value": {"ranker": {RANKER: order}}}
+        note = tie_note(tiers, shown)
+        return [result | ({"meta": {"text": [note]}} if note else {})]
     if template == "ranking_tiers":
         buckets = list(buckets or [])
         if len(tiers) > len(buckets):
@@ -70,6 +81,30 @@ def prediction_result(
             {"from_name": PAIRWISE, "to_name": PAIRWISE_TARGET, "type": "pairwise", "value": {"selected": selected}}
         ]
     raise InputError(f"predictions need a project made from a preflab template, not {template!r}")
+
+
+def tie_note(tiers: Sequence[Sequence[int]], shown: Sequence[int]) -> str | None:
+    """What a plain ranker's prediction says of its ties (responses numbered as the task shows them); None: none."""
+    position = {cid: n for n, cid in enumerate(shown)}
+    tied = [sorted(position[c] + 1 for c in tier if c in position) for tier in tiers]
+    tied = [group for group in tied if len(group) > 1]
+    if not tied:
+        return None
+    if len(tied) == 1 and len(tied[0]) == len(shown):
+        return (
+            f"A tie: the judge found {'both' if len(shown) == 2 else f'all {len(shown)}'} responses equally good. "
+            "They are in the order shown, not ranked: the order is yours to choose."
+        )
+    groups = "; ".join(", ".join(map(str, group[:-1])) + f" and {group[-1]}" for group in tied)
+    return f"A tie: the judge found responses {groups} equally good. They keep the order shown, not ranked."
+
+
+def confidence(tiers: Sequence[Sequence[int]], scores: Mapping[int, float], shown: Sequence[int]) -> float | None:
+    """The mean σ(score − next score) down the ranked candidates the task shows (0.5 a step for a tie)."""
+    visible = set(shown)
+    ordered = [scores[c] for tier in tiers for c in sorted(tier) if c in visible and c in scores]
+    steps = [1 / (1 + math.exp(-min(max(a - b, -60.0), 60.0))) for a, b in itertools.pairwise(ordered)]
+    return round(sum(steps) / len(steps), 4) if steps else None
 
 
 @dataclass
@@ -98,8 +133,8 @@ def prediction_errors(label_config: str):
 
 def _judge_rankings(
     session: Session, prompt_ids: set[int], judge: str | None
-) -> dict[tuple[int, str], list[list[int]]]:
-    """(prompt id, judge name) -> tiers of the judge's newest valid ranking of the prompt."""
+) -> dict[tuple[int, str], tuple[list[list[int]], dict[int, float]]]:
+    """(prompt id, judge name) -> (tiers, scores) of the judge's newest valid ranking of the prompt."""
     query = (
         select(Ranking.id, Ranking.prompt_id, Annotator.name)
         .join(Annotator, Annotator.id == Ranking.annotator_id)
@@ -113,15 +148,18 @@ def _judge_rankings(
         if pid in prompt_ids:
             newest[(pid, name)] = rid  # ordered by id: the last one is the newest
     tiers: dict[int, dict[int, list[int]]] = {rid: {} for rid in newest.values()}
+    scores: dict[int, dict[int, float]] = {rid: {} for rid in newest.values()}
     ids = list(tiers)
     for start in range(0, len(ids), 500):
-        for rid, cid, tier in session.execute(
-            select(RankingItem.ranking_id, RankingItem.candidate_id, RankingItem.tier).where(
+        for rid, cid, tier, score in session.execute(
+            select(RankingItem.ranking_id, RankingItem.candidate_id, RankingItem.tier, RankingItem.score).where(
                 RankingItem.ranking_id.in_(ids[start : start + 500]), RankingItem.tier.is_not(None)
             )
         ):
             tiers[rid].setdefault(tier, []).append(cid)
-    return {key: [tiers[rid][t] for t in sorted(tiers[rid])] for key, rid in newest.items()}
+            # A ranking with no scores (imported): its tiers are the scores, so a tie still scores 0.5 a step.
+            scores[rid][cid] = -float(tier) if score is None else score
+    return {key: ([tiers[rid][t] for t in sorted(tiers[rid])], scores[rid]) for key, rid in newest.items()}
 
 
 def predict(
@@ -152,13 +190,13 @@ def predict(
     if judge is not None and not rankings:
         raise InputError(f"no valid ranking by judge {judge!r} of this project's prompts")
     done = {(p.task, p.model_version) for p in client.predictions(project.project_id)}
-    by_prompt: dict[int, list[tuple[str, list[list[int]]]]] = {}
-    for (pid, name), tiers in rankings.items():
-        by_prompt.setdefault(pid, []).append((name, tiers))
+    by_prompt: dict[int, list[tuple[str, tuple[list[list[int]], dict[int, float]]]]] = {}
+    for (pid, name), ranked in rankings.items():
+        by_prompt.setdefault(pid, []).append((name, ranked))
     errors = prediction_errors(project.label_config)
     uploads = []
     for task_id, pid, shown in tasks:
-        for name, tiers in by_prompt.get(pid, []):
+        for name, (tiers, scores) in by_prompt.get(pid, []):
             if (task_id, name) in done:
                 summary.existing += 1
                 continue
@@ -168,6 +206,9 @@ def predict(
                 summary.unfit += 1
                 continue
             prediction = {"task": task_id, "model_version": name, "result": result}
+            score = confidence(tiers, scores, shown)
+            if score is not None:
+                prediction["score"] = score
             problems = errors(prediction)
             if problems:
                 summary.invalid += 1
