@@ -11,7 +11,17 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem, RankingStatus, RawRecord, RawStatus
+from preflab.db.models import (
+    Annotator,
+    Candidate,
+    ModelVersion,
+    Prompt,
+    Ranking,
+    RankingItem,
+    RankingStatus,
+    RawRecord,
+    RawStatus,
+)
 from preflab.db.quality.agreement import counts
 from preflab.report.privacy import excerpt, model_label
 
@@ -127,12 +137,15 @@ def data_section(session: Session) -> dict[str, Any]:
     """Counts, sources, weekly arrivals and quarantine (zeros and empty lists for an empty store)."""
     totals = counts(session)
     prompts_by_source = session.execute(select(Prompt.source, func.count()).group_by(Prompt.source)).all()
-    # Who wrote a reply is its ranking's to say (one text can be two models' replies): a reply counts once for each.
-    author = func.coalesce(RankingItem.model, Candidate.model)
+    # Who wrote a reply is its ranking's to say (one text can be two models' replies): a reply counts once for each,
+    # named as the leaderboard names it (`db/leaderboard/battles.py`): the ranking item's model, else the
+    # candidate's model version, else the candidate's first writer.
+    author = func.coalesce(RankingItem.model, ModelVersion.name, Candidate.model)
     candidates_by_model = session.execute(
         select(author, func.count(func.distinct(Candidate.id)))
         .select_from(Candidate)
         .outerjoin(RankingItem, RankingItem.candidate_id == Candidate.id)
+        .outerjoin(ModelVersion, ModelVersion.id == Candidate.model_version_id)
         .group_by(author)
     ).all()
     return {

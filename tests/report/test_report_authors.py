@@ -1,0 +1,55 @@
+"""The Data section counts each reply for the model that wrote it, named as the leaderboard names it (issue 46, 1i).
+
+A reply's author is its ranking's to say (`ranking_items.model`), else its candidate's model version, else the
+candidate's first writer: the same fall-back as the leaderboard's battles, so the report's "Candidates by model"
+and its leaderboard never name one model two ways.
+"""
+
+from __future__ import annotations
+
+from preflab.db.models import Candidate, ModelVersion, Prompt, Ranking, RankingItem
+from preflab.report.data import data_section
+
+
+def test_candidates_are_counted_by_author_as_the_leaderboard_names_them(sessions):
+    from preflab.db.leaderboard.battles import Filters, read_battles
+
+    with sessions.begin() as session:
+        version = ModelVersion(name="policy-2", kind="policy")
+        prompt = Prompt(text="Why?", content_hash="p", source="test")
+        session.add_all([version, prompt])
+        session.flush()
+        # Written in process by a trained version from its folder; the same text later imported as gpt-4's.
+        mine = Candidate(
+            prompt_id=prompt.id,
+            text="Because.",
+            content_hash="a",
+            model="/home/alice/runs/policy-2/merged",
+            model_version_id=version.id,
+        )
+        theirs = Candidate(prompt_id=prompt.id, text="No idea.", content_hash="b", model="vicuna-13b")
+        session.add_all([mine, theirs])
+        session.flush()
+        for n, (item_model, winner) in enumerate(((None, mine), ("gpt-4", theirs))):
+            ranking = Ranking(prompt_id=prompt.id, annotator_id=1, source="test", external_id=str(n), n_tiers=2)
+            session.add(ranking)
+            session.flush()
+            loser = theirs if winner is mine else mine
+            session.add_all(
+                [
+                    RankingItem(ranking_id=ranking.id, candidate_id=winner.id, tier=0, shown_position=0),
+                    RankingItem(
+                        ranking_id=ranking.id,
+                        candidate_id=loser.id,
+                        tier=1,
+                        shown_position=1,
+                        model=item_model if loser is mine else None,
+                    ),
+                ]
+            )
+    with sessions.begin() as session:
+        by_model = {row["name"]: row["count"] for row in data_section(session)["candidates_by_model"]}
+        battles = read_battles(session, Filters())
+    # "Because." is policy-2's (its version, not its folder) and, in the second ranking, gpt-4's as well.
+    assert by_model == {"policy-2": 1, "gpt-4": 1, "vicuna-13b": 1}
+    assert set(battles.models) == {"policy-2", "gpt-4", "vicuna-13b"}
