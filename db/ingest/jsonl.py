@@ -3,10 +3,11 @@
 The file is read as bytes, a line at a time (`preflab.db.ingest.lines`). Each line is
 stored raw first, exactly as received; then parsed (`preflab.db.ingest.records`); a
 line that cannot be used is quarantined with the reason and the rest of the
-batch still imports. A ranking is identified by its `id` (or, without one, the
-line's hash) and its annotator, so importing a file twice, or an overlapping
-file, adds nothing twice. Every line read is counted once: imported, duplicate,
-quarantined or blank.
+batch still imports. A ranking is identified by its `id` (or, without one, by what
+it means: `preflab.db.ingest.identity`, whatever the line's spacing, key order or
+number spelling) and its annotator, so importing a file twice, an overlapping
+file, or the same rankings written another way, adds nothing twice. Every line read
+is counted once: imported, duplicate, quarantined or blank.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter, plural
 from preflab.db.bulk import append_rows, lookup
 from preflab.db.conversation import prompt_columns, reply_columns
+from preflab.db.ingest.identity import record_identity
 from preflab.db.ingest.lines import Line, count_lines, open_input, read_lines, refuse_json_document
 from preflab.db.ingest.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
 from preflab.db.ingest.summary import ImportCounts, ImportSummary
@@ -47,6 +49,7 @@ __all__ = [
 
 BATCH_LINES = 5000
 BATCH_BYTES = 64 * 2**20  # a batch of long lines is cut short: memory stays bounded
+RANKINGS = "rankings"  # the format a JSON Lines ranking's identity names (`record_identity`)
 
 
 # --- reading files ----------------------------------------------------------------------
@@ -152,7 +155,9 @@ def _parse_batch(
 def import_rankings_batch(session: Session, batch: list[Line], origin: str, source: str = "import") -> ImportSummary:
     """Import one batch of JSON Lines rankings inside the caller's transaction."""
     summary = ImportSummary()
-    parsed = _parse_batch(session, batch, "import:rankings", origin, parse_ranking, summary)
+    parsed = _parse_batch(session, batch, f"import:{RANKINGS}", origin, parse_ranking, summary)
+    for rec, *_ in parsed:
+        rec.external_id = rec.external_id or record_identity(RANKINGS, rec)
     written = write_rankings(session, [(rec, h, raw_id) for rec, h, raw_id, _ in parsed], source, summary)
     summary.imported += len(written)
     return summary
@@ -164,8 +169,9 @@ def write_rankings(
     """Store parsed rankings, with their prompts, candidates and annotators, inside the caller's transaction.
 
     `parsed` holds (record, payload hash, raw record id). A ranking is identified by
-    its annotator and its external id (the payload hash where it has none) within
-    `source`: one stored before, or met earlier in `parsed`, is counted a duplicate. Each
+    its annotator and its external id (the caller sets it: the record's own id, else
+    `preflab.db.ingest.identity.record_identity`) within `source`: one stored before,
+    or met earlier in `parsed`, is counted a duplicate. Each
     ranking item keeps the model the record names for its reply (`RankingItem.model`).
     Returns the records written; `summary` counts the duplicates and the new prompts and candidates.
     """
@@ -178,8 +184,8 @@ def write_rankings(
     )
 
     keyed: dict[tuple[int, str], tuple[RankingRecord, int]] = {}
-    for rec, h, raw_id in parsed:
-        key = (annotator_ids[(rec.kind, rec.annotator)], rec.external_id or h)
+    for rec, _, raw_id in parsed:
+        key = (annotator_ids[(rec.kind, rec.annotator)], rec.external_id)
         if key in keyed:
             summary.duplicates += 1
             continue
