@@ -19,11 +19,14 @@ from preflab.db.transactions import in_transaction
 
 @contextmanager
 def cycles_unchecked() -> Iterator[None]:
-    """Python's cycle collector paused for an import, and run once after it.
+    """Python's cycle collector paused for an import, and run once after it on what the import made.
 
     An import makes a batch's worth of parsed records at a time, none of them in a cycle (JSON values,
     records): their reference counts free them. The collector, run every few hundred allocations,
     scanned them again and again, a quarter of an import's CPU time (bench/README.md, issue 30).
+    Afterwards only the youngest generation is collected, the objects made while it was paused: a full
+    collection scans the whole process (85 ms of a 124 ms import of one row; more in a server or a test
+    run holding pyarrow and datasets), whatever the import's size.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -32,7 +35,7 @@ def cycles_unchecked() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-            gc.collect()
+            gc.collect(0)
 
 
 # The tables an import looks rows up in, by a key it has a unique index on.
