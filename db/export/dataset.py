@@ -30,6 +30,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from preflab.db.export.card import LICENSE_UNKNOWN, dataset_card
+from preflab.db.export.digest import SplitDigest
 from preflab.db.export.pair_tables import (
     PairRow,
     TextForm,
@@ -156,13 +157,16 @@ def split_prompts(hashes: dict[int, str], test_size: float, seed: int) -> dict[i
 
 
 class _SplitWriter:
-    """Writes one split as JSON Lines, Parquet or an Arrow stream, a batch at a time, and hashes it."""
+    """Writes one split as JSON Lines, Parquet or an Arrow stream, a batch at a time, and hashes its pairs.
+
+    The hash is of the pairs, whatever order they were written in (`preflab.db.export.digest`).
+    """
 
     def __init__(self, path: Path, fmt: str, form: TextForm):
         self.fmt = fmt
         self.count = 0
         self.prompts: set[int] = set()
-        self.digest = hashlib.sha256()
+        self.digest = SplitDigest()
         schema = features(form.conversational, form.explicit)
         self._handle = self._writer = None
         if fmt == "jsonl":
@@ -177,12 +181,12 @@ class _SplitWriter:
 
             self._writer = pq.ParquetWriter(path, schema)
 
-    def write(self, table, identity: bytes) -> None:
+    def write(self, table, words) -> None:
         import pyarrow.compute as pc
 
         self.count += table.num_rows
         self.prompts.update(pc.unique(table.column("prompt_id")).to_pylist())
-        self.digest.update(identity)
+        self.digest.add(words)
         if self.fmt == "jsonl":
             text = table.to_pandas().to_json(orient="records", lines=True, force_ascii=False)
             self._handle.write(text if text.endswith("\n") else text + "\n")
@@ -243,8 +247,8 @@ def write_batches(
         # this one reads the next batch from the database.
         with ThreadPoolExecutor(max_workers=1) as pool:
             pending = []
-            for split, table, identity in text_tables(session, batches, splits, form):
-                pending.append(pool.submit(writers[split].write, table, identity))
+            for split, table, words in text_tables(session, batches, splits, form):
+                pending.append(pool.submit(writers[split].write, table, words))
                 if len(pending) > 2:
                     pending.pop(0).result()
             for future in pending:

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from preflab.db.bulk import IN_CHUNK, in_values
 from preflab.db.conversation import assistant_turn, stored_prompt, stored_reply, user_turn
 from preflab.db.export.arrow import rows_to_batch
+from preflab.db.export.digest import hash_words, pair_words
 from preflab.db.export.selection import kept_comparisons, kept_prompts
 from preflab.db.models import Annotator, Candidate, Comparison, Prompt
 from preflab.errors import InputError
@@ -182,12 +183,12 @@ def _stored_messages(session: Session, column, ids: list[int]) -> dict[int, list
 
 
 def text_tables(session: Session, batches: Iterable, splits: dict[int, str], form: TextForm):
-    """Yield (split, Arrow table, identity bytes) for each record batch of ids (`id_schema()`).
+    """Yield (split, Arrow table, its pairs' `digest.pair_words`) for each record batch of ids (`id_schema()`).
 
     The texts of just the prompts and candidates in a batch are looked up and
     gathered with Arrow's `take`, so memory holds one batch, never the whole
-    export. The identity bytes (content hashes, not database ids) feed the
-    dataset version's content hash.
+    export. The words (of content hashes, not database ids) feed the
+    dataset version's content hash (`preflab.db.export.digest`).
 
     Raises:
         InputError: plain text without a chat template, and a prompt or reply of several messages.
@@ -230,7 +231,7 @@ def text_tables(session: Session, batches: Iterable, splits: dict[int, str], for
         cand_ids = pa.array([c[0] for c in candidates], pa.int64())
         chosen_idx = pc.index_in(chosen, value_set=cand_ids)
         rejected_idx = pc.index_in(rejected, value_set=cand_ids)
-        cand_hash = pa.array([c[2] for c in candidates], pa.string())
+        cand_hash = hash_words([c[2] for c in candidates])
         public = pc.fill_null(annotator_names.take(pc.index_in(annotator, value_set=annotator_ids)), "aggregate")
         prompt_texts, reply_texts = _unique_texts(form, prompts, candidates, turns)
         columns = {
@@ -247,23 +248,21 @@ def text_tables(session: Session, batches: Iterable, splits: dict[int, str], for
             "annotator_kind": kind,
             "annotator": public,
         }
-        identity = pa.table(
-            {
-                "prompt": pa.array([p[2] for p in prompts], pa.string()).take(prompt_idx),
-                "chosen": cand_hash.take(chosen_idx),
-                "rejected": cand_hash.take(rejected_idx),
-                "margin": margin,
-                "weight": weight,
-                "kind": kind,
-                "annotator": public,
-            }
+        words = pair_words(
+            hash_words([p[2] for p in prompts])[prompt_idx.to_numpy(zero_copy_only=False)],
+            cand_hash[chosen_idx.to_numpy(zero_copy_only=False)],
+            cand_hash[rejected_idx.to_numpy(zero_copy_only=False)],
+            margin,
+            weight,
+            kind,
+            public,
         )
         table = pa.table({name: columns[name] for name in schema.names}, schema=schema)
         is_test = pc.is_in(prompt_ids, value_set=test_ids)
         for split, mask in (("train", pc.invert(is_test)), ("test", is_test)):
             part = table.filter(mask)
             if part.num_rows:
-                yield split, part, _ipc_bytes(identity.filter(mask))
+                yield split, part, words[mask.to_numpy(zero_copy_only=False)]
 
 
 def _unique_texts(form: TextForm, prompts: list[tuple], candidates: list[tuple], turns: dict):
@@ -296,12 +295,3 @@ def _unique_texts(form: TextForm, prompts: list[tuple], candidates: list[tuple],
         pa.array([turns["prompts"].get(p[0]) or user_turn(p[1]) for p in prompts], kind),
         pa.array([turns["candidates"].get(c[0]) or assistant_turn(c[1]) for c in candidates], kind),
     )
-
-
-def _ipc_bytes(table) -> bytes:
-    import pyarrow as pa
-
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
