@@ -42,6 +42,9 @@ class RankingStatus(str, enum.Enum):
     superseded = "superseded"  # replaced by a newer version of the same annotation
     deleted = "deleted"  # the annotation was deleted at the source
     skipped = "skipped"  # the annotator skipped the task: recorded, no pairs
+    # an imported ranking stored again before imports were identified by meaning (migration 0013): no pairs,
+    # `details["duplicate_of"]` names the ranking kept
+    duplicate = "duplicate"
 
 
 class RawStatus(str, enum.Enum):
