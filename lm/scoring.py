@@ -66,9 +66,9 @@ def completion_split(tokenizer, prompt: Text, completion: Text) -> tuple[list[in
             completion = completion + eos
         prompt_ids = tokenizer(text=prompt)["input_ids"]
         full = tokenizer(text=prompt + completion)["input_ids"]
-    n = 0
-    while n < min(len(prompt_ids), len(full)) and prompt_ids[n] == full[n]:
-        n += 1
+    from preflab.lm.replies import reply_start
+
+    n = reply_start(prompt_ids, full)
     return list(full[:n]), list(full[n:])
 
 

@@ -1,7 +1,7 @@
 """A small OpenAI-compatible server that misbehaves on demand, for the engine's tests and bench.
 
 It answers `/v1/chat/completions`, `/v1/completions` and `/v1/models` in the shapes vLLM 0.32
-gives (`prompt_logprobs` at the top of a chat answer, `structured_outputs` choices honoured,
+gives (`prompt_logprobs` and `prompt_token_ids` at the top of a chat answer, `structured_outputs` choices honoured,
 the error bodies of vLLM's `create_error_response`), deterministically: the same request
 gets the same answer. It is a fake at the one boundary a test cannot make fail on purpose,
 the network and the server; the real vLLM server is tested elsewhere.
@@ -81,6 +81,11 @@ def rendered(messages: list[dict], body: dict) -> str:
     elif body.get("add_generation_prompt", True):
         parts.append("<|assistant|>\n")
     return "".join(parts)
+
+
+def token_id(token: str) -> int:
+    """A token's id: the same text, the same id."""
+    return _digest(token)
 
 
 def token_logprob(token: str) -> float:
@@ -236,8 +241,10 @@ def chat_answer(body: dict, prompt: str, faults: Faults) -> dict:
     asked = body.get("prompt_logprobs", extra.get("prompt_logprobs"))
     if asked is not None and faults.prompt_logprobs:
         out["prompt_logprobs"] = [None] + [
-            {str(i): {"logprob": token_logprob(t), "rank": 1, "decoded_token": t}} for i, t in enumerate(tokens[1:], 1)
+            {str(token_id(t)): {"logprob": token_logprob(t), "rank": 1, "decoded_token": t}} for t in tokens[1:]
         ]
+    if body.get("return_token_ids", extra.get("return_token_ids")) and faults.prompt_logprobs:
+        out["prompt_token_ids"] = [token_id(t) for t in tokens]  # vLLM's return_token_ids, beside prompt_logprobs
     return out
 
 

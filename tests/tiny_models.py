@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -32,8 +33,8 @@ def _judge_corpus() -> list[str]:
     return [prompts.PAIRWISE_SYSTEM, prompts.PAIRWISE_USER, prompts.SCORE_PROMPT, prompts.REFERENCE_PROMPT]
 
 
-def tiny_tokenizer(vocab_size: int = 700):
-    """A byte-level BPE tokenizer with a ChatML chat template (pads on the left)."""
+def tiny_tokenizer(vocab_size: int = 700, extra: Sequence[str] = ()):
+    """A byte-level BPE tokenizer with a ChatML chat template (pads on the left); `extra` texts join its corpus."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -46,7 +47,7 @@ def tiny_tokenizer(vocab_size: int = 700):
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(CORPUS * 3 + _judge_corpus(), trainer=trainer)
+    tok.train_from_iterator(CORPUS * 3 + _judge_corpus() + list(extra), trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

@@ -2,31 +2,27 @@
 
 Sequences are padded on the left, so every sequence ends at the last position:
 the next-token distribution is the last position's, and a response's tokens are
-the last `len(response)` positions. That lets `logits_to_keep` skip the
-vocabulary projection everywhere else. Next-token reads run the prefix that all
-texts share (a judge's rubric) once and reuse its key/value cache.
+the last positions. That lets `logits_to_keep` skip the vocabulary projection
+everywhere else. Next-token reads run the prefix that all texts share (a judge's
+rubric) once and reuse its key/value cache. A response's tokens are the ones a
+server scores (`preflab.lm.replies`, where its forward pass is).
 """
 
 from __future__ import annotations
 
 import copy
+import inspect
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
+
+from preflab.db.conversation import Messages
+from preflab.lm.replies import by_length, left_pad, reply_logprobs, reply_tokens, split_tokens
+
+# by_length is read from here by the pairwise judge.
+__all__ = ["by_length", "logsumexp", "next_token_logprobs", "response_logprobs", "shared_prefix"]
 
 # Shorter shared prefixes are not worth a separate pass.
 MIN_SHARED = 16
-
-
-def batches(n: int, size: int) -> Iterator[range]:
-    for start in range(0, n, size):
-        yield range(start, min(n, start + size))
-
-
-def by_length(rows: Sequence[Sequence[int]], size: int) -> Iterator[list[int]]:
-    """Indices of `rows` in batches of similar length, so little of a batch is padding."""
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
-    for part in batches(len(order), size):
-        yield [order[i] for i in part]
 
 
 def logsumexp(values: Sequence[float]) -> float:
@@ -35,21 +31,6 @@ def logsumexp(values: Sequence[float]) -> float:
     if top == float("-inf"):
         return top
     return top + math.log(sum(math.exp(v - top) for v in values))
-
-
-def _left_pad(rows: Sequence[Sequence[int]], pad_id: int, device):
-    import torch
-
-    width = max(map(len, rows))
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        if row:
-            ids[i, width - len(row) :] = torch.tensor(row, dtype=torch.long)
-            mask[i, width - len(row) :] = 1
-    # Explicit positions, so models with absolute position embeddings see no shift.
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), mask.to(device), positions.to(device)
 
 
 def _encode(tokenizer, text: str) -> list[int]:
@@ -87,7 +68,7 @@ def next_token_logprobs(
     if prefix is None:
         shared = 0
     for part in by_length(encoded, batch_size):
-        ids, mask, positions = _left_pad([encoded[i][shared:] for i in part], tokenizer.pad_token_id, model.device)
+        ids, mask, positions = left_pad([encoded[i][shared:] for i in part], tokenizer.pad_token_id, model.device)
         cache = None
         if prefix is not None:
             cache = copy.deepcopy(prefix)
@@ -100,8 +81,8 @@ def next_token_logprobs(
                 input_ids=ids,
                 attention_mask=mask,
                 position_ids=positions,
-                past_key_values=cache,
                 use_cache=cache is not None,
+                **{cache_argument(model): cache},
                 logits_to_keep=1,
             ).logits
         logprobs = torch.log_softmax(logits[:, -1, :].float(), dim=-1).cpu()
@@ -127,33 +108,33 @@ def _prefix_cache(model, prefix: list[int]):
 
     ids = torch.tensor([prefix], dtype=torch.long, device=model.device)
     with torch.inference_mode():
-        cache = model(input_ids=ids, use_cache=True, logits_to_keep=1).past_key_values
+        output = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    cache = getattr(output, cache_argument(model), None)
     return cache if hasattr(cache, "batch_repeat_interleave") else None
 
 
+def cache_argument(model) -> str:
+    """The name `model`'s forward takes (and returns) a key/value cache under.
+
+    transformers 5.x calls it `cache`, and warns any user whose code still says
+    `past_key_values`; 4.x knows only `past_key_values`. Both take the `DynamicCache`
+    a forward pass returns, which `next_token_logprobs` copies and extends.
+    """
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 def response_logprobs(
-    model, tokenizer, contexts: Sequence[str], responses: Sequence[str], batch_size: int = 8
+    model, tokenizer, contexts: Sequence[str | Messages], responses: Sequence[str], batch_size: int = 8
 ) -> list[tuple[float, int]]:
     """(sum of log p(response token | everything before), number of response tokens) per pair.
 
-    Context and response are tokenized apart and joined, so the response's tokens
-    are exactly the ones scored whatever the tokenizer would merge at the seam.
+    A context given as messages is rendered with the reply as its open last turn, as a server
+    renders it; one given as text is joined with the reply as text. Either way the whole is
+    tokenized at once and the reply's tokens are those after what it shares with the context's
+    own (`preflab.lm.replies`), so a server scoring the same conversation scores the same tokens.
     """
-    import torch
-
-    pairs = [(_encode(tokenizer, c), _encode(tokenizer, r)) for c, r in zip(contexts, responses)]
-    out: list[tuple[float, int]] = [(0.0, 0)] * len(pairs)
-    for part in by_length([c + r for c, r in pairs], batch_size):
-        rows = [pairs[i][0] + pairs[i][1] for i in part]
-        lengths = [len(pairs[i][1]) for i in part]
-        keep = max(lengths) + 1
-        ids, mask, positions = _left_pad(rows, tokenizer.pad_token_id, model.device)
-        with torch.inference_mode():
-            logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep).logits
-        # logits[:, k] predicts the token after position (width - keep + k).
-        logprobs = torch.log_softmax(logits[:, :-1, :].float(), dim=-1)
-        targets = ids[:, -(keep - 1) :] if keep > 1 else ids[:, :0]
-        picked = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1).cpu()
-        for row, (i, n) in enumerate(zip(part, lengths)):
-            out[i] = (float(picked[row, picked.shape[1] - n :].sum()) if n else 0.0, n)
-    return out
+    rows = [
+        split_tokens(tokenizer, c, c + r) if isinstance(c, str) else reply_tokens(tokenizer, c, r)
+        for c, r in zip(contexts, responses)
+    ]
+    return reply_logprobs(model, rows, tokenizer.pad_token_id, batch_size)

@@ -43,15 +43,14 @@ def mean_logprobs(
         prompts: a user's message, or the conversation so far (messages ending with the user's).
         responses: a reply's text, or its messages (assistant turns scored, each after all before it).
     """
-    from preflab.lm.loading import chat_prompt
-
     contexts, texts, owner = [], [], []
     for n, (prompt, response) in enumerate(zip(prompts, responses)):
         history = user_turn(prompt) if isinstance(prompt, str) else list(prompt)
         turns = assistant_turn(response) if isinstance(response, str) else list(response)
         for k, turn in enumerate(turns):
             if turn["role"] == "assistant":
-                contexts.append(chat_prompt(tokenizer, history + turns[:k]))
+                # As messages: rendered with the reply as its open last turn, as a server renders it.
+                contexts.append(history + turns[:k])
                 texts.append(turn["content"])
                 owner.append(n)
     sums = [[0.0, 0] for _ in prompts]

@@ -7,7 +7,8 @@ The same prompts as in process, sent as messages (the server applies the chat te
 - score and reference, expected: the answer is started with "Score: " and the score read from
   the score token's alternatives, the probability-weighted mean of 0-5 (`score.expected_score`);
   sampled: k sampled replies, each "Score: n" parsed, as in process.
-- likelihood: the server's log-probabilities of each reply's own tokens given its whole history.
+- likelihood: the server's log-probabilities of each reply's own tokens given its whole history: the tokens
+  scored in process (`preflab.lm.replies`), read by token id.
 
 A reply that names no choice cannot be read: the pair, or the candidate, is an abstention
 (`abstain` in its details, counted by `preflab judge report`), never a guess. An item the server

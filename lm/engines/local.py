@@ -3,9 +3,9 @@
 Generation is `preflab.lm.sampling.generate_texts` over each prompt in the model's chat
 format (`preflab.lm.loading.chat_prompt`), a batch per call to `generate`. Reading a reply's
 first tokens is one greedy `generate` that keeps each step's logits. A reply's likelihood is
-one teacher-forced forward pass over the conversation and the reply tokenized apart (so the
-reply's tokens are exactly its own, whatever the tokenizer would merge at the seam), padded
-as `preflab.lm.scoring` pads. Nothing is stored: asking again costs nothing but time.
+one teacher-forced forward pass over the conversation with the reply as its open last turn,
+scored on the tokens a server scores (`preflab.lm.replies`: the in-process likelihood judge's
+pass). Nothing is stored: asking again costs nothing but time.
 """
 
 from __future__ import annotations
@@ -109,35 +109,20 @@ class TransformersEngine:
         return out  # type: ignore[return-value]
 
     def likelihood(self, asks: Sequence[Likelihood]) -> list[ReplyLogprob]:
-        """log p of each reply's own tokens, given the conversation in the model's chat format."""
-        import torch
-
-        from preflab.lm.loading import chat_prompt
-        from preflab.lm.scoring import _right_pad, pad_id
+        """log p of each reply's tokens given the conversation, the tokens a server scores (`preflab.lm.replies`)."""
+        from preflab.lm.replies import reply_logprobs, reply_tokens
+        from preflab.lm.scoring import pad_id
 
         start = time.perf_counter()
-        tok, model = self.tokenizer, self.model
-
-        def encode(text: str) -> list[int]:
-            return tok(text, add_special_tokens=False)["input_ids"]
-
-        rows = [(encode(chat_prompt(tok, ask.prompt)), encode(ask.reply)) for ask in asks]
-        out: list[ReplyLogprob | None] = [None] * len(asks)
-        order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]) + len(rows[i][1]))
-        for part in _parts(order, self.batch_size):
-            ids, mask = _right_pad([rows[i][0] + rows[i][1] for i in part], pad_id(tok))
-            ids, mask = ids.to(model.device), mask.to(model.device)
-            with torch.inference_mode():
-                logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-            picked = logits.log_softmax(-1).gather(-1, ids[:, 1:, None]).squeeze(-1).cpu()
-            for row, i in enumerate(part):
-                begin, n = len(rows[i][0]), len(rows[i][1])
-                # Position t predicts token t + 1: the reply's tokens are scored at begin-1 ... begin+n-2.
-                out[i] = ReplyLogprob(float(picked[row, begin - 1 : begin + n - 1].sum()) if n else 0.0, n)
-                self.stats.requests += 1
-                self.stats.tokens_in += begin + n
+        rows = [reply_tokens(self.tokenizer, ask.prompt, ask.reply) for ask in asks]
+        out = [
+            ReplyLogprob(total, n)
+            for total, n in reply_logprobs(self.model, rows, pad_id(self.tokenizer), self.batch_size)
+        ]
+        self.stats.requests += len(rows)
+        self.stats.tokens_in += sum(len(ids) for ids, _ in rows)
         self.stats.seconds += time.perf_counter() - start
-        return out  # type: ignore[return-value]
+        return out
 
     def _count(self, text: str, generated: int) -> None:
         self.stats.requests += 1

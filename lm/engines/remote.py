@@ -86,22 +86,24 @@ class OpenAIEngine:
         return [a if isinstance(a, Failed) else wire.read_logprobs(a) for a in self._ask(wire.CHAT, bodies)]
 
     def likelihood(self, asks: Sequence[Likelihood]) -> list[ReplyLogprob | Failed]:
-        """log p of each reply's tokens after its conversation, in order."""
+        """log p of each reply's tokens after its conversation, in order: the tokens `preflab.lm.replies` names."""
         mode = self.check_likelihood()
         if mode == "chat":
-            bodies = [wire.likelihood_chat_body(self.model, ask) for ask in asks]
-            answers = self._ask(wire.CHAT, bodies)
+            # Each conversation's own token ids first (once for all its replies), so that the replies, asked next,
+            # find it in a prefix cache.
+            contexts = self._ask(wire.CHAT, [wire.likelihood_context_body(self.model, ask) for ask in asks])
+            answers = self._ask(wire.CHAT, [wire.likelihood_chat_body(self.model, ask) for ask in asks])
             return [
-                a if isinstance(a, Failed) else wire.read_likelihood_chat(a, ask.reply) for a, ask in zip(answers, asks)
+                a if isinstance(a, Failed) else c if isinstance(c, Failed) else wire.read_likelihood_chat(a, c)
+                for a, c in zip(answers, contexts)
             ]
-        from preflab.lm.loading import chat_prompt
+        from preflab.lm.replies import rendered
 
-        contexts = [chat_prompt(self._template, ask.prompt) for ask in asks]
-        bodies = [wire.likelihood_echo_body(self.model, c, ask) for c, ask in zip(contexts, asks)]
-        answers = self._ask(wire.COMPLETIONS, bodies)
+        texts = [rendered(self._template, ask.prompt, ask.reply) for ask in asks]
+        answers = self._ask(wire.COMPLETIONS, [wire.likelihood_echo_body(self.model, whole) for _, whole in texts])
         return [
-            a if isinstance(a, Failed) else wire.read_likelihood_echo(a, c, ask.reply)
-            for a, c, ask in zip(answers, contexts, asks)
+            a if isinstance(a, Failed) else wire.read_likelihood_echo(a, context, whole)
+            for a, (context, whole) in zip(answers, texts)
         ]
 
     # --- what the server offers ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 Bodies are the keyword arguments of the official client's `create` (vLLM's own
 parameters under `extra_body`, with the names vLLM 0.32 reads: `structured_outputs`,
-`prompt_logprobs`, `continue_final_message`, `add_generation_prompt`). A body is also
+`prompt_logprobs`, `return_token_ids`, `continue_final_message`, `add_generation_prompt`). A body is also
 what the request store hashes and keeps, so everything that changes the answer is in it.
 Answers are read from the JSON as received (the store holds that JSON), never from the
 client's typed objects: a cached answer and a fresh one are read by the same code.
@@ -23,6 +23,7 @@ from preflab.lm.engines.calls import (
     TokenLogprobs,
     as_messages,
 )
+from preflab.lm.replies import reply_start
 
 CHAT = "chat.completions"
 COMPLETIONS = "completions"
@@ -119,6 +120,21 @@ def read_logprobs(answer: dict[str, Any]) -> TokenLogprobs:
     return TokenLogprobs(text, tokens, top)
 
 
+def likelihood_context_body(model: str, ask: Likelihood) -> dict[str, Any]:
+    """vLLM: the conversation up to the reply, for its token ids (where the reply's tokens begin).
+
+    The same for every reply to one conversation, so it is asked (and stored) once for them all;
+    it generates one token, the least a chat request does.
+    """
+    return {
+        "model": model,
+        "messages": as_messages(ask.prompt),
+        "max_tokens": 1,
+        "temperature": 0.0,
+        "extra_body": {"return_token_ids": True},
+    }
+
+
 def likelihood_chat_body(model: str, ask: Likelihood) -> dict[str, Any]:
     """vLLM: the conversation with the reply as its open last turn; the prompt's log-probabilities come back."""
     messages = [*as_messages(ask.prompt), {"role": "assistant", "content": ask.reply}]
@@ -127,47 +143,49 @@ def likelihood_chat_body(model: str, ask: Likelihood) -> dict[str, Any]:
         "messages": messages,
         "max_tokens": 1,
         "temperature": 0.0,
-        "extra_body": {"prompt_logprobs": 0, "continue_final_message": True, "add_generation_prompt": False},
+        "extra_body": {
+            "prompt_logprobs": 0,
+            "continue_final_message": True,
+            "add_generation_prompt": False,
+            "return_token_ids": True,
+        },
     }
 
 
-def read_likelihood_chat(answer: dict[str, Any], reply: str) -> ReplyLogprob:
-    """The reply's tokens are the prompt's last ones: as many as it takes to spell the reply, from the end.
+def read_likelihood_chat(answer: dict[str, Any], context: dict[str, Any]) -> ReplyLogprob:
+    """The reply's tokens are the prompt's after those it shares with its conversation's (`context`'s answer).
 
-    The server's template may trim the reply's surrounding space (a continued message is
-    cut right after its text), so the reply is counted stripped.
+    Read by token id, as `preflab.lm.replies` splits them in process, never by spelling the
+    reply out of decoded pieces: an emoji's byte tokens decode to nothing until its last.
     """
+    ids = answer.get("prompt_token_ids") or []
     positions = answer.get("prompt_logprobs") or []
-    want = len(reply.strip())
-    spelled, total, tokens = 0, 0.0, 0
-    for position in reversed(positions):
-        if spelled >= want or not position:
-            break
-        entry = next(iter(position.values()))  # with prompt_logprobs=0: the prompt's own token only
-        spelled += len(entry.get("decoded_token") or "")
+    start = max(reply_start(context.get("prompt_token_ids") or [], ids), 1)  # the first token has no log-probability
+    total = 0.0
+    for token, position in zip(ids[start:], positions[start:]):
+        entry = position.get(str(token)) or next(iter(position.values()))  # prompt_logprobs=0: the token's own
         total += float(entry["logprob"])
-        tokens += 1
-    return ReplyLogprob(total, tokens)
+    return ReplyLogprob(total, max(len(ids) - start, 0))
 
 
-def likelihood_echo_body(model: str, context: str, ask: Likelihood) -> dict[str, Any]:
-    """Completions with `echo`: the templated context and the reply as one prompt, scored token by token."""
-    return {
-        "model": model,
-        "prompt": context + ask.reply,
-        "max_tokens": 1,
-        "temperature": 0.0,
-        "echo": True,
-        "logprobs": 1,
-    }
+def likelihood_echo_body(model: str, whole: str) -> dict[str, Any]:
+    """Completions with `echo`: the templated conversation, the reply its open last turn, scored token by token."""
+    return {"model": model, "prompt": whole, "max_tokens": 1, "temperature": 0.0, "echo": True, "logprobs": 1}
 
 
-def read_likelihood_echo(answer: dict[str, Any], context: str, reply: str) -> ReplyLogprob:
+def read_likelihood_echo(answer: dict[str, Any], context: str, whole: str) -> ReplyLogprob:
+    """The prompt's tokens from where `whole` leaves `context`: those that start there or later, or end after it
+    (one merged across the seam), as `preflab.lm.replies` splits them by token."""
     logprobs = answer["choices"][0].get("logprobs") or {}
-    end = len(context) + len(reply)
+    offsets = logprobs.get("text_offset") or []
+    # The prompt's tokens come first, then the one generated (its offset is not always the prompt's length: vLLM
+    # spells a prompt ending in a character's byte pieces short).
+    prompt = int((answer.get("usage") or {}).get("prompt_tokens") or len(offsets))
+    seam = reply_start(context, whole)  # characters, here
+    ends = [*offsets[1:prompt], len(whole)]
     total, tokens = 0.0, 0
-    for offset, value in zip(logprobs.get("text_offset") or [], logprobs.get("token_logprobs") or []):
-        if len(context) <= offset < end and value is not None:
+    for offset, end, value in zip(offsets[:prompt], ends, logprobs.get("token_logprobs") or []):
+        if (offset >= seam or end > seam) and value is not None:
             total += float(value)
             tokens += 1
     return ReplyLogprob(total, tokens)
@@ -184,13 +202,14 @@ def prompt_logprobs_probe(model: str) -> dict[str, Any]:
         "messages": PROBE_MESSAGES,
         "max_tokens": 1,
         "temperature": 0.0,
-        "extra_body": {"prompt_logprobs": 0},
+        "extra_body": {"prompt_logprobs": 0, "return_token_ids": True},
     }
 
 
 def offers_prompt_logprobs(answer: dict[str, Any]) -> bool:
-    # A server that does not know the parameter ignores it (vLLM logs it; others drop it): nothing comes back.
-    return bool(answer.get("prompt_logprobs"))
+    # A server that does not know a parameter ignores it (vLLM logs it; others drop it): nothing comes back.
+    # The prompt's token ids (vLLM's return_token_ids) tell where a reply's tokens begin.
+    return bool(answer.get("prompt_logprobs")) and bool(answer.get("prompt_token_ids"))
 
 
 def echo_probe(model: str) -> dict[str, Any]:

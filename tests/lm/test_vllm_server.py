@@ -64,10 +64,10 @@ def token_logprobs(model, ids: list[int]) -> list[float]:
 
 
 def likelihood_ids(tokenizer, history, reply: str) -> tuple[list[int], int]:
-    """The likelihood judge's tokens for (history, reply): context and reply tokenized apart; (ids, reply tokens)."""
-    context = tokenizer(chat_prompt(tokenizer, history), add_special_tokens=False)["input_ids"]
-    answer = tokenizer(reply, add_special_tokens=False)["input_ids"]
-    return context + answer, len(answer)
+    """The likelihood judge's tokens for (history, reply): (ids, reply tokens), as `preflab.lm.replies` splits them."""
+    from preflab.lm.replies import reply_tokens
+
+    return reply_tokens(tokenizer, history, reply)
 
 
 def test_models_lists_the_served_names(client, vllm_server):
@@ -164,7 +164,7 @@ def test_prompt_logprobs_of_a_conversation_equal_the_likelihood_judge(client, vl
     assert entries[0] is None and len(entries) == len(ids)
     served = [entry[str(token)]["logprob"] for entry, token in zip(entries[1:], ids[1:])]
     assert max(abs(a - b) for a, b in zip(served, token_logprobs(model, ids))) < TOLERANCE
-    total, tokens = response_logprobs(model, tokenizer, [chat_prompt(tokenizer, HISTORY)], [reply])[0]
+    total, tokens = response_logprobs(model, tokenizer, [HISTORY], [reply])[0]
     assert tokens == n and abs(sum(served[-n:]) - total) < TOLERANCE * n
 
 
