@@ -99,7 +99,7 @@ def recorded_inputs(model, tokenizer):
         ids = kwargs.get("input_ids", args[0] if args else None)
         if ids is None:
             return
-        cache = kwargs.get("past_key_values")
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))  # its name from transformers 5.x, and before
         before = made_cache[0] if cache is not None and cache.get_seq_length() > 0 else ""
         for row in ids.tolist():
             seen.append(before + tokenizer.decode([t for t in row if t != pad]))
