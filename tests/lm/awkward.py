@@ -107,7 +107,8 @@ def asks(min_size: int = 1, max_size: int = 4):
 
 
 def fixed(tokenizer) -> list[tuple[list[dict[str, str]], str]]:
-    """The fixed awkward set: every reply after one user turn and after a conversation of several."""
+    """The fixed awkward set: every reply after a conversation of several turns, then the first five (the cut
+    ones and the leading newlines) after one user turn."""
     replies = [
         cut(tokenizer, LONG, "tokens", 64),  # cut at 64 tokens (a token boundary), holding \n\n: issue 46 §1e
         cut(tokenizer, LONG, "characters", LONG.index("Eiffel") + 3),  # ... mid-word ("Eif")
@@ -122,4 +123,4 @@ def fixed(tokenizer) -> list[tuple[list[dict[str, str]], str]]:
         "the template's own <|im_end|> inside",
         "",  # nothing to score: no tokens, on both
     ]
-    return [(h, r) for h in (HISTORY, CONVERSATION) for r in replies]
+    return [(CONVERSATION, r) for r in replies] + [(HISTORY, r) for r in replies[:5]]
