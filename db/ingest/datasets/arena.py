@@ -203,4 +203,5 @@ FORMAT = Format(
     annotator="the row's judge, else the dataset's name",
     kind="human",
     judged_by="Chatbot Arena users",
+    texts=frozenset({"question_id", "model_a", "model_b", "winner", "judge", "prompt", "response_a", "response_b"}),
 )

@@ -130,6 +130,8 @@ class Format:
         kind: "human" or "ai": who ranked, as the dataset card documents.
         judged_by: who ranked, in words ("GPT-4", "Chatbot Arena users").
         assumed: annotator name -> why it is preflab's assumption, not the dataset's word (the import says so).
+        texts: the columns it reads as text, which a CSV file's reader keeps as written (pandas would read a
+            column of digits, such as the reply "7", as numbers; `sources.open_source`).
     """
 
     name: str
@@ -143,6 +145,7 @@ class Format:
     kind: str = "human"
     judged_by: str = ""
     assumed: dict[str, str] = field(default_factory=dict)
+    texts: frozenset[str] = frozenset()
 
 
 def _storable(value: Any) -> bool:

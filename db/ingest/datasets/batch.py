@@ -2,7 +2,8 @@
 
 `parse_batch` parses a batch's units of rows (it runs while the batch before it commits); `import_rows`
 stores every row raw, the replies set aside alone, quarantines what cannot be used and writes the rankings
-(`preflab.db.ingest.jsonl.write_rankings`).
+(`preflab.db.ingest.jsonl.write_rankings`), each identified by the dataset's id or else by what it means
+(`preflab.db.ingest.identity`), never by the bytes of its row.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from preflab.db.ingest.datasets.base import Format
 from preflab.db.ingest.datasets.formats import parse_unit
 from preflab.db.ingest.datasets.rows import Row
 from preflab.db.ingest.datasets.summary import DatasetSummary, Repeated, part_digest, part_payload
+from preflab.db.ingest.identity import record_identity
 from preflab.db.ingest.jsonl import write_rankings
 from preflab.db.models import RawRecord, RawStatus
 from preflab.db.store import RawMap, quarantine, release, store_raw
@@ -89,9 +91,9 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
         # Rows quarantined by an earlier import and used now (a tree that was not together, the file now sorted)
         released += [raw[row.digest][0] for row in unit if raw[row.digest][1] == RawStatus.quarantined.value]
         first = unit[0].digest
-        for i, record in enumerate(records):
-            if record.external_id is None:  # the payload's hash: the row's identity where the dataset gives none
-                record.external_id = first if len(records) == 1 and len(unit) == 1 else f"{first}:{i}"
+        for record in records:
+            if record.external_id is None:  # what the row means: its identity where the dataset gives no id
+                record.external_id = record_identity(fmt.name, record)
             record.source = record.source or source
             summary.count_assumed(record)
             parsed.append((record, first, raw[first][0]))

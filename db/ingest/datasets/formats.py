@@ -37,6 +37,9 @@ FORMATS: dict[str, Format] = {
 }
 
 PEEK_ROWS = 100  # the rows `--format auto` reads, and that all failing stops an import
+# The columns some format reads as text: a CSV file keeps them as written (the format is not known yet
+# when `--format auto` reads the first rows).
+TEXT_COLUMNS = frozenset().union(*(f.texts for f in FORMATS.values()))
 
 
 class Unit(list):

@@ -60,4 +60,5 @@ FORMAT = Format(
     annotator=ANNOTATOR,
     kind="human",
     judged_by="human annotators",
+    texts=frozenset({"domain", "language", "context", "response1", "response2"}),
 )

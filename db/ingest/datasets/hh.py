@@ -65,4 +65,5 @@ FORMAT = Format(
     annotator=ANNOTATOR,
     kind="human",
     judged_by="crowdworkers",
+    texts=frozenset({"chosen", "rejected"}),
 )

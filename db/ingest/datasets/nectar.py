@@ -59,4 +59,5 @@ FORMAT = Format(
     annotator=ANNOTATOR,
     kind=KIND,
     judged_by="GPT-4",
+    texts=frozenset({"prompt"}),
 )

@@ -161,4 +161,5 @@ FORMAT = Format(
     annotator=ANNOTATOR,
     kind="human",
     judged_by="OpenAssistant volunteers",
+    texts=frozenset({"message_id", "parent_id", "message_tree_id", "role", "text", "lang", "model_name"}),
 )

@@ -71,4 +71,5 @@ FORMAT = Format(
     annotator=ANNOTATOR.format("<dimension>"),
     kind="human",
     judged_by="human annotators",
+    texts=frozenset({"prompt", "response_0", "response_1", "prompt_source", "response_0_source", "response_1_source"}),
 )

@@ -50,4 +50,5 @@ FORMAT = Format(
     annotator=ANNOTATOR,
     kind="human",
     judged_by="Reddit users (their upvotes)",
+    texts=frozenset({"post_id", "domain", "history", "c_root_id_A", "c_root_id_B", "human_ref_A", "human_ref_B"}),
 )

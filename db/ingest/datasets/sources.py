@@ -6,7 +6,8 @@ SOURCE (`open_source`) is one of:
 - a `.parquet` file (read a row group's batch at a time);
 - a `.csv` file (plain or compressed; arena-human-preference-55k ships one), read by `datasets`, streaming,
   as a folder of them is (below): a column of numbers only comes as numbers, an empty cell as null, and
-  any other text (`NA`, `null`) as the text it is;
+  any other text (`NA`, `null`) as the text it is; a column some format reads as text
+  (`formats.TEXT_COLUMNS`: a prompt, a reply, an id) comes as written, digits too (the reply "7");
 - a folder written by `save_to_disk` (a Dataset or a DatasetDict: its Arrow files are read a batch at a time);
 - any other folder of data files, or a Hugging Face Hub dataset id: `datasets.load_dataset`, streaming
   (under `HF_HUB_OFFLINE=1` a Hub id is read from the local cache, as `datasets` does offline; an
@@ -31,6 +32,7 @@ from typing import Any
 import orjson
 
 from preflab.console import plural
+from preflab.db.ingest.datasets.formats import TEXT_COLUMNS
 from preflab.db.ingest.datasets.hub import hub_source
 from preflab.db.ingest.datasets.rows import Row, Source, batch_rows
 from preflab.db.ingest.lines import Line, open_input, read_lines
@@ -39,8 +41,20 @@ from preflab.db.store import shown_payload
 from preflab.errors import InputError, Invalid
 
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".csv")
-# pandas, under `datasets`' CSV reader, would read the text "NA", "null" or "None" as a missing value
-_CSV_OPTIONS = {"keep_default_na": False, "na_values": [""]}
+
+
+def _text_cell(value: str) -> str | None:
+    """A CSV cell of a text column as written (an empty one is null, as in any other column)."""
+    return value if value != "" else None
+
+
+# pandas, under `datasets`' CSV reader, would read the text "NA", "null" or "None" as a missing value, and a
+# column of digits as numbers: a text column keeps what was written
+_CSV_OPTIONS = {
+    "keep_default_na": False,
+    "na_values": [""],
+    "converters": dict.fromkeys(sorted(TEXT_COLUMNS), _text_cell),
+}
 _COMPRESSIONS = ("", ".gz", ".bz2", ".xz")
 _CHUNK = 2**20
 _ARROW_BATCH = 1024

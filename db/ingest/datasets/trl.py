@@ -16,6 +16,10 @@ and `score_rejected` is the UltraFeedback-binarized shape (HuggingFaceH4/ultrafe
 `prompt`, `prompt_id`, `chosen`, `rejected`, `messages`, `score_chosen`, `score_rejected`), whose
 scores are GPT-4's UltraFeedback ratings: an AI annotator, `HuggingFaceH4/ultrafeedback_binarized`.
 Any other row is ranked by one human annotator, `trl`.
+
+A row's `prompt_id` (the binarized file's, the SHA-256 of its prompt) with its pair is the ranking's id
+(`preflab.db.ingest.identity.pair_identity`): files derived from the same prompts pair other replies.
+Without one, the import identifies the ranking by what it holds.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from preflab.db.conversation import Messages, prompt_messages
 from preflab.db.ingest.datasets.base import Format, messages_or_text, number, ranking, split_shared
+from preflab.db.ingest.identity import pair_identity
 from preflab.db.ingest.records import RankingRecord
 from preflab.errors import Invalid
 
@@ -68,10 +73,13 @@ def parse(row: dict[str, Any]) -> list[RankingRecord]:
     else:
         prompt, better, worse = prompt_messages(row["prompt"], "'prompt'"), chosen, rejected
     if row.get("score_chosen") is None and row.get("score_rejected") is None:
-        return [ranking(prompt, [better, worse], [[0], [1]], ANNOTATOR, names=NAMES)]
-    scores = [number(row, "score_chosen"), number(row, "score_rejected")]
-    tiers = [[0, 1]] if scores[0] == scores[1] else [[0], [1]]
-    return [ranking(prompt, [better, worse], tiers, BINARIZED, kind="ai", scores=scores, names=NAMES)]
+        record = ranking(prompt, [better, worse], [[0], [1]], ANNOTATOR, names=NAMES)
+    else:
+        scores = [number(row, "score_chosen"), number(row, "score_rejected")]
+        tiers = [[0, 1]] if scores[0] == scores[1] else [[0], [1]]
+        record = ranking(prompt, [better, worse], tiers, BINARIZED, kind="ai", scores=scores, names=NAMES)
+    record.external_id = pair_identity(row.get("prompt_id"), *record.response_hashes)
+    return [record]
 
 
 EXAMPLE = (
@@ -90,4 +98,5 @@ FORMAT = Format(
     kind="human",
     judged_by="not said: assumed people; GPT-4 for the UltraFeedback-binarized shape",
     assumed=ASSUMED,
+    texts=frozenset({"prompt", "prompt_id", "chosen", "rejected"}),
 )

@@ -178,4 +178,5 @@ FORMAT = Format(
     annotator=ANNOTATOR.format("<score field>"),
     kind=KIND,
     judged_by="GPT-4",
+    texts=frozenset({"source", "instruction"}),
 )
