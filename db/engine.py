@@ -148,17 +148,23 @@ def _reachable(engine: Engine) -> Iterator[None]:
         raise DatabaseError(f"cannot open the database at {shown_url(engine)}: {reason}") from None
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
+def upgrade(engine: Engine, revision: str = "head") -> list[str]:
     """Run the migrations up to `revision` on `engine`.
+
+    Returns:
+        What the migrations say of the data they changed, a line each (0013: the duplicate rankings it retired).
 
     Raises:
         DatabaseError: the database is unreachable, or a newer preflab migrated it.
     """
     from alembic import command
 
+    config = alembic_config(engine)
+    config.attributes["notes"] = []
     with _reachable(engine), _migrating(engine):
         _check_known(engine, current_revision(engine))
-        command.upgrade(alembic_config(engine), revision)
+        command.upgrade(config, revision)
+    return config.attributes["notes"]
 
 
 MIGRATION_LOCK = 0x70726566  # Postgres advisory lock key: "pref"
@@ -242,7 +248,8 @@ def _ensure_schema(engine: Engine) -> None:
         return
     _check_known(engine, current)
     if engine.dialect.name == "sqlite":
-        upgrade(engine)
+        for note in upgrade(engine):  # migrated on first use: what a migration changed is said on stderr
+            logging.getLogger(__name__).warning(note)
         return
     if current is None:
         raise DatabaseError(f'the database at {shown_url(engine)} has no preflab schema yet: run "preflab db upgrade"')
@@ -285,11 +292,14 @@ def open_database(url: str, ensure_schema: bool = True, *, existing: bool = Fals
     return _opened(url, ensure_schema)
 
 
-def upgrade_database(url: str, revision: str = "head") -> str | None:
-    """Migrate the database at `url` to `revision` (a SQLite file is created first); returns where it is now."""
+def upgrade_database(url: str, revision: str = "head") -> tuple[str | None, list[str]]:
+    """Migrate the database at `url` to `revision` (a SQLite file is created first).
+
+    Returns where it is now, and what the migrations said of the data they changed (see `upgrade`).
+    """
     engine = open_database(url, ensure_schema=False)
-    upgrade(engine, revision)
-    return current_revision(engine)
+    notes = upgrade(engine, revision)
+    return current_revision(engine), notes
 
 
 def dispose_all() -> None:

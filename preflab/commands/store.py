@@ -30,7 +30,7 @@ def db_group():
 @click.option("--revision", default="head", show_default=True, help="Migrate to this revision.")
 @pass_settings
 def db_upgrade(settings: Settings, revision):
-    """Apply the migrations (a fresh database is created first).
+    """Apply the migrations (a fresh database is created first), saying what they changed in the data.
 
     A SQLite file is migrated on first use anyway; Postgres only ever by this command.
 
@@ -38,7 +38,9 @@ def db_upgrade(settings: Settings, revision):
     """
     from preflab.db.engine import upgrade_database
 
-    now = upgrade_database(settings.database_url, revision)
+    now, notes = upgrade_database(settings.database_url, revision)
+    for note in notes:
+        click.echo(note)
     click.echo(f"{settings.redacted_url()} is at revision {now}")
 
 
