@@ -84,14 +84,19 @@ def numbered(model_a, model_b) -> tuple[list[str], np.ndarray, np.ndarray]:
     return list(index), codes[:n], codes[n:]
 
 
-def _renumbered(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Integer codes numbered again by first appearance (a's then b's): (the old code of each new one, a, b)."""
-    codes, first, inverse = np.unique(np.concatenate([a, b]), return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    new = np.empty(len(order), dtype=np.int64)
-    new[order] = np.arange(len(order))
-    inverse = new[inverse.reshape(-1)]
-    return codes[order], inverse[: len(a)], inverse[len(a) :]
+def _by_name(names: list[str], a: np.ndarray, b: np.ndarray) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """(models, a, b): the models that battled, numbered by name.
+
+    A store's rankings and candidates are numbered in the order rows were stored, and a bootstrap's
+    draws follow the models' numbers: numbered by name (and each battle turned by its replies' content
+    hashes, `read_battles`), the same rankings stored in another order give the same intervals.
+    """
+    used, inverse = np.unique(np.concatenate([a, b]), return_inverse=True)
+    order = sorted(range(len(used)), key=lambda k: names[used[k]])
+    place = np.empty(len(used), dtype=np.int64)
+    place[order] = np.arange(len(used))
+    inverse = place[inverse.reshape(-1)]
+    return [names[used[k]] for k in order], inverse[: len(a)], inverse[len(a) :]
 
 
 def from_labels(model_a, model_b, winner, group=None) -> Battles:
@@ -183,7 +188,11 @@ def _identical_rows(session: Session, rules: list, index: dict[str, int]) -> lis
 
 
 def read_battles(session: Session, filters: Filters, *, with_candidates: bool = False) -> Battles:
-    """Every battle of the rankings `filters` keeps, in ranking order.
+    """Every battle of the rankings `filters` keeps, in ranking order, models numbered by name (`_by_name`).
+
+    A battle's sides follow its replies' content hashes (`a` the smaller), which no order of storing
+    changes, and which falls on either model as Chatbot Arena's random sides do (style control's features
+    are centred, as FastChat's, on that). An identical battle keeps the dataset's sides.
 
     Args:
         with_candidates: keep each battle's two candidate ids (for style control).
@@ -199,6 +208,7 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
             ib.candidate_id,
             ia.tier,
             ib.tier,
+            ca.content_hash > cb.content_hash,
             func.coalesce(ia.model, va.name, ca.model),
             func.coalesce(ib.model, vb.name, cb.model),
         )
@@ -216,12 +226,14 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
     parts = []
     for chunk in session.execute(query.execution_options(yield_per=CHUNK)).partitions():
         columns = list(zip(*chunk))  # a chunk at a time: a million rows as Python tuples would take ~0.5 GB
-        ints = [np.array(c, dtype=np.int64) for c in columns[:5]]
+        ranking, *ints = [np.array(c, dtype=np.int64) for c in columns[:6]]
         names = [
             np.fromiter((-1 if m is None else index.setdefault(m, len(index)) for m in c), np.int64, len(c))
-            for c in columns[5:]
+            for c in columns[6:]
         ]
-        parts.append(ints + names)
+        turn = ints.pop().astype(bool)
+        pairs = [*zip(ints[0::2], ints[1::2]), names]  # (cand a, cand b), (tier a, tier b), (model a, model b)
+        parts.append([ranking, *(part for x, y in pairs for part in (np.where(turn, y, x), np.where(turn, x, y)))])
     same_text = _identical_rows(session, rules, index)
     if not parts and not len(same_text[0]):
         none = empty()
@@ -250,12 +262,11 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
         )
         if n
     )
-    names = list(index)
-    codes, a, b = _renumbered(la[keep], lb[keep])
+    models, a, b = _by_name(list(index), la[keep], lb[keep])
     outcome = outcome[keep]
     group = np.unique(ranking[keep], return_inverse=True)[1].reshape(-1).astype(np.int64)
     candidates = np.stack([cand_a[keep], cand_b[keep]], axis=1) if with_candidates else None
-    return Battles([names[c] for c in codes], a, b, outcome, group, candidates, left_out)
+    return Battles(models, a, b, outcome, group, candidates, left_out)
 
 
 def _filtered_out(session: Session, rules: list[tuple[str, Any]]) -> dict[str, int]:
