@@ -23,6 +23,7 @@ def test_the_judging_step_ranks_on_the_server(cli, sessions, fault_server, tmp_p
         items = [item for ranking in rankings for item in ranking.items]
     assert judge.model == "openai:fault-model" and metrics["model"] == "openai:fault-model"
     assert len(rankings) == metrics["ranked"] == 4 and metrics["unscored"] == 0
-    # 8 candidates, each one request, and the one-token probe for prompt log-probabilities.
-    assert metrics["engine"]["requests"] == 9 and judge.config["engine"]["requests"] == 9
+    # 8 candidates, each one request; each of the 4 conversations' own token ids, asked once for its replies
+    # (vLLM reads a reply by token id: `preflab.lm.replies`); and the one-token probe for prompt log-probabilities.
+    assert metrics["engine"]["requests"] == 8 + 4 + 1 == judge.config["engine"]["requests"]
     assert len(items) == 8 and all(item.score is not None and item.details["tokens"] > 0 for item in items)
