@@ -89,7 +89,8 @@ def recorded_inputs(model, tokenizer):
     """Record the text of every row each forward pass of `model` reads (a list, filled while inside).
 
     A pass that continues from a key/value cache (the judges run a prefix shared by all
-    their prompts once) is recorded after the text of the pass that made the cache.
+    their prompts once) is recorded after the text of the pass that made the cache; a step
+    of generation (one token read beside the cache of its own row) is recorded alone.
     """
     seen: list[str] = []
     made_cache = [""]
@@ -100,7 +101,8 @@ def recorded_inputs(model, tokenizer):
         if ids is None:
             return
         cache = kwargs.get("cache", kwargs.get("past_key_values"))  # its name from transformers 5.x, and before
-        before = made_cache[0] if cache is not None and cache.get_seq_length() > 0 else ""
+        continues = cache is not None and cache.get_seq_length() > 0 and ids.shape[1] > 1
+        before = made_cache[0] if continues else ""
         for row in ids.tolist():
             seen.append(before + tokenizer.decode([t for t in row if t != pad]))
         if not before:

@@ -187,4 +187,4 @@ def test_the_report_shows_the_bench_and_the_comparison(cli, bench_store):
     assert "rm-0" in section and "rm-1" in section and "held" in section
     assert "math" in section and "chat" in section and "p = " in section
     assert "n/a: scores each reply alone" in section
-    assert "alice" not in html and "judge-x" not in html  # annotators only by pseudonym
+    assert "alice" not in html  # a person only by pseudonym; the AI judge (judge-x) shows its name
