@@ -1,6 +1,6 @@
 """The docs match the tree.
 
-docs/architecture.md's drawing of the floors names every module there is: a newcomer reads
+docs/project/architecture.md's drawing of the floors names every module there is: a newcomer reads
 the drawing to find where a concern lives, so a module added without a place in it fails
 here, as does a folder the drawing names that is gone.
 
@@ -39,7 +39,7 @@ FLOORS = [
 
 
 def drawing() -> str:
-    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "project" / "architecture.md").read_text(encoding="utf-8")
     return text.split("```", 2)[1]
 
 
@@ -55,7 +55,7 @@ def test_the_drawing_names_every_module_of_every_floor():
                 continue
             if name not in words:
                 missing.append(f"{floor}/{path.name}")
-    assert not missing, f"docs/architecture.md does not place: {missing}"
+    assert not missing, f"docs/project/architecture.md does not place: {missing}"
 
 
 def test_every_folder_the_drawing_names_exists():
@@ -154,7 +154,7 @@ def test_every_environment_variable_the_code_reads_is_documented(site):
 
 def test_the_benchmarks_page_is_bench_readme(site):
     """The Benchmarks page includes bench/README.md as it stands: its table cannot drift from it."""
-    page = (site / "benchmarks.html").read_text(encoding="utf-8")
+    page = (site / "project" / "benchmarks.html").read_text(encoding="utf-8")
     readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
     heading = next(line.lstrip("#").strip() for line in readme.splitlines()[1:] if line.startswith("## "))
     assert html.escape(heading, quote=False) in page
