@@ -64,6 +64,24 @@ def test_every_folder_the_drawing_names_exists():
         assert any(c.is_dir() for c in candidates), folder
 
 
+def test_the_folders_table_gives_every_package_folder_its_import_name():
+    """The architecture page's Folders table: each folder exists, and each installed one under its name."""
+    import tomllib
+
+    text = (ROOT / "docs" / "project" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("\n## Folders\n", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `([\w/]+)/` \| `?([\w.—]+)`? \|", section, re.MULTILINE))
+    for folder in rows:
+        assert (ROOT / folder).is_dir(), f"the Folders table names {folder}/, which the tree does not have"
+    package_dir = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"][
+        "package-dir"
+    ]
+    installed = {folder: name for name, folder in package_dir.items()}
+    installed |= {"preflab/commands": "preflab.commands", "preflab/server": "preflab.server"}
+    assert {folder: rows.get(folder) for folder in installed} == installed
+    assert {"tests", "bench", "docs"} <= rows.keys()
+
+
 # --- the site (mkdocs.yml, docs/): it builds strictly, and it covers what the code has ----------------
 
 SITE_DOCS = ROOT / "docs"
