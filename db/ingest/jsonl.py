@@ -7,7 +7,8 @@ batch still imports. A ranking is identified by its `id` (or, without one, by wh
 it means: `preflab.db.ingest.identity`, whatever the line's spacing, key order or
 number spelling) and its annotator, so importing a file twice, an overlapping
 file, or the same rankings written another way, adds nothing twice. Every line read
-is counted once: imported, duplicate, quarantined or blank.
+is counted once: imported, duplicate, quarantined or blank. What parsed is written by
+`preflab.db.ingest.writer`, as every import's rankings are.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from preflab.db.ingest.lines import Line, count_lines, open_input, read_lines, r
 from preflab.db.ingest.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
 from preflab.db.ingest.summary import ImportSummary
 from preflab.db.ingest.upkeep import cycles_unchecked, sample_grown_tables
-from preflab.db.ingest.writer import _store_prompts_and_candidates, write_rankings
+from preflab.db.ingest.writer import store_prompts_and_candidates, write_rankings
 from preflab.db.models import Candidate, Prompt, RawStatus
 from preflab.db.store import quarantine, shown_payload, store_raw
 from preflab.db.transactions import in_transaction
@@ -44,7 +45,6 @@ __all__ = [
     "open_jsonl",
     "parse_prompt",
     "parse_ranking",
-    "write_rankings",
 ]
 
 BATCH_LINES = 5000
@@ -82,7 +82,7 @@ def open_jsonl(path: str | Path) -> TextIO:
     return io.TextIOWrapper(open_input(path), encoding="utf-8-sig", errors="surrogateescape")
 
 
-# --- writing ----------------------------------------------------------------------------
+# --- importing a batch -----------------------------------------------------------------
 
 
 def _parse_batch(
@@ -146,7 +146,7 @@ def import_prompts_batch(session: Session, batch: list[Line], origin: str) -> Im
     if not parsed:
         return summary
     stored = _stored_before(session, [rec for rec, *_ in parsed])
-    _store_prompts_and_candidates(session, parsed, summary)
+    store_prompts_and_candidates(session, parsed, summary)
     duplicates = 0
     for rec, _, _, same_bytes in parsed:
         news = {("prompt", rec.prompt_hash)} | {(rec.prompt_hash, h) for h in rec.response_hashes}

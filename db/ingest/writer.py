@@ -19,10 +19,10 @@ from preflab.db.ingest.summary import ImportCounts
 from preflab.db.models import Ranking, RankingItem
 from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts
 
-__all__ = ["write_rankings"]
+__all__ = ["store_prompts_and_candidates", "write_rankings"]
 
 
-def _store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...]], summary: ImportCounts):
+def store_prompts_and_candidates(session: Session, records: list[tuple[Any, ...]], summary: ImportCounts):
     """Get or create the prompts and candidates of parsed records; returns the id maps."""
     prompt_rows: dict[str, dict[str, Any]] = {}
     for rec, *_ in records:
@@ -65,7 +65,7 @@ def write_rankings(
     """
     if not parsed:
         return []
-    prompt_ids, cand_ids = _store_prompts_and_candidates(session, parsed, summary)
+    prompt_ids, cand_ids = store_prompts_and_candidates(session, parsed, summary)
     annotator_ids = ensure_annotators(
         session,
         {(rec.kind, rec.annotator): ({"judge_kind": "import"} if rec.kind == "ai" else {}) for rec, *_ in parsed},

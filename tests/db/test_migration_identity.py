@@ -20,8 +20,9 @@ from sqlalchemy import func, select, update
 
 from preflab.db.engine import alembic_config, make_engine, session_factory, upgrade
 from preflab.db.ingest.datasets.formats import FORMATS
-from preflab.db.ingest.jsonl import import_file, import_rankings_batch, parse_ranking, write_rankings
+from preflab.db.ingest.jsonl import import_file, import_rankings_batch, parse_ranking
 from preflab.db.ingest.summary import ImportSummary
+from preflab.db.ingest.writer import write_rankings
 from preflab.db.models import Comparison, Ranking, RankingItem, RawRecord
 from preflab.db.pairs.build import build_pairs
 from preflab.db.store import store_raw

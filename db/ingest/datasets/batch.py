@@ -2,7 +2,7 @@
 
 `parse_batch` parses a batch's units of rows (it runs while the batch before it commits); `import_rows`
 stores every row raw, the replies set aside alone, quarantines what cannot be used and writes the rankings
-(`preflab.db.ingest.jsonl.write_rankings`), each identified by the dataset's id or else by what it means
+(`preflab.db.ingest.writer.write_rankings`), each identified by the dataset's id or else by what it means
 (`preflab.db.ingest.identity`), never by the bytes of its row.
 """
 
@@ -18,7 +18,7 @@ from preflab.db.ingest.datasets.formats import parse_unit
 from preflab.db.ingest.datasets.rows import Row
 from preflab.db.ingest.datasets.summary import DatasetSummary, Repeated, part_digest, part_payload
 from preflab.db.ingest.identity import record_identity
-from preflab.db.ingest.jsonl import write_rankings
+from preflab.db.ingest.writer import write_rankings
 from preflab.db.models import RawRecord, RawStatus
 from preflab.db.store import RawMap, quarantine, release, store_raw
 from preflab.errors import Invalid

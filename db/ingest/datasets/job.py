@@ -3,8 +3,9 @@
 Every row is stored raw (`raw_records`, source `import:<format>`, locator `<split>:<index>`) before
 it is parsed; a row that cannot be used is quarantined with its reason and the rest go on. A
 ranking is identified by its format's annotator and the dataset's own row id where it has one,
-else the row's payload hash, so importing a dataset twice adds nothing. Rankings are written by the
-JSON Lines import's writer (`preflab.db.ingest.jsonl.write_rankings`).
+else by what it means (`preflab.db.ingest.identity`), so importing a dataset twice adds nothing.
+Rankings are written by the one ranking writer (`preflab.db.ingest.writer.write_rankings`), as JSON
+Lines rankings are.
 
 Before anything is written the first rows are read: `--format auto` picks the format from them;
 a named format none of them can be read as stops the import with one line naming the format whose
