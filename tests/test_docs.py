@@ -130,6 +130,13 @@ def test_every_page_the_nav_names_exists_and_every_page_is_in_the_nav(site):
     assert written == set(named), f"pages outside the nav: {sorted(written - set(named))}"
 
 
+def test_the_home_page_lists_every_page_of_the_nav():
+    """docs/index.md is the one page list in prose (the README links to it): it cannot fall behind the nav."""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    listed = set(re.findall(r"\]\(([\w/.-]+\.md)(?:#[\w-]*)?\)", (SITE_DOCS / "index.md").read_text(encoding="utf-8")))
+    assert listed == set(nav_pages(config["nav"])) - {"index.md"}
+
+
 def test_every_command_has_a_reference_entry(site):
     """As sqlite-utils checks its CLI reference: every command, lazy ones included, has its heading."""
     page = (site / "reference" / "commands.html").read_text(encoding="utf-8")
