@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
 from preflab.db.bulk import lookup
+from preflab.db.ingest.batching import capped_batches
 from preflab.db.ingest.identity import record_identity
 from preflab.db.ingest.lines import Line, count_lines, open_input, read_lines, refuse_json_document
 from preflab.db.ingest.records import PromptRecord, RankingRecord, parse_prompt, parse_ranking
@@ -53,25 +54,6 @@ RANKINGS = "rankings"  # the format a JSON Lines ranking's identity names (`reco
 
 
 # --- reading files ----------------------------------------------------------------------
-
-
-def batches(lines: Iterable[Line], max_lines: int = BATCH_LINES, max_bytes: int = BATCH_BYTES) -> Iterator[list[Line]]:
-    """Group lines into batches of at most `max_lines` lines and about `max_bytes` bytes."""
-    out: list[Line] = []
-    size = 0
-    try:
-        for line in lines:
-            out.append(line)
-            size += len(line.data)
-            if len(out) >= max_lines or size >= max_bytes:
-                yield out
-                out, size = [], 0
-    except InputError:  # damaged part-way: the lines read before the damage still count
-        if out:
-            yield out
-        raise
-    if out:
-        yield out
 
 
 def open_jsonl(path: str | Path) -> TextIO:
@@ -220,7 +202,7 @@ def _import_batches(
     sessions: sessionmaker[Session], lines: Iterable[Line], importer, origin: str, batch_lines: int
 ) -> Iterator[ImportSummary]:
     """Import the lines a batch per transaction; yields each batch's summary once committed."""
-    for number, batch in enumerate(batches(lines, batch_lines), 1):
+    for number, batch in enumerate(capped_batches(lines, batch_lines, BATCH_BYTES, size=_line_bytes), 1):
         attempts = 0
 
         def attempt(session: Session) -> ImportSummary:
@@ -232,3 +214,7 @@ def _import_batches(
         summary.retried = attempts - 1
         sample_grown_tables(sessions, number)
         yield summary
+
+
+def _line_bytes(line: Line) -> int:
+    return len(line.data)

@@ -24,7 +24,7 @@ is counted a duplicate, as a ranking met again is.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from itertools import chain, islice
 from pathlib import Path
@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter, plural
+from preflab.db.ingest.batching import capped_batches
 from preflab.db.ingest.datasets.base import Format
 from preflab.db.ingest.datasets.batch import Parsed, import_rows, parse_batch
 from preflab.db.ingest.datasets.formats import (
@@ -158,7 +159,9 @@ def import_dataset(
     ):
         parsed = (
             parse_batch(batch, fmt, options, settings.annotator, settings.annotator_kind)
-            for batch in _batches(units(fmt, chain(head, rows)), settings.batch_rows)
+            for batch in capped_batches(
+                units(fmt, chain(head, rows)), settings.batch_rows, BATCH_BYTES, size=_unit_bytes, rows=len
+            )
         )
         batches = once(_refused(_ahead(parsed, first_read.done), fmt, first_read))
         written = 0
@@ -295,21 +298,6 @@ def _options(fmt: Format, settings: DatasetImportSettings) -> dict[str, Any]:
     return format_options(fmt, given)
 
 
-def _batches(groups: Iterable[list[Row]], size: int) -> Iterator[list[list[Row]]]:
-    """Units of rows in batches of about `size` rows, or BATCH_BYTES of payload (a unit is never split)."""
-    out: list[list[Row]] = []
-    n = weight = 0
-    try:
-        for unit in groups:
-            out.append(unit)
-            n += len(unit)
-            weight += sum(len(row.payload) for row in unit)
-            if n >= size or weight >= BATCH_BYTES:
-                yield out
-                out, n, weight = [], 0, 0
-    except InputError:  # damaged part-way: the rows read before the damage still count
-        if out:
-            yield out
-        raise
-    if out:
-        yield out
+def _unit_bytes(unit: list[Row]) -> int:
+    """A unit's payload: a batch of long rows is cut short, as their parsed records weigh several times more."""
+    return sum(len(row.payload) for row in unit)
