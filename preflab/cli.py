@@ -13,7 +13,7 @@ import os
 import click
 
 from preflab import __version__
-from preflab.console import LazyGroup, log_to_stderr
+from preflab.commands.options import LazyGroup, log_to_stderr
 from preflab.settings import DEFAULT_MODEL, Settings, default_database_url
 
 # name -> "module:attribute"; each entry is one concern.

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from preflab.commands.engine_options import engine_config, engine_line, engine_options
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import Reporter, plural
 from preflab.errors import InputError
 from preflab.settings import Settings
 from preflab.training.bestofn.config import BON_DEFAULTS, BonSampleConfig

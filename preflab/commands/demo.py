@@ -12,7 +12,8 @@ from dataclasses import asdict
 import click
 from click.core import ParameterSource
 
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import Reporter
 from preflab.settings import Settings
 from preflab.training.demos.bon import BonDemoConfig
 from preflab.training.demos.toy_config import ToySettings

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from preflab.console import build_config, config_options
+from preflab.commands.options import build_config, config_options
 from preflab.lm.engines.config import EngineConfig
 
 # `--model` is each command's own (the model to load, or the served model's name).

@@ -5,7 +5,8 @@ from __future__ import annotations
 import click
 
 from preflab.commands.engine_options import engine_config, engine_line, engine_options
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import Reporter, plural
 from preflab.labelling.generation import GenerateConfig
 from preflab.labelling.pipeline import GENERATE_DEFAULTS, PipelineConfig
 from preflab.labelling.selection import PromptSelection

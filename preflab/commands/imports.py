@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import Reporter, plural
 from preflab.db.engine import open_sessions
 from preflab.db.ingest.datasets.job import DatasetImportSettings
 from preflab.db.ingest.jsonl import BATCH_LINES

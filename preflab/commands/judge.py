@@ -10,7 +10,8 @@ from dataclasses import fields
 import click
 from click.core import ParameterSource
 
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import Reporter
 from preflab.labelling.judges.base import ReadBudget
 from preflab.labelling.judges.report import LOW_MASS
 from preflab.labelling.judges.table import JUDGES, Judge

@@ -9,7 +9,8 @@ from typing import Any
 
 import click
 
-from preflab.console import build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import plural
 from preflab.db.leaderboard.board import Leaderboard, LeaderboardConfig, Rating
 from preflab.settings import Settings
 

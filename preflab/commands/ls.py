@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import Reporter, plural
 from preflab.labelling.active import SelectConfig
 from preflab.labelling.selection import PromptSelection
 from preflab.labelling.studio.parse import TaskFields

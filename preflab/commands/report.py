@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from preflab.console import Reporter, echo_json, json_option, pass_settings, plural
+from preflab.commands.options import echo_json, json_option, pass_settings
+from preflab.console import Reporter, plural
 from preflab.settings import Settings
 
 

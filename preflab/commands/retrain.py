@@ -8,7 +8,8 @@ from contextlib import contextmanager
 
 import click
 
-from preflab.console import Reporter, echo_json, json_option, pass_settings
+from preflab.commands.options import echo_json, json_option, pass_settings
+from preflab.console import Reporter
 from preflab.settings import Settings
 
 CONFIG_DEFAULT = "default: PREFLAB_RETRAIN_CONFIG, else DATA_DIR/retrain.toml."

@@ -8,7 +8,8 @@ import click
 from click.core import ParameterSource
 
 from preflab.commands.engine_options import engine_config, engine_line, engine_options
-from preflab.console import DefaultGroup, Reporter, config_options, echo_json, json_option
+from preflab.commands.options import DefaultGroup, config_options, echo_json, json_option
+from preflab.console import Reporter
 from preflab.settings import Settings
 from preflab.training.config import DPOTrainConfig
 from preflab.training.selfreward.config import SelfRewardConfig

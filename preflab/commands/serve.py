@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from preflab.commands.engine_options import engine_config, engine_options
-from preflab.console import build_config, config_options, pass_settings
+from preflab.commands.options import build_config, config_options, pass_settings
 from preflab.server.config import ServeConfig
 from preflab.settings import Settings
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import click
 
-from preflab.console import build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.console import plural
 from preflab.db.engine import open_sessions
 from preflab.db.export.dataset import ExportSettings
 from preflab.db.pairs.build import AGGREGATES, KINDS, STRATEGIES

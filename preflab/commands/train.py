@@ -13,8 +13,9 @@ import dataclasses
 
 import click
 
+from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
 from preflab.commands.text import bench_text
-from preflab.console import Reporter, build_config, config_options, echo_json, json_option, pass_settings, plural
+from preflab.console import Reporter, plural
 from preflab.settings import Settings
 from preflab.training.evaluate import EvalConfig
 from preflab.training.methods import METHODS, Method, train

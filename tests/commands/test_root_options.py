@@ -81,7 +81,7 @@ def test_verbose_writes_a_record_once_when_its_own_logger_already_writes_it(caps
 
     import click
 
-    from preflab.console import log_to_stderr
+    from preflab.commands.options import log_to_stderr
 
     own, handler = logging.getLogger("preflab.test.own"), logging.StreamHandler(sys.stderr)
     own.addHandler(handler)

@@ -6,7 +6,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from preflab.console import build_config, config_options
+from preflab.commands.options import build_config, config_options
 from preflab.errors import ConfigError
 from preflab.lm.engines import EngineConfig
 
