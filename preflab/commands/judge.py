@@ -10,13 +10,13 @@ from dataclasses import fields
 import click
 from click.core import ParameterSource
 
+from preflab.commands.engine_options import engine_config, engine_options
 from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
 from preflab.console import Reporter
 from preflab.labelling.judges.base import ReadBudget
 from preflab.labelling.judges.report import LOW_MASS
 from preflab.labelling.judges.table import JUDGES, Judge
 from preflab.labelling.selection import PromptSelection
-from preflab.lm.engines import EngineConfig
 from preflab.settings import Settings
 
 
@@ -197,7 +197,7 @@ def judge_command(kind: str, judge: Judge) -> click.Command:
         given = {name for name in options if ctx.get_parameter_source(name) in GIVEN}
         selection = build_config(PromptSelection, options)
         # The served model is each --model (the config checks one is named for --engine openai).
-        engine = build_config(EngineConfig, options, model=(model_name or (settings.model,))[0]) if on_engine else None
+        engine = engine_config(options, (model_name or (settings.model,))[0]) if on_engine else None
         config = build_config(judge.config, options)
         budget = build_config(ReadBudget, options)
         if judge.check_given is not None:
@@ -206,7 +206,9 @@ def judge_command(kind: str, judge: Judge) -> click.Command:
             settings, kind, config, model_name, prompts_file, candidate_model, as_json, selection, engine, budget
         )
 
-    on_engine = kind in ENGINE_JUDGES
+    # A judge that reads a causal LM (not a scorer's sequence classifier) runs on an engine: it takes
+    # --engine and its options, and a panel of --model.
+    on_engine = not judge.scorer
     model = (
         click.argument("model_name", metavar=judge.model_argument)
         if judge.model_argument
@@ -216,12 +218,8 @@ def judge_command(kind: str, judge: Judge) -> click.Command:
     )
     command = config_options(judge.config)(config_options(ReadBudget)(target_options(command)))
     if on_engine:
-        command = config_options(EngineConfig, exclude=("model",))(command)
+        command = engine_options(command)
     return judge_group.command(kind, help=judge.help)(model(command))
-
-
-# The judges that read a causal LM: they take --engine and its options, and a panel of --model.
-ENGINE_JUDGES = ("pairwise", "score", "reference", "likelihood")
 
 
 JUDGE_COMMANDS = {kind: judge_command(kind, judge) for kind, judge in JUDGES.items()}

@@ -96,3 +96,20 @@ def test_one_sampling_config_declares_the_sampling_fields():
         # tokens), as TRL's configs do; it may not add a sampling field of its own.
         redeclared = sampling & set(vars(cls).get("__annotations__", {})) - {"n", "max_new_tokens"}
         assert not redeclared, f"{dotted} redeclares {redeclared}"
+
+
+def test_the_judges_that_read_a_causal_lm_take_generates_engine_options():
+    """A judge of a causal LM runs on an engine, with the options `generate` has (declared once, in
+    `engine_options`); a scorer's judge (a sequence classifier, `Judge.scorer`) has none."""
+    from preflab.labelling.judges.table import JUDGES
+    from preflab.lm.engines.config import EngineConfig
+
+    names = {f.name for f in dataclasses.fields(EngineConfig)} - {"model"}  # --model is each command's own
+
+    def engine_options(path: str) -> dict:
+        return {p.name: (p.opts, p.help, p.default, p.envvar) for p in command(path).params if p.name in names}
+
+    generate = engine_options("generate")
+    assert set(generate) == names
+    for kind, judge in JUDGES.items():
+        assert engine_options(f"judge {kind}") == ({} if judge.scorer else generate), kind
