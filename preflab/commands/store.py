@@ -1,4 +1,7 @@
-"""Commands for the preference store: db, quarantine, pairs, stats, annotators, export (`import` is in imports.py)."""
+"""Commands for the store itself: `db` (its schema), `quarantine` (what it could not read), `stats` and `annotators`.
+
+Data in is `preflab.commands.imports`; data out (`pairs build`, `export`) is `preflab.commands.export`.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +12,9 @@ from pathlib import Path
 import click
 
 from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
-from preflab.console import plural
 from preflab.db.engine import open_sessions
-from preflab.db.export.dataset import ExportSettings
-from preflab.db.pairs.build import AGGREGATES, KINDS, STRATEGIES
 from preflab.db.quality.annotators import QualityConfig
-from preflab.settings import Settings, secret
+from preflab.settings import Settings
 
 # --- db ---------------------------------------------------------------------------------
 
@@ -129,105 +129,6 @@ def _payload_json(record: dict) -> dict:
         return record | {"payload_base64": base64.b64encode(data).decode("ascii")}
 
 
-# --- pairs ------------------------------------------------------------------------------
-
-
-@click.group("pairs")
-def pairs_group():
-    """Expand rankings into pairwise comparisons.
-
-    Example: preflab pairs build --strategy all
-    """
-
-
-@pairs_group.command("build")
-@click.option(
-    "--strategy",
-    type=click.Choice(STRATEGIES),
-    default="all",
-    show_default=True,
-    help="Which pairs of a ranking to keep.",
-)
-@click.option(
-    "--aggregate",
-    type=click.Choice(AGGREGATES),
-    default="none",
-    show_default=True,
-    help="Combine several annotators' rankings of a prompt.",
-)
-@click.option(
-    "--annotator-kind",
-    type=click.Choice(KINDS),
-    default="any",
-    show_default=True,
-    help="Only rankings by people (human), by judges (ai), or by anyone.",
-)
-@click.option(
-    "--full",
-    is_flag=True,
-    help="Rewrite every comparison, not only those of the rankings that changed since the last build.",
-)
-@click.option(
-    "--exclude-flagged",
-    is_flag=True,
-    help="Leave out the rankings of annotators `preflab annotators` flags (the thresholds below).",
-)
-@click.option(
-    "--min-agreement",
-    type=float,
-    metavar="TAU",
-    help="Leave out annotators whose Kendall tau-b with gold or with the others' consensus is below TAU.",
-)
-@config_options(QualityConfig)
-@json_option
-@pass_settings
-def pairs_build(
-    settings: Settings, strategy, aggregate, annotator_kind, full, exclude_flagged, min_agreement, as_json, **options
-):
-    """Bring the comparisons up to date with the valid rankings (deterministic).
-
-    Only the rankings that changed since the last build are expanded again; the
-    result is the same as a full rebuild's. A first build, other settings than
-    the last build's, or --full rebuild everything.
-
-    Rankings of gold prompts never become pairs. Annotators left out, and why,
-    are recorded on the build and on every export made from it.
-
-    Example: preflab pairs build --aggregate borda --annotator-kind human --exclude-flagged
-    """
-    from preflab.db.pairs.build import build_pairs
-    from preflab.db.quality.annotators import excluded_annotators
-    from preflab.db.transactions import in_transaction
-
-    config = build_config(QualityConfig, options)
-
-    # One snapshot of the rankings, whatever imports commit meanwhile. Two builds at once
-    # would each keep its own pairs: Postgres' serializable isolation fails one of them,
-    # which is then run again on the other's result.
-    summary = in_transaction(
-        open_sessions(settings.database_url),
-        lambda session: build_pairs(
-            session,
-            strategy,
-            aggregate,
-            annotator_kind,
-            full=full,
-            excluded=excluded_annotators(session, config, exclude_flagged, min_agreement),
-        ),
-        isolation="SERIALIZABLE",
-    )
-    if as_json:
-        echo_json(summary.as_dict())
-    else:
-        how = "rebuilt in full" if summary.mode == "full" else f"{plural(summary.changed, 'ranking')} changed"
-        click.echo(
-            f"built {summary.pairs:,} comparisons from {summary.rankings:,} rankings ({how}; "
-            f"strategy {strategy}, aggregate {aggregate}, annotators {annotator_kind})"
-        )
-        for pseudonym, reasons in (summary.excluded or {}).items():
-            click.echo(f"left out {pseudonym}: {'; '.join(reasons)}")
-
-
 # --- stats ------------------------------------------------------------------------------
 
 
@@ -290,43 +191,3 @@ def annotators_command(settings: Settings, as_json, **options):
         echo_json({"annotators": [q.as_dict() for q in qualities], "thresholds": dataclasses.asdict(config)})
     else:
         click.echo(quality_text(qualities))
-
-
-# --- export -----------------------------------------------------------------------------
-
-
-@click.command("export")
-@click.argument("out_dir", type=click.Path(file_okay=False))
-@config_options(ExportSettings)
-@click.option("--name", help="Name of the dataset version (default: numbered, with the content hash).")
-@click.option("--hub", "hub_repo", metavar="REPO", help="Also push to this Hugging Face Hub repo (needs HF_TOKEN).")
-@json_option
-@pass_settings
-def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **options):
-    """Export comparisons as a Hugging Face dataset.
-
-    The train/test split is by prompt: a prompt's pairs never straddle the splits.
-    The texts are chat messages, as TRL expects (`prompt`: the conversation so far;
-    `chosen`/`rejected`: the replies), unless --chat-template renders them as text.
-
-    Example: preflab export out/prefs --format parquet --test-size 0.1
-    """
-    from preflab.commands.text import export_summary
-    from preflab.db.export.job import export_and_push, version_info
-    from preflab.training.data import chat_tokenizer
-
-    config, sessions = build_config(ExportSettings, options), open_sessions(settings.database_url, existing=True)
-    version = export_and_push(
-        sessions,
-        out_dir,
-        config,
-        name=name,
-        hub_repo=hub_repo,
-        token=secret("HF_TOKEN") if hub_repo else None,
-        tokenizer=chat_tokenizer(sessions, config.chat_template),
-    )
-    info = version_info(version)
-    if as_json:
-        echo_json(info)
-    else:
-        click.echo(export_summary(info, out_dir))
