@@ -51,6 +51,9 @@ class Faults:
     served: Counter = field(default_factory=Counter)  # the request body (as JSON) -> times answered 200
     in_flight: int = 0
     peak: int = 0
+    held: bool = False  # while True, every answer waits (after its delay) until it is set False again
+    hold_after: int | None = None  # answers given before `held` is set, by the app itself (no race with a test)
+    holding: int = 0  # answers waiting now
 
     def next_fault(self) -> str | None:
         return self.plan.popleft() if self.plan else self.always
@@ -155,6 +158,13 @@ def make_app(faults: Faults) -> FastAPI:
         try:
             if f.delay:
                 await asyncio.sleep(f.delay)
+            if f.hold_after is not None and sum(f.served.values()) >= f.hold_after:
+                f.held, f.hold_after = True, None
+            if f.held:
+                f.holding += 1
+                while f.held:
+                    await asyncio.sleep(0.01)
+                f.holding -= 1
             fault = f.next_fault()
             if fault == "drop":
                 return DROP

@@ -119,10 +119,28 @@ def writes_held(url: str, procs_: list[subprocess.Popen]) -> Iterator[None]:
             lambda: all(any(os.path.realpath(fd) == database for fd in _open_files(p.pid)) for p in procs_),
             what="the writers to open the database",
         )
-        time.sleep(1.0)  # from opening it to their first write is well under this
+        # A writer refused SQLite's lock waits in the kernel: asleep in its busy handler between tries, or blocked on
+        # the file lock itself. Seen there, not guessed by a sleep.
+        wait_for(lambda: all(_waiting(p.pid) for p in procs_), what="the writers to wait for the write lock")
     conn.commit()
     conn.close()
     engine.dispose()
+
+
+# What Linux's /proc/PID/task/*/wchan names for a thread waiting for SQLite's lock: the busy handler's sleep between
+# tries, or a file lock taken with a wait (builds with SQLITE_ENABLE_SETLK_TIMEOUT).
+LOCK_WAITS = ("nanosleep", "locks_lock_inode_wait")
+
+
+def _waiting(pid: int) -> bool:
+    """Whether a thread of process `pid` waits for a lock now, by the kernel function it waits in."""
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            if any(wait in (task / "wchan").read_text() for wait in LOCK_WAITS):
+                return True
+        except OSError:  # the thread ended meanwhile
+            continue
+    return False
 
 
 def _open_files(pid: int) -> list[str]:

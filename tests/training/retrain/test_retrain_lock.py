@@ -20,7 +20,7 @@ CRASHING_HOLDER = """
 import os, sys
 from preflab.db.engine import open_database, session_factory
 from preflab.db.locks import try_acquire
-lease = try_acquire(session_factory(open_database(sys.argv[1])), "retrain", "crashed-process", ttl=float(sys.argv[2]))
+lease = try_acquire(session_factory(open_database(sys.argv[1])), sys.argv[3], "crashed-process", ttl=float(sys.argv[2]))
 assert lease is not None
 os._exit(9)  # dies without releasing anything
 """
@@ -53,21 +53,35 @@ def test_exactly_one_of_many_contenders_takes_the_lease(sessions):
     assert try_acquire(sessions, "retrain", "late", ttl=60) is None
 
 
-def test_a_crashed_holders_lease_expires_and_a_live_one_is_renewed(db_url, sessions):
-    crashed = subprocess.run([sys.executable, "-c", CRASHING_HOLDER, db_url, "2"], capture_output=True, text=True)
+def crash_holding(db_url: str, name: str, ttl: float) -> None:
+    """A process takes the lease `name` for `ttl` seconds and dies without releasing it."""
+    crashed = subprocess.run(
+        [sys.executable, "-c", CRASHING_HOLDER, db_url, str(ttl), name], capture_output=True, text=True
+    )
     assert crashed.returncode == 9, crashed.stderr
+
+
+def test_a_crashed_holders_lease_blocks_until_it_expires_and_a_live_one_is_renewed(db_url, sessions):
+    crash_holding(db_url, "retrain", 3600)  # no scheduler's delay outlasts it
     info = describe(sessions, "retrain")
     assert info["holder"] == "crashed-process" and not info["expired"]
     with pytest.raises(LockHeld, match="crashed-process"), hold(sessions, "retrain", ttl=60):
         pass
-    time.sleep(max(0.0, (info["expires_at"] - info["acquired_at"]).total_seconds()) + 0.3)
-    with hold(sessions, "retrain", ttl=0.9) as lease:
-        first_expiry = lease.expires_at
-        time.sleep(1.5)  # longer than the TTL: only the heartbeat keeps the lease alive
-        now = describe(sessions, "retrain")
-        assert now["holder"] == lease.holder and not now["expired"] and now["expires_at"] > first_expiry
-        assert try_acquire(sessions, "retrain", "someone-else", ttl=60) is None
-    assert describe(sessions, "retrain") is None  # released on the way out
+    crash_holding(db_url, "nightly", 0.2)
+    deadline = time.monotonic() + 60
+    while not describe(sessions, "nightly")["expired"]:  # polled: no fixed sleep can outwait every scheduler
+        assert time.monotonic() < deadline, "the crashed holder's lease never expired"
+        time.sleep(0.05)
+    with hold(sessions, "nightly", ttl=0.9) as lease:  # taken over from the crashed holder
+        # Held past its TTL by the heartbeat alone: its expiry moves on twice (renewed, then renewed again).
+        expiries = [lease.expires_at]
+        while len(expiries) < 3:
+            now = describe(sessions, "nightly")
+            assert now["holder"] == lease.holder and time.monotonic() < deadline, "the heartbeat never renewed it"
+            if now["expires_at"] > expiries[-1]:
+                expiries.append(now["expires_at"])
+            time.sleep(0.05)
+    assert describe(sessions, "nightly") is None  # released on the way out
 
 
 @pytest.mark.slow
@@ -112,7 +126,8 @@ def test_a_terminated_retrain_records_its_run_as_failed_and_gives_the_lease_back
     while not list((tmp_path / "retrain" / "runs").glob("*/reward/data/dataset_dict.json")):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.2)
-    time.sleep(1)  # the run is planned and its data copied: training has begun
+    # The run is recorded and its data copied: from here on, whenever the signal lands (loading the model, a
+    # training step), the run must end failed and the lease be free. No sleep guesses when training begins.
     assert describe(sessions, "retrain") is not None
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=120)
