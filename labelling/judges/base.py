@@ -24,11 +24,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.models import Ranking, RankingItem, RankingStatus
+from preflab.db.ai_rankings import write_ai_ranking
+from preflab.db.models import Ranking
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.requests import added_stats
 from preflab.db.store import chunks, ensure_annotators
@@ -150,52 +151,19 @@ def write_ranking(
     """
     scores = read_scores(judgement)
     details = judgement[1]
-    abstains = len(scores) < 2
-    tiers = [] if abstains else tiers_from_scores(scores)
-    tier_of = {c: t for t, tier in enumerate(tiers) for c in tier}
-    old = (
-        0
-        if abstains
-        else session.execute(
-            update(Ranking)
-            .where(
-                Ranking.annotator_id == annotator_id,
-                Ranking.prompt_id == item.prompt_id,
-                Ranking.status == RankingStatus.valid.value,
-            )
-            .values(status=RankingStatus.superseded.value)
-        ).rowcount
-    )
-    ranking_id = session.execute(
-        insert(Ranking)
-        .values(
-            prompt_id=item.prompt_id,
-            annotator_id=annotator_id,
-            source="judge",
-            external_id=external_id(run.run_id, item.prompt_id, item.candidate_ids),
-            version=1,
-            status=RankingStatus.skipped.value if abstains else RankingStatus.valid.value,
-            n_tiers=len(tiers),
-            same_as_shown=False,
-            judge_run=run.run_id,
-        )
-        .returning(Ranking.id)
-    ).scalar_one()
-    session.execute(
-        insert(RankingItem),
-        [
-            {
-                "ranking_id": ranking_id,
-                "candidate_id": cid,
-                "tier": tier_of.get(cid),
-                "shown_position": position,
-                "score": scores.get(cid),
-                "details": details.get(cid),
-            }
+    return write_ai_ranking(
+        session,
+        annotator_id=annotator_id,
+        prompt_id=item.prompt_id,
+        source="judge",
+        external_id=external_id(run.run_id, item.prompt_id, item.candidate_ids),
+        run_id=run.run_id,
+        tiers=tiers_from_scores(scores) if len(scores) >= 2 else [],
+        items=[
+            {"candidate_id": cid, "shown_position": position, "score": scores.get(cid), "details": details.get(cid)}
             for position, cid in enumerate(item.candidate_ids)
         ],
     )
-    return ranking_id, old
 
 
 def run_measures(sessions: sessionmaker[Session], summary: JudgeSummary) -> dict[str, Any]:

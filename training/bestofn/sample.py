@@ -30,12 +30,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from sqlalchemy import insert, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
+from preflab.db.ai_rankings import write_ai_ranking
 from preflab.db.conversation import Messages, assistant_turn, stored_prompt
-from preflab.db.models import Annotator, ModelVersion, Prompt, Ranking, RankingItem, RankingStatus
+from preflab.db.models import Annotator, ModelVersion, Prompt, Ranking
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
 from preflab.errors import InputError, NotFound
@@ -166,47 +167,26 @@ def _store_prompt(
     scored = {cid: d["score"] for cid, d in by_candidate.items()}
     top = max(scored.values())
     chosen = rng.choice(sorted(cid for cid, s in scored.items() if s == top))
-    tiers = tiers_from_scores(scored, tolerance=0.0)
-    tier_of = {cid: t for t, tier in enumerate(tiers) for cid in tier}
-    summary.superseded += session.execute(
-        update(Ranking)
-        .where(
-            Ranking.annotator_id == annotator_id,
-            Ranking.prompt_id == prompt_id,
-            Ranking.source == SOURCE,
-            Ranking.status == RankingStatus.valid.value,
-        )
-        .values(status=RankingStatus.superseded.value)
-    ).rowcount
-    ranking_id = session.execute(
-        insert(Ranking)
-        .values(
-            prompt_id=prompt_id,
-            annotator_id=annotator_id,
-            source=SOURCE,
-            external_id=f"{run}:{prompt_id}",
-            version=1,
-            status=RankingStatus.valid.value,
-            n_tiers=len(tiers),
-            same_as_shown=False,
-            judge_run=run,
-        )
-        .returning(Ranking.id)
-    ).scalar_one()
-    session.execute(
-        insert(RankingItem),
-        [
+    _, superseded = write_ai_ranking(
+        session,
+        annotator_id=annotator_id,
+        prompt_id=prompt_id,
+        source=SOURCE,
+        external_id=f"{run}:{prompt_id}",
+        run_id=run,
+        tiers=tiers_from_scores(scored, tolerance=0.0),
+        items=[
             {
-                "ranking_id": ranking_id,
                 "candidate_id": cid,
-                "tier": tier_of[cid],
                 "shown_position": d["position"],
                 "score": d["score"],
                 "details": {"copies": d["copies"], "logprob": d["sample"].logprob, "selected": cid == chosen},
             }
             for cid, d in by_candidate.items()
         ],
+        within_source=True,
     )
+    summary.superseded += superseded
     best = by_candidate[chosen]
     summary.selected.append(
         Selected(prompt_id, chosen, best["score"], float(np.mean(scores)), best["sample"].logprob, best["sample"].text)
