@@ -90,11 +90,11 @@ def score_bench(args, model, tokenizer, label: str) -> dict:
 
     from preflab.db.engine import open_database, session_factory
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
-    from preflab.labelling.judges.forward import next_token_logprobs
     from preflab.labelling.judges.report import judge_report
     from preflab.labelling.judges.run import judge_candidates
     from preflab.labelling.judges.score import ScoreConfig, grading_text, score_tokens
     from preflab.labelling.selection import prompts_with_candidates
+    from preflab.lm.forward import next_token_logprobs
 
     folder = Path(tempfile.mkdtemp(prefix="bench-judges-"))
     sessions = session_factory(open_database(f"sqlite:///{folder / 'bench.db'}"))

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from preflab.db.conversation import Messages, assistant_turn, user_turn
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
-from preflab.labelling.judges.forward import response_logprobs
 from preflab.labelling.selection import PromptCandidates
+from preflab.lm.forward import response_logprobs
 
 
 @dataclass

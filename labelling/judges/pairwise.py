@@ -18,7 +18,6 @@ from itertools import combinations
 from preflab.db.conversation import Messages, is_multi_turn, transcript, user_turn
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
-from preflab.labelling.judges.forward import next_token_logprobs
 from preflab.labelling.judges.prompts import (
     PAIRWISE_CONVERSATION_SYSTEM,
     PAIRWISE_CONVERSATION_USER,
@@ -26,6 +25,7 @@ from preflab.labelling.judges.prompts import (
     PAIRWISE_USER,
 )
 from preflab.labelling.selection import PromptCandidates
+from preflab.lm.forward import next_token_logprobs
 
 AGGREGATES = ("copeland", "bradley-terry")
 
@@ -96,7 +96,7 @@ def verdicts_by_generation(
     """The baseline: decode the verdict as text (greedy) and read the first A or B (1.0 = A)."""
     import re
 
-    from preflab.labelling.judges.forward import by_length
+    from preflab.lm.forward import by_length
     from preflab.lm.sampling import generate_texts
 
     out: list[float | None] = [None] * len(texts)

@@ -234,7 +234,7 @@ def expected_score(logprobs: list[float], variants: list[list[int]]) -> tuple[fl
     """
     import math
 
-    from preflab.labelling.judges.forward import logsumexp
+    from preflab.lm.forward import logsumexp
 
     values, at = [], 0
     for options in variants:
@@ -248,7 +248,7 @@ def expected_score(logprobs: list[float], variants: list[list[int]]) -> tuple[fl
 
 def expected_judge(model, tokenizer, config: ScoreConfig, with_reference: bool = False):
     """A function from a batch of prompts to their judgements (expected score per candidate)."""
-    from preflab.labelling.judges.forward import next_token_logprobs
+    from preflab.lm.forward import next_token_logprobs
 
     start, variants = score_tokens(tokenizer)
     wanted = [i for options in variants for i in options]

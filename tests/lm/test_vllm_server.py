@@ -23,7 +23,7 @@ import math
 import openai
 import pytest
 
-from preflab.labelling.judges.forward import next_token_logprobs, response_logprobs
+from preflab.lm.forward import next_token_logprobs, response_logprobs
 from preflab.lm.loading import chat_prompt, load_causal_lm
 
 PAIRWISE = [

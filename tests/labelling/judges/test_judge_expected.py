@@ -265,9 +265,9 @@ def test_reading_after_a_shared_rubric_changes_no_probability(tmp_path):
     """Batches continue from one cached pass over the rubric every text shares: same numbers as full passes."""
     import torch
 
-    from preflab.labelling.judges.forward import next_token_logprobs, shared_prefix
     from preflab.labelling.judges.score import grading_text, score_tokens
     from preflab.labelling.selection import PromptCandidates
+    from preflab.lm.forward import next_token_logprobs, shared_prefix
     from preflab.lm.loading import load_causal_lm
 
     model, tokenizer = load_causal_lm(tiny_causal_lm(tmp_path / "lm", seed=3))

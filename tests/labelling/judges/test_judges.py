@@ -267,7 +267,7 @@ def test_judge_report_lists_every_judge(cli, ranked_by_humans, paris_lm, always_
 
 def test_batched_scoring_equals_one_sequence_at_a_time(tmp_path):
     """Left padding, length-sorted batches and `logits_to_keep` must not change any score."""
-    from preflab.labelling.judges.forward import next_token_logprobs, response_logprobs
+    from preflab.lm.forward import next_token_logprobs, response_logprobs
     from preflab.lm.loading import chat_text, load_causal_lm
 
     model, tokenizer = load_causal_lm(tiny_causal_lm(tmp_path / "lm"))

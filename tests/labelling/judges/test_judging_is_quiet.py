@@ -33,11 +33,11 @@ def tiny(tmp_path_factory):
 def test_the_judges_and_the_engine_run_without_a_warning(tiny, capfd):
     from transformers.utils import logging as hf_logging
 
-    from preflab.labelling.judges.forward import MIN_SHARED, shared_prefix
     from preflab.labelling.judges.pairwise import judge_text
     from preflab.labelling.judges.table import JUDGES
     from preflab.lm.engines import Likelihood, Logprobs
     from preflab.lm.engines.local import TransformersEngine
+    from preflab.lm.forward import MIN_SHARED, shared_prefix
 
     model, tokenizer = tiny
     # The pairwise judge's prompts share their rubric: its prefix is run once and its cache reused.

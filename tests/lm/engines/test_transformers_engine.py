@@ -52,7 +52,7 @@ def test_a_reply_scores_as_the_likelihood_judge_scores_it(engine):
 
 
 def test_the_first_tokens_alternatives_are_the_next_token_distribution(engine):
-    from preflab.labelling.judges.forward import next_token_logprobs
+    from preflab.lm.forward import next_token_logprobs
     from preflab.lm.loading import chat_prompt
 
     results = engine.top_logprobs([Logprobs(p, top_logprobs=5, max_tokens=3) for p in PROMPTS])
