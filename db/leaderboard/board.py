@@ -33,19 +33,14 @@ from preflab.db.leaderboard.bootstrap import (
     rank_by_interval,
 )
 from preflab.db.leaderboard.exact import (
-    FEW_BATTLES,
-    HELD_SHARE,
     exact_intervals,
     few_battles,
     ranked_weights,
+    rankings_holding,
     record,
 )
 from preflab.db.leaderboard.fit import (
-    ALPHA,
     CENTRE_CAP,
-    L2,
-    OFFSET,
-    SCALE,
     STYLE_L2,
     centre,
     centre_cap,
@@ -54,12 +49,11 @@ from preflab.db.leaderboard.fit import (
     fit_pairs,
     to_elo,
 )
+from preflab.db.leaderboard.method import described, notes
 from preflab.db.leaderboard.pairwise import pairwise_tables
 from preflab.db.models import Ranking
 from preflab.db.pairs.build import KINDS
 from preflab.errors import ConfigError, InputError
-
-TIES = "a tie is half a win to each side"
 
 
 @dataclass
@@ -214,51 +208,36 @@ def rate(battles: Battles, config: LeaderboardConfig, style: np.ndarray | None =
     score, total = cells.pair_totals(np.bincount(cells.cell_of_battle, minlength=len(cells.codes)).astype(float))
     r = fit_pairs(cells.pairs, score, total)
     played, wins, ties, losses = record(battles)
+    units = rankings_holding(battles)  # what a bootstrap draws: a model weighs its rankings, not their battles
     groups = groups_of(cells.pairs, played)
-    weights = centre_weights(played, groups)
+    weights = centre_weights(units, groups)
     point = centre(r, groups, weights, anchor)
     raw = held = samples = None
     if config.bootstrap:
         raw, held = bootstrap_ratings(
             battles, config.bootstrap, config.seed, r, cells=cells, weights=weights, anchor=anchor
         )
-    few = few_battles(played, wins, ties, losses, None if held is None else held.sum(axis=0), config.bootstrap)
+    few = few_battles(
+        played, wins, ties, losses, None if held is None else held.sum(axis=0), config.bootstrap, rankings=units
+    )
     if config.bootstrap:
         samples = centred(raw, held, point, groups, ranked_weights(weights, few, groups), anchor)
     ratings = _ratings(battles, groups, point, samples, few)
-    board = Leaderboard(ratings, len(battles), battles.rankings, _method(config), filters, dict(battles.left_out))
-    board.method["centre_cap"] = [centre_cap(played[groups == g]) for g in range(int(groups.max()) + 1)]
-    board.notes = _notes(battles, groups, ratings)
+    board = Leaderboard(
+        ratings,
+        len(battles),
+        battles.rankings,
+        described(config.anchor, config.bootstrap, config.seed),
+        filters,
+        dict(battles.left_out),
+    )
+    board.method["centre_cap"] = [centre_cap(units[groups == g]) for g in range(int(groups.max()) + 1)]
+    board.notes = notes(battles, groups, ratings)
     if config.style_control:
         _style(board, battles, groups, weights, few, config, style, anchor)
     if config.pairwise:
         board.pairwise = pairwise_tables(battles, [r.model for r in board.ratings], point, samples)
     return board
-
-
-def _method(config: LeaderboardConfig) -> dict[str, Any]:
-    return {
-        "model": "Bradley–Terry (maximum likelihood, FastChat's conventions)",
-        "base": 10,
-        "alpha": ALPHA,
-        "scale": SCALE,
-        "offset": OFFSET,
-        "anchor": config.anchor or "mean",
-        "centre": f"each group's weighted mean at {OFFSET:.0f}, a model weighing min(its battles, K), K its "
-        f"group's centre_cap: {CENTRE_CAP}, or a tenth of the group's median battles per model where that is more",
-        "ties": TIES,
-        "l2": L2,
-        "bootstrap": config.bootstrap,
-        "seed": config.seed,
-        "bootstrap_unit": "ranking",
-        "interval": "95%: the 2.5% and 97.5% quantiles of the bootstrap ratings, of the rounds holding the model",
-        "few_battles": f"under {FEW_BATTLES} battles, all lost or all won, or held by under {HELD_SHARE:.0%} of the "
-        "bootstrap rounds: an exact test's 95% interval (the score's Poisson-binomial law against the opponents' "
-        "ratings; no end where no rating is rejected), and no rank",
-        "order": "group, then rank, then "
-        + ("bootstrap median" if config.bootstrap else "rating")
-        + "; models of few battles last in their group, by rating",
-    }
 
 
 def _ratings(
@@ -341,38 +320,3 @@ def _style(
         "l2": STYLE_L2,
         "covariate": "(a − b) / (a + b + 1) of each count, standardised over the battles; length in characters",
     }
-
-
-def _notes(battles: Battles, groups: np.ndarray, ratings: list[Rating]) -> list[str]:
-    """What a reader must know to read the ratings: models that never met, ratings held finite by the penalty."""
-    notes = []
-    if groups.max() > 0:
-        listed = [
-            f"group {k}: " + ", ".join(r.model for r in ratings if r.group == k)
-            for k in range(1, int(groups.max()) + 2)
-        ]
-        notes.append(
-            "these groups of models never met, directly or through others, so ratings and ranks compare "
-            "only within a group: " + " | ".join(listed)
-        )
-    _played, wins, ties, losses = record(battles)
-    for name, w, t, lost in zip(battles.models, wins, ties, losses):
-        if w + t == 0 or lost + t == 0:
-            notes.append(
-                f"{name} {'lost' if w + t == 0 else 'won'} every battle: its rating is held finite only "
-                f"by the fit's small L2 penalty, and more battles will move it"
-            )
-    few = [f"{r.model} ({r.few_battles})" for r in ratings if r.few_battles]
-    if few:
-        notes.append(
-            "not ranked, for too few battles, and no say in the others' ranks (listed after their group's ranked "
-            "models): "
-            + ", ".join(few)
-            + (
-                "; their 95% interval is an exact test's (the score against the opponents' ratings; "
-                "−∞ or ∞ where no rating is rejected), the bootstrap's being too narrow there"
-                if ratings[0].interval
-                else ""
-            )
-        )
-    return notes

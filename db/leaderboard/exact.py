@@ -22,7 +22,7 @@ from preflab.db.leaderboard.battles import Battles
 from preflab.db.leaderboard.fit import ALPHA
 
 LEVEL = 0.95
-FEW_BATTLES = 10  # fewer battles than this: the exact interval, and no rank
+FEW_BATTLES = 10  # fewer battles, or rankings holding the model, than this: the exact interval, and no rank
 HELD_SHARE = 0.99  # held by fewer bootstrap samples than this share: the same
 REACH = 20.0  # natural units (8,000 Elo) past the opponents within which an end is sought
 
@@ -37,6 +37,18 @@ def record(battles: Battles) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return played, wins, ties, played - wins - ties
 
 
+def rankings_holding(battles: Battles) -> np.ndarray:
+    """Each model's rankings: how many of the rankings it battled in (its independent draws in a bootstrap).
+
+    A ranking of seven replies gives each of its models six battles, all from one person's order:
+    they come and go together in a bootstrap sample, so a model of four such rankings is sparse
+    however many battles they make. One battle per ranking (Chatbot Arena's) counts the battles.
+    """
+    n = len(battles.models)
+    pairs = np.unique(np.concatenate([battles.group * n + battles.a, battles.group * n + battles.b]))
+    return np.bincount(pairs % n, minlength=n) if n else np.zeros(0, dtype=np.int64)
+
+
 def few_battles(
     played: np.ndarray,
     wins: np.ndarray,
@@ -44,12 +56,15 @@ def few_battles(
     losses: np.ndarray,
     held: np.ndarray | None = None,
     rounds: int = 0,
+    rankings: np.ndarray | None = None,
 ) -> list[str | None]:
     """Per model, why its interval is the exact test's and it is not ranked, or None where the bootstrap's serves.
 
     Args:
         held: bootstrap samples holding each model, of `rounds` (None: no bootstrap).
+        rankings: the rankings holding each model (`rankings_holding`; default: one per battle).
     """
+    rankings = played if rankings is None else rankings
     reasons: list[str | None] = []
     for k, n in enumerate(played):
         record = (
@@ -58,6 +73,11 @@ def few_battles(
         if n < FEW_BATTLES:
             reasons.append(
                 f"only {n} battle{'s' if n != 1 else ''}"
+                + (f", {'all lost' if record[0] == 'l' else 'all won'}" if record else "")
+            )
+        elif rankings[k] < FEW_BATTLES:
+            reasons.append(
+                f"{n} battles from only {rankings[k]} ranking{'s' if rankings[k] != 1 else ''}"
                 + (f", {'all lost' if record[0] == 'l' else 'all won'}" if record else "")
             )
         elif record:
