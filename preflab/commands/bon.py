@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from preflab.commands.engine_options import engine_config, engine_line, engine_options
-from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.console import Reporter, plural
 from preflab.errors import InputError
 from preflab.settings import Settings
@@ -91,16 +91,19 @@ def estimate_command(settings: Settings, path, from_db, proxy, true_name, ns, as
 
     groups, described = load_groups(settings, path, from_db, proxy, true_name)
     result = estimate_groups(groups, ns)
-    if as_json:
-        echo_json(result.as_json())
-        return
-    click.echo(f"{'n':>6}  {'true':>9}  {'± stderr':>9}  {'proxy':>9}  {'groups':>6}  {'KL bound':>8}")
+    echo_result(as_json, result.as_json(), lambda: _estimate_text(result, groups, described))
+
+
+def _estimate_text(result, groups, described: str) -> str:
+    """The estimate per n, and what it was estimated from."""
+    lines = [f"{'n':>6}  {'true':>9}  {'± stderr':>9}  {'proxy':>9}  {'groups':>6}  {'KL bound':>8}"]
     for n, t, se, p, g, kl in zip(
         result.n, result.true, result.true_stderr, result.proxy, result.groups, result.kl_bound
     ):
-        click.echo(f"{n:>6}  {_fmt(t):>9}  {_fmt(se):>9}  {_fmt(p):>9}  {g:>6}  {kl:>8.3f}")
+        lines.append(f"{n:>6}  {_fmt(t):>9}  {_fmt(se):>9}  {_fmt(p):>9}  {g:>6}  {kl:>8.3f}")
     samples = sum(p.size for _, p, _ in groups)
-    click.echo(f"best-of-n over {len(groups):,} groups ({samples:,} samples; {described})")
+    lines.append(f"best-of-n over {len(groups):,} groups ({samples:,} samples; {described})")
+    return "\n".join(lines)
 
 
 @bon_group.command("kl")
@@ -121,15 +124,17 @@ def kl_command(probs, rewards, ns, as_json):
     from preflab.training.bestofn.kl import theory
 
     result = theory(parse_floats(probs, "--probs"), parse_floats(rewards, "--rewards"), parse_ns(ns))
-    if as_json:
-        echo_json(result.as_json())
-        return
-    click.echo(f"{'n':>6}  {'KL exact':>9}  {'KL bound':>9}  {'Beirami':>9}  {'win rate':>9}  {'n/(n+1)':>9}")
+    echo_result(as_json, result.as_json(), lambda: _theory_text(result))
+
+
+def _theory_text(result) -> str:
+    lines = [f"{'n':>6}  {'KL exact':>9}  {'KL bound':>9}  {'Beirami':>9}  {'win rate':>9}  {'n/(n+1)':>9}"]
     for row in zip(
         result.n, result.kl_exact, result.kl_bound, result.kl_beirami, result.win_rate, result.win_rate_bound
     ):
         n, *values = row
-        click.echo(f"{n:>6}  " + "  ".join(f"{v:>9.4f}" for v in values))
+        lines.append(f"{n:>6}  " + "  ".join(f"{v:>9.4f}" for v in values))
+    return "\n".join(lines)
 
 
 @bon_group.command("plot")
@@ -156,13 +161,14 @@ def plot_command(settings: Settings, path, from_db, proxy, true_name, out, ns, a
         groups, described = toy_groups(), "the notebook toy"
     plot = plot_groups(groups, ns, out, title=described if len(described) < 40 else "best-of-n")
     written, result, fit = plot.path, plot.estimate, plot.fit
-    if as_json:
-        echo_json({"out": str(written), "n_max": max(result.n), "fit": fit.as_json() if fit else None})
-        return
-    peak = ""
+    data = {"out": str(written), "n_max": max(result.n), "fit": fit.as_json() if fit else None}
+    echo_result(as_json, data, lambda: f"wrote {written} (n = 1 … {max(result.n)}, {described}){_peak(fit)}")
+
+
+def _peak(fit) -> str:
     if fit and fit.kl_peak is not None:
-        peak = f"; fitted true reward peaks at KL {fit.kl_peak:.2f} nats (n ≈ e^{fit.kl_peak + 1:.1f})"
-    click.echo(f"wrote {written} (n = 1 … {max(result.n)}, {described}){peak}")
+        return f"; fitted true reward peaks at KL {fit.kl_peak:.2f} nats (n ≈ e^{fit.kl_peak + 1:.1f})"
+    return ""
 
 
 @bon_group.command("sample")
@@ -216,30 +222,33 @@ def sample_command(settings: Settings, reward_model, policy, prompts_file, as_js
         reporter=Reporter(not as_json),
         engine=engine,
     )
-    if as_json:
-        echo_json(report)
-        return
+    echo_result(as_json, report, lambda: _sampled_text(report, config.n, reward_model))
+
+
+def _sampled_text(report: dict, n: int, reward_model: str) -> str:
+    """What best-of-n sampling kept, what the server would not answer, and what the server was asked."""
+    lines = []
     selected = report["selected"]
     if selected:
         mean = sum(s["mean_score"] for s in selected) / len(selected)
         best = sum(s["score"] for s in selected) / len(selected)
         beirami = "n/a" if report["kl_beirami"] is None else f"{report['kl_beirami']:.3f}"
-        click.echo(
-            f"best-of-{config.n} over {report['prompts']:,} prompts with {report['policy']}: reward "
+        lines.append(
+            f"best-of-{n} over {report['prompts']:,} prompts with {report['policy']}: reward "
             f"{mean:.3f} (mean draw) → {best:.3f} (kept); KL ≤ {report['kl_bound']:.3f} nats, Beirami's "
             f"estimate {beirami}; {report['stored']:,} new candidates, {report['duplicates']:,} repeated "
             f"draws, {report['kept']:,} prompts already done"
         )
-        click.echo(
+        lines.append(
             f"estimate every n ≤ {report['estimate']['largest_group']} with: "
             f"preflab bon estimate --from-db --proxy {reward_model}"
         )
     elif not (report["quarantined"] or report["failed"]):
-        click.echo(f"nothing to sample: these {report['kept']:,} prompts were sampled with these settings before")
-    for line in _unanswered(report):
-        click.echo(line)
+        lines.append(f"nothing to sample: these {report['kept']:,} prompts were sampled with these settings before")
+    lines += _unanswered(report)
     if line := engine_line(report["engine"]):
-        click.echo(line)
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _unanswered(report: dict) -> list[str]:
@@ -312,7 +321,6 @@ def frontier_command(settings: Settings, policy, proxy, true_name, out, chat, ns
     Example: preflab bon frontier --policy policy-7 --proxy reward-3 --true human --out frontier.png
     """
     from preflab.db.engine import open_sessions
-    from preflab.training.goodhart.frontier import describe
     from preflab.training.goodhart.lineage import lineage_frontier
 
     report = lineage_frontier(
@@ -326,16 +334,18 @@ def frontier_command(settings: Settings, policy, proxy, true_name, out, chat, ns
         limit,
         reporter=Reporter(not as_json),
     )
-    if as_json:
-        echo_json(report)
-        return
-    click.echo(f"{'method':<10} {'setting':<14} {'KL':>13} {'proxy':>8} {'true':>8} {'win':>6}")
+    echo_result(as_json, report, lambda: _frontier_text(report))
+
+
+def _frontier_text(report: dict) -> str:
+    """Each point of the frontier, what it shows, and where the chart is."""
+    from preflab.training.goodhart.frontier import describe
+
+    lines = [f"{'method':<10} {'setting':<14} {'KL':>13} {'proxy':>8} {'true':>8} {'win':>6}"]
     for p in report["points"]:
         kl = f"{p['kl']:.3f} ± {p['kl_stderr']:.3f}" if p["kl_stderr"] else f"{p['kl']:.3f}"
-        click.echo(
+        lines.append(
             f"{p['method']:<10} {p['setting']:<14} {kl:>13} {_fmt(p['proxy'], '.3f'):>8} "
             f"{_fmt(p['true'], '.3f'):>8} {_fmt(p['win_rate'], '.3f'):>6}"
         )
-    for line in describe(report["findings"]):
-        click.echo(line)
-    click.echo(f"chart: {report['chart']}")
+    return "\n".join([*lines, *describe(report["findings"]), f"chart: {report['chart']}"])

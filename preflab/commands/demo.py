@@ -12,7 +12,7 @@ from dataclasses import asdict
 import click
 from click.core import ParameterSource
 
-from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.console import Reporter
 from preflab.settings import Settings
 from preflab.training.demos.bon import BonDemoConfig
@@ -50,21 +50,24 @@ def bon_command(out, as_json, **fields):
 
     config = build_config(BonDemoConfig, fields)
     result = bon_demo(config, out)
-    if as_json:
-        echo_json(result.as_json() | asdict(config))
-        return
-    click.echo(f"{'n':>5}  {'true':>6}  {'proxy':>6}  {'true MC':>7}  {'proxy MC':>8}  {'no noise':>8}  {'KL':>6}")
+    echo_result(as_json, result.as_json() | asdict(config), lambda: _bon_text(result, config))
+
+
+def _bon_text(result, config: BonDemoConfig) -> str:
+    """The toy's table per n, how it was computed, and the notebook's numbers beside these."""
+    lines = [f"{'n':>5}  {'true':>6}  {'proxy':>6}  {'true MC':>7}  {'proxy MC':>8}  {'no noise':>8}  {'KL':>6}"]
     for row in zip(result.n, result.true, result.proxy, result.true_mc, result.proxy_mc, result.no_noise, result.kl):
         n, t, p, tm, pm, nn, kl = row
-        click.echo(f"{n:>5}  {t:>6.3f}  {p:>6.3f}  {tm:>7.3f}  {pm:>8.3f}  {nn:>8.3f}  {kl:>6.3f}")
-    click.echo(
+        lines.append(f"{n:>5}  {t:>6.3f}  {p:>6.3f}  {tm:>7.3f}  {pm:>8.3f}  {nn:>8.3f}  {kl:>6.3f}")
+    lines.append(
         f"true/proxy: unbiased estimator over {config.samples:,} samples (every n-subset); "
         f"MC: {config.trials} fresh best-of-n draws per n; no noise: 3 + 2n/(n+1); KL: log n − (n−1)/n"
     )
-    click.echo(
+    lines.append(
         f"notebook: true 4.30 → 5.00, proxy 4.28 → 5.08; here: true {result.true[0]:.2f} → "
         f"{result.true[-1]:.2f}, proxy {result.proxy[0]:.2f} → {result.proxy[-1]:.2f}; plot: {result.plot}"
     )
+    return "\n".join(lines)
 
 
 @demo_group.command("toy")
@@ -92,16 +95,16 @@ def toy_command(settings: Settings, workdir, as_json, **fields):
     result = toy_demo(
         build_config(ToySettings, fields), workdir, _given_database(settings), reporter=Reporter(not as_json)
     )
-    if as_json:
-        echo_json(result)
-        return
+    echo_result(as_json, result, lambda: _toy_text(result))
+
+
+def _toy_text(result: dict) -> str:
+    """What the toy built, and how far its policy moved toward the known answer."""
     if result["world"] == "history":
-        click.echo(
+        return (
             f"{result['rankings']:,} ranked conversations → {result['pairs']:,} pairs → "
             f"{result['dataset']['name']} (conversational; {result['dataset']['train']:,} train / "
-            f"{result['dataset']['test']:,} test pairs)"
-        )
-        click.echo(
+            f"{result['dataset']['test']:,} test pairs)\n"
             f"DPO policy {result['policy_model_version']} follows the earlier turn's instruction "
             f"{result['follow_rate_before']:.3f} → {result['follow_rate_after']:.3f} of the time on "
             f"{result['held_out_conversations']} held-out conversations (sampled replies: "
@@ -109,13 +112,10 @@ def toy_command(settings: Settings, workdir, as_json, **fields):
             f"base rule kept in {result['base_rule_rate_after']:.1%} of samples "
             f"(base model {result['base_rule_rate_before']:.1%})"
         )
-        return
-    click.echo(
+    return (
         f"{result['rankings']:,} rankings → {result['pairs']:,} pairs → {result['dataset']['name']} "
-        f"({result['dataset']['train']:,} train / {result['dataset']['test']:,} test pairs)"
-    )
-    click.echo(f"reward model {result['reward_model_version']}: held-out pairwise accuracy {result['rm_accuracy']:.3f}")
-    click.echo(
+        f"({result['dataset']['train']:,} train / {result['dataset']['test']:,} test pairs)\n"
+        f"reward model {result['reward_model_version']}: held-out pairwise accuracy {result['rm_accuracy']:.3f}\n"
         f"{result['method']} policy {result['policy_model_version']}: P(preferred first digit) "
         f"{result['p_preferred_before']:.3f} → {result['p_preferred_after']:.3f} on "
         f"{result['held_out_prompts']} held-out prompts; KL to base {result['kl_to_base']:.3f} nats; "
@@ -146,21 +146,23 @@ def goodhart_command(settings: Settings, workdir, as_json, **fields):
 
     Example: preflab demo goodhart --rl-betas 0.01,0.05,0.2 --json
     """
-    from preflab.training.goodhart.frontier import describe
     from preflab.training.goodhart.job import goodhart_demo
 
     result = goodhart_demo(
         build_config(GoodhartSettings, fields), workdir, _given_database(settings), reporter=Reporter(not as_json)
     )
-    if as_json:
-        echo_json(result)
-        return
-    click.echo(f"{'method':<10} {'setting':<11} {'KL':>6} {'proxy':>7} {'true':>7} {'win':>6}")
+    echo_result(as_json, result, lambda: _goodhart_text(result))
+
+
+def _goodhart_text(result: dict) -> str:
+    """Each policy's KL, proxy and true reward and win rate, what they show, and where the chart is."""
+    from preflab.training.goodhart.frontier import describe
+
+    lines = [f"{'method':<10} {'setting':<11} {'KL':>6} {'proxy':>7} {'true':>7} {'win':>6}"]
     for p in [result["reference"], *result["points"]]:
-        click.echo(
+        lines.append(
             f"{p['method']:<10} {p['setting']:<11} {p['kl']:>6.3f} {p['proxy']:>7.3f} {p['true']:>7.3f} "
             f"{p['win_rate']:>6.3f}"
         )
-    for line in describe(result["findings"], result["comparisons_sweep"]):
-        click.echo(line)
-    click.echo(f"chart: {result['chart']}")
+    findings = describe(result["findings"], result["comparisons_sweep"])
+    return "\n".join([*lines, *findings, f"chart: {result['chart']}"])

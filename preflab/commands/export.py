@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.console import plural
 from preflab.db.engine import open_sessions
 from preflab.db.export.dataset import ExportSettings
@@ -103,16 +103,18 @@ def pairs_build(
         ),
         isolation="SERIALIZABLE",
     )
-    if as_json:
-        echo_json(summary.as_dict())
-    else:
-        how = "rebuilt in full" if summary.mode == "full" else f"{plural(summary.changed, 'ranking')} changed"
-        click.echo(
-            f"built {summary.pairs:,} comparisons from {summary.rankings:,} rankings ({how}; "
-            f"strategy {strategy}, aggregate {aggregate}, annotators {annotator_kind})"
-        )
-        for pseudonym, reasons in (summary.excluded or {}).items():
-            click.echo(f"left out {pseudonym}: {'; '.join(reasons)}")
+    echo_result(as_json, summary.as_dict(), lambda: _built_text(summary, strategy, aggregate, annotator_kind))
+
+
+def _built_text(summary, strategy: str, aggregate: str, annotator_kind: str) -> str:
+    """What `pairs build` did, and the annotators it left out."""
+    how = "rebuilt in full" if summary.mode == "full" else f"{plural(summary.changed, 'ranking')} changed"
+    lines = [
+        f"built {summary.pairs:,} comparisons from {summary.rankings:,} rankings ({how}; "
+        f"strategy {strategy}, aggregate {aggregate}, annotators {annotator_kind})"
+    ]
+    lines += [f"left out {pseudonym}: {'; '.join(reasons)}" for pseudonym, reasons in (summary.excluded or {}).items()]
+    return "\n".join(lines)
 
 
 # --- export -----------------------------------------------------------------------------
@@ -149,7 +151,4 @@ def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **optio
         tokenizer=chat_tokenizer(sessions, config.chat_template),
     )
     info = version_info(version)
-    if as_json:
-        echo_json(info)
-    else:
-        click.echo(export_summary(info, out_dir))
+    echo_result(as_json, info, lambda: export_summary(info, out_dir))

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from preflab.commands.engine_options import engine_config, engine_line, engine_options
-from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.console import Reporter, plural
 from preflab.labelling.generation import GenerateConfig
 from preflab.labelling.pipeline import GENERATE_DEFAULTS, PipelineConfig
@@ -62,19 +64,21 @@ def generate_command(settings: Settings, model_name, prompts_file, as_json, **op
         engine=engine,
         reporter=Reporter(not as_json),
     )
-    if as_json:
-        echo_json(summary.as_dict())
-        return
+    echo_result(as_json, summary.as_dict(), lambda: _generated_text(summary, config.n))
+
+
+def _generated_text(summary, n: int) -> str:
+    """What generation stored, what the server would not answer, and what it was asked."""
     waiting = f"; {plural(summary.waiting, 'more prompt')} left by --limit" if summary.waiting else ""
-    click.echo(
+    lines = [
         f"generated {plural(summary.stored, 'candidate')} for {plural(summary.prompts, 'prompt')} with "
         f"{summary.model} ({summary.duplicates:,} duplicates, {summary.empty:,} empty, "
-        f"{plural(summary.short, 'prompt')} short of {config.n}{waiting})"
-    )
-    for line in unanswered_lines(summary):
-        click.echo(line)
+        f"{plural(summary.short, 'prompt')} short of {n}{waiting})",
+        *unanswered_lines(summary),
+    ]
     if line := engine_line(summary.engine):
-        click.echo(line)
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def unanswered_lines(summary) -> list[str]:
@@ -127,27 +131,29 @@ def pipeline_command(settings: Settings, as_json, **options):
             engine=engine,
         ),
     }
-    if as_json:
-        echo_json(report)
-        return
+    echo_result(as_json, report, lambda: _pipeline_text(report, config.out_dir))
+
+
+def _pipeline_text(report: dict, out_dir: Path) -> str:
+    """A line per step of the main job: import, generate, judge, pairs, agreement, export."""
     imp, agree = report["import"], report["stats"]["agreement"]["all"]
-    click.echo(
+    lines = [
         f"import: {imp['imported']:,} new rankings, {imp['duplicates']:,} already stored, "
         f"{imp['quarantined']:,} quarantined"
-    )
+    ]
     if "generate" in report:
         gen = report["generate"]
-        click.echo(
+        lines.append(
             f"generate: {gen['stored']:,} new candidates for {gen['prompts']:,} prompts with {gen['model']} "
             f"({gen['tokens_per_s'] or 0:,.0f} tokens/s)"
         )
         if gen["quarantined"] or gen["failed"]:
-            click.echo(
+            lines.append(
                 f"generate: {plural(gen['quarantined'], 'prompt')} quarantined by the server, "
                 f"{plural(gen['failed'], 'sample')} left for the next run"
             )
         if line := engine_line(gen["engine"]):
-            click.echo(f"generate: {line}")
+            lines.append(f"generate: {line}")
     if "judge" in report:
         j, agree_h = report["judge"], report["judge"]["report"]["human_agreement"]
         line = f"judge: {j['judge']} ranked {j['ranked']:,} prompts ({j['kept']:,} already ranked)"
@@ -156,17 +162,18 @@ def pipeline_command(settings: Settings, as_json, **options):
                 f"; agrees with humans on {agree_h['pairwise_agreement']:.3f} of "
                 f"{agree_h['shared_pairs']:,} pairs over {agree_h['prompts']:,} prompts"
             )
-        click.echo(line)
-    click.echo(f"pairs: {report['pairs']['pairs']:,} comparisons from {report['pairs']['rankings']:,} rankings")
+        lines.append(line)
+    lines.append(f"pairs: {report['pairs']['pairs']:,} comparisons from {report['pairs']['rankings']:,} rankings")
     if agree["pairwise_agreement"] is not None:
-        click.echo(
+        lines.append(
             f"agreement: {agree['pairwise_agreement']:.3f} on {agree['shared_pairs']:,} shared pairs "
             f"(Kendall tau-b {agree['kendall_tau']:.3f}) over {agree['prompts']:,} prompts"
         )
     export = report["export"]
     left_out = sum(export.get("left_out_by_kind", {}).values())
-    click.echo(
-        f"export: {export['train']:,} train / {export['test']:,} test pairs → {config.out_dir} "
+    lines.append(
+        f"export: {export['train']:,} train / {export['test']:,} test pairs → {out_dir} "
         f"({export['name']}; annotators {export.get('annotators', 'any')}, "
         f"{plural(left_out, 'judge pair')} left out, {export.get('contradicting_pairs', 0):,} contradicting)"
     )
+    return "\n".join(lines)

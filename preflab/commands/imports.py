@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.console import Reporter, plural
 from preflab.db.engine import open_sessions
 from preflab.db.ingest.datasets.job import DatasetImportSettings
@@ -54,24 +54,30 @@ batch_lines_option = click.option(
 )
 
 
+def _read_text(summary, what: str) -> str:
+    """`read 1,500 lines: imported 1,490 rankings, 3 quarantined, …`."""
+    retried = f", {plural(summary.retried, 'batch', 'batches')} retried after a conflict" if summary.retried else ""
+    return (
+        f"read {plural(summary.read, 'line')}: imported {plural(summary.imported, what)}, "
+        f"{summary.quarantined:,} quarantined, {plural(summary.duplicates, 'duplicate')}, "
+        f"{summary.blank:,} blank ({plural(summary.prompts, 'new prompt')}, "
+        f"{plural(summary.candidates, 'new candidate')}{retried})"
+    )
+
+
+def _hints(summary) -> list[str]:
+    """Where to see what an import quarantined (on stderr, after its summary)."""
+    return ["see them with: preflab quarantine list"] if summary.quarantined else []
+
+
 def _run_import(settings: Settings, path: str, importer, what: str, as_json: bool, batch_lines: int):
     from preflab.db.ingest.jsonl import import_file
 
     summary = import_file(
         open_sessions(settings.database_url), path, importer, reporter=Reporter(not as_json), batch_lines=batch_lines
     )
-    if as_json:
-        echo_json(summary.as_dict() | {"reasons": summary.reasons})
-    else:
-        retried = f", {plural(summary.retried, 'batch', 'batches')} retried after a conflict" if summary.retried else ""
-        click.echo(
-            f"read {plural(summary.read, 'line')}: imported {plural(summary.imported, what)}, "
-            f"{summary.quarantined:,} quarantined, {plural(summary.duplicates, 'duplicate')}, "
-            f"{summary.blank:,} blank ({plural(summary.prompts, 'new prompt')}, "
-            f"{plural(summary.candidates, 'new candidate')}{retried})"
-        )
-        if summary.quarantined:
-            click.echo("see them with: preflab quarantine list", err=True)
+    data = summary.as_dict() | {"reasons": summary.reasons}
+    echo_result(as_json, data, lambda: _read_text(summary, what), _hints(summary))
     if summary.all_quarantined:
         sys.exit(EXIT_ALL_QUARANTINED)
 
@@ -149,11 +155,6 @@ def import_dataset_command(settings: Settings, source, as_json, **options):
         build_config(DatasetImportSettings, options),
         reporter=Reporter(not as_json),
     )
-    if as_json:
-        echo_json(summary.as_dict())
-    else:
-        click.echo(dataset_summary(summary.as_dict()))
-        if summary.quarantined:
-            click.echo("see them with: preflab quarantine list", err=True)
+    echo_result(as_json, summary.as_dict(), lambda: dataset_summary(summary.as_dict()), _hints(summary))
     if summary.all_quarantined:
         sys.exit(EXIT_ALL_QUARANTINED)

@@ -11,7 +11,7 @@ import click
 from click.core import ParameterSource
 
 from preflab.commands.engine_options import engine_config, engine_options
-from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.console import Reporter
 from preflab.labelling.judges.base import ReadBudget
 from preflab.labelling.judges.report import LOW_MASS
@@ -104,30 +104,33 @@ def judge_and_print(
         reporter=Reporter(not as_json),
         budget=budget,
     )
-    if as_json:
-        echo_json(result.as_dict())
-        return
+    echo_result(as_json, result.as_dict(), lambda: _judged_text(kind, result))
+
+
+def _judged_text(kind: str, result) -> str:
+    """What a judge run ranked (its panel's members too), what it asked a server, and its measures."""
     s = result.summary
-    click.echo(
+    lines = [
         f"{judge_label(kind, result.measures['method'])} judge {s.run_id} ({result.model}): "
         f"ranked {s.ranked:,} prompts{abstained_text(s.abstained)}, "
         f"kept {s.kept:,} already ranked, superseded {s.superseded:,}, {s.unscored:,} candidates unscored"
-    )
+    ]
     for member in s.extra.get("members", []):
-        click.echo(
+        lines.append(
             f"  member {member['run_id']} ({member['model']}): ranked {member['ranked']:,} prompts"
             f"{abstained_text(member['abstained'])}, kept {member['kept']:,}"
         )
     if s.extra.get("unanswered"):
-        click.echo(
+        lines.append(
             f"{s.extra['unanswered']:,} prompts left unranked (no answer after every retry): run it again "
             f"to ask for what is missing"
         )
     if "engine" in s.extra:
-        click.echo(engine_line(s.extra["engine"]))
+        lines.append(engine_line(s.extra["engine"]))
     line = measures_line(result.measures)
     if line:
-        click.echo(f"{result.measures['scope']}: {line}")
+        lines.append(f"{result.measures['scope']}: {line}")
+    return "\n".join(lines)
 
 
 def abstained_text(n: int) -> str:
@@ -238,26 +241,28 @@ def judge_report_command(settings, as_json):
 
     with open_sessions(settings.database_url, existing=True).begin() as session:
         report = judge_report(session)
-    if as_json:
-        echo_json(report)
-        return
+    echo_result(as_json, report, lambda: _report_text(report))
+
+
+def _report_text(report: list[dict]) -> str:
+    """Each judge run's measures, then the runs that ranked something side by side."""
     if not report:
-        click.echo("no judge has ranked anything yet (see `preflab judge --help`)")
-        return
+        return "no judge has ranked anything yet (see `preflab judge --help`)"
+    lines = []
     for m in report:
-        click.echo(
+        lines.append(
             f"{judge_label(m['kind'], m['method'])} {m['run_id']} ({m['model']}): "
             f"{m['rankings']:,} rankings over {m['prompts']:,} prompts"
         )
         line = measures_line(m)
         if line:
-            click.echo(f"  {line}")
+            lines.append(f"  {line}")
         if m["length_correlation"] is not None:
-            click.echo(f"  score–length correlation {_fmt(m['length_correlation'])}")
+            lines.append(f"  score–length correlation {_fmt(m['length_correlation'])}")
     ranked = [m for m in report if m["rankings"]]
     if len(ranked) > 1:
-        click.echo("\nside by side:")
-        click.echo(side_by_side(ranked))
+        lines += ["\nside by side:", side_by_side(ranked)]
+    return "\n".join(lines)
 
 
 def side_by_side(report: list[dict]) -> str:

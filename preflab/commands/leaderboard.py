@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.console import plural
 from preflab.db.leaderboard.board import Leaderboard, LeaderboardConfig, Rating
 from preflab.settings import Settings
@@ -44,10 +44,7 @@ def leaderboard_command(settings: Settings, as_json, **options):
     config = build_config(LeaderboardConfig, options)
     with open_sessions(settings.database_url, existing=True).begin() as session:
         board = leaderboard(session, config)
-    if as_json:
-        echo_json(board.as_dict())
-        return
-    click.echo(leaderboard_text(board))
+    echo_result(as_json, board.as_dict(), lambda: leaderboard_text(board))
 
 
 def _number(value: float | None) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.console import Reporter, plural
 from preflab.labelling.active import SelectConfig
 from preflab.labelling.selection import PromptSelection
@@ -39,12 +39,13 @@ def _sessions(settings: Settings):
 
 
 def _print_sync(what: str, summary, as_json: bool, project) -> None:
-    if as_json:
-        echo_json(summary.as_dict() | {"project": project.project_id if project else None})
-        return
-    click.echo(f"{what}: {summary.line()}")
-    if summary.quarantined or summary.still_quarantined:
-        click.echo("see what was quarantined with: preflab quarantine list --source label-studio", err=True)
+    hint = "see what was quarantined with: preflab quarantine list --source label-studio"
+    echo_result(
+        as_json,
+        summary.as_dict() | {"project": project.project_id if project else None},
+        lambda: f"{what}: {summary.line()}",
+        [hint] if summary.quarantined or summary.still_quarantined else [],
+    )
 
 
 @click.group("ls")
@@ -92,10 +93,8 @@ def ls_init(settings: Settings, template, title, annotators_per_task, show_predi
     project = init_project(
         _sessions(settings), _client(settings), template, title, annotators_per_task, show_predictions, description
     )
-    if as_json:
-        echo_json(project.as_dict())
-    else:
-        click.echo(f"created project {project.project_id} ({template}): {project.as_dict()['url']}")
+    data = project.as_dict()
+    echo_result(as_json, data, lambda: f"created project {project.project_id} ({template}): {data['url']}")
 
 
 @ls_group.command("push")
@@ -150,18 +149,21 @@ def ls_push(settings: Settings, project_id, seed, limit, gold, gold_rate, as_jso
         prompts=prompts,
         reporter=Reporter(not as_json),
     )
-    if as_json:
-        echo_json(summary.as_dict() | {"project": project.project_id})
-        return
     by = "--select" if select.select and limit is None else "--limit"
+    gold_shown = bool(gold or gold_rate is not None)
+    data = summary.as_dict() | {"project": project.project_id}
+    echo_result(as_json, data, lambda: _pushed_text(summary, project, by, gold_shown))
+
+
+def _pushed_text(summary, project, by: str, gold: bool) -> str:
+    """The tasks created (gold among them, where gold was asked for), and the prompts skipped."""
     waiting = f"; {plural(summary.waiting, 'more task')} left by {by}" if summary.waiting else ""
-    gold_line = f", {summary.gold:,} of them gold" if gold or gold_rate is not None else ""
-    click.echo(
+    gold_line = f", {summary.gold:,} of them gold" if gold else ""
+    line = (
         f"created {plural(summary.created, 'task')}{gold_line} in project {project.project_id} "
         f"({summary.existing:,} already there, {summary.adopted:,} recovered{waiting})"
     )
-    if summary.skipped:
-        click.echo(skipped_line(summary.skipped))
+    return f"{line}\n{skipped_line(summary.skipped)}" if summary.skipped else line
 
 
 def skipped_line(skipped: dict[str, list[int]]) -> str:
@@ -196,13 +198,14 @@ def ls_predict(settings: Settings, project_id, judge, as_json):
     project, summary = predict(
         _sessions(settings), _client(settings), project_id, judge, reporter=Reporter(not as_json)
     )
-    if as_json:
-        echo_json(summary.as_dict() | {"project": project.project_id})
-    else:
-        click.echo(
+    echo_result(
+        as_json,
+        summary.as_dict() | {"project": project.project_id},
+        lambda: (
             f"uploaded {plural(summary.uploaded, 'prediction')} to project {project.project_id} "
             f"({summary.existing:,} already there, {summary.unfit:,} the template cannot show)"
-        )
+        ),
+    )
     if summary.invalid or summary.refused:
         problems = []
         if summary.invalid:
@@ -309,9 +312,4 @@ def ls_connect(settings: Settings, url, project_id, remove, as_json):
     from preflab.labelling.studio.connect import connect_project
 
     connection = connect_project(_sessions(settings), _client(settings), url, project_id, remove=remove)
-    if as_json:
-        echo_json(connection.as_dict())
-        return
-    click.echo(connection.line())
-    for warning in connection.warnings:
-        click.echo(f"warning: {warning}", err=True)
+    echo_result(as_json, connection.as_dict(), connection.line, [f"warning: {w}" for w in connection.warnings])

@@ -5,7 +5,8 @@ what a job prints while it runs is `preflab.console`'s `Reporter`).
 
 - `config_options` / `build_config`: one click option per field of a config
   dataclass, with the field's help, default and choices; and the config back.
-- `json_option`, `echo_json`, `pass_settings`: the shared `--json` and settings.
+- `json_option`, `echo_json`, `pass_settings`: the shared `--json` and settings; `echo_result`:
+  how a command ends (with `--json` the result, else its summary).
 - `log_to_stderr`: what the root `--verbose` does, for every command alike.
 - `LazyGroup`: a click group whose subcommands are imported on first use.
 - `DefaultGroup`: a click group with a default subcommand (`self-reward` is `self-reward run`).
@@ -20,6 +21,7 @@ import logging
 import sys
 import types
 import typing
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import click
@@ -37,6 +39,22 @@ json_option = click.option(
 def echo_json(data: Any) -> None:
     """Print one JSON document (for `--json`)."""
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
+
+
+def echo_result(as_json: bool, data: Any, text: Callable[[], str], notes: Iterable[str] = ()) -> None:
+    """How a command ends, once it has called its job: with `--json`, the result as one JSON document;
+    else its summary, `text()` (nothing when empty), then each of `notes` as a line on stderr (a hint:
+    where to see what was quarantined; a warning).
+
+    `text` is called only without `--json`: a summary may read what only the text needs.
+    """
+    if as_json:
+        echo_json(data)
+        return
+    if said := text():
+        click.echo(said)
+    for note in notes:
+        click.echo(note, err=True)
 
 
 # --- what -v does ---------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from preflab.commands.options import echo_json, json_option, pass_settings
+from preflab.commands.options import echo_result, json_option, pass_settings
 from preflab.console import Reporter, plural
 from preflab.settings import Settings
 
@@ -36,9 +36,11 @@ def page_command(settings: Settings, out, open_page, no_text, as_json):
         from pathlib import Path
 
         webbrowser.open(Path(report["path"]).resolve().as_uri())
-    if as_json:
-        echo_json(report)
-        return
-    holding = ", ".join(SECTIONS[name] for name in report["sections"])
+    echo_result(as_json, report, lambda: _written_text(report, SECTIONS))
+
+
+def _written_text(report: dict, sections: dict[str, str]) -> str:
+    """`wrote report.html (6 sections, 4 with data: …)`."""
+    holding = ", ".join(sections[name] for name in report["sections"])
     with_data = f"{len(report['sections'])} with data: {holding}" if holding else "none with data: the store is empty"
-    click.echo(f"wrote {report['path']} ({plural(len(SECTIONS), 'section')}, {with_data})")
+    return f"wrote {report['path']} ({plural(len(sections), 'section')}, {with_data})"

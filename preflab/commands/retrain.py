@@ -8,7 +8,7 @@ from contextlib import contextmanager
 
 import click
 
-from preflab.commands.options import echo_json, json_option, pass_settings
+from preflab.commands.options import echo_result, json_option, pass_settings
 from preflab.console import Reporter
 from preflab.settings import Settings
 
@@ -90,10 +90,7 @@ def retrain_command(settings: Settings, config_path, min_new, as_json):
             reporter=reporter,
             after_run=_report_writer(config.report, reporter),
         )
-    if as_json:
-        echo_json(result.as_dict())
-    else:
-        click.echo(result.message)
+    echo_result(as_json, result.as_dict(), lambda: result.message)
 
 
 def _report_writer(path: str | None, reporter: Reporter):

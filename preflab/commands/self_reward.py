@@ -8,7 +8,7 @@ import click
 from click.core import ParameterSource
 
 from preflab.commands.engine_options import engine_config, engine_line, engine_options
-from preflab.commands.options import DefaultGroup, config_options, echo_json, json_option
+from preflab.commands.options import DefaultGroup, config_options, echo_result, json_option
 from preflab.console import Reporter
 from preflab.settings import Settings
 from preflab.training.config import DPOTrainConfig
@@ -124,12 +124,15 @@ def run_command(ctx, iterations, loop, output_dir, as_json, **fields):
     summaries = run_self_reward(
         sessions, config, dpo, iterations, loop, output_dir, reporter=Reporter(not as_json), engine=engine
     )
-    if as_json:
-        echo_json(summaries)
-        return
+    echo_result(as_json, summaries, lambda: _ran_text(summaries, loop, iterations))
+
+
+def _ran_text(summaries: list[dict], loop: str, iterations: int) -> str:
+    """A line per iteration run (and per step that asked a server), then what the loop did."""
+    lines = []
     for s in summaries:
         pairs = s["pairs"] or {}
-        click.echo(
+        lines.append(
             f"iteration {s['iteration']}: {s['model_version']} from {s['parent']}: "
             f"{s['prompts']} prompts, {s['candidates']} candidates, {pairs.get('judge', 0)} judge pairs"
             f" + {pairs.get('human', 0)} from people; win rate {_rate(s['win_rate'])} against {s['parent']}"
@@ -137,12 +140,13 @@ def run_command(ctx, iterations, loop, output_dir, as_json, **fields):
         )
         for step, stats in s["engine"].items():
             if line := engine_line(stats):
-                click.echo(f"iteration {s['iteration']}: {step} on {line}")
-    click.echo(
+                lines.append(f"iteration {s['iteration']}: {step} on {line}")
+    lines.append(
         f"loop {loop}: ran {len(summaries)} iteration(s)"
         if summaries
         else f"loop {loop} already has {iterations} finished iteration(s); nothing to do"
     )
+    return "\n".join(lines)
 
 
 def _agreement(agree: dict | None) -> str:
@@ -174,21 +178,25 @@ def loop_report_command(ctx, loop, plot_path, as_json):
 
     with open_sessions(ctx.find_object(Settings).database_url, existing=True).begin() as session:
         rows, path = write_loop_report(session, loop, plot_path)
-    if as_json:
-        echo_json({"loop": loop, "plot": str(path), "iterations": rows})
-        return
-    click.echo(
+    data = {"loop": loop, "plot": str(path), "iterations": rows}
+    echo_result(as_json, data, lambda: _loop_text(rows, path))
+
+
+def _loop_text(rows: list[dict], path) -> str:
+    """The loop's iterations as a table, and where the plot is."""
+    lines = [
         f"{'iter':>4}  {'model':<14} {'parent':<24} {'prompts':>7} {'pairs':>7} {'win rate':>8} "
         f"{'W/L/T':>9} {'judge~people':>12} {'judge~ranked':>12} {'step':<10}"
-    )
+    ]
     for r in rows:
         pairs = r["pairs"] or {}
         agree = r["judge_agreement"]
         wlt = "-" if r["wins"] is None else f"{r['wins']}/{r['losses']}/{r['ties']}"
-        click.echo(
+        lines.append(
             f"{r['iteration']:>4}  {r['model_version'] or '-':<14} {r['parent'][-24:]:<24} "
             f"{r['prompts'] or 0:>7} {pairs.get('judge', 0) + pairs.get('human', 0):>7} "
             f"{_rate(r['win_rate']):>8} {wlt:>9} {_agreement(agree):>12} "
             f"{_agreement(r['judge_agreement_ranked']):>12} {r['step']:<10}"
         )
-    click.echo(f"plot written to {path}")
+    lines.append(f"plot written to {path}")
+    return "\n".join(lines)

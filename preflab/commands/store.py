@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_json, echo_result, json_option, pass_settings
 from preflab.db.engine import open_sessions
 from preflab.db.quality.annotators import QualityConfig
 from preflab.settings import Settings
@@ -86,14 +86,16 @@ def quarantine_list(settings: Settings, source, limit, as_json):
     more, rows = len(rows) > limit, rows[:limit]
     if more:  # never silently fewer than there are
         click.echo(f"the first {limit:,} quarantined records; there are more: see them with a larger --limit", err=True)
-    if as_json:
-        echo_json(rows)
-        return
+    echo_result(as_json, rows, lambda: _quarantined_text(rows))
+
+
+def _quarantined_text(rows: list[dict]) -> str:
+    """One line per record: `#17 import:rankings r.jsonl:3: not JSON …`."""
+    lines = []
     for row in rows:
         where = f"{Path(row['origin']).name}:{row['locator']}" if row["origin"] else row["locator"]
-        click.echo(f"#{row['id']} {row['source']} {where}: {row['reason']}")
-    if not rows:
-        click.echo("nothing is quarantined")
+        lines.append(f"#{row['id']} {row['source']} {where}: {row['reason']}")
+    return "\n".join(lines) or "nothing is quarantined"
 
 
 @quarantine_group.command("show")
@@ -160,10 +162,7 @@ def stats_command(settings: Settings, judges, as_json):
 
     with open_sessions(settings.database_url, existing=True).begin() as session:
         report = judge_trust(session) if judges else {**stats(session), "spend": spend(session)}
-    if as_json:
-        echo_json(report)
-    else:
-        click.echo(judges_text(report) if judges else stats_text(report))
+    echo_result(as_json, report, lambda: judges_text(report) if judges else stats_text(report))
 
 
 # --- annotators --------------------------------------------------------------------------
@@ -187,7 +186,5 @@ def annotators_command(settings: Settings, as_json, **options):
     config = build_config(QualityConfig, options)
     with open_sessions(settings.database_url, existing=True).begin() as session:
         qualities = annotator_quality(session, config)
-    if as_json:
-        echo_json({"annotators": [q.as_dict() for q in qualities], "thresholds": dataclasses.asdict(config)})
-    else:
-        click.echo(quality_text(qualities))
+    data = {"annotators": [q.as_dict() for q in qualities], "thresholds": dataclasses.asdict(config)}
+    echo_result(as_json, data, lambda: quality_text(qualities))

@@ -13,7 +13,7 @@ import dataclasses
 
 import click
 
-from preflab.commands.options import build_config, config_options, echo_json, json_option, pass_settings
+from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.commands.text import bench_text
 from preflab.console import Reporter, plural
 from preflab.settings import Settings
@@ -92,16 +92,17 @@ def _train(settings: Settings, method: str, config, model_name, dataset_version,
     )
     if result is None:  # not rank 0: the main process reports
         return
-    if as_json:
-        echo_json(dataclasses.asdict(result))
-        return
+    echo_result(as_json, dataclasses.asdict(result), lambda: _trained_text(result, disk_note(result)))
+
+
+def _trained_text(result, disk: str) -> str:
+    """`reward run 4: 120 steps on prefs-3 …, loss 0.69 → 0.41; held-out accuracy …; saved …`."""
     m = result.metrics
     loss = "" if m.get("first_loss") is None else f", loss {m['first_loss']:.4f} → {m['last_loss']:.4f}"
-    click.echo(
+    return (
         f"{result.kind} run {result.run_id}{' (resumed)' if result.resumed else ''}: "
         f"{plural(m['global_step'], 'step')} on {result.dataset_version} (world size {result.world_size})"
-        f"{loss}; {_heldout(m)}; saved model version {result.model_version} to {result.path}; "
-        f"{disk_note(result)}"
+        f"{loss}; {_heldout(m)}; saved model version {result.model_version} to {result.path}; {disk}"
     )
 
 
@@ -166,13 +167,13 @@ def eval_command(settings: Settings, model_version, as_json, **fields):
         settings.model,
         reporter=Reporter(not as_json),
     )
-    if as_json:
-        echo_json(report)
-    elif "bench" in report:
-        click.echo(bench_text(report))
-    else:
-        click.echo(
-            f"{report['model_version']} vs {report['against']}: win rate {report['win_rate']:.3f} over "
-            f"{report['prompts']:,} held-out prompts ({report['wins']} wins, {report['losses']} losses, "
-            f"{report['ties']} ties; {report['judge']} judge {report['judge_model']})"
-        )
+    echo_result(as_json, report, lambda: bench_text(report) if "bench" in report else _win_rate_text(report))
+
+
+def _win_rate_text(report: dict) -> str:
+    """A policy against its base model: its win rate, and by whose judgement."""
+    return (
+        f"{report['model_version']} vs {report['against']}: win rate {report['win_rate']:.3f} over "
+        f"{report['prompts']:,} held-out prompts ({report['wins']} wins, {report['losses']} losses, "
+        f"{report['ties']} ties; {report['judge']} judge {report['judge_model']})"
+    )

@@ -103,3 +103,30 @@ def test_self_reward_is_a_group_without_options_whose_default_command_is_run():
     assert bare.exit_code == 2 and "Error: give --iterations T, or a subcommand (report)" in bare.output
     typo = runner.invoke(cli, ["self-reward", "reprot"])
     assert typo.exit_code == 2 and "No such command 'reprot'" in typo.output
+
+
+def test_a_command_ends_with_its_result_as_json_or_its_summary_then_its_notes():
+    """`echo_result`, every command's tail: with --json one JSON document and nothing else (the summary is
+    not even written); without, the summary on stdout (nothing when it is empty), then the notes on stderr."""
+    import json
+
+    from preflab.commands.options import echo_result, json_option
+
+    written = []
+
+    @click.command()
+    @click.option("--empty", is_flag=True)
+    @json_option
+    def command(empty, as_json):
+        def text():
+            written.append(1)
+            return "" if empty else "built 3 comparisons\nleft out ann-1: too fast"
+
+        echo_result(as_json, {"pairs": 3}, text, ["see them with: preflab quarantine list"])
+
+    result = CliRunner().invoke(command, ["--json"])
+    assert json.loads(result.stdout) == {"pairs": 3} and result.stderr == "" and not written
+    result = CliRunner().invoke(command, [])
+    assert result.stdout == "built 3 comparisons\nleft out ann-1: too fast\n"
+    assert result.stderr == "see them with: preflab quarantine list\n"
+    assert CliRunner().invoke(command, ["--empty"]).stdout == ""
