@@ -36,6 +36,7 @@ from preflab.db.conversation import (
     reply_messages,
     shared_prefix,
 )
+from preflab.db.ingest.datasets.cells import written_messages
 from preflab.db.ingest.records import KINDS, LIMITS, RankingRecord, first_repeat, shown, unstorable, unstorable_text
 from preflab.errors import Invalid
 
@@ -241,10 +242,14 @@ def choice(row: dict[str, Any], key: str, allowed: Sequence[Any]) -> Any:
 
 
 def messages_or_text(row: dict[str, Any], key: str) -> str | Messages:
-    """A field holding text or a list of messages (checked for shape only); raises Invalid naming it."""
+    """A field holding text or a list of messages (checked for shape only); raises Invalid naming it.
+
+    Text that is a list of messages written as JSON (a CSV cell's only way to hold one) is those messages.
+    """
     value = row.get(key)
     if isinstance(value, str):
-        return text(row, key)
+        listed = written_messages(value, key)
+        return text(row, key) if listed is None else messages(listed, f"'{key}'")
     if value is None:
         raise Invalid(f"missing '{key}'")
     return messages(value, f"'{key}'")

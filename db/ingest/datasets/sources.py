@@ -7,7 +7,8 @@ SOURCE (`open_source`) is one of:
 - a `.csv` file (plain or compressed; arena-human-preference-55k ships one), read by `datasets`, streaming,
   as a folder of them is (below): a column of numbers only comes as numbers, an empty cell as null, and
   any other text (`NA`, `null`) as the text it is; a column some format reads as text
-  (`formats.TEXT_COLUMNS`: a prompt, a reply, an id) comes as written, digits too (the reply "7");
+  (`formats.TEXT_COLUMNS`: a prompt, a reply, an id) comes as written, digits too (the reply "7"), and any other
+  column's list or object cell as the JSON it was written as (`cells`: the same rows as JSON Lines);
 - a folder written by `save_to_disk` (a Dataset or a DatasetDict: its Arrow files are read a batch at a time);
 - any other folder of data files, or a Hugging Face Hub dataset id: `datasets.load_dataset`, streaming
   (under `HF_HUB_OFFLINE=1` a Hub id is read from the local cache, as `datasets` does offline; an
@@ -32,6 +33,7 @@ from typing import Any
 import orjson
 
 from preflab.console import plural
+from preflab.db.ingest.datasets.cells import csv_row
 from preflab.db.ingest.datasets.formats import TEXT_COLUMNS
 from preflab.db.ingest.datasets.hub import hub_source
 from preflab.db.ingest.datasets.rows import Row, Source, batch_rows
@@ -79,11 +81,17 @@ def open_source(source: str, split: str | None = None) -> Source:
             raise InputError(
                 f"{path} holds no data files ({', '.join(FILE_SUFFIXES)}) and was not written by save_to_disk"
             )
-        csv = all(_data_file(p, (".csv",)) for p in files)
-        return hub_source(str(path), split, origin=_origin(path), options=_CSV_OPTIONS if csv else None)
+        if all(_data_file(p, (".csv",)) for p in files):
+            return _csv(hub_source(str(path), split, origin=_origin(path), options=_CSV_OPTIONS))
+        return hub_source(str(path), split, origin=_origin(path))
     if path.exists() or source.startswith((".", "/", "~")) or source.count("/") > 1 or _data_file(path):
         raise InputError(f"{source} is not a file or folder")
     return hub_source(source, split)
+
+
+def _csv(source: Source) -> Source:
+    """A CSV source whose list and object cells are read as the JSON they were written as (`cells.csv_row`)."""
+    return Source(source.origin, (csv_row(row, TEXT_COLUMNS) for row in source.rows), source.total)
 
 
 def _origin(path: Path) -> str:
@@ -196,7 +204,7 @@ def _file_source(path: Path, split: str | None) -> Source:
     if not _data_file(path):
         raise InputError(f"{path} is not a data file preflab reads ({', '.join(FILE_SUFFIXES)}, plain or compressed)")
     if _data_file(path, (".csv",)):
-        return hub_source("csv", split, origin=origin, options={"data_files": str(path), **_CSV_OPTIONS})
+        return _csv(hub_source("csv", split, origin=origin, options={"data_files": str(path), **_CSV_OPTIONS}))
     if _is_json_array(path):
         return Source(origin, _array_rows(path, DEFAULT_SPLIT))
     return Source(origin, line_rows(path, DEFAULT_SPLIT))

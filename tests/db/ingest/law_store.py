@@ -181,6 +181,21 @@ def hub_folder(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def json_cells_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """A CSV file whose list and object cells are their JSON, as pandas' `to_csv` cannot write them (it writes repr)."""
+    import csv
+
+    names = list(dict.fromkeys(key for row in rows for key in row))
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=names, restval="")
+        writer.writeheader()
+        writer.writerows(
+            {k: json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v for k, v in row.items()}
+            for row in rows
+        )
+    return path
+
+
 def encodings(fmt: str, rows: list[Any], flat: bool, folder: Path) -> dict[str, Path]:
     """The rows as each file an import of `fmt` reads: name -> path (the first is the plain JSON Lines)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -201,6 +216,8 @@ def encodings(fmt: str, rows: list[Any], flat: bool, folder: Path) -> dict[str, 
     out["parquet"] = write_parquet(folder / "rows.parquet", flat_rows)
     if flat:
         out["csv"] = write_csv(folder / "rows.csv", flat_rows)
+    else:  # a CSV cell holds a list only as its JSON (db/ingest/datasets/cells.py): the same rankings
+        out["csv, lists as JSON"] = json_cells_csv(folder / "lists.csv", flat_rows)
     out["save_to_disk"] = saved(folder / "saved", flat_rows)
     out["hub folder"] = hub_folder(folder / "hub", flat_rows)
     return out

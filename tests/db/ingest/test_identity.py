@@ -68,3 +68,32 @@ def test_canonical_form():
     assert pair_identity("p1", "x", "y") != pair_identity("p1", "y", "x")
     assert pair_identity(7.0, "x", "y").startswith("7:") and pair_identity(None, "x", "y") is None
     assert pair_identity("p" * 190, "x", "y") is None  # too long for the column: identified by meaning instead
+
+
+def test_a_csv_of_lists_reads_its_cells_as_json_and_refuses_pythons_repr(sessions, tmp_path):
+    """A new user's binarized rows as CSV: chosen and rejected (lists of messages) written as JSON are the same two
+    rankings as the JSON Lines; written by pandas (Python's repr) they were stored as text, the whole list a reply.
+    Now each such row is quarantined, saying so."""
+    import csv
+
+    def written(path, cell) -> str:
+        with path.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(BINARIZED[0]))
+            writer.writeheader()
+            writer.writerows({k: cell(v) if isinstance(v, list) else v for k, v in row.items()} for row in BINARIZED)
+        return str(path)
+
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in BINARIZED))
+    assert run_import(sessions, plain, "trl").rankings == 2
+    as_json = run_import(sessions, written(tmp_path / "json.csv", json.dumps), "trl")
+    assert (as_json.rankings, as_json.duplicates, as_json.quarantined) == (0, 2, 0)
+    as_repr = run_import(sessions, written(tmp_path / "repr.csv", repr), "trl")
+    assert (as_repr.rankings, as_repr.quarantined) == (0, 2)
+    with sessions.begin() as s:
+        reasons = set(s.scalars(select(RawRecord.reason).where(RawRecord.status == "quarantined")))
+    assert reasons == {
+        "'chosen' holds a list written by Python's repr, not as JSON: write its cells as JSON, "
+        "or the file as JSON Lines or Parquet"
+    }
+    assert counted(sessions, Ranking) == 2
