@@ -137,7 +137,8 @@ def dataset_summary(summary: dict[str, Any]) -> str:
     # ties: rankings that are one whole tie; with tied replies: any tier of two or more (the ties among them)
     tied = f", {plural(summary['rankings_with_ties'], 'ranking')} with tied replies"
     if summary.get("identical_replies"):
-        tied += f", {plural(summary['identical_replies'], 'battle')} of identical replies (no pair)"
+        voted = f", {summary['identical_ties']:,} voted a tie" if summary.get("identical_ties") else ""
+        tied += f", {plural(summary['identical_replies'], 'battle')} of identical replies (no pair{voted})"
     return (
         f"{summary['format']}: read {plural(summary['rows'], 'row')}{f' ({splits})' if splits else ''}: "
         f"{plural(summary['rankings'], 'new ranking')} ({plural(summary['ties'], 'tie')}{tied}), "

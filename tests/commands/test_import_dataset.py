@@ -25,6 +25,7 @@ def test_summary_line_json_and_reimport(cli, tmp_path):
         "ties": 0,
         "rankings_with_ties": 0,
         "identical_replies": 0,
+        "identical_ties": 0,
         "duplicates": 3,
         "quarantined": 5,
         "quarantined_replies": 0,

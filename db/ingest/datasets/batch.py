@@ -57,9 +57,14 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
     summary.rows = len(rows)
     for row in rows:
         summary.splits[row.split] = summary.splits.get(row.split, 0) + 1
-    # the replies set aside, each stored raw alone (its part of the row) and quarantined with its reason
+    for _, records in batch:
+        for record in [] if isinstance(records, Invalid) else records:
+            if record.external_id is None:  # what the row means: its identity where the dataset gives no id
+                record.external_id = record_identity(fmt.name, record)
+    # the replies set aside, each stored raw alone (its part of the row, identified by its ranking's identity and
+    # its name: the same row in another file sets it aside once) and quarantined with its reason
     parts = [
-        (f"{unit[0].locator}/{name}", part_payload(value), part_digest(unit[0].digest, name), reason)
+        (f"{unit[0].locator}/{name}", part_payload(value), part_digest(record.external_id, name), reason)
         for unit, records in batch
         if not isinstance(records, Invalid)
         for record in records
@@ -92,8 +97,6 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
         released += [raw[row.digest][0] for row in unit if raw[row.digest][1] == RawStatus.quarantined.value]
         first = unit[0].digest
         for record in records:
-            if record.external_id is None:  # what the row means: its identity where the dataset gives no id
-                record.external_id = record_identity(fmt.name, record)
             record.source = record.source or source
             summary.count_assumed(record)
             parsed.append((record, first, raw[first][0]))

@@ -37,6 +37,7 @@ JSON_KEYS = (
     "ties",
     "rankings_with_ties",
     "identical_replies",
+    "identical_ties",
     "duplicates",
     "quarantined",
     "quarantined_replies",
@@ -53,10 +54,11 @@ JSON_KEYS = (
 class DatasetSummary(ImportCounts):
     """What an import did with the rows it read.
 
-    rows = the rows read; rankings = the new rankings; of them, ties = those one whole tie (one tier, which
-    gives no pair; an Arena battle of identical replies voted a tie too), rankings_with_ties = those with any
-    replies tied (the whole ties among them), identical_replies = Arena battles whose two models gave the same
-    reply (a ranking of that one reply: a battle on the leaderboard, no pair); duplicates = rankings stored
+    rows = the rows read; rankings = the new rankings; of them, ties = those one whole tie of two or more
+    replies (one tier, which gives no pair), rankings_with_ties = those with any replies tied (the whole ties
+    among them), identical_replies = Arena battles whose two models gave the same reply (a ranking of that one
+    reply: a battle on the leaderboard, no pair; none of them counted in the ties above), identical_ties = those
+    of them voted a tie; duplicates = rankings stored
     before (or twice in the source), and rows quarantined earlier in this import met again; quarantined = rows
     that could not be used; quarantined_replies = replies left out of their row's ranking and quarantined
     alone (an empty one, or one unrated by the score field). A row may give no ranking (an oasst2 prompter
@@ -72,6 +74,7 @@ class DatasetSummary(ImportCounts):
     ties: int = 0
     rankings_with_ties: int = 0
     identical_replies: int = 0
+    identical_ties: int = 0
     quarantined_replies: int = 0
     splits: dict[str, int] = field(default_factory=dict)
     assumed: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -94,11 +97,9 @@ class DatasetSummary(ImportCounts):
         """Count the new rankings, the whole ties, the rankings with tied replies and the identical battles."""
         self.rankings += len(new)
         for record in new:
-            if identical_battle(record):
+            if identical_battle(record):  # one reply: no tied replies, whatever the vote
                 self.identical_replies += 1
-                tied = record.details["winner"] in TIES
-                self.ties += tied
-                self.rankings_with_ties += tied
+                self.identical_ties += record.details["winner"] in TIES
                 continue
             self.ties += len(record.tiers) == 1
             self.rankings_with_ties += any(len(tier) > 1 for tier in record.tiers)
@@ -120,9 +121,13 @@ class Repeated(Invalid):
     """A unit of rows quarantined earlier in this import, met again: counted a duplicate, not quarantined twice."""
 
 
-def part_digest(row_digest: str, name: str) -> str:
-    """The identity of a reply set aside: its row's and its name's (two rows' identical empty replies are two)."""
-    return hashlib.sha256(f"{row_digest}/{name}".encode()).hexdigest()
+def part_digest(identity: str, name: str) -> str:
+    """The identity of a part of a row stored alone: its ranking's (or row's) and its name's.
+
+    A reply set aside takes its ranking's identity, what the row means (`preflab.db.ingest.identity`), so the
+    same row in another file sets the same reply aside once; two rankings' identical empty replies are two.
+    """
+    return hashlib.sha256(f"{identity}/{name}".encode()).hexdigest()
 
 
 def part_payload(value: Any) -> str:

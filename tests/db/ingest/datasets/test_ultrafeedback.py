@@ -248,6 +248,21 @@ def test_one_empty_completion_is_quarantined_alone(cli, sessions, tmp_path):
     assert quarantined(sessions) == {"train:0/completion 2": EMPTY_REASON} and len(stored(sessions)) == 2
 
 
+def test_the_same_rows_in_another_file_set_their_empty_reply_aside_once(cli, sessions, tmp_path):
+    """A new user re-imported the same rows from Parquet and from JSON Lines written another way: every row a
+    duplicate, yet each set-aside reply became another quarantine record (8 for 3 replies). A set-aside reply is
+    identified by its ranking's identity (what the row means) and its name, as the ranking is."""
+    run_import(sessions, write_jsonl(tmp_path / "uf.jsonl", [ONE_EMPTY, ROWS[0]]), "ultrafeedback")
+    before = cli("quarantine", "list").stdout.splitlines()
+    assert len(before) == 1
+    for path in (write_parquet(tmp_path / "uf.parquet", [ROWS[0], ONE_EMPTY]), tmp_path / "compact.jsonl"):
+        if path.suffix == ".jsonl":
+            path.write_text("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in (ONE_EMPTY, ROWS[0])))
+        again = run_import(sessions, path, "ultrafeedback")
+        assert (again.rankings, again.duplicates) == (0, 2)
+        assert cli("quarantine", "list").stdout.splitlines() == before
+
+
 # one completion unrated for honesty; and a row of two completions, one unrated: too few to rank by honesty
 NOT_RATED = [
     ROWS[0],
