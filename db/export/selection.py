@@ -4,8 +4,8 @@ An export chooses its pairs by annotator kind (`EXPORT_KINDS`): `kept_comparison
 is that choice as a WHERE clause on the comparisons, `kept_prompts` the prompts it
 keeps pairs of, and `pair_mix` counts what it keeps, leaves out, and what
 contradicts, so the dataset version and its card can say so. Rankings that give
-no pair at all are counted too, by why (`unpaired`): an Arena battle of identical
-replies is a vote on the leaderboard, but no pair to train on.
+no pair at all are counted too, by why (`unpaired`): a whole tie (a verdict of no preference), or an
+Arena battle of identical replies (a vote on the leaderboard, but no pair to train on).
 """
 
 from __future__ import annotations
@@ -103,16 +103,28 @@ def pair_mix(session: Session, kind: str = "any") -> PairMix:
 
 
 IDENTICAL_REPLIES = "battles of identical replies (two models gave the same reply: a vote on the leaderboard, no pair)"
+WHOLE_TIES = "whole ties (every reply ranked alike: a verdict of no preference, no pair)"
+# each reason in a word, for a summary line: (one, many)
+UNPAIRED_NAMES = {
+    IDENTICAL_REPLIES: ("battle of identical replies", "battles of identical replies"),
+    WHOLE_TIES: ("whole tie", "whole ties"),
+}
 
 
 def unpaired(session: Session, kind: str = "any") -> dict[str, int]:
     """The rankings `pairs build` takes, of an export's annotators, that give no pair by their kind: why -> how many.
 
-    An Arena battle of identical replies is one (it is counted on the leaderboard). A ranking of one tie
-    is not counted here: a tie is a verdict, not a pair left out.
+    A ranking of one tier gives none: a whole tie of two or more replies (a verdict that none is better), or an
+    Arena battle of identical replies (one reply; counted on the leaderboard). A new user counted both, and
+    the export must give the same count.
     """
-    query = select(func.count()).select_from(Ranking).where(eligible("any", ()), identical_battles())
-    if kind in ("human", "ai"):
-        query = query.where(Ranking.annotator_id.in_(select(Annotator.id).where(Annotator.kind == kind)))
-    n = session.scalar(query)
-    return {IDENTICAL_REPLIES: n} if n else {}
+
+    def counted(*where) -> int:
+        query = select(func.count()).select_from(Ranking).where(eligible("any", ()), Ranking.n_tiers == 1, *where)
+        if kind in ("human", "ai"):
+            query = query.where(Ranking.annotator_id.in_(select(Annotator.id).where(Annotator.kind == kind)))
+        return int(session.scalar(query))
+
+    identical = counted(identical_battles())
+    found = {IDENTICAL_REPLIES: identical, WHOLE_TIES: counted() - identical}
+    return {why: int(n) for why, n in found.items() if n}

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from preflab.console import plural
+from preflab.db.export.selection import UNPAIRED_NAMES
 from preflab.db.quality.agreement import same_as_shown_text
 
 if TYPE_CHECKING:
@@ -125,7 +126,12 @@ def export_summary(info: dict[str, Any], out_dir: str | Path) -> str:
     if excluded:
         line += f"; {len(excluded):,} flagged annotator{'s' if len(excluded) != 1 else ''} left out"
     n = info.get("contradicting_pairs", 0)
-    return line + f"); {n:,} {'pair contradicts' if n == 1 else 'pairs contradict'} another pair of the same prompt"
+    line += f"); {n:,} {'pair contradicts' if n == 1 else 'pairs contradict'} another pair of the same prompt"
+    unpaired = info.get("unpaired_rankings") or {}
+    if unpaired:  # the why in words is in the card and --json; here, how many of each kind
+        kinds = ", ".join(plural(n, *UNPAIRED_NAMES.get(why, (why, why))) for why, n in sorted(unpaired.items()))
+        line += f"; {plural(sum(unpaired.values()), 'ranking')} gave no pair ({kinds})"
+    return line
 
 
 def dataset_summary(summary: dict[str, Any]) -> str:

@@ -70,12 +70,15 @@ def test_identical_replies_are_battles_on_the_leaderboard_and_no_pair(cli, sessi
         humans = read_battles(s, Filters(annotator_kind="human"))
         assert (len(humans), humans.left_out) == (7, {})
 
-    # the pairs are the two strict verdicts with different replies; the export counts the battles without one
+    # the pairs are the two strict verdicts with different replies; the export counts the rankings without one
     assert pairs(sessions) == sorted([("4, says ultra", "Four.", 1.0), ("Four.", "4, says tiny", 1.0)], key=repr)
-    out = json.loads(cli("export", tmp_path / "export", "--annotators", "any", "--json").stdout)
-    reason = "battles of identical replies (two models gave the same reply: a vote on the leaderboard, no pair)"
-    assert out["unpaired_rankings"] == {reason: 4}
-    assert f"Rankings that give no pair: 4 {reason}." in (tmp_path / "export" / "README.md").read_text()
+    exported = cli("export", tmp_path / "export", "--annotators", "any")
+    out = json.loads(cli("export", tmp_path / "export-2", "--annotators", "any", "--json").stdout)
+    identical = "battles of identical replies (two models gave the same reply: a vote on the leaderboard, no pair)"
+    tie = "whole ties (every reply ranked alike: a verdict of no preference, no pair)"
+    assert out["unpaired_rankings"] == {identical: 4, tie: 1}  # d2 is a tie of two replies
+    assert f"Rankings that give no pair: 4 {identical}, 1 {tie}." in (tmp_path / "export" / "README.md").read_text()
+    assert "; 5 rankings gave no pair (4 battles of identical replies, 1 whole tie)" in exported.stdout
 
 
 def test_agreement_is_measured_on_what_was_ranked_alike(sessions, tmp_path):
