@@ -39,12 +39,16 @@ def leaderboard_section(session: Session, config: LeaderboardConfig | None = Non
 
 
 def section_of(board: Leaderboard) -> dict[str, Any]:
-    """A `Leaderboard` as the page shows it: model labels, rounded ratings, the method in a few keys."""
+    """A `Leaderboard` as the page shows it: model labels, ratings, the method in a few keys.
+
+    The ratings are kept whole: the page rounds once, as the command line does (rounding to tenths first
+    made 1137.453 read 1138 on the page and 1137 on the terminal).
+    """
     labels = {r.model: model_label(r.model) for r in board.ratings}
     ratings = [
         {
             "model": labels[r.model],
-            **{k: None if getattr(r, k) is None else round(getattr(r, k), 1) for k in RATING_KEYS},
+            **{k: getattr(r, k) for k in RATING_KEYS},
             **{k: getattr(r, k) for k in COUNT_KEYS},
         }
         for r in board.ratings
