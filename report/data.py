@@ -5,12 +5,15 @@ Every number is a `GROUP BY` in the database; no row is loaded to be counted.
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import date, timedelta
 from typing import Any
 
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
+from preflab.db.ingest.datasets.arena import IDENTICAL
+from preflab.db.leaderboard.battles import identical_battles
 from preflab.db.models import (
     Annotator,
     Candidate,
@@ -133,6 +136,35 @@ def quarantine(session: Session) -> dict[str, Any] | None:
     }
 
 
+def _with_identical_battles(session: Session, author, by_model: list[tuple[Any, int]]) -> list[tuple[Any, int]]:
+    """`by_model` with the authors only an Arena battle of identical replies names (its details: both models).
+
+    Such a battle is a ranking of its one reply, whose item names one model; a new user found the reply "Hello!",
+    written by all five Arena models, counted for one. Every model that wrote it counts it once.
+    """
+    same = session.execute(
+        select(RankingItem.candidate_id, Ranking.details)
+        .join(Ranking, Ranking.id == RankingItem.ranking_id)
+        .where(identical_battles())
+    ).all()
+    if not same:
+        return by_model
+    ids = sorted({candidate for candidate, _ in same})
+    credited = set(
+        session.execute(
+            select(author, Candidate.id)
+            .select_from(Candidate)
+            .outerjoin(RankingItem, RankingItem.candidate_id == Candidate.id)
+            .outerjoin(ModelVersion, ModelVersion.id == Candidate.model_version_id)
+            .where(Candidate.id.in_(ids))
+        ).all()
+    )
+    wrote = {(m, c) for c, details in same for m in (details or {}).get(IDENTICAL) or () if isinstance(m, str)}
+    counted = Counter(dict(by_model))
+    counted.update(model for model, _ in wrote - credited)
+    return list(counted.items())
+
+
 def data_section(session: Session) -> dict[str, Any]:
     """Counts, sources, weekly arrivals and quarantine (zeros and empty lists for an empty store)."""
     totals = counts(session)
@@ -148,6 +180,7 @@ def data_section(session: Session) -> dict[str, Any]:
         .outerjoin(ModelVersion, ModelVersion.id == Candidate.model_version_id)
         .group_by(author)
     ).all()
+    candidates_by_model = _with_identical_battles(session, author, candidates_by_model)
     return {
         "counts": totals,
         "rankings_by_source": rankings_by_source(session),

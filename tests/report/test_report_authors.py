@@ -53,3 +53,17 @@ def test_candidates_are_counted_by_author_as_the_leaderboard_names_them(sessions
     # "Because." is policy-2's (its version, not its folder) and, in the second ranking, gpt-4's as well.
     assert by_model == {"policy-2": 1, "gpt-4": 1, "vicuna-13b": 1}
     assert set(battles.models) == {"policy-2", "gpt-4", "vicuna-13b"}
+
+
+def test_a_reply_of_identical_battles_counts_for_every_model_that_gave_it(sessions, tmp_path):
+    """Arena's "hi" answered alike by ultra, tiny and mid in four battles: one reply, three authors (a new user
+    found it counted for the first model of each battle only). The other three replies have one author each."""
+    from tests.db.ingest.datasets.shapes_b import run_import, write_jsonl
+    from tests.db.leaderboard.test_identical_battles import ROWS
+
+    run_import(sessions, write_jsonl(tmp_path / "arena.jsonl", ROWS), "arena")
+    with sessions.begin() as session:
+        by_model = {row["name"]: row["count"] for row in data_section(session)["candidates_by_model"]}
+    # the shared "Hello!" for each of ultra, tiny, mid; then "4, says ultra"/"Four."/"4, says tiny"/"4, says mid"
+    # by the models that gave them in d1–d3 ("Four." is mid's in d1, tiny's in d2, ultra's in d3)
+    assert by_model == {"ultra": 3, "mid": 3, "tiny": 3}
