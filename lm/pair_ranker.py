@@ -37,8 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from preflab.db.conversation import transcript
+from preflab.db.store import chunks
 from preflab.errors import ConfigError
-from preflab.lm.scoring import Text, _batches, _device, _right_pad, pad_id
+from preflab.lm.scoring import Text, _device, _right_pad, pad_id
 
 FORMAT_FILE = "pair_ranker.json"
 FORMAT = "prompt+A+eos+B+eos"
@@ -181,7 +182,7 @@ def pair_scores(model, tokenizer, sequences: Sequence[tuple[list[int], int]], ba
     device = _device(model)
     model.eval()
     with torch.no_grad():
-        for batch in _batches(order, batch_size):
+        for batch in chunks(order, batch_size):
             ids, mask = _right_pad([sequences[i][0] for i in batch], pad_id(tokenizer))
             a_end = torch.tensor([sequences[i][1] for i in batch], dtype=torch.long)
             for i, value in zip(batch, pair_logits(model, ids.to(device), mask.to(device), a_end).tolist()):

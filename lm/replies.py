@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from preflab.db.conversation import Messages, user_turn
+from preflab.db.store import chunks
 
 
 def reply_start(context: Sequence, whole: Sequence) -> int:
@@ -60,16 +61,11 @@ def reply_tokens(tokenizer, prompt: str | Messages, reply: str) -> tuple[list[in
     return split_tokens(tokenizer, *rendered(tokenizer, prompt, reply))
 
 
-def batches(n: int, size: int) -> Iterator[range]:
-    for start in range(0, n, size):
-        yield range(start, min(n, start + size))
-
-
 def by_length(rows: Sequence[Sequence[int]], size: int) -> Iterator[list[int]]:
     """Indices of `rows` in batches of similar length, so little of a batch is padding."""
     order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
-    for part in batches(len(order), size):
-        yield [order[i] for i in part]
+    for part in chunks(order, size):
+        yield list(part)
 
 
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int, device):

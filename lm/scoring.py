@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from preflab.db.conversation import Message, assistant_turn, is_multi_turn, user_turn
+from preflab.db.store import chunks
 
 Text = Any  # a string, or a list of chat messages for conversational exports
 
@@ -76,11 +77,6 @@ def _device(model):
     return next(model.parameters()).device
 
 
-def _batches(items: Sequence, size: int):
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def _right_pad(rows: Sequence[Sequence[int]], pad_id: int):
     import torch
 
@@ -116,7 +112,7 @@ def reward_scores(
     model.eval()
     device = _device(model)
     with torch.no_grad():
-        for batch in _batches(encoded, batch_size):
+        for batch in chunks(encoded, batch_size):
             ids, mask = _right_pad([row for _, row in batch], pad_id(tokenizer))
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, 0]
             for (key, _), value in zip(batch, logits.float().tolist()):
@@ -136,7 +132,7 @@ def completion_logprobs(
     model.eval()
     device = _device(model)
     with torch.no_grad():
-        for batch in _batches(order, batch_size):
+        for batch in chunks(order, batch_size):
             seqs = [rows[i][0] + rows[i][1] for i in batch]
             ids, mask = _right_pad(seqs, pad_id(tokenizer))
             ids, mask = ids.to(device), mask.to(device)
