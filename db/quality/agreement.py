@@ -122,19 +122,27 @@ def counts(session: Session) -> dict:
     def count(*where, model=None):
         return session.scalar(select(func.count()).select_from(model).where(*where))
 
-    by_status = dict(session.execute(select(Ranking.status, func.count()).group_by(Ranking.status)).all())
+    # each grouping in the order of its key: the same text on SQLite and Postgres (a new user saw them differ)
+    by_status = dict(
+        session.execute(select(Ranking.status, func.count()).group_by(Ranking.status).order_by(Ranking.status)).all()
+    )
     by_kind = dict(
         session.execute(
             select(Annotator.kind, func.count())
             .join(Ranking, Ranking.annotator_id == Annotator.id)
             .where(Ranking.status == "valid")
             .group_by(Annotator.kind)
+            .order_by(Annotator.kind)
         ).all()
     )
     return {
         "prompts": count(model=Prompt),
         "candidates": count(model=Candidate),
-        "annotators": dict(session.execute(select(Annotator.kind, func.count()).group_by(Annotator.kind)).all()),
+        "annotators": dict(
+            session.execute(
+                select(Annotator.kind, func.count()).group_by(Annotator.kind).order_by(Annotator.kind)
+            ).all()
+        ),
         "rankings": {"total": sum(by_status.values()), **by_status},
         "valid_rankings_by_kind": by_kind,
         "same_as_shown": count(Ranking.status == "valid", Ranking.same_as_shown.is_(True), model=Ranking),
