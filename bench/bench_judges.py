@@ -6,10 +6,11 @@ Usage: python bench/bench_judges.py [--model smollm2-135m-instruct] [--only pair
                                     [--threads N]
 
 Pairwise (every pair in both orders, batched the same way, same model):
-- fast path: `prob_first_better` reads P("A") vs P("B") from one forward pass
-  per batch (`logits_to_keep=1`, no decoding);
-- baseline: `verdicts_by_generation` decodes up to `--max-new-tokens` tokens
-  greedily and reads the first "A" or "B" in the text.
+- fast path: the judge's own reading on the transformers engine, the verdict held to
+  "A" or "B" (`Logprobs(choices=...)`): P("A") vs P("B") from one forward pass per
+  batch (`logits_to_keep=1`, the shared rubric run once, no decoding);
+- baseline: decode up to `--max-new-tokens` tokens greedily and read the first "A"
+  or "B" in the text.
 Prints pairs/s (a pair = both orders) for each, the ratio, and how often the two
 verdicts agree.
 
@@ -47,19 +48,30 @@ FACTS = [
 
 
 def pairwise_bench(args, model, tokenizer) -> dict:
-    from preflab.labelling.judges.pairwise import judge_text, prob_first_better, verdicts_by_generation
+    import math
+
+    from preflab.labelling.judges.pairwise import VERDICT, judge_messages, judge_text
+    from preflab.lm.engines import Logprobs, open_engine
+    from preflab.lm.names import NamedModel
 
     pairs = [FACTS[i % len(FACTS)] for i in range(args.pairs)]
+    asked = [judge_messages(q, a, b) for q, a, b in pairs] + [judge_messages(q, b, a) for q, a, b in pairs]
+    engine = open_engine(model=NamedModel(args.model, args.model, None, model, tokenizer), batch_size=args.batch_size)
+
+    def first_better(messages) -> list[float]:
+        answers = engine.top_logprobs([Logprobs(m, choices=VERDICT) for m in messages])
+        return [1 / (1 + math.exp(read["B"] - read["A"])) for read in (a.choice_logprobs(VERDICT) for a in answers)]
+
+    first_better(asked[:2])  # warm-up
+
+    start = time.perf_counter()
+    probs = first_better(asked)
+    fast = time.perf_counter() - start
     texts = [judge_text(tokenizer, q, a, b) for q, a, b in pairs] + [
         judge_text(tokenizer, q, b, a) for q, a, b in pairs
     ]
-    prob_first_better(model, tokenizer, texts[:2], args.batch_size)  # warm-up
-
     start = time.perf_counter()
-    probs = prob_first_better(model, tokenizer, texts, args.batch_size)
-    fast = time.perf_counter() - start
-    start = time.perf_counter()
-    verdicts = verdicts_by_generation(model, tokenizer, texts, args.batch_size, args.max_new_tokens)
+    verdicts = decoded_verdicts(model, tokenizer, texts, args.batch_size, args.max_new_tokens)
     slow = time.perf_counter() - start
 
     agree = sum(v is not None and (v == 1.0) == (p > 0.5) for p, v in zip(probs, verdicts))
@@ -83,6 +95,24 @@ def pairwise_bench(args, model, tokenizer) -> dict:
     }
 
 
+def decoded_verdicts(model, tokenizer, texts: list[str], batch_size: int, max_new_tokens: int) -> list[float | None]:
+    """The baseline: decode the verdict as text (greedy) and read the first A or B (1.0 = A)."""
+    import re
+
+    from preflab.lm.replies import by_length
+    from preflab.lm.sampling import generate_texts
+
+    out: list[float | None] = [None] * len(texts)
+    for part in by_length([tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], batch_size):
+        replies = generate_texts(
+            model, tokenizer, [texts[i] for i in part], max_new_tokens=max_new_tokens, do_sample=False
+        )
+        for i, g in zip(part, replies):
+            found = re.search(r"\b([AB])\b", g.text)
+            out[i] = None if found is None else float(found.group(1) == "A")
+    return out
+
+
 def score_bench(args, model, tokenizer, label: str) -> dict:
     import tempfile
     from importlib.resources import files
@@ -90,11 +120,12 @@ def score_bench(args, model, tokenizer, label: str) -> dict:
 
     from preflab.db.engine import open_database, session_factory
     from preflab.db.ingest.jsonl import import_file, import_rankings_batch
+    from preflab.labelling.judges.prompts import ANSWER_START
     from preflab.labelling.judges.report import judge_report
     from preflab.labelling.judges.run import judge_candidates
-    from preflab.labelling.judges.score import ScoreConfig, grading_text, score_tokens
+    from preflab.labelling.judges.score import SCORE_CHOICES, ScoreConfig, grading_text
     from preflab.labelling.selection import prompts_with_candidates
-    from preflab.lm.forward import next_token_logprobs
+    from preflab.lm.forward import choice_tokens, next_token_logprobs
 
     folder = Path(tempfile.mkdtemp(prefix="bench-judges-"))
     sessions = session_factory(open_database(f"sqlite:///{folder / 'bench.db'}"))
@@ -119,7 +150,7 @@ def score_bench(args, model, tokenizer, label: str) -> dict:
         rows[method]["unscored"] = summary.unscored
 
     # The expected judge's forward pass again, every text in full (no cache of the shared rubric).
-    start_ids, variants = score_tokens(tokenizer)
+    start_ids, variants = choice_tokens(tokenizer, ANSWER_START, SCORE_CHOICES)
     wanted = [i for options in variants for i in options]
     texts = [grading_text(tokenizer, item, text, False) for item in items for text in item.texts]
     timings = {}

@@ -8,10 +8,11 @@ already stored (same content hash) is never stored twice, and a prompt left
 short by duplicates is sampled again, up to `max_rounds` times.
 
 Sampling goes through an engine (`preflab.lm.engines`): the model in this process,
-or an OpenAI-compatible server. In process, a batch shares one seed and one
-`generate` call, as always. On a server each sample is its own request, seeded
-by its prompt, round and sample index rather than by the batch it happens to be
-in, so a re-run (or a run resumed after `kill -9`) asks the same things again and
+or an OpenAI-compatible server. Where the engine draws a call's asks together (in
+process), a batch of similar lengths shares one seed and one `generate` call, as
+always. Where it stores every answer (a server), each sample is its own request,
+seeded by its prompt, round and sample index rather than by the batch it happens to
+be in, so a re-run (or a run resumed after `kill -9`) asks the same things again and
 the request store answers what was asked before, without paying for it twice. A
 prompt the server refuses (over its context length) is quarantined with the
 server's reason (kept in the request store) and skipped; a sample with no answer
@@ -27,7 +28,6 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
-from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -41,13 +41,12 @@ from preflab.db.requests import added_stats
 from preflab.db.store import chunks, content_hash, ensure_candidates
 from preflab.errors import ConfigError
 from preflab.labelling.selection import PromptSelection, prompts_from_file, selected_prompt_ids
-from preflab.lm.engines import EngineConfig, Failed, Generate, Sampling, open_engine
-from preflab.lm.names import ModelCache, resolve_model
-from preflab.lm.names import model_version_id as record_version
+from preflab.lm.engines import Engine, EngineConfig, Failed, Generate, Sampling, open_engine
+from preflab.lm.names import ModelCache, NamedModel
 from preflab.lm.sampling import Generation, SamplingConfig, sample_texts
 
-# On a server, a call to the engine holds this many of --concurrency's requests for each one in flight,
-# so few wait on the slowest answer of a call; candidates are stored after each call.
+# Where answers are stored (a server), a call to the engine holds this many of its `concurrency` asks for each
+# one in flight, so few wait on the slowest answer of a call; candidates are stored after each call.
 ASKS_PER_SLOT = 4
 
 
@@ -160,15 +159,14 @@ def generate_candidates(
         model_name: the label stored on each candidate (`Candidate.model`).
         model_version_id: the model version stored on each candidate.
     """
-    from preflab.lm.engines.local import TransformersEngine
-
-    engine = TransformersEngine(model, tokenizer, model_name, config.batch_size, model_version_id)
-    return generate_with(sessions, engine, config, prompt_ids, model_version_id, reporter)
+    loaded = NamedModel(model_name, model_name, model_version_id, model, tokenizer)
+    with open_engine(model=loaded, batch_size=config.batch_size) as engine:
+        return generate_with(sessions, engine, config, prompt_ids, model_version_id, reporter)
 
 
 def generate_with(
     sessions: sessionmaker[Session],
-    engine,
+    engine: Engine,
     config: GenerateConfig,
     prompt_ids: list[int] | None = None,
     model_version_id: int | None = None,
@@ -229,15 +227,15 @@ def generate_with(
     # The first few reasons: a context-length refusal names each prompt's own length.
     summary.reasons = dict(reasons.most_common(10))
     summary.seconds = time.perf_counter() - start
-    currency = getattr(getattr(engine, "config", None), "currency", None)
-    summary.engine = {**engine.stats.as_dict(), **({"currency": currency} if currency else {})}
+    summary.engine = engine.spent()
     return summary
 
 
-def _calls(engine, todo: list[tuple[int, str | Messages, int]], config: GenerateConfig, round_: int):
+def _calls(engine: Engine, todo: list[tuple[int, str | Messages, int]], config: GenerateConfig, round_: int):
     """The asks of each call to the engine: (prompt id, what is asked, how it was sampled, to store)."""
-    if engine.kind == "transformers":
-        # Similar lengths share a batch, so little of each forward pass is padding; the batch shares a seed.
+    if not engine.stores_answers:
+        # Drawn together: similar lengths share a batch, so little of each forward pass is padding; the batch
+        # shares a seed.
         rows = sorted(
             ((pid, prompt, have) for pid, prompt, have in todo for _ in range(config.n - have)),
             key=lambda r: (prompt_length(r[1]), r[0]),
@@ -250,9 +248,9 @@ def _calls(engine, todo: list[tuple[int, str | Messages, int]], config: Generate
                 for i, (pid, prompt, _) in enumerate(batch)
             ]
         return
-    # On a server a sample is asked by its prompt, round and index alone, never by its neighbours in a call:
-    # a re-run asks what it asked before, and the request store answers. A prompt's samples share a call.
-    size = max(config.batch_size, ASKS_PER_SLOT * engine.config.concurrency)
+    # Stored: a sample is asked by its prompt, round and index alone, never by its neighbours in a call, so a
+    # re-run asks what it asked before and the request store answers. A prompt's samples share a call.
+    size = max(config.batch_size, ASKS_PER_SLOT * engine.concurrency)
     call: list = []
     for pid, prompt, have in todo:
         seed = _batch_seed(config.seed, round_, [(pid, have)])
@@ -294,19 +292,14 @@ def run_generation(
             the served model's, and the candidates are stored as `openai:<served model>`.
         cache: models already loaded by the calling job (the pipeline loads its model once).
     """
-    engine = engine or EngineConfig(engine="transformers")
     prompt_ids = prompts_from_file(sessions, prompts)[:max_prompts] if prompts else None
     waiting = 0
-    with ExitStack() as stack:
-        # A server's engine is cheap to open (nothing is asked before its first call), and it names the candidates.
-        served = (
-            stack.enter_context(open_engine(engine, sessions, model=model_name))
-            if engine.engine != "transformers"
-            else None
-        )
+    # Opening costs nothing: the model is resolved (and recorded) by its name here, loaded or asked only if a
+    # prompt needs candidates.
+    with open_engine(engine, sessions, model=model_name, cache=cache, batch_size=config.batch_size) as running:
+        label = running.name
         with sessions.begin() as session:
             prompt_ids = selected_prompt_ids(session, selection, prompt_ids)
-            label = served.name if served else resolve_model(session, model_name)[0]
             needing = [pid for pid, _, _ in prompts_needing(session, label, config.n, prompt_ids)]
         if selection.limit is not None:
             if prompt_ids is not None:  # the file's order, or the order the ids were given in
@@ -316,19 +309,12 @@ def run_generation(
             needing = prompt_ids = needing[: selection.limit]
         if not needing:
             return GenerateSummary(model=label)  # every prompt has its candidates: no model to load, nothing to ask
-        if served is None:
-            running = stack.enter_context(
-                open_engine(engine, sessions, model=model_name, cache=cache, batch_size=config.batch_size)
-            )
-            version_id = running.version_id
-        else:
-            running = served
-            with sessions.begin() as session:  # the served model is recorded under the name it is stored as
-                version_id = record_version(session, served.name)
-        summary = generate_with(sessions, running, config, prompt_ids, version_id, reporter)
-        if served is not None and (summary.engine["requests"] or summary.engine["cache_hits"]):
+        summary = generate_with(sessions, running, config, prompt_ids, running.version_id, reporter)
+        if running.stores_answers and (summary.engine["requests"] or summary.engine["cache_hits"]):
             with sessions.begin() as session:  # what it asked and cost, beside the judges' (`preflab stats`)
-                row = session.scalars(select(ModelVersion).where(ModelVersion.id == version_id).with_for_update()).one()
+                row = session.scalars(
+                    select(ModelVersion).where(ModelVersion.id == running.version_id).with_for_update()
+                ).one()
                 row.metrics = {
                     **(row.metrics or {}),
                     "engine": added_stats((row.metrics or {}).get("engine"), summary.engine),

@@ -1,11 +1,15 @@
-"""Batched forward passes the judges read scores from, without decoding any text.
+"""Batched forward passes that read next-token probabilities without decoding any text: how the
+transformers engine answers a judge's verdict (`preflab.lm.engines.local`).
 
 Sequences are padded on the left, so every sequence ends at the last position:
-the next-token distribution is the last position's, and a response's tokens are
-the last positions. That lets `logits_to_keep` skip the vocabulary projection
-everywhere else. Next-token reads run the prefix that all texts share (a judge's
-rubric) once and reuse its key/value cache. A response's tokens are the ones a
-server scores (`preflab.lm.replies`, where its forward pass is).
+the next-token distribution is the last position's, and `logits_to_keep` skips the
+vocabulary projection everywhere else. The prefix that all texts share (a judge's
+chat template and rubric) is run once and its key/value cache reused. A reply's
+log-probability, the other forward pass an engine makes, is `preflab.lm.replies`'.
+
+A verdict held to its choices ("A" or "B", a score 0-5) is read from the answer's
+first token: each choice's log-probability sums its single-token spellings ("A" and
+" A"), after the answer's start ("Score: ") tokenized apart (`choice_tokens`).
 """
 
 from __future__ import annotations
@@ -15,11 +19,8 @@ import inspect
 import math
 from collections.abc import Sequence
 
-from preflab.db.conversation import Messages
-from preflab.lm.replies import by_length, left_pad, reply_logprobs, reply_tokens, split_tokens
-
-# by_length is read from here by the pairwise judge.
-__all__ = ["by_length", "logsumexp", "next_token_logprobs", "response_logprobs", "shared_prefix"]
+from preflab.errors import ConfigError
+from preflab.lm.replies import by_length, left_pad
 
 # Shorter shared prefixes are not worth a separate pass.
 MIN_SHARED = 16
@@ -123,18 +124,55 @@ def cache_argument(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def response_logprobs(
-    model, tokenizer, contexts: Sequence[str | Messages], responses: Sequence[str], batch_size: int = 8
-) -> list[tuple[float, int]]:
-    """(sum of log p(response token | everything before), number of response tokens) per pair.
+def choice_tokens(tokenizer, answer_start: str, choices: Sequence[str]) -> tuple[list[int], list[list[int]]]:
+    """(the answer's start, the token ids that spell each choice right after it).
 
-    A context given as messages is rendered with the reply as its open last turn, as a server
-    renders it; one given as text is joined with the reply as text. Either way the whole is
-    tokenized at once and the reply's tokens are those after what it shares with the context's
-    own (`preflab.lm.replies`), so a server scoring the same conversation scores the same tokens.
+    The start is what `answer_start + choice` shares for every choice as this tokenizer
+    spells it: after "Score: ", `Score`, `:` and a lone space where digits stand apart
+    (SmolLM2), or only `Score`, `:` where the space joins the digit (" 5" is one token). A
+    choice's spellings are the token that follows there plus the single tokens "5" and
+    " 5" where they exist, so a model that writes it with or without a space counts the
+    same; their probabilities are summed.
+
+    Raises:
+        ConfigError: a choice has no single token, or two choices share one.
     """
-    rows = [
-        split_tokens(tokenizer, c, c + r) if isinstance(c, str) else reply_tokens(tokenizer, c, r)
-        for c, r in zip(contexts, responses)
-    ]
-    return reply_logprobs(model, rows, tokenizer.pad_token_id, batch_size)
+
+    def encode(text: str) -> list[int]:
+        return _encode(tokenizer, text)
+
+    spelled = [encode(answer_start + choice) for choice in choices]
+    shared = 0
+    while answer_start and all(len(ids) > shared and ids[shared] == spelled[0][shared] for ids in spelled):
+        shared += 1
+    variants: list[list[int]] = []
+    for choice, ids in zip(choices, spelled):
+        options = [ids[shared]] if len(ids) == shared + 1 else []
+        for spelling in (choice, f" {choice}"):
+            single = encode(spelling)
+            if len(single) == 1 and single[0] not in options:
+                options.append(single[0])
+        if not options:
+            raise ConfigError(f"the model's tokenizer has no single token for the answer {choice!r}")
+        variants.append(options)
+    flat = [i for options in variants for i in options]
+    if len(flat) != len(set(flat)):
+        raise ConfigError(f"the model's tokenizer spells two of the answers {', '.join(choices)} with the same token")
+    return spelled[0][:shared], variants
+
+
+def choice_logprobs(
+    model, tokenizer, texts: Sequence[str], answer_start: str, choices: Sequence[str], batch_size: int = 8
+) -> list[dict[str, float]]:
+    """log p of each choice as the answer's first token after each text and `answer_start`: one forward pass
+    per batch (`next_token_logprobs`), each choice's spellings summed (`choice_tokens`)."""
+    start, variants = choice_tokens(tokenizer, answer_start, choices)
+    wanted = [i for options in variants for i in options]
+    out = []
+    for row in next_token_logprobs(model, tokenizer, texts, wanted, batch_size, then=start):
+        read, at = {}, 0
+        for choice, options in zip(choices, variants):
+            read[choice] = logsumexp(row[at : at + len(options)])
+            at += len(options)
+        out.append(read)
+    return out

@@ -40,6 +40,9 @@ class Generation:
     text: str
     tokens: int  # generated tokens, the end-of-turn token included
     finished: bool  # ended with an end-of-turn token rather than hitting max_new_tokens
+    # log P(its tokens) under the processed (temperature, top-p, top-k) distribution it was sampled from, where the
+    # engine knows it (in process, when asked); a server does not say: None.
+    logprob: float | None = None
 
 
 def stop_ids(model, tokenizer) -> set[int]:
@@ -59,28 +62,46 @@ def generate_texts(
     do_sample: bool = True,
     temperature: float = 0.7,
     top_p: float = 0.9,
+    top_k: int | None = None,
     seed: int = 0,
+    logprobs: bool = False,
 ) -> list[Generation]:
-    """Continue already formatted texts in one batched `generate` call (left padding)."""
+    """Continue already formatted texts in one batched `generate` call (left padding).
+
+    Args:
+        top_k: sample from the k likeliest tokens only (0: off); None: the model's generation config says.
+        logprobs: give each sample its log-probability under the processed distribution it was drawn from
+            (the log-softmax of the scores after temperature, top-p and top-k), as best-of-n's KL needs.
+    """
     import torch
 
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     sampling = (
-        {"do_sample": True, "temperature": temperature, "top_p": top_p}
+        {"do_sample": True, "temperature": temperature, "top_p": top_p, **({} if top_k is None else {"top_k": top_k})}
         if do_sample
         else {"do_sample": False, "temperature": None, "top_p": None, "top_k": None}
     )
+    if logprobs:
+        sampling.update(output_scores=True, return_dict_in_generate=True)
     torch.manual_seed(seed)
     with torch.inference_mode():
         out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
+        steps = (
+            model.compute_transition_scores(out.sequences, out.scores, normalize_logits=True).float().cpu().tolist()
+            if logprobs
+            else None
+        )
+    sequences = out.sequences if logprobs else out
     stop = stop_ids(model, tokenizer)
     results = []
-    for row in out[:, enc["input_ids"].shape[1] :].tolist():
+    for n, row in enumerate(sequences[:, enc["input_ids"].shape[1] :].tolist()):
         end = next((i for i, t in enumerate(row) if t in stop), None)
         kept = row if end is None else row[:end]
+        used = len(row) if end is None else end + 1
         # NUL cannot be stored in a Postgres text column; a sampled one carries no meaning.
         text = tokenizer.decode(kept, skip_special_tokens=True).replace("\x00", "").strip()
-        results.append(Generation(text, len(row) if end is None else end + 1, end is not None))
+        logprob = float(sum(steps[n][:used])) if steps is not None else None
+        results.append(Generation(text, used, end is not None, logprob))
     return results
 
 

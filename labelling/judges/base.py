@@ -35,6 +35,7 @@ from preflab.db.requests import added_stats
 from preflab.db.store import chunks, ensure_annotators
 from preflab.errors import ConfigError, JudgeError
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
+from preflab.lm.engines import Failed
 
 # (candidate scores, per-candidate details) for one prompt; a None score = not ranked.
 Judgement = tuple[dict[int, float | None], dict[int, dict[str, Any]]]
@@ -134,6 +135,22 @@ def ensure_judge(session: Session, run: JudgeRun) -> int:
 def read_scores(judgement: Judgement) -> dict[int, float]:
     """The candidates a judgement scored, with their scores (None and NaN: not read)."""
     return {c: s for c, s in judgement[0].items() if s is not None and not math.isnan(s)}
+
+
+def unanswered(answer) -> bool:
+    """No answer after every retry: the prompt is left for the next run (an item refused for itself is an answer)."""
+    return isinstance(answer, Failed) and not answer.quarantined
+
+
+def read_choices(answer, choices: tuple[str, ...]) -> tuple[dict[str, float] | None, str | None]:
+    """(log p of each choice, None) from an engine's answer, or (None, why it cannot be read): the item was
+    refused, or the reply names no choice (an abstention, never a guess)."""
+    if isinstance(answer, Failed):
+        return None, answer.reason
+    read = answer.choice_logprobs(choices)
+    if read is None or all(v == float("-inf") for v in read.values()):
+        return None, f"no {' or '.join(choices[:6])} in the reply: {answer.text[:200]!r}"
+    return read, None
 
 
 def ranks(judgement: Judgement) -> bool:

@@ -9,18 +9,22 @@ The prompt is the whole conversation so far (system prompt and earlier turns
 through the chat template), so a reply is scored given its history. A reply of
 several turns is scored on its assistant turns, each given everything before it
 (the user's turns between them are context, not the candidate's words).
+
+The reply's tokens are those a server scores (`preflab.lm.replies`), on any engine: in process
+one teacher-forced forward pass, on a server its prompt log-probabilities. A reply a server
+refused (over its context length) is an abstention with the server's reason.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from preflab.db.conversation import Messages, assistant_turn, user_turn
+from preflab.db.conversation import assistant_turn
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement
 from preflab.labelling.selection import PromptCandidates
-from preflab.lm.forward import response_logprobs
+from preflab.lm.engines import Engine, Failed, Likelihood
 
 
 @dataclass
@@ -34,45 +38,41 @@ class LikelihoodConfig:
             raise ConfigError("--batch-size must be at least 1")
 
 
-def mean_logprobs(
-    model, tokenizer, prompts: Sequence[str | Messages], responses: Sequence[str | Messages], batch_size: int = 8
-) -> list[tuple[float, int]]:
-    """(mean log p per response token, tokens) for each (prompt, response).
+def judge_on(engine: Engine, config: LikelihoodConfig) -> Callable[[list[PromptCandidates]], list[Judgement | None]]:
+    """A function from a batch of prompts to their judgements on `engine`: each reply's mean token log-probability
+    (None: a prompt a server left unanswered, asked again by the next run)."""
 
-    Args:
-        prompts: a user's message, or the conversation so far (messages ending with the user's).
-        responses: a reply's text, or its messages (assistant turns scored, each after all before it).
-    """
-    contexts, texts, owner = [], [], []
-    for n, (prompt, response) in enumerate(zip(prompts, responses)):
-        history = user_turn(prompt) if isinstance(prompt, str) else list(prompt)
-        turns = assistant_turn(response) if isinstance(response, str) else list(response)
-        for k, turn in enumerate(turns):
-            if turn["role"] == "assistant":
-                # As messages: rendered with the reply as its open last turn, as a server renders it.
-                contexts.append(history + turns[:k])
-                texts.append(turn["content"])
-                owner.append(n)
-    sums = [[0.0, 0] for _ in prompts]
-    for n, (total, tokens) in zip(owner, response_logprobs(model, tokenizer, contexts, texts, batch_size)):
-        sums[n][0] += total
-        sums[n][1] += tokens
-    return [(total / n if n else float("-inf"), n) for total, n in sums]
-
-
-def make_judge(model, tokenizer, config: LikelihoodConfig):
-    def judge(items: list[PromptCandidates]) -> list[Judgement]:
-        prompts = [item.history for item in items for _ in item.texts]
-        responses = [item.reply(i) for item in items for i in range(len(item.texts))]
-        results = iter(mean_logprobs(model, tokenizer, prompts, responses, config.batch_size))
-        out = []
-        for item in items:
+    def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
+        asks, owner = [], []
+        for k, item in enumerate(items):
+            for n, cid in enumerate(item.candidate_ids):
+                response = item.reply(n)
+                turns = assistant_turn(response) if isinstance(response, str) else list(response)
+                for at, turn in enumerate(turns):
+                    if turn["role"] == "assistant":
+                        asks.append(Likelihood(list(item.history) + turns[:at], turn["content"]))
+                        owner.append((k, cid))
+        sums: dict = {(k, cid): [0.0, 0, None] for k, item in enumerate(items) for cid in item.candidate_ids}
+        missing = set()
+        for (k, cid), answer in zip(owner, engine.likelihood(asks)):
+            if isinstance(answer, Failed):
+                missing.update({k} if not answer.quarantined else set())
+                sums[k, cid][2] = answer.reason
+                continue
+            sums[k, cid][0] += answer.total
+            sums[k, cid][1] += answer.tokens
+        out: list[Judgement | None] = []
+        for k, item in enumerate(items):
             scores, details = {}, {}
             for cid in item.candidate_ids:
-                mean, n = next(results)
+                total, n, why = sums[k, cid]
+                if why is not None:
+                    scores[cid], details[cid] = None, {"abstain": True, "reason": why}
+                    continue
+                mean = total / n if n else float("-inf")
                 scores[cid] = round(mean, 6) if n else None
                 details[cid] = {"tokens": n, "sum_logprob": round(mean * n, 4) if n else None}
-            out.append((scores, details))
+            out.append(None if k in missing else (scores, details))
         return out
 
     return judge

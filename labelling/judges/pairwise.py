@@ -1,23 +1,25 @@
-"""The pairwise LLM judge: every pair of a prompt's candidates, asked in both orders.
+"""The pairwise LLM judge: every pair of a prompt's candidates, asked in both orders, on an engine.
 
-The verdict is read from the next-token probabilities of the two answer letters
-("A", "B") after the judge prompt: one forward pass per order, batched, no text
-decoded. A pair whose two orders disagree is a tie, not a win: a judge that
-always prefers the first answer (position bias) yields only ties. The pair
-outcomes become a ranking by Copeland score (wins − losses) or Bradley–Terry.
-A prompt that is a conversation is shown whole, as its transcript, above the two
-responses (`prompts.PAIRWISE_CONVERSATION_USER`).
+The verdict is read from the log-probabilities of the two answer letters ("A", "B") as the
+reply's first token, the reply held to them: P("A") / (P("A") + P("B")). In process that is one
+forward pass per order, batched, no text decoded; on a server, its first token's alternatives
+(`preflab.lm.engines`). A reply that names neither letter cannot be read: the pair is an
+abstention, never a guess. A pair whose two orders disagree is a tie, not a win: a judge that
+always prefers the first answer (position bias) yields only ties. The pair outcomes become a
+ranking by Copeland score (wins − losses) or Bradley–Terry. A prompt that is a conversation is
+shown whole, as its transcript, above the two responses (`prompts.PAIRWISE_CONVERSATION_USER`).
 """
 
 from __future__ import annotations
 
-import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import combinations
+from math import exp
 
 from preflab.db.conversation import Messages, is_multi_turn, transcript, user_turn
 from preflab.errors import ConfigError
-from preflab.labelling.judges.base import Judgement
+from preflab.labelling.judges.base import Judgement, read_choices, unanswered
 from preflab.labelling.judges.prompts import (
     PAIRWISE_CONVERSATION_SYSTEM,
     PAIRWISE_CONVERSATION_USER,
@@ -25,9 +27,12 @@ from preflab.labelling.judges.prompts import (
     PAIRWISE_USER,
 )
 from preflab.labelling.selection import PromptCandidates
-from preflab.lm.forward import next_token_logprobs
+from preflab.lm.engines import Engine, Logprobs
 
 AGGREGATES = ("copeland", "bradley-terry")
+VERDICT = ("A", "B")
+# A server that holds no verdict to its choices may write a word or two first: the letter is read further in.
+VERDICT_TOKENS = 4
 
 
 @dataclass
@@ -44,18 +49,6 @@ class PairwiseConfig:
             raise ConfigError(f"unknown aggregate {self.aggregate!r} (expected one of {', '.join(AGGREGATES)})")
         if self.batch_size < 1:
             raise ConfigError("--batch-size must be at least 1")
-
-
-def letter_ids(tokenizer, letter: str) -> list[int]:
-    """The single-token spellings of an answer letter ("A" and " A" where both exist)."""
-    ids = []
-    for spelling in (letter, " " + letter):
-        encoded = tokenizer(spelling, add_special_tokens=False)["input_ids"]
-        if len(encoded) == 1 and encoded[0] not in ids:
-            ids.append(encoded[0])
-    if not ids:
-        raise ConfigError(f"the judge's tokenizer has no single token for {letter!r}")
-    return ids
 
 
 def judge_messages(prompt: str | Messages, first: str, second: str) -> Messages:
@@ -76,43 +69,6 @@ def judge_text(tokenizer, prompt: str | Messages, first: str, second: str) -> st
     from preflab.lm.loading import chat_prompt
 
     return chat_prompt(tokenizer, judge_messages(prompt, first, second))
-
-
-def prob_first_better(model, tokenizer, texts: list[str], batch_size: int = 8) -> list[float]:
-    """P("A") / (P("A") + P("B")) for the judge's next token after each judge prompt."""
-    a_ids, b_ids = letter_ids(tokenizer, "A"), letter_ids(tokenizer, "B")
-    rows = next_token_logprobs(model, tokenizer, texts, a_ids + b_ids, batch_size)
-    out = []
-    for row in rows:
-        la = _logsumexp(row[: len(a_ids)])
-        lb = _logsumexp(row[len(a_ids) :])
-        out.append(1.0 / (1.0 + math.exp(lb - la)))
-    return out
-
-
-def verdicts_by_generation(
-    model, tokenizer, texts: list[str], batch_size: int = 8, max_new_tokens: int = 8
-) -> list[float | None]:
-    """The baseline: decode the verdict as text (greedy) and read the first A or B (1.0 = A)."""
-    import re
-
-    from preflab.lm.forward import by_length
-    from preflab.lm.sampling import generate_texts
-
-    out: list[float | None] = [None] * len(texts)
-    for part in by_length([tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts], batch_size):
-        for i, g in zip(
-            part,
-            generate_texts(model, tokenizer, [texts[i] for i in part], max_new_tokens=max_new_tokens, do_sample=False),
-        ):
-            found = re.search(r"\b([AB])\b", g.text)
-            out[i] = None if found is None else float(found.group(1) == "A")
-    return out
-
-
-def _logsumexp(values: list[float]) -> float:
-    top = max(values)
-    return top + math.log(sum(math.exp(v - top) for v in values))
 
 
 def outcome(p_as_a: float | None, p_as_b: float | None) -> str:
@@ -183,20 +139,67 @@ def rank_outcomes(
     return scores, details
 
 
-def make_judge(model, tokenizer, config: PairwiseConfig):
-    """A function from a batch of prompts to their judgements."""
+def prefix_waves(orders: list[tuple[int, int, int]]) -> tuple[list[int], list[int]]:
+    """The asks (prompt, reply shown first, reply shown second) in two waves, by index: first one ask for each
+    prompt and reply shown first, then the rest.
 
-    def judge(items: list[PromptCandidates]) -> list[Judgement]:
+    A judge prompt is the rubric, the question, the reply shown first, then the other. Asked at once, asks that
+    share all but the last reply are read side by side, each from the start; in a second wave, a server with a
+    prefix cache (vLLM's is on by default) reads them from the first wave's, as the engine in process reads its
+    rubric once. With 4 replies, 8 of a prompt's 12 asks then read only the last reply.
+    """
+    leads: dict[tuple[int, int], int] = {}
+    for n, (k, first, _) in enumerate(orders):
+        leads.setdefault((k, first), n)
+    first_wave = sorted(leads.values())
+    led = set(first_wave)
+    return first_wave, [n for n in range(len(orders)) if n not in led]
+
+
+def _p_first(answer) -> tuple[float | None, str | None]:
+    """(P("A") / (P("A") + P("B")), None), or (None, why the verdict cannot be read)."""
+    read, why = read_choices(answer, VERDICT)
+    if read is None:
+        return None, why
+    la, lb = read["A"], read["B"]
+    if la == float("-inf"):
+        return 0.0, None
+    return 1.0 / (1.0 + exp(lb - la)) if lb != float("-inf") else 1.0, None
+
+
+def judge_on(engine: Engine, config: PairwiseConfig) -> Callable[[list[PromptCandidates]], list[Judgement | None]]:
+    """A function from a batch of prompts to their judgements on `engine` (None: a prompt a server left
+    unanswered, asked again by the next run)."""
+
+    def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
         pairs = [(k, i, j) for k, item in enumerate(items) for i, j in combinations(range(len(item.texts)), 2)]
-        # All first orders, then all swapped orders: each order is one batched pass.
+
+        def ask(k: int, first: int, second: int) -> Logprobs:
+            return Logprobs(
+                judge_messages(items[k].history, items[k].texts[first], items[k].texts[second]),
+                choices=VERDICT,
+                max_tokens=VERDICT_TOKENS,
+            )
+
+        # All first orders, then all swapped orders; where a prefix cache is worth it, in two waves (`prefix_waves`).
         # The conversation so far is shown above the two responses (a reply of several turns as its transcript).
-        texts = [judge_text(tokenizer, items[k].history, items[k].texts[i], items[k].texts[j]) for k, i, j in pairs]
-        texts += [judge_text(tokenizer, items[k].history, items[k].texts[j], items[k].texts[i]) for k, i, j in pairs]
-        probs = prob_first_better(model, tokenizer, texts, config.batch_size)
-        per_item: list[dict[tuple[int, int], tuple[float, float]]] = [{} for _ in items]
-        for n, (k, i, j) in enumerate(pairs):
+        orders = [(k, i, j) for k, i, j in pairs] + [(k, j, i) for k, i, j in pairs]
+        answers: list = [None] * len(orders)
+        for wave in prefix_waves(orders) if engine.prefix_ordering else [range(len(orders))]:
+            for n, answer in zip(wave, engine.top_logprobs([ask(*orders[n]) for n in wave])):
+                answers[n] = answer
+        swapped = answers[len(pairs) :]
+        missing = {k for (k, _, _), a, b in zip(pairs, answers, swapped) if unanswered(a) or unanswered(b)}
+        verdicts: list[dict] = [{} for _ in items]
+        for (k, i, j), first, second in zip(pairs, answers, swapped):
+            (p_a, why_a), (p_b, why_b) = _p_first(first), _p_first(second)
+            p_b = None if p_b is None else 1.0 - p_b
+            why = why_a or why_b
             ids = items[k].candidate_ids
-            per_item[k][(ids[i], ids[j])] = (probs[n], 1.0 - probs[n + len(pairs)])
-        return [rank_pairs(item.candidate_ids, results, config.aggregate) for item, results in zip(items, per_item)]
+            verdicts[k][(ids[i], ids[j])] = (outcome(p_a, p_b), p_a, p_b, {"reason": why} if why else {})
+        return [
+            None if k in missing else rank_outcomes(item.candidate_ids, verdicts[k], config.aggregate)
+            for k, item in enumerate(items)
+        ]
 
     return judge

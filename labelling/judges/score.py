@@ -1,14 +1,15 @@
-"""Single-answer grading on the additive 5-point prompt, by one of two methods.
+"""Single-answer grading on the additive 5-point prompt, by one of two methods, on an engine.
 
 - `sampled`: k replies are sampled and their "Score: <n>" (0–5) averaged. A reply
   without a parseable score is a parse failure: it is recorded in the
   candidate's details and asked again, never counted as 0. A candidate with no
   parseable reply after every retry stays unranked.
 - `expected` (in the spirit of G-Eval): the assistant's answer is started with
-  "Score: " and the next-token probabilities of the score tokens 0–5 are read
-  from one forward pass; the score is their probability-weighted mean. It always
-  yields a score; the probability mass the score tokens take is stored, and a low
-  mass means the judge is guessing (`preflab judge report` says so).
+  "Score: " and the probabilities of the score tokens 0–5 as its next token are
+  read (in process, from one forward pass); the score is their probability-weighted
+  mean. It yields a score wherever they can be read; the probability mass the score
+  tokens take is stored, and a low mass means the judge is guessing (`preflab judge
+  report` says so). A reply that names no score is an abstention.
 
 The `reference` judge is the same with the prompt's reference answer in the prompt.
 A prompt that is a conversation is shown whole, as its transcript, and the response
@@ -18,12 +19,14 @@ graded as the reply to its last user message (`prompts.SCORE_CONVERSATION_PROMPT
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection
+import math
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields
 
 from preflab.db.conversation import is_multi_turn, transcript
+from preflab.db.store import chunks
 from preflab.errors import ConfigError
-from preflab.labelling.judges.base import Judgement
+from preflab.labelling.judges.base import Judgement, read_choices, unanswered
 from preflab.labelling.judges.prompts import (
     ANSWER_START,
     REFERENCE_CONVERSATION_PROMPT,
@@ -33,11 +36,15 @@ from preflab.labelling.judges.prompts import (
     parse_score,
 )
 from preflab.labelling.selection import PromptCandidates
+from preflab.lm.engines import Engine, Failed, Generate, Logprobs, Sampling
+from preflab.lm.forward import logsumexp
 from preflab.lm.sampling import SamplingConfig
 
 KEEP_FAILED_REPLIES = 3
+JudgeFn = Callable[[list[PromptCandidates]], list[Judgement | None]]
 SCORE_METHODS = ("sampled", "expected")
 SCORES = tuple(range(6))
+SCORE_CHOICES = tuple(str(value) for value in SCORES)
 # The fields only the sampled method reads: they do not name an expected judge.
 SAMPLING_ONLY = ("n", "temperature", "top_p", "max_new_tokens", "seed", "retries")
 
@@ -128,97 +135,11 @@ def _seed(base: int, round_: int, keys: list[int]) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def make_judge(model, tokenizer, config: ScoreConfig, with_reference: bool = False):
-    """A function from a batch of prompts to their judgements, by `config.method`."""
-    if config.method == "expected":
-        return expected_judge(model, tokenizer, config, with_reference)
-    return sampled_judge(model, tokenizer, config, with_reference)
-
-
-def sampled_judge(model, tokenizer, config: ScoreConfig, with_reference: bool = False):
-    """A function from a batch of prompts to their judgements (mean sampled score per candidate)."""
-    from preflab.lm.sampling import generate_texts
-
-    def judge(items: list[PromptCandidates]) -> list[Judgement]:
-        # Keyed by (item, candidate): callers such as `train eval` number every item's candidates 0, 1.
-        texts: dict[tuple[int, int], str] = {}
-        for k, item in enumerate(items):
-            for cid, response in zip(item.candidate_ids, item.texts):
-                texts[k, cid] = grading_text(tokenizer, item, response, with_reference)
-        scores: dict[tuple[int, int], list[float]] = {key: [] for key in texts}
-        failures: dict[tuple[int, int], list[str]] = {key: [] for key in texts}
-        for round_ in range(config.retries + 1):
-            wanted = [key for key in texts for _ in range(config.n - len(scores[key]))]
-            if not wanted:
-                break
-            for start in range(0, len(wanted), config.batch_size):
-                part = wanted[start : start + config.batch_size]
-                replies = generate_texts(
-                    model,
-                    tokenizer,
-                    [texts[c] for c in part],
-                    max_new_tokens=config.max_new_tokens,
-                    temperature=config.temperature,
-                    top_p=config.top_p,
-                    seed=_seed(config.seed, round_, [c for _, c in part]),
-                )
-                for key, reply in zip(part, replies):
-                    value = parse_score(reply.text)
-                    if value is None:
-                        failures[key].append(reply.text)
-                    else:
-                        scores[key].append(value)
-        out = []
-        for k, item in enumerate(items):
-            got = {c: scores[k, c] for c in item.candidate_ids}
-            mean = {c: (sum(got[c]) / len(got[c]) if got[c] else None) for c in item.candidate_ids}
-            details = {
-                c: {
-                    "samples": got[c],
-                    "attempts": len(got[c]) + len(failures[k, c]),
-                    "parse_failures": len(failures[k, c]),
-                    "failed_replies": [r[:300] for r in failures[k, c][:KEEP_FAILED_REPLIES]],
-                }
-                for c in item.candidate_ids
-            }
-            out.append((mean, details))
-        return out
-
-    return judge
-
-
-def score_tokens(tokenizer) -> tuple[list[int], list[list[int]]]:
-    """(the answer's start, the token ids that spell each score 0–5 right after it).
-
-    The start is what "Score: 0" … "Score: 5" share as this tokenizer spells them:
-    `Score`, `:` and a lone space where digits stand apart (SmolLM2), or only
-    `Score`, `:` where the space joins the digit (" 5" is one token). A score's
-    spellings are the token that follows there plus the single tokens "5" and
-    " 5" where they exist, so a model that writes the digit with or without a
-    space counts the same; their probabilities are summed.
-    """
-
-    def encode(text: str) -> list[int]:
-        return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-    spelled = [encode(f"{ANSWER_START.rstrip()} {value}") for value in SCORES]
-    shared = 0
-    while all(len(ids) > shared and ids[shared] == spelled[0][shared] for ids in spelled):
-        shared += 1
-    variants: list[list[int]] = []
-    for value, ids in zip(SCORES, spelled):
-        options = [ids[shared]] if len(ids) == shared + 1 else []
-        for spelling in (str(value), f" {value}"):
-            single = encode(spelling)
-            if len(single) == 1 and single[0] not in options:
-                options.append(single[0])
-        if not options:
-            raise ConfigError(f"the judge's tokenizer has no single token for the score {value}")
-        variants.append(options)
-    flat = [i for options in variants for i in options]
-    if len(flat) != len(set(flat)):
-        raise ConfigError("the judge's tokenizer spells two scores with the same token")
-    return spelled[0][:shared], variants
+def judge_on(engine: Engine, config: ScoreConfig, with_reference: bool = False) -> JudgeFn:
+    """A function from a batch of prompts to their judgements on `engine`, by `config.method` (None: a prompt a
+    server left unanswered, asked again by the next run)."""
+    grade = expected_judge if config.method == "expected" else sampled_judge
+    return grade(engine, config, with_reference)
 
 
 def expected_score(logprobs: list[float], variants: list[list[int]]) -> tuple[float, dict]:
@@ -232,10 +153,6 @@ def expected_score(logprobs: list[float], variants: list[list[int]]) -> tuple[fl
         The score is the mean over the mass the score tokens take (so it always
         exists); details hold that mass and each score's share of it.
     """
-    import math
-
-    from preflab.lm.forward import logsumexp
-
     values, at = [], 0
     for options in variants:
         values.append(logsumexp(logprobs[at : at + len(options)]))
@@ -246,23 +163,97 @@ def expected_score(logprobs: list[float], variants: list[list[int]]) -> tuple[fl
     return score, {"mass": round(math.exp(total), 6), "probs": [round(p, 4) for p in shares]}
 
 
-def expected_judge(model, tokenizer, config: ScoreConfig, with_reference: bool = False):
-    """A function from a batch of prompts to their judgements (expected score per candidate)."""
-    from preflab.lm.forward import next_token_logprobs
+def expected_judge(engine: Engine, config: ScoreConfig, with_reference: bool = False) -> JudgeFn:
+    """The expected score of each candidate: its answer started with "Score: " and held to the scores 0-5."""
+    variants = [[n] for n in range(len(SCORE_CHOICES))]
 
-    start, variants = score_tokens(tokenizer)
-    wanted = [i for options in variants for i in options]
-
-    def judge(items: list[PromptCandidates]) -> list[Judgement]:
-        texts = [grading_text(tokenizer, item, response, with_reference) for item in items for response in item.texts]
-        graded = iter(
-            expected_score(row, variants)
-            for row in next_token_logprobs(model, tokenizer, texts, wanted, config.batch_size, then=start)
-        )
-        out = []
+    def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
+        asks = [
+            Logprobs(grading_messages(item, response, with_reference), answer_start=ANSWER_START, choices=SCORE_CHOICES)
+            for item in items
+            for response in item.texts
+        ]
+        answers = iter(engine.top_logprobs(asks))
+        out: list[Judgement | None] = []
         for item in items:
-            results = {c: next(graded) for c in item.candidate_ids}
-            out.append(({c: r[0] for c, r in results.items()}, {c: r[1] for c, r in results.items()}))
+            scores, details, missing = {}, {}, False
+            for cid in item.candidate_ids:
+                answer = next(answers)
+                missing = missing or unanswered(answer)
+                read, why = read_choices(answer, SCORE_CHOICES)
+                if read is None:
+                    scores[cid], details[cid] = None, {"abstain": True, "reason": why}
+                else:
+                    scores[cid], details[cid] = expected_score([read[c] for c in SCORE_CHOICES], variants)
+            out.append(None if missing else (scores, details))
         return out
 
     return judge
+
+
+def sampled_judge(engine: Engine, config: ScoreConfig, with_reference: bool = False) -> JudgeFn:
+    """The mean of k sampled grades per candidate; a reply without a score is asked again (a further sample).
+
+    Where answers are stored, each sample is its own ask, told apart by its index, so a re-run asks the same;
+    elsewhere each batch of `config.batch_size` asks is drawn together from a seed of its round and candidates.
+    """
+
+    def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
+        # Keyed by (item, candidate): callers such as `train eval` number every item's candidates 0, 1.
+        keys = [(k, cid) for k, item in enumerate(items) for cid in item.candidate_ids]
+        messages = {
+            (k, cid): grading_messages(items[k], text, with_reference)
+            for k, item in enumerate(items)
+            for cid, text in zip(item.candidate_ids, item.texts)
+        }
+        got: dict = {key: [] for key in keys}
+        failed: dict = {key: [] for key in keys}
+        missing: set[int] = set()
+        for round_ in range(config.retries + 1):
+            wanted = [
+                (key, len(got[key]) + len(failed[key]) + n)
+                for key in keys
+                if key[0] not in missing
+                for n in range(config.n - len(got[key]))
+            ]
+            if not wanted:
+                break
+            if engine.stores_answers:  # each sample its own ask, told apart by its index: a re-run asks the same
+                seeds = [config.seed] * len(wanted)
+            else:  # a batch drawn together, from a seed fixed by its round and candidates
+                parts = chunks(wanted, config.batch_size)
+                seeds = [_seed(config.seed, round_, [cid for (_, cid), _ in part]) for part in parts for _ in part]
+            asks = [
+                Generate(messages[key], _sampling(config, seed), index) for (key, index), seed in zip(wanted, seeds)
+            ]
+            for (key, _), reply in zip(wanted, engine.generate(asks)):
+                if unanswered(reply):
+                    missing.add(key[0])
+                    continue
+                value = None if isinstance(reply, Failed) else parse_score(reply.text)
+                (failed[key] if value is None else got[key]).append(
+                    reply.reason if isinstance(reply, Failed) else reply.text if value is None else value
+                )
+        out: list[Judgement | None] = []
+        for k, item in enumerate(items):
+            if k in missing:
+                out.append(None)
+                continue
+            mean = {c: (sum(got[k, c]) / len(got[k, c]) if got[k, c] else None) for c in item.candidate_ids}
+            details = {
+                c: {
+                    "samples": got[k, c],
+                    "attempts": len(got[k, c]) + len(failed[k, c]),
+                    "parse_failures": len(failed[k, c]),
+                    "failed_replies": [r[:300] for r in failed[k, c][:KEEP_FAILED_REPLIES]],
+                }
+                for c in item.candidate_ids
+            }
+            out.append((mean, details))
+        return out
+
+    return judge
+
+
+def _sampling(config: ScoreConfig, seed: int) -> Sampling:
+    return Sampling(config.max_new_tokens, config.temperature, config.top_p, seed)

@@ -54,15 +54,15 @@ from preflab.db.bulk import lookup
 from preflab.db.models import Annotator, AnnotatorKind, Candidate, LSTask, Prompt, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks
-from preflab.errors import ConfigError, Invalid, NotFound
+from preflab.errors import Invalid, NotFound
 from preflab.labelling.judges.base import Judgement, ensure_judge, ranks, read_scores, timed, write_ranking
-from preflab.labelling.judges.run import make_judge
 from preflab.labelling.judges.table import JUDGES
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 from preflab.labelling.studio.parse import task_items
 from preflab.labelling.studio.predict import confidence, prediction_errors, prediction_result
 from preflab.labelling.studio.projects import find_project
 from preflab.labelling.studio.served import NO_MODEL, ServedJudge, model_version, served_judge
+from preflab.lm.engines import Engine
 from preflab.lm.names import ModelCache
 from preflab.templates import PAIRWISE, RANKER, bucket_names
 
@@ -215,22 +215,20 @@ def stored_rankings(session: Session, annotator: str, prompt_ids: set[int]) -> d
 
 
 def judge_items(
-    served: ServedJudge, items: list[PromptCandidates], cache: ModelCache | None = None, engine=None
+    served: ServedJudge, items: list[PromptCandidates], cache: ModelCache | None = None, engine: Engine | None = None
 ) -> list[Judgement | None]:
     """The served judge's judgement of each prompt's candidates (no database: the caller holds no transaction).
 
-    A judge on a server ranks on `engine` (open on its `served.engine`), and leaves None for a prompt it got no
-    answer for after every retry: not stored, asked again by the next retrieve.
+    A judge that reads a causal LM ranks on `engine` (open on its `served.engine`; in process, one is opened on
+    `cache`), and leaves None for a prompt a server gave no answer for after every retry: not stored, asked again
+    by the next retrieve. A scorer reads its model from `cache`.
     """
-    if served.remote:
-        from preflab.labelling.judges.on_engine import engine_judge
-
-        if engine is None:
-            raise ConfigError(f"{served.describe()} ranks on a server: open its engine first")
-        rank = engine_judge(served.kind, engine, served.config)
+    judge = JUDGES[served.kind]
+    if judge.scorer:
+        model, tokenizer = (cache or ModelCache()).get(served.location, scorer=True)
+        rank = judge.make(model, tokenizer, served.config)
     else:
-        model, tokenizer = (cache or ModelCache()).get(served.location, scorer=JUDGES[served.kind].scorer)
-        rank = make_judge(served.kind, model, tokenizer, served.config)
+        rank = judge.on_engine(engine or served.open(cache=cache), served.config)
     judgements: list[Judgement | None] = []
     for batch in chunks(items, PROMPTS_PER_BATCH):
         began = time.perf_counter()

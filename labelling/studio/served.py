@@ -15,9 +15,9 @@
   same run). An AI annotator that is no judge run (imported AI rankings) only has its stored
   rankings served.
 
-With `engine` on a server (`--engine openai`), a kind of judge that reads a causal LM (and the default
-likelihood judge) runs there instead (`preflab.labelling.judges.on_engine`): nothing is loaded here, and
-its annotator is the one `preflab judge KIND --engine openai --model NAME` ranks as
+A kind of judge that reads a causal LM (and the default likelihood judge) runs on its engine
+(`preflab.lm.engines`): in this process by default; with `engine` on a server (`--engine openai`), there,
+nothing loaded here, its annotator the one `preflab judge KIND --engine openai --model NAME` ranks as
 (`judge:KIND:RUN:openai:NAME`). A reward model is always scored in process.
 
 `model_version` is the judge's annotator name (the name `ls predict` uploads under, so Label Studio
@@ -39,12 +39,12 @@ from preflab.errors import ConfigError, NotFound
 from preflab.labelling.judges.base import JudgeRun
 from preflab.labelling.judges.identity import STORED_NAMES, identity
 from preflab.labelling.judges.table import JUDGES
-from preflab.lm.names import resolve_model
+from preflab.lm.engines import Engine, EngineConfig, engine_model, open_engine
+from preflab.lm.names import NamedModel, resolve_model
 
 NO_MODEL = "no-reward-model"  # model_version while no reward model exists to serve
 REWARD_JUDGE = "reward-model"
 DEFAULT_JUDGE = "likelihood"  # served on the default model while nothing is trained: no judge prompt to get wrong
-ON_ENGINE = ("pairwise", "score", "reference", "likelihood")  # the judges that read a causal LM (`on_engine`)
 
 
 @dataclass(frozen=True)
@@ -55,27 +55,30 @@ class ServedJudge:
     annotator: str  # the AI annotator whose rankings it serves
     kind: str | None  # a key of JUDGES; None: it cannot rank (its stored rankings only)
     run: JudgeRun | None = None
-    location: str | None = None  # what to load
+    location: str | None = None  # where its model is: what to load here, or its name on the server
     config: Any = None
     default: bool = False  # the default model's likelihood judge: no reward model, no --judge
-    engine: Any = None  # the `EngineConfig` it runs on when that is a server; None: in this process
-
-    @property
-    def remote(self) -> bool:
-        """Whether it ranks on a server (nothing to load here)."""
-        return self.engine is not None
+    engine: EngineConfig | None = None  # where a judge that reads a causal LM runs; None: a scorer, here
 
     @property
     def model(self) -> str | None:
         """The judge model's label (embedded name, hub id, path or model version)."""
         return self.run.model if self.run is not None else None
 
+    def open(self, sessions=None, cache=None) -> Engine:
+        """The engine of a judge that reads a causal LM, on its model (close it when done): in process loaded through
+        `cache` on first use, on a server asked under its served name (its answers kept in `sessions`' store)."""
+        model = NamedModel(self.model, self.location, None, None, None)
+        return open_engine(
+            self.engine, sessions, model=model, cache=cache, batch_size=self.config.batch_size, record=False
+        )
+
     def describe(self) -> str:
         """One phrase for the start-up line and /health: which judge, on which model, and why."""
         if self.kind is None:
             return f"the stored rankings of {self.name} (it cannot rank anything new)"
         why = " (the default model: no reward model is trained yet)" if self.default else ""
-        where = f" at {self.engine.api_base}" if self.remote else ""
+        where = self.engine.where() if self.engine is not None else ""
         return f"the {self.kind} judge on {self.model}{where}{why}"
 
 
@@ -102,10 +105,14 @@ def _served(kind: str, label: str, location: str, version_id: int | None, config
     return ServedJudge(name, run.annotator_name, kind, run, location, config)
 
 
-def _on_server(kind: str, engine, config) -> ServedJudge:
-    """The judge of `kind` on the server `engine` names, as `preflab judge KIND --engine openai` runs it."""
-    served = _served(kind, f"openai:{engine.model}", None, None, config)
-    return dataclasses.replace(served, engine=engine)
+def _on_engine(session: Session, kind: str, engine: EngineConfig | None, model: str | None, config) -> ServedJudge:
+    """The judge of `kind` (one that reads a causal LM) on `model` and its engine, as `preflab judge KIND` runs it
+    (on a server, the served model the engine names)."""
+    engine = engine or EngineConfig()
+    if model is None and engine.served_model is None:
+        raise ConfigError(f"the {kind} judge needs a model: give its name or path")
+    label, location, version_id = engine_model(session, engine, model, record=False)
+    return dataclasses.replace(_served(kind, label, location, version_id, config), engine=engine)
 
 
 def _rebuilt(session: Session, row: Annotator, options: dict[str, Any]) -> ServedJudge:
@@ -118,6 +125,8 @@ def _rebuilt(session: Session, row: Annotator, options: dict[str, Any]) -> Serve
     config = _build_config(kind, {**{k: v for k, v in stored.items() if k in names}, **options})
     label, location, version_id = resolve_model(session, row.model, record=False)
     served = _served(kind, label, location, version_id, config)
+    if not JUDGES[kind].scorer:  # rebuilt in this process, as the judge it names
+        served = dataclasses.replace(served, engine=EngineConfig())
     if served.run.run_id != row.config.get("run_id"):
         raise ConfigError(
             f"judge {row.name!r} no longer rebuilds to the same run (its prompt, model or "
@@ -142,29 +151,22 @@ def served_judge(
         model: the judge's model (a model version, embedded name, path or hub id).
         default: the model of the likelihood judge served while no reward model exists, and of a
             kind of judge named without `model`.
-        engine: the `EngineConfig` of `--engine`; on a server (openai) the judges that read a causal LM run
-            there, on its served model (`engine.model`).
+        engine: the `EngineConfig` of `--engine`: where the judges that read a causal LM run (default: in this
+            process); on a server, on its served model (`engine.model`).
         config: fields of the judge kind's config dataclass.
     """
-    if engine is not None and engine.engine != "openai":
-        engine = None  # in process: as without --engine
     if judge is None and model is not None:
         judge = REWARD_JUDGE  # a model alone is a reward model to score with
     if judge is None or (judge == REWARD_JUDGE and model is None):
         version = _reward_version(session)
         if version is not None:
             return _served(REWARD_JUDGE, version.name, version.path, version.id, _build_config(REWARD_JUDGE, config))
-        if judge is not None or (default is None and engine is None):  # `--judge reward-model` asked for one
-            return None
-        if engine is not None:
-            return dataclasses.replace(
-                _on_server(DEFAULT_JUDGE, engine, _build_config(DEFAULT_JUDGE, config)), default=True
-            )
-        label, location, _ = resolve_model(session, default, record=False)
-        served = _served(DEFAULT_JUDGE, label, location, None, _build_config(DEFAULT_JUDGE, config))
+        if judge is not None or (default is None and (engine is None or engine.served_model is None)):
+            return None  # `--judge reward-model` asked for one; or no model to judge with
+        served = _on_engine(session, DEFAULT_JUDGE, engine, default, _build_config(DEFAULT_JUDGE, config))
         return dataclasses.replace(served, default=True)
-    if judge in JUDGES and engine is not None and judge in ON_ENGINE:
-        return _on_server(judge, engine, _build_config(judge, config))
+    if judge in JUDGES and not JUDGES[judge].scorer:
+        return _on_engine(session, judge, engine, model or default, _build_config(judge, config))
     if judge in JUDGES:
         model = model or default
         if model is None:

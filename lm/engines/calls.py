@@ -2,7 +2,8 @@
 
 Three calls, each over a batch, each answering in the order asked:
 
-- `Generate` -> `Generation` (`preflab.lm.sampling`'s: text, tokens, finished): one sampled reply.
+- `Generate` -> `Generation` (`preflab.lm.sampling`'s: text, tokens, finished, and its log-probability where
+  the engine gives it: `Engine.sample_logprobs`): one sampled reply.
 - `Logprobs` -> `TokenLogprobs`: the first tokens of a greedy reply, each with its top alternatives
   and their log-probabilities (the pairwise and score judges read the verdict's token there).
 - `Likelihood` -> `ReplyLogprob`: the summed log-probability of a given reply's tokens after
@@ -16,11 +17,11 @@ context length: `quarantined`, stored, never asked again) or gave no answer afte
 
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from preflab.db.conversation import Messages, user_turn
+from preflab.lm.forward import logsumexp
 from preflab.lm.sampling import Generation, SamplingConfig
 
 __all__ = [
@@ -50,6 +51,9 @@ class Sampling:
     temperature: float = 0.7
     top_p: float = 1.0
     seed: int = 0
+    # Sample from the k likeliest tokens only (0: off), where the engine can (`Engine.samples_top_k`: the OpenAI
+    # API has no such parameter); None: as the model's generation config says.
+    top_k: int | None = None
 
     @classmethod
     def of(cls, config: SamplingConfig, seed: int | None = None) -> Sampling:
@@ -69,6 +73,11 @@ class Generate:
     prompt: str | Messages
     sampling: Sampling = field(default_factory=Sampling)
     index: int = 0
+    # The reply begun for the model ("Task 9:"), continued in process; a server is asked without it (hosted APIs
+    # continue no reply), and the model writes its own start.
+    answer_start: str = ""
+    # Ask for the sample's log-probability under what it was sampled from (where the engine has it).
+    logprob: bool = False
 
 
 @dataclass
@@ -78,8 +87,9 @@ class Logprobs:
     Args:
         answer_start: the reply begins with this text, given rather than generated (the score
             judge's "Score: "); a server continues it (vLLM: `continue_final_message`).
-        choices: the replies allowed (a verdict's "A", "B"); a server that offers structured
-            output is held to them, others are read as they reply (`TokenLogprobs.choice_logprobs`).
+        choices: the replies allowed (a verdict's "A", "B"): in process the reply is held to them (each
+            choice's log-probability read from one forward pass), on a server that offers structured
+            output too; others are read as they reply (`TokenLogprobs.choice_logprobs`).
     """
 
     prompt: str | Messages
@@ -123,7 +133,7 @@ class TokenLogprobs:
                 out = {}
                 for choice in choices:
                     values = [v for t, v in alternatives.items() if t.strip() == choice]
-                    out[choice] = _logsumexp(values) if values else float("-inf")
+                    out[choice] = logsumexp(values) if values else float("-inf")
                 return out
         return None
 
@@ -144,10 +154,3 @@ class Failed:
 
     reason: str
     quarantined: bool = False
-
-
-def _logsumexp(values: list[float]) -> float:
-    top = max(values)
-    if top == float("-inf"):
-        return top
-    return top + math.log(sum(math.exp(v - top) for v in values))

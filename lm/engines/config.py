@@ -1,14 +1,16 @@
 """Where a model runs, as options (`EngineConfig`), and what a run on it cost (`EngineStats`).
 
-The server's key is read from `OPENAI_API_KEY` when a client is made, and from nowhere
-else: it is no field here, so it is never an option, never printed with the config, and
-never stored with a run's configuration.
+The config reads nothing from the environment: `EngineConfig()` is the transformers engine
+wherever it is made. The commands' options read `PREFLAB_ENGINE` and `OPENAI_BASE_URL`
+(each field's `envvar`), as every other default is read. The server's key is read from
+`OPENAI_API_KEY` when a client is made, and from nowhere else: it is no field here, so it
+is never an option, never printed with the config, and never stored with a run's configuration.
 """
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 from urllib.parse import urlsplit
 
 from preflab.errors import ConfigError
@@ -22,19 +24,21 @@ HOSTED = "https://api.openai.com/v1"
 class EngineConfig:
     """Where generating and judging call their model: in this process, or on OpenAI-compatible servers."""
 
-    engine: str | None = field(
-        default=None,
+    engine: str = field(
+        default="transformers",
         metadata={
             "help": "transformers: load the model in this process; openai: ask an OpenAI-compatible server "
             "(vLLM, SGLang, TGI, llama.cpp, Ollama, a hosted API). Default: PREFLAB_ENGINE, else transformers.",
             "choices": ENGINES,
+            "envvar": "PREFLAB_ENGINE",
         },
     )
     api_base: str | None = field(
         default=None,
         metadata={
             "help": "openai: the server's URL; several, comma-separated, share the requests (each goes to the one "
-            "with the fewest in flight). Default: OPENAI_BASE_URL. The key is read from OPENAI_API_KEY only."
+            "with the fewest in flight). Default: OPENAI_BASE_URL. The key is read from OPENAI_API_KEY only.",
+            "envvar": "OPENAI_BASE_URL",
         },
     )
     model: str | None = field(
@@ -57,12 +61,10 @@ class EngineConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.engine is None:
-            self.engine = os.environ.get("PREFLAB_ENGINE") or "transformers"
         if self.engine not in ENGINES:
             raise ConfigError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.engine == "openai" and not self.api_base:
-            self.api_base = os.environ.get("OPENAI_BASE_URL") or HOSTED
+            self.api_base = HOSTED
         if self.concurrency < 1:
             raise ConfigError(f"--concurrency must be at least 1, got {self.concurrency}")
         if self.timeout <= 0:
@@ -100,6 +102,28 @@ class EngineConfig:
         """
         return {"engine": self.engine, "model": self.model}
 
+    def for_model(self, model: str, api_base: str | None = None, engine: str | None = None) -> EngineConfig:
+        """This config for another model (a panel's member): on the server at `api_base` where one is given (a URL
+        means a server), else on `engine` or this config's own, at this config's servers (`--api-base`, or
+        OPENAI_BASE_URL as the options read it)."""
+        kind = engine or ("openai" if api_base else self.engine)
+        return replace(self, engine=kind, model=model, api_base=api_base or self.api_base)
+
+    @property
+    def served_model(self) -> str | None:
+        """The name a server answers the model under (`model`); None in this process, where a job's own
+        `--model` names what to load."""
+        return self.model if self.engine == "openai" else None
+
+    def where(self) -> str:
+        """Where the model runs, for a person: " at URL" on a server, "" in this process."""
+        return f" at {self.api_base}" if self.engine == "openai" else ""
+
+    def shown(self) -> dict[str, Any]:
+        """Where the model runs, for /health: the engine, and on a server the served model and its URL."""
+        served = {"served_model": self.model, "api_base": self.api_base} if self.engine == "openai" else {}
+        return {"engine": self.engine, **served}
+
 
 @dataclass
 class EngineStats:
@@ -127,3 +151,13 @@ class EngineStats:
         out["cost"] = round(self.cost, 6)
         out["requests_per_s"] = round(self.requests / self.seconds, 3) if self.seconds else None
         return out
+
+
+def asked_a_server(stats: dict[str, Any] | None) -> bool:
+    """Whether `EngineStats.as_dict()` stats are a server's that were asked something (or read back from the
+    store): what a summary line reports. In process nothing is paid for, retried or read back."""
+    return bool(
+        stats
+        and stats["engine"] != "transformers"
+        and (stats["requests"] or stats["cache_hits"] or stats["errors"] or stats["quarantined"])
+    )

@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.db.requests import OK, QUARANTINED, AnswerWriter, request_key, stored_answers
 from preflab.errors import EngineError
 from preflab.lm.engines import wire
+from preflab.lm.engines.base import Engine
 from preflab.lm.engines.calls import Failed, Generate, Generation, Likelihood, Logprobs, ReplyLogprob, TokenLogprobs
 from preflab.lm.engines.config import EngineConfig, EngineStats
 
@@ -44,18 +45,26 @@ class _Route:
         self.url, self.client, self.in_flight = url, client, 0
 
 
-class OpenAIEngine:
+def served_label(model: str) -> str:
+    """What a served model is recorded as (candidates' model, a judge's annotator): `openai:<served name>`."""
+    return f"openai:{model}"
+
+
+class OpenAIEngine(Engine):
     """Generation and judging on OpenAI-compatible servers: see `preflab.lm.engines`."""
 
-    kind = "openai"
+    prefix_ordering = True
+    stores_answers = True
 
-    def __init__(self, config: EngineConfig, sessions: sessionmaker[Session], *, commit_every: float = 0.5):
+    def __init__(self, config: EngineConfig, sessions: sessionmaker[Session], *, record=True, commit_every=0.5):
         from openai import AsyncOpenAI
 
         self.config = config
         self.model = config.model or ""
-        self.name = f"openai:{self.model}"
+        self.name = served_label(self.model)
+        self.concurrency, self.currency = config.concurrency, config.currency
         self.stats = EngineStats("openai", self.model, price_in=config.price_in, price_out=config.price_out)
+        self._record, self._version_id = record, None
         self._sessions = sessions
         self._writer = AnswerWriter(sessions, every=commit_every)
         # A local server started without --api-key takes any key; the client insists on one.
@@ -70,6 +79,16 @@ class OpenAIEngine:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="preflab-engine", daemon=True)
         self._thread.start()
+
+    @property
+    def version_id(self) -> int | None:
+        """The model version the served model is recorded as, under its name here (recorded on first use)."""
+        if self._record and self._version_id is None:
+            from preflab.lm.names import model_version_id
+
+            with self._sessions.begin() as session:
+                self._version_id = model_version_id(session, self.name)
+        return self._version_id
 
     # --- the calls -----------------------------------------------------------------------------------------
 
@@ -107,6 +126,10 @@ class OpenAIEngine:
         ]
 
     # --- what the server offers ----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Look at the servers (their /v1/models) before anything is paid for."""
+        self.server()
 
     def server(self) -> wire.Server:
         """What the servers offer, looked up once (their /v1/models): a bad key, a wrong model or a
@@ -245,7 +268,7 @@ class OpenAIEngine:
                 except openai.APIStatusError as exc:
                     if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
                         return self._failed(
-                            f"{route.url} answered {exc.status_code} after every retry: {_reason(exc)}",
+                            f"{route.url} answered {exc.status_code} after every retry: {wire.reason(exc)}",
                             self.config.max_retries,
                         )
                     raise self._fatal(route, exc) from None
@@ -292,11 +315,11 @@ class OpenAIEngine:
         if isinstance(exc, openai.NotFoundError):
             offered = ", ".join((self._server.models if self._server else ())[:20]) or "none listed"
             return EngineError(
-                f"the server at {route.url} has no model {self.model!r} ({_reason(exc)}); it offers: {offered}"
+                f"the server at {route.url} has no model {self.model!r} ({wire.reason(exc)}); it offers: {offered}"
             )
         if isinstance(exc, openai.APIStatusError):
-            return EngineError(f"the server at {route.url} refused a request ({exc.status_code}): {_reason(exc)}")
-        return EngineError(f"the server at {route.url} does not answer ({_reason(exc)}): is it running there?")
+            return EngineError(f"the server at {route.url} refused a request ({exc.status_code}): {wire.reason(exc)}")
+        return EngineError(f"the server at {route.url} does not answer ({wire.reason(exc)}): is it running there?")
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -323,24 +346,10 @@ class OpenAIEngine:
             self._thread.join()
             self._loop.close()
 
-    def __enter__(self) -> OpenAIEngine:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
 
 def _create(client, endpoint: str):
     resource = client.chat.completions if endpoint == wire.CHAT else client.completions
     return resource.with_raw_response.create
-
-
-def _reason(exc: Exception) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict) and body.get("message"):
-        return str(body["message"])
-    cause = exc.__cause__ or exc.__context__
-    return str(getattr(exc, "message", None) or exc) + (f" ({type(cause).__name__})" if cause else "")
 
 
 def _stored(row) -> dict[str, Any] | Failed:

@@ -242,3 +242,12 @@ def context_length_reason(status: int, body: Any, message: str) -> str | None:
     ):
         return str(reason)
     return None
+
+
+def reason(exc: Exception) -> str:
+    """What went wrong, in the server's words where its error body has them (the client's otherwise)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    cause = exc.__cause__ or exc.__context__
+    return str(getattr(exc, "message", None) or exc) + (f" ({type(cause).__name__})" if cause else "")

@@ -2,8 +2,9 @@
 
 Every command that generates takes `EngineConfig`'s options (`--engine`, `--api-base`,
 `--concurrency`, `--timeout`, `--max-retries`, `--price-in`, `--price-out`) beside its own
-`--model`, which on a server names the served model. The key is read from OPENAI_API_KEY
-by the engine itself, never from an option.
+`--model`, which on a server names the served model. `--engine` and `--api-base` default to
+PREFLAB_ENGINE and OPENAI_BASE_URL (the fields' `envvar`), read here, never by the library.
+The key is read from OPENAI_API_KEY by the engine itself, never from an option.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from preflab.commands.options import build_config, config_options
-from preflab.lm.engines.config import EngineConfig
+from preflab.lm.engines.config import EngineConfig, asked_a_server
 
 # `--model` is each command's own (the model to load, or the served model's name).
 engine_options = config_options(EngineConfig, exclude=("model",))
@@ -28,11 +29,7 @@ def engine_line(stats: dict[str, Any] | None) -> str:
     In process nothing is paid for, retried or read back from the store: its tokens and
     seconds are in --json, and its summary line stays as it was.
     """
-    if (
-        not stats
-        or stats["engine"] == "transformers"
-        or not (stats["requests"] or stats["cache_hits"] or stats["errors"] or stats["quarantined"])
-    ):
+    if not asked_a_server(stats):
         return ""
     line = (
         f"{stats['engine']} {stats['model']}: {stats['requests']:,} requests, {stats['cache_hits']:,} cache hits, "

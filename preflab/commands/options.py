@@ -134,7 +134,8 @@ def config_options(
     """Add one click option per field of a config dataclass: `--field-name`, with its help.
 
     A field's metadata may carry `help`, `choices` (a click.Choice), `flags`
-    (extra short flags such as `-n`), `metavar` (`K/N`) and `multiple` (a repeatable option).
+    (extra short flags such as `-n`), `metavar` (`K/N`), `envvar` (the environment variable a
+    default is read from) and `multiple` (a repeatable option).
     `bool` fields become `--x/--no-x`. With
     `prefix`, options are `--PREFIX-field-name` (two configs in one command);
     `defaults` overrides a field's default for this command only. Read the
@@ -157,6 +158,8 @@ def config_options(
             kwargs = {"default": default, "help": f.metadata.get("help"), "show_default": default is not None}
             if "metavar" in f.metadata:
                 kwargs["metavar"] = f.metadata["metavar"]
+            if "envvar" in f.metadata:  # the default read from the environment, as the root group's are
+                kwargs["envvar"] = f.metadata["envvar"]
             if base is bool:
                 func = click.option(f"{flag}/--no-{flag[2:]}", name, **kwargs)(func)
                 continue

@@ -46,6 +46,6 @@ def serve_command(settings: Settings, model_name: str | None, **options):
 
     judge_model = options.get("judge_model") or model_name
     engine = engine_config(options, model_name or judge_model or settings.model)
-    if engine.engine != "openai":
-        engine, options["judge_model"] = None, judge_model  # in process: as today
+    if engine.served_model is None:  # in process --model names the judge's model, as --judge-model does
+        engine, options["judge_model"] = None, judge_model
     serve(settings, build_config(ServeConfig, options, engine=engine))

@@ -17,9 +17,11 @@ embedded SmolLM2 and ranking 3,000-word replies took 143 s for 4 tasks and 420 s
 
 One thread runs the model, so two retrieves never compete for it; requests only wait.
 
-A judge on a server (`--engine openai`) loads nothing: the worker opens its engine once (checking that the
-server has the model, and prompt log-probabilities for the likelihood judge) and ranks through it, within the
-same budget; its answers are stored as they arrive (`preflab.lm.engines`), so nothing is paid for twice.
+A judge that reads a causal LM ranks through its engine (`preflab.lm.engines`), which the worker opens once per
+judge served and makes ready ahead of time: in process its model is loaded; on a server (`--engine openai`)
+nothing is loaded, the server is looked at (it has the model, and prompt log-probabilities for the likelihood
+judge) and its answers are stored as they arrive, so nothing is paid for twice. A reward model (or pair ranker)
+is loaded into the worker's cache.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ def record_spent(session: Session, served, stats: dict[str, Any], recorded: dict
     spent = {name: round((stats.get(name) or 0) - (recorded.get(name) or 0), 6) for name in ENGINE_SUMS}
     if not any(spent.values()):
         return
-    currency = {"currency": served.engine.currency} if served.engine is not None else {}
+    currency = {"currency": served.engine.currency}
     record_stats(session, ensure_judge(session, served.run), {**stats, **spent, **currency})
 
 
@@ -64,7 +66,8 @@ class Scorer:
         self.eager = eager  # load the model at start and at each new version; else only once something is queued
         self.cache, self.loaded, self.loading = ModelCache(), None, False
         self.served = None  # the judge of the last round (`served.ServedJudge`)
-        self.engine = None  # the open engine of a judge on a server (opened by the worker, used by it only)
+        self.engine = None  # the open engine of a judge that reads a causal LM (opened by the worker, used by it only)
+        self.engine_key, self.ready = None, False  # what it was opened for; whether it is loaded or looked at
         self.recorded: dict[str, Any] = {}  # its stats as last added to the judge's annotator
         self.pending: dict[int, frozenset[int]] = {}
         self.busy: set[int] = set()
@@ -144,7 +147,7 @@ class Scorer:
         self.loop.activity.ok()
 
     def prepare(self):
-        """The judge served now, its model loaded when it ranks (an older version's model let go first)."""
+        """The judge served now, its model ready when it ranks (an older version's model let go first)."""
         from preflab.labelling.judges.table import JUDGES
 
         served = in_transaction(self.sessions, self.resolve)
@@ -154,23 +157,26 @@ class Scorer:
             self.close()
             self.drop("nothing ranks for /predict")
             return None
-        if served.remote:
-            self.unload()
+        if not JUDGES[served.kind].scorer:
             self.open_engine(served)
             return served
-        self.close()  # a judge on a server no longer serves
-        key = (served.location, JUDGES[served.kind].scorer)
+        self.close()  # a judge that reads a causal LM no longer serves
+        key = (served.location, True)
         if key != self.loaded and (self.eager or self.pending):
             self.unload()
-            log.info("loading %s for /predict: %s", served.model, served.describe())
-            began, self.loading = time.monotonic(), True
-            try:
-                self.cache.get(*key)
-            finally:
-                self.loading = False
+            self.ready_up(served, lambda: self.cache.get(*key))
             self.loaded = key
-            log.info("%s loaded in %.1f s", served.model, time.monotonic() - began)
         return served
+
+    def ready_up(self, served, ready) -> None:
+        """Run `ready` (a load, or a first look at a server), saying so in the log and in /health while it runs."""
+        log.info("getting %s ready for /predict: %s", served.model, served.describe())
+        began, self.loading = time.monotonic(), True
+        try:
+            ready()
+        finally:
+            self.loading = False
+        log.info("%s ready in %.1f s", served.model, time.monotonic() - began)
 
     def unload(self) -> None:
         if self.loaded is not None:
@@ -178,28 +184,35 @@ class Scorer:
             self.loaded = None
 
     def open_engine(self, served) -> None:
-        """The served judge's server, opened and checked once (before anything is paid for)."""
-        from preflab.lm.engines import open_engine
-
-        if self.engine is not None and self.engine.config == served.engine:
+        """The served judge's engine, opened once and made ready before anything is asked (at start, or once
+        something is queued): its model loaded here, or its server looked at (the model there, prompt
+        log-probabilities for the likelihood judge) before anything is paid for."""
+        key = (served.engine, served.location)
+        if self.engine is None or self.engine_key != key:
+            self.close()
+            self.unload()
+            self.engine, self.engine_key, self.recorded = served.open(self.sessions, self.cache), key, {}
+        if self.ready or not (self.eager or self.pending):
             return
-        self.close()
-        engine = open_engine(served.engine, self.sessions)
-        try:
-            engine.server()
+
+        def check() -> None:
+            self.engine.check()
             if served.kind == "likelihood":
-                engine.check_likelihood()
+                self.engine.check_likelihood()
+
+        try:
+            self.ready_up(served, check)
         except BaseException:
-            engine.close()
+            self.close()
             raise
-        self.engine, self.recorded = engine, {}
-        log.info("/predict ranks on %s at %s", engine.name, served.engine.api_base)
+        self.ready = True
 
     def close(self) -> None:
-        """Let the server's engine go (the worker has stopped, or the judge changed)."""
+        """Let the judge's engine go, and the model it loaded (the worker has stopped, or the judge changed)."""
         if self.engine is not None:
-            engine, self.engine = self.engine, None
+            engine, self.engine, self.engine_key, self.ready = self.engine, None, None, False
             engine.close()
+            self.cache.clear()
 
     def drop(self, why: str) -> None:
         """Give up the queue: the requests waiting answer at once."""
@@ -235,7 +248,7 @@ class Scorer:
             return 0
         judgements = judge_items(served, items, self.cache, self.engine)
 
-        spent = self.engine.stats.as_dict() if self.engine is not None else None
+        spent = self.engine.stats.as_dict() if self.engine is not None and self.engine.stores_answers else None
 
         def write(session: Session) -> int:
             todo = uncovered(session, {i.prompt_id: frozenset(i.candidate_ids) for i in items})
@@ -252,19 +265,17 @@ class Scorer:
         return ranked
 
     def health(self) -> dict:
+        from preflab.lm.engines import EngineConfig
+
         served = self.served
-        on = served.engine if served is not None and served.remote else None
-        where = (
-            {"engine": on.engine, "served_model": on.model, "api_base": on.api_base}
-            if on
-            else {"engine": "transformers"}
-        )
-        stats = {"engine_stats": self.engine.stats.as_dict()} if on is not None and self.engine is not None else {}
+        where = (served.engine if served is not None and served.engine is not None else EngineConfig()).shown()
+        engine = self.engine
+        stats = {"engine_stats": engine.stats.as_dict()} if engine is not None and engine.stores_answers else {}
         return {
             "judge": served.name if served else None,
             **where,
             **stats,
-            "loaded": self.loaded is not None or self.engine is not None,
+            "loaded": self.loaded is not None or self.ready,
             "loading": self.loading,
             "queued": len(self.pending) + len(self.busy),
             "left_for_later": len(self.later),

@@ -8,7 +8,7 @@ real model:
   its characters, as the tokenizer's own character offsets tell (an independent reading), a
   token merged across the seam included;
 - its score is the sum of those tokens' log-probabilities in one unpadded forward pass, however
-  the asks are batched, from the transformers engine and the in-process likelihood judge alike.
+  the asks are batched, from the transformers engine (the likelihood judge's one path in process).
 
 The served engine scores the same tokens: tests/lm/test_vllm_likelihood.py.
 """
@@ -57,23 +57,21 @@ def unpadded(model, ids: list[int], positions: list[int]) -> float:
 @settings(max_examples=examples(30))
 @given(batch=asks(max_size=5), batch_size=st.integers(1, 4))
 def test_a_reply_is_scored_on_the_tokens_that_hold_it_however_batched(tiny, batch, batch_size):
-    from preflab.labelling.judges.likelihood import mean_logprobs
-    from preflab.lm.engines.local import TransformersEngine
+    from preflab.lm.engines import open_engine
+    from preflab.lm.names import NamedModel
 
     model, tokenizer = tiny
     pairs = [(history, cut(tokenizer, *spec)) for history, spec in batch]
-    engine = TransformersEngine(model, tokenizer, "tiny", batch_size)
+    engine = open_engine(model=NamedModel("tiny", "", None, model, tokenizer), batch_size=batch_size)
     scored = engine.likelihood([Likelihood(history, reply) for history, reply in pairs])
-    judged = mean_logprobs(model, tokenizer, [h for h, _ in pairs], [r for _, r in pairs], batch_size)
-    for (history, reply), result, (mean, n) in zip(pairs, scored, judged):
+    for (history, reply), result in zip(pairs, scored):
+        n = result.tokens
         ids, positions = by_offsets(tokenizer, history, reply)
         # The reply's tokens: the last ones, contiguous, none of them the conversation's first.
         assert positions == list(range(len(ids) - len(positions), len(ids))) and positions[:1] != [0]
         assert reply_tokens(tokenizer, history, reply) == (ids, len(positions))
-        assert result.tokens == n == len(positions) and (n > 0 or reply == "")
+        assert n == len(positions) and (n > 0 or reply == "")
         assert result.total == pytest.approx(unpadded(model, ids, positions), abs=1e-5 * max(n, 1))
-        if n:
-            assert mean == pytest.approx(result.mean, abs=1e-6)
 
 
 def test_a_reply_s_leading_newlines_merge_with_the_template_s_and_are_the_reply_s(tiny):

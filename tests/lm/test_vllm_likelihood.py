@@ -34,8 +34,8 @@ def engines(vllm_server, tmp_path_factory):
     import torch
 
     from preflab.db.engine import open_database, session_factory
-    from preflab.lm.engines.local import TransformersEngine
     from preflab.lm.loading import load_causal_lm
+    from preflab.lm.names import NamedModel
 
     sessions = session_factory(open_database(f"sqlite:///{tmp_path_factory.mktemp('store') / 'preflab.db'}"))
     model, tokenizer = load_causal_lm(vllm_server.model_dir, device="cpu")
@@ -46,7 +46,7 @@ def engines(vllm_server, tmp_path_factory):
     torch.set_num_threads(1)
     try:
         with open_engine(config, sessions) as served:
-            yield served, TransformersEngine(model, tokenizer, "in-process", batch_size=8)
+            yield served, open_engine(model=NamedModel("in-process", "", None, model, tokenizer), batch_size=8)
     finally:
         torch.set_num_threads(threads)
 

@@ -5,7 +5,7 @@ server (tests/vllm_server.py) with a small request, and its numbers against in-p
 transformers on the same converted folder:
 
 - chat with `logprobs=True, top_logprobs=k` (k <= 20): the first token's alternatives, as the
-  pairwise and score judges read them in process (`next_token_logprobs`);
+  transformers engine reads them for the pairwise and score judges (`next_token_logprobs`);
 - `extra_body={"structured_outputs": {"choice": [...]}}` constrains the answer (vLLM 0.32 ignores
   the old `guided_choice`), and its `top_logprobs` are renormalised over the allowed tokens;
 - prompt log-probabilities, for the likelihood judge: completions with `echo=True, logprobs=0`
@@ -23,8 +23,9 @@ import math
 import openai
 import pytest
 
-from preflab.lm.forward import next_token_logprobs, response_logprobs
+from preflab.lm.forward import next_token_logprobs
 from preflab.lm.loading import chat_prompt, load_causal_lm
+from preflab.lm.replies import reply_logprobs, reply_tokens
 
 PAIRWISE = [
     {"role": "system", "content": "You compare two answers."},
@@ -164,7 +165,7 @@ def test_prompt_logprobs_of_a_conversation_equal_the_likelihood_judge(client, vl
     assert entries[0] is None and len(entries) == len(ids)
     served = [entry[str(token)]["logprob"] for entry, token in zip(entries[1:], ids[1:])]
     assert max(abs(a - b) for a, b in zip(served, token_logprobs(model, ids))) < TOLERANCE
-    total, tokens = response_logprobs(model, tokenizer, [HISTORY], [reply])[0]
+    total, tokens = reply_logprobs(model, [reply_tokens(tokenizer, HISTORY, reply)], tokenizer.pad_token_id)[0]
     assert tokens == n and abs(sum(served[-n:]) - total) < TOLERANCE * n
 
 

@@ -35,7 +35,8 @@ def lms(tmp_path_factory, tutor_lm):
 
 
 def test_policy_eval_answers_and_judges_each_conversation_by_its_history(cli, sessions, lms, tmp_path):
-    from preflab.labelling.judges.likelihood import LikelihoodConfig, make_judge
+    from preflab.labelling.judges.likelihood import LikelihoodConfig
+    from preflab.labelling.judges.table import JUDGES
     from preflab.lm.loading import load_causal_lm
     from preflab.training.evaluate import answer, plan_policy_eval, win_rate
 
@@ -57,7 +58,7 @@ def test_policy_eval_answers_and_judges_each_conversation_by_its_history(cli, se
     # A policy trained on plain text still reads a conversation through its chat template: every message.
     assert answer(model, tokenizer, [FRANCE, ITALY], False, 6, False, 0, 2) == ["Paris.", "Rome."]
     with recorded_inputs(model, tokenizer) as seen:
-        report = win_rate(plan, make_judge(model, tokenizer, LikelihoodConfig()), max_new_tokens=6)
+        report = win_rate(plan, JUDGES["likelihood"].make(model, tokenizer, LikelihoodConfig()), max_new_tokens=6)
     for turns in (FRANCE, ITALY):
         assert any(
             text.startswith("<|im_start|>system\n" + turns[0]["content"])

@@ -6,7 +6,6 @@ commands in `preflab.commands.bon` only parse options and print.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,30 +103,24 @@ def sample_best_of_n(
     """
     from preflab.labelling.selection import prompts_from_file
     from preflab.lm.engines import open_engine
-    from preflab.lm.names import ModelCache, NamedModel, load_named_model, model_version_id
+    from preflab.lm.names import ModelCache, load_named_model
     from preflab.training.bestofn.kl import beirami_kl_log, kl_bound
     from preflab.training.bestofn.sample import best_of_n, reward_model_version
 
-    engine = engine or EngineConfig(engine="transformers")
-    if engine.engine != "transformers" and config.top_k:
-        raise ConfigError(
-            "--top-k cannot be sent to a server (the OpenAI API has none): leave it at 0 with --engine openai"
-        )
-    with sessions.begin() as session:
-        reward_model_version(session, reward_model)  # a reward model with weights, or a one-line error
-    prompt_ids = prompts_from_file(sessions, prompts_file) if prompts_file else None
     cache = ModelCache()
-    with ExitStack() as stack:
-        served = None
-        if engine.engine == "transformers":
-            policy_model = load_named_model(sessions, policy, cache=cache)
-        else:
-            served = stack.enter_context(open_engine(engine, sessions, model=policy))
-            with sessions.begin() as session:  # the served model is recorded under the name its draws are stored as
-                policy_model = NamedModel(served.name, served.model, model_version_id(session, served.name), None, None)
+    # A call's draws go through one `generate` in process: N of a prompt, however small --batch-size.
+    batch = max(config.batch_size, config.n)
+    with open_engine(engine, sessions, model=policy, cache=cache, batch_size=batch) as drawing:
+        if config.top_k and not drawing.samples_top_k:
+            raise ConfigError(
+                "--top-k cannot be sent to a server (the OpenAI API has none): leave it at 0 with --engine openai"
+            )
+        with sessions.begin() as session:
+            reward_model_version(session, reward_model)  # a reward model with weights, or a one-line error
+        prompt_ids = prompts_from_file(sessions, prompts_file) if prompts_file else None
         reward = load_named_model(sessions, reward_model, record=False, scorer=True, cache=cache)
-        reporter.note(f"best-of-{config.n} with {policy_model.label}, scored by {reward.label}")
-        summary = best_of_n(sessions, policy_model, reward, config, prompt_ids, reporter, engine=served)
+        reporter.note(f"best-of-{config.n} with {drawing.name}, scored by {reward.label}")
+        summary = best_of_n(sessions, drawing, reward, config, prompt_ids, reporter)
     cache.clear()
     report = summary.as_dict()
     report["kl_bound"] = float(kl_bound(config.n))

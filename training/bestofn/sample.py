@@ -13,9 +13,8 @@ n ≤ N from them, and a human or gold judge can rank them to measure the truth:
   "selected"}. A response drawn twice is one candidate with two copies (the
   estimator counts it twice: identical draws are a point mass, not a mistake).
 
-The N draws come from `preflab.training.bestofn.draw`.
-Loading comes from `preflab.lm.loading`, prompt formatting from its chat
-helpers, and scoring from `preflab.lm.scoring` (inputs tokenized as the
+The N draws come from `preflab.training.bestofn.draw`, on the policy's engine (in this
+process or on a server). Scoring comes from `preflab.lm.scoring` (inputs tokenized as the
 reward model was trained on them), as `preflab judge reward-model` scores.
 """
 
@@ -40,10 +39,10 @@ from preflab.db.models import Annotator, ModelVersion, Prompt, Ranking
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
 from preflab.errors import InputError, NotFound
-from preflab.lm.engines import Failed
+from preflab.lm.engines import Engine, Failed, Generation
 from preflab.lm.names import NamedModel
 from preflab.training.bestofn.config import BonSampleConfig
-from preflab.training.bestofn.draw import Sample, batch_seed, draw_on_server, sample_sequences
+from preflab.training.bestofn.draw import batch_seed, draw
 
 SOURCE = "bon"
 
@@ -123,7 +122,7 @@ def _store_prompt(
     annotator_id: int,
     run: str,
     prompt_id: int,
-    samples: list[Sample],
+    samples: list[Generation],
     scores: list[float],
     policy: str,
     policy_version_id: int | None,
@@ -195,13 +194,11 @@ def _store_prompt(
 
 def best_of_n(
     sessions: sessionmaker[Session],
-    policy: NamedModel,
+    policy: Engine,
     reward: NamedModel,
     config: BonSampleConfig,
     prompt_ids: list[int] | None = None,
     reporter: Reporter = SILENT,
-    *,
-    engine=None,
 ) -> BonSampleSummary:
     """Sample N responses per prompt, score them, keep the best; store everything.
 
@@ -209,17 +206,16 @@ def best_of_n(
     finished and a re-run of the same settings samples only the prompts left.
 
     Args:
-        policy: the loaded causal LM; its label and version are stored on the candidates.
+        policy: the policy's engine (`preflab.lm.engines.open_engine`): its name and model version are
+            stored on the candidates.
         reward: the loaded reward model; its label names the AI annotator of the rankings.
-        engine: an open server engine (`preflab.lm.engines`) that samples in the policy's
-            stead (`policy` then names it and holds no model).
     """
-    from preflab.lm.loading import chat_prompt
     from preflab.lm.scoring import exchange, reward_scores
 
     start = time.perf_counter()
-    summary = BonSampleSummary(reward.label, policy.label, config.n)
-    run = run_id(policy.label, reward.label, config)
+    label, version_id = policy.name, policy.version_id  # resolved (recorded) before any transaction opens
+    summary = BonSampleSummary(reward.label, label, config.n)
+    run = run_id(label, reward.label, config)
     with sessions.begin() as session:
         key = ("ai", reward.label)
         known = session.scalar(select(Annotator.id).where(Annotator.kind == "ai", Annotator.name == reward.label))
@@ -232,28 +228,23 @@ def best_of_n(
             )
         todo, summary.kept = _prompts_to_sample(session, run, prompt_ids)
     per_batch = max(1, config.batch_size // config.n)
-    if engine is not None:  # enough draws to a call to keep --concurrency requests in flight
-        per_batch = max(per_batch, 4 * engine.config.concurrency // config.n)
+    if policy.stores_answers:  # each draw a request: enough to a call to keep `concurrency` of them in flight
+        per_batch = max(per_batch, 4 * policy.concurrency // config.n)
     reasons: Counter[str] = Counter()
     with reporter.progress("best-of-n", len(todo)) as advance:
         for batch in chunks(todo, per_batch):
-            seed = batch_seed(config.seed, [pid for pid, _ in batch])
-            if engine is None:
-                # The policy reads every message of the history through its chat template, and the reward
-                # model scores each draw given that history (plain text only for a lone user message).
-                texts = [chat_prompt(policy.tokenizer, turns) for _, turns in batch]
-                drawn = sample_sequences(policy.model, policy.tokenizer, texts, config, seed)
-            else:
-                drawn = draw_on_server(engine, batch, config)
+            # The policy reads every message of the history, and the reward model scores each draw given that
+            # history (plain text only for a lone user message).
+            drawn, seeds = draw(policy, batch, config)
             for d in drawn:
                 if isinstance(d, Failed):  # not stored: the prompt is sampled again by the next run
                     reasons[d.reason] += 1
                     summary.quarantined += d.quarantined
                     summary.failed += not d.quarantined
-            kept = [(item, d) for item, d in zip(batch, drawn) if not isinstance(d, Failed)]
+            kept = [(item, d, seed) for item, d, seed in zip(batch, drawn, seeds) if not isinstance(d, Failed)]
             inputs = [
                 exchange(turns, assistant_turn(s.text), config.conversational)
-                for (_, turns), samples in kept
+                for (_, turns), samples, _ in kept
                 for s in samples
             ]
             values = iter(
@@ -263,11 +254,10 @@ def best_of_n(
                 if inputs
                 else []
             )
-            rng = random.Random(seed)
+            rng = random.Random(batch_seed(config.seed, [pid for pid, _ in batch]))
             with sessions.begin() as session:
-                for (prompt_id, _), samples in kept:
+                for (prompt_id, _), samples, drawn_with in kept:
                     scores = [round(next(values), 6) for _ in samples]
-                    drawn_with = seed if engine is None else batch_seed(config.seed, [prompt_id])
                     _store_prompt(
                         session,
                         annotator_id,
@@ -275,17 +265,17 @@ def best_of_n(
                         prompt_id,
                         samples,
                         scores,
-                        policy.label,
-                        policy.version_id,
+                        label,
+                        version_id,
                         config,
                         drawn_with,
                         rng,
                         summary,
                     )
             summary.prompts += len(kept)
-            summary.samples += sum(len(s) for _, s in kept)
+            summary.samples += sum(len(s) for _, s, _ in kept)
             advance(len(batch))
     summary.reasons = dict(reasons.most_common(10))
-    summary.engine = engine.stats.as_dict() if engine is not None else None
+    summary.engine = policy.stats.as_dict() if policy.stores_answers else None
     summary.seconds = time.perf_counter() - start
     return summary

@@ -1,18 +1,19 @@
 """M_{t-1} and the iteration's judge, as the self-rewarding steps (`preflab.training.selfreward.steps`) reach them.
 
-M_{t-1} is a model loaded once per iteration through the iteration's `ModelCache`, or, with a
-server engine, the server answering under M_{t-1}'s own name; the judge is the --judge-model,
-else M_{t-1} itself.
+M_{t-1} runs on the loop's engine: in this process, loaded once per iteration through the
+iteration's `ModelCache`, or on a server, answering under M_{t-1}'s own name. The judge is the
+--judge-model, else M_{t-1} itself: a judge that reads a causal LM runs on the same engine, a
+reward model (or pair ranker) in this process.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import replace
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.labelling.judges.table import JUDGES
+from preflab.lm.engines import Engine, EngineConfig, open_engine
 from preflab.lm.names import ModelCache, NamedModel, load_named_model
 from preflab.training.selfreward.state import Context
 
@@ -23,27 +24,27 @@ def _policy(ctx: Context, models: ModelCache) -> NamedModel:
 
 
 def iteration_judge(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) -> NamedModel:
-    """This iteration's judge model: the --judge-model, else M_{t-1} itself (self-rewarding)."""
+    """This iteration's judge model, loaded here: the --judge-model, else M_{t-1} itself (self-rewarding)."""
     cfg = ctx.config
     if cfg.judge_model:
         return load_named_model(sessions, cfg.judge_model, record=False, scorer=JUDGES[cfg.judge].scorer, cache=models)
     return _policy(ctx, models)
 
 
-@contextmanager
-def policy_engine(sessions: sessionmaker[Session], ctx: Context, models: ModelCache):
-    """M_{t-1} as an engine: loaded here (once per iteration), or on the server, served under its own name."""
-    if ctx.engine is None or ctx.engine.engine == "transformers":
-        from preflab.lm.engines.local import TransformersEngine
-
-        policy = _policy(ctx, models)
-        yield TransformersEngine(policy.model, policy.tokenizer, policy.label, ctx.config.batch_size, policy.version_id)
-        return
-    from preflab.lm.engines import open_engine
-
-    with open_engine(replace(ctx.engine, model=ctx.policy), sessions) as engine:
-        yield engine
+def policy_engine(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) -> Engine:
+    """M_{t-1} on the loop's engine (close it when done): in process, loaded on first use through `models`; on a
+    server, served under its own name."""
+    policy = NamedModel(ctx.policy, ctx.policy_location, ctx.policy_id, None, None)
+    config = replace(ctx.engine or EngineConfig(), model=ctx.policy)
+    return open_engine(config, sessions, model=policy, cache=models, batch_size=ctx.config.batch_size)
 
 
-def on_server(ctx: Context) -> bool:
-    return ctx.engine is not None and ctx.engine.engine != "transformers"
+def judge_engine(sessions: sessionmaker[Session], ctx: Context, models: ModelCache) -> Engine:
+    """The iteration's judge (one that reads a causal LM) on the loop's engine: the --judge-model, else M_{t-1}, by
+    its name there (close it when done)."""
+    cfg = ctx.config
+    model = cfg.judge_model or NamedModel(ctx.policy, ctx.policy_location, ctx.policy_id, None, None)
+    config = replace(ctx.engine or EngineConfig(), model=cfg.judge_model or ctx.policy)
+    return open_engine(
+        config, sessions, model=model, cache=models, batch_size=cfg.judge_config().batch_size, record=False
+    )

@@ -8,11 +8,11 @@ other; a writing round that falls short is followed by another (up to
 world's tiny LM, say) takes its prompts from a JSON Lines pool file instead:
 the next prompts in the file that are not stored yet.
 
-M_t writes in process (its reply begun for it with "Task 9:") or on a server
-(`--engine openai`: the instruction alone, as a user's message; a server cannot be
-relied on to continue a reply, and `clean_reply` drops a "Task 9:" the model writes
-itself). Each request is seeded by its round, its batch and its place in it, so a
-resumed step's first requests are those asked before, answered from the request store.
+M_t writes on its engine, its reply begun for it with "Task 9:" where the engine continues
+a reply (in process); a server is asked the instruction alone, as a user's message (it cannot
+be relied on to continue a reply, and `clean_reply` drops a "Task 9:" the model writes itself).
+Each request is seeded by its round, its batch and its place in it, so a resumed step's first
+requests are those asked before, answered from the request store.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from preflab.db.conversation import Messages, prompt_hash, user_turn
 from preflab.db.models import Prompt
 from preflab.db.store import chunks, content_hash
 from preflab.errors import InputError
+from preflab.lm.engines import Engine, Failed, Generate, Sampling
 
 FEW_SHOT_PROMPT = """Below are {k} examples of tasks that users gave an AI assistant.
 
@@ -62,41 +63,19 @@ def few_shot_message(examples: list[str]) -> str:
     return FEW_SHOT_PROMPT.format(k=len(examples), examples=shown)
 
 
-def few_shot_text(tokenizer, examples: list[str]) -> str:
-    from preflab.lm.loading import chat_text
-
-    # The reply is begun for the model ("Task 9:"), so it continues the list with a task instead of
-    # talking about one: small models follow the pattern far better than the instruction.
-    return chat_text(tokenizer, few_shot_message(examples), assistant=f"Task {len(examples) + 1}:")
-
-
-def draw_in_process(model, tokenizer, *, max_new_tokens: int, temperature: float, top_p: float) -> Draw:
-    """Replies from a model loaded here, one batched `generate` per batch, the reply begun for it."""
-    from preflab.lm.sampling import generate_texts
-
-    def draw(shown: list[list[str]], seed: int) -> list[str | None]:
-        replies = generate_texts(
-            model,
-            tokenizer,
-            [few_shot_text(tokenizer, s) for s in shown],
-            max_new_tokens=max_new_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-        )
-        return [r.text for r in replies]
-
-    return draw
-
-
-def draw_on_server(engine, *, max_new_tokens: int, temperature: float, top_p: float) -> Draw:
-    """Replies from a server engine (`preflab.lm.engines`): each request its own, told apart by its index."""
-    from preflab.lm.engines import Failed, Generate, Sampling
+def draw_with(engine: Engine, *, max_new_tokens: int, temperature: float, top_p: float) -> Draw:
+    """Replies from M_t's engine (`preflab.lm.engines`), each request told apart by its index, the reply begun for
+    the model ("Task 9:") where the engine continues one."""
 
     def draw(shown: list[list[str]], seed: int) -> list[str | None]:
         sampling = Sampling(max_new_tokens, temperature, top_p, seed)
-        answers = engine.generate([Generate(few_shot_message(s), sampling, index=i) for i, s in enumerate(shown)])
-        return [None if isinstance(a, Failed) else a.text for a in answers]
+        # Begun for it, the reply continues the list with a task instead of talking about one: small models
+        # follow the pattern far better than the instruction.
+        asks = [
+            Generate(few_shot_message(s), sampling, index=i, answer_start=f"Task {len(s) + 1}:")
+            for i, s in enumerate(shown)
+        ]
+        return [None if isinstance(a, Failed) else a.text for a in engine.generate(asks)]
 
     return draw
 
@@ -140,7 +119,7 @@ def write_prompts(
     """Ask the model for `n` new prompts, each request showing `shots` examples drawn at random.
 
     Args:
-        draw: how a batch of requests is answered (`draw_in_process`, `draw_on_server`).
+        draw: how a batch of requests is answered (`draw_with`).
         examples: the prompts shown (at least one).
         is_new: tells, for a list of texts, which are not stored yet (checked per batch).
         on_batch: called with each batch of new prompts, so the caller can store them as they come.

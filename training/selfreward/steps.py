@@ -10,7 +10,6 @@ and does only the rest. Every step is `step(sessions, ctx, models, reporter)`:
 from __future__ import annotations
 
 import random
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -22,7 +21,7 @@ from preflab.db.models import Candidate, ModelVersion, Prompt
 from preflab.errors import InputError, TrainingError
 from preflab.labelling.judges.table import JUDGES
 from preflab.lm.names import ModelCache
-from preflab.training.selfreward.policy import iteration_judge, on_server, policy_engine
+from preflab.training.selfreward.policy import iteration_judge, judge_engine, policy_engine
 from preflab.training.selfreward.state import (
     Context,
     advance,
@@ -78,7 +77,7 @@ def _unanswered(summary) -> str:
 
 
 def prompts_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
-    from preflab.training.selfreward.prompts import draw_in_process, draw_on_server, pool_prompts, write_prompts
+    from preflab.training.selfreward.prompts import draw_with, pool_prompts, write_prompts
 
     cfg = ctx.config
     with sessions.begin() as session:
@@ -95,31 +94,25 @@ def prompts_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCac
             "temperature": cfg.prompt_temperature,
             "top_p": cfg.top_p,
         }
-        batch_size = cfg.batch_size
         with (
             policy_engine(sessions, ctx, models) as engine,
             reporter.progress(f"iteration {ctx.iteration}: writing prompts", missing) as step,
         ):
-            if on_server(ctx):
-                draw = draw_on_server(engine, **sampling)
-                batch_size = max(batch_size, engine.config.concurrency)  # keep the server's slots busy
-            else:
-                draw = draw_in_process(engine.model, engine.tokenizer, **sampling)
             written = write_prompts(
-                draw,
+                draw_with(engine, **sampling),
                 examples,
                 missing,
                 shots=cfg.shots,
                 seed=cfg.seed,
                 iteration=ctx.iteration,
-                batch_size=batch_size,
+                batch_size=max(cfg.batch_size, engine.concurrency),  # a server's slots kept busy
                 is_new=_is_new(sessions),
                 on_batch=lambda texts: (
                     store_prompts(sessions, ctx, [(t, None) for t in texts], True),
                     step(len(texts)),
                 ),
             )
-            stats = engine.stats.as_dict() if on_server(ctx) else None
+            stats = engine.stats.as_dict() if engine.stores_answers else None
         unanswered = f", {written.unanswered} unanswered" if written.unanswered else ""
         detail = (
             f" written by {ctx.policy} ({written.requests} asked, {written.duplicates} duplicates, "
@@ -144,11 +137,12 @@ def candidates_step(sessions: sessionmaker[Session], ctx: Context, models: Model
     with sessions.begin() as session:
         ids = iteration_prompt_ids(session, ctx)
         todo = prompts_needing(session, ctx.policy, cfg.n, ids)
-    summary = GenerateSummary()
+    summary, spent = GenerateSummary(), False
     if todo:
         # Stored under M_{t-1}'s own name wherever it ran, as the judge and pairs steps read them.
         with policy_engine(sessions, ctx, models) as engine:
             summary = generate_with(sessions, engine, gen, ids, ctx.policy_id, reporter, label=ctx.policy)
+            spent = engine.stores_answers
     with sessions.begin() as session:
         tag_iteration(session, ctx, ids)
         total = session.scalar(
@@ -161,24 +155,21 @@ def candidates_step(sessions: sessionmaker[Session], ctx: Context, models: Model
             f"({summary.stored} new, {summary.duplicates} duplicates, "
             f"{summary.short} prompts short of {cfg.n}{_unanswered(summary)})"
         )
-        engine = {"engine_candidates": summary.engine} if on_server(ctx) and summary.engine else {}
+        engine = {"engine_candidates": summary.engine} if spent and summary.engine else {}
         advance(session, ctx, metrics={"candidates": total, **engine})
 
 
 def judge_step(sessions: sessionmaker[Session], ctx: Context, models: ModelCache, reporter: Reporter) -> None:
-    from preflab.labelling.judges.run import judge_candidates
+    from preflab.labelling.judges.run import judge_candidates, judge_on
 
     cfg = ctx.config
     with sessions.begin() as session:
         ids = iteration_prompt_ids(session, ctx)
-    if on_server(ctx) and not JUDGES[cfg.judge].scorer:
-        # The judge asks the server too: the --judge-model, else M_{t-1}, by its served name.
-        from preflab.labelling.judges.engine_run import judge_on
-        from preflab.lm.engines import open_engine
-
-        with open_engine(replace(ctx.engine, model=cfg.judge_model or ctx.policy), sessions) as engine:
+    if not JUDGES[cfg.judge].scorer:
+        # A judge that reads a causal LM runs where M_{t-1} does: the --judge-model, else M_{t-1}, by its name there.
+        with judge_engine(sessions, ctx, models) as engine:
+            label = engine.name
             summary = judge_on(sessions, cfg.judge, engine, cfg.judge_config(), ids, ctx.policy, reporter)
-        label = engine.name
     else:
         judge = iteration_judge(sessions, ctx, models)
         label = judge.label

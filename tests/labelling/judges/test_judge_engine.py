@@ -261,7 +261,7 @@ def outcomes_by_judge(sessions) -> dict[str, dict[tuple[str, str], str]]:
 def test_prefix_waves_ask_each_prompt_and_first_reply_once_then_the_rest():
     from itertools import combinations
 
-    from preflab.labelling.judges.on_engine import prefix_waves
+    from preflab.labelling.judges.pairwise import prefix_waves
 
     pairs = [(k, i, j) for k in range(2) for i, j in combinations(range(4), 2)]
     orders = pairs + [(k, j, i) for k, i, j in pairs]

@@ -30,13 +30,15 @@ def build_grader(path, good_text: str, bad_text: str):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from preflab.labelling.judges.score import score_tokens
+    from preflab.labelling.judges.prompts import ANSWER_START
+    from preflab.labelling.judges.score import SCORE_CHOICES
+    from preflab.lm.forward import choice_tokens
 
     tiny_causal_lm(path, num_hidden_layers=1, tie_word_embeddings=False)
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     good, bad = (set(tok(t, add_special_tokens=False)["input_ids"]) for t in (good_text, bad_text))
-    start, variants = score_tokens(tok)
+    start, variants = choice_tokens(tok, ANSWER_START, SCORE_CHOICES)
     score_ids = [i for options in variants for i in options]
     newline = tok("\n", add_special_tokens=False)["input_ids"][-1]
     with torch.no_grad():
@@ -139,11 +141,13 @@ def _split_digits_tokenizer():
 
 
 @pytest.mark.parametrize("make", [tiny_tokenizer, _split_digits_tokenizer], ids=["space-joined", "digits-apart"])
-def test_score_tokens_follow_how_the_tokenizer_spells_a_score(make):
-    from preflab.labelling.judges.score import score_tokens
+def test_the_score_tokens_follow_how_the_tokenizer_spells_a_score(make):
+    from preflab.labelling.judges.prompts import ANSWER_START
+    from preflab.labelling.judges.score import SCORE_CHOICES
+    from preflab.lm.forward import choice_tokens
 
     tokenizer = make()
-    start, variants = score_tokens(tokenizer)
+    start, variants = choice_tokens(tokenizer, ANSWER_START, SCORE_CHOICES)
     assert tokenizer.decode(start).rstrip() == "Score:"
     for value, options in enumerate(variants):
         # The way the tokenizer itself spells "Score: <value>" is the answer start and one score token.
@@ -246,12 +250,14 @@ def test_the_expected_method_takes_the_options_it_reads(cli, sessions, two_answe
 @pytest.mark.parametrize("method", ["expected", "sampled"])
 def test_items_that_number_their_candidates_alike_are_graded_apart(grader, method):
     """`train eval` numbers every item's two answers 0 and 1; each item must be graded on its own texts."""
-    from preflab.labelling.judges.score import ScoreConfig, make_judge
+    from preflab.labelling.judges.score import ScoreConfig
+    from preflab.labelling.judges.table import JUDGES
     from preflab.labelling.selection import PromptCandidates
     from preflab.lm.loading import load_causal_lm
 
     model, tokenizer = load_causal_lm(grader)
-    judge = make_judge(model, tokenizer, ScoreConfig(method=method, n=1, max_new_tokens=5, temperature=0.1))
+    config = ScoreConfig(method=method, n=1, max_new_tokens=5, temperature=0.1)
+    judge = JUDGES["score"].make(model, tokenizer, config)
     first, second = judge(
         [
             PromptCandidates(1, QUESTION, None, [0, 1], [GOOD, BAD]),
@@ -265,13 +271,14 @@ def test_reading_after_a_shared_rubric_changes_no_probability(tmp_path):
     """Batches continue from one cached pass over the rubric every text shares: same numbers as full passes."""
     import torch
 
-    from preflab.labelling.judges.score import grading_text, score_tokens
+    from preflab.labelling.judges.prompts import ANSWER_START
+    from preflab.labelling.judges.score import SCORE_CHOICES, grading_text
     from preflab.labelling.selection import PromptCandidates
-    from preflab.lm.forward import next_token_logprobs, shared_prefix
+    from preflab.lm.forward import choice_tokens, next_token_logprobs, shared_prefix
     from preflab.lm.loading import load_causal_lm
 
     model, tokenizer = load_causal_lm(tiny_causal_lm(tmp_path / "lm", seed=3))
-    start, variants = score_tokens(tokenizer)
+    start, variants = choice_tokens(tokenizer, ANSWER_START, SCORE_CHOICES)
     wanted = [i for options in variants for i in options]
     answers = [GOOD, BAD, "It is Berlin, of course, as everybody knows.", "x"]
     item = PromptCandidates(0, QUESTION, None, [0], answers)

@@ -267,14 +267,16 @@ def test_judge_report_lists_every_judge(cli, ranked_by_humans, paris_lm, always_
 
 def test_batched_scoring_equals_one_sequence_at_a_time(tmp_path):
     """Left padding, length-sorted batches and `logits_to_keep` must not change any score."""
-    from preflab.lm.forward import next_token_logprobs, response_logprobs
+    from preflab.lm.forward import next_token_logprobs
     from preflab.lm.loading import chat_text, load_causal_lm
+    from preflab.lm.replies import reply_logprobs, split_tokens
 
     model, tokenizer = load_causal_lm(tiny_causal_lm(tmp_path / "lm"))
     prompts = [chat_text(tokenizer, q) for q in ("Hi", QUESTION, "Write a short poem about the sea, please.")]
     responses = ["A much longer answer than the others, with several words.", "Paris.", "x"]
-    batched = response_logprobs(model, tokenizer, prompts, responses, batch_size=3)
-    single = [response_logprobs(model, tokenizer, [p], [r], batch_size=1)[0] for p, r in zip(prompts, responses)]
+    rows = [split_tokens(tokenizer, p, p + r) for p, r in zip(prompts, responses)]
+    batched = reply_logprobs(model, rows, tokenizer.pad_token_id, batch_size=3)
+    single = [reply_logprobs(model, [row], tokenizer.pad_token_id, batch_size=1)[0] for row in rows]
     assert [n for _, n in batched] == [n for _, n in single] and all(n > 0 for _, n in batched)
     assert [s for s, _ in batched] == pytest.approx([s for s, _ in single], abs=1e-4)
     ids = [tokenizer.convert_tokens_to_ids("A"), tokenizer.convert_tokens_to_ids("B")]

@@ -85,12 +85,14 @@ def test_embedded_expected_score_judge_always_yields_a_score(
 ):
     """The sampled score judge gets no parseable "Score: n" from this model; the expected one always scores."""
     from preflab.db.models import RankingItem
-    from preflab.labelling.judges.score import score_tokens
+    from preflab.labelling.judges.prompts import ANSWER_START
+    from preflab.labelling.judges.score import SCORE_CHOICES
+    from preflab.lm.forward import choice_tokens
     from preflab.lm.loading import load_tokenizer
 
     # SmolLM2 spells digits apart: the answer starts "Score", ":", " " and a digit follows.
     tokenizer = load_tokenizer("smollm2-135m-instruct")
-    start, variants = score_tokens(tokenizer)
+    start, variants = choice_tokens(tokenizer, ANSWER_START, SCORE_CHOICES)
     assert tokenizer.convert_ids_to_tokens(start) == ["Score", ":", "Ġ"]
     assert [tokenizer.decode(options) for options in variants] == ["0", "1", "2", "3", "4", "5"]
 

@@ -3,8 +3,8 @@
 transformers 5.x renamed the key/value cache a forward pass takes and returns to `cache`, and
 says so to anyone still passing `past_key_values`: a FutureWarning and a logged line on
 stderr, once per process. The judges pass and read it under the name the loaded model's
-forward takes (`forward.cache_argument`), so every judge that reads a causal LM in process,
-and the transformers engine, run without either.
+forward takes (`forward.cache_argument`), so every judge that reads a causal LM in process (on
+the transformers engine), and the engine's other calls, run without either.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def test_the_judges_and_the_engine_run_without_a_warning(tiny, capfd):
 
     from preflab.labelling.judges.pairwise import judge_text
     from preflab.labelling.judges.table import JUDGES
-    from preflab.lm.engines import Likelihood, Logprobs
-    from preflab.lm.engines.local import TransformersEngine
+    from preflab.lm.engines import Likelihood, Logprobs, open_engine
     from preflab.lm.forward import MIN_SHARED, shared_prefix
+    from preflab.lm.names import NamedModel
 
     model, tokenizer = tiny
     # The pairwise judge's prompts share their rubric: its prefix is run once and its cache reused.
@@ -49,7 +49,7 @@ def test_the_judges_and_the_engine_run_without_a_warning(tiny, capfd):
         JUDGES["score"].make(model, tokenizer, JUDGES["score"].config(n=1, max_new_tokens=4, retries=0)),
         JUDGES["likelihood"].make(model, tokenizer, JUDGES["likelihood"].config()),
     ]
-    engine = TransformersEngine(model, tokenizer, "tiny")
+    engine = open_engine(model=NamedModel("tiny", "", None, model, tokenizer))
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_warning()
     logging.Logger.warning_once.cache_clear()  # transformers says each deprecation once per process

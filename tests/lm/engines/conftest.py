@@ -41,6 +41,7 @@ def engine_for(sessions):
 
 @pytest.fixture(autouse=True)
 def no_outside_server(monkeypatch):
-    """The engine reads these from the environment: a developer's own must not reach the tests."""
+    """The commands' options read the first two from the environment, the engine its key: a developer's own must
+    not reach the tests."""
     for name in ("PREFLAB_ENGINE", "OPENAI_BASE_URL", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)

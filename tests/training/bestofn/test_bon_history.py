@@ -27,6 +27,7 @@ def models(tmp_path_factory, tutor_lm):
 
 
 def test_bon_sample_reads_every_message_of_a_conversation(cli, sessions, models, tmp_path):
+    from preflab.lm.engines import open_engine
     from preflab.lm.loading import load_causal_lm, load_sequence_scorer
     from preflab.lm.names import NamedModel
     from preflab.training.bestofn.config import BonSampleConfig
@@ -45,7 +46,7 @@ def test_bon_sample_reads_every_message_of_a_conversation(cli, sessions, models,
         recorded_inputs(policy.model, policy.tokenizer) as sampled,
         recorded_inputs(reward.model, reward.tokenizer) as scored,
     ):
-        summary = best_of_n(sessions, policy, reward, config)
+        summary = best_of_n(sessions, open_engine(model=policy, batch_size=config.batch_size), reward, config)
     assert summary.prompts == 2 and summary.samples == 6
     for turns in (FRANCE, ITALY):
         for seen in (sampled, scored):

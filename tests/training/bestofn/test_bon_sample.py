@@ -151,23 +151,33 @@ def test_logprob_is_the_sampling_probability(models):
     """With temperature 1 and no truncation, a draw's log-probability is the policy's own."""
     import torch
 
+    from preflab.lm.engines import open_engine
     from preflab.lm.loading import chat_text, load_causal_lm
+    from preflab.lm.names import NamedModel
     from preflab.training.bestofn.config import BON_DEFAULTS, BonSampleConfig
-    from preflab.training.bestofn.draw import sample_sequences
+    from preflab.training.bestofn.draw import draw
 
     policy, _ = models
     model, tokenizer = load_causal_lm(str(policy), device="cpu")
-    text = chat_text(tokenizer, PROMPTS[0])
     config = BonSampleConfig(**{**BON_DEFAULTS, "n": 3, "max_new_tokens": 5})  # temperature 1, no truncation
-    (samples,) = sample_sequences(model, tokenizer, [text], config, seed=0)
+    engine = open_engine(model=NamedModel("policy", str(policy), None, model, tokenizer), batch_size=3)
+    (samples,), (seed,) = draw(engine, [(1, PROMPTS[0])], config)
+    # The same draw again, its token ids kept: the engine samples the prompt's n rows from the batch's seed.
+    text = chat_text(tokenizer, PROMPTS[0])
     prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    for sample in samples:
-        ids = torch.tensor([prompt_ids + sample.token_ids])
+    torch.manual_seed(seed)
+    with torch.inference_mode():
+        drawn = model.generate(
+            torch.tensor([prompt_ids] * 3), do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=5
+        )
+    for sample, row in zip(samples, drawn[:, len(prompt_ids) :].tolist()):
+        token_ids = row[: sample.tokens]
+        ids = torch.tensor([prompt_ids + token_ids])
         with torch.no_grad():
             logps = model(input_ids=ids).logits[0, :-1].float().log_softmax(-1)
-        want = sum(logps[len(prompt_ids) - 1 + i, t].item() for i, t in enumerate(sample.token_ids))
+        want = sum(logps[len(prompt_ids) - 1 + i, t].item() for i, t in enumerate(token_ids))
         assert sample.logprob == pytest.approx(want, abs=1e-4)
-        assert sample.tokens == len(sample.token_ids)
+        assert tokenizer.decode(token_ids, skip_special_tokens=True).strip() == sample.text
 
 
 def test_bad_reward_model_is_one_line_error(cli, setup):

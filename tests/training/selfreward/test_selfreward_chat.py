@@ -7,7 +7,7 @@ from sqlalchemy import select
 
 from preflab.db.models import Annotator, Candidate, ModelVersion, Prompt, Ranking, SelfRewardIteration
 from preflab.training.selfreward.data import ranking_pairs
-from preflab.training.selfreward.prompts import FEW_SHOT_PROMPT, clean_reply, few_shot_text
+from preflab.training.selfreward.prompts import FEW_SHOT_PROMPT, clean_reply
 from tests.tiny_models import tiny_causal_lm, tiny_tokenizer
 from tests.training.selfreward.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
 
@@ -39,8 +39,19 @@ def test_replies_are_cleaned_into_one_task():
     assert clean_reply("What is\x00 a NUL\x1b byte?") == "What is a NUL byte?"  # Postgres refuses NUL
 
 
-def test_the_few_shot_request_shows_every_example_in_the_chat_format():
-    text = few_shot_text(tiny_tokenizer(), ["What is 2 + 2?", "Name a colour."])
+def test_the_few_shot_request_shows_every_example_in_the_chat_format(tmp_path):
+    from preflab.lm.engines import open_engine
+    from preflab.lm.loading import load_causal_lm
+    from preflab.lm.names import NamedModel
+    from preflab.training.selfreward.prompts import draw_with
+    from tests.lm.conversations import recorded_inputs
+    from tests.tiny_models import tiny_causal_lm
+
+    model, tokenizer = load_causal_lm(tiny_causal_lm(tmp_path / "lm", tokenizer=tiny_tokenizer()))
+    engine = open_engine(model=NamedModel("lm", "", None, model, tokenizer))
+    with recorded_inputs(model, tokenizer) as seen:
+        draw_with(engine, max_new_tokens=2, temperature=0.9, top_p=0.95)([["What is 2 + 2?", "Name a colour."]], 0)
+    text = seen[0]
     # The reply is begun for the model, so it goes on with the next task of the list.
     assert text.startswith("<|im_start|>user\n") and text.endswith("<|im_start|>assistant\nTask 3:")
     assert "Task 1: What is 2 + 2?\n\nTask 2: Name a colour." in text
