@@ -41,10 +41,12 @@ def test_no_caller_names_an_engines_kind():
     assert not found, "ask the engine's capabilities instead:\n" + "\n".join(found)
 
 
-def test_both_engines_keep_the_contract(sessions):
+def test_both_engines_keep_the_contract(sqlite_url):
+    from preflab.db.engine import open_database, session_factory
     from preflab.lm.engines.local import TransformersEngine
     from preflab.lm.engines.remote import OpenAIEngine
 
+    sessions = session_factory(open_database(sqlite_url))  # nothing is stored: one database is enough
     in_process = open_engine(EngineConfig(), sessions, model="anything")
     with open_engine(EngineConfig(engine="openai", api_base="http://127.0.0.1:9/v1", model="m"), sessions) as served:
         for engine, kind in ((in_process, TransformersEngine), (served, OpenAIEngine)):
