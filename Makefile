@@ -21,7 +21,7 @@ ARENA_STAMP := $(ARENA_VENV)/.preflab-arena
 # The embedded model is converted from GGUF once (about a minute) and cached in the user cache
 # folder (~/.cache/preflab/models; PREFLAB_MODEL_CACHE moves it), however preflab is started.
 
-.PHONY: setup test-setup run test fuzz bench system postgres label-studio vllm vllm-venv arena-venv clean
+.PHONY: setup test-setup run test check fuzz bench system postgres label-studio vllm vllm-venv arena-venv clean
 
 # `make run` sets up only the main job; `make test` adds chromium, Label Studio, vLLM and the test tools.
 setup: $(RUN_STAMP)
@@ -121,10 +121,19 @@ run: setup
 	$(BIN)/preflab pipeline
 
 # Property tests are derandomised here and in CI (tests/properties.py): the same examples every run.
+# In parallel, a worker per core (pytest-xdist): tests that share a server (Label Studio, vLLM) go to one worker
+# together, the rest a module at a time (tests/conftest.py).
+PYTEST := PREFLAB_HYPOTHESIS_PROFILE=deterministic $(BIN)/python -m pytest -q -n auto --dist loadgroup
 test: test-setup postgres
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	PREFLAB_HYPOTHESIS_PROFILE=deterministic $(BIN)/python -m pytest -q
+	$(PYTEST)
+
+# The inner loop: ruff and every test not marked slow (no model trained or loaded, no server), in minutes.
+check: test-setup postgres
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(PYTEST) -m "not slow"
 
 # The same properties with fresh random examples, FUZZ_SCALE times as many (not part of CI).
 FUZZ_SCALE ?= 20

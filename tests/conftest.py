@@ -9,6 +9,8 @@ elsewhere.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -23,6 +25,7 @@ import tests.properties
 from tests.vllm_server import vllm_server  # noqa: F401  (one real vLLM server per session, started on first use)
 
 POSTGRES_URL = os.environ.get("PREFLAB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+TEMPLATE_SCHEMA = "preflab_template_schema"  # stands for a test's own schema in `postgres_schema_sql`
 SECRETS = (
     "LABEL_STUDIO_API_KEY",
     "HF_TOKEN",
@@ -34,10 +37,90 @@ SECRETS = (
 
 
 def pytest_collection_modifyitems(items):
-    # `make fuzz` selects the property tests with `-m property`.
     for item in items:
+        # `make fuzz` selects the property tests with `-m property`.
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.property)
+        group = _group(item)
+        item.add_marker(pytest.mark.xdist_group(group))
+        if group in ("label-studio", "vllm"):  # a real server: `make check` leaves these out
+            item.add_marker(pytest.mark.slow)
+
+
+def _group(item) -> str:
+    """Which tests a parallel run (pytest-xdist, `--dist loadgroup`) gives one worker together.
+
+    Every test of Label Studio on one worker, and every test of vLLM on one (one server each: they are shared,
+    and Label Studio's own SQLite store would be written by two at once); the rest a module to a worker, so a
+    module's fixtures are made once.
+    """
+    fixtures = getattr(item, "fixturenames", ())
+    if "ls_server" in fixtures:
+        return "label-studio"
+    if "vllm_server" in fixtures:
+        return "vllm"
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)  # before the fixture's own parameters are given
+def pytest_generate_tests(metafunc):
+    """A test marked `one_database` runs on SQLite only: what it checks does not pass through the store's SQL (a
+    judge's numbers on an engine), and the store's part of it is tested on both databases elsewhere."""
+    if "db_url" not in metafunc.fixturenames or not metafunc.definition.get_closest_marker("one_database"):
+        return
+    if any(mark.args and mark.args[0] == "db_url" for mark in metafunc.definition.iter_markers("parametrize")):
+        return  # parametrised by hand already
+    metafunc.definition.add_marker(pytest.mark.parametrize("db_url", ["sqlite"], indirect=True))
+
+
+def pytest_configure(config):
+    if hasattr(config, "workerinput"):
+        _one_thread_a_worker()
+    # A parallel run's controller starts Label Studio once, before its workers, for all of them (ls_fixtures).
+    if _controller(config) and _may_use_label_studio(config):
+        from tests.labelling.ls_fixtures import share_with_workers
+
+        share_with_workers()
+
+
+def pytest_unconfigure(config):
+    if _controller(config):
+        from tests.labelling.ls_fixtures import stop_server
+
+        stop_server()
+
+
+def _one_thread_a_worker() -> None:
+    """A worker of a parallel run computes on one thread, and so do the processes it starts: two workers on two
+    cores, each with torch's thread per core, would be four threads on two cores waiting at each other's barriers
+    (the tiny models gain nothing from a second thread)."""
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _controller(config) -> bool:
+    """Whether this process hands tests to pytest-xdist workers (`-n N`, N > 0) rather than running them."""
+    return not hasattr(config, "workerinput") and bool(getattr(config.option, "numprocesses", None))
+
+
+def _may_use_label_studio(config) -> bool:
+    """Whether the run may hold a test of Label Studio: its folders are among those given, and slow tests are not
+    left out (`make check` leaves them out); nor does a server given by URL take its place."""
+    from tests.labelling.ls_fixtures import label_studio_bin_path, started_elsewhere
+
+    if "not slow" in (config.option.markexpr or "") or started_elsewhere():
+        return False
+    if not os.access(label_studio_bin_path(), os.X_OK):
+        return False  # the fixture fails, saying why
+    root = Path(__file__).resolve().parent
+    homes = [root / "labelling", root / "server"]
+    for arg in config.args or ["tests"]:
+        path = (Path(config.invocation_params.dir) / arg.split("::", 1)[0]).resolve()
+        if any(path == home or path in home.parents or home in path.parents for home in homes):
+            return True
+    return False
 
 
 def pytest_report_header(config):
@@ -80,17 +163,61 @@ def empty_postgres_url():
     admin.dispose()
 
 
-@pytest.fixture
-def postgres_url(empty_postgres_url):
-    """A fresh schema on the real Postgres server, migrated to head as `preflab db upgrade` does.
+@pytest.fixture(scope="session")
+def postgres_schema_sql():
+    """What `preflab db upgrade` makes of an empty schema, as SQL (`pg_dump` of a schema migrated once per session).
 
-    preflab never migrates Postgres implicitly, so a test database is upgraded explicitly.
+    A test's schema replays it (`postgres_url`) instead of running the migrations again: 0.2 s of Alembic a test,
+    on hundreds of tests. Every table, index, constraint, sequence and the `alembic_version` row come through
+    pg_dump as they were made; the migrations themselves are tested on empty schemas (`empty_postgres_url`).
     """
+    from sqlalchemy import create_engine, make_url, text
+
     from preflab.db.engine import make_engine, upgrade
 
-    engine = make_engine(empty_postgres_url)
-    upgrade(engine)
-    engine.dispose()
+    schema = f"t_template_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(POSTGRES_URL)
+    with admin.begin() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))  # identifier we generated, not user input
+    try:
+        engine = make_engine(_postgres_schema_url(schema))
+        upgrade(engine)
+        engine.dispose()
+        url = make_url(POSTGRES_URL)
+        dump = subprocess.run(
+            [
+                *("pg_dump", "--schema", schema, "--inserts", "--no-owner", "--no-privileges", "--no-comments"),
+                *("-h", url.host or "127.0.0.1", "-p", str(url.port or 5432), "-U", url.username or "postgres"),
+                url.database or "postgres",
+            ],
+            env={**os.environ, **({"PGPASSWORD": url.password} if url.password else {})},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    finally:
+        with admin.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+    # psql's own commands (\\restrict, from pg_dump 15.14 on) are no SQL; the test's schema exists already
+    body = "\n".join(line for line in dump.splitlines() if not line.startswith(("\\", f"CREATE SCHEMA {schema};")))
+    return body.replace(schema, TEMPLATE_SCHEMA)
+
+
+@pytest.fixture
+def postgres_url(empty_postgres_url, postgres_schema_sql):
+    """A fresh schema on the real Postgres server, at the newest revision, as `preflab db upgrade` leaves one.
+
+    preflab never migrates Postgres implicitly, so a test database is brought to head explicitly: by replaying
+    what the migrations made of a schema once this session (`postgres_schema_sql`).
+    """
+    import psycopg
+    from sqlalchemy import make_url
+
+    schema = empty_postgres_url.rsplit("%3D", 1)[1]
+    url = make_url(POSTGRES_URL).set(drivername="postgresql")
+    with psycopg.connect(url.render_as_string(hide_password=False)) as conn:
+        conn.execute(postgres_schema_sql.replace(TEMPLATE_SCHEMA, schema))  # no parameters: one script
     return empty_postgres_url
 
 
@@ -99,11 +226,25 @@ def sqlite_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path / 'preflab.db'}"
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory) -> Path:
+    """A SQLite store migrated to head once per session; `db_url` copies it (migrating is 0.1 s a test)."""
+    from preflab.db.engine import make_engine, upgrade
+
+    path = tmp_path_factory.mktemp("template") / "preflab.db"
+    engine = make_engine(f"sqlite:///{path}")
+    upgrade(engine)
+    engine.dispose()  # the last connection closed: the write-ahead log is checkpointed into the file, and removed
+    return path
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request, tmp_path):
-    """Run the test on a fresh SQLite file and on a fresh Postgres schema."""
+    """Run the test on a fresh SQLite file and on a fresh Postgres schema, each at the newest revision."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'preflab.db'}"
+        path = tmp_path / "preflab.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        return f"sqlite:///{path}"
     return request.getfixturevalue("postgres_url")
 
 

@@ -116,7 +116,7 @@ def writes_held(url: str, procs_: list[subprocess.Popen]) -> Iterator[None]:
         yield
         database = str(Path(engine.url.database).resolve())
         wait_for(
-            lambda: all(any(os.path.realpath(fd) == database for fd in _open_files(p.pid)) for p in procs_),
+            lambda: all(database in _open_files(p.pid) for p in procs_),
             what="the writers to open the database",
         )
         # A writer refused SQLite's lock waits in the kernel: asleep in its busy handler between tries, or blocked on
@@ -144,10 +144,18 @@ def _waiting(pid: int) -> bool:
 
 
 def _open_files(pid: int) -> list[str]:
+    """The paths of the files a process holds open; one it closes (or an exit) while they are read is left out."""
     try:
-        return [f"/proc/{pid}/fd/{fd}" for fd in os.listdir(f"/proc/{pid}/fd")]
+        fds = os.listdir(f"/proc/{pid}/fd")
     except FileNotFoundError:
         return []
+    paths = []
+    for fd in fds:
+        try:
+            paths.append(os.path.realpath(f"/proc/{pid}/fd/{fd}", strict=True))
+        except OSError:
+            continue
+    return paths
 
 
 def wait_for(condition, timeout: float = 120, what: str = "condition") -> None:

@@ -8,6 +8,7 @@ from tests.labelling.ls_fixtures import (  # noqa: F401  (fixtures)
     ls_env,
     ls_server,
     start_server,
+    started_elsewhere,
     stop_server,
     uses_label_studio,
 )
@@ -19,7 +20,7 @@ def pytest_collection_finish(session):
     if (
         uses_label_studio(session.items)
         and not session.config.option.collectonly
-        and not os.environ.get("PREFLAB_TEST_LABEL_STUDIO_URL")
+        and not started_elsewhere()
         and os.access(label_studio_bin_path(), os.X_OK)
     ):  # else the fixture fails with the reason
         start_server()

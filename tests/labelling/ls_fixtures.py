@@ -9,6 +9,7 @@ A missing install fails the tests (it is not a reason to skip them).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -26,6 +27,8 @@ import pytest
 from click.testing import CliRunner
 
 LS_BIN_ENV = "PREFLAB_LABEL_STUDIO_BIN"
+# The server a parallel run's controller started for its workers (`share_with_workers`): its fields, as JSON.
+SHARED_ENV = "PREFLAB_TEST_LABEL_STUDIO_SHARED"
 DEFAULT_LS_BIN = Path.home() / ".cache" / "ls-venv" / "bin" / "label-studio"  # where `make test` puts it
 STARTUP_TIMEOUT = float(os.environ.get("PREFLAB_LABEL_STUDIO_STARTUP_TIMEOUT", "900"))
 CHROMIUM = os.environ.get("PREFLAB_CHROMIUM", "/usr/bin/chromium")
@@ -192,13 +195,44 @@ def uses_label_studio(items) -> bool:
     return any("ls_server" in getattr(item, "fixturenames", ()) for item in items)
 
 
+def started_elsewhere() -> bool:
+    """Whether this process uses a server it did not start (a parallel run's, or one given by URL)."""
+    return bool(os.environ.get(SHARED_ENV) or os.environ.get("PREFLAB_TEST_LABEL_STUDIO_URL"))
+
+
+def share_with_workers() -> None:
+    """In a parallel run's controller: start the one server every worker uses (they inherit its address).
+
+    Started before the workers are, it migrates while they collect and run the tests before the first that
+    needs it, as a lone run's does (`pytest_collection_finish`); the run's last act stops it (`stop_server`).
+    """
+    server = start_server().server
+    fields = {k: str(v) for k, v in vars(server).items() if k != "users"}
+    os.environ[SHARED_ENV] = json.dumps({**fields, "pid": _started.proc.pid})
+
+
 @pytest.fixture(scope="session")
 def ls_server():
     """Label Studio for the whole test run: started when the tests were collected, stopped at the end.
 
+    In a parallel run (pytest-xdist) the controller starts it and every worker uses that one (`SHARED_ENV`).
     PREFLAB_TEST_LABEL_STUDIO_URL and PREFLAB_TEST_LABEL_STUDIO_TOKEN point the
     tests at a server already running instead (quicker while developing).
     """
+    shared = os.environ.get(SHARED_ENV)
+    if shared:
+        fields = json.loads(shared)
+        server = LabelStudioServer(
+            fields["url"],
+            fields["token"],
+            fields["admin_email"],
+            fields["admin_password"],
+            Path(fields["data_dir"]),
+            Path(fields["log"]),
+        )
+        _wait_answering(server, int(fields["pid"]))
+        yield server
+        return
     reuse = os.environ.get("PREFLAB_TEST_LABEL_STUDIO_URL")
     if reuse:
         token = os.environ.get("PREFLAB_TEST_LABEL_STUDIO_TOKEN", "")
@@ -229,10 +263,11 @@ def _moved(url: str, log: Path) -> str:
         found = re.findall(r"Trying to start at (\d+)", log.read_text(errors="replace"))
     except OSError:
         return url
-    if not found or _started is None:
+    if not found:
         return url
     moved = f"{url.rsplit(':', 1)[0]}:{found[-1]}"
-    _started.server.url = moved
+    if _started is not None:  # this process started it (a worker of a parallel run did not)
+        _started.server.url = moved
     return moved
 
 
@@ -255,6 +290,25 @@ def _wait_ready(proc: subprocess.Popen, url: str, token: str, log: Path) -> None
         time.sleep(2)
     _stop(proc)
     pytest.fail(f"Label Studio did not answer within {STARTUP_TIMEOUT:.0f}s:\n{_tail(log)}", pytrace=False)
+
+
+def _wait_answering(server: LabelStudioServer, pid: int) -> None:
+    """Wait for a server another process started (a parallel run's controller) to answer, as `_wait_ready` does."""
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        server.url = _moved(server.url, server.log)
+        if not Path(f"/proc/{pid}").exists():
+            pytest.fail(f"Label Studio exited while starting:\n{_tail(server.log)}", pytrace=False)
+        try:
+            answer = httpx.get(
+                f"{server.url}/api/current-user/whoami", headers={"Authorization": f"Token {server.token}"}, timeout=10
+            )
+            if answer.status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(2)
+    pytest.fail(f"Label Studio did not answer within {STARTUP_TIMEOUT:.0f}s:\n{_tail(server.log)}", pytrace=False)
 
 
 def _stop(proc: subprocess.Popen) -> None:

@@ -24,6 +24,7 @@ from tests.labelling.ls_fixtures import (  # noqa: F401  (fixtures)
     ls_server,
     reserved_port,
     start_server,
+    started_elsewhere,
     stop_server,
     uses_label_studio,
 )
@@ -43,7 +44,7 @@ def pytest_collection_finish(session):
     if (
         uses_label_studio(session.items)
         and not session.config.option.collectonly
-        and not os.environ.get("PREFLAB_TEST_LABEL_STUDIO_URL")
+        and not started_elsewhere()
         and os.access(label_studio_bin_path(), os.X_OK)
     ):
         start_server()

@@ -143,7 +143,7 @@ def test_retrain_config_bytes_that_cannot_be_a_config_are_one_sentence(tmp_path,
     "name, content",
     [
         ("retrain.toml", b"\xef\xbb\xbfmin_new = 3\r\n[reward]\r\nmax_steps = 1\r\n"),
-        ("retrain.toml.gz", gzip.compress(b"min_new = 3\n[reward]\nmax_steps = 1\n")),
+        ("retrain.toml.gz", gzip.compress(b"min_new = 3\n[reward]\nmax_steps = 1\n", mtime=0)),
         ("retrain.json", b'\xef\xbb\xbf{"min_new": 3, "reward": {"max_steps": 1}}\r\n'),
     ],
 )

@@ -157,7 +157,7 @@ def test_a_damaged_gzip_keeps_the_batches_before_the_damage(cli, tmp_path):
         ("hello\n".encode("utf-16"), "is UTF-16 text"),
         (b"PK\x03\x04rest", "is a zip archive"),
         (b"\x28\xb5\x2f\xfd", "is zstd-compressed"),
-        (gzip.compress("{}\n".encode("utf-16")), "holds UTF-16 text"),
+        (gzip.compress("{}\n".encode("utf-16"), mtime=0), "holds UTF-16 text"),
         (b"\x1f\x8bnot really gzip", "cannot be read as gzip"),
     ],
 )

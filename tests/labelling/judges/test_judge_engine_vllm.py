@@ -15,7 +15,9 @@ from sqlalchemy import select
 from preflab.db.models import Annotator, Candidate, Prompt, Ranking, RankingItem
 from tests.lm.conversations import FRANCE, ITALY, rankings_file
 
-pytestmark = pytest.mark.slow
+# A judge's numbers on the engines do not pass through the store's SQL: on SQLite only (the rankings' writer is
+# tested on both databases in tests/db).
+pytestmark = [pytest.mark.slow, pytest.mark.one_database]
 
 FACTS = [
     (
