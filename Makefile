@@ -123,7 +123,7 @@ run: setup
 # Property tests are derandomised here and in CI (tests/properties.py): the same examples every run.
 # In parallel, a worker per core (pytest-xdist): tests that share a server (Label Studio, vLLM) go to one worker
 # together, the rest a module at a time (tests/conftest.py).
-PYTEST := PREFLAB_HYPOTHESIS_PROFILE=deterministic $(BIN)/python -m pytest -q -n auto --dist loadgroup
+PYTEST := PREFLAB_HYPOTHESIS_PROFILE=deterministic $(BIN)/python -m pytest -q -n auto --dist loadgroup --durations=20
 test: test-setup postgres
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
