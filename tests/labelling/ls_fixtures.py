@@ -272,43 +272,40 @@ def _moved(url: str, log: Path) -> str:
 
 
 def _wait_ready(proc: subprocess.Popen, url: str, token: str, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_TIMEOUT
-    while time.monotonic() < deadline:
-        url = _moved(url, log)
-        if proc.poll() is not None:
-            pytest.fail(
-                f"Label Studio exited with status {proc.returncode} while starting:\n{_tail(log)}", pytrace=False
-            )
-        try:
-            answer = httpx.get(
-                f"{url}/api/current-user/whoami", headers={"Authorization": f"Token {token}"}, timeout=10
-            )
-            if answer.status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(2)
-    _stop(proc)
-    pytest.fail(f"Label Studio did not answer within {STARTUP_TIMEOUT:.0f}s:\n{_tail(log)}", pytrace=False)
+    """Wait for the server this process started to answer; stopped, and the test failed, if it does not."""
+    if not _answers(url, token, log, lambda: None if proc.poll() is None else f" with status {proc.returncode}"):
+        _stop(proc)
+        pytest.fail(f"Label Studio did not answer within {STARTUP_TIMEOUT:.0f}s:\n{_tail(log)}", pytrace=False)
 
 
 def _wait_answering(server: LabelStudioServer, pid: int) -> None:
     """Wait for a server another process started (a parallel run's controller) to answer, as `_wait_ready` does."""
+    gone = Path(f"/proc/{pid}")
+    if not _answers(server.url, server.token, server.log, lambda: None if gone.exists() else "", server):
+        pytest.fail(f"Label Studio did not answer within {STARTUP_TIMEOUT:.0f}s:\n{_tail(server.log)}", pytrace=False)
+
+
+def _answers(url: str, token: str, log: Path, exit_status, server: LabelStudioServer | None = None) -> bool:
+    """Whether Label Studio answers its whoami within STARTUP_TIMEOUT, following it to the port it moved to (onto
+    `server.url` where given). The test fails at once when the process has gone: `exit_status()` then says what
+    follows "exited" (None while it runs)."""
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
-        server.url = _moved(server.url, server.log)
-        if not Path(f"/proc/{pid}").exists():
-            pytest.fail(f"Label Studio exited while starting:\n{_tail(server.log)}", pytrace=False)
+        url = _moved(url, log)
+        if server is not None:
+            server.url = url
+        status = exit_status()
+        if status is not None:
+            pytest.fail(f"Label Studio exited{status} while starting:\n{_tail(log)}", pytrace=False)
         try:
-            answer = httpx.get(
-                f"{server.url}/api/current-user/whoami", headers={"Authorization": f"Token {server.token}"}, timeout=10
-            )
+            headers = {"Authorization": f"Token {token}"}
+            answer = httpx.get(f"{url}/api/current-user/whoami", headers=headers, timeout=10)
             if answer.status_code == 200:
-                return
+                return True
         except httpx.HTTPError:
             pass
         time.sleep(2)
-    pytest.fail(f"Label Studio did not answer within {STARTUP_TIMEOUT:.0f}s:\n{_tail(server.log)}", pytrace=False)
+    return False
 
 
 def _stop(proc: subprocess.Popen) -> None:
