@@ -30,6 +30,8 @@ import pytest
 
 from tests.conftest import POSTGRES_URL
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 ROOT = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 300  # a bench that hangs fails instead of holding the suite
 WORKERS = 2

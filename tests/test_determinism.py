@@ -5,9 +5,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from hypothesis import settings
 
 from tests.properties import PROFILE
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 
 def test_property_tests_are_derandomised_without_an_example_database():

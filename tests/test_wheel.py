@@ -22,7 +22,10 @@ import venv
 import zipfile
 from pathlib import Path
 
+import pytest
 import tomllib
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 ROOT = Path(__file__).resolve().parents[1]
 

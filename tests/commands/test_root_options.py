@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
 from click.testing import CliRunner
 
 from preflab.cli import cli
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 
 def test_the_database_is_the_option_else_the_environment_else_the_default(tmp_path, monkeypatch):

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.labelling.judges.test_trust import PROMPTS, judged_store
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 
 def test_stats_judges_prints_the_judges_best_first(cli, sessions, tmp_path):

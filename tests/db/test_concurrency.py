@@ -28,6 +28,8 @@ from .procs import (
     writes_held,
 )
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 
 @pytest.fixture
 def other_url(db_url, tmp_path, request):

@@ -10,6 +10,8 @@ from sqlalchemy import func, select
 from preflab.db.models import Candidate, ModelVersion, Prompt, RawRecord
 from tests.tiny_models import fit_completions, tiny_causal_lm, tiny_tokenizer
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 PROMPTS = ["What is the capital of France?", "Write a short poem about the sea.", "How many legs does a spider have?"]
 
 

@@ -13,6 +13,7 @@ import json
 import signal
 import time
 
+import pytest
 from sqlalchemy import delete, func, select
 
 from preflab.db.models import Candidate, ModelVersion, Prompt
@@ -20,6 +21,8 @@ from preflab.db.requests import EngineRequest
 from tests.db.procs import start
 from tests.lm.conversations import FRANCE
 from tests.lm.engines.conftest import fault_server, no_outside_server  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 QUESTIONS = ["What is the capital of France?", "Write a short poem about the sea.", "How many legs does a spider have?"]
 

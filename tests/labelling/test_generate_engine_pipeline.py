@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.lm.engines.conftest import fault_server, no_outside_server  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 
 def test_the_pipeline_generates_and_judges_on_a_server(cli, fault_server, tmp_path):

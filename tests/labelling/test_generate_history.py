@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from sqlalchemy import select
 
 from preflab.db.models import Candidate, Prompt
@@ -15,6 +16,8 @@ from tests.lm.conversations import (
     shown_history,
     tutor_lm,  # noqa: F401 (fixture)
 )
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 
 def conversations_file(path):

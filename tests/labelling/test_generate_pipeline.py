@@ -8,6 +8,8 @@ import pytest
 
 from tests.tiny_models import tiny_causal_lm
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory):

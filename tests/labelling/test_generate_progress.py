@@ -21,7 +21,10 @@ from tests.labelling.test_generate import write_prompts
 from tests.tiny_models import tiny_causal_lm
 from tests.training.step_lines import CLOCK, stderr_is_a_log  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.usefixtures("stderr_is_a_log")
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.usefixtures("stderr_is_a_log"),
+]  # measured at a second or more a test: `make check` leaves it out
 
 
 def progress(description: str, done: int, total: int, left: bool = True) -> str:

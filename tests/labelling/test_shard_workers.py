@@ -28,7 +28,7 @@ from tests.db.procs import finish, run_here, start, wait_for
 from tests.tiny_models import tiny_causal_lm
 from tests.toy_data import one_thread  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.postgres
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]  # measured at a second or more a test: `make check` leaves it out
 
 
 def longer_and_longer(sizes: list[int]) -> list[str]:

@@ -25,6 +25,8 @@ from tests.lm.awkward import asks, corpus, cut
 from tests.properties import examples
 from tests.tiny_models import tiny_causal_lm, tiny_tokenizer
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):

@@ -22,6 +22,8 @@ from tests.report.store import (  # noqa: F401 (fixtures)
     toy_world,
 )
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 SECTIONS = ["data", "agreement", "judges", "leaderboard", "models", "optimisation"]
 CHARTS = 7  # weekly arrivals, agreement heatmap, judges, leaderboard, lineage, best-of-n, self-rewarding
 

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from sqlalchemy import select
 
 from preflab.db.models import Annotator
@@ -9,6 +10,8 @@ from preflab.db.quality.gold import read_gold, store_gold
 from tests.db.quality.quality_world import export_file, make_world
 from tests.labelling.browser import browser_page
 from tests.report.store import run_report
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 PEOPLE = {1: "careful", 2: "careful", 3: "careful", 4: "random", 5: "shown"}
 

@@ -22,6 +22,8 @@ from tests.db.leaderboard.store import TIE_RATES, VERSIONS, import_lines, name_v
 from tests.labelling.browser import browser_page
 from tests.report.store import run_report
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOT = ROOT / "docs" / "screenshots" / "report-leaderboard.png"
 PROMPTS = 120

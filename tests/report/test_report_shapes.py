@@ -17,6 +17,8 @@ import pytest
 from tests.report.store import write_extra_rankings
 from tests.tiny_models import tiny_causal_lm
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 SECTIONS = ["data", "agreement", "judges", "leaderboard", "models", "optimisation"]
 # What each "lacks" sentence starts with, and the section it belongs to.
 LACKS = {

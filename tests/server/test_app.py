@@ -9,6 +9,8 @@ import pytest
 
 from tests.server.conftest import DEFAULT_SERVED, SECRET, basic, delivery, raw_records, stored
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 WEBHOOK_HEADERS = {"X-Preflab-Secret": SECRET, "Content-Type": "application/json"}
 
 

@@ -13,6 +13,8 @@ from tests.lm.engines.conftest import fault_server, no_outside_server  # noqa: F
 from tests.server.conftest import SECRET, basic, unknown_to_label_studio
 from tests.server.predicting import hh_rows, import_hh, is_valid, judge_rankings, predict_body, pushed_tasks
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 
 def predictions(client, tasks: list[dict], project: int) -> list:
     answer = client.post("/predict", headers=basic(SECRET), json=predict_body(tasks, project))

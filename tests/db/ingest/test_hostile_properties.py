@@ -19,6 +19,8 @@ from preflab.errors import EXIT_ALL_QUARANTINED
 from tests.db.procs import TABLES, counts, scalar
 from tests.properties import examples
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 EXAMPLES = examples(30)
 SETTINGS = settings(
     max_examples=EXAMPLES,

@@ -25,6 +25,8 @@ from tests.db.ingest.law_rows import FORMATS, rows_of
 from tests.db.ingest.law_store import emptied, encodings, imported, jsonl, same, snapshot
 from tests.properties import examples
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 ALL = (*FORMATS, "rankings")
 
 

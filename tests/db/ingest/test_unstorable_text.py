@@ -23,6 +23,8 @@ from preflab.errors import EXIT_ALL_QUARANTINED
 from tests.db.procs import TABLES, counts
 from tests.properties import examples
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 # Where the character goes, and how the reason names that place.
 FIELDS = {
     "id": "'id'",

@@ -23,6 +23,8 @@ from preflab.db.leaderboard.battles import from_labels
 from preflab.db.leaderboard.board import LeaderboardConfig, rate
 from tests.db.leaderboard.simulate import simulate, winners
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 SCRIPT = Path(__file__).with_name("arena_rank_script.py")
 PYTHON = os.environ.get("PREFLAB_ARENA_PYTHON", str(Path.home() / ".cache/arena-venv/bin/python"))
 

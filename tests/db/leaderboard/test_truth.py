@@ -14,6 +14,8 @@ from preflab.db.leaderboard.battles import Battles
 from preflab.db.leaderboard.board import LeaderboardConfig, rate
 from tests.db.leaderboard.simulate import newcomer, simulate, true_ratings
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 STRENGTHS = np.array([0.0, 55.0, 110.0, 165.0, 220.0, 275.0, 330.0, 385.0])  # ≥ 50 Elo apart
 TRUTH = 1000.0 + STRENGTHS - STRENGTHS.mean()
 NAMES = [f"m{k}" for k in range(8)]

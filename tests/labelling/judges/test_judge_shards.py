@@ -15,11 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
 from preflab.db.requests import EngineRequest
 from preflab.db.store import content_hash
 from preflab.labelling.selection import shard_of
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 ROOT = Path(__file__).resolve().parents[3]
 PROMPTS = [f"Question {k}: which answer is best?" for k in range(24)]

@@ -10,6 +10,8 @@ from sqlalchemy import select
 from preflab.db.models import Annotator, Candidate, Comparison, Prompt, Ranking
 from tests.tiny_models import fit_completions, tiny_causal_lm, tiny_reward_model
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 QUESTION = "What is the capital of France?"
 ANSWERS = ["Paris.", "London.", "It is Berlin, of course."]
 

@@ -8,12 +8,15 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
 from preflab.db.models import LSProject, LSTask
 from tests.db.procs import dangling, rows
 from tests.labelling.ls_fixtures import reserved_port
 from tests.labelling.ls_helpers import item, personal_access_token, ranker_result, session, tasks, unique, write_prompts
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 
 def written(sqlite_url: str) -> int:

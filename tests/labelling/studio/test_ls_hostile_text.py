@@ -4,6 +4,7 @@ it is, from an export file and from what `ls sync` gets back from Label Studio."
 import gzip
 import json
 
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,8 @@ from tests.db.procs import TABLES, counts, dangling, rows
 from tests.labelling.ls_helpers import ranker_result, unique
 from tests.labelling.studio.gallery_export import BIASED, BUCKETS, RELEVANT, flawed, gallery_task, write_export
 from tests.properties import examples
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 # --- property: `ls import` on anything ------------------------------------------------------------
 

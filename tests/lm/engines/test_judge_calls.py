@@ -13,6 +13,8 @@ import pytest
 from preflab.errors import EngineError
 from preflab.lm.engines import Likelihood, Logprobs, ReplyLogprob, TokenLogprobs
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 JUDGE = [
     {"role": "system", "content": "You are a fair judge."},
     {"role": "user", "content": "Which answer is better, A or B?\n[A] Paris\n[B] Lyon"},

@@ -15,6 +15,8 @@ from preflab.db.requests import EngineRequest
 from preflab.errors import EngineError
 from preflab.lm.engines import Failed, Generate, Generation, Sampling
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 PROMPTS = [
     "What is the capital of France?",
     "How many legs does a spider have?",

@@ -9,10 +9,13 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy import func, select
 
 from preflab.db.requests import EngineRequest
 from preflab.lm.engines import Generate, Generation, Sampling
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 ROOT = Path(__file__).resolve().parents[3]
 ASKS = 60

@@ -10,6 +10,8 @@ from tests.training.retrain.retrain_fixtures import retrain_config, write_config
 from tests.training.selfreward.selfreward_world import one_torch_thread  # noqa: F401 (fixture)
 from tests.training.step_lines import matches, stderr_is_a_log, step_line, step_lines  # noqa: F401 (fixture)
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 
 def new_rankings(path, n: int = 3, tag: str = "late"):
     lines = [

@@ -16,6 +16,8 @@ from preflab.db.models import ModelVersion, TrainingRun
 from preflab.errors import LockHeld
 from tests.training.retrain.retrain_fixtures import write_config
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 CRASHING_HOLDER = """
 import os, sys
 from preflab.db.engine import open_database, session_factory

@@ -8,6 +8,8 @@ from click.testing import CliRunner
 from preflab.cli import cli
 from preflab.training.retrain.schedule import cron_trigger
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 
 def write_config(folder):
     """A config whose runs never get as far as training (the store stays empty)."""

@@ -21,6 +21,8 @@ from preflab.training.reward_eval.pairs import PairFacts
 from preflab.training.reward_eval.score import Scored
 from tests.properties import examples
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 CATEGORIES = ("chat", "math", "safety", "import:hh-rlhf")
 KINDS = ("human", "ai", "mixed")
 

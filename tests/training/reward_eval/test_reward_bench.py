@@ -10,6 +10,8 @@ from sqlalchemy import select
 from preflab.db.models import ModelVersion
 from tests.tiny_models import tiny_reward_model
 
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
+
 TOPICS = {
     "math": ["What is {a} plus {b}?", "Is {a} larger than {b}?"],
     "chat": ["Tell me about the number {a}.", "Say hello to {b} friends."],

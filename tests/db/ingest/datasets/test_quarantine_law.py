@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
@@ -23,6 +24,8 @@ from preflab.db.models import RawRecord, RawStatus
 from preflab.errors import Invalid
 from tests.db.ingest.datasets.shapes_b import run_import, write_jsonl
 from tests.properties import examples
+
+pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 MISSING = object()  # a key left out of the row
 FIELDS = ("overall_score", "honesty", "helpfulness", "fine-grained_score")
