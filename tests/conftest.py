@@ -38,18 +38,19 @@ SECRETS = (
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's worker reads the groups (--dist loadgroup)
 def pytest_collection_modifyitems(items):
+    groups = {}
     for item in items:
         # `make fuzz` selects the property tests with `-m property`.
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.property)
-        group = _group(item)
+        group = groups[item.nodeid] = _group(item)
         item.add_marker(pytest.mark.xdist_group(group))
         if group in ("label-studio", "vllm"):  # a real server: `make check` leaves these out
             item.add_marker(pytest.mark.slow)
     # The longest groups first, so that two workers finish together instead of one starting a ten-minute group
     # as the other runs out of work (a parallel run hands groups out in the order they were collected).
     rank = {group: place for place, group in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: each group's own order is kept
+    items.sort(key=lambda item: rank.get(groups[item.nodeid], len(rank)))  # stable: each group's own order is kept
 
 
 def pytest_collection_finish(session):
