@@ -1,12 +1,11 @@
 """The lifecycle of a training run, the same on one process or many.
 
-Rank 0 alone touches the database: it resolves the dataset version and the
-starting model, records the run (status `running`) and hands every rank the
-plan. All ranks train. Rank 0 then scores the saved model on the held-out split
-and records the metrics and a new model version; a crash marks the run `failed`
-with the error. What is trained and how is a method of the table in
-`preflab.training.methods`. Under `torchrun`/`accelerate launch` the ranks read
-RANK and WORLD_SIZE from the environment; a plain process is rank 0 of 1.
+Rank 0 alone touches the database: it resolves the dataset version and the starting model, records the
+run (status `running`) and hands every rank the plan. All ranks train. Rank 0 then scores the saved model on
+the held-out split and records the metrics and a new model version; a crash, SIGTERM or Ctrl-C marks the run
+`failed` with the error. What is trained and how is a method of the table in `preflab.training.methods`.
+Under `torchrun`/`accelerate launch` the ranks read RANK and WORLD_SIZE from the environment; a plain
+process is rank 0 of 1.
 
 A run that succeeds deletes its checkpoints (unless `keep_checkpoints`): they
 exist for `--resume`, and their optimizer state is often twice the model's
@@ -291,39 +290,43 @@ def _execute(method, config, sessions, model_name, dataset_version, resume, outp
         from accelerate import PartialState
 
         PartialState(cpu=config.device_settings()["use_cpu"])  # the process group the broadcasts use
-    plan, failure = None, None
-    if is_main_process():
-        try:
-            with sessions.begin() as session:
-                plan = (
-                    plan_resume(session, kind)
-                    if resume
-                    else plan_run(session, kind, config.as_dict(), model_name, dataset_version, output_dir)
-                )
-            if plan.export_path:
-                copy_data(plan)
-        except Exception as exc:  # the other ranks wait on the broadcast below: tell them, then raise
-            failure = exc
-            if plan is not None:
-                with sessions.begin() as session:
-                    record_failure(session, plan.run_id, one_line(exc))
-                if not isinstance(exc, PreflabError):  # a starting model that cannot load: one line, as in training
-                    failure = TrainingError(f"training run {plan.run_id} failed: {one_line(exc)}")
-    shared = _share((plan, None if failure is None else str(failure)))
-    if failure is not None:
-        raise failure
-    if shared[1] is not None:
-        raise TrainingError(shared[1])
-    plan = shared[0]
-    config = method.config.from_dict(plan.config)
-    from preflab.lm.loading import prefer_reusable_attention
-
-    prefer_reusable_attention()
+    # Once the run is recorded, whatever ends it (an error, SIGTERM's SystemExit, Ctrl-C) records it failed.
+    plan, failure, recorded = None, None, False
     try:
+        if is_main_process():
+            try:
+                with sessions.begin() as session:
+                    plan = (  # should the commit fail, record_failure finds no run and records nothing
+                        plan_resume(session, kind)
+                        if resume
+                        else plan_run(session, kind, config.as_dict(), model_name, dataset_version, output_dir)
+                    )
+                if plan.export_path:
+                    copy_data(plan)
+            except Exception as exc:  # the other ranks wait on the broadcast below: tell them, then raise
+                failure = exc
+                if plan is not None:
+                    with sessions.begin() as session:
+                        record_failure(session, plan.run_id, one_line(exc))
+                    recorded = True
+                    if not isinstance(exc, PreflabError):  # a starting model that cannot load: one line
+                        failure = TrainingError(f"training run {plan.run_id} failed: {one_line(exc)}")
+        shared = _share((plan, None if failure is None else str(failure)))
+        if failure is not None:
+            raise failure
+        if shared[1] is not None:
+            raise TrainingError(shared[1])
+        plan = shared[0]
+        config = method.config.from_dict(plan.config)
+        from preflab.lm.loading import prefer_reusable_attention
+
+        prefer_reusable_attention()
         metrics = method.fit(plan, config, callbacks, reporter)
         if is_main_process():
             metrics.update(method.evaluate(plan, config, sessions))
     except BaseException as exc:
+        if recorded or plan is None:
+            raise
         if is_main_process():
             with sessions.begin() as session:
                 record_failure(session, plan.run_id, one_line(exc) + "\n" + traceback.format_exc(limit=-3))

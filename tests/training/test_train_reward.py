@@ -230,6 +230,27 @@ def test_a_crash_marks_the_run_failed_and_resume_continues_from_the_checkpoint(t
         train("reward", sessions, config, str(toy_base), resume=True)
 
 
+@pytest.mark.parametrize("window", ["copy_data", "prefer_reusable_attention"])
+def test_a_signal_between_recording_the_run_and_training_marks_it_failed(toy_store, toy_base, monkeypatch, window):
+    """SIGTERM lands where it lands: here as SystemExit (what `retrain`'s handler raises) while the run's data is
+    copied, and between that and the first step. The retrain lock test once found a run left `running` so."""
+    import preflab.lm.loading
+    import preflab.training.runs
+    from preflab.training.config import RewardTrainConfig
+    from preflab.training.methods import train
+
+    def terminated(*args, **kwargs):
+        raise SystemExit(143)
+
+    monkeypatch.setattr(preflab.training.runs if window == "copy_data" else preflab.lm.loading, window, terminated)
+    _, sessions = toy_store
+    with pytest.raises(SystemExit):
+        train("reward", sessions, RewardTrainConfig(max_steps=1, use_cpu=True), str(toy_base))
+    with sessions.begin() as session:
+        (run,) = session.scalars(select(TrainingRun)).all()
+        assert run.status == "failed" and run.error.startswith("SystemExit: 143") and run.finished_at is not None
+
+
 def test_a_model_that_cannot_load_fails_the_run_with_one_line(toy_store):
     url, sessions = toy_store
     result = run(url, "train", "reward", "--model", "nobody/no-such-model", *FAST, expect_ok=False)
