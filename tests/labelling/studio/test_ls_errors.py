@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import func, select
@@ -41,8 +42,14 @@ def test_unreachable_server(lcli, sqlite_url, monkeypatch):
     url = f"http://127.0.0.1:{nobody.getsockname()[1]}"
     monkeypatch.setenv("LABEL_STUDIO_URL", url)
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", "some-token-value")
+    import preflab.labelling.studio.client as client
+
+    waits: list[float] = []  # the client's backoff is recorded, not slept: 7.5 s a command of nothing but waiting
+    monkeypatch.setattr(client, "time", SimpleNamespace(sleep=waits.append))  # its module only, not other threads'
     for args in (("ls", "init", "--title", "nowhere"), ("ls", "sync", "--project", "1")):
+        waits.clear()
         result = lcli(*args, expect_ok=False)
+        assert waits == [0.5, 1, 2, 4]  # doubling from half a second, four retries
         line = one_error_line(result)
         assert line.startswith(f"Error: cannot reach Label Studio at {url}") and "is it running?" in line
         assert "some-token-value" not in result.output
