@@ -10,8 +10,8 @@
 - `fit_completions(path, examples)`: a few hundred steps of teacher forcing, so a
   tiny model reliably says what a test needs (a fixed verdict, a score, an answer).
 - `embedded_model_cache`: a fixture pointing PREFLAB_MODEL_CACHE at one converted
-  copy of the embedded SmolLM2 per test session (an outer PREFLAB_MODEL_CACHE wins,
-  so CI converts once across runs); import it into a test module to use it.
+  copy of the embedded SmolLM2 per test run, shared by a parallel run's workers (an
+  outer PREFLAB_MODEL_CACHE wins); import it into a test module to use it.
 """
 
 from __future__ import annotations
@@ -142,12 +142,29 @@ def fit_completions(
     return Path(path)
 
 
+def shared_model_cache(tmp_path_factory) -> Path:
+    """The run's one model cache, with the embedded model converted into it (29 s on the Intel draw): the first
+    worker to ask converts under a lock, the others wait and read it. An outer PREFLAB_MODEL_CACHE wins."""
+    from filelock import FileLock
+
+    from preflab.lm.loading import embedded_model
+    from preflab.settings import DEFAULT_MODEL
+
+    if os.environ.get("PREFLAB_MODEL_CACHE"):
+        cache = Path(os.environ["PREFLAB_MODEL_CACHE"])
+    else:  # a parallel run's workers have folders of their own under the run's: the cache goes beside them
+        base = tmp_path_factory.getbasetemp()
+        cache = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "model-cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    with FileLock(cache / ".converting.lock"), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PREFLAB_MODEL_CACHE", str(cache))
+        embedded_model(DEFAULT_MODEL)  # converted once a run; written to a folder beside it and renamed into place
+    return cache
+
+
 @pytest.fixture
 def embedded_model_cache(tmp_path_factory, monkeypatch) -> Path:
-    """Point PREFLAB_MODEL_CACHE at one converted copy of the embedded model per test session.
-
-    An outer PREFLAB_MODEL_CACHE (CI sets one) wins, so the conversion happens once across runs.
-    """
-    cache = Path(os.environ.get("PREFLAB_MODEL_CACHE") or tmp_path_factory.getbasetemp() / "model-cache")
+    """Point PREFLAB_MODEL_CACHE at the run's one converted copy of the embedded model (`shared_model_cache`)."""
+    cache = shared_model_cache(tmp_path_factory)
     monkeypatch.setenv("PREFLAB_MODEL_CACHE", str(cache))
     return cache

@@ -16,7 +16,6 @@ the settings sized for a test machine of two cores (the reasons are there).
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,13 +43,10 @@ class VllmServer:
 
 
 def converted_model(tmp_path_factory) -> Path:
-    """The embedded model's converted folder, where `embedded_model_cache` puts it, converting it if needed."""
-    from preflab.lm.loading import embedded_model
+    """The embedded model's converted folder, in the run's one model cache (`embedded_model_cache`'s)."""
+    from tests.tiny_models import shared_model_cache
 
-    cache = Path(os.environ.get("PREFLAB_MODEL_CACHE") or tmp_path_factory.getbasetemp() / "model-cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PREFLAB_MODEL_CACHE", str(cache))
-        return embedded_model(SERVED_MODEL)[0]
+    return shared_model_cache(tmp_path_factory) / SERVED_MODEL
 
 
 @pytest.fixture(scope="session")
