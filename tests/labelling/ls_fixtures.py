@@ -273,7 +273,7 @@ def _moved(url: str, log: Path) -> str:
 
 def _wait_ready(proc: subprocess.Popen, url: str, token: str, log: Path) -> None:
     """Wait for the server this process started to answer; stopped, and the test failed, if it does not."""
-    if not _answers(url, token, log, lambda: None if proc.poll() is None else f" with status {proc.returncode}"):
+    if _answers(url, token, log, lambda: None if proc.poll() is None else f" with status {proc.returncode}") is None:
         _stop(proc)
         pytest.fail(f"Label Studio did not answer within {STARTUP_TIMEOUT:.0f}s:\n{_tail(log)}", pytrace=False)
 
@@ -281,19 +281,19 @@ def _wait_ready(proc: subprocess.Popen, url: str, token: str, log: Path) -> None
 def _wait_answering(server: LabelStudioServer, pid: int) -> None:
     """Wait for a server another process started (a parallel run's controller) to answer, as `_wait_ready` does."""
     gone = Path(f"/proc/{pid}")
-    if not _answers(server.url, server.token, server.log, lambda: None if gone.exists() else "", server):
+    answered = _answers(server.url, server.token, server.log, lambda: None if gone.exists() else "")
+    if answered is None:
         pytest.fail(f"Label Studio did not answer within {STARTUP_TIMEOUT:.0f}s:\n{_tail(server.log)}", pytrace=False)
+    server.url = answered  # where it listens, should it have moved to the next port
 
 
-def _answers(url: str, token: str, log: Path, exit_status, server: LabelStudioServer | None = None) -> bool:
-    """Whether Label Studio answers its whoami within STARTUP_TIMEOUT, following it to the port it moved to (onto
-    `server.url` where given). The test fails at once when the process has gone: `exit_status()` then says what
-    follows "exited" (None while it runs)."""
+def _answers(url: str, token: str, log: Path, exit_status) -> str | None:
+    """The URL at which Label Studio answers its whoami within STARTUP_TIMEOUT (it may move to the next port), or
+    None. The test fails at once when the process has gone: `exit_status()` then says what follows "exited" (None
+    while it runs)."""
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:
         url = _moved(url, log)
-        if server is not None:
-            server.url = url
         status = exit_status()
         if status is not None:
             pytest.fail(f"Label Studio exited{status} while starting:\n{_tail(log)}", pytrace=False)
@@ -301,11 +301,11 @@ def _answers(url: str, token: str, log: Path, exit_status, server: LabelStudioSe
             headers = {"Authorization": f"Token {token}"}
             answer = httpx.get(f"{url}/api/current-user/whoami", headers=headers, timeout=10)
             if answer.status_code == 200:
-                return True
+                return url
         except httpx.HTTPError:
             pass
         time.sleep(2)
-    return False
+    return None
 
 
 def _stop(proc: subprocess.Popen) -> None:

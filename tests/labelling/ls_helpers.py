@@ -8,12 +8,23 @@ import json
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from preflab.db.models import Annotator, Candidate, Comparison, LSTask, Prompt, Ranking
+
+
+def record_backoff(monkeypatch) -> list[float]:
+    """The Label Studio client's retry waits in this process, recorded instead of slept (7.5 s before "cannot
+    reach"); its module's `time` only, so no other thread's sleep is touched."""
+    import preflab.labelling.studio.client as client
+
+    waits: list[float] = []
+    monkeypatch.setattr(client, "time", SimpleNamespace(sleep=waits.append))
+    return waits
 
 
 def write_prompts(path: Path, prompts: dict[str, list[str]]) -> Path:

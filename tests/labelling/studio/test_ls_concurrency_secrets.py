@@ -10,14 +10,13 @@ import secrets
 import sqlite3
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 from preflab.cli import cli as root
 from tests.db.procs import counts, dangling, finish, rows, writes_held
-from tests.labelling.ls_helpers import item, ranker_result, tasks, unique, write_prompts
+from tests.labelling.ls_helpers import item, ranker_result, record_backoff, tasks, unique, write_prompts
 
 N_TASKS = 12
 
@@ -162,10 +161,7 @@ def test_secrets_never_leave_the_environment(cli, db_url, ls_env, tmp_path, monk
             seen.append(repr(result.exception))
         return proc.returncode, result.exit_code
 
-    import preflab.labelling.studio.client as client
-
-    # In this process the client's backoff before "cannot reach" is not slept (the real process above sleeps it).
-    monkeypatch.setattr(client, "time", SimpleNamespace(sleep=lambda seconds: None))
+    record_backoff(monkeypatch)  # not slept in this process (the real process above sleeps it)
     wrong_key = f"lsk-preflabWrong{secrets.token_hex(12)}"
     assert run("ls", "sync", "--project", str(pid)) == (0, 0)
     assert run("ls", "sync", "--project", str(pid), key=wrong_key) == (1, 1)  # refused by the server

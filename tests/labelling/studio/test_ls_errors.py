@@ -7,7 +7,6 @@ import socket
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import func, select
@@ -15,7 +14,16 @@ from sqlalchemy import func, select
 from preflab.db.models import LSProject, LSTask
 from tests.db.procs import dangling, rows
 from tests.labelling.ls_fixtures import reserved_port
-from tests.labelling.ls_helpers import item, personal_access_token, ranker_result, session, tasks, unique, write_prompts
+from tests.labelling.ls_helpers import (
+    item,
+    personal_access_token,
+    ranker_result,
+    record_backoff,
+    session,
+    tasks,
+    unique,
+    write_prompts,
+)
 
 pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
@@ -42,10 +50,7 @@ def test_unreachable_server(lcli, sqlite_url, monkeypatch):
     url = f"http://127.0.0.1:{nobody.getsockname()[1]}"
     monkeypatch.setenv("LABEL_STUDIO_URL", url)
     monkeypatch.setenv("LABEL_STUDIO_API_KEY", "some-token-value")
-    import preflab.labelling.studio.client as client
-
-    waits: list[float] = []  # the client's backoff is recorded, not slept: 7.5 s a command of nothing but waiting
-    monkeypatch.setattr(client, "time", SimpleNamespace(sleep=waits.append))  # its module only, not other threads'
+    waits = record_backoff(monkeypatch)
     for args in (("ls", "init", "--title", "nowhere"), ("ls", "sync", "--project", "1")):
         waits.clear()
         result = lcli(*args, expect_ok=False)
