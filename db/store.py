@@ -1,4 +1,4 @@
-"""Bulk get-or-create of prompts, candidates and annotators, and raw-record storage.
+"""Bulk get-or-create of prompts, candidates, annotators and criteria, and raw-record storage.
 
 Everything here works a batch at a time: one lookup of what exists, one
 `INSERT … ON CONFLICT DO NOTHING` of what is missing, one `SELECT` to read the
@@ -23,7 +23,7 @@ from sqlalchemy import Table, func, select, update
 from sqlalchemy.orm import Session
 
 from preflab.db.bulk import append_rows, insert_rows, lookup
-from preflab.db.models import Annotator, Candidate, Prompt, RawRecord, RawStatus
+from preflab.db.models import Annotator, Candidate, Criterion, Prompt, RawRecord, RawStatus, utcnow
 from preflab.errors import NotFound
 
 # Keep every IN (...) well under SQLite's bound-parameter limit.
@@ -210,6 +210,22 @@ def ensure_annotators(
 
 
 _ANNOTATOR_COLUMNS = ("kind", "name", "pseudonym", "judge_kind", "model", "config", "ls_user_id")
+
+
+def ensure_criteria(session: Session, names: Iterable[str], descriptions: Mapping[str, str] | None = None) -> None:
+    """Create the criteria of these names that are not there yet, with their descriptions where given.
+
+    A criterion already stored keeps its description.
+    """
+    wanted = set(names) | set(descriptions or ())
+    found = {name for (name,) in lookup(session, Criterion.__table__, ("name",), "name", wanted)}
+    now = utcnow()
+    insert_rows(
+        session,
+        Criterion.__table__,
+        [{"name": n, "description": (descriptions or {}).get(n), "created_at": now} for n in sorted(wanted - found)],
+        ("name",),
+    )
 
 
 class RawMap(dict):

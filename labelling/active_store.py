@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.db.models import Annotator, Ranking, RankingStatus
-from preflab.db.pairs.build import iter_prompt_rankings
+from preflab.db.pairs.views import iter_prompt_rankings
 from preflab.errors import InputError
 from preflab.labelling.active import (
     Choice,

@@ -6,7 +6,8 @@ A ranking is stored once per annotator and identity (`rankings.external_id`, wit
   message id, SHP's post and comment ids, the UltraFeedback-binarized `prompt_id` with its pair
   (`pair_identity`: which reply was chosen over which), a JSON Lines ranking's `id`;
 - else `record_identity`: a hash of what the parsed record means, the format, the annotator, the
-  prompt, each reply with its model, tier and score, and the verdict kept in the details. The texts
+  prompt, each reply with its model, tier and score, the verdict kept in the details, and the criterion
+  where it is not `overall` (so the ids of rankings stored before criteria stay what they were). The texts
   enter as their content hashes (`preflab.db.conversation`: NFC, stripped), the replies sorted by
   them, and the rest as one canonical JSON (`canonical`: sorted keys, a whole float as its integer,
   a null field as an absent one). So neither the encoding (JSON Lines, Parquet, CSV, Arrow), the
@@ -27,6 +28,7 @@ from typing import Any
 import orjson
 
 from preflab.db.ingest.records import LIMITS, RankingRecord
+from preflab.db.models import OVERALL
 
 __all__ = ["canonical", "canonical_json", "content_identity", "pair_identity", "record_identity"]
 
@@ -58,7 +60,13 @@ def canonical_json(value: Any) -> bytes:
 
 
 def content_identity(
-    fmt: str, kind: str, annotator: str, prompt: str, replies: Iterable[Reply], details: dict[str, Any] | None
+    fmt: str,
+    kind: str,
+    annotator: str,
+    prompt: str,
+    replies: Iterable[Reply],
+    details: dict[str, Any] | None,
+    criterion: str = OVERALL,
 ) -> str:
     """The identity of a ranking without an id of its own: SHA-256 of its meaning, in hex.
 
@@ -66,6 +74,7 @@ def content_identity(
         fmt: the import's format ("rankings" for JSON Lines rankings, else the dataset format's name).
         prompt: the prompt's content hash; `replies`: (content hash, model, tier, score) of each reply.
         details: the verdict kept beside the tiers (Arena's winner, SHP's score ratio…).
+        criterion: what the order is by; hashed only when it is not `overall`.
     """
     body = {
         "format": fmt,
@@ -74,6 +83,8 @@ def content_identity(
         "replies": sorted(([h, m, t, s] for h, m, t, s in replies), key=canonical_json),
         "details": details,
     }
+    if criterion != OVERALL:
+        body["criterion"] = criterion
     return hashlib.sha256(canonical_json(body)).hexdigest()
 
 
@@ -101,6 +112,7 @@ def record_identity(fmt: str, record: RankingRecord) -> str:
             record.scores or [None] * n,
         ),
         record.details,
+        record.criterion,
     )
 
 

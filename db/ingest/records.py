@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from preflab.db.conversation import Messages, prompt_hash, prompt_messages, reply_hash, reply_messages
-from preflab.db.models import AnnotatorKind
+from preflab.db.models import OVERALL, AnnotatorKind
 from preflab.errors import Invalid
 
 # The widths of the String columns these fields are stored in (db/models/rankings.py).
@@ -47,6 +47,7 @@ class RankingRecord:
     # (name, the part of the row, reason) of each reply left out of the ranking, which the import quarantines alone
     set_aside: list[tuple[str, Any, str]] = field(default_factory=list)
     assumed: str | None = None  # why the annotator is preflab's assumption, not the dataset's word
+    criterion: str = OVERALL  # what the order is by (`Ranking.criterion`)
 
 
 @dataclass
@@ -285,6 +286,25 @@ def _external_id(data: dict) -> str | None:
     return _fits("id", str(value))
 
 
+_CRITERION = re.compile(r"[a-z][a-z0-9_]{0,39}")
+
+
+def criterion_name(value: Any, what: str = "'criterion'") -> str:
+    """A criterion's name as given, checked: lower-case letters, digits and '_', a letter first, 40 at most.
+
+    Raises:
+        Invalid: anything else, named in one sentence.
+    """
+    if value is None:
+        return OVERALL
+    if not isinstance(value, str) or not _CRITERION.fullmatch(value):
+        raise Invalid(
+            f"{what} must be a criterion's short name (lower-case letters, digits and '_', a letter first, "
+            f"40 at most), not {shown(value)}"
+        )
+    return value
+
+
 def parse_ranking(line: str | bytes) -> RankingRecord:
     """Parse one JSON Lines ranking; raises Invalid with the quarantine reason."""
     data = load_record(line)
@@ -307,6 +327,7 @@ def parse_ranking(line: str | bytes) -> RankingRecord:
         source=_text(data, "source", required=False),
         prompt_hash=prompt_hash(prompt),
         response_hashes=hashes,
+        criterion=criterion_name(data.get("criterion")),
     )
 
 

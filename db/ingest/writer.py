@@ -2,7 +2,7 @@
 
 Every ranking import writes through here, whichever format it read: JSON Lines
 (`preflab.db.ingest.jsonl`) and the public datasets (`preflab.db.ingest.datasets.batch`).
-A ranking is identified by its annotator and its external id within its source, so a
+A ranking is identified by its annotator, its criterion and its external id within its source, so a
 ranking stored before, or met twice in one call, is counted a duplicate and written once.
 """
 
@@ -17,7 +17,7 @@ from preflab.db.conversation import prompt_columns, reply_columns
 from preflab.db.ingest.records import RankingRecord
 from preflab.db.ingest.summary import ImportCounts
 from preflab.db.models import Ranking, RankingItem
-from preflab.db.store import ensure_annotators, ensure_candidates, ensure_prompts
+from preflab.db.store import ensure_annotators, ensure_candidates, ensure_criteria, ensure_prompts
 
 __all__ = ["store_prompts_and_candidates", "write_rankings"]
 
@@ -57,7 +57,7 @@ def write_rankings(
     """Store parsed rankings, with their prompts, candidates and annotators, inside the caller's transaction.
 
     `parsed` holds (record, payload hash, raw record id). A ranking is identified by
-    its annotator and its external id (the caller sets it: the record's own id, else
+    its annotator, its criterion and its external id (the caller sets it: the record's own id, else
     `preflab.db.ingest.identity.record_identity`) within `source`: one stored before,
     or met earlier in `parsed`, is counted a duplicate. Each
     ranking item keeps the model the record names for its reply (`RankingItem.model`).
@@ -71,21 +71,23 @@ def write_rankings(
         {(rec.kind, rec.annotator): ({"judge_kind": "import"} if rec.kind == "ai" else {}) for rec, *_ in parsed},
     )
 
-    keyed: dict[tuple[int, str], tuple[RankingRecord, int]] = {}
+    ensure_criteria(session, {rec.criterion for rec, *_ in parsed})
+
+    keyed: dict[tuple[int, str, str], tuple[RankingRecord, int]] = {}
     for rec, _, raw_id in parsed:
-        key = (annotator_ids[(rec.kind, rec.annotator)], rec.external_id)
+        key = (annotator_ids[(rec.kind, rec.annotator)], rec.criterion, rec.external_id)
         if key in keyed:
             summary.duplicates += 1
             continue
         keyed[key] = (rec, raw_id)
     existing = {
-        (aid, ext)
-        for aid, ext, src in lookup(
+        (aid, criterion, ext)
+        for aid, criterion, ext, src in lookup(
             session,
             Ranking.__table__,
-            ("annotator_id", "external_id", "source"),
+            ("annotator_id", "criterion", "external_id", "source"),
             "external_id",
-            [ext for _, ext in keyed],
+            [ext for *_, ext in keyed],
         )
         if src == source
     }
@@ -99,7 +101,7 @@ def write_rankings(
     # (candidate id, tier, shown position, score, model) per response, in shown order. The model is the record's
     # own: the candidate, shared by every ranking of its prompt and text, keeps the first import's.
     items_per_ranking = []
-    for (annotator_id, external_id), rec, raw_id in new:
+    for (annotator_id, criterion, external_id), rec, raw_id in new:
         pid = prompt_ids[rec.prompt_hash]
         cids = [cand_ids[(pid, h)] for h in rec.response_hashes]
         tier_of: list[int | None] = [None] * len(cids)
@@ -118,6 +120,7 @@ def write_rankings(
                 "source": source,
                 "external_id": external_id,
                 "version": 1,
+                "criterion": criterion,
                 "status": "valid",
                 "n_tiers": len(rec.tiers),
                 "same_as_shown": False,

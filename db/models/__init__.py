@@ -10,10 +10,12 @@ holds all their tables.
 from preflab.db.models.base import NAMING_CONVENTION, Base, utcnow
 from preflab.db.models.lineage import DatasetVersion, JobLock, ModelVersion, SelfRewardIteration, TrainingRun
 from preflab.db.models.rankings import (
+    OVERALL,
     Annotator,
     AnnotatorKind,
     Candidate,
     Comparison,
+    Criterion,
     PairBuild,
     Prompt,
     Ranking,
@@ -26,11 +28,13 @@ from preflab.db.models.studio import GoldAnswer, LSProject, LSTask
 
 __all__ = [
     "NAMING_CONVENTION",
+    "OVERALL",
     "Annotator",
     "AnnotatorKind",
     "Base",
     "Candidate",
     "Comparison",
+    "Criterion",
     "DatasetVersion",
     "GoldAnswer",
     "JobLock",

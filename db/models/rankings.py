@@ -144,13 +144,31 @@ class RawRecord(Base):
     received_at: Mapped[datetime] = _ts()
 
 
+OVERALL = "overall"  # the criterion of a ranking that names none: the one order asked for
+
+
+class Criterion(Base):
+    """What a ranking orders by ("helpfulness", "harmlessness"…), with the rubric annotators and judges see.
+
+    A ranking names its criterion (`Ranking.criterion`); a criterion is written here the first time a
+    ranking or a setup names it. Pairs, agreement and quality compare rankings of one criterion only.
+    """
+
+    __tablename__ = "criteria"
+
+    name: Mapped[str] = mapped_column(String(40), primary_key=True)
+    description: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _ts()
+
+
 class Ranking(Base):
-    """One annotator's ordering of a prompt's candidates, as tiers (best first)."""
+    """One annotator's ordering of a prompt's candidates by one criterion, as tiers (best first)."""
 
     __tablename__ = "rankings"
     __table_args__ = (
-        # external_id first: imports and syncs look rankings up by their external id.
-        UniqueConstraint("external_id", "annotator_id", "source", "version"),
+        # external_id first: imports and syncs look rankings up by their external id. One ranking per
+        # criterion: a dataset row or an annotation may order the same replies by several.
+        UniqueConstraint("external_id", "annotator_id", "source", "version", "criterion"),
         Index("ix_rankings_prompt_status", "prompt_id", "status"),
         # `ls sync` finds an annotation's earlier versions by its Label Studio ids.
         Index("ix_rankings_ls_annotation", "ls_project_id", "ls_annotation_id"),
@@ -165,6 +183,8 @@ class Ranking(Base):
     source: Mapped[str] = mapped_column(String(20))  # import | label-studio | judge
     external_id: Mapped[str] = mapped_column(String(200))
     version: Mapped[int] = mapped_column(Integer, default=1)
+    # criteria.name (no foreign key, as above): what the order is by; `overall` where the source names none.
+    criterion: Mapped[str] = mapped_column(String(40), default=OVERALL, server_default=OVERALL)
     status: Mapped[str] = mapped_column(String(12), default=RankingStatus.valid.value)
     n_tiers: Mapped[int] = mapped_column(Integer, default=0)
     same_as_shown: Mapped[bool] = mapped_column(Boolean, default=False)
@@ -266,5 +286,7 @@ class Comparison(Base):
     # rankings.id; NULL for aggregated pairs. The annotator is the ranking's.
     ranking_id: Mapped[int | None] = mapped_column(Integer, index=True)
     annotator_kind: Mapped[str] = mapped_column(String(10))  # human | ai | mixed
+    # The criterion of the rankings the pair came from: pairs of two criteria are never combined by a build.
+    criterion: Mapped[str] = mapped_column(String(40), default=OVERALL, server_default=OVERALL)
     margin: Mapped[float] = mapped_column(Float)
     weight: Mapped[float] = mapped_column(Float, default=1.0)

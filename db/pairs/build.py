@@ -3,8 +3,9 @@
 A ranking with tiers T0 > T1 > … yields every (a, b) with a in an earlier tier
 than b. Without aggregation the expansion is one `INSERT … SELECT` self-join of
 `ranking_items`, so millions of pairs are written without leaving the database.
-With aggregation, each prompt's valid rankings are combined in Python (streamed
-a prompt at a time) into a consensus and expanded the same way. A build rewrites
+With aggregation, each prompt's valid rankings of one criterion are combined in
+Python (streamed a prompt at a time) into a consensus and expanded the same way.
+A pair carries its rankings' criterion: rankings by two criteria are never combined. A build rewrites
 only what changed since the last one (`preflab.db.pairs.incremental`).
 """
 
@@ -19,8 +20,9 @@ from sqlalchemy import Float, Numeric, and_, cast, func, insert, literal, select
 from sqlalchemy.orm import Session
 
 from preflab.db.bulk import refresh_statistics
-from preflab.db.models import Annotator, Comparison, PairBuild, Ranking, RankingItem, RankingStatus
+from preflab.db.models import Annotator, Comparison, PairBuild, Ranking, RankingItem
 from preflab.db.pairs.incremental import excluded_record, mark_and_clear, needs_full
+from preflab.db.pairs.views import by_criterion, iter_prompt_rankings
 from preflab.errors import InputError
 
 STRATEGIES = ("all", "adjacent", "best-vs-rest", "best-vs-worst")
@@ -253,6 +255,7 @@ def _insert_expanded(session: Session, build_id: int, strategy: str, ranking_fro
             b.candidate_id,
             Ranking.id,
             Annotator.kind,
+            Ranking.criterion,
             margin,
             literal(1.0),
         )
@@ -262,71 +265,18 @@ def _insert_expanded(session: Session, build_id: int, strategy: str, ranking_fro
         .where(Ranking.in_pairs, Ranking.id >= ranking_from, a.tier.is_not(None), b.tier.is_not(None))
         .order_by(Ranking.id, a.tier, b.tier, a.candidate_id, b.candidate_id)
     )
-    columns = ["build_id", "prompt_id", "chosen_id", "rejected_id", "ranking_id", "annotator_kind", "margin", "weight"]
+    columns = [
+        "build_id",
+        "prompt_id",
+        "chosen_id",
+        "rejected_id",
+        "ranking_id",
+        "annotator_kind",
+        "criterion",
+        "margin",
+        "weight",
+    ]
     session.execute(insert(Comparison).from_select(columns, query))
-
-
-@dataclass
-class RankedView:
-    """One valid ranking as tiers of candidate ids (dense, best first)."""
-
-    ranking_id: int
-    annotator_id: int
-    kind: str
-    tiers: list[list[int]]
-
-
-def iter_prompt_rankings(
-    session: Session, annotator_kind: str = "any", *, in_pairs_from: int | None = None
-) -> Iterator[tuple[int, list[RankedView]]]:
-    """Stream each prompt's valid rankings, a prompt at a time, in id order.
-
-    With `in_pairs_from`: instead, the rankings the comparisons hold, of prompts from that id on.
-    """
-    chosen = (
-        (Ranking.status == RankingStatus.valid.value)
-        if in_pairs_from is None
-        else and_(Ranking.in_pairs, Ranking.prompt_id >= in_pairs_from)
-    )
-    query = (
-        select(
-            Ranking.prompt_id,
-            Ranking.id,
-            Ranking.annotator_id,
-            Annotator.kind,
-            RankingItem.candidate_id,
-            RankingItem.tier,
-        )
-        .join(Annotator, Annotator.id == Ranking.annotator_id)
-        .join(RankingItem, RankingItem.ranking_id == Ranking.id)
-        .where(chosen, RankingItem.tier.is_not(None))
-        .order_by(Ranking.prompt_id, Ranking.id, RankingItem.tier, RankingItem.candidate_id)
-        .execution_options(yield_per=INSERT_BATCH)
-    )
-    if annotator_kind != "any":
-        query = query.where(Annotator.kind == annotator_kind)
-    prompt: int | None = None
-    views: list[RankedView] = []
-    by_tier: dict[int, list[int]] = {}
-
-    def close() -> None:
-        if views:
-            views[-1].tiers = [by_tier[t] for t in sorted(by_tier)]
-
-    for prompt_id, ranking_id, annotator_id, kind, candidate_id, tier in session.execute(query):
-        if prompt_id != prompt:
-            close()
-            if prompt is not None:
-                yield prompt, views
-            prompt, views = prompt_id, []
-        if not views or views[-1].ranking_id != ranking_id:
-            close()
-            views.append(RankedView(ranking_id, annotator_id, kind, []))
-            by_tier = {}
-        by_tier.setdefault(tier, []).append(candidate_id)
-    close()
-    if prompt is not None:
-        yield prompt, views
 
 
 def aggregate_prompt(
@@ -343,22 +293,24 @@ def aggregate_prompt(
 def _insert_aggregated(session: Session, build_id: int, strategy: str, aggregate: str, prompt_from: int) -> None:
     """Write the consensus pairs of the prompts from id `prompt_from` on, from the rankings the comparisons hold."""
     rows = []
-    for prompt_id, views in iter_prompt_rankings(session, in_pairs_from=prompt_from):
-        kinds = {v.kind for v in views}
-        kind = kinds.pop() if len(kinds) == 1 else "mixed"
-        for chosen, rejected, margin, weight in aggregate_prompt([v.tiers for v in views], strategy, aggregate):
-            rows.append(
-                {
-                    "build_id": build_id,
-                    "prompt_id": prompt_id,
-                    "chosen_id": chosen,
-                    "rejected_id": rejected,
-                    "ranking_id": None,
-                    "annotator_kind": kind,
-                    "margin": round(margin, MARGIN_DIGITS) if math.isfinite(margin) else 0.0,
-                    "weight": weight,
-                }
-            )
+    for prompt_id, all_views in iter_prompt_rankings(session, in_pairs_from=prompt_from):
+        for criterion, views in by_criterion(all_views).items():
+            kinds = {v.kind for v in views}
+            kind = kinds.pop() if len(kinds) == 1 else "mixed"
+            for chosen, rejected, margin, weight in aggregate_prompt([v.tiers for v in views], strategy, aggregate):
+                rows.append(
+                    {
+                        "build_id": build_id,
+                        "prompt_id": prompt_id,
+                        "chosen_id": chosen,
+                        "rejected_id": rejected,
+                        "ranking_id": None,
+                        "annotator_kind": kind,
+                        "criterion": criterion,
+                        "margin": round(margin, MARGIN_DIGITS) if math.isfinite(margin) else 0.0,
+                        "weight": weight,
+                    }
+                )
         if len(rows) >= INSERT_BATCH:
             session.execute(insert(Comparison), rows)
             rows = []

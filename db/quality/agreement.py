@@ -29,7 +29,7 @@ from preflab.db.models import (
     RawRecord,
     RawStatus,
 )
-from preflab.db.pairs.build import RankedView, iter_prompt_rankings
+from preflab.db.pairs.views import RankedView, iter_prompt_rankings
 from preflab.db.requests import engine_usage
 
 

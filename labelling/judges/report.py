@@ -22,7 +22,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from preflab.db.models import Annotator, Candidate, Ranking, RankingItem, RankingStatus
-from preflab.db.pairs.build import iter_prompt_rankings
+from preflab.db.pairs.views import iter_prompt_rankings
 from preflab.db.quality.agreement import compare_rankings
 from preflab.labelling.judges.table import JUDGE_KINDS, JUDGES
 

@@ -30,7 +30,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from preflab.db.models import Annotator, Ranking, RankingItem, RankingStatus
-from preflab.db.pairs.build import borda, iter_prompt_rankings
+from preflab.db.pairs.build import borda
+from preflab.db.pairs.views import iter_prompt_rankings
 from preflab.errors import InputError, NotFound
 
 Group = tuple[str, np.ndarray, np.ndarray | None]

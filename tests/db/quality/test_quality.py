@@ -158,7 +158,8 @@ def test_the_numbers_equal_borda_and_compare_rankings_ranking_by_ranking(cli, se
     import random
     from collections import defaultdict
 
-    from preflab.db.pairs.build import borda, iter_prompt_rankings, tiers_from_scores
+    from preflab.db.pairs.build import borda, tiers_from_scores
+    from preflab.db.pairs.views import iter_prompt_rankings
     from preflab.db.quality.agreement import Agreement, compare_rankings
     from preflab.db.quality.annotators import annotator_quality
     from preflab.db.quality.gold import gold_tiers
