@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import insert, update
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Ranking, RankingItem, RankingStatus
+from preflab.db.models import OVERALL, Ranking, RankingItem, RankingStatus
 
 
 def write_ai_ranking(
@@ -27,6 +27,7 @@ def write_ai_ranking(
     tiers: Sequence[Sequence[int]],
     items: Sequence[dict[str, Any]],
     within_source: bool = False,
+    criterion: str = OVERALL,
 ) -> tuple[int, int]:
     """Store the ranking and one item per candidate; returns (ranking id, rankings it superseded).
 
@@ -36,6 +37,7 @@ def write_ai_ranking(
             no tier is stored unranked (no tier).
         within_source: supersede only the annotator's rankings from `source` (best-of-n's annotator is named
             after its reward model, which may rank elsewhere too); else all its valid rankings of the prompt.
+        criterion: what the ranking orders by; it supersedes only the annotator's rankings of that criterion.
     """
     tier_of = {c: t for t, tier in enumerate(tiers) for c in tier}
     superseded = 0
@@ -44,6 +46,7 @@ def write_ai_ranking(
             Ranking.annotator_id == annotator_id,
             Ranking.prompt_id == prompt_id,
             Ranking.status == RankingStatus.valid.value,
+            Ranking.criterion == criterion,
         )
         if within_source:
             older = older.where(Ranking.source == source)
@@ -56,6 +59,7 @@ def write_ai_ranking(
             source=source,
             external_id=external_id,
             version=1,
+            criterion=criterion,
             status=(RankingStatus.valid if tiers else RankingStatus.skipped).value,
             n_tiers=len(tiers),
             same_as_shown=False,

@@ -29,10 +29,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
 from preflab.db.ai_rankings import write_ai_ranking
-from preflab.db.models import Ranking
+from preflab.db.models import OVERALL, Ranking
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.requests import added_stats
-from preflab.db.store import chunks, ensure_annotators
+from preflab.db.store import chunks, ensure_annotators, ensure_criteria
 from preflab.errors import ConfigError, JudgeError
 from preflab.labelling.selection import PromptCandidates, prompts_with_candidates
 from preflab.lm.engines import Failed
@@ -46,6 +46,15 @@ class JudgeRun:
     kind: str
     model: str
     config: dict[str, Any]
+    # What it judges by (`criteria.CriterionConfig`): its rankings carry the criterion, whose rubric is stored.
+    criterion: str = OVERALL
+    rubric: str | None = None
+
+    @classmethod
+    def of(cls, kind: str, model: str, config, identity: dict[str, Any]) -> JudgeRun:
+        """The run of a judge `config` (its `identity` computed by the caller), with the criterion it judges by."""
+        criterion = getattr(config, "criterion", OVERALL)
+        return cls(kind, model, identity, criterion, config.rubric() if criterion != OVERALL else None)
 
     @property
     def run_id(self) -> str:
@@ -168,8 +177,11 @@ def write_ranking(
     """
     scores = read_scores(judgement)
     details = judgement[1]
+    if run.criterion != OVERALL:
+        ensure_criteria(session, [run.criterion], {run.criterion: run.rubric} if run.rubric else None)
     return write_ai_ranking(
         session,
+        criterion=run.criterion,
         annotator_id=annotator_id,
         prompt_id=item.prompt_id,
         source="judge",

@@ -11,6 +11,7 @@ import hashlib
 from dataclasses import asdict
 
 from preflab.labelling.judges import prompts, score
+from preflab.labelling.judges.criteria import CriterionConfig
 from preflab.labelling.judges.table import JUDGES
 
 # Settings that change how fast a judge runs, not what it decides: not part of its identity.
@@ -23,13 +24,17 @@ STORED_NAMES = {"n": "samples"}
 def identity(kind: str, config) -> dict:
     """The configuration that names a judge: the settings it reads and the hash of its prompt text.
 
-    An expected-score judge's prompt includes the answer start it reads the score after.
+    An expected-score judge's prompt includes the answer start it reads the score after. A judge asked about
+    a criterion other than `overall` is named by it and its rubric's hash too (`CriterionConfig.identity`);
+    one asked `overall` keeps the identity it had before criteria.
     """
     graded = isinstance(config, score.ScoreConfig)
-    skip = SPEED_ONLY | (config.unused() if graded else set())
+    skip = SPEED_ONLY | (config.unused() if graded else set()) | {"criterion", "criteria_file"}
     out = {STORED_NAMES.get(k, k): v for k, v in asdict(config).items() if k not in skip}
     text = JUDGES[kind].prompt
     if text is not None:
         text += prompts.ANSWER_START if graded and config.method == "expected" else ""
         out["prompt_sha256"] = hashlib.sha256(text.encode()).hexdigest()[:16]
+    if isinstance(config, CriterionConfig):
+        out.update(config.identity())
     return out

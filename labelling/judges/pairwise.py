@@ -20,6 +20,7 @@ from math import exp
 from preflab.db.conversation import Messages, is_multi_turn, transcript, user_turn
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement, read_choices, unanswered
+from preflab.labelling.judges.criteria import CriterionConfig, pairwise_system
 from preflab.labelling.judges.prompts import (
     PAIRWISE_CONVERSATION_SYSTEM,
     PAIRWISE_CONVERSATION_USER,
@@ -36,8 +37,8 @@ VERDICT_TOKENS = 4
 
 
 @dataclass
-class PairwiseConfig:
-    """How the pairwise judge asks and aggregates."""
+class PairwiseConfig(CriterionConfig):
+    """How the pairwise judge asks and aggregates, and by which criterion (`CriterionConfig`)."""
 
     aggregate: str = field(
         default="copeland", metadata={"help": "How pair outcomes become a ranking.", "choices": AGGREGATES}
@@ -45,21 +46,28 @@ class PairwiseConfig:
     batch_size: int = field(default=8, metadata={"help": "Judge prompts per forward pass."})
 
     def __post_init__(self):
+        super().__post_init__()
         if self.aggregate not in AGGREGATES:
             raise ConfigError(f"unknown aggregate {self.aggregate!r} (expected one of {', '.join(AGGREGATES)})")
         if self.batch_size < 1:
             raise ConfigError("--batch-size must be at least 1")
 
 
-def judge_messages(prompt: str | Messages, first: str, second: str) -> Messages:
+def judge_messages(
+    prompt: str | Messages, first: str, second: str, criterion: CriterionConfig | None = None
+) -> Messages:
     """The judge's conversation for two responses to `prompt` (a user's message, or the conversation so far):
-    its system prompt and one user message (a server applies the chat template to these)."""
+    its system prompt and one user message (a server applies the chat template to these). `criterion`: the
+    rubric the better answer is chosen by (none, or `overall`: the prompt as it is)."""
     turns = user_turn(prompt) if isinstance(prompt, str) else prompt
+    rubric = None if criterion is None else criterion.rubric()
+    name = None if criterion is None else criterion.criterion
     if is_multi_turn(turns):
         user = PAIRWISE_CONVERSATION_USER.format(conversation=transcript(turns), a=first, b=second)
-        return [{"role": "system", "content": PAIRWISE_CONVERSATION_SYSTEM}, {"role": "user", "content": user}]
+        system = pairwise_system(PAIRWISE_CONVERSATION_SYSTEM, name, rubric)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user}]
     return [
-        {"role": "system", "content": PAIRWISE_SYSTEM},
+        {"role": "system", "content": pairwise_system(PAIRWISE_SYSTEM, name, rubric)},
         {"role": "user", "content": PAIRWISE_USER.format(question=turns[0]["content"], a=first, b=second)},
     ]
 
@@ -176,7 +184,7 @@ def judge_on(engine: Engine, config: PairwiseConfig) -> Callable[[list[PromptCan
 
         def ask(k: int, first: int, second: int) -> Logprobs:
             return Logprobs(
-                judge_messages(items[k].history, items[k].texts[first], items[k].texts[second]),
+                judge_messages(items[k].history, items[k].texts[first], items[k].texts[second], config),
                 choices=VERDICT,
                 max_tokens=VERDICT_TOKENS,
             )

@@ -77,7 +77,7 @@ def judge_candidates(
         candidate_model: judge only the candidates this model generated.
         budget: stop once too many of its candidates could not be read (`base.ReadBudget`); None: never.
     """
-    run = JudgeRun(kind, model_name, identity(kind, config))
+    run = JudgeRun.of(kind, model_name, config, identity(kind, config))
     return judge_prompts(
         sessions,
         run,
@@ -104,7 +104,7 @@ def judge_on(
     the engine's model, and what a server was asked is stored with it (`base.JudgeSummary`)."""
     if kind == "likelihood":
         engine.check_likelihood()
-    run = JudgeRun(kind, engine.name, identity(kind, config))
+    run = JudgeRun.of(kind, engine.name, config, identity(kind, config))
     return judge_prompts(
         sessions,
         run,
@@ -223,8 +223,8 @@ def _panel(sessions, kind, config, labels, summaries, prompt_ids, candidates_fro
     from preflab.labelling.judges.panel import panel_judge, panel_label
 
     label = panel_label(labels)
-    runs = [JudgeRun(kind, member, identity(kind, config)) for member in labels]
-    run = JudgeRun(kind, label, {**identity(kind, config), "members": [r.run_id for r in runs]})
+    runs = [JudgeRun.of(kind, member, config, identity(kind, config)) for member in labels]
+    run = JudgeRun.of(kind, label, config, {**identity(kind, config), "members": [r.run_id for r in runs]})
     summary = judge_prompts(
         sessions,
         run,

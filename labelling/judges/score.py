@@ -27,6 +27,7 @@ from preflab.db.conversation import is_multi_turn, transcript
 from preflab.db.store import chunks
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement, read_choices, unanswered
+from preflab.labelling.judges.criteria import CriterionConfig, score_prompt
 from preflab.labelling.judges.prompts import (
     ANSWER_START,
     REFERENCE_CONVERSATION_PROMPT,
@@ -50,8 +51,8 @@ SAMPLING_ONLY = ("n", "temperature", "top_p", "max_new_tokens", "seed", "retries
 
 
 @dataclass
-class ScoreConfig(SamplingConfig):
-    """How the score and reference judges grade a response.
+class ScoreConfig(SamplingConfig, CriterionConfig):
+    """How the score and reference judges grade a response, and by which criterion (`CriterionConfig`).
 
     `n` (`--samples`) is how many grades the sampled method samples and averages
     per response; the shorter default reply fits a justification and a score.
@@ -79,6 +80,7 @@ class ScoreConfig(SamplingConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        CriterionConfig.__post_init__(self)
         if self.retries < 0:
             raise ConfigError("--retries cannot be negative")
         if self.batch_size < 1:
@@ -110,15 +112,22 @@ def refuse_unread(config: ScoreConfig, given: Collection[str]) -> None:
         )
 
 
-def grading_text(tokenizer, item: PromptCandidates, response: str, with_reference: bool) -> str:
+def grading_text(
+    tokenizer, item: PromptCandidates, response: str, with_reference: bool, criterion: CriterionConfig | None = None
+) -> str:
     """The grader's prompt for one response, in the judge model's chat format."""
     from preflab.lm.loading import chat_prompt
 
-    return chat_prompt(tokenizer, grading_messages(item, response, with_reference))
+    return chat_prompt(tokenizer, grading_messages(item, response, with_reference, criterion))
 
 
-def grading_messages(item: PromptCandidates, response: str, with_reference: bool) -> list[dict[str, str]]:
-    """The grader's one user message: the user's question, or the whole conversation, then the response."""
+def grading_messages(
+    item: PromptCandidates, response: str, with_reference: bool, criterion: CriterionConfig | None = None
+) -> list[dict[str, str]]:
+    """The grader's one user message: the user's question, or the whole conversation, then the response.
+
+    `criterion`: the rubric the response is graded by (none, or `overall`: the prompt as it is).
+    """
     turns = item.history
     if is_multi_turn(turns):
         shown = {"conversation": transcript(turns), "response": response}
@@ -126,6 +135,8 @@ def grading_messages(item: PromptCandidates, response: str, with_reference: bool
     else:
         shown = {"question": turns[0]["content"], "response": response}
         template = REFERENCE_PROMPT if with_reference else SCORE_PROMPT
+    if criterion is not None:
+        template = score_prompt(template, criterion.criterion, criterion.rubric())
     text = template.format(**shown, **({"reference": item.reference} if with_reference else {}))
     return [{"role": "user", "content": text}]
 
@@ -169,7 +180,11 @@ def expected_judge(engine: Engine, config: ScoreConfig, with_reference: bool = F
 
     def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
         asks = [
-            Logprobs(grading_messages(item, response, with_reference), answer_start=ANSWER_START, choices=SCORE_CHOICES)
+            Logprobs(
+                grading_messages(item, response, with_reference, config),
+                answer_start=ANSWER_START,
+                choices=SCORE_CHOICES,
+            )
             for item in items
             for response in item.texts
         ]
@@ -202,7 +217,7 @@ def sampled_judge(engine: Engine, config: ScoreConfig, with_reference: bool = Fa
         # Keyed by (item, candidate): callers such as `train eval` number every item's candidates 0, 1.
         keys = [(k, cid) for k, item in enumerate(items) for cid in item.candidate_ids]
         messages = {
-            (k, cid): grading_messages(items[k], text, with_reference)
+            (k, cid): grading_messages(items[k], text, with_reference, config)
             for k, item in enumerate(items)
             for cid, text in zip(item.candidate_ids, item.texts)
         }

@@ -1,0 +1,95 @@
+"""Judges asked about one criterion (`--criterion`): the rubric in the prompt, the criterion on the rankings.
+
+On a server (the fault app, which answers as vLLM does), on SQLite and Postgres: the pairwise and score
+judges put the criterion's rubric into the prompt they send; their rankings carry the criterion and its
+description is stored; a judge asked about a criterion is an annotator of its own (its identity names the
+criterion and the rubric's hash), while one asked `overall` keeps the identity it had before criteria; a
+re-run asks nothing again; rubrics of your own come from TOML, and a bad one is one sentence.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sqlalchemy import select
+
+from preflab.db.models import Annotator, Criterion, Ranking
+from preflab.labelling.judges.criteria import BUILT_IN
+from tests.labelling.judges.test_judge_engine import ranked, served  # noqa: F401 (a fixture)
+
+
+def judged(sessions, kind: str) -> list[tuple[str, str, str]]:
+    """(annotator name, criterion, status) of each ranking of the `kind` judges."""
+    with sessions.begin() as s:
+        return s.execute(
+            select(Annotator.name, Ranking.criterion, Ranking.status)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(Annotator.judge_kind == kind)
+            .order_by(Ranking.id)
+        ).all()
+
+
+def test_a_judge_asked_about_a_criterion_says_so_and_its_rankings_carry_it(cli, sessions, ranked, fault_server):
+    from preflab.labelling.judges.identity import identity
+    from preflab.labelling.judges.pairwise import PairwiseConfig
+
+    url, faults = fault_server()
+    overall = json.loads(cli("judge", "pairwise", *served(url)).stdout)
+    sent = len(faults.bodies)  # the distinct request bodies, in the order first received
+    safe = json.loads(cli("judge", "pairwise", "--criterion", "harmlessness", *served(url)).stdout)
+    assert (overall["ranked"], safe["ranked"]) == (2, 2)
+    assert safe["run_id"] != overall["run_id"]
+    # the overall judge's identity is what it was before criteria: nothing about a criterion in it
+    assert set(identity("pairwise", PairwiseConfig())) == {"aggregate", "prompt_sha256"}
+    asked = [json.loads(body)["messages"][0]["content"] for body in list(faults.bodies)[sent:]]
+    assert asked and all("by one criterion only, harmlessness" in a and BUILT_IN["harmlessness"] in a for a in asked)
+    assert not any("harmlessness" in json.loads(b)["messages"][0]["content"] for b in list(faults.bodies)[:sent])
+
+    rows = judged(sessions, "pairwise")
+    assert sorted({(criterion, status) for _, criterion, status in rows}) == [
+        ("harmlessness", "valid"),
+        ("overall", "valid"),
+    ]
+    assert len({name for name, criterion, _ in rows if criterion == "harmlessness"}) == 1
+    with sessions.begin() as s:
+        assert s.get(Criterion, "harmlessness").description == BUILT_IN["harmlessness"]
+
+    again = json.loads(cli("judge", "pairwise", "--criterion", "harmlessness", *served(url)).stdout)
+    assert (again["ranked"], again["kept"], again["run_id"]) == (0, 2, safe["run_id"])
+
+    graded = json.loads(
+        cli("judge", "score", "--method", "expected", "--criterion", "helpfulness", *served(url)).stdout
+    )
+    assert graded["ranked"] == 2
+    (text,) = [m["content"] for m in json.loads(list(faults.bodies)[-1])["messages"] if m["role"] == "user"]
+    assert text.startswith("Judge the response by one criterion only, helpfulness") and "Score:" in text
+    assert {criterion for _, criterion, _ in judged(sessions, "score")} == {"helpfulness"}
+
+
+def test_rubrics_of_your_own_come_from_toml_and_a_bad_one_is_one_sentence(
+    cli,
+    sessions,
+    ranked,
+    fault_server,
+    tmp_path,
+):
+    url, faults = fault_server()
+    rubrics = tmp_path / "criteria.toml"
+    rubrics.write_text('[concision]\ndescription = "Which reply says it in {fewer} words."\n', encoding="utf-8")
+    out = json.loads(
+        cli("judge", "pairwise", "--criterion", "concision", "--criteria-file", rubrics, *served(url)).stdout
+    )
+    assert out["ranked"] == 2
+    assert "Which reply says it in {fewer} words." in json.loads(list(faults.bodies)[-1])["messages"][0]["content"]
+    with sessions.begin() as s:
+        assert s.get(Criterion, "concision").description == "Which reply says it in {fewer} words."
+
+    unknown = cli("judge", "pairwise", "--criterion", "wit", *served(url), expect_ok=False)
+    assert unknown.exit_code != 0 and len(unknown.output.strip().splitlines()) == 1
+    assert "no rubric for the criterion 'wit': give one of harmlessness, helpfulness" in unknown.output
+    rubrics.write_text("[concision]\nrubric = 1\n", encoding="utf-8")
+    bad = cli("judge", "score", "--criterion", "concision", "--criteria-file", rubrics, *served(url), expect_ok=False)
+    assert bad.exit_code != 0 and len(bad.output.strip().splitlines()) == 1
+    assert '[concision] needs a description = "…"' in bad.output
+    named = cli("judge", "score", "--criterion", "Not A Name", *served(url), expect_ok=False)
+    assert named.exit_code != 0 and "--criterion must be a criterion's short name" in named.output
