@@ -26,6 +26,7 @@ def build_report(session: Session, *, no_text: bool = False, reporter: Reporter 
         no_text: leave out every excerpt of a prompt or response text.
     """
     from preflab.report.agreement import agreement_section
+    from preflab.report.criteria import criteria_section
     from preflab.report.data import data_section
     from preflab.report.judges import judges_section
     from preflab.report.leaderboard import leaderboard_section
@@ -35,6 +36,7 @@ def build_report(session: Session, *, no_text: bool = False, reporter: Reporter 
     builders = {
         "data": data_section,
         "agreement": lambda s: agreement_section(s, no_text=no_text),
+        "criteria": criteria_section,
         "judges": judges_section,
         "leaderboard": leaderboard_section,
         "models": models_section,
@@ -62,6 +64,8 @@ def holds_data(name: str, section: Any) -> bool:
         return bool(section["categories"] or section["annotators"])
     if name == "judges":
         return bool(section)
+    if name == "criteria":  # a store of one criterion, overall, has nothing to tell apart
+        return any(row["name"] != "overall" for row in section["criteria"])
     if name == "leaderboard":
         return bool(section["ratings"])
     return any(section.values())

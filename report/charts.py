@@ -205,6 +205,34 @@ def heatmap_chart(heatmap: dict[str, Any]) -> str:
     return to_svg(fig, "heatmap")
 
 
+def tension_chart(tension: list[dict[str, Any]]) -> str:
+    """Criterion × criterion: the share of the pairs both order that they order oppositely; grey where none."""
+    import numpy as np
+    from matplotlib import colormaps
+
+    labels = sorted({row["a"] for row in tension} | {row["b"] for row in tension})
+    index, size = {name: i for i, name in enumerate(labels)}, len(labels)
+    values = np.full((size, size), np.nan)
+    for row in tension:
+        values[index[row["a"]], index[row["b"]]] = values[index[row["b"]], index[row["a"]]] = row["share"]
+    fig = _figure(max(4.0, 0.6 * size + 3), max(3.2, 0.6 * size + 2.2))
+    ax = fig.subplots()
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=colormaps["Reds"].with_extremes(bad="#eef0f3"), vmin=0, vmax=1)
+    ax.set_xticks(range(size))
+    ax.set_yticks(range(size))
+    ax.set_xticklabels(labels, rotation=30, ha="right", fontsize=8)
+    ax.set_yticklabels(labels, fontsize=8)
+    ax.grid(False)
+    for i in range(size):
+        for j in range(size):
+            if not np.isnan(values[i, j]):
+                colour = "white" if values[i, j] > 0.6 else "black"
+                ax.text(j, i, f"{values[i, j]:.0%}", ha="center", va="center", fontsize=8, color=colour)
+    fig.colorbar(image, ax=ax, shrink=0.7, label="pairs ordered oppositely")
+    ax.set_title("How often two criteria disagree on the same pair")
+    return to_svg(fig, "tension")
+
+
 JUDGE_BARS = (
     ("swap_consistency", "swap consistency"),
     ("first_position_rate", "first position wins"),

@@ -23,6 +23,7 @@ HERE = Path(__file__).parent
 SECTIONS = {
     "data": "Data",
     "agreement": "Agreement",
+    "criteria": "Criteria",
     "judges": "Judges",
     "leaderboard": "Leaderboard",
     "models": "Datasets and models",
@@ -36,11 +37,12 @@ def make_charts(report: dict[str, Any]) -> dict[str, str | None]:
     from preflab.report.leaderboard import forest_chart
     from preflab.report.optimisation import bon_chart, self_reward_chart
 
-    data, agreement, judges, leaderboard, models, optimisation = (report[name] for name in SECTIONS)
+    data, agreement, criteria, judges, leaderboard, models, optimisation = (report[name] for name in SECTIONS)
     bon, loops = optimisation["bon"], optimisation["self_reward"]
     return {
         "weekly": charts.weekly_chart(data["weekly"]) if data["weekly"]["weeks"] else None,
         "heatmap": charts.heatmap_chart(agreement["heatmap"]) if agreement["heatmap"] else None,
+        "tension": charts.tension_chart(criteria["tension"]) if criteria["tension"] else None,
         "judges": charts.judges_chart(judges) if charts.judges_has_chart(judges) else None,
         "leaderboard": forest_chart(leaderboard) if leaderboard["ratings"] else None,
         "lineage": charts.lineage_chart(models["lineage"]) if models["lineage"] else None,

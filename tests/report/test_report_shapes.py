@@ -19,7 +19,7 @@ from tests.tiny_models import tiny_causal_lm
 
 pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
-SECTIONS = ["data", "agreement", "judges", "leaderboard", "models", "optimisation"]
+SECTIONS = ["data", "agreement", "criteria", "judges", "leaderboard", "models", "optimisation"]
 # What each "lacks" sentence starts with, and the section it belongs to.
 LACKS = {
     "store": ("data", "No prompts or rankings yet"),
@@ -34,6 +34,7 @@ LACKS = {
     "heatmap": ("agreement", "No heatmap yet"),
     "annotators": ("agreement", "No annotator table yet"),
     "hot_spots": ("agreement", "No prompt where annotators disagree yet"),
+    "criteria": ("criteria", "Every ranking is by one criterion, overall"),
     "judges": ("judges", "No judge has ranked anything yet"),
     "leaderboard": ("leaderboard", "No models to compare yet"),
     "datasets": ("models", "No dataset versions yet"),
@@ -43,7 +44,8 @@ LACKS = {
     "bon": ("optimisation", "No best-of-n draws yet"),
     "self_reward": ("optimisation", "No self-rewarding iterations yet"),
 }
-NOTHING_TRAINED = {"judges", "datasets", "runs", "model_versions", "reward_bench", "bon", "self_reward"}
+# every store here ranks by one criterion, overall: the Criteria section says so
+NOTHING_TRAINED = {"judges", "datasets", "runs", "model_versions", "reward_bench", "bon", "self_reward", "criteria"}
 
 
 def sample(name: str) -> Path:
@@ -139,7 +141,7 @@ SHAPES = {
     "no training runs": (
         lambda cli, tmp, lm: generated(cli, tmp, lm),
         ["data", "agreement", "judges", "leaderboard", "models"],
-        {"runs", "reward_bench", "bon", "self_reward"},
+        {"runs", "reward_bench", "bon", "self_reward", "criteria"},
     ),
 }
 
@@ -169,7 +171,7 @@ def test_every_section_renders_and_says_what_the_store_lacks(shape, cli, session
 
     out = tmp_path / "page" / "report.html"
     printed = cli("report", out).stdout
-    assert printed.startswith(f"wrote {out} (6 sections, ")
+    assert printed.startswith(f"wrote {out} (7 sections, ")
     html = out.read_text(encoding="utf-8")
     assert list(sections_of(html)) == SECTIONS
     assert lacks_shown(html) == lacking
@@ -190,7 +192,7 @@ def test_the_issue_reproduction_pipeline_then_import_then_report(cli, tmp_path, 
     result = cli("report", out)
     assert result.exit_code == 0 and out.stat().st_size > 0
     html = out.read_text(encoding="utf-8")
-    assert lacks_shown(html) == {"runs", "model_versions", "reward_bench", "bon", "self_reward"}
+    assert lacks_shown(html) == {"runs", "model_versions", "reward_bench", "bon", "self_reward", "criteria"}
     assert "dataset-1-" in sections_of(html)["models"]  # the pipeline's dataset version is listed
     report = json.loads(cli("report", out, "--json").stdout)
     assert report["sections"] == ["data", "agreement", "judges", "leaderboard", "models"]
