@@ -93,3 +93,23 @@ def test_rubrics_of_your_own_come_from_toml_and_a_bad_one_is_one_sentence(
     assert '[concision] needs a description = "…"' in bad.output
     named = cli("judge", "score", "--criterion", "Not A Name", *served(url), expect_ok=False)
     assert named.exit_code != 0 and "--criterion must be a criterion's short name" in named.output
+
+
+def test_a_panel_judges_by_a_criterion_as_its_members_do(cli, sessions, ranked, fault_server):
+    first, _ = fault_server(model="judge-a")
+    second, _ = fault_server(model="judge-b")
+    members = ("--model", f"judge-a@{first}", "--model", f"judge-b@{second}")
+    safe = json.loads(cli("judge", "pairwise", "--criterion", "harmlessness", *members, "--json").stdout)
+    assert safe["ranked"] == 2 and [m["ranked"] for m in safe["members"]] == [2, 2]
+    overall = json.loads(cli("judge", "pairwise", *members, "--json").stdout)
+    assert overall["run_id"] != safe["run_id"] and [m["ranked"] for m in overall["members"]] == [2, 2]
+    with sessions.begin() as s:
+        rows = s.execute(
+            select(Annotator.model, Ranking.criterion)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(Annotator.judge_kind == "pairwise", Ranking.status == "valid")
+        ).all()
+    panel = "panel:openai:judge-a+openai:judge-b"
+    for criterion in ("harmlessness", "overall"):  # each member and the panel: two prompts by each criterion
+        mine = sorted(model for model, c in rows if c == criterion)
+        assert mine == sorted(["openai:judge-a"] * 2 + ["openai:judge-b"] * 2 + [panel] * 2)
