@@ -211,10 +211,21 @@ def chat_answer(body: dict, prompt: str, faults: Faults) -> dict:
     choices = (body.get("structured_outputs") or {}).get("choice") or (
         (body.get("extra_body") or {}).get("structured_outputs") or {}
     ).get("choice")
+    schema = (
+        (body.get("structured_outputs") or {}) or ((body.get("extra_body") or {}).get("structured_outputs") or {})
+    ).get("json")
     seed = body.get("seed")
     n = _digest([prompt, seed, body.get("temperature")])
     if choices:
         words = [choices[n % len(choices)]]
+    elif schema:  # a JSON object of the schema's integer properties, each drawn within its bounds
+        props = schema.get("properties") or {}
+        drawn = {
+            name: spec.get("minimum", 0)
+            + _digest([prompt, seed, name]) % (spec.get("maximum", 9) - spec.get("minimum", 0) + 1)
+            for name, spec in props.items()
+        }
+        words = [json.dumps(drawn)]
     else:
         words = [f"word{(n >> k) % 7}" for k in range(min(int(body.get("max_tokens") or 16), 8))]
     reply = " ".join(words)

@@ -29,7 +29,7 @@ def identity(kind: str, config) -> dict:
     one asked `overall` keeps the identity it had before criteria.
     """
     graded = isinstance(config, score.ScoreConfig)
-    skip = SPEED_ONLY | (config.unused() if graded else set()) | {"criterion", "criteria_file"}
+    skip = SPEED_ONLY | (config.unused() if graded else set()) | {"criterion", "criteria_file", "criteria"}
     out = {STORED_NAMES.get(k, k): v for k, v in asdict(config).items() if k not in skip}
     text = JUDGES[kind].prompt
     if text is not None:

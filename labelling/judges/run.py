@@ -208,6 +208,8 @@ def run_judge(
             if kind == "likelihood":  # before any member is paid for
                 opened.check_likelihood()
             engines.append(opened)
+        if getattr(config, "criteria", None):
+            return _by_criteria(sessions, kind, config, engines, prompt_ids, candidates_from, reporter, budget)
         summaries = [
             judge_on(sessions, kind, member, config, prompt_ids, candidates_from, reporter, budget)
             for member in engines
@@ -216,6 +218,20 @@ def run_judge(
     if len(labels) == 1:
         return JudgeResult(labels[0], summaries[0], run_measures(sessions, summaries[0]))
     return _panel(sessions, kind, config, labels, summaries, prompt_ids, candidates_from, reporter)
+
+
+def _by_criteria(sessions, kind, config, engines, prompt_ids, candidates_from, reporter, budget) -> JudgeResult:
+    """`--criteria a,b`: a run per criterion (`together.judge_criteria`); the result is the first's, with every
+    criterion's summary and measures under "criteria"."""
+    from preflab.labelling.judges.together import judge_criteria
+
+    if len(engines) > 1:
+        raise ConfigError("a panel judges one criterion at a time: give it --criterion NAME, once per criterion")
+    (engine,) = engines
+    summaries = judge_criteria(sessions, kind, engine, config, prompt_ids, candidates_from, reporter, budget)
+    first = summaries[0]
+    first.extra["criteria"] = [{**s.as_dict(), "report": run_measures(sessions, s)} for s in summaries]
+    return JudgeResult(engine.name, first, first.extra["criteria"][0]["report"])
 
 
 def _panel(sessions, kind, config, labels, summaries, prompt_ids, candidates_from, reporter) -> JudgeResult:

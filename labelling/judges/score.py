@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields
 
 from preflab.db.conversation import is_multi_turn, transcript
+from preflab.db.models import OVERALL
 from preflab.db.store import chunks
 from preflab.errors import ConfigError
 from preflab.labelling.judges.base import Judgement, read_choices, unanswered
@@ -77,6 +78,14 @@ class ScoreConfig(SamplingConfig, CriterionConfig):
             "choices": SCORE_METHODS,
         },
     )
+    criteria: str | None = field(
+        default=None,
+        metadata={
+            "help": "Judge by several criteria (comma-separated, as --criterion names one): on a server that holds "
+            "replies to a JSON schema, with --method sampled, one request per response returns every criterion's "
+            "score as a JSON object; elsewhere one ask per criterion. Each criterion's rankings carry it."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -87,6 +96,14 @@ class ScoreConfig(SamplingConfig, CriterionConfig):
             raise ConfigError("--batch-size must be at least 1")
         if self.method not in SCORE_METHODS:
             raise ConfigError(f"--method must be one of {', '.join(SCORE_METHODS)}, got {self.method!r}")
+        for name in self.names():
+            CriterionConfig(name, self.criteria_file)  # each has a rubric, or one sentence says which does not
+        if self.criteria is not None and self.criterion != OVERALL:
+            raise ConfigError("give --criterion for one criterion or --criteria for several, not both")
+
+    def names(self) -> list[str]:
+        """The criteria of `--criteria`, in the order given, each once (none: judged by `criterion` alone)."""
+        return list(dict.fromkeys(n.strip() for n in (self.criteria or "").split(",") if n.strip()))
 
     def unused(self) -> set[str]:
         """Fields left out of the judge's identity: those the method does not read.
@@ -206,18 +223,32 @@ def expected_judge(engine: Engine, config: ScoreConfig, with_reference: bool = F
     return judge
 
 
-def sampled_judge(engine: Engine, config: ScoreConfig, with_reference: bool = False) -> JudgeFn:
+@dataclass(frozen=True)
+class AskForm:
+    """How the sampled judge asks for a grade and reads it: the messages, a JSON schema to hold the reply to
+    (None: free text), and the reader of a reply's score (None: none in it)."""
+
+    messages: Callable[[PromptCandidates, str], list[dict[str, str]]]
+    schema: dict | None = None
+    read: Callable[[str], float | None] = parse_score
+
+
+def sampled_judge(
+    engine: Engine, config: ScoreConfig, with_reference: bool = False, form: AskForm | None = None
+) -> JudgeFn:
     """The mean of k sampled grades per candidate; a reply without a score is asked again (a further sample).
 
     Where answers are stored, each sample is its own ask, told apart by its index, so a re-run asks the same;
     elsewhere each batch of `config.batch_size` asks is drawn together from a seed of its round and candidates.
+    `form`: how it asks and reads (default: the grading prompt, by `config`'s criterion, and "Score: <n>").
     """
+    form = form or AskForm(lambda item, text: grading_messages(item, text, with_reference, config))
 
     def judge(items: list[PromptCandidates]) -> list[Judgement | None]:
         # Keyed by (item, candidate): callers such as `train eval` number every item's candidates 0, 1.
         keys = [(k, cid) for k, item in enumerate(items) for cid in item.candidate_ids]
         messages = {
-            (k, cid): grading_messages(items[k], text, with_reference, config)
+            (k, cid): form.messages(items[k], text)
             for k, item in enumerate(items)
             for cid, text in zip(item.candidate_ids, item.texts)
         }
@@ -239,13 +270,14 @@ def sampled_judge(engine: Engine, config: ScoreConfig, with_reference: bool = Fa
                 parts = chunks(wanted, config.batch_size)
                 seeds = [_seed(config.seed, round_, [cid for (_, cid), _ in part]) for part in parts for _ in part]
             asks = [
-                Generate(messages[key], _sampling(config, seed), index) for (key, index), seed in zip(wanted, seeds)
+                Generate(messages[key], _sampling(config, seed), index, schema=form.schema)
+                for (key, index), seed in zip(wanted, seeds)
             ]
             for (key, _), reply in zip(wanted, engine.generate(asks)):
                 if unanswered(reply):
                     missing.add(key[0])
                     continue
-                value = None if isinstance(reply, Failed) else parse_score(reply.text)
+                value = None if isinstance(reply, Failed) else form.read(reply.text)
                 (failed[key] if value is None else got[key]).append(
                     reply.reason if isinstance(reply, Failed) else reply.text if value is None else value
                 )

@@ -76,6 +76,10 @@ class Engine(ABC):
         """Get ready before anything is asked or paid for: a model to load is loaded; a server is looked at (a
         wrong key, a model it does not have or a server that does not answer stops here, as `EngineError`)."""
 
+    def offers_json(self) -> bool:
+        """Whether a reply can be held to a JSON schema (`Generate.schema`); checked before any paid request."""
+        return False
+
     def check_likelihood(self) -> str:
         """How this engine gives a reply's likelihood, checked before any paid request.
 

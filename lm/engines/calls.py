@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from preflab.db.conversation import Messages, user_turn
 from preflab.lm.forward import logsumexp
@@ -78,6 +79,9 @@ class Generate:
     answer_start: str = ""
     # Ask for the sample's log-probability under what it was sampled from (where the engine has it).
     logprob: bool = False
+    # A JSON schema the reply is held to, on an engine that offers it (`Engine.offers_json`): vLLM's structured
+    # output, a hosted API's `response_format`. Elsewhere the reply is sampled as it comes (read it with care).
+    schema: dict[str, Any] | None = None
 
 
 @dataclass

@@ -95,7 +95,8 @@ class OpenAIEngine(Engine):
     def generate(self, asks: Sequence[Generate]) -> list[Generation | Failed]:
         """One sampled reply per ask, in order."""
         self.server()
-        bodies = [wire.generate_body(self.model, ask) for ask in asks]
+        server = self.server()
+        bodies = [wire.generate_body(self.model, ask, server) for ask in asks]
         return [a if isinstance(a, Failed) else wire.read_generation(a) for a in self._ask(wire.CHAT, bodies)]
 
     def top_logprobs(self, asks: Sequence[Logprobs]) -> list[TokenLogprobs | Failed]:
@@ -130,6 +131,11 @@ class OpenAIEngine(Engine):
     def check(self) -> None:
         """Look at the servers (their /v1/models) before anything is paid for."""
         self.server()
+
+    def offers_json(self) -> bool:
+        """vLLM's structured output, or a hosted API's JSON schema."""
+        server = self.server()
+        return server.vllm or server.json_schema
 
     def server(self) -> wire.Server:
         """What the servers offer, looked up once (their /v1/models): a bad key, a wrong model or a

@@ -46,9 +46,10 @@ def sample_seed(seed: int, index: int) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def generate_body(model: str, ask: Generate) -> dict[str, Any]:
+def generate_body(model: str, ask: Generate, server: Server | None = None) -> dict[str, Any]:
+    """A sampled reply's body; one held to `ask.schema` where the server offers it (vLLM, a hosted API)."""
     s = ask.sampling
-    return {
+    body: dict[str, Any] = {
         "model": model,
         "messages": as_messages(ask.prompt),
         "max_tokens": s.max_tokens,
@@ -56,6 +57,14 @@ def generate_body(model: str, ask: Generate) -> dict[str, Any]:
         "top_p": s.top_p,
         "seed": sample_seed(s.seed, ask.index),
     }
+    if ask.schema is not None and server is not None and server.vllm:
+        body["extra_body"] = {"structured_outputs": {"json": ask.schema}}
+    elif ask.schema is not None and server is not None and server.json_schema:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "strict": True, "schema": ask.schema},
+        }
+    return body
 
 
 def read_generation(answer: dict[str, Any]) -> Generation:

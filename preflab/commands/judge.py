@@ -111,10 +111,16 @@ def _judged_text(kind: str, result) -> str:
     """What a judge run ranked (its panel's members too), what it asked a server, and its measures."""
     s = result.summary
     lines = [
-        f"{judge_label(kind, result.measures['method'])} judge {s.run_id} ({result.model}): "
+        f"{judge_label(kind, result.measures['method'])} judge {s.run_id} ({result.model})"
+        f"{' by ' + s.extra['criterion'] if 'criterion' in s.extra else ''}: "
         f"ranked {s.ranked:,} prompts{abstained_text(s.abstained)}, "
         f"kept {s.kept:,} already ranked, superseded {s.superseded:,}, {s.unscored:,} candidates unscored"
     ]
+    for each in s.extra.get("criteria", [])[1:]:  # the first is the line above
+        lines.append(
+            f"  by {each['criterion']}: judge {each['run_id']}: ranked {each['ranked']:,} prompts"
+            f"{abstained_text(each['abstained'])}, kept {each['kept']:,}"
+        )
     for member in s.extra.get("members", []):
         lines.append(
             f"  member {member['run_id']} ({member['model']}): ranked {member['ranked']:,} prompts"

@@ -113,3 +113,90 @@ def test_a_panel_judges_by_a_criterion_as_its_members_do(cli, sessions, ranked, 
     for criterion in ("harmlessness", "overall"):  # each member and the panel: two prompts by each criterion
         mine = sorted(model for model, c in rows if c == criterion)
         assert mine == sorted(["openai:judge-a"] * 2 + ["openai:judge-b"] * 2 + [panel] * 2)
+
+
+def test_several_criteria_at_once_are_one_json_request_per_response_on_a_server(cli, sessions, ranked, fault_server):
+    from tests.fault_app import Faults, chat_answer, rendered
+
+    url, faults = fault_server()
+    out = json.loads(
+        cli("judge", "score", "--criteria", "helpfulness,harmlessness", "--samples", "2", *served(url)).stdout
+    )
+    by = {c["criterion"]: c for c in out["criteria"]}
+    assert list(by) == ["helpfulness", "harmlessness"] and all(c["ranked"] == 2 for c in by.values())
+    # 5 responses, 2 samples each: 10 requests, paid by the first criterion; the second reads them back
+    assert faults.asked["chat"] == 10
+    assert (by["helpfulness"]["engine"]["requests"], by["helpfulness"]["engine"]["cache_hits"]) == (10, 0)
+    assert (by["harmlessness"]["engine"]["requests"], by["harmlessness"]["engine"]["cache_hits"]) == (0, 10)
+    drawn = {}  # response -> {criterion: [the scores the server gave, by sample]}
+    for body in map(json.loads, faults.bodies):
+        schema = body["structured_outputs"]["json"]
+        assert schema["required"] == ["helpfulness", "harmlessness"] and not schema["additionalProperties"]
+        (text,) = [m["content"] for m in body["messages"]]
+        assert BUILT_IN["helpfulness"] in text and BUILT_IN["harmlessness"] in text
+        response = text.split("<response>")[1].split("</response>")[0]
+        answer = json.loads(
+            chat_answer(body, rendered(body["messages"], body), Faults())["choices"][0]["message"]["content"]
+        )
+        for criterion, value in answer.items():
+            drawn.setdefault(response, {}).setdefault(criterion, []).append(value)
+    with sessions.begin() as s:
+        from preflab.db.models import Candidate, RankingItem
+
+        rows = s.execute(
+            select(Ranking.criterion, Candidate.text, RankingItem.score, RankingItem.details)
+            .join(RankingItem, RankingItem.ranking_id == Ranking.id)
+            .join(Candidate, Candidate.id == RankingItem.candidate_id)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(Annotator.judge_kind == "score")
+        ).all()
+    assert len(rows) == 2 * 5
+    for criterion, text, score, details in rows:  # each criterion's score is the mean of what the server gave it
+        assert sorted(details["samples"]) == sorted(drawn[text][criterion])
+        assert score == sum(drawn[text][criterion]) / 2
+    text = cli(
+        "judge",
+        "score",
+        "--criteria",
+        "helpfulness,harmlessness",
+        "--samples",
+        "2",
+        "--engine",
+        "openai",
+        "--api-base",
+        url,
+        "--model",
+        "fault-model",
+    ).stdout
+    assert "by helpfulness: kept 2" not in text and "by harmlessness: judge" in text and faults.asked["chat"] == 10
+
+
+def test_several_criteria_without_structured_output_are_asked_one_by_one(cli, sessions, ranked, fault_server):
+    url, faults = fault_server(owned_by="someone-else")  # no structured output: each criterion its own ask
+    out = json.loads(cli("judge", "score", "--criteria", "honesty,truthfulness", "--samples", "1", *served(url)).stdout)
+    assert [c["criterion"] for c in out["criteria"]] == ["honesty", "truthfulness"]
+    asked = [json.loads(body) for body in faults.bodies]
+    assert asked and not any("structured_outputs" in body or "response_format" in body for body in asked)
+    named = [
+        {c for c in ("honesty", "truthfulness") if f"by one criterion only, {c}" in body["messages"][0]["content"]}
+        for body in asked
+    ]
+    assert all(len(n) == 1 for n in named) and set().union(*named) == {"honesty", "truthfulness"}
+
+    both = cli("judge", "score", "--criterion", "honesty", "--criteria", "honesty", *served(url), expect_ok=False)
+    assert both.exit_code != 0 and "not both" in both.output
+    unknown = cli("judge", "score", "--criteria", "honesty,wit", *served(url), expect_ok=False)
+    assert unknown.exit_code != 0 and "no rubric for the criterion 'wit'" in unknown.output
+    second, _ = fault_server(model="judge-b")
+    panel = cli(
+        "judge",
+        "score",
+        "--criteria",
+        "honesty",
+        "--model",
+        f"fault-model@{url}",
+        "--model",
+        f"judge-b@{second}",
+        expect_ok=False,
+    )
+    assert panel.exit_code != 0 and "a panel judges one criterion at a time" in panel.output

@@ -134,3 +134,33 @@ def test_pairwise_on_vllm_agrees_with_the_in_process_judge(cli, sessions, vllm_s
     trust = json.loads(cli("stats", "--judges", "--json").stdout)["judges"]
     costs = {row["model"]: row["cost_per_1000_pairs"] for row in trust}
     assert costs[first] > 0 and costs[second] > 0 and costs[f"panel:{first}+{second}"] > 0
+
+
+def test_several_criteria_at_once_on_vllm_are_held_to_the_json_schema(cli, sessions, vllm_server, facts):
+    """vLLM holds each reply to the criteria's JSON schema: every score is read, one request per response."""
+    out = json.loads(
+        cli(
+            "judge",
+            "score",
+            "--criteria",
+            "helpfulness,truthfulness",
+            "--samples",
+            "1",
+            "--max-new-tokens",
+            "64",
+            *served(vllm_server),
+        ).stdout
+    )
+    by = {c["criterion"]: c for c in out["criteria"]}
+    assert list(by) == ["helpfulness", "truthfulness"]
+    assert all((c["ranked"], c["unscored"]) == (len(FACTS), 0) for c in by.values()), by
+    assert by["helpfulness"]["engine"]["requests"] == 3 * len(FACTS) == by["truthfulness"]["engine"]["cache_hits"]
+    assert by["truthfulness"]["engine"]["requests"] == 0
+    with sessions.begin() as session:
+        scores = session.execute(
+            select(Ranking.criterion, RankingItem.score)
+            .join(RankingItem, RankingItem.ranking_id == Ranking.id)
+            .join(Annotator, Annotator.id == Ranking.annotator_id)
+            .where(Annotator.judge_kind == "score")
+        ).all()
+    assert len(scores) == 2 * 3 * len(FACTS) and all(score in {0, 1, 2, 3, 4, 5} for _, score in scores)
