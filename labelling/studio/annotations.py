@@ -41,13 +41,13 @@ from preflab.labelling.studio.parse import (
     TaskItems,
     ls_id,
     may_hold_flaws,
-    parse_annotation,
     payload,
     task_items,
     task_json,
 )
 from preflab.labelling.studio.projects import ProjectInfo
 from preflab.labelling.studio.received import Received, as_received, shown_id
+from preflab.labelling.studio.results import Buckets, parse_rankings
 from preflab.labelling.studio.versions import SOURCE, Entry, write_rankings
 
 TASK_SOURCE = "label-studio:task"  # raw records of whole tasks: a task seen before is skipped unparsed
@@ -177,7 +177,7 @@ def _parse(
     ann: Any,
     users: dict[int, str],
     fields: TaskFields,
-    buckets: list[str] | None,
+    buckets: Buckets | None,
     items: dict[int, TaskItems | Invalid],
     raw_id: int,
 ) -> Entry:
@@ -199,8 +199,8 @@ def _parse(
     if isinstance(items[key], Invalid):
         raise items[key]
     annotator, user = _annotator(ann, users)
-    parsed = parse_annotation(ann, items[key].ids, buckets)
-    return Entry(task, ann, raw_id, aid, items[key], parsed, annotator, user)
+    rankings = parse_rankings(ann, items[key].ids, buckets)
+    return Entry(task, ann, raw_id, aid, items[key], rankings, annotator, user)
 
 
 def store_tasks(
@@ -343,7 +343,7 @@ def _parse_and_write(
         try:
             if p.flaw:
                 raise Invalid(p.flaw)
-            entries.append(_parse(p.task, p.annotation, users, fields, project.buckets, item_cache, raw_id))
+            entries.append(_parse(p.task, p.annotation, users, fields, project.rankers, item_cache, raw_id))
         except Invalid as exc:
             reasons[raw_id] = str(exc)
             aid = p.annotation.get("id") if isinstance(p.annotation, dict) else None

@@ -31,7 +31,8 @@ in order, of σ(score − next score): the Bradley–Terry probability of each s
 model (trained with that loss) and monotone in the gap for other judges; 0.5 for a tie
 (`predict.confidence`). A tie stays a tie (`predict.prediction_result`): one bucket, the Tie choice, or
 in the plain ranker the order shown with a note; a judge's abstention (it read too little to rank) is
-no prediction at all.
+no prediction at all. A template with a Ranker per criterion gets the judge's one order in each
+Ranker: the judge ranks once, by its own rubric, not per criterion.
 
 The session belongs to the caller: the reads come first, then the judge, then the writes, so the
 transaction holds no write lock while a model runs. Two calls that rank the same prompt at once
@@ -64,7 +65,8 @@ from preflab.labelling.studio.projects import find_project
 from preflab.labelling.studio.served import NO_MODEL, ServedJudge, model_version, served_judge
 from preflab.lm.engines import Engine
 from preflab.lm.names import ModelCache
-from preflab.templates import PAIRWISE, RANKER, bucket_names
+from preflab.templates import PAIRWISE, RANKER, bucket_names, ranker_buckets
+from preflab.templates.criteria import RANKER_PREFIX
 
 __all__ = [
     "NO_MODEL",
@@ -95,7 +97,8 @@ def template_of(label_config: str) -> str | None:
     tags = {(tag.tag, tag.get("name")) for tag in root.iter()}
     if ("Pairwise", PAIRWISE) in tags:
         return "pairwise"
-    if ("Ranker", RANKER) in tags:
+    rankers = [name for kind, name in tags if kind == "Ranker"]
+    if RANKER in rankers or (rankers and all(n.startswith(RANKER_PREFIX) for n in rankers)):
         return "ranking_tiers" if bucket_names(label_config) else "ranking"
     return None
 
@@ -293,12 +296,13 @@ class Plan:
             return [[] for _ in self.shown]
         errors = prediction_errors(self.label_config)
         buckets = bucket_names(self.label_config)
+        rankers = ranker_buckets(self.label_config) or None
         out: list[dict | list] = []
         for s in self.shown:
             ranked = self.rankings.get(s.prompt_id) if s is not None and s.prompt_id not in leave else None
             result = None
             if ranked is not None and len({c for t in ranked.tiers for c in t} & set(s.order)) >= 2:
-                result = prediction_result(self.template, ranked.tiers, s.order, buckets, s.ids)
+                result = prediction_result(self.template, ranked.tiers, s.order, buckets, s.ids, rankers)
             prediction = (
                 None
                 if result is None

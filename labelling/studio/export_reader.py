@@ -24,7 +24,7 @@ from typing import Any
 from preflab.console import plural
 from preflab.db.ingest.lines import open_input
 from preflab.errors import InputError
-from preflab.labelling.studio.parse import bucket_keys
+from preflab.labelling.studio.results import bucket_keys
 
 CHUNK = 1 << 20  # characters read at a time
 MAX_TASK = 64 << 20  # a task larger than this is taken for a broken file

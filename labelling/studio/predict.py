@@ -34,7 +34,7 @@ from preflab.errors import InputError
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.projects import ProjectInfo, find_project
 from preflab.labelling.studio.task_data import item_id as default_item_id
-from preflab.templates import LIST, PAIRWISE, PAIRWISE_TARGET, RANKER, TIE, TIE_VALUE
+from preflab.templates import LIST, PAIRWISE, PAIRWISE_TARGET, RANKER, TIE, TIE_VALUE, ranker_buckets
 
 BATCH = 500
 
@@ -45,6 +45,7 @@ def prediction_result(
     shown: Sequence[int],
     buckets: Sequence[str] | None = None,
     ids: Mapping[int, str] | None = None,
+    rankers: Mapping[str, Sequence[str]] | Sequence[str] | None = None,
 ) -> list[dict] | None:
     """A Label Studio result saying `tiers` (candidate ids, best first) for a task showing `shown`.
 
@@ -52,7 +53,12 @@ def prediction_result(
     unranked (tiers), or make the prediction impossible (pairwise: None). Returns
     None when the template cannot say the ranking (more tiers than buckets).
     `ids` names each candidate's item in the task (default: the ids `ls push` gives, `c<id>`).
+    `rankers` names the template's Rankers (default: its one, `rank`), each with its buckets when a
+    mapping (`preflab.templates.ranker_buckets`): a template with a Ranker per criterion gets the
+    same order in each, as the judge gives one order.
     """
+    names = list(rankers or (RANKER,))
+    own = rankers if isinstance(rankers, Mapping) else {}
     item_id = ids.__getitem__ if ids is not None else default_item_id
     position = {cid: n for n, cid in enumerate(shown)}
     tiers = [sorted((c for c in tier if c in position), key=position.get) for tier in tiers]
@@ -61,16 +67,21 @@ def prediction_result(
     unranked = [c for c in shown if c not in ranked]
     if template == "ranking":
         order = [item_id(c) for t in tiers for c in t] + [item_id(c) for c in unranked]
-        result = {"from_name": RANKER, "to_name": LIST, "type": "ranker", "value": {"ranker": {RANKER: order}}}
-        note = tie_note(tiers, shown)
-        return [result | ({"meta": {"text": [note]}} if note else {})]
+        note = {"meta": {"text": [n]}} if (n := tie_note(tiers, shown)) else {}
+        return [
+            {"from_name": name, "to_name": LIST, "type": "ranker", "value": {"ranker": {name: order}}} | note
+            for name in names
+        ]
     if template == "ranking_tiers":
-        buckets = list(buckets or [])
-        if len(tiers) > len(buckets):
-            return None
-        value = {name: [item_id(c) for c in (tiers[n] if n < len(tiers) else [])] for n, name in enumerate(buckets)}
-        value["_"] = [item_id(c) for c in unranked]
-        return [{"from_name": RANKER, "to_name": LIST, "type": "ranker", "value": {"ranker": value}}]
+        out = []
+        for name in names:
+            tiers_of = list(own.get(name) or buckets or [])
+            if len(tiers) > len(tiers_of):
+                return None
+            value = {b: [item_id(c) for c in (tiers[n] if n < len(tiers) else [])] for n, b in enumerate(tiers_of)}
+            value["_"] = [item_id(c) for c in unranked]
+            out.append({"from_name": name, "to_name": LIST, "type": "ranker", "value": {"ranker": value}})
+        return out
     if template == "pairwise":
         if len(shown) != 2 or unranked:
             return None
@@ -194,6 +205,7 @@ def predict(
     for (pid, name), ranked in rankings.items():
         by_prompt.setdefault(pid, []).append((name, ranked))
     errors = prediction_errors(project.label_config)
+    rankers = ranker_buckets(project.label_config) or None
     uploads = []
     for task_id, pid, shown in tasks:
         for name, (tiers, scores) in by_prompt.get(pid, []):
@@ -201,7 +213,11 @@ def predict(
                 summary.existing += 1
                 continue
             ranked = {c for t in tiers for c in t} & set(shown)
-            result = prediction_result(project.template, tiers, shown, project.buckets) if len(ranked) >= 2 else None
+            result = (
+                prediction_result(project.template, tiers, shown, project.buckets, rankers=rankers)
+                if len(ranked) >= 2
+                else None
+            )
             if result is None:
                 summary.unfit += 1
                 continue

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -10,9 +11,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.db.models import LSProject
+from preflab.db.store import ensure_criteria
 from preflab.errors import InputError, NotFound
 from preflab.labelling.studio.client import LabelStudioClient
-from preflab.templates import TEMPLATES, bucket_names, label_config
+from preflab.labelling.studio.criteria import criteria_descriptions, read_criteria_file
+from preflab.templates import TEMPLATES, bucket_names, label_config, ranker_buckets
 
 CUSTOM = "custom"  # a project preflab did not create: its template is whatever its owner wrote
 EXPORT_BASE_URL = "file:"  # the server of an export file imported with no Label Studio URL
@@ -34,6 +37,15 @@ class ProjectInfo:
     @property
     def buckets(self) -> list[str] | None:
         return list(self.bucket_order) if self.bucket_order else bucket_names(self.label_config)
+
+    @property
+    def rankers(self) -> list[str] | dict[str, list[str]] | None:
+        """The buckets results are read with: each Ranker's by its name when the template has several
+        (a Ranker per criterion), else `buckets`."""
+        by_ranker = ranker_buckets(self.label_config)
+        if len(by_ranker) < 2:
+            return self.buckets
+        return {name: list(self.bucket_order) if self.bucket_order else b for name, b in by_ranker.items()}
 
     def as_dict(self) -> dict:
         return {
@@ -149,6 +161,8 @@ def init_project(
     annotators_per_task: int = 3,
     show_predictions: bool = False,
     description: str | None = None,
+    criteria: Sequence[str] = (),
+    criteria_file: str | None = None,
 ) -> ProjectInfo:
     """The `ls init` job: create a Label Studio project from a preflab template and record it.
 
@@ -159,16 +173,21 @@ def init_project(
     Several annotators see each task (`annotators_per_task`, overlap on every
     task); predictions (AI pre-annotations) stay hidden from annotators unless
     `show_predictions`, so judges do not anchor the people they are compared with.
+    With `criteria`, each task is ranked once per criterion, each with its description
+    (from `criteria_file`, else built in); the criteria are stored with their descriptions.
     """
     if template not in TEMPLATES:
         raise InputError(f"unknown template {template!r} (expected one of {', '.join(TEMPLATES)})")
     if annotators_per_task < 1:
         raise InputError("--annotators-per-task must be at least 1")
-    config = label_config(template)
+    given = read_criteria_file(criteria_file) if criteria_file else {}
+    described = criteria_descriptions(criteria, given) if criteria else {}
+    config = label_config(template, criteria, given)
     project = client.create_project(
         title=title,
         label_config=config,
-        description=description or f"preflab {template} project",
+        description=description
+        or f"preflab {template} project" + (f", ranked by {', '.join(criteria)}" if criteria else ""),
         maximum_annotations=annotators_per_task,
         overlap_cohort_percentage=100,
         show_collab_predictions=show_predictions,
@@ -176,6 +195,8 @@ def init_project(
     )
     try:
         with sessions.begin() as session:
+            if described:
+                ensure_criteria(session, described, described)
             return ensure_project(
                 session, client.base_url, project.id, title=title, template=template, label_config=config
             )

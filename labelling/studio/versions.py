@@ -8,6 +8,11 @@ stored from is quarantined: it is not an edit that moves a ranking to another
 prompt. The annotator is the person of the Label Studio user, whatever name the
 source gives them (an email, or only the user id), and is created only for a
 ranking that is written.
+
+An annotation of a template with criteria holds a ranking per criterion
+(`results.py`): each is versioned on its own, keyed by the annotation id and its
+criterion. A criterion the annotation answered before and answers no more (its
+ranker emptied) has its old ranking superseded; one never answered has none.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ from sqlalchemy.orm import Session
 from preflab.db.bulk import IN_CHUNK, append_rows, in_values, lookup
 from preflab.db.conversation import prompt_columns, reply_columns
 from preflab.db.models import Annotator, AnnotatorKind, Ranking, RankingItem, RankingStatus, utcnow
-from preflab.db.store import chunks, ensure_annotators, ensure_candidates, ensure_prompts
-from preflab.labelling.studio.parse import Parsed, TaskItems, same_as_shown
+from preflab.db.store import chunks, ensure_annotators, ensure_candidates, ensure_criteria, ensure_prompts
+from preflab.labelling.studio.parse import TaskItems
 from preflab.labelling.studio.projects import ProjectInfo, same_server
+from preflab.labelling.studio.results import Parsed, same_as_shown
+from preflab.templates.criteria import DESCRIPTIONS
 
 SOURCE = "label-studio"  # raw records of annotations, and the rankings made from them
 LIVE = (RankingStatus.valid.value, RankingStatus.skipped.value)
@@ -38,7 +45,7 @@ class Entry:
     raw_id: int
     annotation_id: int
     items: TaskItems
-    parsed: Parsed
+    rankings: tuple[Parsed, ...]  # one per criterion answered (or skipped)
     annotator: tuple[str, str]  # (kind, name) when the person is not known yet
     ls_user_id: int | None = None
 
@@ -95,17 +102,40 @@ def _one_task_each(entries: list[Entry], written: Written) -> list[Entry]:
     return list(newest.values())
 
 
-def latest_versions(session: Session, project_id: int, annotation_ids: list[int]) -> dict[int, Previous]:
-    """annotation id -> its newest stored version in this project."""
-    out: dict[int, Previous] = {}
+def criterion_versions(session: Session, project_id: int, annotation_ids: list[int]) -> dict[tuple[int, str], Previous]:
+    """(annotation id, criterion) -> the newest stored version of that annotation's ranking by that criterion."""
+    out: dict[tuple[int, str], Previous] = {}
     query = select(
-        Ranking.id, Ranking.ls_annotation_id, Ranking.version, Ranking.status, Ranking.ls_task_id, Ranking.annotator_id
+        Ranking.id,
+        Ranking.ls_annotation_id,
+        Ranking.criterion,
+        Ranking.version,
+        Ranking.status,
+        Ranking.ls_task_id,
+        Ranking.annotator_id,
     ).where(Ranking.ls_project_id == project_id, in_values(session, Ranking.ls_annotation_id, semi_join=True))
     for part in chunks(sorted(set(annotation_ids)), IN_CHUNK):
-        for rid, aid, version, status, task_id, annotator_id in session.execute(query, {"values": list(part)}):
-            if aid not in out or version > out[aid].version:
-                out[aid] = Previous(rid, version, status, task_id, annotator_id)
+        for rid, aid, criterion, version, status, task_id, annotator_id in session.execute(
+            query, {"values": list(part)}
+        ):
+            key = (aid, criterion)
+            if key not in out or version > out[key].version:
+                out[key] = Previous(rid, version, status, task_id, annotator_id)
     return out
+
+
+def _newest(by_criterion: dict[tuple[int, str], Previous]) -> dict[int, Previous]:
+    """annotation id -> the version written last among its criteria'."""
+    out: dict[int, Previous] = {}
+    for (aid, _), p in by_criterion.items():
+        if aid not in out or p.ranking_id > out[aid].ranking_id:
+            out[aid] = p
+    return out
+
+
+def latest_versions(session: Session, project_id: int, annotation_ids: list[int]) -> dict[int, Previous]:
+    """annotation id -> its newest stored version in this project (the one written last, whatever its criterion)."""
+    return _newest(criterion_versions(session, project_id, annotation_ids))
 
 
 def _stored_tiers(session: Session, ranking_ids: list[int]) -> dict[int, tuple[tuple[int, ...], ...]]:
@@ -180,12 +210,13 @@ def write_rankings(
     """
     written = Written()
     entries = _one_task_each(entries, written)
-    previous = latest_versions(session, project.id, [e.annotation_id for e in entries] + sorted(invalid))
-    # An annotation edited into something unusable no longer says what its old ranking said.
+    by_criterion = criterion_versions(session, project.id, [e.annotation_id for e in entries] + sorted(invalid))
+    previous = _newest(by_criterion)
+    # An annotation edited into something unusable no longer says what its old rankings said.
     superseded = [
-        previous[aid].ranking_id
-        for aid, task_id in invalid.items()
-        if aid in previous and previous[aid].status in LIVE and _same_task(previous[aid], task_id)
+        p.ranking_id
+        for (aid, _), p in by_criterion.items()
+        if aid in invalid and p.status in LIVE and _same_task(p, invalid[aid])
     ]
     kept = []
     for e in entries:
@@ -195,7 +226,7 @@ def write_rankings(
         else:
             kept.append(e)
     if kept:
-        superseded += _write(session, project, kept, previous, written)
+        superseded += _write(session, project, kept, by_criterion, written)
     if superseded:
         session.execute(
             update(Ranking),
@@ -205,7 +236,11 @@ def write_rankings(
 
 
 def _write(
-    session: Session, project: ProjectInfo, entries: list[Entry], previous: dict[int, Previous], written: Written
+    session: Session,
+    project: ProjectInfo,
+    entries: list[Entry],
+    by_criterion: dict[tuple[int, str], Previous],
+    written: Written,
 ) -> list[int]:
     """Insert the rankings that are new or changed; returns the ids of the versions they supersede."""
     # Keyed by the conversation hashes (`preflab.db.conversation`): a plain prompt or reply keeps its old hash.
@@ -220,57 +255,53 @@ def _write(
         for turns, key in zip(e.items.replies, e.items.reply_keys):
             candidates.setdefault((pid, key), reply_columns(turns))
     candidate_ids = ensure_candidates(session, candidates, append=True)
-    stored = _stored_tiers(
-        session, [previous[e.annotation_id].ranking_id for e in entries if e.annotation_id in previous]
-    )
+    aids = {e.annotation_id for e in entries}
+    mine = {key: p for key, p in by_criterion.items() if key[0] in aids}
+    stored = _stored_tiers(session, [p.ranking_id for p in mine.values()])
     superseded: list[int] = []
     rows: list[tuple[Entry, dict, list[dict]]] = []
     for e in sorted(entries, key=lambda e: e.annotation_id):
         pid = prompt_ids[e.items.prompt_key]
         cid_of = {iid: candidate_ids[(pid, key)] for iid, key in zip(e.items.ids, e.items.reply_keys)}
-        tiers = [[cid_of[i] for i in tier] for tier in e.parsed.tiers]
-        positions = e.parsed.tier_positions()
-        version = 1
-        before = previous.get(e.annotation_id)
-        if before is not None:
-            old_skipped = before.status == RankingStatus.skipped.value
-            if stored.get(before.ranking_id) == _tiers_key(zip(positions, tiers)) and old_skipped == e.parsed.skipped:
-                written.unchanged += 1  # e.g. the same annotation read from an export and from the API
-                continue
-            version = before.version + 1
-            if before.status in LIVE:
-                superseded.append(before.ranking_id)
+        answered = {parsed.criterion for parsed in e.rankings}
+        # A criterion answered before and not now (its ranker emptied): its old ranking no longer holds.
+        dropped = [
+            p.ranking_id
+            for (aid, criterion), p in mine.items()
+            if aid == e.annotation_id and criterion not in answered and p.status in LIVE
+        ]
+        superseded += dropped
+        changed = bool(dropped)
+        for parsed in e.rankings:
+            tiers = [[cid_of[i] for i in tier] for tier in parsed.tiers]
+            positions = parsed.tier_positions()
+            version = 1
+            before = mine.get((e.annotation_id, parsed.criterion))
+            if before is not None:
+                old_skipped = before.status == RankingStatus.skipped.value
+                if stored.get(before.ranking_id) == _tiers_key(zip(positions, tiers)) and old_skipped == parsed.skipped:
+                    continue  # e.g. the same annotation read from an export and from the API
+                version = before.version + 1
+                if before.status in LIVE:
+                    superseded.append(before.ranking_id)
+            changed = True
+            row = _ranking_row(project, e, parsed, pid, version, tiers, positions)
+            rows.append((e, row, _items(e, cid_of, tiers, positions)))
+        if not any(aid == e.annotation_id for aid, _ in mine):
+            written.new += 1
+        elif changed:
             written.updated += 1
         else:
-            written.new += 1
-        tier_of = {cid: position for position, tier in zip(positions, tiers) for cid in tier}
-        rows.append(
-            (
-                e,
-                {
-                    "prompt_id": pid,
-                    "source": SOURCE,
-                    "external_id": f"{project.id}:{e.annotation_id}",
-                    "version": version,
-                    "n_tiers": len(tiers),
-                    "same_as_shown": same_as_shown(e.parsed, e.items.ids),
-                    "status": RankingStatus.skipped.value if e.parsed.skipped else RankingStatus.valid.value,
-                    "raw_record_id": e.raw_id,
-                    "ls_project_id": project.id,
-                    "ls_task_id": e.task_id,
-                    "ls_annotation_id": e.annotation_id,
-                    "lead_time": _lead_time(e.annotation),
-                },
-                [
-                    {"candidate_id": cid, "tier": tier_of.get(cid), "shown_position": pos}
-                    for pos, cid in enumerate(cid_of[i] for i in e.items.ids)
-                ],
-            )
-        )
+            written.unchanged += 1
     if not rows:
         return superseded
     # Only now: a person is created for a ranking that is written, never for one read again.
-    annotator_of = _annotator_ids(session, project, [e for e, _, _ in rows], previous)
+    annotator_of = _annotator_ids(session, project, list({id(e): e for e, _, _ in rows}.values()), _newest(mine))
+    ensure_criteria(
+        session,
+        {row["criterion"] for _, row, _ in rows},
+        {row["criterion"]: DESCRIPTIONS[row["criterion"]] for _, row, _ in rows if row["criterion"] in DESCRIPTIONS},
+    )
     ids = append_rows(
         session, Ranking.__table__, [dict(row, annotator_id=annotator_of[e.annotation_id]) for e, row, _ in rows]
     )
@@ -281,6 +312,34 @@ def _write(
         new_ids=False,
     )
     return superseded
+
+
+def _ranking_row(
+    project: ProjectInfo, e: Entry, parsed: Parsed, prompt_id: int, version: int, tiers: list, positions
+) -> dict:
+    return {
+        "prompt_id": prompt_id,
+        "source": SOURCE,
+        "external_id": f"{project.id}:{e.annotation_id}",
+        "version": version,
+        "criterion": parsed.criterion,
+        "n_tiers": len(tiers),
+        "same_as_shown": same_as_shown(parsed, e.items.ids),
+        "status": RankingStatus.skipped.value if parsed.skipped else RankingStatus.valid.value,
+        "raw_record_id": e.raw_id,
+        "ls_project_id": project.id,
+        "ls_task_id": e.task_id,
+        "ls_annotation_id": e.annotation_id,
+        "lead_time": _lead_time(e.annotation),
+    }
+
+
+def _items(e: Entry, cid_of: dict[str, int], tiers: list, positions) -> list[dict]:
+    tier_of = {cid: position for position, tier in zip(positions, tiers) for cid in tier}
+    return [
+        {"candidate_id": cid, "tier": tier_of.get(cid), "shown_position": pos}
+        for pos, cid in enumerate(cid_of[i] for i in e.items.ids)
+    ]
 
 
 def _lead_time(annotation: dict) -> float | None:

@@ -81,20 +81,55 @@ def ls_group():
     help="Show AI predictions to annotators (hidden by default, so they are not anchored).",
 )
 @click.option("--description", help="Project description shown in Label Studio.")
+@click.option(
+    "--criterion",
+    "criteria",
+    multiple=True,
+    metavar="NAME",
+    help="Rank each task once per criterion (repeat: --criterion helpfulness --criterion harmlessness), "
+    "each with its description beside it. Default: one ranking, criterion overall.",
+)
+@click.option(
+    "--criteria-file",
+    type=click.Path(dir_okay=False, exists=True),
+    help='TOML of criteria descriptions: [helpfulness] description = "…" (built in: helpfulness, '
+    "harmlessness, honesty, instruction_following, truthfulness, overall).",
+)
 @json_option
 @pass_settings
-def ls_init(settings: Settings, template, title, annotators_per_task, show_predictions, description, as_json):
+def ls_init(
+    settings: Settings,
+    template,
+    title,
+    annotators_per_task,
+    show_predictions,
+    description,
+    criteria,
+    criteria_file,
+    as_json,
+):
     """Create a Label Studio project from a preflab template.
 
     Example: preflab ls init --template ranking_tiers --title "Tiers, round 3" --annotators-per-task 3
+
+    Example: preflab ls init --title "Helpful and safe" --criterion helpfulness --criterion harmlessness
     """
     from preflab.labelling.studio.projects import init_project
 
     project = init_project(
-        _sessions(settings), _client(settings), template, title, annotators_per_task, show_predictions, description
+        _sessions(settings),
+        _client(settings),
+        template,
+        title,
+        annotators_per_task,
+        show_predictions,
+        description,
+        criteria=criteria,
+        criteria_file=criteria_file,
     )
-    data = project.as_dict()
-    echo_result(as_json, data, lambda: f"created project {project.project_id} ({template}): {data['url']}")
+    data = project.as_dict() | {"criteria": list(criteria) or ["overall"]}
+    by = f", ranked by {', '.join(criteria)}" if criteria else ""
+    echo_result(as_json, data, lambda: f"created project {project.project_id} ({template}{by}): {data['url']}")
 
 
 @ls_group.command("push")

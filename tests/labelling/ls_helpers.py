@@ -96,6 +96,7 @@ def rankings(database_url: str) -> list[dict]:
                     "task": r.ls_task_id,
                     "same_as_shown": r.same_as_shown,
                     "ls_user_id": r.annotator.ls_user_id,
+                    "criterion": r.criterion,
                 }
             )
         return out

@@ -8,12 +8,11 @@ from preflab.db.conversation import assistant_turn, user_turn
 from preflab.errors import Invalid
 from preflab.labelling.studio.parse import (
     TaskFields,
-    parse_annotation,
     payload,
-    same_as_shown,
     task_items,
 )
 from preflab.labelling.studio.predict import prediction_result
+from preflab.labelling.studio.results import parse_annotation, same_as_shown
 from preflab.templates import TEMPLATES, bucket_names, label_config
 
 IDS = ("c1", "c2", "c3", "c4")

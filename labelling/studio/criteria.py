@@ -1,0 +1,62 @@
+"""Criteria of a Label Studio project: their names checked, their descriptions read, a Ranker's criterion.
+
+The template side (a Ranker per criterion, the built-in descriptions) is `preflab.templates.criteria`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import tomllib
+
+from preflab.db.ingest.records import criterion_name
+from preflab.db.models import OVERALL
+from preflab.errors import InputError, Invalid
+from preflab.templates import RANKER
+from preflab.templates.criteria import RANKER_PREFIX, described
+
+
+def ranker_criterion(name: str, alone: bool = True) -> str:
+    """The criterion a Ranker named `name` ranks by; raises Invalid when its name says none.
+
+    `rank` is overall, `rank_<criterion>` is that criterion; any other name is
+    overall when it is the annotation's only Ranker (a project preflab did not make).
+    """
+    if name == RANKER:
+        return OVERALL
+    if name.startswith(RANKER_PREFIX):
+        return criterion_name(name[len(RANKER_PREFIX) :], f"the criterion of ranker {name!r}")
+    if alone:
+        return OVERALL
+    raise Invalid(f"ranker {name!r} names no criterion (preflab reads several rankers named rank_<criterion>)")
+
+
+def read_criteria_file(path: str | Path) -> dict[str, str]:
+    """Criterion name -> description from a TOML file of `[name]` tables, each with `description = "…"`."""
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise InputError(f"cannot read the criteria file {path}: {exc}") from exc
+    out = {}
+    for name, table in data.items():
+        try:
+            criterion_name(name, f"criterion {name!r} in {path}")
+        except Invalid as exc:
+            raise InputError(str(exc)) from exc
+        text = table.get("description") if isinstance(table, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f'criterion {name!r} in {path} needs a description = "…"')
+        out[name] = text.strip()
+    return out
+
+
+def criteria_descriptions(criteria: Iterable[str], given: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Each criterion's description (given, else built in), its name checked; raises InputError naming what is wrong."""
+    criteria = list(criteria)
+    for name in criteria:
+        try:
+            criterion_name(name, "--criterion")
+        except Invalid as exc:
+            raise InputError(str(exc)) from exc
+    return described(criteria, given)
