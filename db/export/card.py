@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 
-from preflab.db.models import DatasetVersion
+from preflab.db.export.rules import AGREE, LEXICOGRAPHIC, CombineRule
+from preflab.db.models import OVERALL, DatasetVersion
 
 LICENSE_UNKNOWN = "unknown"
 # The Hub's task category for preference pairs that train generators (DPO) and reward models.
@@ -76,6 +77,7 @@ def dataset_card(version: DatasetVersion, prompts: dict[str, int]) -> str:
         "|---|---|---|",
         *(f"| {s} | {getattr(version, f'n_{s}'):,} | {prompts.get(s, 0):,} |" for s in ("train", "test")),
         "",
+        *_chosen_means(settings),
         *_annotators(settings),
         "## How it was made",
         "",
@@ -103,6 +105,43 @@ def dataset_card(version: DatasetVersion, prompts: dict[str, int]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+MARGINS = {
+    LEXICOGRAPHIC: "the normalised Borda gap of the criterion that decided the pair",
+    AGREE: "the smallest of the criteria's normalised Borda gaps",
+}
+
+
+def _chosen_means(settings: dict) -> list[str]:
+    """The card's section on what `chosen` means: the criterion of the pairs, or the rule that combined several."""
+    combine = settings.get("combine")
+    if combine:
+        rule = CombineRule(combine["name"], tuple(combine["criteria"]), tuple((combine.get("weights") or {}).values()))
+        dropped = combine.get("dropped") or {}
+        told = (
+            f"The rule dropped {sum(dropped.values()):,} candidate pairs that some criterion orders: "
+            + ", ".join(f"{n:,} {why}" for why, n in dropped.items())
+            + "."
+            if dropped
+            else "The rule dropped no pair that a criterion orders."
+        )
+        return [
+            '## What "chosen" means',
+            "",
+            f"The criteria are combined by the rule `{rule.text}`: {rule.describe()}. Each criterion's annotators "
+            "of a prompt are combined first, by their mean normalised Borda score (as `pairs build --aggregate "
+            "borda`); a pair is of two responses every criterion of the rule ranked, one per prompt and pair of "
+            f"responses, and its `margin` is {MARGINS.get(rule.name, 'the gap of the combined scores')}.",
+            "",
+            told,
+            "",
+        ]
+    criterion = settings.get("criterion")
+    if criterion is None:  # exported before criteria, or pairs that did not come from the comparisons table
+        return []
+    what = " (the one order annotators were asked for)" if criterion == OVERALL else ""
+    return ['## What "chosen" means', "", f"`chosen` was preferred by the criterion `{criterion}`{what}.", ""]
 
 
 def _annotators(settings: dict) -> list[str]:

@@ -38,6 +38,7 @@ from preflab.db.export.pair_tables import (
     id_batches,
     text_tables,
 )
+from preflab.db.export.rules import CombineRule, parse_rule
 from preflab.db.export.selection import EXPORT_KINDS
 from preflab.db.models import DatasetVersion
 from preflab.errors import ConfigError, InputError
@@ -96,6 +97,24 @@ class ExportSettings:
         default=LICENSE_UNKNOWN,
         metadata={"help": "The dataset's license on its card, as a Hub license id (e.g. cc-by-4.0)."},
     )
+    criterion: str | None = field(
+        default=None,
+        metadata={
+            "help": "Export the pairs of this criterion only (helpfulness, harmlessness, …). A store whose pairs "
+            "hold several criteria needs it or --combine.",
+            "metavar": "NAME",
+        },
+    )
+    combine: str | None = field(
+        default=None,
+        metadata={
+            "help": "Combine the criteria into one preference: mean, weighted:helpfulness=0.7,harmlessness=0.3, "
+            "lexicographic:harmlessness,helpfulness (the first decides, the next breaks its ties) or agree (only "
+            "pairs every criterion gives). Each criterion's annotators are combined first, by Borda.",
+            "metavar": "RULE",
+        },
+    )
+    rule: CombineRule | None = field(default=None, init=False, repr=False, compare=False)  # `combine`, parsed
 
     def __post_init__(self) -> None:
         if self.chat_template is not None and not self.chat_template.strip():
@@ -119,6 +138,9 @@ class ExportSettings:
             raise ConfigError(f"--license must be one Hub license id such as cc-by-4.0, got {self.license!r}")
         if not 0 <= self.test_size < 1:
             raise ConfigError(f"--test-size must be in [0, 1), got {self.test_size}")
+        if self.criterion is not None and self.combine is not None:
+            raise ConfigError("--criterion exports one criterion and --combine combines several: give one of them")
+        self.rule = parse_rule(self.combine) if self.combine is not None else None
 
     def form(self, tokenizer=None) -> TextForm:
         """The texts' form; `tokenizer` (loaded by the caller) renders plain text with --chat-template's template."""

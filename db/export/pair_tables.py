@@ -152,19 +152,17 @@ def holds_conversations(session: Session) -> bool:
     )
 
 
-def refuse_plain_conversations(session: Session, annotators: str) -> None:
-    """Stop, before anything is written, when an export of `annotators` as plain text holds a conversation."""
+def refuse_plain_conversations(session: Session, annotators: str, criteria: Sequence[str] = ()) -> None:
+    """Stop, before anything is written, when an export of `annotators` (and `criteria`: empty, all) as plain text
+    holds a conversation."""
     if not holds_conversations(session):
         return
-    kept = (
-        select(Comparison.chosen_id)
-        .where(kept_comparisons(annotators))
-        .union(select(Comparison.rejected_id).where(kept_comparisons(annotators)))
-    )
+    keep = kept_comparisons(annotators, criteria)
+    kept = select(Comparison.chosen_id).where(keep).union(select(Comparison.rejected_id).where(keep))
     n = session.scalar(
         select(func.count())
         .select_from(Prompt)
-        .where(Prompt.id.in_(kept_prompts(annotators)), Prompt.messages.is_not(None))
+        .where(Prompt.id.in_(kept_prompts(annotators, criteria)), Prompt.messages.is_not(None))
     ) + session.scalar(
         select(func.count()).select_from(Candidate).where(Candidate.id.in_(kept), Candidate.messages.is_not(None))
     )

@@ -133,8 +133,11 @@ def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **optio
     The train/test split is by prompt: a prompt's pairs never straddle the splits.
     The texts are chat messages, as TRL expects (`prompt`: the conversation so far;
     `chosen`/`rejected`: the replies), unless --chat-template renders them as text.
+    Pairs of several criteria need --criterion NAME (one of them) or --combine RULE.
 
     Example: preflab export out/prefs --format parquet --test-size 0.1
+
+    Example: preflab export out/safe --combine lexicographic:harmlessness,helpfulness
     """
     from preflab.commands.text import export_summary
     from preflab.db.export.job import export_and_push, version_info
@@ -151,4 +154,15 @@ def export_command(settings: Settings, out_dir, name, hub_repo, as_json, **optio
         tokenizer=chat_tokenizer(sessions, config.chat_template),
     )
     info = version_info(version)
-    echo_result(as_json, info, lambda: export_summary(info, out_dir))
+    echo_result(as_json, info, lambda: export_summary(info, out_dir) + _chosen_text(info))
+
+
+def _chosen_text(info: dict) -> str:
+    """What `chosen` means in an export, for its summary: the criterion, or the rule and the pairs it dropped."""
+    combine = info.get("combine")
+    if combine:
+        dropped = combine.get("dropped") or {}
+        reasons = ", ".join(f"{n:,} {why}" for why, n in dropped.items())
+        told = f"dropped {plural(sum(dropped.values()), 'pair')}: {reasons}" if dropped else "dropped no pair"
+        return f"; criteria combined by {combine['rule']} ({told})"
+    return f"; criterion {info['criterion']}" if info.get("criterion") else ""
