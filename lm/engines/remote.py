@@ -25,7 +25,6 @@ import threading
 import time
 from collections.abc import Coroutine, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -64,8 +63,7 @@ class OpenAIEngine(Engine):
         self.name = served_label(self.model)
         self.concurrency, self.currency = config.concurrency, config.currency
         self.stats = EngineStats("openai", self.model, price_in=config.price_in, price_out=config.price_out)
-        self._record, self._version_id = record, None
-        self._sessions = sessions
+        self._record, self._version_id, self._sessions = record, None, sessions
         self._writer = AnswerWriter(sessions, every=commit_every)
         # A local server started without --api-key takes any key; the client insists on one.
         key = os.environ.get("OPENAI_API_KEY") or "none"
@@ -94,7 +92,6 @@ class OpenAIEngine(Engine):
 
     def generate(self, asks: Sequence[Generate]) -> list[Generation | Failed]:
         """One sampled reply per ask, in order."""
-        self.server()
         server = self.server()
         bodies = [wire.generate_body(self.model, ask, server) for ask in asks]
         return [a if isinstance(a, Failed) else wire.read_generation(a) for a in self._ask(wire.CHAT, bodies)]
@@ -133,9 +130,7 @@ class OpenAIEngine(Engine):
         self.server()
 
     def offers_json(self) -> bool:
-        """vLLM's structured output, or a hosted API's JSON schema."""
-        server = self.server()
-        return server.vllm or server.json_schema
+        return self.server().holds_json
 
     def server(self) -> wire.Server:
         """What the servers offer, looked up once (their /v1/models): a bad key, a wrong model or a
@@ -197,7 +192,7 @@ class OpenAIEngine(Engine):
     async def _check(self) -> wire.Server:
         import openai
 
-        server = wire.Server(json_schema=all(urlsplit(r.url).hostname == "api.openai.com" for r in self._routes))
+        server = wire.Server.at([r.url for r in self._routes])
         for route in self._routes:
             try:
                 listed = await route.client.with_options(max_retries=CHECK_RETRIES).models.list()
@@ -205,8 +200,7 @@ class OpenAIEngine(Engine):
                 continue  # no /v1/models here: the first request will say whether the model exists
             except openai.APIError as exc:
                 raise self._fatal(route, exc) from None
-            ids = tuple(m.id for m in listed.data)
-            server.models += ids
+            server.models += (ids := tuple(m.id for m in listed.data))
             server.vllm = server.vllm or any(getattr(m, "owned_by", None) == "vllm" for m in listed.data)
             if ids and self.model not in ids:
                 raise EngineError(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from preflab.lm.engines.calls import (
     Generate,
@@ -38,6 +39,16 @@ class Server:
     vllm: bool = False  # vLLM's own parameters are understood (its /v1/models says owned_by "vllm")
     json_schema: bool = False  # OpenAI's response_format json_schema (a hosted API)
     models: tuple[str, ...] = ()
+
+    @classmethod
+    def at(cls, urls: list[str]) -> Server:
+        """What is known of servers at these URLs before asking them: OpenAI's own API takes a JSON schema."""
+        return cls(json_schema=all(urlsplit(url).hostname == "api.openai.com" for url in urls))
+
+    @property
+    def holds_json(self) -> bool:
+        """A reply can be held to a JSON schema: vLLM's structured output, a hosted API's `response_format`."""
+        return self.vllm or self.json_schema
 
 
 def sample_seed(seed: int, index: int) -> int:
