@@ -5,7 +5,10 @@ Four strategies, each returning the chosen prompts with a score and the reason:
 - `random`: a seeded sample (every prompt equally likely).
 - `disagreement`: the AI judges (and, given one, the reward model) rank the
   prompt's candidates most differently: 1 − mean Kendall tau-b over every pair
-  of rankings, halved, so 0 is full agreement and 1 is reversed orders.
+  of rankings, halved, so 0 is full agreement and 1 is reversed orders. Two
+  rankings are compared only when they order by the same criterion; a prompt
+  ranked by several criteria scores as its most disputed one (the prompt is
+  what people are given to rank).
 - `uncertainty`: with one reward model, its score gaps between the candidates are
   smallest (the mean Bradley–Terry entropy of the candidate pairs, in bits); with
   an ensemble, the members' score gaps vary most (their mean standard deviation).
@@ -29,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from preflab.db.models import OVERALL
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.quality.agreement import compare_rankings
 from preflab.errors import ConfigError
@@ -99,17 +103,39 @@ def pick_random(prompt_ids: Sequence[int], k: int, seed: int = 0) -> list[Choice
     return [Choice(pid, 1.0 / len(prompt_ids), f"random draw (seed {seed})") for pid in chosen]
 
 
-def pick_disagreement(rankings: Mapping[int, Sequence[Tiers]], k: int) -> list[Choice]:
+def disagreement(views: Sequence[Tiers]) -> tuple[float, float] | None:
+    """(score, mean Kendall tau-b) of one criterion's rankings of a prompt: (1 − mean tau-b) / 2 over every two.
+
+    None where no two rankings share two ranked candidates.
+    """
+    taus = [tau for a, b in combinations(views, 2) if (tau := compare_rankings(a, b)[2]) is not None]
+    if not taus:
+        return None
+    mean = sum(taus) / len(taus)
+    return (1 - mean) / 2, mean
+
+
+def pick_disagreement(rankings: Mapping[int, Sequence[Tiers] | Mapping[str, Sequence[Tiers]]], k: int) -> list[Choice]:
     """The K prompts whose rankings (tiers of candidate ids, best first) disagree most.
 
-    Prompts with fewer than two rankings that share two ranked candidates have no score and are not chosen.
+    A prompt's rankings are one list (one criterion), or a list per criterion: rankings are compared within
+    their criterion only, and the prompt scores as its most disputed criterion (the first by name on a tie).
+    Prompts with fewer than two rankings of one criterion that share two ranked candidates have no score and
+    are not chosen.
     """
     scored = []
     for pid, views in rankings.items():
-        taus = [tau for a, b in combinations(views, 2) if (tau := compare_rankings(a, b)[2]) is not None]
-        if taus:
-            mean = sum(taus) / len(taus)
-            scored.append(Choice(pid, (1 - mean) / 2, f"{len(views)} rankings agree at mean Kendall tau-b {mean:.3f}"))
+        by_criterion = views if isinstance(views, Mapping) else {OVERALL: views}
+        best = None
+        for name in sorted(by_criterion):
+            found = disagreement(by_criterion[name])
+            if found is not None and (best is None or found[0] > best[0]):
+                best = (*found, name)
+        if best is not None:
+            score, mean, name = best
+            of = "" if name == OVERALL else f" of {name}"
+            n = len(by_criterion[name])
+            scored.append(Choice(pid, score, f"{n} rankings{of} agree at mean Kendall tau-b {mean:.3f}"))
     return _top(scored, k)
 
 

@@ -14,8 +14,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.models import Annotator, Ranking, RankingStatus
-from preflab.db.pairs.views import iter_prompt_rankings
+from preflab.db.models import OVERALL, Annotator, Ranking, RankingStatus
+from preflab.db.pairs.views import by_criterion, iter_prompt_rankings
 from preflab.errors import InputError
 from preflab.labelling.active import (
     Choice,
@@ -62,12 +62,17 @@ def last_layer_features(
     return out
 
 
-def _judge_rankings(session: Session, wanted: set[int]) -> dict[int, list[Tiers]]:
-    return {
-        pid: [v.tiers for v in views]
-        for pid, views in iter_prompt_rankings(session, annotator_kind="ai")
-        if pid in wanted
-    }
+def judge_rankings(
+    session: Session, wanted: set[int], criterion: str | None = None
+) -> dict[int, dict[str, list[Tiers]]]:
+    """The AI rankings of the prompts `wanted`: prompt id -> criterion -> tiers (`criterion`'s alone, if given)."""
+    out: dict[int, dict[str, list[Tiers]]] = {}
+    for pid, views in iter_prompt_rankings(session, annotator_kind="ai"):
+        if pid in wanted:
+            for name, same in by_criterion(views).items():
+                if criterion is None or name == criterion:
+                    out.setdefault(pid, {})[name] = [v.tiers for v in same]
+    return out
 
 
 def _human_ranked(session: Session) -> set[int]:
@@ -89,12 +94,16 @@ def select_prompts(
     *,
     seed: int = 0,
     reporter: Reporter = SILENT,
+    criterion: str | None = None,
 ) -> list[Choice]:
     """The K prompts of `among` that `config.select` chooses, best first, with score and reason.
 
     Reads the store in short transactions; the reward models are loaded and run
     outside them. `diversity` counts the prompts people have ranked already as
-    information it starts from.
+    information it starts from. `disagreement` compares rankings of one criterion
+    with each other (`criterion`'s alone, if given; else each criterion's, and a
+    prompt scores as its most disputed one); a reward model's ranking is a voice in
+    `criterion`, else in `overall`.
 
     Raises:
         InputError: the strategy has nothing to score (no AI rankings to compare, no candidates).
@@ -105,7 +114,7 @@ def select_prompts(
     wanted = set(among)
     with sessions.begin() as session:
         items: list[PromptCandidates] = prompts_with_candidates(session, sorted(wanted), min_candidates=2)
-        judged = _judge_rankings(session, wanted) if strategy == "disagreement" else {}
+        judged = judge_rankings(session, wanted, criterion) if strategy == "disagreement" else {}
         ranked = sorted(_human_ranked(session) - wanted) if strategy == "diversity" else []
         context = prompts_with_candidates(session, ranked, min_candidates=2) if ranked else []
     if not items:
@@ -116,12 +125,12 @@ def select_prompts(
     if strategy == "disagreement":
         for scores, _ in members:
             for item in items:
-                judged.setdefault(item.prompt_id, []).append(
+                judged.setdefault(item.prompt_id, {}).setdefault(criterion or OVERALL, []).append(
                     ranking_from_scores(item.candidate_ids, scores[item.prompt_id])
                 )
-        if not any(len(v) >= 2 for v in judged.values()):
+        if not any(len(views) >= 2 for named in judged.values() for views in named.values()):
             raise InputError(
-                "no prompt to choose from has two AI rankings to compare; run two judges "
+                "no prompt to choose from has two AI rankings of one criterion to compare; run two judges "
                 "(`preflab judge …`) or give --reward-model"
             )
         return pick_disagreement(judged, k)

@@ -12,6 +12,9 @@ keeps only sums per annotator pair, so memory stays flat in the store's size.
 bench/README.md ("Report") has the numbers: on 100k rankings in SQLite the same
 comparison as one SQL self-join of `ranking_items` took nearly 3× the CPU time,
 and `stats`' Python loop (scipy's tau per ranking pair) over 30×.
+
+A section is one criterion's (`Ranking.criterion`, `overall` unless asked): only rankings that
+order by the same criterion are compared, as `stats` compares them.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Annotator, Prompt, Ranking, RankingItem, RankingStatus
+from preflab.db.models import OVERALL, Annotator, Prompt, Ranking, RankingItem, RankingStatus
 from preflab.report.privacy import annotator_label, excerpt
 
 CATEGORIES = ("all", "human-human", "human-ai", "ai-ai")
@@ -82,15 +85,19 @@ def stream_rows(session: Session, query, rows: int) -> Iterator[list[tuple]]:
         cursor.close()
 
 
-def item_blocks(session: Session, rows: int = BLOCK_ROWS) -> Iterator[np.ndarray]:
-    """Ranked items of valid rankings as int64 rows (prompt, ranking, annotator, candidate, tier).
+def item_blocks(session: Session, rows: int = BLOCK_ROWS, criterion: str = OVERALL) -> Iterator[np.ndarray]:
+    """Ranked items of valid rankings of `criterion` as int64 rows (prompt, ranking, annotator, candidate, tier).
 
     Blocks hold whole prompts: the rows of a prompt cut by a block's end move to the next block.
     """
     query = (
         select(Ranking.prompt_id, Ranking.id, Ranking.annotator_id, RankingItem.candidate_id, RankingItem.tier)
         .join(RankingItem, RankingItem.ranking_id == Ranking.id)
-        .where(Ranking.status == RankingStatus.valid.value, RankingItem.tier.is_not(None))
+        .where(
+            Ranking.status == RankingStatus.valid.value,
+            Ranking.criterion == criterion,
+            RankingItem.tier.is_not(None),
+        )
         .order_by(Ranking.prompt_id)
     )
     carry = np.empty((0, 5), dtype=np.int64)
@@ -214,12 +221,12 @@ def compare_block(items: np.ndarray) -> tuple[dict[int, Tally], np.ndarray, np.n
     return tallies, first[:, PROMPT_ID], np.column_stack([discordant, concordant + discordant])
 
 
-def _annotators(session: Session) -> dict[int, dict[str, Any]]:
-    """Every annotator's kind, public label and number of valid rankings (never a person's name)."""
+def _annotators(session: Session, criterion: str = OVERALL) -> dict[int, dict[str, Any]]:
+    """Every annotator's kind, public label and number of valid rankings of `criterion` (never a person's name)."""
     rankings = dict(
         session.execute(
             select(Ranking.annotator_id, func.count())
-            .where(Ranking.status == RankingStatus.valid.value)
+            .where(Ranking.status == RankingStatus.valid.value, Ranking.criterion == criterion)
             .group_by(Ranking.annotator_id)
         ).all()
     )
@@ -233,8 +240,8 @@ def _annotators(session: Session) -> dict[int, dict[str, Any]]:
     return out
 
 
-def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any]:
-    """Agreement by category and by annotator pair, and the prompts annotators disagree on most.
+def agreement_section(session: Session, no_text: bool = False, criterion: str = OVERALL) -> dict[str, Any]:
+    """Agreement by category and by annotator pair, and the prompts annotators disagree on most, in `criterion`.
 
     No two annotators ranked one prompt: no categories and no heatmap (None); the
     annotator table is there wherever `preflab annotators` has people to measure.
@@ -242,8 +249,8 @@ def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any]
     by_pair: dict[int, Tally] = defaultdict(Tally)
     spots: list[tuple[float, int, int]] = []  # (disagreement, shared pairs, prompt): the worst HOT_SPOTS
     prompts_compared = 0
-    quality = annotator_tally(session)
-    for block in item_blocks(session):
+    quality = annotator_tally(session, criterion)
+    for block in item_blocks(session, criterion=criterion):
         if quality is not None:  # the annotator table reads the same blocks: no second pass over the items
             quality.add(block)
         tallies, prompts, counts = compare_block(block)
@@ -260,7 +267,7 @@ def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any]
     annotators = annotator_table(quality)
     if not by_pair:
         return {"categories": None, "heatmap": None, "hot_spots": [], "annotators": annotators}
-    people = _annotators(session)
+    people = _annotators(session, criterion)
     categories = {name: Tally() for name in CATEGORIES}
     pairs = {}
     for key, tally in by_pair.items():
@@ -278,11 +285,12 @@ def agreement_section(session: Session, no_text: bool = False) -> dict[str, Any]
     }
 
 
-def annotator_tally(session: Session):
-    """A `QualityTally` to feed the item blocks to; None without gold answers or two people to measure."""
+def annotator_tally(session: Session, criterion: str = OVERALL):
+    """A `QualityTally` of `criterion` to feed the item blocks to; None without gold answers or two people to
+    measure."""
     from preflab.db.quality.annotators import QualityTally, quality_exists
 
-    return QualityTally(session) if quality_exists(session) else None
+    return QualityTally(session, criterion) if quality_exists(session, criterion) else None
 
 
 def annotator_table(tally) -> dict[str, Any] | None:

@@ -16,6 +16,10 @@ was (`identical_battles`), a win, loss or tie like any other.
 
 Each battle keeps its ranking (the bootstrap draws rankings: a two-way battle is one
 ranking, as in Chatbot Arena) and, for style control, its two candidates.
+
+A ranking orders by one criterion (`Ranking.criterion`), so its battles are that criterion's:
+the battles are read for one criterion at a time (`Filters.criterion`), and a board is one
+criterion's. The rankings of other criteria are not "left out": they are other boards.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from sqlalchemy.orm import Session, aliased
 
 from preflab.db.bulk import lookup
 from preflab.db.ingest.datasets.arena import IDENTICAL
-from preflab.db.models import Annotator, Candidate, ModelVersion, Prompt, Ranking, RankingItem
+from preflab.db.models import OVERALL, Annotator, Candidate, ModelVersion, Prompt, Ranking, RankingItem
 from preflab.db.pairs.incremental import eligible
 
 # FastChat's style elements: the reply's length (here in characters: preflab stores no token
@@ -112,7 +116,7 @@ def from_labels(model_a, model_b, winner, group=None) -> Battles:
 
 @dataclass
 class Filters:
-    """Which rankings count: the annotators' kind, since when, from where, which prompts."""
+    """Which rankings count: the criterion, the annotators' kind, since when, from where, which prompts."""
 
     annotator_kind: str = "any"  # human | ai | any
     since: datetime | None = None  # rankings stored at or after this (UTC)
@@ -120,6 +124,11 @@ class Filters:
     # source of its raw records too), "import" for JSON Lines rankings, "label-studio", "judge", "bon".
     source: str | None = None
     split: str | None = None  # prompts of this split (train, test)
+    criterion: str = OVERALL  # what the rankings order by: a board is one criterion's
+
+    def read(self):
+        """SQL: the ranking is one a board of this criterion reads (before the filters' rules)."""
+        return and_(eligible("any", ()), Ranking.criterion == self.criterion)
 
     def rules(self) -> list[tuple[str, Any]]:
         """(why a battle is left out, the SQL condition a ranking must meet) for each filter given."""
@@ -153,7 +162,7 @@ def identical_battles():
     return and_(Ranking.n_tiers == 1, Ranking.source == ARENA, Ranking.details[IDENTICAL].as_string().is_not(None))
 
 
-def _identical_rows(session: Session, rules: list, index: dict[str, int]) -> list[np.ndarray]:
+def _identical_rows(session: Session, chosen, rules: list, index: dict[str, int]) -> list[np.ndarray]:
     """The battles of identical replies the filters keep, as `read_battles` reads the others' columns.
 
     (ranking, candidate, candidate, outcome, model a's code, model b's code): the verdict is the details'
@@ -162,7 +171,7 @@ def _identical_rows(session: Session, rules: list, index: dict[str, int]) -> lis
     query = (
         select(Ranking.id, RankingItem.candidate_id, Ranking.details)
         .join(RankingItem, RankingItem.ranking_id == Ranking.id)
-        .where(eligible("any", ()), identical_battles(), *(rule for _, rule in rules), RankingItem.tier.is_not(None))
+        .where(chosen, identical_battles(), *(rule for _, rule in rules), RankingItem.tier.is_not(None))
         .order_by(Ranking.id)
     )
     rows = session.execute(query).all()
@@ -218,10 +227,10 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
         .join(cb, cb.id == ib.candidate_id)
         .outerjoin(va, va.id == ca.model_version_id)
         .outerjoin(vb, vb.id == cb.model_version_id)
-        .where(eligible("any", ()), *(rule for _, rule in rules), ia.tier.is_not(None), ib.tier.is_not(None))
+        .where(filters.read(), *(rule for _, rule in rules), ia.tier.is_not(None), ib.tier.is_not(None))
         .order_by(Ranking.id, ia.candidate_id, ib.candidate_id)
     )
-    filtered = _filtered_out(session, rules)
+    filtered = _filtered_out(session, filters.read(), rules)
     index: dict[str, int] = {}  # model name -> its code, as first met
     parts = []
     for chunk in session.execute(query.execution_options(yield_per=CHUNK)).partitions():
@@ -234,7 +243,7 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
         turn = ints.pop().astype(bool)
         pairs = [*zip(ints[0::2], ints[1::2]), names]  # (cand a, cand b), (tier a, tier b), (model a, model b)
         parts.append([ranking, *(part for x, y in pairs for part in (np.where(turn, y, x), np.where(turn, x, y)))])
-    same_text = _identical_rows(session, rules, index)
+    same_text = _identical_rows(session, filters.read(), rules, index)
     if not parts and not len(same_text[0]):
         none = empty()
         none.left_out = filtered
@@ -269,7 +278,7 @@ def read_battles(session: Session, filters: Filters, *, with_candidates: bool = 
     return Battles(models, a, b, outcome, group, candidates, left_out)
 
 
-def _filtered_out(session: Session, rules: list[tuple[str, Any]]) -> dict[str, int]:
+def _filtered_out(session: Session, chosen, rules: list[tuple[str, Any]]) -> dict[str, int]:
     """The battles of the rankings the filters leave out, by the first filter each fails: reason -> battles.
 
     A ranking of n ranked replies is n·(n−1)/2 battles (a battle of identical replies one), counted per
@@ -288,7 +297,7 @@ def _filtered_out(session: Session, rules: list[tuple[str, Any]]) -> dict[str, i
     failed = (
         select(case(*((not_(rule), k) for k, (_, rule) in enumerate(rules))).label("rule"), n)
         .join_from(Ranking, ranked, ranked.c.ranking_id == Ranking.id)
-        .where(eligible("any", ()), not_(and_(*(rule for _, rule in rules))))
+        .where(chosen, not_(and_(*(rule for _, rule in rules))))
         .subquery()
     )
     counts = session.execute(

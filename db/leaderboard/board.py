@@ -2,7 +2,8 @@
 
 `leaderboard(session, config)` reads the battles (`battles.py`), fits the ratings
 (`fit.py`), bootstraps their intervals (`bootstrap.py`) and returns a `Leaderboard`;
-`rate(battles, config)` does the same on battles already in memory.
+`rate(battles, config)` does the same on battles already in memory. A board is one criterion's
+(`LeaderboardConfig.criterion`, `overall` by default); `leaderboards` gives one per criterion.
 
 Models that never met, directly or through others, fall in separate groups whose
 ratings do not compare: each group is centred on its own (`fit.centre`), ranks are counted
@@ -14,7 +15,7 @@ listed after its group's ranked models.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -22,6 +23,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from preflab.db.ingest.records import criterion_name
 from preflab.db.leaderboard.battles import Battles, Filters, read_battles, style_counts, style_features
 from preflab.db.leaderboard.bootstrap import (
     Cells,
@@ -51,9 +53,10 @@ from preflab.db.leaderboard.fit import (
 )
 from preflab.db.leaderboard.method import described, notes
 from preflab.db.leaderboard.pairwise import pairwise_tables
-from preflab.db.models import Ranking
+from preflab.db.models import OVERALL, Ranking
 from preflab.db.pairs.build import KINDS
-from preflab.errors import ConfigError, InputError
+from preflab.db.quality.agreement import chosen_criteria
+from preflab.errors import ConfigError, InputError, Invalid
 
 
 @dataclass
@@ -100,12 +103,25 @@ class LeaderboardConfig:
         default=False,
         metadata={"help": "Also show the observed win-rate matrix and every pair's predicted win probability."},
     )
+    criterion: str | None = field(
+        default=None,
+        metadata={
+            "help": "Only rankings of this criterion (helpfulness, harmlessness…); default: one board per criterion "
+            "the rankings have (a library call: overall).",
+            "metavar": "NAME",
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.annotator_kind not in KINDS:
             raise ConfigError(f"--annotator-kind must be one of {', '.join(KINDS)}, got {self.annotator_kind!r}")
         if self.bootstrap < 0:
             raise ConfigError(f"--bootstrap must be 0 or more, got {self.bootstrap}")
+        if self.criterion is not None:
+            try:
+                criterion_name(self.criterion, "--criterion")
+            except Invalid as exc:
+                raise ConfigError(str(exc)) from None
         self.since_at = None
         if self.since:
             try:
@@ -117,7 +133,7 @@ class LeaderboardConfig:
             self.since_at = when.replace(tzinfo=timezone.utc) if when.tzinfo is None else when.astimezone(timezone.utc)
 
     def filters(self) -> Filters:
-        return Filters(self.annotator_kind, self.since_at, self.source, self.prompts)
+        return Filters(self.annotator_kind, self.since_at, self.source, self.prompts, self.criterion or OVERALL)
 
 
 @dataclass
@@ -157,6 +173,7 @@ class Leaderboard:
     style_coefficients: dict[str, float] | None = None  # logit per standard deviation of each feature
     pairwise: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    criterion: str = OVERALL  # what the rankings it rates order by
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,6 +200,25 @@ def leaderboard(session: Session, config: LeaderboardConfig) -> Leaderboard:
     return rate(battles, config, style)
 
 
+def leaderboards(session: Session, config: LeaderboardConfig) -> dict[str, Leaderboard | str]:
+    """One board per criterion (`config.criterion` alone, else every criterion of the valid rankings): criterion ->
+    its board, or why it has none (the sentence `leaderboard` raises: fewer than two models met…).
+
+    Raises:
+        InputError: no criterion has a board (the first one's reason), or a criterion no ranking has.
+    """
+    out: dict[str, Leaderboard | str] = {}
+    first: InputError | None = None
+    for name in chosen_criteria(session, config.criterion):
+        try:
+            out[name] = leaderboard(session, replace(config, criterion=name))
+        except InputError as exc:
+            out[name], first = str(exc), first or exc
+    if first is not None and not any(isinstance(board, Leaderboard) for board in out.values()):
+        raise first
+    return out
+
+
 def rate(battles: Battles, config: LeaderboardConfig, style: np.ndarray | None = None) -> Leaderboard:
     """The leaderboard of battles in memory; `style`: (N, 2, 4) style counts of a and b, for style control."""
     filters = {
@@ -192,7 +228,8 @@ def rate(battles: Battles, config: LeaderboardConfig, style: np.ndarray | None =
         "prompts": config.prompts,
     }
     if len(battles.models) < 2:
-        said = ", ".join(f"{k} {v}" for k, v in filters.items() if v not in (None, "any"))
+        criterion = {"criterion": config.criterion} if config.criterion not in (None, OVERALL) else {}
+        said = ", ".join(f"{k} {v}" for k, v in {**criterion, **filters}.items() if v not in (None, "any"))
         why = "; ".join(f"{n:,} left out: {reason}" for reason, n in battles.left_out.items())
         raise InputError(
             "no ranking compares candidates of two different models"
@@ -230,6 +267,7 @@ def rate(battles: Battles, config: LeaderboardConfig, style: np.ndarray | None =
         described(config.anchor, config.bootstrap, config.seed),
         filters,
         dict(battles.left_out),
+        criterion=config.criterion or OVERALL,
     )
     board.method["centre_cap"] = [centre_cap(units[groups == g]) for g in range(int(groups.max()) + 1)]
     board.notes = notes(battles, groups, ratings)

@@ -5,6 +5,10 @@ compared on the candidates both ranked: the pairwise agreement rate counts the
 candidate pairs that both order strictly and that they order the same way, and
 Kendall's tau-b (tie-aware) measures rank correlation. Results are reported for
 all pairs of rankings and separately for human–human, AI–AI and human–AI.
+
+Two rankings are compared only when they order by the same criterion (`Ranking.criterion`): a
+helpfulness ranking and a harmlessness ranking of one prompt answer different questions, so
+every number here is one criterion's, and `stats` gives one block per criterion.
 """
 
 from __future__ import annotations
@@ -19,18 +23,22 @@ from sqlalchemy.orm import Session
 
 from preflab.console import plural
 from preflab.db.models import (
+    OVERALL,
     Annotator,
     Candidate,
     Comparison,
+    Criterion,
     DatasetVersion,
     ModelVersion,
     Prompt,
     Ranking,
+    RankingStatus,
     RawRecord,
     RawStatus,
 )
-from preflab.db.pairs.views import RankedView, iter_prompt_rankings
+from preflab.db.pairs.views import RankedView, by_criterion, iter_prompt_rankings
 from preflab.db.requests import engine_usage
+from preflab.errors import InputError
 
 
 def same_as_shown_text(n: int) -> str:
@@ -92,28 +100,79 @@ def _category(a: RankedView, b: RankedView) -> str:
     return {("human", "human"): "human-human", ("ai", "ai"): "ai-ai"}.get(tuple(kinds), "human-ai")
 
 
-def agreement(session: Session) -> dict[str, dict]:
-    """Agreement over every prompt with rankings by two or more annotators."""
-    groups: dict[str, Agreement] = defaultdict(Agreement)
-    prompts_multi = 0
+def criteria(session: Session) -> list[str]:
+    """The criteria of the valid rankings, in name order; [overall] where there is none (an empty store)."""
+    found = session.scalars(
+        select(Ranking.criterion)
+        .where(Ranking.status == RankingStatus.valid.value)
+        .distinct()
+        .order_by(Ranking.criterion)
+    ).all()
+    return list(found) or [OVERALL]
+
+
+def chosen_criteria(session: Session, criterion: str | None = None) -> list[str]:
+    """The criteria a command shows: `criterion` alone, else every criterion of the valid rankings.
+
+    Raises:
+        InputError: `criterion` is a name no ranking and no stored criterion has (a typo, most likely).
+    """
+    present = criteria(session)
+    if criterion is None:
+        return present
+    known = criterion == OVERALL or criterion in present
+    known = known or session.scalar(select(Criterion.name).where(Criterion.name == criterion)) is not None
+    if not known:
+        raise InputError(
+            f"no ranking is of criterion {criterion!r} (the valid rankings' criteria: {', '.join(present)})"
+        )
+    return [criterion]
+
+
+def agreement_by_criterion(session: Session, criterion: str | None = None) -> dict[str, dict[str, dict]]:
+    """Agreement within each criterion (`chosen_criteria`): criterion -> what `agreement` gives for it.
+
+    One pass over the rankings: each prompt's rankings are grouped by criterion and only rankings of
+    one criterion are compared.
+    """
+    return _agreements(session, chosen_criteria(session, criterion))
+
+
+def _agreements(session: Session, names: list[str]) -> dict[str, dict[str, dict]]:
+    groups: dict[str, dict[str, Agreement]] = {name: defaultdict(Agreement) for name in names}
+    prompts_multi = dict.fromkeys(names, 0)
     for _, views in iter_prompt_rankings(session):
-        if len({v.annotator_id for v in views}) < 2:
-            continue
-        prompts_multi += 1
-        for a, b in combinations(views, 2):
-            if a.annotator_id == b.annotator_id:
-                continue
-            n_shared, agree, tau = compare_rankings(a.tiers, b.tiers)
-            for name in ("all", _category(a, b)):
-                group = groups[name]
-                group.ranking_pairs += 1
-                group.shared_pairs += n_shared
-                group.agreeing_pairs += agree
-                if tau is not None:
-                    group.taus.append(tau)
-    out = {name: groups[name].as_dict() for name in ("all", "human-human", "ai-ai", "human-ai")}
-    out["all"]["prompts"] = prompts_multi
+        for name, same in by_criterion(views).items():
+            if name in groups:
+                prompts_multi[name] += _compare_all(same, groups[name])
+    out = {}
+    for name in names:
+        out[name] = {group: groups[name][group].as_dict() for group in ("all", "human-human", "ai-ai", "human-ai")}
+        out[name]["all"]["prompts"] = prompts_multi[name]
     return out
+
+
+def _compare_all(views: list[RankedView], groups: dict[str, Agreement]) -> int:
+    """Add every two rankings of one prompt (one criterion) by different annotators; 1 if there were any."""
+    if len({v.annotator_id for v in views}) < 2:
+        return 0
+    for a, b in combinations(views, 2):
+        if a.annotator_id == b.annotator_id:
+            continue
+        n_shared, agree, tau = compare_rankings(a.tiers, b.tiers)
+        for name in ("all", _category(a, b)):
+            group = groups[name]
+            group.ranking_pairs += 1
+            group.shared_pairs += n_shared
+            group.agreeing_pairs += agree
+            if tau is not None:
+                group.taus.append(tau)
+    return 1
+
+
+def agreement(session: Session, criterion: str = OVERALL) -> dict[str, dict]:
+    """Agreement over every prompt with rankings of `criterion` by two or more annotators."""
+    return _agreements(session, [criterion])[criterion]
 
 
 def counts(session: Session) -> dict:
@@ -135,6 +194,14 @@ def counts(session: Session) -> dict:
             .order_by(Annotator.kind)
         ).all()
     )
+    by_criterion = dict(
+        session.execute(
+            select(Ranking.criterion, func.count())
+            .where(Ranking.status == RankingStatus.valid.value)
+            .group_by(Ranking.criterion)
+            .order_by(Ranking.criterion)
+        ).all()
+    )
     return {
         "prompts": count(model=Prompt),
         "candidates": count(model=Candidate),
@@ -145,6 +212,7 @@ def counts(session: Session) -> dict:
         ),
         "rankings": {"total": sum(by_status.values()), **by_status},
         "valid_rankings_by_kind": by_kind,
+        "valid_rankings_by_criterion": by_criterion,
         "same_as_shown": count(Ranking.status == "valid", Ranking.same_as_shown.is_(True), model=Ranking),
         "comparisons": count(model=Comparison),
         "quarantined": count(RawRecord.status == RawStatus.quarantined.value, model=RawRecord),
@@ -154,5 +222,14 @@ def counts(session: Session) -> dict:
 
 
 def stats(session: Session) -> dict:
-    """Counts, agreement and what model servers answered (what `preflab stats --json` prints)."""
+    """Counts, the `overall` criterion's agreement and what model servers answered (the pipeline's summary)."""
     return {"counts": counts(session), "agreement": agreement(session), "engine": engine_usage(session)}
+
+
+def criterion_stats(session: Session, criterion: str | None = None) -> dict:
+    """What `preflab stats --json` prints: counts, agreement by criterion (`agreement_by_criterion`), engines."""
+    return {
+        "counts": counts(session),
+        "agreement": agreement_by_criterion(session, criterion),
+        "engine": engine_usage(session),
+    }

@@ -11,6 +11,11 @@ For each human annotator (by pseudonym), over their valid rankings:
 - the share of rankings identical to the order shown (submitted untouched);
 - the median of Label Studio's `lead_time`, where it was recorded.
 
+Every measure is within one criterion (`Ranking.criterion`): a person's helpfulness rankings are
+compared with the others' helpfulness rankings only, and flagged on their own. A gold answer
+(`GoldAnswer`) names no criterion: it is the `overall` order, so only `overall` rankings are
+measured against gold.
+
 Flags say why an annotator looks careless; each needs `min_measured` rankings
 behind it, so one unlucky ranking flags nobody. `excluded_annotators` turns
 flags into the `{annotator id: [reasons]}` that `build_pairs` leaves out (and
@@ -26,8 +31,8 @@ from typing import Any
 from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Annotator, AnnotatorKind, GoldAnswer, Ranking, RankingStatus
-from preflab.db.quality.agreement import Agreement
+from preflab.db.models import OVERALL, Annotator, AnnotatorKind, GoldAnswer, Ranking, RankingStatus
+from preflab.db.quality.agreement import Agreement, chosen_criteria
 from preflab.db.quality.gold import gold_tiers
 from preflab.errors import ConfigError, InputError
 
@@ -82,7 +87,7 @@ class QualityConfig:
 
 @dataclass
 class AnnotatorQuality:
-    """One annotator's numbers and flags (flag -> the reason, said in words)."""
+    """One annotator's numbers and flags (flag -> the reason, said in words), within one criterion."""
 
     annotator_id: int
     pseudonym: str
@@ -93,6 +98,7 @@ class AnnotatorQuality:
     shown_known: int = 0  # rankings whose order shown is known
     lead_times: list[float] = field(default_factory=list)
     flags: dict[str, str] = field(default_factory=dict)
+    criterion: str = OVERALL
 
     @property
     def unchanged_share(self) -> float | None:
@@ -106,6 +112,7 @@ class AnnotatorQuality:
         gold, consensus = self.gold.as_dict(), self.consensus.as_dict()
         return {
             "annotator": self.pseudonym,
+            "criterion": self.criterion,
             "rankings": self.rankings,
             "gold_rankings": gold["ranking_pairs"],
             "gold_tau": gold["kendall_tau"],
@@ -143,16 +150,21 @@ def _flag(q: AnnotatorQuality, config: QualityConfig) -> None:
 
 
 class QualityTally:
-    """`annotator_quality` a block of ranked items at a time (see `preflab.db.quality.consensus`).
+    """`annotator_quality` of one criterion, a block of ranked items at a time (see `preflab.db.quality.consensus`).
 
-    The report feeds it the blocks its agreement section reads already; blocks
-    may hold AI judges' rows too: only people's are measured.
+    The report feeds it the blocks its agreement section reads already (of the same criterion);
+    blocks may hold AI judges' rows too: only people's are measured.
     """
 
-    def __init__(self, session: Session):
+    def __init__(self, session: Session, criterion: str = OVERALL):
         import numpy as np
 
-        valid = (Ranking.status == RankingStatus.valid.value, Annotator.kind == AnnotatorKind.human.value)
+        self.criterion = criterion
+        valid = (
+            Ranking.status == RankingStatus.valid.value,
+            Ranking.criterion == criterion,
+            Annotator.kind == AnnotatorKind.human.value,
+        )
         self.people: dict[int, AnnotatorQuality] = {}
         for aid, pseudonym, n, known, unchanged in session.execute(
             select(
@@ -167,7 +179,9 @@ class QualityTally:
             .group_by(Annotator.id, Annotator.pseudonym)
             .order_by(Annotator.id)
         ):
-            self.people[aid] = AnnotatorQuality(aid, pseudonym, n, unchanged=int(unchanged or 0), shown_known=known)
+            self.people[aid] = AnnotatorQuality(
+                aid, pseudonym, n, unchanged=int(unchanged or 0), shown_known=known, criterion=criterion
+            )
         for aid, lead in session.execute(
             select(Ranking.annotator_id, Ranking.lead_time)
             .join(Annotator, Annotator.id == Ranking.annotator_id)
@@ -175,9 +189,10 @@ class QualityTally:
         ):
             self.people[aid].lead_times.append(lead)
         self.ids = np.array(sorted(self.people), dtype=np.int64)
+        # A gold answer is an overall order (it names no criterion): the other criteria have none.
         gold = sorted(
             ((pid << 32) | cid, -float(t))
-            for pid, tiers in gold_tiers(session).items()
+            for pid, tiers in (gold_tiers(session) if criterion == OVERALL else {}).items()
             for t, tier in enumerate(tiers)
             for cid in tier
         )
@@ -219,24 +234,37 @@ class QualityTally:
         return list(self.people.values())
 
 
-def annotator_quality(session: Session, config: QualityConfig | None = None) -> list[AnnotatorQuality]:
-    """Every human annotator with a valid ranking: counts, agreement and flags, by pseudonym."""
+def annotator_quality(
+    session: Session, config: QualityConfig | None = None, criterion: str = OVERALL
+) -> list[AnnotatorQuality]:
+    """Every human annotator with a valid ranking of `criterion`: counts, agreement and flags, by pseudonym."""
     from preflab.db.quality.consensus import item_blocks
 
-    tally = QualityTally(session)
-    for block in item_blocks(session, AnnotatorKind.human.value):
+    tally = QualityTally(session, criterion)
+    for block in item_blocks(session, AnnotatorKind.human.value, criterion=criterion):
         tally.add(block)
     return tally.result(config)
 
 
-def quality_exists(session: Session) -> bool:
-    """Whether there is anything to measure: gold answers, or two or more human annotators."""
-    if session.scalar(select(GoldAnswer.id).limit(1)) is not None:
+def annotator_quality_by_criterion(
+    session: Session, config: QualityConfig | None = None, criterion: str | None = None
+) -> dict[str, list[AnnotatorQuality]]:
+    """`annotator_quality` of each criterion (`agreement.chosen_criteria`: `criterion`, else every one), by name."""
+    return {name: annotator_quality(session, config, name) for name in chosen_criteria(session, criterion)}
+
+
+def quality_exists(session: Session, criterion: str = OVERALL) -> bool:
+    """Whether there is anything to measure in `criterion`: gold answers (overall's), or two or more people."""
+    if criterion == OVERALL and session.scalar(select(GoldAnswer.id).limit(1)) is not None:
         return True
     people = (
         select(Ranking.annotator_id)
         .join(Annotator, Annotator.id == Ranking.annotator_id)
-        .where(Annotator.kind == AnnotatorKind.human.value, Ranking.status == RankingStatus.valid.value)
+        .where(
+            Annotator.kind == AnnotatorKind.human.value,
+            Ranking.status == RankingStatus.valid.value,
+            Ranking.criterion == criterion,
+        )
         .distinct()
         .limit(2)
         .subquery()
@@ -255,23 +283,35 @@ def exclusions(qualities: list[AnnotatorQuality], flags: tuple[str, ...] = FLAGS
 
 
 def excluded_annotators(
-    session: Session, config: QualityConfig | None = None, flagged: bool = False, min_agreement: float | None = None
+    session: Session,
+    config: QualityConfig | None = None,
+    flagged: bool = False,
+    min_agreement: float | None = None,
+    criterion: str | None = None,
 ) -> dict[int, list[str]]:
     """Who `pairs build --exclude-flagged` / `--min-agreement X` leaves out, with the reasons.
 
     `flagged` leaves out every flagged annotator (the thresholds of `config`);
     `min_agreement` those whose tau-b with gold or with the others' consensus is
-    below X (both thresholds set to X).
+    below X (both thresholds set to X). Each criterion's numbers are its own: with
+    `criterion`, that criterion's flags; without, an annotator flagged in any criterion
+    (a reason from a criterion other than `overall` names it).
     """
     config = config or QualityConfig()
+    if min_agreement is not None and not -1 <= min_agreement <= 1:
+        raise InputError("--min-agreement must be between -1 and 1 (Kendall tau-b)")
     out: dict[int, list[str]] = {}
-    if flagged:
-        out.update(exclusions(annotator_quality(session, config)))
-    if min_agreement is not None:
-        if not -1 <= min_agreement <= 1:
-            raise InputError("--min-agreement must be between -1 and 1 (Kendall tau-b)")
-        strict = replace(config, min_gold_tau=min_agreement, min_consensus_tau=min_agreement)
-        for aid, reasons in exclusions(annotator_quality(session, strict), AGREEMENT_FLAGS).items():
+
+    def add(found: dict[int, list[str]], name: str) -> None:
+        for aid, reasons in found.items():
             out.setdefault(aid, [])
-            out[aid] += [r for r in reasons if r not in out[aid]]
+            said = reasons if name == OVERALL else [f"{name}: {r}" for r in reasons]
+            out[aid] += [r for r in said if r not in out[aid]]
+
+    for name in chosen_criteria(session, criterion):
+        if flagged:
+            add(exclusions(annotator_quality(session, config, name)), name)
+        if min_agreement is not None:
+            strict = replace(config, min_gold_tau=min_agreement, min_consensus_tau=min_agreement)
+            add(exclusions(annotator_quality(session, strict, name), AGREEMENT_FLAGS), name)
     return out

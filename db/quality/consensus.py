@@ -8,7 +8,8 @@ is a whole-array operation on the block's rows, and the numbers are the same
 (tests/db/quality/test_quality.py checks them against those two functions).
 
 Rows are int64 (prompt, ranking, annotator, candidate, tier), a block holding
-whole prompts, as `item_blocks` streams them.
+whole prompts, as `item_blocks` streams them, of one criterion: a consensus is of
+rankings that order by the same criterion.
 """
 
 from __future__ import annotations
@@ -21,19 +22,26 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Annotator, Ranking, RankingItem, RankingStatus
+from preflab.db.models import OVERALL, Annotator, Ranking, RankingItem, RankingStatus
 
 PROMPT, RANKING, ANNOTATOR, CANDIDATE, TIER = range(5)
 TIE = 1e-6  # consensus scores this close are a tie (as `tiers_from_scores` is told)
 BLOCK_ROWS = 100_000
 
 
-def item_blocks(session: Session, kind: str | None = None, rows: int = BLOCK_ROWS) -> Iterator[np.ndarray]:
-    """Ranked items of valid rankings (of annotators of `kind`) as int64 rows, in blocks of whole prompts."""
+def item_blocks(
+    session: Session, kind: str | None = None, rows: int = BLOCK_ROWS, criterion: str = OVERALL
+) -> Iterator[np.ndarray]:
+    """Ranked items of valid rankings of `criterion` (by annotators of `kind`) as int64 rows, in blocks of whole
+    prompts."""
     query = (
         select(Ranking.prompt_id, Ranking.id, Ranking.annotator_id, RankingItem.candidate_id, RankingItem.tier)
         .join(RankingItem, RankingItem.ranking_id == Ranking.id)
-        .where(Ranking.status == RankingStatus.valid.value, RankingItem.tier.is_not(None))
+        .where(
+            Ranking.status == RankingStatus.valid.value,
+            Ranking.criterion == criterion,
+            RankingItem.tier.is_not(None),
+        )
         .order_by(Ranking.prompt_id)
     )
     if kind is not None:

@@ -5,7 +5,9 @@ A gold file is JSON Lines in the ranking import's format, without an annotator:
 indices, best first (a tier of several is a tie). Gold answers measure
 annotators (`preflab annotators`); their prompts are never built into pairs, so
 they never reach a training set. A gold file is all or nothing: the first bad
-line stops it with one sentence, before anything is stored.
+line stops it with one sentence, before anything is stored. A gold answer names
+no criterion (`GoldAnswer` has none): it is the `overall` order, and only
+`overall` rankings are measured against it.
 """
 
 from __future__ import annotations

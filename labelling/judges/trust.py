@@ -32,6 +32,8 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
+from preflab.db.models import OVERALL
+from preflab.db.quality.agreement import chosen_criteria
 from preflab.db.quality.intervals import LEVEL, MIN_PROMPTS, Resampler, interval
 from preflab.labelling.judges.report import judge_report
 
@@ -65,6 +67,7 @@ def agreement_interval(
 def _order(row: dict[str, Any]) -> tuple:
     shared = row["agreement_low"] is not None
     return (
+        row["criterion"],
         not shared,
         -(row["agreement_low"] or 0.0),
         -(row["agreement"] or 0.0),
@@ -78,7 +81,8 @@ def trust_rows(
 ) -> list[dict[str, Any]]:
     """The "which judge should I trust" rows from `judge_report(session, per_prompt=True, imported=True)`, best first.
 
-    Judges that ranked nothing are left out. Every judge's interval is drawn with the same seed.
+    One row per judge and criterion, each criterion's rows together (in name order). Judges that ranked
+    nothing are left out. Every judge's interval is drawn with the same seed.
     """
     rows = []
     for judge in report:
@@ -93,6 +97,7 @@ def trust_rows(
                 "name": judge["judge"],
                 "pseudonym": judge["pseudonym"],
                 "annotator_id": judge["annotator_id"],
+                "criterion": judge.get("criterion", OVERALL),
                 "kind": judge["kind"],
                 "imported": judge["imported"],
                 "method": judge.get("method"),
@@ -119,9 +124,15 @@ def trust_rows(
     return sorted(rows, key=_order)
 
 
-def judge_trust(session: Session, rounds: int = ROUNDS, seed: int = 0, level: float = LEVEL) -> dict[str, Any]:
-    """`preflab stats --judges`: the judges, best first, and how the intervals were drawn."""
+def judge_trust(
+    session: Session, rounds: int = ROUNDS, seed: int = 0, level: float = LEVEL, criterion: str | None = None
+) -> dict[str, Any]:
+    """`preflab stats --judges`: the judges, best first within each criterion (`criterion`'s alone, if given),
+    and how the intervals were drawn."""
+    if criterion is not None:
+        chosen_criteria(session, criterion)  # a criterion no ranking has is a typo: say so
+    report = judge_report(session, per_prompt=True, imported=True, criterion=criterion)
     return {
-        "judges": trust_rows(judge_report(session, per_prompt=True, imported=True), rounds, seed, level),
+        "judges": trust_rows(report, rounds, seed, level),
         "bootstrap": {"rounds": rounds, "seed": seed, "level": level, "resampled": "prompts"},
     }

@@ -1,6 +1,7 @@
 """`preflab leaderboard`: the command, and how a leaderboard reads on a terminal.
 
-The work is `preflab.db.leaderboard.board.leaderboard`; `--json` prints its result as it is.
+The work is `preflab.db.leaderboard.board.leaderboards`: one board per criterion; `--json` prints each
+criterion's board as it is, keyed by the criterion (one that has none: {"criterion", "error"}).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import click
 from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.console import plural
 from preflab.db.leaderboard.board import Leaderboard, LeaderboardConfig, Rating
+from preflab.db.models import OVERALL
 from preflab.settings import Settings
 
 
@@ -34,17 +36,36 @@ def leaderboard_command(settings: Settings, as_json, **options):
     test's interval instead, an open end where no rating is too high or too low
     for its record, and no rank ("–"). Models that never met, directly or through
     others, are listed group by group, ranked within their group. What a filter
-    leaves out is counted, never dropped silently.
+    leaves out is counted, never dropped silently. A ranking's battles are those
+    of its criterion: one board per criterion the rankings have (helpfulness,
+    harmlessness…), or --criterion's alone.
 
     Example: preflab leaderboard --annotator-kind human --style-control --pairwise
     """
     from preflab.db.engine import open_sessions
-    from preflab.db.leaderboard.board import leaderboard
+    from preflab.db.leaderboard.board import leaderboards
 
     config = build_config(LeaderboardConfig, options)
     with open_sessions(settings.database_url, existing=True).begin() as session:
-        board = leaderboard(session, config)
-    echo_result(as_json, board.as_dict(), lambda: leaderboard_text(board))
+        boards = leaderboards(session, config)
+    data = {
+        name: board.as_dict() if isinstance(board, Leaderboard) else {"criterion": name, "error": board}
+        for name, board in boards.items()
+    }
+    echo_result(as_json, data, lambda: boards_text(boards))
+
+
+def boards_text(boards: dict[str, Leaderboard | str]) -> str:
+    """Each criterion's board under its name; a store of `overall` rankings only: that board alone, unheaded."""
+    if list(boards) == [OVERALL]:
+        return leaderboard_text(boards[OVERALL])
+    blocks = [
+        f"criterion {name}:\n" + leaderboard_text(board)
+        if isinstance(board, Leaderboard)
+        else f"criterion {name}: no board: {board}"
+        for name, board in boards.items()
+    ]
+    return "\n\n".join(blocks)
 
 
 def _number(value: float | None) -> str:

@@ -133,6 +133,13 @@ def _payload_json(record: dict) -> dict:
 
 # --- stats ------------------------------------------------------------------------------
 
+criterion_option = click.option(
+    "--criterion",
+    metavar="NAME",
+    help="Only the rankings of this criterion (helpfulness, harmlessness…); default: one block per criterion "
+    "the rankings have.",
+)
+
 
 @click.command("stats")
 @click.option(
@@ -140,9 +147,10 @@ def _payload_json(record: dict) -> dict:
     is_flag=True,
     help="Instead: which AI judge to trust, each against the people on the prompts both ranked.",
 )
+@criterion_option
 @json_option
 @pass_settings
-def stats_command(settings: Settings, judges, as_json):
+def stats_command(settings: Settings, judges, criterion, as_json):
     """Counts and inter-annotator agreement.
 
     Agreement is measured between annotators who ranked the same prompts:
@@ -152,16 +160,21 @@ def stats_command(settings: Settings, judges, as_json):
     given in (--price-in, --price-out, --currency). With --judges: one row per
     AI judge, best first, with its agreement with people (and a bootstrap 95%
     interval over the shared prompts, seed 0), Kendall's tau-b and position bias.
+    Rankings are compared only within one criterion: agreement and the judges'
+    rows come per criterion (helpfulness, harmlessness…), --criterion's alone.
 
     Example: preflab stats --judges --json
     """
     from preflab.commands.text import judges_text, stats_text
-    from preflab.db.quality.agreement import stats
+    from preflab.db.quality.agreement import criterion_stats
     from preflab.db.requests import spend
     from preflab.labelling.judges.trust import judge_trust
 
     with open_sessions(settings.database_url, existing=True).begin() as session:
-        report = judge_trust(session) if judges else {**stats(session), "spend": spend(session)}
+        if judges:
+            report = judge_trust(session, criterion=criterion)
+        else:
+            report = {**criterion_stats(session, criterion), "spend": spend(session)}
     echo_result(as_json, report, lambda: judges_text(report) if judges else stats_text(report))
 
 
@@ -170,21 +183,26 @@ def stats_command(settings: Settings, judges, as_json):
 
 @click.command("annotators")
 @config_options(QualityConfig)
+@criterion_option
 @json_option
 @pass_settings
-def annotators_command(settings: Settings, as_json, **options):
+def annotators_command(settings: Settings, criterion, as_json, **options):
     """Annotator quality: agreement with gold and with the others, untouched orders, time per task.
 
     One row per person, by pseudonym, with the flags the thresholds raise;
-    `preflab pairs build --exclude-flagged` leaves the flagged ones out.
+    `preflab pairs build --exclude-flagged` leaves the flagged ones out. A person
+    is measured per criterion (helpfulness, harmlessness…: one block each, each
+    row naming its criterion), against the others' rankings of that criterion;
+    gold answers are `overall` orders.
 
     Example: preflab annotators --min-gold-tau 0.5 --json
     """
-    from preflab.commands.text import quality_text
-    from preflab.db.quality.annotators import annotator_quality
+    from preflab.commands.text import qualities_text
+    from preflab.db.quality.annotators import annotator_quality_by_criterion
 
     config = build_config(QualityConfig, options)
     with open_sessions(settings.database_url, existing=True).begin() as session:
-        qualities = annotator_quality(session, config)
-    data = {"annotators": [q.as_dict() for q in qualities], "thresholds": dataclasses.asdict(config)}
-    echo_result(as_json, data, lambda: quality_text(qualities))
+        qualities = annotator_quality_by_criterion(session, config, criterion)
+    rows = [q.as_dict() for block in qualities.values() for q in block]
+    data = {"annotators": rows, "thresholds": dataclasses.asdict(config)}
+    echo_result(as_json, data, lambda: qualities_text(qualities))

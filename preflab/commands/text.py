@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from preflab.console import plural
 from preflab.db.export.selection import UNPAIRED_NAMES
+from preflab.db.models import OVERALL
 from preflab.db.quality.agreement import same_as_shown_text
 
 if TYPE_CHECKING:
@@ -29,15 +30,25 @@ def stats_text(report: dict) -> str:
         "annotators: " + (", ".join(f"{k} {v:,}" for k, v in c["annotators"].items()) or "none"),
         same_as_shown_text(c["same_as_shown"]),
     ]
-    for name, a in report["agreement"].items():
-        if not a["ranking_pairs"]:
-            continue
-        rate = "n/a" if a["pairwise_agreement"] is None else f"{a['pairwise_agreement']:.3f}"
-        tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:.3f}"
-        lines.append(
-            f"agreement {name}: {a['ranking_pairs']:,} ranking pairs, {a['shared_pairs']:,} shared pairs,"
-            f" pairwise agreement {rate}, Kendall tau-b {tau}"
-        )
+    # One block per criterion; a store of `overall` rankings only reads as it did before criteria.
+    headed = list(report["agreement"]) != [OVERALL]
+    for criterion, groups in report["agreement"].items():
+        block = []
+        for name, a in groups.items():
+            if not a["ranking_pairs"]:
+                continue
+            rate = "n/a" if a["pairwise_agreement"] is None else f"{a['pairwise_agreement']:.3f}"
+            tau = "n/a" if a["kendall_tau"] is None else f"{a['kendall_tau']:.3f}"
+            block.append(
+                f"agreement {name}: {a['ranking_pairs']:,} ranking pairs, {a['shared_pairs']:,} shared pairs,"
+                f" pairwise agreement {rate}, Kendall tau-b {tau}"
+            )
+        if headed:
+            n = c.get("valid_rankings_by_criterion", {}).get(criterion, 0)
+            nothing = "" if block else "; no two annotators ranked one prompt"
+            lines.append(f"criterion {criterion}: {plural(n, 'valid ranking')}{nothing}")
+            block = ["  " + line for line in block]
+        lines += block
     spend = report.get("spend") or {"by_model": report.get("engine", {}), "by_judge": [], "by_generator": []}
     for model, used in spend["by_model"].items():
         lines.append(
@@ -73,6 +84,13 @@ def _paid(row: dict) -> str:
     if row.get("prices"):
         return f", no cost: its runs gave {len(row['prices'])} different prices"
     return ", no price given (--price-in, --price-out)" if "cost" in row else ""
+
+
+def qualities_text(by_criterion: dict[str, list[AnnotatorQuality]]) -> str:
+    """The `preflab annotators` tables, one per criterion under its name; `overall` alone: its table, unheaded."""
+    if list(by_criterion) == [OVERALL]:
+        return quality_text(by_criterion[OVERALL])
+    return "\n\n".join(f"criterion {name}:\n{quality_text(rows)}" for name, rows in by_criterion.items())
 
 
 def quality_text(qualities: list[AnnotatorQuality]) -> str:
@@ -176,14 +194,22 @@ def judges_text(trust: dict[str, Any]) -> str:
     def num(value: float | None) -> str:
         return "n/a" if value is None else f"{value:.2f}"
 
+    header = (
+        f"{'kind':<20} {'prompts':>7} {'pairs':>7}  {'agreement [interval]':<22} {'tau-b':>6} {'$/1k pairs':>10}"
+        f" {'pairs/s':>8}  {'position bias':<30}  judge"
+    )
     lines = [
         f"which judge to trust, first the highest lower bound of agreement with people "
         f"({boot['level']:.0%} interval: {boot['rounds']:,} bootstrap resamples of the shared prompts, "
         f"seed {boot['seed']})",
-        f"{'kind':<20} {'prompts':>7} {'pairs':>7}  {'agreement [interval]':<22} {'tau-b':>6} {'$/1k pairs':>10}"
-        f" {'pairs/s':>8}  {'position bias':<30}  judge",
     ]
-    for r in rows:
+    # One table per criterion (a judge trusted for one may not be for another); `overall` alone: one, unheaded.
+    headed = {r.get("criterion", OVERALL) for r in rows} != {OVERALL}
+    if not headed:
+        lines.append(header)
+    for k, r in enumerate(rows):
+        if headed and (k == 0 or rows[k - 1]["criterion"] != r["criterion"]):
+            lines += [f"criterion {r['criterion']}:", header]
         kind = f"{r['kind']} ({r['method']})" if r["method"] else r["kind"]
         agreement = (
             "n/a (no prompt shared)"

@@ -180,6 +180,46 @@ def test_disagreement_from_the_store_compares_the_ai_judges_only(sessions, tmp_p
         select_prompts(sessions, [ids["unjudged"]], SelectConfig(select="disagreement"), 2)
 
 
+def test_disagreement_compares_rankings_of_one_criterion_only(sessions, tmp_path):
+    """Two judges ranking a prompt by different criteria disagree on nothing: they answered different questions.
+    A prompt ranked by two criteria scores as its most disputed one; `criterion` keeps one."""
+    abc = ["a", "b", "c"]
+
+    def line(prompt, tiers, judge, criterion):
+        return ranking_line(prompt, abc, tiers, judge, "ai", criterion=criterion)
+
+    ids = _import(
+        sessions,
+        tmp_path,
+        [
+            line("crossed", [[0], [1], [2]], "judge-1", "helpfulness"),
+            line("crossed", [[2], [1], [0]], "judge-2", "harmlessness"),
+            line("both", [[0], [1], [2]], "judge-1", "helpfulness"),
+            line("both", [[0], [1], [2]], "judge-2", "helpfulness"),
+            line("both", [[0], [1], [2]], "judge-1", "harmlessness"),
+            line("both", [[2], [1], [0]], "judge-2", "harmlessness"),
+        ],
+    )
+    with pytest.raises(InputError, match="two AI rankings of one criterion"):
+        select_prompts(sessions, [ids["crossed"]], SelectConfig(select="disagreement"), 2)
+    (chosen,) = select_prompts(sessions, list(ids.values()), SelectConfig(select="disagreement"), 2)
+    assert (chosen.prompt_id, chosen.score) == (ids["both"], pytest.approx(1.0))
+    assert chosen.reason == "2 rankings of harmlessness agree at mean Kendall tau-b -1.000"
+    (helpful,) = select_prompts(
+        sessions, list(ids.values()), SelectConfig(select="disagreement"), 2, criterion="helpfulness"
+    )
+    assert (helpful.prompt_id, helpful.score) == (ids["both"], pytest.approx(0.0))
+
+
+def test_disagreement_of_rankings_by_criterion_is_each_criterions_own():
+    by_criterion = {1: {"helpfulness": [[[1], [2]], [[1], [2]]], "harmlessness": [[[1], [2]], [[2], [1]]]}}
+    (choice,) = pick_disagreement(by_criterion, 1)
+    assert choice.score == pytest.approx(1.0) and "of harmlessness" in choice.reason
+    # one list of rankings: one criterion, said as before
+    (plain,) = pick_disagreement({1: by_criterion[1]["helpfulness"]}, 1)
+    assert plain.score == pytest.approx(0.0) and plain.reason == "2 rankings agree at mean Kendall tau-b 1.000"
+
+
 @pytest.fixture(scope="module")
 def reward_models(tmp_path_factory):
     root = tmp_path_factory.mktemp("rms")

@@ -15,6 +15,10 @@ read the same way, by Borda over its own rankings. Only candidates with both a
 proxy and a true value count. A proxy ranking item whose details say
 {"copies": k} (`bon sample` writes it when the policy drew one response k
 times) counts as k samples: repeated draws are part of the distribution.
+
+Both are read within one criterion (`Ranking.criterion`, `overall` unless asked): the
+human reference is the Borda consensus of people's rankings of that criterion, never a
+mixture of helpfulness and harmlessness orders.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import numpy as np
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Annotator, Ranking, RankingItem, RankingStatus
+from preflab.db.models import OVERALL, Annotator, Ranking, RankingItem, RankingStatus
 from preflab.db.pairs.build import borda
 from preflab.db.pairs.views import iter_prompt_rankings
 from preflab.errors import InputError, NotFound
@@ -111,8 +115,11 @@ def _annotator(session: Session, name: str) -> Annotator:
     return sorted(found, key=lambda a: a.kind != "ai")[0]
 
 
-def annotator_values(session: Session, name: str) -> tuple[dict[int, dict[int, float]], str, dict[int, int]]:
-    """prompt id → candidate id → value, from one annotator's valid rankings; "score"|"borda"; copies.
+def annotator_values(
+    session: Session, name: str, criterion: str = OVERALL
+) -> tuple[dict[int, dict[int, float]], str, dict[int, int]]:
+    """prompt id → candidate id → value, from one annotator's valid rankings of `criterion`; "score"|"borda";
+    copies.
 
     copies: candidate id → how many draws it stands for, where a ranking item records it.
     """
@@ -127,11 +134,15 @@ def annotator_values(session: Session, name: str) -> tuple[dict[int, dict[int, f
             RankingItem.details,
         )
         .join(RankingItem, RankingItem.ranking_id == Ranking.id)
-        .where(Ranking.annotator_id == annotator.id, Ranking.status == RankingStatus.valid.value)
+        .where(
+            Ranking.annotator_id == annotator.id,
+            Ranking.status == RankingStatus.valid.value,
+            Ranking.criterion == criterion,
+        )
         .order_by(Ranking.prompt_id, Ranking.id, RankingItem.tier, RankingItem.candidate_id)
     ).all()
     if not rows:
-        raise NotFound(f"annotator {name!r} has no valid rankings")
+        raise NotFound(f"annotator {name!r} has no valid rankings" + _of_criterion(session, annotator, criterion))
     copies: dict[int, int] = {}
     for r in rows:
         k = r.details.get("copies") if isinstance(r.details, dict) else None
@@ -157,19 +168,37 @@ def annotator_values(session: Session, name: str) -> tuple[dict[int, dict[int, f
     )
 
 
-def human_values(session: Session) -> dict[int, dict[int, float]]:
-    """prompt id → candidate id → mean normalised Borda score over the prompt's human rankings."""
-    return {prompt: borda([v.tiers for v in views]) for prompt, views in iter_prompt_rankings(session, "human")}
+def _of_criterion(session: Session, annotator: Annotator, criterion: str) -> str:
+    """` of criterion 'x' (its criteria: …)` where the annotator ranked by other criteria only; else nothing."""
+    others = session.scalars(
+        select(Ranking.criterion)
+        .where(Ranking.annotator_id == annotator.id, Ranking.status == RankingStatus.valid.value)
+        .distinct()
+        .order_by(Ranking.criterion)
+    ).all()
+    return f" of criterion {criterion!r} (its criteria: {', '.join(others)})" if others else ""
 
 
-def db_groups(session: Session, proxy: str, true: str | None = None) -> tuple[list[Group], DbSummary]:
-    """One group per prompt: the candidates with a proxy value (and a true value, if asked)."""
-    proxy_values, proxy_kind, copies = annotator_values(session, proxy)
+def human_values(session: Session, criterion: str = OVERALL) -> dict[int, dict[int, float]]:
+    """prompt id → candidate id → mean normalised Borda score over the prompt's human rankings of `criterion`."""
+    out = {}
+    for prompt, views in iter_prompt_rankings(session, "human"):
+        same = [v.tiers for v in views if v.criterion == criterion]
+        if same:
+            out[prompt] = borda(same)
+    return out
+
+
+def db_groups(
+    session: Session, proxy: str, true: str | None = None, criterion: str = OVERALL
+) -> tuple[list[Group], DbSummary]:
+    """One group per prompt: the candidates with a proxy value (and a true value, if asked), both of `criterion`."""
+    proxy_values, proxy_kind, copies = annotator_values(session, proxy, criterion)
     true_values, true_kind = None, None
     if true == HUMAN:
-        true_values, true_kind = human_values(session), "borda"
+        true_values, true_kind = human_values(session, criterion), "borda"
     elif true is not None:
-        true_values, true_kind, _ = annotator_values(session, true)
+        true_values, true_kind, _ = annotator_values(session, true, criterion)
     groups: list[Group] = []
     samples = 0
     for prompt_id in sorted(proxy_values):

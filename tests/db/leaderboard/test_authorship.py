@@ -27,7 +27,9 @@ def hh(prompt: str, chosen: str, rejected: str) -> dict:
 
 
 def board(cli, *args) -> dict:
-    return json.loads(cli("leaderboard", "--json", "--bootstrap", 20, *args).output)
+    """The board of the store's one criterion (--json keys a board by its criterion)."""
+    (only,) = json.loads(cli("leaderboard", "--json", "--bootstrap", 20, *args).output).values()
+    return only
 
 
 def records(cli, tmp_path, name: str, fmt: str, rows: list[dict]) -> None:
@@ -123,7 +125,7 @@ def test_replies_an_hh_import_stored_without_a_model_are_credited_to_the_models_
         models = dict(session.execute(select(Candidate.text, Candidate.model)).all())
     assert models[HELLO] is None and models["Go away."] is None and models["Blue."] is None  # HH's, kept
 
-    result = board(cli)
+    result = board(cli, "--criterion", "overall")  # UltraFeedback's aspects are boards of their own
     assert credited(result) == {
         "gpt-4": (3, 0, 0),
         "claude-v1": (0, 0, 1),

@@ -43,7 +43,8 @@ def test_stats_command_reports_counts_and_agreement(cli, tmp_path):
     assert c["prompts"] == 2 and c["candidates"] == 5 and c["rankings"]["valid"] == 4
     assert c["annotators"] == {"human": 2, "ai": 1}
     assert list(c["annotators"]) == ["ai", "human"]  # by key, on either database: the same line on both
-    a = report["agreement"]
+    assert list(report["agreement"]) == ["overall"]  # one entry per criterion the rankings have
+    a = report["agreement"]["overall"]
     assert a["all"]["prompts"] == 1 and a["all"]["ranking_pairs"] == 3
     assert a["human-human"]["shared_pairs"] == 3 and a["human-human"]["pairwise_agreement"] == 2 / 3
     assert a["human-ai"]["ranking_pairs"] == 2 and a["human-ai"]["pairwise_agreement"] == 5 / 6

@@ -71,7 +71,7 @@ def alike(first: list[bool], second: list[bool]) -> float:
 
 def test_agreement_recovers_the_planted_noise_and_the_judges_interval_is_scipys(cli, noisy_store):
     _, right = noisy_store
-    agreement = json.loads(cli("stats", "--json").stdout)["agreement"]
+    agreement = json.loads(cli("stats", "--json").stdout)["agreement"]["overall"]
     people, mixed = agreement["human-human"], agreement["human-ai"]
     assert people["shared_pairs"] == PROMPTS * 3 and mixed["shared_pairs"] == PROMPTS * 3
     # Exactly the votes as drawn, counted directly…

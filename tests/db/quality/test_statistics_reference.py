@@ -9,7 +9,8 @@ Whatever the store holds, each number preflab prints equals the one computed aga
 from the generated rankings by `tests/db/quality/reference.py` (scipy's tau-b,
 plain pair counts, an exact Borda consensus), never from preflab's own readers.
 Each example adds a world to the same store, so the laws are checked on the
-growing union, as a store grows.
+growing union, as a store grows. In a store of several criteria every number is
+one criterion's: the reference compares only rankings of the same criterion.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from tests.properties import examples
 PEOPLE = ("person0", "person1", "person2", "person3")
 JUDGES = ("judge0", "judge1")
 ENDINGS = ("", "é", "😀", "  ", "日本")
+OVERALL = "overall"
+CRITERIA = (OVERALL, "helpfulness", "harmlessness")
 
 
 @dataclass
@@ -44,6 +47,7 @@ class Ranked:
     annotator: str
     tiers: list[list[int]]
     scores: dict[int, float] = field(default_factory=dict)
+    criterion: str = OVERALL
 
     @property
     def kind(self) -> str:
@@ -72,8 +76,11 @@ def _tiers(rng: random.Random, items: list[int], least: int = 1) -> list[list[in
     return out
 
 
-def add_world(rng: random.Random, worlds: Worlds, tmp_path, cli, sessions) -> None:
-    """Draw a world of a few prompts, import its rankings and store its gold answers."""
+def add_world(rng: random.Random, worlds: Worlds, tmp_path, cli, sessions, criteria=(OVERALL,)) -> None:
+    """Draw a world of a few prompts, import its rankings and store its gold answers.
+
+    Each annotator of a prompt ranks it by one or two of `criteria` (a JSON Lines row per criterion, of one id).
+    """
     lines, gold = [], []
     tag = worlds.prompts
     for p in range(worlds.prompts, worlds.prompts + rng.randint(3, 6)):
@@ -83,18 +90,20 @@ def add_world(rng: random.Random, worlds: Worlds, tmp_path, cli, sessions) -> No
         worlds.length.update(zip(items, map(len, texts)))
         prompt = f"Prompt {p}: which reply is best?"
         for who in rng.sample(PEOPLE + JUDGES, rng.randint(1, len(PEOPLE) + len(JUDGES))):
-            for again in range(2 if who in PEOPLE and rng.random() < 0.15 else 1):
-                tiers = _tiers(rng, items)
-                ranked = Ranked(p, who, tiers)
-                extra = {}
-                if who in JUDGES:  # a judge's score beside its tiers: higher for a better tier, none where unranked
-                    ranked.scores = {
-                        i: len(tiers) - t + rng.choice((0, 0.5)) for t, tier in enumerate(tiers) for i in tier
-                    }
-                    extra["scores"] = [ranked.scores.get(i) for i in items]
-                worlds.rankings.append(ranked)
-                index = [[items.index(i) for i in tier] for tier in tiers]
-                lines.append(ranking_line(prompt, texts, index, who, ranked.kind, id=f"{p}-{who}-{again}", **extra))
+            for criterion in rng.sample(criteria, rng.randint(1, min(2, len(criteria)))):
+                for again in range(2 if who in PEOPLE and rng.random() < 0.15 else 1):
+                    tiers = _tiers(rng, items)
+                    ranked = Ranked(p, who, tiers, criterion=criterion)
+                    extra = {} if criterion == OVERALL else {"criterion": criterion}
+                    if who in JUDGES:  # a judge's score beside its tiers: higher for a better tier, none where unranked
+                        ranked.scores = {
+                            i: len(tiers) - t + rng.choice((0, 0.5)) for t, tier in enumerate(tiers) for i in tier
+                        }
+                        extra["scores"] = [ranked.scores.get(i) for i in items]
+                    worlds.rankings.append(ranked)
+                    index = [[items.index(i) for i in tier] for tier in tiers]
+                    line = ranking_line(prompt, texts, index, who, ranked.kind, id=f"{p}-{who}-{again}", **extra)
+                    lines.append(line)
         if rng.random() < 0.4:
             tiers = _tiers(rng, items, least=2)
             if len(tiers) < 2:
@@ -109,10 +118,17 @@ def add_world(rng: random.Random, worlds: Worlds, tmp_path, cli, sessions) -> No
             store_gold(s, read_gold(write_lines(tmp_path / f"gold-{tag}.jsonl", gold)))
 
 
-def by_prompt(worlds: Worlds) -> dict[int, list[Ranked]]:
+def criteria_of(worlds: Worlds) -> list[str]:
+    """The criteria the generated rankings have, in name order."""
+    return sorted({r.criterion for r in worlds.rankings}) or [OVERALL]
+
+
+def by_prompt(worlds: Worlds, criterion: str = OVERALL) -> dict[int, list[Ranked]]:
+    """The rankings of `criterion`, by prompt: the reference never compares two criteria."""
     out: dict[int, list[Ranked]] = {}
     for r in worlds.rankings:
-        out.setdefault(r.prompt, []).append(r)
+        if r.criterion == criterion:
+            out.setdefault(r.prompt, []).append(r)
     return out
 
 
@@ -120,11 +136,13 @@ def category(a: Ranked, b: Ranked) -> str:
     return {("human", "human"): "human-human", ("ai", "ai"): "ai-ai"}.get(tuple(sorted((a.kind, b.kind))), "human-ai")
 
 
-def expected_agreement(worlds: Worlds) -> tuple[dict[str, ref.Tally], dict[frozenset, ref.Tally]]:
-    """By category and by annotator pair: every two rankings of a prompt by different annotators."""
+def expected_agreement(
+    worlds: Worlds, criterion: str = OVERALL
+) -> tuple[dict[str, ref.Tally], dict[frozenset, ref.Tally]]:
+    """By category and by annotator pair: every two rankings of a prompt by different annotators, in `criterion`."""
     groups = {name: ref.Tally() for name in ("all", "human-human", "ai-ai", "human-ai")}
     pairs: dict[frozenset, ref.Tally] = {}
-    for p, rankings in by_prompt(worlds).items():
+    for p, rankings in by_prompt(worlds, criterion).items():
         for a, b in combinations(rankings, 2):
             if a.annotator == b.annotator:
                 continue
@@ -138,14 +156,15 @@ def expected_agreement(worlds: Worlds) -> tuple[dict[str, ref.Tally], dict[froze
     return groups, pairs
 
 
-def expected_quality(worlds: Worlds) -> dict[str, dict[str, ref.Tally]]:
-    """Each person against gold and against the exact Borda consensus of the other people (leave-one-out)."""
+def expected_quality(worlds: Worlds, criterion: str = OVERALL) -> dict[str, dict[str, ref.Tally]]:
+    """Each person against gold (an overall order) and against the exact Borda consensus of the other people's
+    rankings of the criterion (leave-one-out)."""
     out = {who: {"gold": ref.Tally(), "consensus": ref.Tally()} for who in PEOPLE}
-    for p, rankings in by_prompt(worlds).items():
+    for p, rankings in by_prompt(worlds, criterion).items():
         people = [r for r in rankings if r.kind == "human"]
         for r in people:
             mine = ref.scoring(r.tiers)
-            if p in worlds.gold:
+            if p in worlds.gold and criterion == OVERALL:
                 out[r.annotator]["gold"].add(mine, ref.scoring(worlds.gold[p]), p)
             others = [o.tiers for o in people if o.annotator != r.annotator]
             if others:
@@ -153,12 +172,12 @@ def expected_quality(worlds: Worlds) -> dict[str, dict[str, ref.Tally]]:
     return out
 
 
-def expected_judges(worlds: Worlds) -> dict[str, dict]:
-    """Each judge against every person's ranking of the prompts both ranked; its length measures."""
+def expected_judges(worlds: Worlds, criterion: str = OVERALL) -> dict[str, dict]:
+    """Each judge against every person's ranking of the prompts both ranked by `criterion`; its length measures."""
     out = {}
-    prompts = by_prompt(worlds)
+    prompts = by_prompt(worlds, criterion)
     for judge in JUDGES:
-        mine = [r for r in worlds.rankings if r.annotator == judge]
+        mine = [r for r in worlds.rankings if r.annotator == judge and r.criterion == criterion]
         tally, per_prompt = ref.Tally(), {}
         longer = pairs = 0
         for r in mine:
@@ -191,28 +210,33 @@ def close(got, want) -> bool:
 
 
 def check_stats(cli, worlds: Worlds) -> None:
-    groups, _ = expected_agreement(worlds)
     report = json.loads(cli("stats", "--json").stdout)
-    for name, want in groups.items():
-        got = report["agreement"][name]
-        assert (got["ranking_pairs"], got["shared_pairs"]) == (want.ranking_pairs, want.shared_pairs), name
-        assert close(got["pairwise_agreement"], want.agreement) and close(got["kendall_tau"], want.tau), (name, got)
-    multi = {p for p, rs in by_prompt(worlds).items() if len({r.annotator for r in rs}) > 1}
-    assert report["agreement"]["all"]["prompts"] == len(multi)
+    assert list(report["agreement"]) == criteria_of(worlds)  # one entry per criterion, in name order
+    for criterion in criteria_of(worlds):
+        groups, _ = expected_agreement(worlds, criterion)
+        for name, want in groups.items():
+            got = report["agreement"][criterion][name]
+            assert (got["ranking_pairs"], got["shared_pairs"]) == (want.ranking_pairs, want.shared_pairs), name
+            assert close(got["pairwise_agreement"], want.agreement) and close(got["kendall_tau"], want.tau), got
+        multi = {p for p, rs in by_prompt(worlds, criterion).items() if len({r.annotator for r in rs}) > 1}
+        assert report["agreement"][criterion]["all"]["prompts"] == len(multi)
     counts = report["counts"]
     assert counts["rankings"]["valid"] == len(worlds.rankings)
     assert counts["valid_rankings_by_kind"] == {
         kind: n for kind in ("human", "ai") if (n := sum(r.kind == kind for r in worlds.rankings))
     }
+    assert counts["valid_rankings_by_criterion"] == {
+        c: sum(r.criterion == c for r in worlds.rankings) for c in criteria_of(worlds)
+    }
     assert counts["prompts"] == worlds.prompts and counts["candidates"] == len(worlds.length)
 
 
-def check_report_agreement(sessions, worlds: Worlds, names: dict[str, str]) -> None:
+def check_report_agreement(sessions, worlds: Worlds, names: dict[str, str], criterion: str = OVERALL) -> None:
     from preflab.report.agreement import agreement_section
 
-    groups, pairs = expected_agreement(worlds)
+    groups, pairs = expected_agreement(worlds, criterion)
     with sessions() as s:
-        section = agreement_section(s, no_text=True)
+        section = agreement_section(s, no_text=True, criterion=criterion)
     if not groups["all"].ranking_pairs:  # no two annotators ranked one prompt
         assert section["categories"] is None and section["heatmap"] is None
         return
@@ -239,40 +263,57 @@ def check_report_agreement(sessions, worlds: Worlds, names: dict[str, str]) -> N
 
 
 def check_annotators(cli, worlds: Worlds, names: dict[str, str]) -> None:
-    want = expected_quality(worlds)
-    rows = {r["annotator"]: r for r in json.loads(cli("annotators", "--json").stdout)["annotators"]}
-    for who in PEOPLE:
-        if not any(r.annotator == who for r in worlds.rankings):
-            assert names.get(who) not in rows
-            continue
-        row, mine = rows[names[who]], want[who]
-        assert row["rankings"] == sum(r.annotator == who for r in worlds.rankings)
-        for which in ("gold", "consensus"):
-            tally = mine[which]
-            assert row[f"{which}_rankings"] == tally.ranking_pairs, (who, which)
-            assert close(row[f"{which}_tau"], tally.tau), (who, which, row)
-            assert close(row[f"{which}_pairwise"], tally.agreement), (who, which, row)
+    rows = {(r["annotator"], r["criterion"]): r for r in json.loads(cli("annotators", "--json").stdout)["annotators"]}
+    for criterion in criteria_of(worlds):
+        want = expected_quality(worlds, criterion)
+        for who in PEOPLE:
+            mine = [r for r in worlds.rankings if r.annotator == who and r.criterion == criterion]
+            if not mine:
+                assert (names.get(who), criterion) not in rows
+                continue
+            row = rows[(names[who], criterion)]
+            assert row["rankings"] == len(mine)
+            for which in ("gold", "consensus"):
+                tally = want[who][which]
+                assert row[f"{which}_rankings"] == tally.ranking_pairs, (who, which)
+                assert close(row[f"{which}_tau"], tally.tau), (who, which, row)
+                assert close(row[f"{which}_pairwise"], tally.agreement), (who, which, row)
+
+
+def check_trust_table(cli, worlds: Worlds) -> dict[str, dict]:
+    """`stats --judges`: one row per judge and criterion, each against the reference of its criterion."""
+    rows = {(r["name"], r["criterion"]): r for r in json.loads(cli("stats", "--judges", "--json").stdout)["judges"]}
+    for criterion in criteria_of(worlds):
+        for judge, w in expected_judges(worlds, criterion).items():
+            if not w["rankings"]:
+                assert (judge, criterion) not in rows
+                continue
+            row, tally = rows[(judge, criterion)], w["tally"]
+            assert row["rankings"] == w["rankings"] and row["shared_pairs"] == tally.shared_pairs
+            assert row["shared_prompts"] == len(tally.prompts)
+            assert close(row["agreement"], tally.agreement) and close(row["kendall_tau"], tally.tau), row
+            assert (row["agreement_low"] is None) == (w["interval_prompts"] < 5), row
+            if row["agreement_low"] is not None:  # a percentile interval: within the range of the per-prompt rates
+                assert 0 <= row["agreement_low"] <= row["agreement_high"] <= 1
+    assert len(rows) == sum(
+        bool(w["rankings"]) for c in criteria_of(worlds) for w in expected_judges(worlds, c).values()
+    )
+    return {judge: row for (judge, _), row in rows.items()}
 
 
 def check_judges(cli, sessions, worlds: Worlds) -> None:
+    """The trust table, and (a store of `overall` rankings) the report's page and the self-rewarding loop."""
     from preflab.report.judges import judges_section
     from preflab.training.selfreward.report import judge_agreement
 
+    rows = check_trust_table(cli, worlds)
     want = expected_judges(worlds)
-    rows = {r["name"]: r for r in json.loads(cli("stats", "--judges", "--json").stdout)["judges"]}
     with sessions() as s:
         page = {r["judge"]: r for r in judges_section(s)}
     for judge, w in want.items():
         if not w["rankings"]:
-            assert judge not in rows
             continue
         row, tally = rows[judge], w["tally"]
-        assert row["rankings"] == w["rankings"] and row["shared_pairs"] == tally.shared_pairs
-        assert row["shared_prompts"] == len(tally.prompts)
-        assert close(row["agreement"], tally.agreement) and close(row["kendall_tau"], tally.tau), row
-        assert (row["agreement_low"] is None) == (w["interval_prompts"] < 5), row
-        if row["agreement_low"] is not None:  # a percentile interval: within the range of the per-prompt rates
-            assert 0 <= row["agreement_low"] <= row["agreement_high"] <= 1
         on_page = page[row["judge"]]
         assert on_page["human_shared_pairs"] == tally.shared_pairs and on_page["human_prompts"] == len(tally.prompts)
         assert close(on_page["human_agreement"], tally.agreement) and close(on_page["human_kendall_tau"], tally.tau)
@@ -308,6 +349,33 @@ def test_every_agreement_statistic_equals_the_reference(cli, sessions, tmp_path)
     assert all(g.shared_pairs for g in groups.values()) and worlds.gold
     assert all(w["tally"].shared_pairs for w in judged.values())
     assert any(len(tier) > 1 for r in worlds.rankings for tier in r.tiers)
+
+
+def test_every_statistic_of_a_store_of_several_criteria_is_each_criterions_own(cli, sessions, tmp_path):
+    """The same laws with rankings of three criteria, an annotator often ranking one prompt by two: each number
+    `stats`, `annotators`, `stats --judges` and the report's agreement section give is the reference's over
+    that criterion's rankings alone."""
+    worlds = Worlds()
+
+    @settings(max_examples=examples(3))
+    @given(st.randoms(use_true_random=False))
+    def grow(rng):
+        add_world(rng, worlds, tmp_path, cli, sessions, CRITERIA)
+        with sessions() as s:
+            names = dict(s.execute(select(Annotator.name, Annotator.pseudonym)).all())
+        check_stats(cli, worlds)
+        for criterion in criteria_of(worlds):
+            check_report_agreement(sessions, worlds, names, criterion)
+        check_annotators(cli, worlds, names)
+        check_trust_table(cli, worlds)
+
+    grow()
+    # Not trivial: every criterion had rankings compared, judges against people too, and the same annotator
+    # ranked one prompt by two criteria (the pairs a mixture would compare).
+    assert criteria_of(worlds) == sorted(CRITERIA)
+    assert all(expected_agreement(worlds, criterion)[0]["all"].shared_pairs for criterion in CRITERIA)
+    assert any(w["tally"].shared_pairs for c in CRITERIA for w in expected_judges(worlds, c).values())
+    assert len({(r.prompt, r.annotator) for r in worlds.rankings}) < len(worlds.rankings)
 
 
 def test_the_reference_borda_is_exact():

@@ -101,3 +101,27 @@ def test_active_selection_scores_disagreement_by_scipys_mean_tau_b(rankings):
     chosen = pick_disagreement(rankings, k=len(rankings))
     assert {c.prompt_id: c.score for c in chosen} == pytest.approx(want)
     assert all(a.score >= b.score for a, b in pairwise(chosen))
+
+
+@settings(max_examples=examples(100))
+@given(
+    st.dictionaries(
+        st.integers(0, 5),
+        st.dictionaries(st.sampled_from(["overall", "helpfulness", "harmlessness"]), st.lists(tiers(), max_size=3)),
+        max_size=5,
+    )
+)
+def test_active_selection_by_criterion_scores_each_criterion_by_scipy_and_keeps_the_most_disputed(rankings):
+    """Rankings of several criteria: each criterion's (1 − mean tau-b) / 2 over its own rankings only, and a
+    prompt scores as its most disputed criterion."""
+    from preflab.labelling.active import pick_disagreement
+
+    want = {}
+    for pid, by_criterion in rankings.items():
+        for views in by_criterion.values():
+            pairs = combinations(views, 2)
+            taus = [t for a, b in pairs if (t := ref.tau_b(ref.scoring(a), ref.scoring(b))) is not None]
+            if taus:
+                want[pid] = max(want.get(pid, -1.0), (1 - sum(taus) / len(taus)) / 2)
+    chosen = pick_disagreement(rankings, k=len(rankings))
+    assert {c.prompt_id: c.score for c in chosen} == pytest.approx(want)
