@@ -105,6 +105,7 @@ class JudgeSummary:
     unscored: int = 0  # candidates the judge could not score (left unranked)
     abstained: int = 0  # prompts where it could read fewer than two candidates: stored as abstentions, no ranking
     seconds: float = 0.0
+    criterion: str = OVERALL  # what it judged by (its rankings', and its measures')
     extra: dict[str, Any] = field(default_factory=dict)
     written: list[int] = field(default_factory=list)  # the valid rankings this run wrote (its own measures)
 
@@ -201,7 +202,9 @@ def run_measures(sessions: sessionmaker[Session], summary: JudgeSummary) -> dict
     from preflab.labelling.judges.report import judge_report
 
     with sessions.begin() as session:
-        (measures,) = judge_report(session, [summary.annotator_id], ranking_ids=summary.written or None)
+        (measures,) = judge_report(
+            session, [summary.annotator_id], ranking_ids=summary.written or None, criterion=summary.criterion
+        )
     return measures
 
 
@@ -286,7 +289,7 @@ def judge_prompts(
                     )
                 )
             )
-    summary = JudgeSummary(run.kind, run.run_id, annotator_id, prompts=len(items))
+    summary = JudgeSummary(run.kind, run.run_id, annotator_id, prompts=len(items), criterion=run.criterion)
     todo = [i for i, eid in zip(items, ids) if eid not in done]
     summary.kept = len(items) - len(todo)
     read = unread = 0

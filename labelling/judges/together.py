@@ -130,7 +130,6 @@ def judge_criteria(
             spent_since(engine) if engine.stores_answers else None,
             budget,
         )
-        summary.extra["criterion"] = name
         summaries.append(summary)
     return summaries
 

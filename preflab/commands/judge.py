@@ -13,6 +13,7 @@ from click.core import ParameterSource
 from preflab.commands.engine_options import engine_config, engine_options
 from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
 from preflab.console import Reporter
+from preflab.db.models import OVERALL
 from preflab.labelling.judges.base import ReadBudget
 from preflab.labelling.judges.report import LOW_MASS
 from preflab.labelling.judges.table import JUDGES, Judge
@@ -112,7 +113,7 @@ def _judged_text(kind: str, result) -> str:
     s = result.summary
     lines = [
         f"{judge_label(kind, result.measures['method'])} judge {s.run_id} ({result.model})"
-        f"{' by ' + s.extra['criterion'] if 'criterion' in s.extra else ''}: "
+        f"{'' if s.criterion == OVERALL else ' by ' + s.criterion}: "
         f"ranked {s.ranked:,} prompts{abstained_text(s.abstained)}, "
         f"kept {s.kept:,} already ranked, superseded {s.superseded:,}, {s.unscored:,} candidates unscored"
     ]

@@ -37,7 +37,9 @@ def test_a_judge_asked_about_a_criterion_says_so_and_its_rankings_carry_it(cli, 
     overall = json.loads(cli("judge", "pairwise", *served(url)).stdout)
     sent = len(faults.bodies)  # the distinct request bodies, in the order first received
     safe = json.loads(cli("judge", "pairwise", "--criterion", "harmlessness", *served(url)).stdout)
-    assert (overall["ranked"], safe["ranked"]) == (2, 2)
+    assert (overall["ranked"], safe["ranked"]) == (2, 2) and safe["criterion"] == "harmlessness"
+    # its measures are of its own criterion's rankings (the trust row of harmlessness)
+    assert safe["report"]["criterion"] == "harmlessness" and safe["report"]["pairs_judged"] == 4
     assert safe["run_id"] != overall["run_id"]
     # the overall judge's identity is what it was before criteria: nothing about a criterion in it
     assert set(identity("pairwise", PairwiseConfig())) == {"aggregate", "prompt_sha256"}
