@@ -224,11 +224,53 @@ class RewardTrainConfig(TrainConfig):
     center_rewards_coefficient: float | None = field(
         default=None, metadata={"help": "Push rewards towards zero mean with this weight (0.01 is typical)."}
     )
+    criterion: str | None = field(
+        default=None,
+        metadata={
+            "help": "Train on this criterion's pairs only (helpfulness, harmlessness, …): Safe RLHF's reward "
+            "and cost models are two such runs. Default: the pairs of the store's one criterion.",
+            "metavar": "NAME",
+        },
+    )
+    criteria: str | None = field(
+        default=None,
+        metadata={
+            "help": "A multi-objective reward model: one backbone and one head per criterion (a,b,…), each head "
+            "trained on its own criterion's pairs only, saved as one model whose heads are named.",
+            "metavar": "A,B,…",
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.center_rewards_coefficient is not None and self.center_rewards_coefficient < 0:
             raise ConfigError("--center-rewards-coefficient cannot be negative")
+        from preflab.db.ingest.records import criterion_name
+        from preflab.errors import Invalid
+
+        try:
+            for name in [self.criterion] if self.criterion is not None else self.criteria_names:
+                criterion_name(name, "--criterion" if self.criterion is not None else "each of --criteria")
+        except Invalid as exc:
+            raise ConfigError(str(exc)) from None
+        if self.criterion is not None and self.criteria is not None:
+            raise ConfigError("--criterion trains one reward model and --criteria one head each: give one of them")
+        if self.criteria is not None:
+            names = self.criteria_names
+            if len(names) < 2 or len(set(names)) != len(names):
+                raise ConfigError(f"--criteria names two criteria or more, each once (got {self.criteria!r})")
+            if self.grouped:
+                raise ConfigError("--grouped trains one head; leave it out with --criteria")
+
+    @property
+    def criteria_names(self) -> list[str]:
+        """--criteria's names, in the order of the heads."""
+        return [name.strip() for name in (self.criteria or "").split(",") if name.strip()]
+
+    @property
+    def data_criteria(self) -> list[str]:
+        """The criteria whose pairs a run trains on: --criterion's, --criteria's, or none chosen (`[]`)."""
+        return [self.criterion] if self.criterion is not None else self.criteria_names
 
     def to_trl(self, output_dir: str):
         from trl import RewardConfig

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -45,18 +46,38 @@ def find_dataset_version(session: Session, name_or_id: str) -> DatasetVersion:
     return version
 
 
-def resolve_dataset_version(session: Session, name_or_id: str | None = None) -> tuple[DatasetVersion, bool]:
+def resolve_dataset_version(
+    session: Session, name_or_id: str | None = None, criteria: Sequence[str] = ()
+) -> tuple[DatasetVersion, bool]:
     """The named dataset version, else the newest one, exporting first when it is out of date.
+
+    Args:
+        criteria: one criterion: a version of its pairs only; several: a criteria version of theirs
+            (`preflab.training.criteria`); none: any version.
 
     Returns:
         (the version, whether this call exported it). Said here rather than guessed from ids
         afterwards: another command's export, committed meanwhile, is not this run's.
     """
     exported = False
-    if name_or_id:
+    if criteria:
+        from preflab.training.criteria import resolve_criteria_version, resolve_criterion_version
+
+        if len(criteria) == 1:
+            version, exported = resolve_criterion_version(session, criteria[0], name_or_id)
+        else:
+            version, exported = resolve_criteria_version(session, criteria, name_or_id)
+    elif name_or_id:
         version = find_dataset_version(session, name_or_id)
-    else:
-        version = session.scalars(select(DatasetVersion).order_by(DatasetVersion.id.desc())).first()
+        if (version.settings or {}).get("criteria"):
+            raise InputError(
+                f"dataset version {version.name} holds the pairs of several criteria, each for its own head of a "
+                "multi-objective reward model (`train reward --criteria`): train on one criterion's pairs or on "
+                "a combined export (`preflab export --combine RULE`)"
+            )
+    else:  # the newest export: a criteria version is a multi-objective run's, not a mixture to train on
+        versions = session.scalars(select(DatasetVersion).order_by(DatasetVersion.id.desc()))
+        version = next((v for v in versions if not (v.settings or {}).get("criteria")), None)
         build = session.scalars(select(PairBuild).order_by(PairBuild.id.desc())).first()
         if version is None or (build is not None and version.build_id != build.id):
             version, exported = export_for_training(session, version), True
@@ -68,18 +89,22 @@ def resolve_dataset_version(session: Session, name_or_id: str | None = None) -> 
     return version, exported
 
 
-def export_for_training(session: Session, previous: DatasetVersion | None) -> DatasetVersion:
-    """Export the current comparisons as conversations, with the previous export's split settings if any."""
+def export_for_training(
+    session: Session, previous: DatasetVersion | None, criterion: str | None = None
+) -> DatasetVersion:
+    """Export the current comparisons (of `criterion` only, if given) as conversations, with the previous
+    export's split settings if any."""
     from preflab.db.export.dataset import ExportSettings
     from preflab.db.export.job import export_dataset
 
-    settings = ExportSettings()
+    settings = ExportSettings(criterion=criterion)
     if previous is not None:
         kept = previous.settings or {}
         settings = ExportSettings(
             format=previous.format if previous.format in ("disk", "parquet", "jsonl") else "disk",
             test_size=kept.get("test_size", 0.1),
             seed=kept.get("seed", 0),
+            criterion=criterion,
         )
     exports = data_dir() / "exports"
     exports.mkdir(parents=True, exist_ok=True)

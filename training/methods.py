@@ -44,6 +44,10 @@ class Method:
         """What its runs are recorded (and resumed) as."""
         return self.name if self.run_kind is None else self.run_kind(config)
 
+    def criteria(self, config) -> list[str]:
+        """The criteria whose pairs a run trains on (`preflab.training.criteria`); `[]`: any dataset version."""
+        return list(getattr(config, "data_criteria", ()))
+
     def fit(self, plan: RunPlan, config, callbacks: Sequence = (), reporter: Reporter = SILENT) -> dict[str, Any]:
         """Train (every rank), save the final model to `plan.model_dir`, and return the training numbers."""
         import transformers
@@ -72,7 +76,14 @@ METHODS: dict[str, Method] = {
             help="""\
 Train a Bradley–Terry reward model (TRL's RewardTrainer, or --grouped) and record it.
 
+--criterion NAME trains on one criterion's pairs (Safe RLHF's reward and cost models are
+two runs); --criteria a,b trains a multi-objective reward model: one backbone, one head
+per criterion, each head on its own criterion's pairs, saved as one model whose heads
+are named (`config.id2label`).
+
 Example: preflab train reward --model smollm2-135m-instruct --grouped --use-margin
+
+Example: preflab train reward --criteria harmlessness,helpfulness --num-train-epochs 2
 """,
         ),
         Method(
@@ -233,7 +244,12 @@ def save_final(trainer, plan: RunPlan, auto_class) -> None:
     if trainer.accelerator.is_main_process:
         from peft import PeftModel
 
-        extra = {"num_labels": 1} if "SequenceClassification" in auto_class.__name__ else {}
+        trained = trainer.accelerator.unwrap_model(trainer.model).config  # its heads, and their names
+        extra = (
+            {"num_labels": trained.num_labels, "id2label": trained.id2label, "label2id": trained.label2id}
+            if "SequenceClassification" in auto_class.__name__
+            else {}
+        )
         base = auto_class.from_pretrained(plan.model_path, **extra)
         merged = PeftModel.from_pretrained(base, adapter).merge_and_unload()
         merged.config.pad_token_id = trainer.processing_class.pad_token_id

@@ -121,11 +121,13 @@ def plan_run(
     model_name: str,
     dataset_version: str | None = None,
     output_dir: str | None = None,
+    criteria: Sequence[str] = (),
 ) -> RunPlan:
-    """Record a new run (status running); its data is copied by `copy_data` once this is committed."""
+    """Record a new run (status running) on the pairs of `criteria` (none: any); its data is copied by `copy_data`
+    once this is committed."""
     from preflab.training.data import resolve_dataset_version
 
-    version, exported = resolve_dataset_version(session, dataset_version)
+    version, exported = resolve_dataset_version(session, dataset_version, criteria)
     label, location, version_id, elsewhere = _starting_model(session, model_name)
     if exported:  # the pairs had changed since the newest version
         elsewhere.append(written(version.path, f"dataset version {version.name} exported for it"))
@@ -296,11 +298,9 @@ def _execute(method, config, sessions, model_name, dataset_version, resume, outp
         if is_main_process():
             try:
                 with sessions.begin() as session:
-                    plan = (  # should the commit fail, record_failure finds no run and records nothing
-                        plan_resume(session, kind)
-                        if resume
-                        else plan_run(session, kind, config.as_dict(), model_name, dataset_version, output_dir)
-                    )
+                    # should the commit fail, record_failure finds no run and records nothing
+                    new = (config.as_dict(), model_name, dataset_version, output_dir, method.criteria(config))
+                    plan = plan_resume(session, kind) if resume else plan_run(session, kind, *new)
                 if plan.export_path:
                     copy_data(plan)
             except Exception as exc:  # the other ranks wait on the broadcast below: tell them, then raise

@@ -61,11 +61,19 @@ def _heldout(metrics: dict) -> str:
         )
     if "heldout_prompts" in metrics:
         return "no held-out prompts scored"
+    if "heads" in metrics:  # a multi-objective reward model: each head on its own criterion's pairs
+        return "held-out accuracy by head: " + ", ".join(
+            f"{name} no pairs"
+            if head["heldout_accuracy"] is None
+            else f"{name} {head['heldout_accuracy']:.3f} on {head['heldout_pairs']:,} pairs"
+            for name, head in metrics["heads"].items()
+        )
     if "heldout_accuracy" in metrics:
+        of = f" of criterion {metrics['criterion']}" if metrics.get("criterion") else ""
         return (
             "no test split"
             if metrics["heldout_accuracy"] is None
-            else f"held-out accuracy {metrics['heldout_accuracy']:.3f} on {metrics['heldout_pairs']:,} pairs"
+            else f"held-out accuracy {metrics['heldout_accuracy']:.3f} on {metrics['heldout_pairs']:,} pairs{of}"
         )
     return (
         "no test split"

@@ -51,6 +51,7 @@ class RewardEval:
     test: Any  # the dataset version's test split
     facts: PairFacts
     version_id: int  # where the report is stored
+    settings: dict | None = None  # the dataset version's: which head of a multi-objective model scores its pairs
 
 
 def plan_reward_eval(
@@ -70,7 +71,9 @@ def plan_reward_eval(
     splits = load_splits(dataset.path)
     if "test" not in splits or len(splits["test"]) == 0:
         raise InputError(f"dataset version {dataset.name} has no test split to evaluate on")
-    return RewardEval(this, that, dataset.name, splits["test"], pair_facts(session, splits["test"]), version.id)
+    return RewardEval(
+        this, that, dataset.name, splits["test"], pair_facts(session, splits["test"]), version.id, dataset.settings
+    )
 
 
 def evaluate_reward(
@@ -86,7 +89,7 @@ def evaluate_reward(
     for scorer in (plan.this, plan.other):
         if scorer is not None:
             reporter.note(f"scoring the {len(plan.test):,} held-out pairs of {plan.dataset} with {scorer.name}")
-            scored.append(score_split(scorer.name, scorer.kind, scorer.path, plan.test, batch_size))
+            scored.append(score_split(scorer.name, scorer.kind, scorer.path, plan.test, batch_size, plan.settings))
     (verdicts, read), others = scored[0], scored[1:]
     report = {
         "model_version": plan.this.name,

@@ -67,14 +67,21 @@ def reply_length(reply) -> int:
     return sum(len(m["content"]) for m in reply)
 
 
-def score_split(model_version: str, kind: str, path: str, split, batch_size: int = 32) -> tuple[Scored, object]:
+def score_split(
+    model_version: str, kind: str, path: str, split, batch_size: int = 32, dataset: dict | None = None
+) -> tuple[Scored, object]:
     """(the verdicts of the model at `path` on `split`, the split in the form the model read it).
 
     Args:
         kind: "reward" or "pair-ranker" (a model version's kind).
+        dataset: the dataset version's settings: which head of a multi-objective reward model
+            scores its pairs (`_by_heads`).
     """
     from preflab.training.data import for_model
+    from preflab.training.objectives import head_count
 
+    if kind == "reward" and head_count(path) > 1:
+        return _by_heads(model_version, path, split, dataset or {}, batch_size)
     if kind == "pair-ranker":
         from preflab.lm.pair_ranker import load_pair_ranker
 
@@ -103,3 +110,45 @@ def _ranked(model_version: str, model, tokenizer, split, max_length, batch_size:
     )
     probability = np.array(preferences(first, second))
     return Scored(model_version, "pair-ranker", probability - 0.5, first=np.array(first), second=np.array(second))
+
+
+def _by_heads(model_version: str, path: str, split, dataset: dict, batch_size: int) -> tuple[Scored, object]:
+    """A multi-objective reward model's verdicts: each pair scored by the head of its criterion (a criteria
+    version's `criterion` column, or the version's one criterion), or, on a combined export, by the export's
+    own rule over the heads (`preflab.training.objectives`: the pair's two replies are the group; the gap is
+    1, 0 or −1).
+
+    Raises:
+        InputError: pairs of a criterion the model has no head for, or a version that names neither.
+    """
+    from preflab.errors import InputError
+    from preflab.training.data import for_model
+    from preflab.training.objectives import combine_group, head_scores, heads_rule, load_reward_heads
+
+    model, tokenizer, criteria = load_reward_heads(path)
+    split = for_model(split, tokenizer, "the held-out pairs")
+    prompts, n = list(split["prompt"]), len(split)
+    vectors = head_scores(
+        model, tokenizer, prompts + prompts, list(split["chosen"]) + list(split["rejected"]), batch_size
+    )
+    rule = (dataset.get("combine") or {}).get("rule")
+    if "criterion" in split.column_names or dataset.get("criterion"):
+        of = list(split["criterion"]) if "criterion" in split.column_names else [dataset["criterion"]] * n
+        missing = sorted(set(of) - set(criteria))
+        if missing:
+            raise InputError(
+                f"{model_version} has no head for criterion {missing[0]} (its heads: {', '.join(criteria)})"
+            )
+        chosen = np.array([vectors[i][criteria.index(c)] for i, c in enumerate(of)])
+        rejected = np.array([vectors[n + i][criteria.index(c)] for i, c in enumerate(of)])
+    elif rule:
+        combined = heads_rule(rule, criteria, model_version)
+        pairs = [combine_group(combined, criteria, [vectors[i], vectors[n + i]]) for i in range(n)]
+        chosen, rejected = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+    else:
+        raise InputError(
+            f"{model_version} has a head per criterion ({', '.join(criteria)}): evaluate it on a dataset version "
+            "of one of them (`export --criterion NAME`), the criteria version it trained on, or a combined "
+            "export (`export --combine RULE`), whose rule combines its heads"
+        )
+    return Scored(model_version, "reward", chosen - rejected, chosen=chosen, rejected=rejected), split
