@@ -218,17 +218,33 @@ def load_causal_lm(name_or_path: str | Path | None = None, *, device: str | None
     return model, tokenizer
 
 
-def load_sequence_scorer(name_or_path: str | Path, *, device: str | None = None, dtype: Any = None):
-    """Load a one-label `AutoModelForSequenceClassification` (a reward model) and its tokenizer."""
+def load_sequence_scorer(
+    name_or_path: str | Path, *, device: str | None = None, dtype: Any = None, heads: bool = False
+):
+    """Load a one-label `AutoModelForSequenceClassification` (a reward model) and its tokenizer.
+
+    `heads`: a multi-objective reward model is welcome too, one label per criterion (`head_names`).
+    """
     from transformers import AutoModelForSequenceClassification
 
     tokenizer = load_tokenizer(name_or_path)
     model = _load(AutoModelForSequenceClassification, name_or_path, device, dtype)
-    if model.config.num_labels != 1:
-        raise ConfigError(f"{name_or_path} has {model.config.num_labels} labels; a reward model has one")
+    if model.config.num_labels != 1 and not heads:
+        named = ", ".join(head_names(model.config)) or "unnamed"
+        raise ConfigError(
+            f"{name_or_path} has {model.config.num_labels} labels ({named}); a reward model has one, "
+            "or name how its heads are read (a head, or a rule to combine them)"
+        )
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer
+
+
+def head_names(config) -> list[str]:
+    """The criteria a reward model's heads score, in head order (`config.id2label`); unnamed heads give `[]`."""
+    labels = getattr(config, "id2label", None) or {}
+    names = [labels.get(i, labels.get(str(i))) for i in range(config.num_labels)]
+    return [] if any(n is None or n.startswith("LABEL_") for n in names) else names
 
 
 def model_label(name_or_path: str | Path | None = None) -> str:

@@ -74,15 +74,16 @@ class ModelCache:
     """Models loaded by location, kept while a job needs them (one load per model per job)."""
 
     def __init__(self) -> None:
-        self.loaded: dict[tuple[str, bool], tuple[Any, Any]] = {}
+        self.loaded: dict[tuple[str, bool, bool], tuple[Any, Any]] = {}
 
-    def get(self, location: str, scorer: bool = False) -> tuple[Any, Any]:
-        """(model, tokenizer) at `location`: a causal LM, or with `scorer` a one-label classifier."""
+    def get(self, location: str, scorer: bool = False, heads: bool = False) -> tuple[Any, Any]:
+        """(model, tokenizer) at `location`: a causal LM, or with `scorer` a one-label classifier (with `heads`, one
+        of several labels too: a multi-objective reward model)."""
         from preflab.lm.loading import load_causal_lm, load_sequence_scorer
 
-        key = (location, scorer)
+        key = (location, scorer, heads)
         if key not in self.loaded:
-            self.loaded[key] = (load_sequence_scorer if scorer else load_causal_lm)(location)
+            self.loaded[key] = load_sequence_scorer(location, heads=heads) if scorer else load_causal_lm(location)
         return self.loaded[key]
 
     def clear(self) -> None:
@@ -96,6 +97,7 @@ def load_named_model(
     *,
     record: bool = True,
     scorer: bool = False,
+    heads: bool = False,
     cache: ModelCache | None = None,
 ) -> NamedModel:
     """Resolve `--model NAME` (recording a new base model version with `record`), then load it.
@@ -104,5 +106,5 @@ def load_named_model(
     """
     with sessions.begin() as session:
         label, location, version_id = resolve_model(session, name, record=record)
-    model, tokenizer = (cache or ModelCache()).get(location, scorer=scorer)
+    model, tokenizer = (cache or ModelCache()).get(location, scorer=scorer, heads=heads)
     return NamedModel(label, location, version_id, model, tokenizer)

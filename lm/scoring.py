@@ -97,6 +97,18 @@ def reward_scores(
     model, tokenizer, prompts: Sequence[Text], responses: Sequence[Text], batch_size: int = 32
 ) -> list[float]:
     """The reward model's scalar score of each (prompt, response), read in the form it trained on (`as_trained`)."""
+    return _read(model, tokenizer, prompts, responses, batch_size, lambda logits: logits[:, 0])
+
+
+def reward_vectors(
+    model, tokenizer, prompts: Sequence[Text], responses: Sequence[Text], batch_size: int = 32
+) -> list[list[float]]:
+    """A multi-objective reward model's scores of each (prompt, response): one per head, in head order."""
+    return _read(model, tokenizer, prompts, responses, batch_size, lambda logits: logits)
+
+
+def _read(model, tokenizer, prompts, responses, batch_size: int, take) -> list:
+    """What `take` reads of each distinct (prompt, response)'s logits, batched by length, in the asked order."""
     import torch
 
     keys = [repr((p, r)) for p, r in zip(prompts, responses)]
@@ -108,13 +120,13 @@ def reward_scores(
     encoded = sorted(
         ((k, sequence_ids(tokenizer, *as_trained(tokenizer, *unique[k]))) for k in order), key=lambda kv: len(kv[1])
     )
-    scores: dict[str, float] = {}
+    scores: dict[str, Any] = {}
     model.eval()
     device = _device(model)
     with torch.no_grad():
         for batch in chunks(encoded, batch_size):
             ids, mask = _right_pad([row for _, row in batch], pad_id(tokenizer))
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits[:, 0]
+            logits = take(model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits)
             for (key, _), value in zip(batch, logits.float().tolist()):
                 scores[key] = value
     return [scores[k] for k in keys]

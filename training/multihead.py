@@ -2,7 +2,7 @@
 
 The model is a transformers `AutoModelForSequenceClassification` with `num_labels = K` and
 `config.id2label` naming the criteria (head k scores criterion `id2label[k]`), so it loads back
-with plain `from_pretrained` and its heads say what they are (`head_names`). It trains on a
+with plain `from_pretrained` and its heads say what they are (`preflab.lm.loading.head_names`). It trains on a
 criteria dataset version (`preflab.training.criteria`): every pair carries its `criterion`, and
 a pair of criterion k trains head k alone, by Bradley–Terry on that head's gap,
 −log σ(r_k(chosen) − r_k(rejected)); the backbone is shared by all of them.
@@ -23,13 +23,6 @@ from preflab.training.config import RewardTrainConfig
 from preflab.training.runs import RunPlan
 
 PAIR_COLUMNS = ["chosen_ids", "rejected_ids", "head", "margin"]
-
-
-def head_names(config) -> list[str]:
-    """The criteria a reward model's heads score, in head order; one unnamed head gives `[]`."""
-    labels = getattr(config, "id2label", None) or {}
-    names = [labels.get(i, labels.get(str(i))) for i in range(config.num_labels)]
-    return [] if any(n is None or n.startswith("LABEL_") for n in names) else names
 
 
 def tokenize_pairs(split, tokenizer, criteria: Sequence[str], max_length: int | None, use_margin: bool = False):

@@ -54,7 +54,8 @@ class JudgeRun:
     def of(cls, kind: str, model: str, config, identity: dict[str, Any]) -> JudgeRun:
         """The run of a judge `config` (its `identity` computed by the caller), with the criterion it judges by."""
         criterion = getattr(config, "criterion", OVERALL)
-        return cls(kind, model, identity, criterion, config.rubric() if criterion != OVERALL else None)
+        rubric = config.rubric() if criterion != OVERALL and hasattr(config, "rubric") else None
+        return cls(kind, model, identity, criterion, rubric)
 
     @property
     def run_id(self) -> str:

@@ -31,6 +31,9 @@ def identity(kind: str, config) -> dict:
     graded = isinstance(config, score.ScoreConfig)
     skip = SPEED_ONLY | (config.unused() if graded else set()) | {"criterion", "criteria_file", "criteria"}
     out = {STORED_NAMES.get(k, k): v for k, v in asdict(config).items() if k not in skip}
+    for added in ("head", "combine"):  # a reward model's heads, where it has several: named only when read
+        if out.get(added, "") is None:
+            del out[added]
     text = JUDGES[kind].prompt
     if text is not None:
         text += prompts.ANSWER_START if graded and config.method == "expected" else ""

@@ -184,7 +184,8 @@ def run_judge(
     if JUDGES[kind].scorer:
         if len(names) > 1 or _served(names[0]):
             raise ConfigError(f"the {kind} judge runs in this process only (its model is no causal LM)")
-        named = load_named_model(sessions, names[0], record=False, scorer=True, cache=cache)
+        heads = hasattr(config, "head")  # the reward-model judge reads a model of several heads too
+        named = load_named_model(sessions, names[0], record=False, scorer=True, heads=heads, cache=cache)
         summary = judge_candidates(
             sessions,
             kind,

@@ -24,8 +24,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import rankdata
 
+from preflab.db.export.heads import combine_group, combine_scores, heads_rule, margin_tiers
 from preflab.errors import InputError
-from preflab.training.objectives import combine_group, combine_scores, heads_rule, margin_tiers
 from tests.properties import examples
 
 HEADS = ("harmlessness", "helpfulness", "honesty")

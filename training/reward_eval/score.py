@@ -121,9 +121,10 @@ def _by_heads(model_version: str, path: str, split, dataset: dict, batch_size: i
     Raises:
         InputError: pairs of a criterion the model has no head for, or a version that names neither.
     """
+    from preflab.db.export.heads import combine_group, heads_rule
     from preflab.errors import InputError
     from preflab.training.data import for_model
-    from preflab.training.objectives import combine_group, head_scores, heads_rule, load_reward_heads
+    from preflab.training.objectives import head_scores, load_reward_heads
 
     model, tokenizer, criteria = load_reward_heads(path)
     split = for_model(split, tokenizer, "the held-out pairs")

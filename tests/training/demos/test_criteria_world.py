@@ -205,7 +205,7 @@ def test_one_reward_model_on_the_mixture_recovers_neither_rule_as_well(trained):
 def test_the_heads_combined_safety_first_pick_safe_replies_then_helpful_ones(trained):
     """Best-of-n's pick with `lexicographic:harmlessness,helpfulness` over the heads, and `train eval` on the
     combined export: the export's rule, applied to the model's scores."""
-    from preflab.training.objectives import combine_group, heads_rule
+    from preflab.db.export.heads import combine_group, heads_rule
 
     vectors, criteria = heads_scorer(trained["multi"]["path"])
     rule = heads_rule(world.SAFETY_FIRST, criteria)
