@@ -106,6 +106,23 @@ def tiny_reward_model(path: str | Path, seed: int = 0, tokenizer=None, num_label
     return Path(path)
 
 
+def two_head_reward_model(path: str | Path, tokenizer=None, seed: int = 3) -> Path:
+    """A multi-objective reward model: two heads named harmlessness and helpfulness (as `train reward --criteria`
+    names them), its scoring layer scaled so that replies differ by several reward units."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    heads = {0: "harmlessness", 1: "helpfulness"}
+    tiny_reward_model(
+        path, seed=seed, tokenizer=tokenizer, num_labels=2, id2label=heads, label2id={v: k for k, v in heads.items()}
+    )
+    model = AutoModelForSequenceClassification.from_pretrained(path)
+    with torch.no_grad():
+        model.score.weight.mul_(400.0)
+    model.save_pretrained(path)
+    return Path(path)
+
+
 def fit_completions(
     path: str | Path, examples: list[tuple[str, str]], steps: int = 150, lr: float = 3e-3, seed: int = 0
 ) -> Path:

@@ -19,6 +19,13 @@ class BonSampleConfig(SamplingConfig):
 
     top_k: int = field(default=0, metadata={"help": "Sample from the k likeliest tokens only (0 = off)."})
     batch_size: int = field(default=8, metadata={"help": "Sequences per forward pass (generation and scoring)."})
+    head: str | None = field(
+        default=None,
+        metadata={
+            "help": "A multi-objective reward model (train reward --criteria): score the draws by this head; their "
+            "rankings, and the estimate, are of its criterion."
+        },
+    )
     conversational: bool = field(
         default=False,
         metadata={
@@ -35,8 +42,8 @@ class BonSampleConfig(SamplingConfig):
             raise ConfigError(f"--batch-size must be at least 1, got {self.batch_size}")
 
     def identity(self) -> dict[str, Any]:
-        """The settings that decide what is sampled (batch size only decides how fast)."""
-        return {k: v for k, v in asdict(self).items() if k != "batch_size"}
+        """The settings that decide what is sampled (batch size only decides how fast; no head: as before heads)."""
+        return {k: v for k, v in asdict(self).items() if k != "batch_size" and not (k == "head" and v is None)}
 
 
 # Best-of-n's defaults: N = 8 draws from the policy's own distribution.

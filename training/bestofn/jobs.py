@@ -14,6 +14,7 @@ import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
+from preflab.db.models import OVERALL
 from preflab.errors import ConfigError, InputError
 from preflab.lm.engines.config import EngineConfig
 from preflab.training.bestofn.config import BonSampleConfig
@@ -40,11 +41,13 @@ def parse_ns(text: str, largest: int | None = None) -> list[int]:
     return ns
 
 
-def db_samples(session: Session, proxy: str, true: str | None = None) -> tuple[list[Group], str]:
-    """The groups of an AI annotator's scores (and another annotator's, or people's), and a description."""
+def db_samples(
+    session: Session, proxy: str, true: str | None = None, criterion: str = OVERALL
+) -> tuple[list[Group], str]:
+    """The groups of an AI annotator's scores (and another annotator's, or people's) of `criterion`, described."""
     from preflab.training.bestofn.sources import db_groups
 
-    groups, summary = db_groups(session, proxy, true)
+    groups, summary = db_groups(session, proxy, true, criterion)
     truth = f", true: {true} ({summary.true_values})" if true else ""
     return groups, f"proxy: {proxy} ({summary.proxy_values}){truth}"
 
@@ -118,7 +121,7 @@ def sample_best_of_n(
         with sessions.begin() as session:
             reward_model_version(session, reward_model)  # a reward model with weights, or a one-line error
         prompt_ids = prompts_from_file(sessions, prompts_file) if prompts_file else None
-        reward = load_named_model(sessions, reward_model, record=False, scorer=True, cache=cache)
+        reward = load_named_model(sessions, reward_model, record=False, scorer=True, heads=True, cache=cache)
         reporter.note(f"best-of-{config.n} with {drawing.name}, scored by {reward.label}")
         summary = best_of_n(sessions, drawing, reward, config, prompt_ids, reporter)
     cache.clear()
@@ -132,7 +135,7 @@ def sample_best_of_n(
     report["estimate"] = None
     if summary.selected or summary.kept:  # else nothing is scored yet: every draw went unanswered
         with sessions.begin() as session:
-            groups, _ = db_samples(session, reward_model)
+            groups, _ = db_samples(session, reward_model, criterion=config.head or OVERALL)
         est = estimate_groups([(name, proxy, None) for name, proxy, _ in groups], "pow2")
         report["estimate"] = {
             "n": est.n,

@@ -35,16 +35,36 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.db.ai_rankings import write_ai_ranking
 from preflab.db.conversation import Messages, assistant_turn, stored_prompt
-from preflab.db.models import Annotator, ModelVersion, Prompt, Ranking
+from preflab.db.models import OVERALL, Annotator, ModelVersion, Prompt, Ranking
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
-from preflab.errors import InputError, NotFound
+from preflab.errors import ConfigError, InputError, NotFound
 from preflab.lm.engines import Engine, Failed, Generation
 from preflab.lm.names import NamedModel
 from preflab.training.bestofn.config import BonSampleConfig
 from preflab.training.bestofn.draw import batch_seed, draw
 
 SOURCE = "bon"
+
+
+def reward_reader(reward: NamedModel, config: BonSampleConfig):
+    """(prompts, responses) -> the reward model's score of each: its one head's, or `config.head`'s of several."""
+    from preflab.lm.loading import head_names
+    from preflab.lm.scoring import reward_scores, reward_vectors
+
+    names, n = head_names(reward.model.config), reward.model.config.num_labels
+    if config.head is None:
+        if n != 1:
+            raise ConfigError(f"{reward.label} has {n} heads ({', '.join(names) or 'unnamed'}): choose one with --head")
+        return lambda prompts, responses: reward_scores(
+            reward.model, reward.tokenizer, prompts, responses, config.batch_size
+        )
+    if config.head not in names:
+        raise ConfigError(f"{reward.label} has no head {config.head!r} (its heads: {', '.join(names) or 'one'})")
+    index = names.index(config.head)
+    return lambda prompts, responses: [
+        v[index] for v in reward_vectors(reward.model, reward.tokenizer, prompts, responses, config.batch_size)
+    ]
 
 
 def reward_model_version(session: Session, name: str) -> ModelVersion:
@@ -184,6 +204,7 @@ def _store_prompt(
             for cid, d in by_candidate.items()
         ],
         within_source=True,
+        criterion=config.head or OVERALL,
     )
     summary.superseded += superseded
     best = by_candidate[chosen]
@@ -210,8 +231,9 @@ def best_of_n(
             stored on the candidates.
         reward: the loaded reward model; its label names the AI annotator of the rankings.
     """
-    from preflab.lm.scoring import exchange, reward_scores
+    from preflab.lm.scoring import exchange
 
+    score = reward_reader(reward, config)
     start = time.perf_counter()
     label, version_id = policy.name, policy.version_id  # resolved (recorded) before any transaction opens
     summary = BonSampleSummary(reward.label, label, config.n)
@@ -247,13 +269,7 @@ def best_of_n(
                 for (_, turns), samples, _ in kept
                 for s in samples
             ]
-            values = iter(
-                reward_scores(
-                    reward.model, reward.tokenizer, [p for p, _ in inputs], [r for _, r in inputs], config.batch_size
-                )
-                if inputs
-                else []
-            )
+            values = iter(score([p for p, _ in inputs], [r for _, r in inputs]) if inputs else [])
             rng = random.Random(batch_seed(config.seed, [pid for pid, _ in batch]))
             with sessions.begin() as session:
                 for (prompt_id, _), samples, drawn_with in kept:

@@ -11,26 +11,13 @@ from __future__ import annotations
 
 import json
 
-import torch
 from sqlalchemy import select
 
 from preflab.db.models import Annotator, Ranking
 from tests.labelling.judges.test_judges import ANSWERS, QUESTION, judge_rankings, ranked_by_humans  # noqa: F401
-from tests.tiny_models import tiny_reward_model
+from tests.tiny_models import tiny_reward_model, two_head_reward_model
 
-HEADS = {0: "harmlessness", 1: "helpfulness"}
 MARGIN = 1.0  # preflab.db.export.heads.TIE_MARGIN
-
-
-def two_heads(path):
-    from transformers import AutoModelForSequenceClassification
-
-    tiny_reward_model(path, seed=3, num_labels=2, id2label=HEADS, label2id={v: k for k, v in HEADS.items()})
-    model = AutoModelForSequenceClassification.from_pretrained(path)
-    with torch.no_grad():
-        model.score.weight.mul_(400.0)  # differences of several reward units between replies
-    model.save_pretrained(path)
-    return path
 
 
 def vectors(path, prompt: str, replies: list[str]) -> dict[str, list[float]]:
@@ -55,7 +42,7 @@ def tiers(scores: dict[str, float]) -> dict[str, int]:
 
 
 def test_one_head_or_a_rule_over_them(cli, sessions, ranked_by_humans, tmp_path):
-    model = two_heads(tmp_path / "heads")
+    model = two_head_reward_model(tmp_path / "heads")
     heads = vectors(model, QUESTION, ANSWERS)
 
     safe = json.loads(cli("judge", "reward-model", model, "--head", "harmlessness", "--json").stdout)

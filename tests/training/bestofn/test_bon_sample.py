@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sqlalchemy import select
 
-from preflab.db.models import Annotator, Candidate, ModelVersion, Ranking
+from preflab.db.models import Annotator, Candidate, ModelVersion, Prompt, Ranking
 from tests.tiny_models import tiny_causal_lm, tiny_reward_model, tiny_tokenizer
 
 pytestmark = pytest.mark.slow
@@ -190,3 +190,40 @@ def test_bad_reward_model_is_one_line_error(cli, setup):
         assert result.exit_code != 0
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and message in lines[0]
+
+
+def test_a_multi_objective_reward_model_picks_by_the_head_asked(cli, sessions, models, tmp_path):
+    """`--head`: the draws are scored by that head (a plain forward pass here says what it reads), their rankings
+    and the estimate are of its criterion; without it a model of two heads is one sentence."""
+    from tests.tiny_models import two_head_reward_model
+
+    policy, _ = models
+    heads = two_head_reward_model(tmp_path / "heads", tokenizer=tiny_tokenizer())
+    with sessions.begin() as session:
+        session.add(ModelVersion(name="rm-heads", kind="reward", path=str(heads)))
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS[:2]))
+    args = ["bon", "sample", "--reward-model", "rm-heads", "--policy", policy, "--n", 4, "--prompts", prompts]
+    neither = cli(*args, "--max-new-tokens", 6, expect_ok=False)
+    assert (
+        neither.exit_code != 0 and "has 2 heads (harmlessness, helpfulness): choose one with --head" in neither.output
+    )
+    out = json.loads(cli(*args, "--max-new-tokens", 6, "--head", "helpfulness", "--json").stdout)
+    assert out["prompts"] == 2 and set(out["estimate"]["groups"]) == {2}  # the estimate reads helpfulness's
+
+    from preflab.lm.loading import load_sequence_scorer
+    from preflab.lm.scoring import reward_vectors
+
+    reward, tokenizer = load_sequence_scorer(str(heads), device="cpu", heads=True)
+    with sessions.begin() as session:
+        annotator = session.scalar(select(Annotator).where(Annotator.name == "rm-heads"))
+        rankings = session.scalars(select(Ranking).where(Ranking.annotator_id == annotator.id)).all()
+        assert len(rankings) == 2 and {r.criterion for r in rankings} == {"helpfulness"}
+        for ranking in rankings:
+            prompt = session.get(Prompt, ranking.prompt_id).text
+            texts = {i.candidate_id: session.get(Candidate, i.candidate_id).text for i in ranking.items}
+            vectors = reward_vectors(reward, tokenizer, [prompt] * len(texts), list(texts.values()))
+            for item, vector in zip(ranking.items, vectors):
+                assert item.score == pytest.approx(round(vector[1], 6), abs=1e-4)  # the helpfulness head
+            (selected,) = [i for i in ranking.items if i.details["selected"]]
+            assert selected.score == max(i.score for i in ranking.items)  # the best by that head is kept
