@@ -100,3 +100,43 @@ def combine_scores(
         for i, score in zip(indices, combine_group(rule, criteria, [vectors[i] for i in indices], tie_margin)):
             out[i] = score
     return out
+
+
+def heads_reader(
+    names: Sequence[str],
+    count: int,
+    head: str | None,
+    combine: str | None,
+    *,
+    model: str = "the reward model",
+    options: tuple[str, str | None] = ("--head NAME", "--combine RULE"),
+):
+    """How one group's vectors (a prompt's candidates', one per candidate) become their scores.
+
+    A model of one head takes neither a head nor a rule (None: read its one score); a model of several needs
+    one of them: `head` reads that head, `combine` orders the group by the rule (`combine_group`).
+
+    Args:
+        names, count: the model's head names (`preflab.lm.loading.head_names`) and its number of labels.
+        options: how the caller's command names the head and the rule (None: it takes no rule), for its errors.
+
+    Raises:
+        ConfigError: a head or rule for a model of one head, neither for several, a head it does not have.
+        InputError: a rule that does not parse, or names a criterion the model has no head for.
+    """
+    from preflab.errors import ConfigError
+
+    if count == 1:
+        if head is not None or combine is not None:
+            raise ConfigError(f"{model} has one head: it takes no {' or '.join(o for o in options if o)}")
+        return None
+    if head is None and combine is None:
+        how = f"read one with {options[0]}" + (f", or combine them with {options[1]}" if options[1] else "")
+        raise ConfigError(f"{model} has {count} heads ({', '.join(names) or 'unnamed'}): {how}")
+    if head is not None:
+        if head not in names:
+            raise ConfigError(f"{model} has no head {head!r} (its heads: {', '.join(names) or 'unnamed'})")
+        index = names.index(head)
+        return lambda vectors: [float(v[index]) for v in vectors]
+    rule = heads_rule(combine, names, model)
+    return lambda vectors: combine_group(rule, names, vectors)

@@ -102,23 +102,7 @@ def make_judge(model, tokenizer, config: RewardModelConfig):
 
 def _heads_reader(model, config: RewardModelConfig):
     """For a multi-objective model, how a prompt's candidates' vectors become their scores; None for one head."""
-    from preflab.db.export.heads import combine_group, heads_rule
+    from preflab.db.export.heads import heads_reader
     from preflab.lm.loading import head_names
 
-    names, n = head_names(model.config), model.config.num_labels
-    if n == 1:
-        if config.head or config.combine:
-            raise ConfigError("the reward model has one head: it takes neither --head nor --combine")
-        return None
-    if not (config.head or config.combine):
-        raise ConfigError(
-            f"the reward model has {n} heads ({', '.join(names) or 'unnamed'}): rank by one with --head NAME, "
-            "or by a rule over them with --combine RULE"
-        )
-    if config.head is not None:
-        if config.head not in names:
-            raise ConfigError(f"the reward model has no head {config.head!r} (its heads: {', '.join(names)})")
-        index = names.index(config.head)
-        return lambda vectors: [vector[index] for vector in vectors]
-    rule = heads_rule(config.combine, names)
-    return lambda vectors: combine_group(rule, names, vectors)
+    return heads_reader(head_names(model.config), model.config.num_labels, config.head, config.combine)

@@ -38,7 +38,7 @@ from preflab.db.conversation import Messages, assistant_turn, stored_prompt
 from preflab.db.models import OVERALL, Annotator, ModelVersion, Prompt, Ranking
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks, content_hash, ensure_annotators, ensure_candidates
-from preflab.errors import ConfigError, InputError, NotFound
+from preflab.errors import InputError, NotFound
 from preflab.lm.engines import Engine, Failed, Generation
 from preflab.lm.names import NamedModel
 from preflab.training.bestofn.config import BonSampleConfig
@@ -49,22 +49,22 @@ SOURCE = "bon"
 
 def reward_reader(reward: NamedModel, config: BonSampleConfig):
     """(prompts, responses) -> the reward model's score of each: its one head's, or `config.head`'s of several."""
+    from preflab.db.export.heads import heads_reader
     from preflab.lm.loading import head_names
     from preflab.lm.scoring import reward_scores, reward_vectors
 
-    names, n = head_names(reward.model.config), reward.model.config.num_labels
-    if config.head is None:
-        if n != 1:
-            raise ConfigError(f"{reward.label} has {n} heads ({', '.join(names) or 'unnamed'}): choose one with --head")
-        return lambda prompts, responses: reward_scores(
-            reward.model, reward.tokenizer, prompts, responses, config.batch_size
-        )
-    if config.head not in names:
-        raise ConfigError(f"{reward.label} has no head {config.head!r} (its heads: {', '.join(names) or 'one'})")
-    index = names.index(config.head)
-    return lambda prompts, responses: [
-        v[index] for v in reward_vectors(reward.model, reward.tokenizer, prompts, responses, config.batch_size)
-    ]
+    model, tokenizer, size = reward.model, reward.tokenizer, config.batch_size
+    read = heads_reader(
+        head_names(model.config),
+        model.config.num_labels,
+        config.head,
+        None,
+        model=reward.label,
+        options=("--head NAME", None),
+    )
+    if read is None:
+        return lambda prompts, responses: reward_scores(model, tokenizer, prompts, responses, size)
+    return lambda prompts, responses: read(reward_vectors(model, tokenizer, prompts, responses, size))
 
 
 def reward_model_version(session: Session, name: str) -> ModelVersion:

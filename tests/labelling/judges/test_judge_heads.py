@@ -77,10 +77,12 @@ def test_one_head_or_a_rule_over_them(cli, sessions, ranked_by_humans, tmp_path)
 
     neither = cli("judge", "reward-model", model, expect_ok=False)
     assert (
-        neither.exit_code != 0 and "has 2 heads (harmlessness, helpfulness): rank by one with --head" in neither.output
+        neither.exit_code != 0
+        and "has 2 heads (harmlessness, helpfulness): read one with --head NAME, or combine them with --combine RULE"
+        in neither.output
     )
     unknown = cli("judge", "reward-model", model, "--head", "honesty", expect_ok=False)
     assert unknown.exit_code != 0 and "has no head 'honesty' (its heads: harmlessness, helpfulness)" in unknown.output
     one = tiny_reward_model(tmp_path / "one")
     single = cli("judge", "reward-model", one, "--head", "helpfulness", expect_ok=False)
-    assert single.exit_code != 0 and "has one head: it takes neither --head nor --combine" in single.output
+    assert single.exit_code != 0 and "has one head: it takes no --head NAME or --combine RULE" in single.output

@@ -255,7 +255,7 @@ def test_reward_model_judge_ranks_by_reward(cli, sessions, ranked_by_humans, tmp
         assert scores == sorted(scores, reverse=True) and len(flat) == len(items)
     two_labels = tiny_reward_model(tmp_path / "classifier", num_labels=2)
     result = cli("judge", "reward-model", two_labels, expect_ok=False)
-    assert result.exit_code == 1 and "has 2 heads (unnamed): rank by one with --head NAME" in result.output
+    assert result.exit_code == 1 and "has 2 heads (unnamed): read one with --head NAME" in result.output
 
 
 def test_judge_report_lists_every_judge(cli, ranked_by_humans, paris_lm, always_a_judge):
