@@ -75,6 +75,17 @@ class RLTrainConfig(TrainConfig, SamplingConfig):
             "one-label sequence-classification model."
         },
     )
+    reward_head: str | None = field(
+        default=None,
+        metadata={"help": "A multi-objective reward model (train reward --criteria): the reward is this head's score."},
+    )
+    reward_combine: str | None = field(
+        default=None,
+        metadata={
+            "help": "A multi-objective reward model: the reward is each completion's place in its prompt's group "
+            "(0 … 1) by this rule over the heads, as export --combine orders (mean, weighted:…, lexicographic:…)."
+        },
+    )
     beta: float | None = field(
         default=None,
         metadata={
@@ -153,16 +164,32 @@ class RewardModelReward:
 
     __name__ = "reward_model"  # TRL logs `rewards/<name>/mean`
 
-    def __init__(self, location: str, device: str, batch_size: int = 32):
-        from preflab.lm.loading import load_sequence_scorer
+    def __init__(self, location: str, device: str, batch_size: int = 32, head=None, combine=None):
+        from preflab.db.export.heads import heads_reader
+        from preflab.lm.loading import head_names, load_sequence_scorer
 
-        self.model, self.tokenizer = load_sequence_scorer(location, device=device)
+        self.model, self.tokenizer = load_sequence_scorer(location, device=device, heads=True)
         self.batch_size = batch_size
+        config = self.model.config
+        options = ("--reward-head NAME", "--reward-combine RULE")
+        self.read = heads_reader(head_names(config), config.num_labels, head, combine, options=options)
 
     def __call__(self, prompts: list, completions: list, **_) -> list[float]:
-        from preflab.lm.scoring import reward_scores
+        """Each completion's reward: its score, or its head's, or its place by the rule among its prompt's group
+        (TRL hands a prompt's completions in together: its advantages are relative to them anyway)."""
+        from preflab.lm.scoring import reward_scores, reward_vectors
 
-        return reward_scores(self.model, self.tokenizer, prompts, completions, self.batch_size)
+        if self.read is None:
+            return reward_scores(self.model, self.tokenizer, prompts, completions, self.batch_size)
+        vectors = reward_vectors(self.model, self.tokenizer, prompts, completions, self.batch_size)
+        groups: dict[str, list[int]] = {}
+        for i, prompt in enumerate(prompts):
+            groups.setdefault(_key(prompt), []).append(i)
+        out = [0.0] * len(vectors)
+        for members in groups.values():
+            for i, value in zip(members, self.read([vectors[i] for i in members])):
+                out[i] = value
+        return out
 
 
 def _key(prompt) -> str:
@@ -239,7 +266,13 @@ def build_rl_trainer(plan: RunPlan, config: RLTrainConfig):
     tokenizer = load_tokenizer_for_training(plan.model_path)
     tokenizer.padding_side = "left"  # generation pads prompts on the left
     prompts = Dataset.from_dict({"prompt": training_prompts(plan, config, tokenizer)})
-    reward = RewardModelReward(config.reward_model, str(args.device), config.per_device_eval_batch_size)
+    reward = RewardModelReward(
+        config.reward_model,
+        str(args.device),
+        config.per_device_eval_batch_size,
+        config.reward_head,
+        config.reward_combine,
+    )
     trainer_class = RLOOTrainer if config.algorithm == "rloo" else GRPOTrainer
     return trainer_class(
         plan.model_path,

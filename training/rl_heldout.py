@@ -64,23 +64,52 @@ def evaluate_policy_rewards(
 
     Also the KL(π‖π_start) of the trained policy, a Monte-Carlo estimate from its
     own samples: the mean of log π(y|x) − log π_start(y|x), with its standard error.
+    A multi-objective reward model is read as training read it (`config.reward_head`, `reward_combine`):
+    by a rule, each prompt's samples of both policies are ordered together, and each policy's reward is
+    its samples' mean place among them (0 … 1: above 0.5, the rule prefers that policy's samples).
     """
-    from preflab.lm.loading import load_causal_lm, load_sequence_scorer
-    from preflab.lm.scoring import completion_logprobs, reward_scores
+    from preflab.db.export.heads import heads_reader
+    from preflab.lm.loading import head_names, load_causal_lm, load_sequence_scorer
+    from preflab.lm.scoring import completion_logprobs, reward_scores, reward_vectors
 
     if not prompts:
         return {"heldout_prompts": 0}
-    scorer, scorer_tokenizer = load_sequence_scorer(reward_path)
+    scorer, scorer_tokenizer = load_sequence_scorer(reward_path, heads=True)
+    head, combine = getattr(config, "reward_head", None), getattr(config, "reward_combine", None)
+    options = ("--reward-head NAME", "--reward-combine RULE")
+    read = heads_reader(head_names(scorer.config), scorer.config.num_labels, head, combine, options=options)
     policy, tokenizer = load_causal_lm(policy_path)
     start, _ = load_causal_lm(start_path)
     out: dict[str, Any] = {"heldout_prompts": len(prompts)}
+    drawn = {}
     for name, model in (("start", start), ("policy", policy)):
-        rows, completions = heldout_samples(model, tokenizer, prompts, config, config.seed, batch_size)
-        scores = reward_scores(scorer, scorer_tokenizer, rows, completions, batch_size)
-        out[f"heldout_reward_{name}"], out[f"heldout_reward_{name}_stderr"] = mean_and_stderr(scores)
+        drawn[name] = heldout_samples(model, tokenizer, prompts, config, config.seed, batch_size)
         if name == "policy":
+            rows, completions = drawn[name]
             mine = completion_logprobs(policy, tokenizer, rows, completions, batch_size)
             theirs = completion_logprobs(start, tokenizer, rows, completions, batch_size)
             out["heldout_kl"], out["heldout_kl_stderr"] = mean_and_stderr([a - b for a, b in zip(mine, theirs)])
+    if read is None:
+        scores = {name: reward_scores(scorer, scorer_tokenizer, *drawn[name], batch_size) for name in drawn}
+    else:
+        vectors = {name: reward_vectors(scorer, scorer_tokenizer, *drawn[name], batch_size) for name in drawn}
+        scores = (
+            {name: read(vectors[name]) for name in drawn} if combine is None else _together(read, vectors, config.n)
+        )
+    for name in drawn:
+        out[f"heldout_reward_{name}"], out[f"heldout_reward_{name}_stderr"] = mean_and_stderr(scores[name])
     out["heldout_reward_gain"] = out["heldout_reward_policy"] - out["heldout_reward_start"]
+    return out
+
+
+def _together(read, vectors: dict[str, list], n: int) -> dict[str, list[float]]:
+    """Each policy's samples' places among one prompt's samples of both (`read` orders one group by the rule).
+
+    `heldout_samples` draws `n` samples a prompt, the prompts in the same order for both policies.
+    """
+    out: dict[str, list[float]] = {name: [] for name in vectors}
+    for at in range(0, len(vectors["start"]), n):
+        places = read(vectors["start"][at : at + n] + vectors["policy"][at : at + n])
+        out["start"] += places[:n]
+        out["policy"] += places[n:]
     return out
