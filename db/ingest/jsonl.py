@@ -5,8 +5,9 @@ stored raw first, exactly as received; then parsed (`preflab.db.ingest.records`)
 line that cannot be used is quarantined with the reason and the rest of the
 batch still imports. A ranking is identified by its `id` (or, without one, by what
 it means: `preflab.db.ingest.identity`, whatever the line's spacing, key order or
-number spelling) and its annotator, so importing a file twice, an overlapping
-file, or the same rankings written another way, adds nothing twice. Every line read
+number spelling), its annotator and its criterion (the optional `criterion`: what
+the order is by, `overall` where the line names none), so importing a file twice,
+an overlapping file, or the same rankings written another way, adds nothing twice. Every line read
 is counted once: imported, duplicate, quarantined or blank. What parsed is written by
 `preflab.db.ingest.writer`, as every import's rankings are.
 """

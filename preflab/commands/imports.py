@@ -12,6 +12,7 @@ from preflab.console import Reporter, plural
 from preflab.db.engine import open_sessions
 from preflab.db.ingest.datasets.job import DatasetImportSettings
 from preflab.db.ingest.jsonl import BATCH_LINES
+from preflab.db.models import OVERALL
 from preflab.errors import EXIT_ALL_QUARANTINED
 from preflab.settings import Settings
 
@@ -92,7 +93,8 @@ def import_rankings(settings: Settings, path, batch_lines, as_json):
     """Import rankings from a JSON Lines file, one ranking per line.
 
     Each line: {"prompt": …, "responses": [...], "ranking": [[1], [0, 2]],
-    "annotator": "alice", "annotator_kind": "human", "id": "batch7-0001"}.
+    "annotator": "alice", "annotator_kind": "human", "id": "batch7-0001"}, and
+    optionally "criterion": "harmlessness" (what the order is by; default overall).
     Bad lines are quarantined with the reason and their exact bytes; re-importing
     adds nothing twice. The file may be gzip-, bzip2- or xz-compressed. A JSON
     array (one document, e.g. a Label Studio export) is refused before anything
@@ -140,9 +142,15 @@ def import_dataset_command(settings: Settings, source, as_json, **options):
     SOURCE is a .jsonl, .json, .parquet or .csv file, a folder written by save_to_disk,
     a folder of data files, or a Hugging Face Hub dataset id (read from the local
     cache under HF_HUB_OFFLINE=1). Formats: trl, hh-rlhf, ultrafeedback, arena,
-    oasst2, helpsteer3, shp, nectar, pku-saferlhf; auto picks one from the columns.
-    Each row is stored raw first; a bad row is quarantined with its reason and the
-    rest go on; importing the same rows again adds nothing.
+    oasst2, helpsteer3, helpsteer2, shp, nectar, pku-saferlhf; auto picks one from
+    the columns. Each row is stored raw first; a bad row is quarantined with its
+    reason and the rest go on; importing the same rows again adds nothing.
+
+    A dataset that rates several things gives one ranking per row and criterion
+    (ultrafeedback's aspects, pku-saferlhf's helpfulness and harmlessness,
+    helpsteer2's attributes); --criterion NAME keeps one, and for hh-rlhf names
+    the subset (a helpful-* or harmless-* file or folder is recognised). The
+    summary counts the new rankings by criterion.
 
     Example: preflab import dataset --format hh-rlhf Anthropic/hh-rlhf --split test --limit 1000
     """
@@ -155,6 +163,14 @@ def import_dataset_command(settings: Settings, source, as_json, **options):
         build_config(DatasetImportSettings, options),
         reporter=Reporter(not as_json),
     )
-    echo_result(as_json, summary.as_dict(), lambda: dataset_summary(summary.as_dict()), _hints(summary))
+    data = summary.as_dict()
+    echo_result(as_json, data, lambda: _dataset_text(dataset_summary(data), data["criteria"]), _hints(summary))
     if summary.all_quarantined:
         sys.exit(EXIT_ALL_QUARANTINED)
+
+
+def _dataset_text(line: str, criteria: dict[str, int]) -> str:
+    """The summary line, then the new rankings by criterion where any is not overall."""
+    if set(criteria) <= {OVERALL}:
+        return line
+    return f"{line}\nnew rankings by criterion: " + ", ".join(f"{name} {n:,}" for name, n in criteria.items())

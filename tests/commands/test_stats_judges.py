@@ -152,7 +152,7 @@ def _imported_store(cli, sessions, tmp_path) -> dict[str, tuple[int, str, str]]:
 
     uf = write_lines(tmp_path / "ultrafeedback.jsonl", [json.dumps(row) for row in _ultrafeedback_rows()])
     nectar = write_lines(tmp_path / "nectar.jsonl", [json.dumps(_nectar_row())])
-    cli("import", "dataset", "--format", "ultrafeedback", uf)
+    cli("import", "dataset", "--format", "ultrafeedback", "--criterion", "overall", uf)
     cli("import", "dataset", "--format", "nectar", nectar)
     cli("import", "rankings", write_lines(tmp_path / "people.jsonl", _people_lines()))
     with sessions.begin() as session:
@@ -177,7 +177,7 @@ def test_imported_ai_judges_show_their_names_and_people_keep_pseudonyms(cli, ses
         annotators["import:ultrafeedback"],
         annotators["import:nectar"],
     )
-    assert (uf_name, nectar_name) == ("openbmb/UltraFeedback:overall_score", "nectar-gpt-4")
+    assert (uf_name, nectar_name) == ("openbmb/UltraFeedback", "nectar-gpt-4")
     shared = len(TOPICS)
 
     out = json.loads(cli("stats", "--judges", "--json").stdout)["judges"]

@@ -10,9 +10,13 @@ Each format says who ranked its rows, as its dataset card documents (`Format.ann
 `judged_by`): GPT-4 for UltraFeedback and Nectar, people for the rest. Where preflab cannot know
 (the generic trl format), the names it assumes are in `Format.assumed`, and the import's summary says so.
 
-`ranking` builds a record from a dataset's parts, checking them as an import
-checks its lines: the prompt ends with the user's turn, the replies are
-distinct, every string is storable. The small readers below (`text`, `number`,
+Each format says what its rankings are by (`Format.criteria`): `overall` for most; a criterion each for
+the verdicts of a dataset that rates several (UltraFeedback's aspects, PKU-SafeRLHF's helpfulness and
+harmlessness, HelpSteer2's attributes), one ranking per row and criterion (`by_criteria`: a criterion
+that gives none for a row does not lose the row's others).
+
+`ranking`, `Replies` and `by_criteria` (`preflab.db.ingest.datasets.ranked`, re-exported here) build the
+records from a dataset's parts, checking them as an import checks its lines. The small readers below (`text`, `number`,
 `integer`, `choice`, `messages_or_text`) read one field of a row, or raise `Invalid` naming it;
 `split_shared` cuts two whole conversations into the prompt they share and the
 reply each goes on with; `without_empty` sets aside the empty replies of a row that has enough others.
@@ -25,23 +29,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from preflab.db.conversation import (
-    Messages,
-    messages,
-    prompt_hash,
-    prompt_messages,
-    reply_hash,
-    reply_messages,
-    shared_prefix,
-)
+from preflab.db.conversation import Messages, messages, shared_prefix
 from preflab.db.ingest.datasets.cells import written_messages
-from preflab.db.ingest.records import KINDS, LIMITS, RankingRecord, first_repeat, shown, unstorable, unstorable_text
+from preflab.db.ingest.datasets.ranked import Replies, by_criteria, ranking
+from preflab.db.ingest.records import RankingRecord, shown
+from preflab.db.models import OVERALL
 from preflab.errors import Invalid
 
 __all__ = [
     "Format",
+    "Replies",
+    "by_criteria",
     "choice",
     "identifier",
     "integer",
@@ -52,65 +50,6 @@ __all__ = [
     "text",
     "without_empty",
 ]
-
-
-def ranking(
-    prompt: Any,
-    replies: Sequence[Any],
-    tiers: Sequence[Sequence[int]],
-    annotator: str,
-    *,
-    kind: str = "human",
-    models: Sequence[str | None] | None = None,
-    scores: Sequence[float | None] | None = None,
-    details: dict[str, Any] | None = None,
-    external_id: str | None = None,
-    source: str | None = None,
-    names: Sequence[str] | None = None,
-    fewest: int = 2,
-) -> RankingRecord:
-    """A checked ranking of `replies` (strings or message lists) for `prompt` (a string or messages).
-
-    `tiers`: indices into `replies`, best first; a tie is one tier holding both.
-    `names`: what the replies are called in a reason ("'chosen'"; default "reply 0", "reply 1"…).
-    `fewest`: the fewest replies it may hold (1 only for an Arena battle of identical replies, `arena`).
-    Raises Invalid naming the field that cannot be used.
-    """
-    names = list(names or [f"reply {i}" for i in range(len(replies))])
-    turns = prompt_messages(prompt, "the prompt")
-    answers = [reply_messages(r, names[i]) for i, r in enumerate(replies)]
-    if len(answers) < fewest:
-        raise Invalid(f"fewer than two replies ({len(answers)})")
-    hashes = [reply_hash(a) for a in answers]
-    if repeat := first_repeat(hashes):
-        raise Invalid(f"{names[repeat[0]]} and {names[repeat[1]]} are identical")
-    models = [None if m is None else _fits("model", m) for m in (models or [None] * len(answers))]
-    if external_id is not None:
-        external_id = _fits("id", external_id)
-    if kind not in KINDS:
-        raise Invalid(f"unknown annotator kind {kind!r}")
-    # One pass over all the text (the walk naming the field runs only when something is wrong: it costs
-    # more than the rest of a ranking together, bench/README.md).
-    texts = "".join([annotator, *(t["content"] for t in turns), *(t["content"] for a in answers for t in a)])
-    if unstorable_text(texts) or (details is not None and not _storable(details)):
-        raise Invalid(
-            unstorable({"prompt": turns, "replies": answers, "annotator": annotator, "details": details})
-            or "holds text the database cannot store"
-        )
-    return RankingRecord(
-        prompt=turns,
-        responses=answers,
-        tiers=[list(t) for t in tiers],
-        annotator=annotator,
-        kind=kind,
-        external_id=external_id,
-        models=models,
-        scores=None if scores is None else list(scores),
-        source=source,
-        details=details,
-        prompt_hash=prompt_hash(turns),
-        response_hashes=hashes,
-    )
 
 
 @dataclass(frozen=True)
@@ -125,7 +64,13 @@ class Format:
             value a string or an integer); `parse` then takes the list of a group's rows.
         group_name: what a group is called in a reason ("message tree").
         options: the import settings this format takes (`DatasetImportSettings` field name -> its default,
-            e.g. {"score_field": "overall_score"}); `parse` receives them as keyword arguments.
+            e.g. {"criterion": None}); `parse` receives them as keyword arguments.
+        criteria: what its rankings are by: one ranking per row (or group) and criterion. A format of
+            several takes the `criterion` option (`--criterion NAME`: that one alone; None: all of these).
+        on_request: the criteria it gives only when `--criterion` names one (UltraFeedback's fine_grained,
+            hh-rlhf's subsets).
+        subsets: a source file or folder name's prefix -> the criterion its rows are by, assumed when
+            `--criterion` says none (hh-rlhf's `helpful-base`, `harmless-base`: the summary says so).
         example: one row, for the README's "Bring your data" and `--help`.
         annotator: the annotator its rankings are stored under (a pattern where a row or an option names it).
         kind: "human" or "ai": who ranked, as the dataset card documents.
@@ -147,20 +92,14 @@ class Format:
     judged_by: str = ""
     assumed: dict[str, str] = field(default_factory=dict)
     texts: frozenset[str] = frozenset()
+    criteria: tuple[str, ...] = (OVERALL,)
+    on_request: tuple[str, ...] = ()
+    subsets: dict[str, str] = field(default_factory=dict)
 
-
-def _storable(value: Any) -> bool:
-    """Whether every string in a JSON value can be stored (orjson refuses a lone surrogate, escapes a NUL)."""
-    try:
-        return b"\\u0000" not in orjson.dumps(value)
-    except TypeError:
-        return False
-
-
-def _fits(key: str, value: str) -> str:
-    if len(value) > LIMITS[key]:
-        raise Invalid(f"the {key} {shown(value)} is {len(value):,} characters long, over the limit of {LIMITS[key]}")
-    return value
+    @property
+    def offered(self) -> tuple[str, ...]:
+        """Every criterion `--criterion` may name for this format."""
+        return (*self.criteria, *self.on_request)
 
 
 def text(row: dict[str, Any], key: str) -> str:

@@ -1,9 +1,9 @@
 """One batch of a dataset import: parsed with no database, then stored inside the caller's transaction.
 
 `parse_batch` parses a batch's units of rows (it runs while the batch before it commits); `import_rows`
-stores every row raw, the replies set aside alone, quarantines what cannot be used and writes the rankings
-(`preflab.db.ingest.writer.write_rankings`), each identified by the dataset's id or else by what it means
-(`preflab.db.ingest.identity`), never by the bytes of its row.
+stores every row raw, the replies (and a row's criteria that gave no ranking) set aside alone, quarantines
+what cannot be used and writes the rankings (`preflab.db.ingest.writer.write_rankings`), each identified
+by the dataset's id or else by what it means (`preflab.db.ingest.identity`), never by the bytes of its row.
 """
 
 from __future__ import annotations
@@ -63,12 +63,16 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
                 record.external_id = record_identity(fmt.name, record)
     # the replies set aside, each stored raw alone (its part of the row, identified by its ranking's identity and
     # its name: the same row in another file sets it aside once) and quarantined with its reason
-    parts = [
-        (f"{unit[0].locator}/{name}", part_payload(value), part_digest(record.external_id, name), reason)
+    aside = [
+        (unit[0].locator, record.external_id, part)
         for unit, records in batch
         if not isinstance(records, Invalid)
         for record in records
-        for name, value, reason in record.set_aside
+        for part in record.set_aside
+    ]
+    parts = [
+        (f"{locator}/{name}", part_payload(value), part_digest(identity, name), reason)
+        for locator, identity, (name, value, reason) in aside
     ]
     raw = store_raw(
         session,
@@ -78,7 +82,9 @@ def import_rows(session: Session, batch: list[Parsed], fmt: Format, origin: str)
         append=True,
     )
     reasons: dict[int, str] = {raw[h][0]: reason for _, _, h, reason in parts if h in raw.new}
-    summary.quarantined_replies = len(parts)
+    # a part named by one of the format's criteria is that criterion of its row, which gave no ranking
+    summary.quarantined_criteria = sum(name in fmt.offered for _, _, (name, _, _) in aside)
+    summary.quarantined_replies = len(parts) - summary.quarantined_criteria
     released: list[int] = []
     again: list[tuple[Row, str]] = []
     parsed = []
@@ -113,7 +119,7 @@ def listed_again(
     """Rows stored before that this import could not use: raw record id -> reason, for `quarantine`.
 
     Every row an import's summary counts quarantined is in `preflab quarantine list` with the reason it
-    gives. A row stored before keeps its record: used then (by another `--score-field`, in a tree that was
+    gives. A row stored before keeps its record: used then (by another `--criterion`, in a tree that was
     together), or quarantined for another reason. So this import's reason is a raw record of its own, the
     row's payload identified by the row and the reason (`part_digest`), stored once however often the row
     is read so. A row quarantined before for the same reason is listed already.

@@ -1,9 +1,9 @@
 """The public-dataset formats by name (`FORMATS`), how rows are parsed with one, and `--format auto`.
 
 A format's rows are parsed a unit at a time (`units`): one row, or for a format with a `group_by`
-column (oasst2) the consecutive rows sharing its value; a group whose rows are not together is
-refused whole (`split_groups` finds them, `Refusals` applies it). `parse_unit` gives the unit's rankings or raises
-`Invalid`, the reason every row of the unit is quarantined for.
+column (oasst2's trees, HelpSteer2's prompts) the consecutive rows sharing its value; a group whose rows
+are not together is refused whole (`split_groups` finds them, `Refusals` applies it). `parse_unit` gives
+the unit's rankings or raises `Invalid`, the reason every row of the unit is quarantined for.
 
 `--format auto` (`detect`) takes the formats whose columns the first rows have and, of those, the
 one that reads most of them (the one with more columns on a tie: hh-rlhf's `chosen`/`rejected`
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from preflab.db.ingest.datasets import arena, helpsteer, hh, nectar, oasst, pku, shp, trl, ultrafeedback
+from preflab.db.ingest.datasets import arena, helpsteer, helpsteer2, hh, nectar, oasst, pku, shp, trl, ultrafeedback
 from preflab.db.ingest.datasets.base import Format
 from preflab.db.ingest.datasets.rows import Row
 from preflab.db.ingest.records import RankingRecord
@@ -30,6 +30,7 @@ FORMATS: dict[str, Format] = {
         arena.FORMAT,
         oasst.FORMAT,
         helpsteer.FORMAT,
+        helpsteer2.FORMAT,
         shp.FORMAT,
         nectar.FORMAT,
         pku.FORMAT,
@@ -56,9 +57,17 @@ def group_key(fmt: Format, data: Any) -> str | int | None:
     return value
 
 
+def group_label(key: Any, width: int = 60) -> str:
+    """A group's key for a reason: as it is, cut short (HelpSteer2's groups are keyed by their whole prompt)."""
+    label = str(key)
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
 def apart(fmt: Format, key: Any, detail: str) -> str:
     """Why a group whose rows are not together is quarantined: one line, saying how to fix the file."""
-    return f"the rows of {fmt.group_name} {key} are not together; sort the file by {fmt.group_by} ({detail})"
+    return (
+        f"the rows of {fmt.group_name} {group_label(key)} are not together; sort the file by {fmt.group_by} ({detail})"
+    )
 
 
 def units(fmt: Format, rows: Iterable[Row]) -> Iterator[Unit]:
@@ -138,7 +147,10 @@ def split_groups(fmt: Format, values: Iterable[Any], limit: int | None = None) -
     out = Refused((key, apart(fmt, key, f"they come in {count} runs")) for key, count in runs.items() if count > 1)
     out.apart = len(out)
     if cut is not None and cut not in out:
-        out[cut] = f"the rows of {fmt.group_name} {cut} go on past --limit {limit}: give a higher --limit to import it"
+        out[cut] = (
+            f"the rows of {fmt.group_name} {group_label(cut)} go on past --limit {limit}: "
+            "give a higher --limit to import it"
+        )
     return out
 
 

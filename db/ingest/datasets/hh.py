@@ -6,6 +6,13 @@ assistant turn: those are the prompt, and what follows in each is its reply (`sp
 chosen > rejected, by the crowdworker who chose (people, as the dataset card says; one human annotator,
 `hh-rlhf`, for the whole dataset: the rows do not say which crowdworker).
 Identical sides, or text with no turns, are quarantined.
+
+What the crowdworker chose by depends on the subset a file comes from, which its rows do not say: the
+card's helpfulness data (`helpful-base`, `helpful-online`, `helpful-rejection-sampled`: the more helpful
+reply) or harmlessness data (`harmless-base`: the less harmful one). `--criterion helpfulness` or
+`harmlessness` names it; without it, a source whose file or folder name starts with `helpful-` or
+`harmless-` is taken to be that subset (`Format.subsets`, and the import's summary says what it
+assumed), and any other source (the Hub's `Anthropic/hh-rlhf`, all subsets mixed) is `overall`.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 from preflab.db.conversation import Messages
 from preflab.db.ingest.datasets.base import Format, ranking, split_shared, text
 from preflab.db.ingest.records import RankingRecord
+from preflab.db.models import OVERALL
 from preflab.errors import Invalid
 
 ANNOTATOR = "hh-rlhf"
@@ -43,11 +51,21 @@ def transcript_messages(value: str, where: str, keep_empty_last: bool = False) -
     return turns
 
 
-def parse(row: dict[str, Any]) -> list[RankingRecord]:
+def parse(row: dict[str, Any], criterion: str | None = None) -> list[RankingRecord]:
+    """chosen > rejected, by `criterion` (the subset the row comes from; None: overall); raises Invalid."""
     chosen = transcript_messages(text(row, "chosen"), "'chosen'", keep_empty_last=True)
     rejected = transcript_messages(text(row, "rejected"), "'rejected'", keep_empty_last=True)
     prompt, better, worse = split_shared(chosen, rejected)
-    return [ranking(prompt, [better, worse], [[0], [1]], ANNOTATOR, names=("'chosen'", "'rejected'"))]
+    return [
+        ranking(
+            prompt,
+            [better, worse],
+            [[0], [1]],
+            ANNOTATOR,
+            names=("'chosen'", "'rejected'"),
+            criterion=criterion or OVERALL,
+        )
+    ]
 
 
 EXAMPLE = (
@@ -61,9 +79,12 @@ FORMAT = Format(
     name="hh-rlhf",
     columns=frozenset({"chosen", "rejected"}),
     parse=parse,
+    options={"criterion": None},
     example=EXAMPLE,
     annotator=ANNOTATOR,
     kind="human",
     judged_by="crowdworkers",
     texts=frozenset({"chosen", "rejected"}),
+    on_request=("helpfulness", "harmlessness"),
+    subsets={"helpful-": "helpfulness", "harmless-": "harmlessness"},
 )

@@ -16,9 +16,12 @@ the file.
 
 Who ranked is the format's (`Format.kind`, as the dataset card says), unless `--annotator` and
 `--annotator-kind` say otherwise; where the format cannot know (trl), the summary's `assumed` says what
-was assumed. A reply a format sets aside (an empty one beside enough others) is stored raw alone, as
-`<split>:<index>/<its name>`, and quarantined; a row quarantined earlier in the same import, met again,
-is counted a duplicate, as a ranking met again is.
+was assumed. What the rankings are by is the format's too (`Format.criteria`: one ranking per row and
+criterion): `--criterion NAME` keeps one of a format's several (or names hh-rlhf's subset), and where the
+source's file or folder name says it (`Format.subsets`: hh-rlhf's `harmless-base`), the summary's
+`assumed_criterion` says what was assumed. A reply a format sets aside (an empty one beside enough
+others) is stored raw alone, as `<split>:<index>/<its name>`, and quarantined; a row quarantined earlier
+in the same import, met again, is counted a duplicate, as a ranking met again is.
 """
 
 from __future__ import annotations
@@ -51,8 +54,9 @@ from preflab.db.ingest.datasets.formats import (
 from preflab.db.ingest.datasets.rows import Row
 from preflab.db.ingest.datasets.sources import column_values, open_source
 from preflab.db.ingest.datasets.summary import DatasetSummary, assumed_notes, once
-from preflab.db.ingest.records import LIMITS, unstorable_text
+from preflab.db.ingest.records import LIMITS, criterion_name, unstorable_text
 from preflab.db.ingest.upkeep import cycles_unchecked, sample_grown_tables
+from preflab.db.models import OVERALL
 from preflab.db.overlap import aside, commit_behind
 from preflab.errors import InputError, Invalid
 
@@ -71,9 +75,9 @@ AHEAD_BATCHES, AHEAD_BYTES = 8, 2 * BATCH_BYTES
 class DatasetImportSettings:
     """What `preflab import dataset` reads, and how (its options are generated from these fields).
 
-    `score_field` and `dimension` are format options: a format takes those named in its
-    `Format.options` (field name -> default), and `parse` receives them as keyword arguments
-    (`parse(row, score_field="overall_score")`); giving one to a format that does not take it stops.
+    `criterion` is a format option: a format that takes it names it in its `Format.options` (field name ->
+    default), and `parse` receives it as a keyword argument (`parse(row, criterion="honesty")`); a criterion
+    the format does not give stops the import before anything is read.
     """
 
     format: str = field(
@@ -85,15 +89,14 @@ class DatasetImportSettings:
     )
     split: str | None = field(default=None, metadata={"help": "Only this split (default: every split)."})
     limit: int | None = field(default=None, metadata={"help": "Read at most this many rows."})
-    score_field: str | None = field(
-        default=None,
-        metadata={"help": "ultrafeedback: the numeric field of a completion to rank by (default overall_score)."},
-    )
-    dimension: str | None = field(
+    criterion: str | None = field(
         default=None,
         metadata={
-            "help": "pku-saferlhf: rank by the better (default) or the safer response.",
-            "choices": ("better", "safer"),
+            "help": "Keep this criterion alone where a format gives several (ultrafeedback: overall, helpfulness, "
+            "honesty, instruction_following, truthfulness, or fine_grained; pku-saferlhf: helpfulness, "
+            "harmlessness; helpsteer2: its five attributes); hh-rlhf: the subset the file comes from "
+            "(helpfulness or harmlessness). Default: every criterion the format gives.",
+            "metavar": "NAME",
         },
     )
     annotator: str | None = field(
@@ -126,10 +129,11 @@ class DatasetImportSettings:
             raise InputError(
                 f"--annotator must be a name of 1 to {LIMITS['annotator']} characters the database can store"
             )
-
-    def options(self) -> dict[str, Any]:
-        """The format options given (None where not given)."""
-        return {"score_field": self.score_field, "dimension": self.dimension}
+        if self.criterion is not None:
+            try:
+                criterion_name(self.criterion, "--criterion")
+            except Invalid as exc:
+                raise InputError(str(exc)) from None
 
 
 def import_dataset(
@@ -143,15 +147,16 @@ def import_dataset(
     Raises:
         InputError: the source cannot be read (the batches before a damaged part are kept), no format
             fits it (`auto`), the named format reads none of the first rows while another fits them,
-            or an option is given that the format does not take.
+            or `--criterion` names a criterion the format does not give.
     """
     opened = open_source(source, settings.split)
     rows = opened.rows if settings.limit is None else islice(opened.rows, settings.limit)
     head = list(islice(rows, PEEK_ROWS))
     fmt = _chosen_format(settings.format, head, source)
-    options = _options(fmt, settings)
+    criterion, assumed = _criterion(fmt, settings.criterion, source)
+    options = format_options(fmt, {"criterion": criterion})
     total = min(opened.total, settings.limit or opened.total) if opened.total else settings.limit
-    summary = DatasetSummary(fmt.name)
+    summary = DatasetSummary(fmt.name, assumed_criterion=assumed)
     with (
         reporter.progress(f"importing {fmt.name}", total) as advance,
         cycles_unchecked(),
@@ -187,7 +192,7 @@ def import_dataset(
                 f"are quarantined and none of their rankings stored: sort the file by "
                 f"{fmt.group_by} and import it again"
             )
-    summary.notes += assumed_notes(summary.assumed, summary.quarantined_replies)
+    summary.notes += assumed_notes(summary)
     for line in summary.notes:
         reporter.note(line)
     return summary
@@ -287,15 +292,32 @@ def _chosen_format(name: str, head: list[Row], source: str) -> Format:
     return fmt
 
 
-def _options(fmt: Format, settings: DatasetImportSettings) -> dict[str, Any]:
-    given = settings.options()
-    for name, value in given.items():
-        if value is not None and name not in fmt.options:
-            takers = [f.name for f in FORMATS.values() if name in f.options]
+def _criterion(fmt: Format, given: str | None, source: str) -> tuple[str | None, dict[str, str] | None]:
+    """The criterion to keep (None: every one the format gives), and what was assumed, where it was.
+
+    Raises InputError for a criterion the format does not give.
+    """
+    if given is not None and given not in fmt.offered:
+        if fmt.offered == (OVERALL,):
             raise InputError(
-                f"--{name.replace('_', '-')} applies to {' and '.join(takers) or 'no format'}, not {fmt.name}"
+                f"--criterion {given}: {fmt.name} rows give only overall rankings, so there is no {given} to keep"
             )
-    return format_options(fmt, given)
+        raise InputError(f"--criterion {given}: {fmt.name} gives no such criterion (it gives {', '.join(fmt.offered)})")
+    if given is not None or not fmt.subsets:
+        return given, None
+    path = Path(source)
+    if not path.exists():  # a Hub id names no subset (Anthropic/hh-rlhf holds them all)
+        return None, None
+    path = path.resolve()
+    for name in (path.name, path.parent.name):  # the file's name, then its folder's (helpful-base/train.jsonl.gz)
+        for prefix, criterion in fmt.subsets.items():
+            if name.lower().startswith(prefix):
+                return criterion, {
+                    "criterion": criterion,
+                    "why": f"{name!r} is the name of one of {fmt.name}'s {prefix}* subsets",
+                    "override": f"--criterion {'|'.join(fmt.offered)}",
+                }
+    return None, None
 
 
 def _unit_bytes(unit: list[Row]) -> int:

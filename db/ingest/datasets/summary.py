@@ -6,9 +6,9 @@ Two things are counted here rather than by a format, because they span the impor
 earlier in the same import and met again is a duplicate (`once`), as a ranking met again is, so the
 summary's quarantined rows are the rows `preflab quarantine list` shows (a row stored before is listed
 with this import's reason: `preflab.db.ingest.datasets.batch.listed_again`); and a reply a format set
-aside (`RankingRecord.set_aside`: an empty one, or one unrated by the score field) is a raw record of its
-own, `<split>:<index>/<name>`, identified by its row and its name (`part_digest`), so importing the row
-again quarantines nothing twice.
+aside (`RankingRecord.set_aside`: an empty one, or one a criterion leaves unrated), and a criterion that
+gives no ranking for its row, are raw records of their own, `<split>:<index>/<name>`, identified by their
+row and name (`part_digest`), so importing the row again quarantines nothing twice.
 """
 
 from __future__ import annotations
@@ -47,6 +47,9 @@ JSON_KEYS = (
     "splits",
     "reasons",
     "assumed",
+    "criteria",
+    "quarantined_criteria",
+    "assumed_criterion",
 )
 
 
@@ -61,12 +64,16 @@ class DatasetSummary(ImportCounts):
     of them voted a tie; duplicates = rankings stored
     before (or twice in the source), and rows quarantined earlier in this import met again; quarantined = rows
     that could not be used; quarantined_replies = replies left out of their row's ranking and quarantined
-    alone (an empty one, or one unrated by the score field). A row may give no ranking (an oasst2 prompter
+    alone (an empty one, or one a criterion leaves unrated). A row may give no ranking (an oasst2 prompter
     message) or several. assumed: annotator -> {annotator_kind, rankings, why, override} where preflab
-    assumed who ranked (the trl format does not say).
+    assumed who ranked (the trl format does not say). criteria: criterion -> its new rankings (a row of a
+    dataset that rates several things gives one ranking per criterion); quarantined_criteria = criteria of
+    a row that gave it no ranking (too few rated replies, a broken rating), each quarantined alone while the
+    row's others are stored; assumed_criterion: {criterion, why, override} where preflab took the criterion
+    from the source's name (hh-rlhf's `helpful-base`), else None.
     """
 
-    BY_KEY = ("splits", "reasons")
+    BY_KEY = ("splits", "reasons", "criteria")
 
     format: str
     rows: int = 0
@@ -78,6 +85,9 @@ class DatasetSummary(ImportCounts):
     quarantined_replies: int = 0
     splits: dict[str, int] = field(default_factory=dict)
     assumed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    criteria: dict[str, int] = field(default_factory=dict)
+    quarantined_criteria: int = 0
+    assumed_criterion: dict[str, str] | None = None
 
     def __post_init__(self):
         # What to do about the file, one line each, said on stderr (`--json` has the reasons; not a field).
@@ -97,6 +107,7 @@ class DatasetSummary(ImportCounts):
         """Count the new rankings, the whole ties, the rankings with tied replies and the identical battles."""
         self.rankings += len(new)
         for record in new:
+            self.criteria[record.criterion] = self.criteria.get(record.criterion, 0) + 1
             if identical_battle(record):  # one reply: no tied replies, whatever the vote
                 self.identical_replies += 1
                 self.identical_ties += record.details["winner"] in TIES
@@ -160,9 +171,16 @@ def once(batches: Iterator[list[tuple[list[Any], Any]]]) -> Iterator[list[tuple[
         yield out
 
 
-def assumed_notes(assumed: dict[str, dict[str, Any]], replies: int) -> list[str]:
-    """The lines said beside the summary: who preflab assumed ranked, and the replies quarantined alone."""
+def assumed_notes(summary: DatasetSummary) -> list[str]:
+    """The lines said beside the summary: what preflab assumed, and the replies and criteria quarantined alone."""
     lines = []
+    if summary.assumed_criterion:
+        said = summary.assumed_criterion
+        lines.append(
+            f"assumed the rankings are by {said['criterion']} ({said['why']}); "
+            f"say what they are by with {said['override']}"
+        )
+    assumed, replies, criteria = summary.assumed, summary.quarantined_replies, summary.quarantined_criteria
     for name, what in assumed.items():
         who = "an AI" if what["annotator_kind"] == "ai" else "people"
         lines.append(
@@ -172,8 +190,16 @@ def assumed_notes(assumed: dict[str, dict[str, Any]], replies: int) -> list[str]
         )
     if replies:
         lines.append(
-            f"{plural(replies, 'reply', 'replies')} (empty, or unrated by the score field) quarantined alone, "
+            f"{plural(replies, 'reply', 'replies')} (empty, or unrated by a criterion) quarantined alone, "
             f"the rest of {'its row' if replies == 1 else 'their rows'} ranked without "
             f"{'it' if replies == 1 else 'them'}: see them with: preflab quarantine list"
+        )
+    if criteria:
+        one = criteria == 1
+        rest = "the row's other criteria" if one else "the rows' other criteria"
+        lines.append(
+            f"{plural(criteria, 'criterion', 'criteria')} gave no ranking for {'its row' if one else 'their rows'} "
+            f"(too few rated replies, or a rating that cannot be read) and {'was' if one else 'were'} quarantined "
+            f"alone, {rest} stored: see them with: preflab quarantine list"
         )
     return lines

@@ -1,27 +1,30 @@
-"""openbmb/UltraFeedback: one ranking of each instruction's completions, by GPT-4's scores.
+"""openbmb/UltraFeedback: each instruction's completions ranked by GPT-4, once per criterion it rated.
 
 A row holds an `instruction` and its `completions`, each with the `model` that wrote
 it, its `response` and GPT-4's ratings: `overall_score`, `fine-grained_score`, and
 per aspect (`helpfulness`, `honesty`, `instruction_following`, `truthfulness`) an
 `annotations[aspect]` object whose `Rating` is a string ("4", or "N/A").
 
-The completions are ranked by one score, best first; equal scores share a tier (a tie).
-The score is the `score_field` option (`--score-field`, default `overall_score`): a
-numeric field of the completion (`overall_score`, `fine-grained_score`) or an aspect
-of its annotations, whose `Rating` is read (`helpfulness`, ...). The scores are kept
-with the ranking, so a pair's margin is its score gap.
+One import stores one ranking per row and criterion (`CRITERIA`): `overall` (by `overall_score`) and
+each aspect (by its `Rating`); `fine_grained` (by `fine-grained_score`, the mean of the aspects) only
+when `--criterion fine_grained` asks for it. `--criterion NAME` keeps that one alone. The completions
+are ranked by the criterion's score field, best first; equal scores share a tier (a tie). The scores
+are kept with the ranking, so a pair's margin is its score gap, and the field in its details
+(`{"score_field": "honesty"}`: what a store written before criteria held, so migration 0014's
+re-keyed rankings are these).
 
 A completion that cannot be ranked does not lose its row. One whose `response` is empty is set
-aside (`without_empty`), and so is one unrated in the score field (an "N/A" rating, a rating or
-score missing or null: `unrated`), for that score field only (`set_aside_unrated`): the import
-quarantines each alone, its part of the row named `completion <i>` (empty) or `completion
-<i>/<score field>` (unrated), and the row's other completions, two or more, are its ranking. With
-fewer than two left, the row is quarantined whole, naming why. A rating that is neither a number nor
-unrated ("five") quarantines the row: it is a broken row, not a missing rating.
+aside (`without_empty`) for every criterion, its part named `completion <i>`; one unrated by a
+criterion's field (an "N/A" rating, a rating or score missing or null: `unrated`) is set aside for that
+criterion alone (`set_aside_unrated`), its part named `completion <i>/<criterion>`: the import
+quarantines each alone, and the row's other completions, two or more, are that criterion's ranking. A
+criterion left with fewer than two, or holding a rating that is neither a number nor unrated ("five":
+a broken rating, not a missing one), gives no ranking for the row, quarantined as a part named by the
+criterion, and the row's other criteria are stored (`by_criteria`); the row is quarantined whole only
+when no criterion gives a ranking.
 
-The annotator is GPT-4, which scored them (the dataset card: "we use GPT-4 to provide
-ratings"), an AI annotator named for the field ranked by ("openbmb/UltraFeedback:overall_score"),
-so rankings by another field are other rankings rather than duplicates of the first.
+The annotator is GPT-4, which scored them (the dataset card: "we use GPT-4 to provide ratings"), one AI
+annotator for the dataset, `openbmb/UltraFeedback`; what it ranked by is the ranking's criterion.
 """
 
 from __future__ import annotations
@@ -29,15 +32,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from preflab.db.ingest.datasets.base import Format, number, ranking, text, without_empty
+from preflab.db.ingest.datasets.base import Format, Replies, by_criteria, number, text, without_empty
 from preflab.db.ingest.records import RankingRecord, shown
+from preflab.db.models import OVERALL
 from preflab.errors import Invalid
 
-ANNOTATOR, KIND = "openbmb/UltraFeedback:{}", "ai"
+ANNOTATOR, KIND = "openbmb/UltraFeedback", "ai"
 ASPECTS = ("helpfulness", "honesty", "instruction_following", "truthfulness")
-DEFAULT_FIELD = "overall_score"
-# The score fields every completion of the dataset has: one missing there is unrated, not a typo.
-KNOWN = ("overall_score", "fine-grained_score", *ASPECTS)
+FINE_GRAINED = "fine_grained"
+# criterion -> the completion's score field it ranks by (an aspect is read from the completion's annotations)
+FIELDS = {OVERALL: "overall_score", FINE_GRAINED: "fine-grained_score", **{a: a for a in ASPECTS}}
+CRITERIA = (OVERALL, *ASPECTS)  # what one import stores; fine_grained only when asked for
 NOT_RATED = "N/A"  # the dataset's rating where GPT-4 gave none
 
 
@@ -71,7 +76,7 @@ def _found(completion: dict[str, Any], field: str) -> Any:
 def score(completion: dict[str, Any], field: str, index: int) -> float | None:
     """A completion's score in `field` (its own numeric field, or an annotated aspect's `Rating`); None: unrated.
 
-    Raises Invalid for a score that is there but not a number, or a field no completion of the dataset has.
+    Raises Invalid for a score that is there but not a number.
     """
     if field in completion:
         value = completion[field]
@@ -82,12 +87,7 @@ def score(completion: dict[str, Any], field: str, index: int) -> float | None:
     annotations = completion.get("annotations")
     aspect = annotations.get(field) if isinstance(annotations, dict) else None
     if not isinstance(aspect, dict):
-        if field in KNOWN:
-            return None
-        raise Invalid(
-            f"completion {index}: no score {field!r} (a number of the completion, or an aspect of its "
-            f"annotations: {', '.join(ASPECTS)})"
-        )
+        return None
     rating = aspect.get("Rating")
     return None if unrated(rating) else _rating(rating, field, index)
 
@@ -100,14 +100,15 @@ def _why(completion: dict[str, Any], field: str) -> str:
 
 
 def set_aside_unrated(
-    completions: list[dict[str, Any]], kept: list[int], scores: list[float | None], field: str
+    completions: list[dict[str, Any]], kept: list[int], scores: list[float | None], criterion: str
 ) -> tuple[list[int], list[tuple[str, Any, str]]]:
     """Which of `kept` to rank (positions in it), and (name, completion, reason) of each unrated one set aside.
 
     As `without_empty` does with an empty completion: with two or more rated, each unrated one is set aside,
-    for this score field alone (its part is named with the field: another field may rate it). With fewer,
-    raises Invalid: the row is quarantined whole.
+    for this criterion alone (its part is named with the criterion: another may rate it). With fewer,
+    raises Invalid: the criterion gives no ranking for the row.
     """
+    field = FIELDS[criterion]
     rated = [j for j, s in enumerate(scores) if s is not None]
     missing = [kept[j] for j, s in enumerate(scores) if s is None]
     if missing and len(rated) < 2:
@@ -119,7 +120,7 @@ def set_aside_unrated(
         )
     return rated, [
         (
-            f"completion {i}/{field}",
+            f"completion {i}/{criterion}",
             completions[i],
             f"completion {i} is unrated by {field} ({_why(completions[i], field)}), so the row's other "
             f"{len(rated)} replies were ranked by {field} without it",
@@ -128,8 +129,8 @@ def set_aside_unrated(
     ]
 
 
-def parse(row: dict[str, Any], score_field: str = DEFAULT_FIELD) -> list[RankingRecord]:
-    """One ranking of the row's completions by `score_field` (`--score-field`); raises Invalid."""
+def parse(row: dict[str, Any], criterion: str | None = None) -> list[RankingRecord]:
+    """One ranking of the row's completions per criterion (`criterion`: that one alone); raises Invalid."""
     completions = row.get("completions")
     if not isinstance(completions, list):
         raise Invalid("missing 'completions' (a list of the models' completions)")
@@ -140,43 +141,49 @@ def parse(row: dict[str, Any], score_field: str = DEFAULT_FIELD) -> list[Ranking
             raise Invalid(f"completion {i} is {type(completion).__name__}, not an object")
     instruction = text(row, "instruction")
     names = [f"completion {i}" for i in range(len(completions))]
-    kept, set_aside = without_empty([c.get("response") for c in completions], names, completions)
-    scores = [score(completions[i], score_field, i) for i in kept]
-    rated, unrated_ones = set_aside_unrated(completions, kept, scores, score_field)
-    kept, scores = [kept[j] for j in rated], [scores[j] for j in rated]
-    tiers = [[i for i, s in enumerate(scores) if s == value] for value in sorted(set(scores), reverse=True)]
-    models = [completions[i].get("model") if isinstance(completions[i].get("model"), str) else None for i in kept]
-    record = ranking(
-        instruction,
-        [completions[i].get("response") for i in kept],
-        tiers,
-        ANNOTATOR.format(score_field),
-        kind=KIND,
-        models=models,
-        scores=scores,
-        details={"score_field": score_field},
-        names=[names[i] for i in kept],
-    )
-    record.set_aside = set_aside + unrated_ones
-    return [record]
+    kept, empty = without_empty([c.get("response") for c in completions], names, completions)
+    models = [c.get("model") if isinstance(c.get("model"), str) else None for c in completions]
+    replies = Replies(instruction, [c.get("response") for c in completions], names, models)
+
+    def by(criterion: str) -> RankingRecord:
+        field = FIELDS[criterion]
+        scores = [score(completions[i], field, i) for i in kept]
+        rated, unrated_ones = set_aside_unrated(completions, kept, scores, criterion)
+        ranked, values = [kept[j] for j in rated], [scores[j] for j in rated]
+        tiers = [[i for i, s in enumerate(values) if s == value] for value in sorted(set(values), reverse=True)]
+        record = replies.ranking(
+            ranked, tiers, ANNOTATOR, kind=KIND, scores=values, details={"score_field": field}, criterion=criterion
+        )
+        record.set_aside = unrated_ones
+        return record
+
+    records = by_criteria(CRITERIA if criterion is None else (criterion,), by, row)
+    records[0].set_aside[:0] = empty  # an empty completion is set aside once, whatever the criteria
+    return records
 
 
 EXAMPLE = (
     '{"source": "evol_instruct", "instruction": "Name a prime number.", "models": ["gpt-4", "alpaca-7b"], '
     '"completions": [{"model": "gpt-4", "response": "7 is prime.", "overall_score": 8.5, '
-    '"fine-grained_score": 4.75, "annotations": {"helpfulness": {"Rating": "5", "Rationale": "Correct."}}}, '
+    '"fine-grained_score": 4.75, "annotations": {"helpfulness": {"Rating": "5", "Rationale": "Correct."}, '
+    '"honesty": {"Rating": "5", "Rationale": "Confident."}, "instruction_following": {"Rating": "4", '
+    '"Rationale": "Terse."}, "truthfulness": {"Rating": "5", "Rationale": "True."}}}, '
     '{"model": "alpaca-7b", "response": "9 is prime.", "overall_score": 3.0, "fine-grained_score": 1.5, '
-    '"annotations": {"helpfulness": {"Rating": "1", "Rationale": "9 = 3 x 3."}}}]}'
+    '"annotations": {"helpfulness": {"Rating": "1", "Rationale": "9 = 3 x 3."}, "honesty": {"Rating": "2", '
+    '"Rationale": "Confidently wrong."}, "instruction_following": {"Rating": "2", "Rationale": "Not prime."}, '
+    '"truthfulness": {"Rating": "1", "Rationale": "False."}}}]}'
 )
 
 FORMAT = Format(
     name="ultrafeedback",
     columns=frozenset({"instruction", "completions"}),
     parse=parse,
-    options={"score_field": DEFAULT_FIELD},
+    options={"criterion": None},
     example=EXAMPLE,
-    annotator=ANNOTATOR.format("<score field>"),
+    annotator=ANNOTATOR,
     kind=KIND,
     judged_by="GPT-4",
     texts=frozenset({"source", "instruction"}),
+    criteria=CRITERIA,
+    on_request=(FINE_GRAINED,),
 )

@@ -1,9 +1,10 @@
 """Hypothesis strategies for rows in the public datasets' real shapes, and the JSON Lines rankings format.
 
 Each strategy draws a few rows (`rows_of(fmt)`) from small pools of prompts, replies and models, so rows
-share prompts and replies, and models meet each other. The shapes are those of the nine formats'
+share prompts and replies, and models meet each other. The shapes are those of the ten formats'
 examples (`Format.example`, tests/db/ingest/datasets/shapes_*.py): a row that a format quarantines is
-allowed (the law holds for it too), but most parse. `FLAT` names the shapes a CSV file can hold.
+allowed (the law holds for it too), but most parse. `FLAT` names the shapes a CSV file can hold; `GROUPED`
+the formats whose rankings span rows, drawn as groups of rows (oasst2's trees, HelpSteer2's prompts).
 """
 
 from __future__ import annotations
@@ -19,8 +20,22 @@ REPLIES = ("7", "9 is prime.", "Hi!", "Hello there.", "Paris.", "Lyon.", "4", "F
 MODELS = ("alpha", "beta", "gamma", "delta")
 SCORES = (1.0, 2.5, 7.0, 8.5, 10.0)
 # The formats, by their `--format` name, then "rankings" (`preflab import rankings`).
-FORMATS = ("trl", "hh-rlhf", "ultrafeedback", "arena", "oasst2", "helpsteer3", "shp", "nectar", "pku-saferlhf")
-FLAT = {"hh-rlhf", "shp", "pku-saferlhf"}  # CSV holds these shapes (and trl's text, arena's 55k shape: `flat`)
+FORMATS = (
+    "trl",
+    "hh-rlhf",
+    "ultrafeedback",
+    "arena",
+    "oasst2",
+    "helpsteer3",
+    "helpsteer2",
+    "shp",
+    "nectar",
+    "pku-saferlhf",
+)
+FLAT = {"hh-rlhf", "shp", "pku-saferlhf", "helpsteer2"}  # CSV holds these (and trl's text, arena's 55k: `flat`)
+GROUPED = {"oasst2", "helpsteer2"}  # drawn as groups of rows, kept together
+ASPECTS = ("helpfulness", "honesty", "instruction_following", "truthfulness")
+RATINGS = ("1", "2", "3", "4", "5", "N/A")  # UltraFeedback's aspect ratings; "N/A": GPT-4 gave none
 
 
 def replies(n_min: int = 2, n_max: int = 2):
@@ -55,7 +70,8 @@ def hh_rows(draw, i: int) -> dict[str, Any]:
 
 
 @st.composite
-def ultrafeedback_rows(draw, i: int) -> dict[str, Any]:
+def ultrafeedback_rows(draw, i: int, prompts=PROMPTS) -> dict[str, Any]:
+    """A row rated by every aspect, a rating now and then "N/A" (that completion unrated by that aspect)."""
     texts = draw(replies(2, 3))
     completions = []
     for text in texts:
@@ -66,12 +82,12 @@ def ultrafeedback_rows(draw, i: int) -> dict[str, Any]:
                 "response": text,
                 "overall_score": score,
                 "fine-grained_score": score / 2,
-                "annotations": {"helpfulness": {"Rating": str(int(score // 2)), "Rationale": "ok"}},
+                "annotations": {a: {"Rating": draw(st.sampled_from(RATINGS)), "Rationale": "ok"} for a in ASPECTS},
             }
         )
     return {
         "source": "evol_instruct",
-        "instruction": draw(st.sampled_from(PROMPTS)),
+        "instruction": draw(st.sampled_from(prompts)),
         "models": [c["model"] for c in completions],
         "completions": completions,
     }
@@ -148,6 +164,22 @@ def helpsteer_rows(draw, i: int) -> dict[str, Any]:
 
 
 @st.composite
+def helpsteer2_prompts(draw, i: int) -> list[dict[str, Any]]:
+    """One prompt's rated replies, one row each (two, as the dataset's; now and then three), the prompt the
+    group's own: two groups of one prompt would not be together once shuffled."""
+    prompt = f"{draw(st.sampled_from(PROMPTS))} ({i})"
+    ratings = st.integers(0, 4)
+    return [
+        {
+            "prompt": prompt,
+            "response": text,
+            **{a: draw(ratings) for a in ("helpfulness", "correctness", "coherence", "complexity", "verbosity")},
+        }
+        for text in draw(replies(2, 3))
+    ]
+
+
+@st.composite
 def shp_rows(draw, i: int) -> dict[str, Any]:
     prompt, (a, b) = draw(st.sampled_from(PROMPTS)), draw(replies())
     scores = draw(st.lists(st.integers(1, 400), min_size=2, max_size=2))
@@ -221,7 +253,8 @@ def ranking_lines(draw, i: int) -> dict[str, Any]:
 
 @st.composite
 def rows_of(draw, fmt: str, most: int = 5) -> tuple[list[Any], bool]:
-    """(rows, flat): a few rows of `fmt` (oasst2: trees, each a list of rows), and whether CSV holds them."""
+    """(rows, flat): a few rows of `fmt` (a `GROUPED` format: groups, each a list of rows), and whether CSV holds
+    them."""
     n = draw(st.integers(2, most))
     if fmt == "trl":
         binarized = draw(st.booleans())
@@ -234,6 +267,7 @@ def rows_of(draw, fmt: str, most: int = 5) -> tuple[list[Any], bool]:
         "ultrafeedback": ultrafeedback_rows,
         "oasst2": oasst_trees,
         "helpsteer3": helpsteer_rows,
+        "helpsteer2": helpsteer2_prompts,
         "shp": shp_rows,
         "nectar": nectar_rows,
         "pku-saferlhf": pku_rows,

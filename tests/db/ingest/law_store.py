@@ -29,6 +29,7 @@ from preflab.db.models import Annotator, Base, Candidate, Comparison, Prompt, Ra
 from preflab.db.pairs.build import build_pairs
 from preflab.errors import InputError
 from tests.db.ingest.datasets.shapes_b import write_csv, write_parquet
+from tests.db.ingest.law_rows import GROUPED
 
 BOOTSTRAP = 20  # rounds: enough to compare intervals, cheap on a few battles
 
@@ -64,7 +65,7 @@ def pin_pseudonyms(session) -> None:
 
 
 def rankings(session) -> Counter:
-    """The rankings, each as what it means: a Counter, so a ranking stored twice shows twice."""
+    """The rankings, each as what it means (its criterion too): a Counter, so a ranking stored twice shows twice."""
     prompts = dict(session.execute(select(Prompt.id, Prompt.content_hash)).all())
     texts = dict(session.execute(select(Candidate.id, Candidate.content_hash)).all())
     who = {a: (k, n) for a, k, n in session.execute(select(Annotator.id, Annotator.kind, Annotator.name)).all()}
@@ -77,6 +78,7 @@ def rankings(session) -> Counter:
         (
             r.source,
             who[r.annotator_id],
+            r.criterion,
             r.status,
             prompts[r.prompt_id],
             r.external_id,
@@ -88,7 +90,7 @@ def rankings(session) -> Counter:
 
 
 def pairs(session) -> Counter:
-    """The pairs `pairs build` made, each as its prompt, replies, margin, weight and annotator (not ids)."""
+    """The pairs `pairs build` made, each as its prompt, replies, margin, weight, annotator and criterion (not ids)."""
     prompts = dict(session.execute(select(Prompt.id, Prompt.content_hash)).all())
     texts = dict(session.execute(select(Candidate.id, Candidate.content_hash)).all())
     who = {
@@ -106,6 +108,7 @@ def pairs(session) -> Counter:
             c.weight,
             c.annotator_kind,
             who.get(c.ranking_id),
+            c.criterion,
         )
         for c in session.scalars(select(Comparison))
     )
@@ -199,7 +202,7 @@ def json_cells_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
 def encodings(fmt: str, rows: list[Any], flat: bool, folder: Path) -> dict[str, Path]:
     """The rows as each file an import of `fmt` reads: name -> path (the first is the plain JSON Lines)."""
     folder.mkdir(parents=True, exist_ok=True)
-    flat_rows = [r for tree in rows for r in tree] if fmt == "oasst2" else rows
+    flat_rows = [r for group in rows for r in group] if fmt in GROUPED else rows
     out = {
         "jsonl": jsonl(folder / "plain.jsonl", flat_rows),
         "jsonl, compact, keys reversed, 7.0 as 7": jsonl(

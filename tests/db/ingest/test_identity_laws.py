@@ -1,4 +1,4 @@
-"""The laws of a ranking's identity, on generated rows in the nine formats' real shapes and as JSON Lines rankings.
+"""The laws of a ranking's identity, on generated rows in the ten formats' real shapes and as JSON Lines rankings.
 
 Encoding: the same rows give the same store (its rankings, pairs, export content hash and leaderboard:
 `law_store.snapshot`) whether they come as JSON Lines with any key order and spacing, whole floats written
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from preflab.db.ingest.datasets.job import DatasetImportSettings, import_dataset
 from preflab.db.ingest.jsonl import import_file, import_rankings_batch
-from tests.db.ingest.law_rows import FORMATS, rows_of
+from tests.db.ingest.law_rows import FORMATS, GROUPED, rows_of
 from tests.db.ingest.law_store import emptied, encodings, imported, jsonl, same, snapshot
 from tests.properties import examples
 
@@ -59,9 +59,9 @@ def test_the_same_rows_in_any_encoding_are_the_same_store(sessions, tmp_path_fac
 
 
 def shuffled(fmt: str, rows: list, order: list[int]) -> list:
-    """The rows in another order (oasst2: its trees, whose rows stay together and in order)."""
+    """The rows in another order (oasst2's trees, HelpSteer2's prompts: their rows stay together and in order)."""
     flat = [rows[i] for i in order]
-    return [r for tree in flat for r in tree] if fmt == "oasst2" else flat
+    return [r for group in flat for r in group] if fmt in GROUPED else flat
 
 
 @pytest.mark.parametrize("fmt", ALL)

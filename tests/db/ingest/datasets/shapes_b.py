@@ -75,11 +75,13 @@ def run_import(sessions, path: Path, fmt: str, **settings):
     return import_dataset(sessions, str(path), DatasetImportSettings(format=fmt, **settings))
 
 
-def stored(sessions) -> list[dict[str, Any]]:
-    """Every stored ranking, in the order written: its prompt, replies by tier, scores and details."""
+def stored(sessions, criterion: str | None = None) -> list[dict[str, Any]]:
+    """Every stored ranking (`criterion`: of that criterion only), in the order written: its prompt, replies by
+    tier, scores and details."""
     with sessions.begin() as s:
         out = []
-        for ranking in s.scalars(select(Ranking).order_by(Ranking.id)):
+        query = select(Ranking).order_by(Ranking.id)
+        for ranking in s.scalars(query if criterion is None else query.where(Ranking.criterion == criterion)):
             prompt = s.get(Prompt, ranking.prompt_id)
             replies = {c.id: c for c in s.scalars(select(Candidate).where(Candidate.prompt_id == prompt.id))}
             annotator = s.get(Annotator, ranking.annotator_id)

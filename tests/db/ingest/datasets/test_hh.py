@@ -110,3 +110,46 @@ def test_import_pairs_quarantine_and_reimport(sessions, tmp_path):
     again = run_import(sessions, path, "hh-rlhf")
     assert (again.rows, again.rankings, again.duplicates, again.quarantined) == (8, 0, 3, 5)
     assert len(stored(sessions)) == 3
+
+
+def criteria(sessions) -> Counter:
+    """The stored rankings' criteria, how many of each."""
+    from sqlalchemy import select
+
+    from preflab.db.models import Ranking
+
+    with sessions.begin() as s:
+        return Counter(s.scalars(select(Ranking.criterion)))
+
+
+def test_the_subset_is_named_by_criterion_or_recognised_by_its_name(sessions, tmp_path):
+    """Anthropic/hh-rlhf's files say nothing of their subset: --criterion names it, or the file's or folder's name."""
+    rows = ROWS[:3]
+    plain = run_import(sessions, write_jsonl(tmp_path / "hh.jsonl", rows), "hh-rlhf")
+    assert (plain.criteria, plain.assumed_criterion, plain.notes) == ({"overall": 3}, None, [])
+
+    named = run_import(sessions, write_jsonl(tmp_path / "hh.jsonl", rows), "hh-rlhf", criterion="helpfulness")
+    assert (named.rankings, named.criteria, named.assumed_criterion) == (3, {"helpfulness": 3}, None)
+
+    folder = tmp_path / "harmless-base"
+    folder.mkdir()
+    assumed = run_import(sessions, write_jsonl(folder / "train.jsonl", rows), "hh-rlhf")
+    assert (assumed.rankings, assumed.criteria) == (3, {"harmlessness": 3})
+    assert assumed.assumed_criterion == {
+        "criterion": "harmlessness",
+        "why": "'harmless-base' is the name of one of hh-rlhf's harmless-* subsets",
+        "override": "--criterion overall|helpfulness|harmlessness",
+    }
+    assert assumed.notes == [
+        "assumed the rankings are by harmlessness ('harmless-base' is the name of one of hh-rlhf's harmless-* "
+        "subsets); say what they are by with --criterion overall|helpfulness|harmlessness"
+    ]
+    # the file's own name, and a folder given as the source, are recognised too; --criterion overrides either
+    file = run_import(sessions, write_jsonl(tmp_path / "helpful-online.jsonl", rows), "hh-rlhf")
+    assert (file.rankings, file.duplicates, file.criteria) == (0, 3, {})  # stored above by --criterion helpfulness
+    assert file.assumed_criterion["criterion"] == "helpfulness"
+    again = run_import(sessions, folder, "hh-rlhf")
+    assert (again.duplicates, again.assumed_criterion["criterion"]) == (3, "harmlessness")
+    told = run_import(sessions, folder / "train.jsonl", "hh-rlhf", criterion="overall")
+    assert (told.rankings, told.duplicates, told.assumed_criterion) == (0, 3, None)
+    assert criteria(sessions) == Counter({"overall": 3, "helpfulness": 3, "harmlessness": 3})

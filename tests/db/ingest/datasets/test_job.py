@@ -64,7 +64,8 @@ def test_splits_limit_and_a_row_twice(sessions, tmp_path):
 )
 def test_auto_picks_the_format_from_the_columns(sessions, tmp_path, rows, name):
     summary = run_import(sessions, write_jsonl(tmp_path / "d.jsonl", rows), "auto")
-    assert (summary.format, summary.quarantined, summary.rankings) == (name, 0, len(rows))
+    per_row = 2 if name == "pku-saferlhf" else 1  # its two verdicts: helpfulness and harmlessness
+    assert (summary.format, summary.quarantined, summary.rankings) == (name, 0, per_row * len(rows))
 
 
 def test_auto_needs_columns_some_format_has(sessions, tmp_path):
@@ -96,11 +97,26 @@ def test_a_format_none_of_the_first_rows_fit_stops_naming_the_one_that_does(sess
     assert summary.all_quarantined and summary.quarantined == 2
 
 
-def test_an_option_the_format_does_not_take_stops(sessions, tmp_path):
-    with pytest.raises(InputError, match=r"^--dimension applies to pku-saferlhf, not hh-rlhf$"):
-        run_import(sessions, write_jsonl(tmp_path / "hh.jsonl", HH), "hh-rlhf", dimension="safer")
+def test_a_criterion_the_format_does_not_give_stops(sessions, tmp_path):
+    hh, pku = write_jsonl(tmp_path / "hh.jsonl", HH), write_jsonl(tmp_path / "pku.jsonl", test_pku.ROWS[:2])
+    with pytest.raises(InputError) as stopped:
+        run_import(sessions, pku, "pku-saferlhf", criterion="safety")
+    assert str(stopped.value) == (
+        "--criterion safety: pku-saferlhf gives no such criterion (it gives helpfulness, harmlessness)"
+    )
+    with pytest.raises(InputError) as stopped:
+        run_import(sessions, write_jsonl(tmp_path / "shp.jsonl", test_shp.ROWS[:2]), "auto", criterion="honesty")
+    assert str(stopped.value) == (
+        "--criterion honesty: shp rows give only overall rankings, so there is no honesty to keep"
+    )
+    with pytest.raises(InputError, match=r"^--criterion must be a criterion's short name .*, not 'Safety!'$"):
+        DatasetImportSettings(criterion="Safety!")
     with pytest.raises(InputError, match=r"^unknown format 'hh'"):
         DatasetImportSettings(format="hh")
+    assert raw_rows(sessions) == []  # stopped before anything was written
+    # overall is every format's, and hh-rlhf's subsets are its criteria
+    assert run_import(sessions, hh, "hh-rlhf", criterion="overall").criteria == {"overall": 3}
+    assert run_import(sessions, hh, "hh-rlhf", criterion="harmlessness").criteria == {"harmlessness": 3}
 
 
 def test_batches_never_split_a_group_of_rows(sessions, tmp_path):

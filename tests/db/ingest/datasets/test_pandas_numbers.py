@@ -32,7 +32,9 @@ def missing(row: dict, key: str) -> dict:
     return {**row, key: None}
 
 
-# format, rows with one missing value (the last), the field, what the rest read back as from plain JSON Lines
+# format, rows with one missing value (the last), the field (PKU-SafeRLHF's by the criterion its verdict is:
+# its other verdict ranks the row without it)
+CRITERION = {"pku-saferlhf": "helpfulness"}
 CASES = {
     "helpsteer3": (
         [*test_helpsteer3.ROWS[:3], missing(test_helpsteer3.ROWS[4], "overall_preference")],
@@ -51,11 +53,12 @@ CASES = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_whole_number_floats_read_as_the_integers_they_are(sessions, tmp_path, name, suffix):
     rows, key = CASES[name]
-    plain = run_import(sessions, write_jsonl(tmp_path / "plain.jsonl", rows[:-1]), name)
+    criterion = CRITERION.get(name)
+    plain = run_import(sessions, write_jsonl(tmp_path / "plain.jsonl", rows[:-1]), name, criterion=criterion)
     expected = stored(sessions)
     path = pandas_file(tmp_path / f"pandas{suffix}", rows)
     assert re.search(r"\d\.0\b", pandas_text(path, key))  # pandas wrote the column as floats
-    summary = run_import(sessions, path, name)
+    summary = run_import(sessions, path, name, criterion=criterion)
     assert list(quarantined(sessions).values()) == [f"missing '{key}'"]
     # the same rankings as from the integers: tiers, details and ids alike, so recognised as the rankings
     # stored (by their own id, shp's and arena's; by what they mean, the others': issue 46 §1a)
@@ -82,10 +85,11 @@ def pandas_text(path: Path, key: str) -> str:
     ],
 )
 def test_a_fraction_or_a_boolean_is_refused_naming_the_field(fmt, row, key, allowed):
+    options = {"criterion": CRITERION[fmt.name]} if fmt.name in CRITERION else {}
     with pytest.raises(Invalid) as caught:
-        fmt.parse({**row, key: 1.5})
+        fmt.parse({**row, key: 1.5}, **options)
     assert str(caught.value) == f"'{key}' is 1.5, not a whole number (one of {allowed})"
     with pytest.raises(Invalid) as caught:
-        fmt.parse({**row, key: True})
+        fmt.parse({**row, key: True}, **options)
     assert str(caught.value) == f"'{key}' is True, not one of {allowed}"
     assert fmt.parse({**row, key: float(row[key])}) == fmt.parse(row)

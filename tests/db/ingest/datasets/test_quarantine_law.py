@@ -1,11 +1,11 @@
 """The law of what an import quarantines: everything its summary counts is in `preflab quarantine list`.
 
-Whatever the rows and however often they are read (by another --score-field, from another file with the
-rows in another order), after each import: every row it counts quarantined, and every reply it sets aside
-alone, is listed with the reason the import gave (issue 46 §1c: a row stored ok by an earlier import was
-counted but not listed); its counts are those of the rows' own parse; and nothing is listed that no
-import said. Generated UltraFeedback rows, with ratings "N/A", null or missing and empty completions, on
-SQLite and Postgres.
+Whatever the rows and however often they are read (every criterion, or one with --criterion, from another
+file with the rows in another order), after each import: every row it counts quarantined, every reply it
+sets aside alone, and every criterion of a row that gave no ranking, is listed with the reason the import
+gave (issue 46 §1c: a row stored ok by an earlier import was counted but not listed); its counts are those
+of the rows' own parse; and nothing is listed that no import said. Generated UltraFeedback rows, with
+ratings "N/A", null, missing or broken and empty completions, on SQLite and Postgres.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from tests.properties import examples
 pytestmark = pytest.mark.slow  # measured at a second or more a test: `make check` leaves it out
 
 MISSING = object()  # a key left out of the row
-FIELDS = ("overall_score", "honesty", "helpfulness", "fine-grained_score")
+# None: every criterion the format gives (fine_grained only when named)
+CRITERIA = (None, "overall", "honesty", "helpfulness", "fine_grained")
+ASPECTS = ("helpfulness", "honesty", "instruction_following", "truthfulness")
 
 
 @st.composite
 def completions(draw) -> dict:
-    ratings = {
-        aspect: draw(st.sampled_from(["1", "3", "5", "N/A", None, MISSING])) for aspect in ("honesty", "helpfulness")
-    }
+    ratings = {aspect: draw(st.sampled_from(["1", "3", "5", "N/A", None, MISSING, "five"])) for aspect in ASPECTS}
     completion = {
         "model": draw(st.sampled_from(["gpt-4", "bard", "alpaca-7b"])),
         "response": draw(st.sampled_from(["", "Yes.", "No.", "Maybe.", "Seven."])),
@@ -48,13 +48,13 @@ def completions(draw) -> dict:
 
 @st.composite
 def imports(draw) -> tuple[list[dict], list[tuple[str, bool]]]:
-    """Rows (each its own instruction), and the imports to run: (score field, whether the rows come reversed)."""
+    """Rows (each its own instruction), and the imports to run: (criterion, whether the rows come reversed)."""
     n = draw(st.integers(1, 4))
     rows = [
         {"instruction": f"Question {i}?", "completions": draw(st.lists(completions(), min_size=1, max_size=4))}
         for i in range(n)
     ]
-    runs = draw(st.lists(st.tuples(st.sampled_from(FIELDS), st.booleans()), min_size=2, max_size=3))
+    runs = draw(st.lists(st.tuples(st.sampled_from(CRITERIA), st.booleans()), min_size=2, max_size=3))
     return rows, runs
 
 
@@ -62,16 +62,17 @@ def canonical(payload: str) -> str:
     return json.dumps(json.loads(payload), sort_keys=True)
 
 
-def expected(rows: list[dict], field: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
-    """What the rows' own parse quarantines: (row, reason) of each row, and (reply, reason) of each set aside."""
+def expected(rows: list[dict], criterion: str | None) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """What the rows' own parse quarantines: (row, reason) of each row, and (part, reason) of each set aside (a
+    reply, or a criterion that gave the row no ranking)."""
     whole, parts = [], []
     for data in rows:
         try:
-            (record,) = FORMAT.parse(data, score_field=field)
+            records = FORMAT.parse(data, criterion=criterion)
         except Invalid as exc:
             whole.append((canonical(json.dumps(data)), str(exc)))
             continue
-        parts += [(canonical(part_payload(value)), reason) for _, value, reason in record.set_aside]
+        parts += [(canonical(part_payload(value)), reason) for r in records for _, value, reason in r.set_aside]
     return whole, parts
 
 
@@ -90,12 +91,15 @@ def test_every_row_an_import_counts_quarantined_is_listed_with_its_reason(sessio
     @given(imports())
     def law(case):
         rows, runs = case
-        for field, reversed_ in runs:
+        for criterion, reversed_ in runs:
             order = rows[::-1] if reversed_ else rows
             path = write_jsonl(tmp_path / f"uf{next(run)}.jsonl", order)
-            summary = run_import(sessions, path, "ultrafeedback", score_field=field)
-            whole, parts = expected(order, field)
-            assert (summary.quarantined, summary.quarantined_replies) == (len(whole), len(parts))
+            summary = run_import(sessions, path, "ultrafeedback", criterion=criterion)
+            whole, parts = expected(order, criterion)
+            assert (summary.quarantined, summary.quarantined_replies + summary.quarantined_criteria) == (
+                len(whole),
+                len(parts),
+            )
             assert summary.reasons == dict(Counter(reason for _, reason in whole))
             said.update(whole + parts)
             shown = listed(sessions)
