@@ -1,15 +1,17 @@
-"""rankings name their criterion; PKU-SafeRLHF's and UltraFeedback's verdicts move from annotators to criteria
+"""rankings name their criterion; PKU-SafeRLHF's, UltraFeedback's and hh-rlhf's verdicts move to criteria
 
 A ranking now orders its replies by one criterion (`rankings.criterion`, `overall` where the source names
 none), described in a new `criteria` table; the comparisons carry their rankings' criterion, and the unique
 key of a ranking takes it (one annotation or dataset row may order the same replies by several criteria).
-Every ranking stored before is `overall`, except those of two datasets whose verdicts were stored as
-annotators because there were no criteria:
+Every ranking stored before is `overall`, except those of datasets whose verdicts were stored as annotators
+(or as files) because there were no criteria:
 
 - PKU-SafeRLHF's `pku-saferlhf-better` and `pku-saferlhf-safer` become one annotator, `pku-saferlhf`, with
   the criteria `helpfulness` and `harmlessness` (the dataset's "better" is its helpfulness preference);
 - UltraFeedback's `openbmb/UltraFeedback:<score field>` become `openbmb/UltraFeedback`, with the criterion
-  the field names (`overall_score` is `overall`, `fine-grained_score` is `fine_grained`, an aspect its name).
+  the field names (`overall_score` is `overall`, `fine-grained_score` is `fine_grained`, an aspect its name);
+- hh-rlhf's rankings imported from a file of one subset (its name or its folder's starting `helpful-` or
+  `harmless-`, as `raw_records.origin` keeps it) take that subset's criterion, as the import gives it now.
 
 A moved ranking keyed by what it means (`preflab.db.ingest.identity`) is re-keyed to what the import now
 computes (the annotator's new name, and the criterion), so importing the same file again adds nothing. The
@@ -19,8 +21,9 @@ no annotator, ranking or raw record is deleted. Pairs of the moved rankings take
 next `pairs build` is a full one. `preflab db upgrade` prints how many rankings moved.
 
 What the identity hashes is frozen here, as in 0013. SQLite rebuilds `rankings` for its new unique key: on
-100,000 rankings, 10,000 of them moved, the migration took 1.1 s on SQLite and 1.5 s on Postgres (2 cores). Downgrading moves the rankings back to their
-old annotators and ids, and refuses while the store holds rankings of a criterion 0014 did not give them.
+100,000 rankings, 10,000 of them moved, the migration took 1.1 s on SQLite and 1.5 s on Postgres (2 cores).
+Downgrading moves the rankings back to their old annotators and ids, and refuses while the store holds
+rankings of a criterion 0014 did not give them.
 
 Revision ID: 0014
 Revises: 0013
@@ -33,6 +36,7 @@ import math
 import secrets
 from collections import defaultdict
 from datetime import datetime, timezone
+from pathlib import PurePath
 
 import orjson
 import sqlalchemy as sa
@@ -50,6 +54,8 @@ OLD_KEY = ("external_id", "annotator_id", "source", "version")
 NEW_KEY = (*OLD_KEY, "criterion")
 
 ASPECTS = ("helpfulness", "honesty", "instruction_following", "truthfulness")
+# hh-rlhf's subsets, by the start of their file's or folder's name (`preflab.db.ingest.datasets.hh`)
+HH, HH_SUBSETS = "hh-rlhf", {"helpful-": "helpfulness", "harmless-": "harmlessness"}
 # (kind, old name) -> (new name, criterion)
 MOVES = {
     ("human", "pku-saferlhf-better"): ("pku-saferlhf", "helpfulness"),
@@ -93,7 +99,9 @@ annotators = sa.table(
     sa.column("config", sa.JSON),
     sa.column("created_at", sa.DateTime(timezone=True)),
 )
-raw_records = sa.table("raw_records", sa.column("id", sa.Integer), sa.column("source", sa.String))
+raw_records = sa.table(
+    "raw_records", sa.column("id", sa.Integer), sa.column("source", sa.String), sa.column("origin", sa.String)
+)
 comparisons = sa.table("comparisons", sa.column("ranking_id", sa.Integer), sa.column("criterion", sa.String))
 pair_builds = sa.table("pair_builds", sa.column("id", sa.Integer), sa.column("mode", sa.String))
 criteria = sa.table(
@@ -181,8 +189,9 @@ def upgrade() -> None:
     if not moved:
         return
     line = (
-        f"rankings name their criterion now: {sum(moved.values()):,} of PKU-SafeRLHF and UltraFeedback moved from "
-        f"an annotator per verdict to one annotator per dataset with a criterion per verdict "
+        f"rankings name their criterion now: {sum(moved.values()):,} of PKU-SafeRLHF, UltraFeedback and hh-rlhf's "
+        f"subsets moved from an annotator per verdict (a file per subset) to one annotator per dataset with a "
+        f"criterion per verdict "
         f"({', '.join(f'{c} {n:,}' for c, n in sorted(moved.items()))}); the next pairs build is a full one"
     )
     log.info(line)
@@ -209,9 +218,8 @@ def _annotator(bind, kind: str, name: str) -> int:
 
 
 def _move(bind) -> dict[str, int]:
-    """Move the rankings of the annotators in MOVES to their new annotator and criterion: criterion -> count."""
+    """Move MOVES' annotators' rankings, and hh-rlhf's of a named subset, to their criterion: criterion -> count."""
     moved: dict[str, int] = defaultdict(int)
-    now = datetime.now(timezone.utc)
     for (kind, old_name), (new_name, criterion) in MOVES.items():
         old_id = bind.scalar(sa.select(annotators.c.id).where(annotators.c.kind == kind, annotators.c.name == old_name))
         if old_id is None:
@@ -223,59 +231,88 @@ def _move(bind) -> dict[str, int]:
             .where(annotators.c.id == old_id)
             .values(config={**config, "merged_into": {"name": new_name, "criterion": criterion}})
         )
-        last = 0
-        while True:
-            rows = bind.execute(
-                sa.select(
-                    rankings.c.id,
-                    rankings.c.external_id,
-                    rankings.c.prompt_id,
-                    rankings.c.details,
-                    raw_records.c.source,
-                )
-                .outerjoin(raw_records, raw_records.c.id == rankings.c.raw_record_id)
-                .where(rankings.c.annotator_id == old_id, rankings.c.id > last)
-                .order_by(rankings.c.id)
-                .limit(CHUNK)
-            ).all()
-            if not rows:
-                break
-            last = rows[-1][0]
-            replies = _replies(bind, [r[0] for r in rows])
-            hashes = dict(
-                bind.execute(
-                    sa.select(prompts.c.id, prompts.c.content_hash).where(prompts.c.id.in_({r[2] for r in rows}))
-                ).all()
-            )
-            updates = []
-            for rid, external_id, prompt_id, details, raw_source in rows:
-                fmt = (raw_source or "").removeprefix("import:")
-                new_external = external_id
-                mine = replies[rid]
-                if _content_identity(fmt, kind, old_name, hashes[prompt_id], mine, details) == external_id:
-                    new_external = _content_identity(fmt, kind, new_name, hashes[prompt_id], mine, details, criterion)
-                updates.append(
-                    {
-                        "rid": rid,
-                        "annotator_id": new_id,
-                        "criterion": criterion,
-                        "external_id": new_external,
-                        "details": {
-                            **(details or {}),
-                            "renamed_from": {"annotator": old_name, "external_id": external_id},
-                        },
-                        "updated_at": now,
-                    }
-                )
-            bind.execute(rankings.update().where(rankings.c.id == sa.bindparam("rid")), updates)
-            bind.execute(
-                comparisons.update().where(comparisons.c.ranking_id.in_([u["rid"] for u in updates])),
-                {"criterion": criterion},
-            )
-            moved[criterion] += len(updates)
+        for criterion_of_row, count in _rekeyed(
+            bind, old_id, (kind, old_name), (new_id, new_name), lambda _, to=criterion: to
+        ):
+            moved[criterion_of_row] += count
+    hh = bind.scalar(sa.select(annotators.c.id).where(annotators.c.kind == "human", annotators.c.name == HH))
+    if hh is not None:  # the annotator stays; the criterion is the subset its file came from, where it says one
+        for criterion, count in _rekeyed(bind, hh, ("human", HH), (hh, HH), _hh_subset):
+            moved[criterion] += count
     if moved:  # aggregated pairs may have combined two verdicts: the next build rewrites everything
         bind.execute(pair_builds.update().values(mode=None))
     return moved
+
+
+def _hh_subset(origin: str | None) -> str | None:
+    """The criterion of an hh-rlhf file from its name or its folder's (`harmless-base/train.jsonl.gz`), or None."""
+    if not origin:
+        return None
+    path = PurePath(origin)
+    for name in (path.name, path.parent.name):
+        for prefix, criterion in HH_SUBSETS.items():
+            if name.lower().startswith(prefix):
+                return criterion
+    return None
+
+
+def _rekeyed(bind, old_id: int, old: tuple[str, str], new: tuple[int, str], criterion_of) -> list[tuple[str, int]]:
+    """Move annotator `old_id`'s rankings to annotator `new` and the criterion `criterion_of(raw origin)` gives
+    (None: left alone), re-keying those keyed by what they mean; returns (criterion, rankings moved) per chunk."""
+    (kind, old_name), (new_id, new_name) = old, new
+    now = datetime.now(timezone.utc)
+    out, last = [], 0
+    while True:
+        rows = bind.execute(
+            sa.select(
+                rankings.c.id,
+                rankings.c.external_id,
+                rankings.c.prompt_id,
+                rankings.c.details,
+                raw_records.c.source,
+                raw_records.c.origin,
+            )
+            .outerjoin(raw_records, raw_records.c.id == rankings.c.raw_record_id)
+            .where(rankings.c.annotator_id == old_id, rankings.c.id > last, rankings.c.criterion == OVERALL)
+            .order_by(rankings.c.id)
+            .limit(CHUNK)
+        ).all()
+        if not rows:
+            return out
+        last = rows[-1][0]
+        rows = [(*row, criterion_of(row[5])) for row in rows]
+        rows = [row for row in rows if row[-1] is not None]
+        if not rows:
+            continue
+        replies = _replies(bind, [r[0] for r in rows])
+        hashes = dict(
+            bind.execute(
+                sa.select(prompts.c.id, prompts.c.content_hash).where(prompts.c.id.in_({r[2] for r in rows}))
+            ).all()
+        )
+        updates = []
+        for rid, external_id, prompt_id, details, raw_source, _origin, criterion in rows:
+            fmt = (raw_source or "").removeprefix("import:")
+            new_external = external_id
+            mine = replies[rid]
+            if _content_identity(fmt, kind, old_name, hashes[prompt_id], mine, details) == external_id:
+                new_external = _content_identity(fmt, kind, new_name, hashes[prompt_id], mine, details, criterion)
+            renamed = {"annotator": old_name, "external_id": external_id}
+            updates.append(
+                {
+                    "rid": rid,
+                    "annotator_id": new_id,
+                    "criterion": criterion,
+                    "external_id": new_external,
+                    "details": {**(details or {}), "renamed_from": renamed},
+                    "updated_at": now,
+                }
+            )
+        bind.execute(rankings.update().where(rankings.c.id == sa.bindparam("rid")), updates)
+        for criterion in {u["criterion"] for u in updates}:
+            ids = [u["rid"] for u in updates if u["criterion"] == criterion]
+            bind.execute(comparisons.update().where(comparisons.c.ranking_id.in_(ids)), {"criterion": criterion})
+            out.append((criterion, len(ids)))
 
 
 def _replies(bind, ids: list[int]) -> dict[int, list[tuple]]:
