@@ -3,7 +3,7 @@
 The page is meant to be passed around a team, so it carries no person's name or email,
 no secrets and no full texts. People appear by pseudonym only. An AI annotator is no
 person: it appears by its name (`judge:pairwise:<run>:openai:judge-b`,
-`openbmb/UltraFeedback:overall_score`), so a reader can tell which judge is which, with
+`openbmb/UltraFeedback`), so a reader can tell which judge is which, with
 its model's local folders dropped as any model label's are. Every free-form string taken
 from the store goes through one of these functions before it reaches the page.
 """

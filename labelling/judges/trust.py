@@ -16,7 +16,7 @@ prompts both ranked, like the judges preflab ran. One that shares no prompt with
 people is listed, with no agreement (shared_prompts 0). Imported rankings keep no
 verdicts in both orders, so their position bias is None too ("imported": True says why).
 Each judge is named by its name (`judge`: `judge:pairwise:<run>:openai:judge-b` for a judge preflab ran,
-`openbmb/UltraFeedback:overall_score` for an import), the name `ls predict --judge` and `serve --judge` take:
+`openbmb/UltraFeedback` for an import), the name `ls predict --judge` and `serve --judge` take:
 pseudonyms protect people, and a judge is none. Its stored pseudonym (`pseudonym`) is the one exports use.
 
 The measures are `judge_report`'s (`preflab.labelling.judges.report`); the rows
