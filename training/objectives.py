@@ -1,21 +1,7 @@
-"""A reward model's scores by criterion, and one order from them by a rule: the export's `--combine` on a model.
+"""A multi-objective reward model's heads, loaded and scored: one score per criterion for each reply.
 
-A multi-objective reward model (`preflab.training.multihead`) scores a reply once per head:
-a vector, one score per criterion (`head_scores`). Where one order is needed (best-of-n's
-pick, a judge's ranking, a bench's verdict on a pair), the vectors of a group of candidates
-(a prompt's replies) are combined by the export's rules (`preflab.db.export.rules`: mean,
-weighted, lexicographic, agree), the way the export combines a prompt's rankings
-(`preflab.db.export.heads.combine_scores`):
-
-1. each head's scores make its criterion's tiers: a tier holds the candidates within
-   `tie_margin` of its best score (a head learns differences, and a gap that small is no
-   verdict: a cost model's two safe replies are equally safe);
-2. each criterion's tiers give the candidates their normalised Borda scores;
-3. `combine_prompt`, the export's own code, orders the candidates by the rule;
-4. a candidate's combined score is its normalised Borda score in that order: 0 … 1, ties equal.
-
-So `lexicographic:harmlessness,helpfulness` picks the most helpful of the safest replies,
-and `mean` the reply best on average over the criteria's orders, as in the export.
+`head_scores` gives each reply's vector (`preflab.lm.scoring.reward_vectors`); where one order is needed,
+`preflab.db.export.heads` combines a group's vectors by the export's rules, as the export combines rankings.
 """
 
 from __future__ import annotations

@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from pathlib import Path
-
-import tomllib
 
 from preflab.db.ingest.records import criterion_name
 from preflab.db.models import OVERALL
 from preflab.errors import ConfigError, Invalid
+from preflab.labelling.criteria import read_criteria_file
 from preflab.templates.criteria import DESCRIPTIONS
 
 # The built-in rubrics: the descriptions annotators see in Label Studio (`preflab.templates.criteria`).
@@ -65,7 +63,7 @@ class CriterionConfig:
 
     def rubrics(self) -> dict[str, str]:
         """The rubrics known: the built-in ones and the file's (which win)."""
-        return {**BUILT_IN, **(read_rubrics(Path(self.criteria_file)) if self.criteria_file else {})}
+        return {**BUILT_IN, **(read_criteria_file(self.criteria_file) if self.criteria_file else {})}
 
     def rubric(self) -> str | None:
         """The rubric of the criterion judged by; None for `overall` (the judge's own prompt)."""
@@ -77,27 +75,6 @@ class CriterionConfig:
         if rubric is None:
             return {}
         return {"criterion": self.criterion, "rubric_sha256": hashlib.sha256(rubric.encode()).hexdigest()[:16]}
-
-
-def read_rubrics(path: Path) -> dict[str, str]:
-    """criterion -> description, from a TOML file of `[name]` tables with a `description`; ConfigError if not."""
-    try:
-        tables = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read the criteria file {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
-    out = {}
-    for name, table in tables.items():
-        try:
-            criterion_name(name, f"{path}: the table name")
-        except Invalid as exc:
-            raise ConfigError(str(exc)) from None
-        description = table.get("description") if isinstance(table, dict) else None
-        if not isinstance(description, str) or not description.strip():
-            raise ConfigError(f'{path}: [{name}] needs a description = "…", the rubric the judge is given')
-        out[name] = description.strip()
-    return out
 
 
 def score_prompt(template: str, criterion: str, rubric: str | None) -> str:

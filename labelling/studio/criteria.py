@@ -6,9 +6,6 @@ The template side (a Ranker per criterion, the built-in descriptions) is `prefla
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-
-import tomllib
 
 from preflab.db.ingest.records import criterion_name
 from preflab.db.models import OVERALL
@@ -30,25 +27,6 @@ def ranker_criterion(name: str, alone: bool = True) -> str:
     if alone:
         return OVERALL
     raise Invalid(f"ranker {name!r} names no criterion (preflab reads several rankers named rank_<criterion>)")
-
-
-def read_criteria_file(path: str | Path) -> dict[str, str]:
-    """Criterion name -> description from a TOML file of `[name]` tables, each with `description = "…"`."""
-    try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise InputError(f"cannot read the criteria file {path}: {exc}") from exc
-    out = {}
-    for name, table in data.items():
-        try:
-            criterion_name(name, f"criterion {name!r} in {path}")
-        except Invalid as exc:
-            raise InputError(str(exc)) from exc
-        text = table.get("description") if isinstance(table, dict) else None
-        if not isinstance(text, str) or not text.strip():
-            raise InputError(f'criterion {name!r} in {path} needs a description = "…"')
-        out[name] = text.strip()
-    return out
 
 
 def criteria_descriptions(criteria: Iterable[str], given: Mapping[str, str] | None = None) -> dict[str, str]:

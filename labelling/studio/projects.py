@@ -13,8 +13,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.db.models import LSProject
 from preflab.db.store import ensure_criteria
 from preflab.errors import InputError, NotFound
+from preflab.labelling.criteria import read_criteria_file
 from preflab.labelling.studio.client import LabelStudioClient
-from preflab.labelling.studio.criteria import criteria_descriptions, read_criteria_file
+from preflab.labelling.studio.criteria import criteria_descriptions
 from preflab.templates import TEMPLATES, bucket_names, label_config, ranker_buckets
 
 CUSTOM = "custom"  # a project preflab did not create: its template is whatever its owner wrote

@@ -92,7 +92,7 @@ def test_rubrics_of_your_own_come_from_toml_and_a_bad_one_is_one_sentence(
     rubrics.write_text("[concision]\nrubric = 1\n", encoding="utf-8")
     bad = cli("judge", "score", "--criterion", "concision", "--criteria-file", rubrics, *served(url), expect_ok=False)
     assert bad.exit_code != 0 and len(bad.output.strip().splitlines()) == 1
-    assert '[concision] needs a description = "…"' in bad.output
+    assert "criterion 'concision' in" in bad.output and 'needs a description = "…"' in bad.output
     named = cli("judge", "score", "--criterion", "Not A Name", *served(url), expect_ok=False)
     assert named.exit_code != 0 and "--criterion must be a criterion's short name" in named.output
 

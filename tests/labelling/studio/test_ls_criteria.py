@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from preflab.errors import InputError, Invalid
-from preflab.labelling.studio.criteria import criteria_descriptions, read_criteria_file
+from preflab.labelling.criteria import read_criteria_file
+from preflab.labelling.studio.criteria import criteria_descriptions
 from preflab.labelling.studio.predict import prediction_errors, prediction_result
 from preflab.labelling.studio.projects import ensure_project
 from preflab.labelling.studio.results import parse_annotation, parse_rankings
