@@ -26,6 +26,13 @@ class BonSampleConfig(SamplingConfig):
             "rankings, and the estimate, are of its criterion."
         },
     )
+    combine: str | None = field(
+        default=None,
+        metadata={
+            "help": "A multi-objective reward model: score each draw by its place (0 … 1) among its prompt's N draws "
+            "by this rule over the heads, as export --combine orders (mean, weighted:…, lexicographic:…, agree)."
+        },
+    )
     conversational: bool = field(
         default=False,
         metadata={
@@ -42,8 +49,11 @@ class BonSampleConfig(SamplingConfig):
             raise ConfigError(f"--batch-size must be at least 1, got {self.batch_size}")
 
     def identity(self) -> dict[str, Any]:
-        """The settings that decide what is sampled (batch size only decides how fast; no head: as before heads)."""
-        return {k: v for k, v in asdict(self).items() if k != "batch_size" and not (k == "head" and v is None)}
+        """The settings that decide what is sampled (batch size only decides how fast; no head or rule: as before
+        reward models had heads)."""
+        return {
+            k: v for k, v in asdict(self).items() if k != "batch_size" and not (k in ("head", "combine") and v is None)
+        }
 
 
 # Best-of-n's defaults: N = 8 draws from the policy's own distribution.

@@ -48,23 +48,27 @@ SOURCE = "bon"
 
 
 def reward_reader(reward: NamedModel, config: BonSampleConfig):
-    """(prompts, responses) -> the reward model's score of each: its one head's, or `config.head`'s of several."""
+    """(prompts, responses, group sizes) -> the reward model's score of each response: its one head's, or
+    `config.head`'s of several, or its place among its group (a prompt's draws, `sizes` in order) by `config.combine`.
+    """
     from preflab.db.export.heads import heads_reader
     from preflab.lm.loading import head_names
     from preflab.lm.scoring import reward_scores, reward_vectors
 
     model, tokenizer, size = reward.model, reward.tokenizer, config.batch_size
-    read = heads_reader(
-        head_names(model.config),
-        model.config.num_labels,
-        config.head,
-        None,
-        model=reward.label,
-        options=("--head NAME", None),
-    )
+    names, count = head_names(model.config), model.config.num_labels
+    read = heads_reader(names, count, config.head, config.combine, model=reward.label)
     if read is None:
-        return lambda prompts, responses: reward_scores(model, tokenizer, prompts, responses, size)
-    return lambda prompts, responses: read(reward_vectors(model, tokenizer, prompts, responses, size))
+        return lambda prompts, responses, sizes: reward_scores(model, tokenizer, prompts, responses, size)
+
+    def score(prompts, responses, sizes: list[int]) -> list[float]:
+        vectors, out, at = reward_vectors(model, tokenizer, prompts, responses, size), [], 0
+        for n in sizes:  # a head reads each alone; a rule orders each prompt's draws together
+            out += read(vectors[at : at + n])
+            at += n
+        return out
+
+    return score
 
 
 def reward_model_version(session: Session, name: str) -> ModelVersion:
@@ -204,7 +208,7 @@ def _store_prompt(
             for cid, d in by_candidate.items()
         ],
         within_source=True,
-        criterion=config.head or OVERALL,
+        criterion=config.head or OVERALL,  # a rule's order is the one order: overall
     )
     summary.superseded += superseded
     best = by_candidate[chosen]
@@ -269,7 +273,8 @@ def best_of_n(
                 for (_, turns), samples, _ in kept
                 for s in samples
             ]
-            values = iter(score([p for p, _ in inputs], [r for _, r in inputs]) if inputs else [])
+            sizes = [len(samples) for _, samples, _ in kept]
+            values = iter(score([p for p, _ in inputs], [r for _, r in inputs], sizes) if inputs else [])
             rng = random.Random(batch_seed(config.seed, [pid for pid, _ in batch]))
             with sessions.begin() as session:
                 for (prompt_id, _), samples, drawn_with in kept:

@@ -226,3 +226,28 @@ def test_a_multi_objective_reward_model_picks_by_the_head_asked(cli, sessions, m
                 assert item.score == pytest.approx(round(vector[1], 6), abs=1e-4)  # the helpfulness head
             (selected,) = [i for i in ranking.items if i.details["selected"]]
             assert selected.score == max(i.score for i in ranking.items)  # the best by that head is kept
+
+    # A rule over the heads: each draw scored by its place among its prompt's draws; the ranking is the one order
+    from preflab.db.export.heads import combine_group, heads_rule
+
+    rule = "lexicographic:harmlessness,helpfulness"
+    out = json.loads(cli(*args, "--max-new-tokens", 6, "--combine", rule, "--seed", 1, "--json").stdout)
+    assert out["prompts"] == 2
+    names = ["harmlessness", "helpfulness"]
+    with sessions.begin() as session:
+        annotator = session.scalar(select(Annotator).where(Annotator.name == "rm-heads"))
+        rankings = session.scalars(
+            select(Ranking).where(
+                Ranking.annotator_id == annotator.id, Ranking.criterion == "overall", Ranking.status == "valid"
+            )
+        ).all()
+        assert len(rankings) == 2
+        for ranking in rankings:
+            prompt = session.get(Prompt, ranking.prompt_id).text
+            drawn = [(i, session.get(Candidate, i.candidate_id).text) for i in ranking.items]
+            group = [text for item, text in drawn for _ in range(item.details["copies"])]  # the N draws
+            places = combine_group(
+                heads_rule(rule, names), names, reward_vectors(reward, tokenizer, [prompt] * len(group), group)
+            )
+            by_text = dict(zip(group, places))
+            assert [item.score for item, _ in drawn] == pytest.approx([by_text[text] for _, text in drawn], abs=1e-6)
