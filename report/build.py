@@ -19,12 +19,18 @@ from preflab.console import SILENT, Reporter
 from preflab.report.render import SECTIONS, render_report
 
 
-def build_report(session: Session, *, no_text: bool = False, reporter: Reporter = SILENT) -> dict[str, Any]:
+def build_report(
+    session: Session, *, no_text: bool = False, criterion: str | None = None, reporter: Reporter = SILENT
+) -> dict[str, Any]:
     """Everything the page shows, by section; "sections" lists those the store holds something for.
 
     Args:
         no_text: leave out every excerpt of a prompt or response text.
+        criterion: the criterion the agreement, judges and leaderboard sections measure (never a mixture of
+            two); None: `overall` where the store has it, else the criterion with the most valid rankings.
+            The Criteria section shows every one.
     """
+    from preflab.db.leaderboard.board import LeaderboardConfig
     from preflab.report.agreement import agreement_section
     from preflab.report.criteria import criteria_section
     from preflab.report.data import data_section
@@ -33,12 +39,13 @@ def build_report(session: Session, *, no_text: bool = False, reporter: Reporter 
     from preflab.report.models import models_section
     from preflab.report.optimisation import optimisation_section
 
+    criterion = measured_criterion(session, criterion)
     builders = {
         "data": data_section,
-        "agreement": lambda s: agreement_section(s, no_text=no_text),
+        "agreement": lambda s: agreement_section(s, no_text=no_text, criterion=criterion),
         "criteria": criteria_section,
-        "judges": judges_section,
-        "leaderboard": leaderboard_section,
+        "judges": lambda s: judges_section(s, criterion),
+        "leaderboard": lambda s: leaderboard_section(s, LeaderboardConfig(criterion=criterion)),
         "models": models_section,
         "optimisation": optimisation_section,
     }
@@ -47,12 +54,38 @@ def build_report(session: Session, *, no_text: bool = False, reporter: Reporter 
         "preflab_version": __version__,
         "database": session.get_bind().dialect.name,
         "no_text": no_text,
+        "criterion": criterion,
     }
     for name, build in builders.items():
         reporter.note(f"report: {SECTIONS[name].lower()}")
         report[name] = build(session)
     report["sections"] = [name for name in SECTIONS if holds_data(name, report[name])]
     return report
+
+
+def measured_criterion(session: Session, asked: str | None) -> str:
+    """The criterion the measuring sections read: the one asked (one sentence if no ranking has it), else
+    `overall` where some valid ranking is, else the one with the most valid rankings."""
+    from sqlalchemy import func, select
+
+    from preflab.db.models import OVERALL, Ranking, RankingStatus
+    from preflab.errors import InputError
+
+    counts = dict(
+        session.execute(
+            select(Ranking.criterion, func.count())
+            .where(Ranking.status == RankingStatus.valid.value)
+            .group_by(Ranking.criterion)
+        ).all()
+    )
+    if asked is not None:
+        if asked not in counts:
+            there = ", ".join(sorted(counts)) or "none"
+            raise InputError(f"--criterion {asked}: no valid ranking is by {asked} (the criteria ranked by: {there})")
+        return asked
+    if OVERALL in counts or not counts:
+        return OVERALL
+    return max(sorted(counts), key=counts.get)
 
 
 def holds_data(name: str, section: Any) -> bool:
@@ -72,14 +105,19 @@ def holds_data(name: str, section: Any) -> bool:
 
 
 def write_report(
-    session: Session, out: str | Path, *, no_text: bool = False, reporter: Reporter = SILENT
+    session: Session,
+    out: str | Path,
+    *,
+    no_text: bool = False,
+    criterion: str | None = None,
+    reporter: Reporter = SILENT,
 ) -> dict[str, Any]:
     """Build the report from the store and write it as one self-contained HTML file.
 
     Returns:
         The report's data (as `build_report`), with "path": the file written.
     """
-    report = build_report(session, no_text=no_text, reporter=reporter)
+    report = build_report(session, no_text=no_text, criterion=criterion, reporter=reporter)
     reporter.note("report: charts and page")
     report["path"] = str(render_report(report, out))
     return report

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from preflab.db.models import Annotator
+from preflab.db.models import OVERALL, Annotator
 from preflab.labelling.judges.report import judge_report
 from preflab.labelling.judges.trust import trust_rows
 from preflab.report.privacy import ai_label, judge_model_label
@@ -28,9 +28,10 @@ MEASURES = ("swap_consistency", "first_position_rate", "longer_wins", "length_co
 OPTIONAL = ("method", "score_mass", "seconds_per_candidate", "cost_per_1000_pairs", "pairs_per_s")
 
 
-def judges_section(session: Session) -> list[dict[str, Any]]:
-    """One row per judge that ranked something, in the order to trust them (none: an empty list)."""
-    report = {row["annotator_id"]: row for row in judge_report(session, per_prompt=True, imported=True)}
+def judges_section(session: Session, criterion: str = OVERALL) -> list[dict[str, Any]]:
+    """One row per judge that ranked something by `criterion`, in the order to trust them (none: an empty list)."""
+    rows = judge_report(session, per_prompt=True, imported=True, criterion=criterion)
+    report = {row["annotator_id"]: row for row in rows}
     trust = trust_rows(list(report.values()))
     if not trust:
         return []

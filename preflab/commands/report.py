@@ -13,9 +13,15 @@ from preflab.settings import Settings
 @click.argument("out", metavar="OUT.html", type=click.Path(dir_okay=False))
 @click.option("--open", "open_page", is_flag=True, help="Open the page in a web browser once it is written.")
 @click.option("--no-text", is_flag=True, help="Leave out every excerpt of prompt and response texts.")
+@click.option(
+    "--criterion",
+    metavar="NAME",
+    help="The criterion agreement, judges and the leaderboard measure (default: overall, else the one with the most "
+    "rankings); the Criteria section shows every one.",
+)
 @json_option
 @pass_settings
-def page_command(settings: Settings, out, open_page, no_text, as_json):
+def page_command(settings: Settings, out, open_page, no_text, criterion, as_json):
     """Write one self-contained HTML page: data, agreement, judges, leaderboard, models, optimisation.
 
     The page loads nothing from the network (styles, charts and data are inside
@@ -30,7 +36,7 @@ def page_command(settings: Settings, out, open_page, no_text, as_json):
     from preflab.report.render import SECTIONS
 
     with open_sessions(settings.database_url, existing=True).begin() as session:
-        report = write_report(session, out, no_text=no_text, reporter=Reporter(not as_json))
+        report = write_report(session, out, no_text=no_text, criterion=criterion, reporter=Reporter(not as_json))
     if open_page:
         import webbrowser
         from pathlib import Path

@@ -84,3 +84,24 @@ def test_a_split_verdict_is_no_verdict(cli, tmp_path):
     cli("import", "rankings", write_lines(tmp_path / "split.jsonl", lines))
     report = json.loads(cli("report", tmp_path / "r.html", "--json").stdout)
     assert report["criteria"]["tension"] == []
+
+
+def test_the_measuring_sections_read_one_criterion_the_one_asked(cli, tmp_path):
+    """Agreement, judges and the leaderboard measure one criterion: `--criterion`'s, else overall, else the one
+    with the most rankings; never a mixture (mixed, ann and bob would disagree with themselves on harmful prompts)."""
+    lines, _, _ = world()
+    cli("import", "rankings", write_lines(tmp_path / "world.jsonl", lines))
+    default = json.loads(cli("report", tmp_path / "a.html", "--json").stdout)
+    assert default["criterion"] in ("harmlessness", "helpfulness")  # 12 rankings each, no overall: the first name
+    for criterion in ("helpfulness", "harmlessness"):
+        report = json.loads(cli("report", tmp_path / f"{criterion}.html", "--criterion", criterion, "--json").stdout)
+        assert report["criterion"] == criterion
+        everyone = report["agreement"]["categories"]["all"]
+        assert everyone["pairwise_agreement"] == 1.0 and everyone["ranking_pairs"] == 6  # ann and bob, 6 prompts
+        html = (tmp_path / f"{criterion}.html").read_text(encoding="utf-8")
+        assert f"measure <b>{criterion}</b>" in html
+    unknown = cli("report", tmp_path / "x.html", "--criterion", "honesty", expect_ok=False)
+    assert (
+        unknown.exit_code != 0
+        and "no valid ranking is by honesty (the criteria ranked by: harmlessness, helpfulness)" in unknown.output
+    )
