@@ -17,6 +17,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from preflab.db.models.base import Base, _ts
+from preflab.db.models.rankings import OVERALL
 
 
 class LSProject(Base):
@@ -63,9 +64,12 @@ class GoldAnswer(Base):
     """
 
     __tablename__ = "gold_answers"
+    # One known order per prompt and criterion (a gold line's `criterion`, `overall` by default).
+    __table_args__ = (UniqueConstraint("prompt_id", "criterion"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"), unique=True)
+    prompt_id: Mapped[int] = mapped_column(ForeignKey("prompts.id", ondelete="CASCADE"))
+    criterion: Mapped[str] = mapped_column(String(40), default=OVERALL, server_default=OVERALL)
     tiers: Mapped[list[Any]] = mapped_column(JSON)  # candidate ids by tier, best first
     origin: Mapped[str | None] = mapped_column(String(500))  # the gold file
     created_at: Mapped[datetime] = _ts()

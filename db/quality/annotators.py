@@ -13,8 +13,7 @@ For each human annotator (by pseudonym), over their valid rankings:
 
 Every measure is within one criterion (`Ranking.criterion`): a person's helpfulness rankings are
 compared with the others' helpfulness rankings only, and flagged on their own. A gold answer
-(`GoldAnswer`) names no criterion: it is the `overall` order, so only `overall` rankings are
-measured against gold.
+(`GoldAnswer`) is of one criterion too: rankings are measured against their criterion's.
 
 Flags say why an annotator looks careless; each needs `min_measured` rankings
 behind it, so one unlucky ranking flags nobody. `excluded_annotators` turns
@@ -189,10 +188,10 @@ class QualityTally:
         ):
             self.people[aid].lead_times.append(lead)
         self.ids = np.array(sorted(self.people), dtype=np.int64)
-        # A gold answer is an overall order (it names no criterion): the other criteria have none.
+        # The gold answers of this criterion: rankings are measured against their own criterion's.
         gold = sorted(
             ((pid << 32) | cid, -float(t))
-            for pid, tiers in (gold_tiers(session) if criterion == OVERALL else {}).items()
+            for pid, tiers in gold_tiers(session, criterion).items()
             for t, tier in enumerate(tiers)
             for cid in tier
         )
@@ -254,8 +253,8 @@ def annotator_quality_by_criterion(
 
 
 def quality_exists(session: Session, criterion: str = OVERALL) -> bool:
-    """Whether there is anything to measure in `criterion`: gold answers (overall's), or two or more people."""
-    if criterion == OVERALL and session.scalar(select(GoldAnswer.id).limit(1)) is not None:
+    """Whether there is anything to measure in `criterion`: its gold answers, or two or more people."""
+    if session.scalar(select(GoldAnswer.id).where(GoldAnswer.criterion == criterion).limit(1)) is not None:
         return True
     people = (
         select(Ranking.annotator_id)

@@ -5,9 +5,9 @@ A gold file is JSON Lines in the ranking import's format, without an annotator:
 indices, best first (a tier of several is a tie). Gold answers measure
 annotators (`preflab annotators`); their prompts are never built into pairs, so
 they never reach a training set. A gold file is all or nothing: the first bad
-line stops it with one sentence, before anything is stored. A gold answer names
-no criterion (`GoldAnswer` has none): it is the `overall` order, and only
-`overall` rankings are measured against it.
+line stops it with one sentence, before anything is stored. A gold line may name
+its `criterion` (`overall` by default), as a ranking does: a prompt has at most one
+gold answer per criterion, and rankings are measured against their criterion's.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session
 from preflab.db.conversation import prompt_columns, reply_columns
 from preflab.db.ingest.lines import open_input, read_lines
 from preflab.db.ingest.records import RankingRecord, load_object, parse_ranking
-from preflab.db.models import GoldAnswer
-from preflab.db.store import ensure_candidates, ensure_prompts
+from preflab.db.models import OVERALL, GoldAnswer
+from preflab.db.store import ensure_candidates, ensure_criteria, ensure_prompts
 from preflab.errors import InputError, Invalid
 
 GOLD_SOURCE = "gold"
@@ -44,7 +44,7 @@ def parse_gold(line: str | bytes) -> RankingRecord:
 def read_gold(path: str | Path) -> list[RankingRecord]:
     """Every gold answer of a file; raises InputError naming the first bad line (nothing is stored)."""
     records: list[RankingRecord] = []
-    seen: dict[str, int] = {}
+    seen: dict[tuple[str, str], int] = {}
     with open_input(path) as handle:
         for line in read_lines(handle, path):
             if not line.data.strip():
@@ -53,13 +53,14 @@ def read_gold(path: str | Path) -> list[RankingRecord]:
                 record = parse_gold(line.data)
             except Invalid as exc:
                 raise InputError(f"{Path(path).name} line {line.number:,}: {exc}; no gold answer was stored") from None
-            if record.prompt_hash in seen:
+            key = (record.prompt_hash, record.criterion)
+            if key in seen:
                 raise InputError(
                     f"{Path(path).name} line {line.number:,}: the prompt of line "
-                    f"{seen[record.prompt_hash]:,} again (one gold answer per prompt); "
+                    f"{seen[key]:,} again (one gold answer per prompt and criterion); "
                     "no gold answer was stored"
                 )
-            seen[record.prompt_hash] = line.number
+            seen[key] = line.number
             records.append(record)
     if not records:
         raise InputError(f"{Path(path).name} holds no gold answers")
@@ -95,7 +96,7 @@ def store_gold(session: Session, records: list[RankingRecord], origin: str | Non
         },
     )
     stored = {
-        g.prompt_id: g
+        (g.prompt_id, g.criterion): g
         for g in session.scalars(select(GoldAnswer).where(GoldAnswer.prompt_id.in_(set(prompt_ids.values()))))
     }
     summary = GoldSummary()
@@ -104,25 +105,27 @@ def store_gold(session: Session, records: list[RankingRecord], origin: str | Non
         ids = [candidate_ids[(pid, h)] for h in r.response_hashes]
         tiers = [sorted(ids[i] for i in tier) for tier in r.tiers]
         summary.prompt_ids.append(pid)
-        if pid in stored:
-            if stored[pid].tiers != tiers:
+        if (pid, r.criterion) in stored:
+            known = stored[pid, r.criterion]
+            if known.tiers != tiers:
+                by = "" if r.criterion == OVERALL else f" by {r.criterion}"
                 raise InputError(
-                    f"gold answer {n + 1} ranks prompt {pid} differently from its stored gold answer"
-                    f" (from {stored[pid].origin or 'an earlier file'}); no gold answer was stored"
+                    f"gold answer {n + 1} ranks prompt {pid}{by} differently from its stored gold answer"
+                    f" (from {known.origin or 'an earlier file'}); no gold answer was stored"
                 )
             summary.unchanged += 1
             continue
-        session.add(GoldAnswer(prompt_id=pid, tiers=tiers, origin=origin))
+        ensure_criteria(session, [r.criterion])
+        session.add(GoldAnswer(prompt_id=pid, criterion=r.criterion, tiers=tiers, origin=origin))
         summary.new += 1
     session.flush()
     return summary
 
 
-def gold_tiers(session: Session) -> dict[int, list[list[int]]]:
-    """prompt id -> its gold ranking (candidate ids by tier, best first)."""
-    return {
-        pid: [list(t) for t in tiers] for pid, tiers in session.execute(select(GoldAnswer.prompt_id, GoldAnswer.tiers))
-    }
+def gold_tiers(session: Session, criterion: str = OVERALL) -> dict[int, list[list[int]]]:
+    """prompt id -> its gold ranking by `criterion` (candidate ids by tier, best first)."""
+    query = select(GoldAnswer.prompt_id, GoldAnswer.tiers).where(GoldAnswer.criterion == criterion)
+    return {pid: [list(t) for t in tiers] for pid, tiers in session.execute(query)}
 
 
 def gold_prompt_ids(session: Session) -> set[int]:

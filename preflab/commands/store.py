@@ -192,8 +192,8 @@ def annotators_command(settings: Settings, criterion, as_json, **options):
     One row per person, by pseudonym, with the flags the thresholds raise;
     `preflab pairs build --exclude-flagged` leaves the flagged ones out. A person
     is measured per criterion (helpfulness, harmlessness…: one block each, each
-    row naming its criterion), against the others' rankings of that criterion;
-    gold answers are `overall` orders.
+    row naming its criterion), against the others' rankings of that criterion
+    and against its gold answers (a gold line names its criterion).
 
     Example: preflab annotators --min-gold-tau 0.5 --json
     """

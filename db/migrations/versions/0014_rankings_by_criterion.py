@@ -1,8 +1,9 @@
 """rankings name their criterion; PKU-SafeRLHF's, UltraFeedback's and hh-rlhf's verdicts move to criteria
 
 A ranking now orders its replies by one criterion (`rankings.criterion`, `overall` where the source names
-none), described in a new `criteria` table; the comparisons carry their rankings' criterion, and the unique
-key of a ranking takes it (one annotation or dataset row may order the same replies by several criteria).
+none), described in a new `criteria` table; the comparisons and the gold answers carry a criterion too, and
+the unique keys of a ranking and of a gold answer take it (one annotation or dataset row may order the same
+replies by several criteria, and a prompt may have a known order by each).
 Every ranking stored before is `overall`, except those of datasets whose verdicts were stored as annotators
 (or as files) because there were no criteria:
 
@@ -179,6 +180,10 @@ def upgrade() -> None:
     )
     _swap_key(OLD_KEY, NEW_KEY, add_column=True)
     op.add_column("comparisons", sa.Column("criterion", sa.String(40), nullable=False, server_default=OVERALL))
+    with op.batch_alter_table("gold_answers") as batch:  # a known order per prompt and criterion
+        batch.add_column(sa.Column("criterion", sa.String(40), nullable=False, server_default=OVERALL))
+        batch.drop_constraint("uq_gold_answers_prompt_id", type_="unique")
+        batch.create_unique_constraint("uq_gold_answers_prompt_id_criterion", ["prompt_id", "criterion"])
     bind = op.get_bind()
     moved = _move(bind)
     used = {row[0] for row in bind.execute(sa.select(rankings.c.criterion).distinct())} | {OVERALL}
@@ -358,6 +363,12 @@ def downgrade() -> None:
             )
         elif criterion != OVERALL:
             refused.append((rid, criterion))
+    gold = sa.table("gold_answers", sa.column("criterion", sa.String))
+    if bind.scalar(sa.select(sa.func.count()).select_from(gold).where(gold.c.criterion != OVERALL)):
+        raise RuntimeError(
+            "a store below revision 0014 holds one gold answer per prompt, of no criterion, and this one holds gold "
+            "answers by criterion: nothing was changed"
+        )
     if refused:
         rid, criterion = refused[0]
         raise RuntimeError(
@@ -371,5 +382,9 @@ def downgrade() -> None:
             rest = {k: v for k, v in config.items() if k != "merged_into"}
             bind.execute(annotators.update().where(annotators.c.id == aid).values(config=rest or None))
     op.drop_column("comparisons", "criterion")
+    with op.batch_alter_table("gold_answers") as batch:
+        batch.drop_constraint("uq_gold_answers_prompt_id_criterion", type_="unique")
+        batch.create_unique_constraint("uq_gold_answers_prompt_id", ["prompt_id"])
+        batch.drop_column("criterion")
     _swap_key(NEW_KEY, OLD_KEY, add_column=False)
     op.drop_table("criteria")
