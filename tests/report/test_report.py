@@ -171,7 +171,7 @@ def test_rankings_alone_give_data_and_agreement_as_stats_counts_it(cli, db_url, 
     out = tmp_path / "report.html"
     printed = run_report(db_url, out)
     # The sample's two AI annotators were imported: judges too, against the sample's three people.
-    assert printed.startswith(f"wrote {out} (6 sections, 4 with data: Data, Agreement, Judges, Leaderboard)")
+    assert printed.startswith(f"wrote {out} (7 sections, 4 with data: Data, Agreement, Judges, Leaderboard)")
     html = out.read_text(encoding="utf-8")
     for lacking in ("models", "optimisation"):  # on the page, and marked in its navigation
         assert f'<section id="{lacking}">' in html and f'<a href="#{lacking}" class="lacking">' in html
