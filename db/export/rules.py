@@ -221,7 +221,8 @@ def _decisive_gap(rule: CombineRule, scores, place, a: int, b: int) -> float:
 def _agreed(rule: CombineRule, scores, tiers, covered: set[int], strategy: str) -> tuple[list[Pair], Counter]:
     """The pairs every criterion's pairs hold in the same order; the smallest criterion's gap is the margin."""
     held = [{(a, b) for a, b, _ in expand_tiers(tiers[c], strategy)} if c in tiers else set() for c in rule.criteria]
-    first = [(a, b) for a, b, _ in expand_tiers(tiers[rule.criteria[0]], strategy)] if held[0] else []
+    # no criterion (a store whose rankings order nothing), or the first orders nothing here: nothing agreed
+    first = [(a, b) for a, b, _ in expand_tiers(tiers[rule.criteria[0]], strategy)] if held and held[0] else []
     kept = [(a, b) for a, b in first if all((a, b) in pairs for pairs in held[1:])]
     pairs = [(a, b, min(scores[c][a] - scores[c][b] for c in rule.criteria)) for a, b in kept]
     agreed = {frozenset(p) for p in kept}

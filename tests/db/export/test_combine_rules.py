@@ -134,6 +134,13 @@ def test_combined_ties_and_missing_criteria_are_dropped_by_why():
     assert made == [(1, 2)] and dropped == Counter({NOT_RANKED: 2})
 
 
+@pytest.mark.parametrize("name", ["mean", "agree"])
+def test_a_rule_over_a_store_whose_rankings_order_nothing_makes_nothing(name):
+    # every ranking one tie: no criterion holds a pair, so the rule has no criteria to combine
+    assert combine_prompt(parse_rule(name).over([]), {}) == ([], Counter())
+    assert combine_prompt(parse_rule(name).over(["x"]), {"x": {1: 0.5, 2: 0.5}}) == ([], Counter())
+
+
 # --- one prompt: against a plain reading of each rule ------------------------------------------------------
 
 
