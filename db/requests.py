@@ -63,6 +63,31 @@ def request_key(endpoint: str, model: str, body: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
+def request_row(
+    key: str,
+    endpoint: str,
+    model: str,
+    body: dict[str, Any],
+    answer: Any,
+    status: str,
+    reason: str | None,
+    tokens_in: int = 0,
+    tokens_out: int = 0,
+) -> dict[str, Any]:
+    """One asked request as the row `AnswerWriter.put` takes: an answer that is no JSON object kept as its body."""
+    return {
+        "key": key,
+        "endpoint": endpoint,
+        "model": model[:300],
+        "request": body,
+        "answer": answer if isinstance(answer, dict) else {"body": answer},
+        "status": status,
+        "reason": reason,
+        "tokens_in": tokens_in,
+        "tokens_out": tokens_out,
+    }
+
+
 def stored_answers(session: Session, keys: Collection[str]) -> dict[str, EngineRequest]:
     """The stored rows among `keys`, by key."""
     found: dict[str, EngineRequest] = {}

@@ -141,6 +141,7 @@ class EngineStats:
     seconds: float = 0.0  # wall time inside the engine's calls
     price_in: float = 0.0  # per million tokens
     price_out: float = 0.0
+    servers_lost: list[str] = field(default_factory=list)  # servers that stopped answering while others went on
 
     @property
     def cost(self) -> float:

@@ -3,7 +3,8 @@
 One event loop runs on a thread of the engine's own, so the engine's calls are plain
 functions that any caller (a command, a worker thread of `preflab serve`) can make. Each
 call's asks go out at most `concurrency` at a time, each to the server with the fewest in
-flight. Before asking anything, what was asked before is read from the request store
+flight; one that stops answering while another answers is left out (`routes`). Before
+asking anything, what was asked before is read from the request store
 (`preflab.db.requests`); each answer is handed to the store's writer as it arrives, and a
 call returns once its answers are committed.
 
@@ -11,7 +12,7 @@ The client retries a 429, a 5xx, a timeout and a dropped connection itself (back
 jitter, honouring Retry-After); the retries it took are counted from its raw response.
 An answer that is no JSON is asked again here, as a retry too. What cannot go on stops the
 call with one sentence (`EngineError`): a key the server refuses, a model it does not have
-(with the ones it has), a server that does not answer. An item over the context length is
+(with the ones it has), no server that answers. An item over the context length is
 `Failed(quarantined=True)` and the rest go on.
 """
 
@@ -28,20 +29,16 @@ from typing import Any, TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from preflab.db.requests import OK, QUARANTINED, AnswerWriter, request_key, stored_answers
+from preflab.db.requests import OK, QUARANTINED, AnswerWriter, request_key, request_row, stored_answers
 from preflab.errors import EngineError
 from preflab.lm.engines import wire
 from preflab.lm.engines.base import Engine
 from preflab.lm.engines.calls import Failed, Generate, Generation, Likelihood, Logprobs, ReplyLogprob, TokenLogprobs
 from preflab.lm.engines.config import EngineConfig, EngineStats
+from preflab.lm.engines.routes import Lost, Route, Routes
 
 T = TypeVar("T")
 CHECK_RETRIES = 1  # the first look at a server: one that does not answer is named at once, not after a minute
-
-
-class _Route:
-    def __init__(self, url: str, client):
-        self.url, self.client, self.in_flight = url, client, 0
 
 
 def served_label(model: str) -> str:
@@ -67,10 +64,15 @@ class OpenAIEngine(Engine):
         self._writer = AnswerWriter(sessions, every=commit_every)
         # A local server started without --api-key takes any key; the client insists on one.
         key = os.environ.get("OPENAI_API_KEY") or "none"
-        self._routes = [
-            _Route(url, AsyncOpenAI(base_url=url, api_key=key, timeout=config.timeout, max_retries=config.max_retries))
-            for url in config.urls()
-        ]
+        self._routes = Routes(
+            [
+                Route(
+                    url, AsyncOpenAI(base_url=url, api_key=key, timeout=config.timeout, max_retries=config.max_retries)
+                )
+                for url in config.urls()
+            ],
+            self.stats,
+        )
         self._server: wire.Server | None = None
         self._likelihood: str | None = None  # chat (vLLM's prompt_logprobs) or echo (completions)
         self._template = None  # the tokenizer whose chat template the echo path renders with
@@ -133,8 +135,9 @@ class OpenAIEngine(Engine):
         return self.server().holds_json
 
     def server(self) -> wire.Server:
-        """What the servers offer, looked up once (their /v1/models): a bad key, a wrong model or a
-        server that does not answer stops here, before anything is paid for."""
+        """What the servers offer, looked up once (their /v1/models): a bad key, a wrong model or no
+        server that answers stops here, before anything is paid for (one of several that does not answer
+        is left out, and the run goes on with the others)."""
         if self._server is None:
             self._server = self._run(self._check())
         return self._server
@@ -154,7 +157,7 @@ class OpenAIEngine(Engine):
                 self._likelihood = "echo"
             else:
                 raise EngineError(
-                    f"the server at {self._routes[0].url} gives no prompt log-probabilities (neither "
+                    f"the server at {self._routes.first.url} gives no prompt log-probabilities (neither "
                     f"vLLM's prompt_logprobs nor completions with echo and logprobs), which the "
                     f"likelihood judge reads: serve {self.model!r} with vLLM, or use another judge"
                 )
@@ -167,7 +170,7 @@ class OpenAIEngine(Engine):
             return load_tokenizer(self.model)
         except Exception as exc:  # any failure to find it is the same advice
             raise EngineError(
-                f"the server at {self._routes[0].url} scores prompts only on completions, which "
+                f"the server at {self._routes.first.url} scores prompts only on completions, which "
                 f"need {self.model!r}'s chat template here, and its tokenizer could not be loaded "
                 f"({type(exc).__name__}): serve the model under its hub id or path"
             ) from None
@@ -176,9 +179,9 @@ class OpenAIEngine(Engine):
         import openai
 
         async def probe() -> dict[str, Any]:
-            route = self._routes[0]
+            route = self._routes.first
             try:
-                raw = await _create(route.client, endpoint)(**body)
+                raw = await route.create(endpoint)(**body)
                 answer = json.loads(raw.text)
             except (openai.BadRequestError, openai.NotFoundError, openai.UnprocessableEntityError, ValueError):
                 return {}  # the server does not offer the endpoint or the parameter
@@ -193,11 +196,15 @@ class OpenAIEngine(Engine):
         import openai
 
         server = wire.Server.at([r.url for r in self._routes])
+        silent: list[tuple[Route, Exception]] = []
         for route in self._routes:
             try:
                 listed = await route.client.with_options(max_retries=CHECK_RETRIES).models.list()
             except openai.NotFoundError:
                 continue  # no /v1/models here: the first request will say whether the model exists
+            except openai.APIConnectionError as exc:
+                silent.append((route, exc))
+                continue
             except openai.APIError as exc:
                 raise self._fatal(route, exc) from None
             server.models += (ids := tuple(m.id for m in listed.data))
@@ -206,6 +213,10 @@ class OpenAIEngine(Engine):
                 raise EngineError(
                     f"the server at {route.url} has no model {self.model!r}; it offers: {', '.join(ids[:20])}"
                 )
+        if len(silent) == len(self._routes.all):  # none answers: stop before anything is asked
+            raise self._fatal(*silent[0])
+        for route, exc in silent:  # a server down while others answer: the run goes on without it
+            self._routes.lose(route, exc)
         return server
 
     # --- asking --------------------------------------------------------------------------------------------
@@ -246,50 +257,60 @@ class OpenAIEngine(Engine):
         return out
 
     async def _send(self, endpoint: str, key: str, body: dict[str, Any]) -> dict[str, Any] | Failed:
+        while True:
+            route = self._routes.pick()
+            route.in_flight += 1
+            try:
+                return await self._send_to(route, endpoint, key, body)
+            except Lost:
+                continue  # asked again of a server that still answers
+            finally:
+                route.in_flight -= 1
+
+    async def _send_to(self, route: Route, endpoint: str, key: str, body: dict[str, Any]) -> dict[str, Any] | Failed:
         import openai
 
-        route = min(self._routes, key=lambda r: r.in_flight)
-        route.in_flight += 1
-        try:
-            for attempt in range(self.config.max_retries + 1):
-                try:
-                    raw = await _create(route.client, endpoint)(**body)
-                except openai.APITimeoutError:
+        for attempt in range(self.config.max_retries + 1):
+            try:
+                raw = await route.create(endpoint)(**body)
+            except openai.APITimeoutError:
+                return self._failed(
+                    f"no answer from {route.url} within {self.config.timeout:g} s", self.config.max_retries
+                )
+            except openai.BadRequestError as exc:
+                reason = wire.context_length_reason(exc.status_code, exc.body, exc.message)
+                if reason is None:
+                    raise self._fatal(route, exc) from None
+                self._writer.put(request_row(key, endpoint, self.model, body, exc.body, QUARANTINED, reason))
+                self.stats.quarantined += 1
+                return Failed(reason, quarantined=True)
+            except openai.APIStatusError as exc:
+                if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
                     return self._failed(
-                        f"no answer from {route.url} within {self.config.timeout:g} s", self.config.max_retries
+                        f"{route.url} answered {exc.status_code} after every retry: {wire.reason(exc)}",
+                        self.config.max_retries,
                     )
-                except openai.BadRequestError as exc:
-                    reason = wire.context_length_reason(exc.status_code, exc.body, exc.message)
-                    if reason is None:
-                        raise self._fatal(route, exc) from None
-                    self._writer.put(_row(key, endpoint, self.model, body, exc.body, QUARANTINED, reason))
-                    self.stats.quarantined += 1
-                    return Failed(reason, quarantined=True)
-                except openai.APIStatusError as exc:
-                    if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
-                        return self._failed(
-                            f"{route.url} answered {exc.status_code} after every retry: {wire.reason(exc)}",
-                            self.config.max_retries,
-                        )
-                    raise self._fatal(route, exc) from None
-                except openai.APIError as exc:
-                    raise self._fatal(route, exc) from None
-                self.stats.retries += raw.retries_taken
-                try:
-                    answer = json.loads(raw.text)
-                    if not isinstance(answer, dict) or not answer.get("choices"):
-                        raise ValueError("no choices")
-                except ValueError:  # an answer cut short or garbled: asked again, as the client does a 5xx
-                    if attempt < self.config.max_retries:
-                        self.stats.retries += 1
-                        await asyncio.sleep(min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random()))
-                    continue
-                tokens_in, tokens_out = self._count(answer, 0)
-                self._writer.put(_row(key, endpoint, self.model, body, answer, OK, None, tokens_in, tokens_out))
-                return answer
-            return self._failed(f"{route.url} answered with no readable JSON {self.config.max_retries + 1} times", 0)
-        finally:
-            route.in_flight -= 1
+                raise self._fatal(route, exc) from None
+            except openai.APIConnectionError as exc:  # after the client's own retries: the server is gone
+                if self._routes.lose(route, exc):
+                    raise Lost from None
+                raise self._fatal(route, exc) from None
+            except openai.APIError as exc:
+                raise self._fatal(route, exc) from None
+            self.stats.retries += raw.retries_taken
+            try:
+                answer = json.loads(raw.text)
+                if not isinstance(answer, dict) or not answer.get("choices"):
+                    raise ValueError("no choices")
+            except ValueError:  # an answer cut short or garbled: asked again, as the client does a 5xx
+                if attempt < self.config.max_retries:
+                    self.stats.retries += 1
+                    await asyncio.sleep(min(0.5 * 2**attempt, 8.0) * (1 - 0.25 * random.random()))
+                continue
+            tokens_in, tokens_out = self._count(answer, 0)
+            self._writer.put(request_row(key, endpoint, self.model, body, answer, OK, None, tokens_in, tokens_out))
+            return answer
+        return self._failed(f"{route.url} answered with no readable JSON {self.config.max_retries + 1} times", 0)
 
     def _count(self, answer: dict[str, Any], retries: int) -> tuple[int, int]:
         tokens_in, tokens_out = wire.usage(answer)
@@ -304,7 +325,7 @@ class OpenAIEngine(Engine):
         self.stats.retries += retries
         return Failed(reason)
 
-    def _fatal(self, route: _Route, exc: Exception) -> EngineError:
+    def _fatal(self, route: Route, exc: Exception) -> EngineError:
         """The one sentence for an error the run cannot go past."""
         import openai
 
@@ -347,34 +368,5 @@ class OpenAIEngine(Engine):
             self._loop.close()
 
 
-def _create(client, endpoint: str):
-    resource = client.chat.completions if endpoint == wire.CHAT else client.completions
-    return resource.with_raw_response.create
-
-
 def _stored(row) -> dict[str, Any] | Failed:
     return row.answer if row.status == OK else Failed(row.reason or "quarantined", quarantined=True)
-
-
-def _row(
-    key: str,
-    endpoint: str,
-    model: str,
-    body: dict[str, Any],
-    answer: Any,
-    status: str,
-    reason: str | None,
-    tokens_in: int = 0,
-    tokens_out: int = 0,
-) -> dict[str, Any]:
-    return {
-        "key": key,
-        "endpoint": endpoint,
-        "model": model[:300],
-        "request": body,
-        "answer": answer if isinstance(answer, dict) else {"body": answer},
-        "status": status,
-        "reason": reason,
-        "tokens_in": tokens_in,
-        "tokens_out": tokens_out,
-    }

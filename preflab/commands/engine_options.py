@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from preflab.commands.options import build_config, config_options
+from preflab.console import plural
 from preflab.lm.engines.config import EngineConfig, asked_a_server
 
 # `--model` is each command's own (the model to load, or the served model's name).
@@ -38,4 +39,12 @@ def engine_line(stats: dict[str, Any] | None) -> str:
     )
     if stats["price_in"] or stats["price_out"]:
         line += f", cost {stats['cost']:.4f}"
-    return line
+    return line + lost_servers_text(stats)
+
+
+def lost_servers_text(stats: dict[str, Any]) -> str:
+    """`; 1 server stopped answering and the others went on: URL`, or nothing."""
+    lost = stats.get("servers_lost") or []
+    if not lost:
+        return ""
+    return f"; {plural(len(lost), 'server')} stopped answering and the others went on: {', '.join(lost)}"
