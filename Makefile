@@ -21,11 +21,11 @@ ARENA_STAMP := $(ARENA_VENV)/.preflab-arena
 # The embedded model is converted from GGUF once (about a minute) and cached in the user cache
 # folder (~/.cache/preflab/models; PREFLAB_MODEL_CACHE moves it), however preflab is started.
 
-.PHONY: setup test-setup run test check fuzz bench system postgres label-studio vllm vllm-venv arena-venv clean
+.PHONY: setup test-setup run test check fuzz bench system slurm-install slurm slurm-stop postgres ray label-studio vllm vllm-venv arena-venv clean
 
 # `make run` sets up only the main job; `make test` adds chromium, Label Studio, vLLM and the test tools.
 setup: $(RUN_STAMP)
-test-setup: $(TEST_STAMP) system $(PREFLAB_LABEL_STUDIO_BIN) $(VLLM_STAMP) $(ARENA_STAMP)
+test-setup: $(TEST_STAMP) system slurm-install $(PREFLAB_LABEL_STUDIO_BIN) $(VLLM_STAMP) $(ARENA_STAMP)
 
 # Debian's chromium for the browser tests (never a downloaded browser), and the fonts it needs to
 # draw Chinese, Japanese, Korean and emoji (without them it draws boxes).
@@ -36,6 +36,23 @@ system:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q$$missing; \
 	  else echo "install Debian's$$missing (sudo apt-get install$$missing) for the browser tests" >&2; fi; fi
+
+# Debian's Slurm and munge for the tests of a Slurm array (tests/slurm), installed as `system` installs chromium.
+slurm-install:
+	@missing=""; for pkg in slurm-wlm munge; do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -q && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends$$missing; \
+	  else echo "install Debian's$$missing (sudo apt-get install$$missing) for the Slurm tests" >&2; fi; fi
+
+# A one-node Slurm cluster on this machine, the tests' (tests/slurm/cluster.py): munged, slurmctld and slurmd as
+# daemons, with a slurm.conf for this host and its CPUs, their files in ~/.cache/preflab/slurm (PREFLAB_SLURM_STATE
+# moves it). Then `export SLURM_CONF=~/.cache/preflab/slurm/slurm.conf` and sbatch examples/slurm/*.sbatch; the tests
+# use it while it runs. `make slurm-stop` stops it.
+slurm: slurm-install
+	$(PYTHON) -m tests.slurm.cluster start
+slurm-stop:
+	$(PYTHON) -m tests.slurm.cluster stop
 
 $(RUN_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -48,7 +65,7 @@ $(RUN_STAMP): pyproject.toml
 	touch $@
 
 $(TEST_STAMP): $(RUN_STAMP)
-	$(BIN)/pip install -q -e '.[ml,test]'
+	$(BIN)/pip install -q -e '.[ml,test,ray]'
 	touch $@
 
 # Label Studio lives in its own virtual environment: its pins clash with ours.
@@ -112,6 +129,13 @@ vllm: $(RUN_STAMP) $(VLLM_STAMP)
 	VLLM_CPU_KVCACHE_SPACE=$${VLLM_CPU_KVCACHE_SPACE:-1} exec $(PREFLAB_VLLM_PYTHON) \
 	  -m vllm.entrypoints.openai.api_server --model "$$model" --served-model-name $(VLLM_NAMES) \
 	  --dtype $(VLLM_DTYPE) --host 127.0.0.1 --port $(VLLM_PORT) --no-enable-chunked-prefill $(VLLM_ARGS)
+
+# A Ray head node on this machine, for examples/ray/judge.py --address auto (RAY_ARGS adds to `ray start`, e.g.
+# --num-cpus=8); `$(BIN)/ray stop` ends it.
+RAY_ARGS ?=
+ray: $(RUN_STAMP)
+	$(BIN)/pip install -q -e '.[ml,ray]'
+	$(BIN)/ray start --head --disable-usage-stats $(RAY_ARGS)
 
 postgres:
 	@pg_isready -q -h 127.0.0.1 -p 5432 || pg_ctlcluster --skip-systemctl-redirect $$(ls /etc/postgresql) main start

@@ -7,7 +7,14 @@ from pathlib import Path
 import click
 
 from preflab.commands.engine_options import engine_config, engine_line, engine_options
-from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
+from preflab.commands.options import (
+    build_config,
+    config_options,
+    echo_result,
+    json_option,
+    name_shard,
+    pass_settings,
+)
 from preflab.console import Reporter, plural
 from preflab.labelling.generation import GenerateConfig
 from preflab.labelling.pipeline import GENERATE_DEFAULTS, PipelineConfig
@@ -54,6 +61,7 @@ def generate_command(settings: Settings, model_name, prompts_file, as_json, **op
 
     config = build_config(GenerateConfig, options)
     selection = build_config(PromptSelection, options)
+    name_shard(selection.shard)
     engine = engine_config(options, model_name or settings.model)
     summary = run_generation(
         open_sessions(settings.database_url),

@@ -10,8 +10,15 @@ from dataclasses import fields
 import click
 from click.core import ParameterSource
 
-from preflab.commands.engine_options import engine_config, engine_options
-from preflab.commands.options import build_config, config_options, echo_result, json_option, pass_settings
+from preflab.commands.engine_options import engine_config, engine_options, lost_servers_text
+from preflab.commands.options import (
+    build_config,
+    config_options,
+    echo_result,
+    json_option,
+    name_shard,
+    pass_settings,
+)
 from preflab.console import Reporter
 from preflab.db.models import OVERALL
 from preflab.labelling.judges.base import ReadBudget
@@ -152,7 +159,7 @@ def engine_line(stats: dict) -> str:
         f"{stats['requests']:,} requests ({stats['cache_hits']:,} answered from the store), "
         f"{stats['tokens_in']:,} tokens in, {stats['tokens_out']:,} out, {stats['retries']:,} retries, "
         f"{stats['errors']:,} errors, {stats['seconds']:.1f} s, cost {stats['cost']:.4f}"
-    )
+    ) + lost_servers_text(stats)
 
 
 def _fmt(value, spec=".2f") -> str:
@@ -206,6 +213,7 @@ def judge_command(kind: str, judge: Judge) -> click.Command:
         ctx = click.get_current_context()
         given = {name for name in options if ctx.get_parameter_source(name) in GIVEN}
         selection = build_config(PromptSelection, options)
+        name_shard(selection.shard)
         # The served model is each --model (the config checks one is named for --engine openai).
         engine = engine_config(options, (model_name or (settings.model,))[0]) if on_engine else None
         config = build_config(judge.config, options)

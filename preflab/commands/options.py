@@ -8,7 +8,8 @@ what a job prints while it runs is `preflab.console`'s `Reporter`).
 - `json_option`, `echo_json`, `pass_settings`: the shared `--json` and settings; `echo_result`:
   how a command ends (with `--json` the result, else its summary).
 - `log_to_stderr`: what the root `--verbose` does, for every command alike.
-- `LazyGroup`: a click group whose subcommands are imported on first use.
+- `LazyGroup`: a click group whose subcommands are imported on first use; it turns a preflab error into
+  one line (naming the shard a run works on: `name_shard`).
 - `DefaultGroup`: a click group with a default subcommand (`self-reward` is `self-reward run`).
 """
 
@@ -184,6 +185,14 @@ def build_config(config_cls: type[C], options: dict[str, Any], *, prefix: str = 
 
 # --- the lazy group -----------------------------------------------------------------------
 
+SHARD = "preflab.shard"  # in the context's meta (shared by every command of a run): the `--shard K/N` it works on
+
+
+def name_shard(shard: str | None) -> None:
+    """Have this run's error line name its shard (`shard 1/3: …`): of an array's N logs, the failed one says which."""
+    if shard is not None:
+        click.get_current_context().meta[SHARD] = shard
+
 
 class LazyGroup(click.Group):
     """A click group whose subcommands are imported on first use.
@@ -224,7 +233,8 @@ class LazyGroup(click.Group):
         try:
             return super().invoke(ctx)
         except PreflabError as exc:
-            raise click.ClickException(str(exc)) from None
+            shard = ctx.meta.get(SHARD)
+            raise click.ClickException(f"shard {shard}: {exc}" if shard else str(exc)) from None
 
 
 class DefaultGroup(click.Group):
