@@ -1,13 +1,17 @@
 """DPO throughput on a GPU: TRL's default settings against the settings `preflab train dpo` uses.
 
 Usage: python bench/bench_dpo_gpu.py [--pairs 512] [--steps 40] [--batch 8] [--peak-tflops auto]
+                                     [--size 0.5b|1.5b|3b|7b|auto]
        python bench/bench_dpo_gpu.py --smoke     # a tiny model for a few steps on any device: checks the script
        python bench/bench_dpo_gpu.py --dry-run   # without CUDA: the settings each side would use, no step
 
 Needs a CUDA GPU (it says so and exits 0 without one, so `make bench` passes on CPU
-machines). Model: a randomly initialised Qwen2.5-0.5B-shaped decoder (24 layers,
-hidden 896, vocab 151,936; ~0.49 B parameters); random weights are fine for
-throughput. Data: random word sequences, prompts 192–320 tokens, completions
+machines). Model: a randomly initialised Qwen2.5-shaped decoder, by default 0.5B's
+shape (24 layers, hidden 896, vocab 151,936; ~0.49 B parameters); `--size` takes 1.5B's,
+3B's or 7B's, and `auto` the largest whose training state fits the GPU's memory (16 bytes
+a parameter for weights, gradients and Adam's moments, half as much again for activations, and
+4 more for the TRL defaults' reference copy). Random weights are fine for throughput.
+Data: random word sequences, prompts 192–320 tokens, completions
 64–256 tokens, built in-process with a WordLevel tokenizer (no hub).
 
 Each setting runs in its own process (clean peak-memory numbers) on the same data:
@@ -54,6 +58,61 @@ def peak_tflops(name: str) -> float | None:
     return None
 
 
+# Qwen2.5's shapes (their config.json), and a tiny one that checks the script anywhere.
+QWEN = {"vocab_size": 151_936}
+SHAPES = {
+    "smoke": {
+        "vocab_size": 512,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+    },
+    "0.5b": {
+        **QWEN,
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+    },
+    "1.5b": {
+        **QWEN,
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+    },
+    "3b": {
+        **QWEN,
+        "hidden_size": 2048,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+    },
+    "7b": {
+        **QWEN,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "tie_word_embeddings": False,
+    },
+}
+PARAMS_B = {"0.5b": 0.49, "1.5b": 1.54, "3b": 3.09, "7b": 7.62}  # billions, as published
+BYTES_PER_PARAM = 16 * 1.5 + 4  # fp32 weights, gradients and Adam's two moments, activations, the reference copy
+
+
+def largest_fitting(memory_bytes: float) -> str:
+    """The largest shape whose DPO training state fits `memory_bytes` of GPU memory ("0.5b" if none does)."""
+    fitting = [size for size, billions in PARAMS_B.items() if billions * 1e9 * BYTES_PER_PARAM <= memory_bytes]
+    return fitting[-1] if fitting else "0.5b"
+
+
 def word_tokenizer(vocab_size: int):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -65,37 +124,19 @@ def word_tokenizer(vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>", unk_token="<unk>")
 
 
-def build(workdir: Path, smoke: bool, pairs: int, seed: int) -> dict:
-    """Save the model and tokenizer, write the dataset; returns what the runs need to know."""
+def build(workdir: Path, size: str, pairs: int, seed: int) -> dict:
+    """Save the model of shape `size` and its tokenizer, write the dataset; returns what the runs need to know."""
     import torch
     from datasets import Dataset
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    shape = (
-        {
-            "vocab_size": 512,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 4,
-            "num_key_value_heads": 2,
-        }
-        if smoke
-        else {
-            "vocab_size": 151_936,
-            "hidden_size": 896,
-            "intermediate_size": 4864,
-            "num_hidden_layers": 24,
-            "num_attention_heads": 14,
-            "num_key_value_heads": 2,
-        }
-    )
+    smoke = size == "smoke"
+    shape = {"tie_word_embeddings": True, **SHAPES[size]}
     tokenizer = word_tokenizer(shape["vocab_size"])
     torch.manual_seed(seed)
     config = Qwen2Config(
         **shape,
         max_position_embeddings=2048,
-        tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
         bos_token_id=None,
@@ -117,6 +158,7 @@ def build(workdir: Path, smoke: bool, pairs: int, seed: int) -> dict:
     Dataset.from_list(rows).save_to_disk(str(workdir / "data"))
     embedding = model.get_input_embeddings().weight.numel()
     return {
+        "size": size,
         "params": sum(p.numel() for p in model.parameters()),
         "matmul_params": sum(p.numel() for p in model.parameters())
         - embedding
@@ -218,7 +260,7 @@ def dry_run(args) -> None:
     """What a run would train, on the smoke model and data, with no step taken: the script's checks without a GPU."""
     with tempfile.TemporaryDirectory(prefix="bench-dpo-") as tmp:
         workdir = Path(tmp)
-        info = build(workdir, True, min(args.pairs, 32), args.seed)
+        info = build(workdir, "smoke", min(args.pairs, 32), args.seed)
         settings = {
             mode: settings_of(trainer_args(mode, workdir, min(args.steps, 4), min(args.batch, 4), cuda=False))
             for mode in ("trl-default", "preflab")
@@ -241,6 +283,12 @@ def main() -> None:
         action="store_true",
         help="Without CUDA: the smoke model and data, and the settings each side would train with; no step is "
         "taken and nothing is measured (with CUDA: as --smoke).",
+    )
+    parser.add_argument(
+        "--size",
+        choices=("0.5b", "1.5b", "3b", "7b", "auto"),
+        default="0.5b",
+        help="The model's shape (Qwen2.5's); auto: the largest whose training fits the GPU.",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mode", help=argparse.SUPPRESS)
@@ -266,9 +314,12 @@ def main() -> None:
         return
     if args.smoke:
         args.pairs, args.steps, args.batch = min(args.pairs, 32), min(args.steps, 4), min(args.batch, 4)
+        size = "smoke"
+    else:
+        size = largest_fitting(torch.cuda.mem_get_info()[1]) if args.size == "auto" else args.size
     with tempfile.TemporaryDirectory(prefix="bench-dpo-") as tmp:
         workdir = Path(tmp)
-        info = build(workdir, args.smoke, args.pairs, args.seed)
+        info = build(workdir, size, args.pairs, args.seed)
         results = {}
         for mode in ("trl-default", "preflab"):
             child = [
@@ -290,11 +341,19 @@ def main() -> None:
             results[mode] = json.loads(lines[-1][len("RESULT ") :])
     device = results["preflab"]["device"]
     peak = args.peak_tflops or peak_tflops(device)
-    print(f"device: {device}; model: {info['params']:,} parameters; {args.steps} steps × {args.batch} pairs")
+    print(f"device: {device}; model: {size}, {info['params']:,} parameters; {args.steps} steps × {args.batch} pairs")
     print(f"{'':14}{'loop tok/s':>12}{'e2e tok/s':>11}{'loop s':>8}{'total s':>9}{'MFU':>8}{'peak GiB':>10}  settings")
+    measured = {}
     for mode, r in results.items():
         loop, e2e = r["tokens"] / r["train_s"], r["tokens"] / r["total_s"]
-        mfu = f"{flops(info, r) / r['total_s'] / (peak * 1e12):.1%}" if peak else "n/a"
+        utilisation = flops(info, r) / r["total_s"] / (peak * 1e12) if peak else None
+        measured[mode] = {
+            "loop_tokens_per_s": round(loop, 1),
+            "e2e_tokens_per_s": round(e2e, 1),
+            "mfu": None if utilisation is None else round(utilisation, 4),
+            "peak_memory_gib": r["peak_memory_gib"],
+        }
+        mfu = f"{utilisation:.1%}" if peak else "n/a"
         memory = f"{r['peak_memory_gib']:.1f}" if r["peak_memory_gib"] is not None else "n/a"
         settings = f"bf16={r['bf16']} grad-ckpt={r['gradient_checkpointing']} precompute={r['precompute']}"
         print(
@@ -308,6 +367,8 @@ def main() -> None:
     )
     if not peak:
         print("MFU needs the GPU's peak: pass --peak-tflops")
+    summary = {"dry_run": False, "measured": True, "device": device, "size": size, "params": info["params"]}
+    print(json.dumps({**summary, "steps": args.steps, "batch": args.batch, "settings": measured}))
 
 
 if __name__ == "__main__":

@@ -280,7 +280,7 @@ def main() -> None:
         print(f"in process: loaded and warmed in {time.monotonic() - began:.1f} s")
         served = EngineConfig(engine="openai", api_base=url, model=served_name, concurrency=args.concurrency)
         local = EngineConfig(engine="transformers")
-        ratios = {}
+        ratios, rates = {}, {}
         if args.only in (None, "generate"):
             print(
                 f"\ngenerate: {len(texts)} prompts x {args.candidates} candidates x <= {args.max_new_tokens} "
@@ -291,6 +291,9 @@ def main() -> None:
             a = run_generate("served", served, served_name, args, workdir, texts, cache, pgid)
             b = run_generate("local", local, args.model, args, workdir, texts, cache, pgid)
             ratios["generate"] = report("generate", "tokens", a, b)
+            rates["generate"] = {
+                side: round(row["work"] / row["seconds"], 1) for side, row in (("served", a), ("local", b))
+            }
             print(
                 f"  candidates stored: served {a['stored']:,}, in process {b['stored']:,}; "
                 f"served samples failed or refused: {a['failed']}"
@@ -320,7 +323,7 @@ def main() -> None:
         + "; ".join(f"{task} {ratio:.2f}x" for task, ratio in ratios.items())
         + f" (goal >= {GOAL:.0f}x each)"
     )
-    print(json.dumps({"model": args.model, "served": served_name, "ratios": ratios, "goal": GOAL}))
+    print(json.dumps({"model": args.model, "served": served_name, "ratios": ratios, "rates": rates, "goal": GOAL}))
 
 
 if __name__ == "__main__":

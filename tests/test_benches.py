@@ -190,7 +190,35 @@ def test_the_vllm_bench_completes_on_the_sessions_server(vllm_server, tmp_path):
     assert set(report["ratios"]) == {"generate", "judge pairwise"}
 
 
+@pytest.mark.slow
+def test_the_two_server_bench_completes_on_the_sessions_server(vllm_server, tmp_path):
+    """One server against two, the session's server standing in for both (the bench binds and kills only its own)."""
+    args = ["--servers", f"{vllm_server.url},{vllm_server.url}", "--served-model", vllm_server.model]
+    args += ["--prompts", "2", "--candidates", "1", "--max-new-tokens", "4", "--concurrency", "2"]
+    report = check("bench_engine_servers", run_bench("bench_engine_servers", args, tmp_path))
+    assert report["one"] > 0 and report["two"] > 0 and report["killed"] is None
+
+
+@pytest.mark.slow
+def test_the_gpu_run_dry_runs_on_the_cpu(vllm_server, tmp_path):
+    """bench/gpu/run.sh, the script a lent GPU runs, at a tiny size on the CPU: both parts, one JSON line."""
+    args = ["--dry-run", "--api-base", vllm_server.url, "--served-model", vllm_server.model]
+    args += ["--model", str(vllm_server.model_dir)]
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHON": sys.executable}
+    done = subprocess.run(
+        [str(ROOT / "bench" / "gpu" / "run.sh"), *args], env=env, capture_output=True, text=True, timeout=TIMEOUT_S
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = done.stdout.splitlines()
+    report = json.loads(line)
+    assert report["device"] == "cpu" and report["dry_run"] is True
+    assert (
+        report["generate"]["rates"]["generate"]["served"] > 0 and report["generate"]["rates"]["generate"]["local"] > 0
+    )
+    assert report["dpo"]["dry_run"] is True and set(report["dpo"]["settings"]) == {"trl-default", "preflab"}
+
+
 def test_every_bench_is_run_here():
     """A new bench must come with its small size: none is left to be found broken by hand."""
     scripts = {path.stem for path in (ROOT / "bench").glob("bench_*.py")}
-    assert scripts == set(BENCHES) | {"bench_engine_vllm"}
+    assert scripts == set(BENCHES) | {"bench_engine_vllm", "bench_engine_servers"}
