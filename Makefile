@@ -23,7 +23,7 @@ ARENA_STAMP := $(ARENA_VENV)/.preflab-arena
 
 .PHONY: setup test-setup run test check fuzz bench system slurm-install slurm slurm-stop postgres ray label-studio vllm vllm-venv arena-venv clean
 
-# `make run` sets up only the main job; `make test` adds chromium, Label Studio, vLLM and the test tools.
+# `make run` sets up only the main job; `make test` adds chromium, Slurm, Ray, Label Studio, vLLM and the test tools.
 setup: $(RUN_STAMP)
 test-setup: $(TEST_STAMP) system slurm-install $(PREFLAB_LABEL_STUDIO_BIN) $(VLLM_STAMP) $(ARENA_STAMP)
 

@@ -6,11 +6,17 @@ Usage: python bench/bench_engine_servers.py [--prompts 64] [--candidates 4] [--m
        python bench/bench_engine_servers.py --servers URL,URL --served-model NAME …   # servers already running
 
 Two vLLM OpenAI-compatible servers start from vLLM's venv (as bench_engine_vllm.py starts one: `--enforce-eager`,
-1 GiB of KV cache, KV blocks of 32 tokens), each bound to one core of its own (VLLM_CPU_OMP_THREADS_BIND=0 and
-=1), serving the same model folder. `generate` (preflab's own job, `run_generation` with `--engine openai`) of
+1 GiB of KV cache, KV blocks of 32 tokens), each on one core of its own: the server and every process it starts
+pinned there (`taskset -c 0` and `-c 1`, and VLLM_CPU_OMP_THREADS_BIND to match), serving the same model folder.
+One server is one core's worth, as one machine is one machine's: the bench measures what a second server adds,
+not what a second core adds to one server. (Unpinned, one vLLM server alone keeps both cores busy, its engine's
+threads spinning, and a second server then adds 1.5–1.7x: see bench/README.md.)
+
+`generate` (preflab's own job, `run_generation` with `--engine openai`) of
 `--prompts` prompts × `--candidates` samples × at most `--max-new-tokens` tokens runs into a fresh SQLite store
-on server A alone, then on A and B together, in turn (`--repeats` times each, alternating); generated tokens/s
-of each, and the ratio two / one (goal, issue 49: >= 1.7x).
+on server A alone, then on A and B together, in turn (`--repeats` times each, alternating), with `--concurrency`
+requests in flight on each server (so each is as busy as A alone); generated tokens/s of each, and the ratio
+two / one (goal, issue 49: >= 1.7x).
 
 Then (unless `--no-kill`) a third run on A and B, with B killed (SIGKILL of its process group) once a quarter of
 the answers are stored: the run must finish on A with every sample stored once, and name B as the server that
@@ -31,7 +37,7 @@ import time
 from pathlib import Path
 
 import vllm_process
-from bench_engine_vllm import start_vllm, uptime, warm_server
+from bench_engine_vllm import group_cpu_seconds, start_vllm, uptime, warm_server
 from engine_inputs import fresh_store, prompt_variants, sample_pool
 from vllm_process import SERVED_MODEL
 
@@ -39,16 +45,17 @@ GOAL = 1.7
 
 
 def start_bound(model_dir: Path, log: Path, core: int, timeout: float):
-    """A vLLM server computing on core `core` only; (process, /v1 URL)."""
+    """A vLLM server on core `core` only, its HTTP front end, engine and worker all pinned there; (process, /v1 URL)."""
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)  # read by vLLM from the environment it inherits
     try:
-        return start_vllm(model_dir, log, timeout, block_size=32)
+        return start_vllm(model_dir, log, timeout, block_size=32, cpus=str(core))
     finally:
         os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)
 
 
-def generate(url: str, served: str, args, store: Path, texts: list[str], during=None) -> dict:
-    """`run_generation` on the servers at `url` (comma-separated) into a fresh store: its figures."""
+def generate(url: str, served: str, args, store: Path, texts: list[str], groups=(), during=None) -> dict:
+    """`run_generation` on the servers at `url` (comma-separated) into a fresh store: its figures, with the CPU
+    seconds the servers' process groups `groups` (each server with its engine and worker) took meanwhile."""
     from sqlalchemy import func, select
 
     from preflab.db.models import Candidate
@@ -57,13 +64,16 @@ def generate(url: str, served: str, args, store: Path, texts: list[str], during=
 
     sessions = fresh_store(store, [{"prompt": t} for t in texts])
     config = GenerateConfig(n=args.candidates, max_new_tokens=args.max_new_tokens)
-    engine = EngineConfig(engine="openai", api_base=url, model=served, concurrency=args.concurrency)
+    servers = len(url.split(","))  # each server as busy as the one alone: --concurrency in flight on each
+    engine = EngineConfig(engine="openai", api_base=url, model=served, concurrency=args.concurrency * servers)
     watcher = threading.Thread(target=during, args=(sessions,), daemon=True) if during else None
     if watcher:
         watcher.start()
+    cpu = [group_cpu_seconds(g) for g in groups]
     began = time.perf_counter()
     summary = run_generation(sessions, served, config, engine=engine)
     seconds = time.perf_counter() - began
+    cpu = [group_cpu_seconds(g) - before for g, before in zip(groups, cpu)]
     if watcher:
         watcher.join()
     with sessions() as session:
@@ -75,6 +85,7 @@ def generate(url: str, served: str, args, store: Path, texts: list[str], during=
         "stored": stored,
         "failed": summary.failed + summary.quarantined,
         "servers_lost": (summary.engine or {}).get("servers_lost", []),
+        "server_cores": [round(c / seconds, 2) for c in cpu],  # each server's CPU seconds a second of the run
     }
 
 
@@ -83,7 +94,7 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--candidates", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--concurrency", type=int, default=64, help="requests in flight, both servers together")
+    parser.add_argument("--concurrency", type=int, default=64, help="requests in flight per server")
     parser.add_argument("--repeats", type=int, default=1, help="runs of each side, alternating")
     parser.add_argument("--no-kill", action="store_true", help="leave out the run with one server killed")
     parser.add_argument("--model", default=SERVED_MODEL, help="embedded name or model folder to serve")
@@ -115,13 +126,14 @@ def main() -> None:
             warm_server(url, served)
         print(
             f"\ngenerate: {len(texts)} prompts x {args.candidates} samples x <= {args.max_new_tokens} new tokens, "
-            f"{args.concurrency} in flight",
+            f"{args.concurrency} in flight on each server",
             flush=True,
         )
         runs: dict[str, list[dict]] = {"one": [], "two": []}
         for repeat in range(args.repeats):
             for side, url in (("one", a), ("two", f"{a},{b}")):
-                row = generate(url, served, args, workdir / f"{side}-{repeat}.db", texts)
+                groups = [p.pid for p, _ in processes][: 1 if side == "one" else 2]
+                row = generate(url, served, args, workdir / f"{side}-{repeat}.db", texts, groups)
                 runs[side].append(row)
                 print(f"  {side} server{'s' if side == 'two' else ''}: {json.dumps(row)}", flush=True)
         rate = {side: statistics.median(r["tokens_per_s"] for r in rows) for side, rows in runs.items()}
@@ -130,9 +142,14 @@ def main() -> None:
             f"  tokens/s: one server {rate['one']:.1f}, two {rate['two']:.1f}; ratio {ratio:.2f}x "
             f"(goal >= {GOAL}x: {'met' if ratio >= GOAL else 'NOT met'})"
         )
+        if processes:  # what bounds the ratio on this machine: the cores one server takes alone
+            alone = statistics.median(r["server_cores"][0] for r in runs["one"])
+            print(
+                f"  one server alone kept {alone:.2f} of {os.cpu_count()} cores busy (its API server, engine, worker)"
+            )
         killed = None
         if processes and not args.no_kill:
-            wanted = len(texts) * args.candidates
+            wanted = runs["one"][0]["stored"]  # what a run stores (samples with the same text are one candidate)
 
             def kill_b(sessions) -> None:
                 from sqlalchemy import func, select
@@ -148,9 +165,10 @@ def main() -> None:
                 os.killpg(processes[1][0].pid, signal.SIGKILL)
 
             killed = generate(f"{a},{b}", served, args, workdir / "killed.db", texts, during=kill_b)
+            killed.pop("server_cores")
             print(f"  two servers, B killed mid-run: {json.dumps(killed)}")
             print(
-                f"  finished on A: {killed['stored']:,} of {wanted:,} samples stored, "
+                f"  finished on A: {killed['stored']:,} candidates stored (one server alone: {wanted:,}), "
                 f"{killed['failed']} failed; servers said to have stopped: {killed['servers_lost']}"
             )
     finally:

@@ -54,7 +54,9 @@ GOAL = 5.0
 # --- the server --------------------------------------------------------------------------------------------
 
 
-def start_vllm(model_dir: Path, log: Path, timeout: float, block_size: int) -> tuple[subprocess.Popen, str]:
+def start_vllm(
+    model_dir: Path, log: Path, timeout: float, block_size: int, cpus: str | None = None
+) -> tuple[subprocess.Popen, str]:
     """vLLM's OpenAI-compatible server on a free loopback port, as the tests start it but for its KV cache's
     block size; (process, /v1 URL)."""
     # vLLM on the CPU caches prefixes in blocks of 128 tokens by default: a judge prompt's asks share ~190
@@ -62,7 +64,7 @@ def start_vllm(model_dir: Path, log: Path, timeout: float, block_size: int) -> t
     # smallest block the CPU backend takes (16 fails at start-up).
     extra = ("--block-size", str(block_size)) if block_size else ()
     try:
-        process, root = vllm_process.start(model_dir, log, free_port(), timeout, extra_args=extra)
+        process, root = vllm_process.start(model_dir, log, free_port(), timeout, extra_args=extra, cpus=cpus)
     except vllm_process.VllmStartError as error:
         sys.exit(str(error))
     return process, f"{root}/v1"

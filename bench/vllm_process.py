@@ -115,8 +115,10 @@ def start(
     kv_cache_gib: float = KV_CACHE_GIB,
     max_model_len: int = MAX_MODEL_LEN,
     extra_args: Sequence[str] = (),
+    cpus: str | None = None,
 ) -> tuple[subprocess.Popen, str]:
-    """Start the server on `port` and wait for its /health; (process, root URL). `extra_args` go to vLLM as given.
+    """Start the server on `port` and wait for its /health; (process, root URL). `extra_args` go to vLLM as given;
+    `cpus` ("0", "0-1") pins the server and every process it starts to those cores (`taskset`).
 
     Raises:
         VllmStartError: vLLM's venv is missing, or the server exited or stayed silent for `timeout` seconds
@@ -129,7 +131,10 @@ def start(
     with log.open("ab") as out:  # appending, so the caller's own lines cannot be written over
         # Its own session, so stopping it stops the engine process it spawns too.
         process = subprocess.Popen(
-            server_command(python, model_dir, port, served_names, max_model_len, extra_args),
+            [
+                *(("taskset", "-c", cpus) if cpus else ()),
+                *server_command(python, model_dir, port, served_names, max_model_len, extra_args),
+            ],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -23,7 +23,7 @@ import yaml
 
 from tests.db.procs import run_here
 from tests.fault_app import Faults, serve
-from tests.slurm.test_array import judged
+from tests.labelling.test_shard_workers import judged
 
 ROOT = Path(__file__).resolve().parents[1]
 JOB = ROOT / "examples" / "k8s" / "judge-job.yaml"

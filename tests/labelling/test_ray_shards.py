@@ -35,7 +35,7 @@ from preflab.labelling.selection import shard_of
 from tests.conftest import SECRETS
 from tests.db.procs import run_here, wait_for
 from tests.fault_app import free_port
-from tests.labelling.test_shard_workers import rankings
+from tests.labelling.test_shard_workers import judged
 from tests.lm.engines.conftest import fault_server, no_outside_server  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -149,17 +149,6 @@ def stored_by_shard(url: str) -> list[int]:
         (k,) = {k for p, k in zip(PROMPTS, SLICES) if p in body}
         counts[k] += 1
     return counts
-
-
-def judged(url: str) -> list[tuple]:
-    """Every judge ranking by content (test_shard_workers' `rankings`), less what the judge's runs cost: its
-    configuration's "engine" adds up each run's requests and seconds, a measurement, not a judgement."""
-    out = []
-    for prompt, name, kind, config, *rest in rankings(url):
-        config = json.loads(config)
-        config.pop("engine", None)
-        out.append((prompt, name, kind, json.dumps(config, sort_keys=True), *rest))
-    return out
 
 
 def engine_totals(url: str) -> dict:

@@ -138,6 +138,24 @@ def rankings(url: str) -> list[tuple]:
         )
 
 
+def judged(url: str) -> list[tuple]:
+    """Every judge ranking by content (`rankings`), less what the judge's runs cost (its configuration's "engine"
+    adds up each run's requests and seconds: N shards are N runs of one judge, a measurement, not a judgement), and
+    each pair's other candidate by its text (two stores number generated candidates in the order they stored them)."""
+    with _connect(url) as conn:
+        text = dict(conn.execute(select(Candidate.id, Candidate.text)).all())
+    out = []
+    for prompt, name, kind, config, *rest, items in rankings(url):
+        judge = {k: v for k, v in json.loads(config).items() if k != "engine"}
+        read = []
+        for *item, details in items:
+            details = json.loads(details)
+            details["pairs"] = [{**pair, "vs": text[pair["vs"]]} for pair in details.get("pairs", [])]
+            read.append((*item, details))
+        out.append((prompt, name, kind, judge, *rest, read))
+    return out
+
+
 def counted(url: str, what) -> dict[str, int]:
     """Prompt text -> rows of `what` (Candidate, or Ranking) stored for it."""
     with _connect(url) as conn:

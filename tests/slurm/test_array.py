@@ -23,7 +23,7 @@ from preflab.labelling.selection import shard_of
 from tests.db.procs import rows, run_here, scalar, wait_for
 from tests.fault_app import Faults
 from tests.labelling.ls_fixtures import reserved_port
-from tests.labelling.test_shard_workers import candidates, counted, rankings
+from tests.labelling.test_shard_workers import candidates, counted, judged
 from tests.lm.engines.conftest import fault_server  # noqa: F401  (fixture)
 from tests.slurm import cluster
 
@@ -137,23 +137,6 @@ def test_a_generate_then_judge_array_stores_what_one_run_stores(slurm, fault_ser
     job = submit(slurm, JUDGE, tmp_path / "judge", workers, url)
     completed(slurm, job, tmp_path / "judge")
     assert judged(workers) == judged(one_run) and len(judged(one_run)) == len(PROMPTS)
-
-
-def judged(url: str) -> list[tuple]:
-    """Every judge ranking by content (`rankings`), less what the judge's engine measured over its runs (requests,
-    answers read back, seconds: N tasks are N runs of one judge), and each pair's other candidate by its text (the
-    stores number generated candidates in the order they were stored)."""
-    text = dict(rows(url, "SELECT id, text FROM candidates"))
-    out = []
-    for prompt, name, kind, config, *rest, items in rankings(url):
-        judge = {k: v for k, v in json.loads(config).items() if k != "engine"}
-        read = []
-        for *item, details in items:
-            details = json.loads(details)
-            details["pairs"] = [{**pair, "vs": text[pair["vs"]]} for pair in details.get("pairs", [])]
-            read.append((*item, details))
-        out.append((prompt, name, kind, judge, *rest, read))
-    return out
 
 
 def by_shard(counter) -> dict[int, int]:
