@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from preflab.lm.engines import wire
 from preflab.lm.engines.config import EngineStats
 
-log = logging.getLogger("preflab.lm.engines.remote")
+log = logging.getLogger(__name__)
 
 
 class Route:
