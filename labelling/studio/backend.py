@@ -53,6 +53,7 @@ from sqlalchemy.orm import Session
 
 from preflab.db.bulk import lookup
 from preflab.db.models import Annotator, AnnotatorKind, Candidate, LSTask, Prompt, Ranking, RankingItem, RankingStatus
+from preflab.db.models.rankings import OVERALL
 from preflab.db.pairs.build import tiers_from_scores
 from preflab.db.store import chunks
 from preflab.errors import Invalid, NotFound
@@ -181,8 +182,9 @@ class Ranked:
 
 
 def stored_rankings(session: Session, annotator: str, prompt_ids: set[int]) -> dict[int, Ranked]:
-    """prompt id -> the AI annotator's newest valid ranking of it, or its newer abstention (a judge that read too
-    little to rank: no tiers, so no prediction, and the prompt is not ranked again at every retrieve)."""
+    """prompt id -> the AI annotator's newest valid overall ranking of it, or its newer abstention (a judge that read
+    too little to rank: no tiers, so no prediction, and the prompt is not ranked again at every retrieve). The served
+    judge ranks overall; the same judge's rankings by a criterion (`judge score --criteria`) are not its verdict."""
     aid = session.scalar(
         select(Annotator.id).where(Annotator.kind == AnnotatorKind.ai.value, Annotator.name == annotator)
     )
@@ -193,6 +195,7 @@ def stored_rankings(session: Session, annotator: str, prompt_ids: set[int]) -> d
         for rid, pid in session.execute(
             select(Ranking.id, Ranking.prompt_id).where(
                 Ranking.annotator_id == aid,
+                Ranking.criterion == OVERALL,
                 Ranking.status.in_([RankingStatus.valid.value, RankingStatus.skipped.value]),
                 Ranking.prompt_id.in_(part),
             )

@@ -1,8 +1,12 @@
 """`ls predict`: AI-judge rankings as Label Studio predictions (pre-annotations).
 
-Each judge's newest valid ranking of a task's prompt becomes one prediction on
+Each judge's newest valid rankings of a task's prompt become one prediction on
 the task, written in the result shape of the project's template, with the
-judge's name as `model_version`. A (task, judge) pair that already has a
+judge's name as `model_version`. Each Ranker shows the judge's ranking by its own
+criterion (`rank` overall, `rank_<criterion>` that one): a judge that ranked by
+harmlessness never fills the overall ranker. A criterion's Ranker that the judge did not
+rank by shows the judge's overall order, its one verdict, as the backend's live judge
+gives; with neither, that Ranker is left for the annotator (`fill_rankers`). A (task, judge) pair that already has a
 prediction is left alone, so predicting again uploads only what is new.
 
 Label Studio answers 201 even when it drops predictions that do not fit the
@@ -29,9 +33,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from preflab.console import SILENT, Reporter
-from preflab.db.models import Annotator, AnnotatorKind, LSTask, Ranking, RankingItem, RankingStatus
-from preflab.errors import InputError
+from preflab.db.models import OVERALL, Annotator, AnnotatorKind, LSTask, Ranking, RankingItem, RankingStatus
+from preflab.errors import InputError, Invalid
 from preflab.labelling.studio.client import LabelStudioClient
+from preflab.labelling.studio.criteria import ranker_criterion
 from preflab.labelling.studio.projects import ProjectInfo, find_project
 from preflab.labelling.studio.task_data import item_id as default_item_id
 from preflab.templates import LIST, PAIRWISE, PAIRWISE_TARGET, RANKER, TIE, TIE_VALUE, ranker_buckets
@@ -142,22 +147,24 @@ def prediction_errors(label_config: str):
     return lambda prediction: list(interface.validate_prediction(prediction, return_errors=True) or [])
 
 
-def _judge_rankings(
-    session: Session, prompt_ids: set[int], judge: str | None
-) -> dict[tuple[int, str], tuple[list[list[int]], dict[int, float]]]:
-    """(prompt id, judge name) -> (tiers, scores) of the judge's newest valid ranking of the prompt."""
+Judged = tuple[list[list[int]], dict[int, float]]  # a ranking's tiers (candidate ids, best first) and scores
+
+
+def _judge_rankings(session: Session, prompt_ids: set[int], judge: str | None) -> dict[tuple[int, str, str], Judged]:
+    """(prompt id, judge name, criterion) -> (tiers, scores) of the judge's newest valid ranking of the prompt by
+    that criterion."""
     query = (
-        select(Ranking.id, Ranking.prompt_id, Annotator.name)
+        select(Ranking.id, Ranking.prompt_id, Annotator.name, Ranking.criterion)
         .join(Annotator, Annotator.id == Ranking.annotator_id)
         .where(Annotator.kind == AnnotatorKind.ai.value, Ranking.status == RankingStatus.valid.value)
         .order_by(Ranking.id)
     )
     if judge is not None:
         query = query.where(Annotator.name == judge)
-    newest: dict[tuple[int, str], int] = {}
-    for rid, pid, name in session.execute(query):
+    newest: dict[tuple[int, str, str], int] = {}
+    for rid, pid, name, criterion in session.execute(query):
         if pid in prompt_ids:
-            newest[(pid, name)] = rid  # ordered by id: the last one is the newest
+            newest[(pid, name, criterion)] = rid  # ordered by id: the last one is the newest
     tiers: dict[int, dict[int, list[int]]] = {rid: {} for rid in newest.values()}
     scores: dict[int, dict[int, float]] = {rid: {} for rid in newest.values()}
     ids = list(tiers)
@@ -171,6 +178,50 @@ def _judge_rankings(
             # A ranking with no scores (imported): its tiers are the scores, so a tie still scores 0.5 a step.
             scores[rid][cid] = -float(tier) if score is None else score
     return {key: ([tiers[rid][t] for t in sorted(tiers[rid])], scores[rid]) for key, rid in newest.items()}
+
+
+def ranker_criteria(rankers: Sequence[str]) -> dict[str, str]:
+    """Each Ranker's criterion (`rank` overall, `rank_<criterion>` that one); raises InputError for one that names
+    none beside others (a template preflab did not make)."""
+    try:
+        return {name: ranker_criterion(name, len(rankers) == 1) for name in rankers}
+    except Invalid as exc:
+        raise InputError(f"cannot predict for this project: {exc}") from exc
+
+
+def fill_rankers(criteria: Mapping[str, str], by_criterion: Mapping[str, Judged]) -> dict[str, Judged]:
+    """Which of a judge's rankings (by criterion) each Ranker (name -> its criterion) shows: its criterion's, else
+    the judge's overall one, its one verdict; a Ranker with neither is left out. The overall Ranker shows only an
+    overall ranking."""
+    shown = {}
+    for name, criterion in criteria.items():
+        ranked = by_criterion.get(criterion) or by_criterion.get(OVERALL)
+        if ranked is not None:
+            shown[name] = ranked
+    return shown
+
+
+def _task_result(
+    project: ProjectInfo, rankers: Mapping[str, Sequence[str]], by_criterion: Mapping[str, Judged], shown: list[int]
+) -> tuple[list[dict] | None, float | None]:
+    """A judge's prediction of one task (None: the template cannot show it) and its score, the least sure of its
+    Rankers'. `rankers` is the template's, each with its buckets (none: the pairwise template)."""
+    if rankers:
+        filled = fill_rankers(ranker_criteria(list(rankers)), by_criterion)
+    else:  # one answer, overall
+        filled = {RANKER: by_criterion[OVERALL]} if OVERALL in by_criterion else {}
+    result, sure = [], []
+    for name, (tiers, scores) in filled.items():
+        if len({c for t in tiers for c in t} & set(shown)) < 2:
+            continue
+        own = {name: rankers[name]} if rankers else None
+        one = prediction_result(project.template, tiers, shown, project.buckets, rankers=own)
+        if one is None:
+            continue
+        result += one
+        if (score := confidence(tiers, scores, shown)) is not None:
+            sure.append(score)
+    return (result or None), (min(sure) if sure else None)
 
 
 def predict(
@@ -201,28 +252,23 @@ def predict(
     if judge is not None and not rankings:
         raise InputError(f"no valid ranking by judge {judge!r} of this project's prompts")
     done = {(p.task, p.model_version) for p in client.predictions(project.project_id)}
-    by_prompt: dict[int, list[tuple[str, tuple[list[list[int]], dict[int, float]]]]] = {}
-    for (pid, name), ranked in rankings.items():
-        by_prompt.setdefault(pid, []).append((name, ranked))
+    by_prompt: dict[int, dict[str, dict[str, Judged]]] = {}
+    for (pid, name, criterion), ranked in rankings.items():
+        by_prompt.setdefault(pid, {}).setdefault(name, {})[criterion] = ranked
     errors = prediction_errors(project.label_config)
-    rankers = ranker_buckets(project.label_config) or None
+    rankers = ranker_buckets(project.label_config)
+    ranker_criteria(list(rankers))  # a Ranker that names no criterion: one sentence before anything is sent
     uploads = []
     for task_id, pid, shown in tasks:
-        for name, (tiers, scores) in by_prompt.get(pid, []):
+        for name, by_criterion in by_prompt.get(pid, {}).items():
             if (task_id, name) in done:
                 summary.existing += 1
                 continue
-            ranked = {c for t in tiers for c in t} & set(shown)
-            result = (
-                prediction_result(project.template, tiers, shown, project.buckets, rankers=rankers)
-                if len(ranked) >= 2
-                else None
-            )
+            result, score = _task_result(project, rankers, by_criterion, shown)
             if result is None:
                 summary.unfit += 1
                 continue
             prediction = {"task": task_id, "model_version": name, "result": result}
-            score = confidence(tiers, scores, shown)
             if score is not None:
                 prediction["score"] = score
             problems = errors(prediction)

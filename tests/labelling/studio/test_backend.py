@@ -244,21 +244,17 @@ def test_a_custom_labelling_config_gets_nothing(sessions, store):
 
 
 def test_imported_ai_rankings_are_served_as_they_are(sessions, cli, tmp_path):
-    """An AI annotator that is no judge run (rankings imported from a file) cannot rank: only its own are served."""
+    """An AI annotator that is no judge run (rankings imported from a file) cannot rank: only its own are served, its
+    overall ranking, not a newer one of the same judge by a criterion."""
+    row = {
+        "prompt": "What is the capital of France?",
+        "responses": PROMPTS["What is the capital of France?"],
+        "annotator": "judge-alpha",
+        "annotator_kind": "ai",
+    }
+    rows = [row | {"ranking": [[2], [0], [1]]}, row | {"ranking": [[1], [0], [2]], "criterion": "harmlessness"}]
     path = tmp_path / "judged.jsonl"
-    path.write_text(
-        json.dumps(
-            {
-                "prompt": "What is the capital of France?",
-                "responses": PROMPTS["What is the capital of France?"],
-                "ranking": [[2], [0], [1]],
-                "annotator": "judge-alpha",
-                "annotator_kind": "ai",
-            }
-        )
-        + "\n",
-        encoding="utf-8",
-    )
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     cli("import", "rankings", path)
     with sessions.begin() as session:
         ids = store_prompts(session)

@@ -11,7 +11,7 @@ import pytest
 from preflab.errors import InputError, Invalid
 from preflab.labelling.criteria import read_criteria_file
 from preflab.labelling.studio.criteria import criteria_descriptions
-from preflab.labelling.studio.predict import prediction_errors, prediction_result
+from preflab.labelling.studio.predict import fill_rankers, prediction_errors, prediction_result, ranker_criteria
 from preflab.labelling.studio.projects import ensure_project
 from preflab.labelling.studio.results import parse_annotation, parse_rankings
 from preflab.templates import TEMPLATES, label_config, ranker_buckets
@@ -102,6 +102,19 @@ def test_predictions_fill_every_criterions_ranker_and_fit_the_config():
         read = parse_rankings({"result": result}, ["c1", "c2", "c3"], buckets)
         expected = ((("c3",), ("c1", "c2")),) if template == "ranking_tiers" else ((("c3",), ("c1",), ("c2",)),)
         assert {p.criterion: p.tiers for p in read} == dict.fromkeys(BOTH, expected[0])
+
+
+def test_each_ranker_shows_its_criterions_ranking_else_the_overall_one_never_another_criterions():
+    helpful, harmless, overall = ([[1], [2]], {}), ([[2], [1]], {}), ([[1, 2]], {})
+    criteria = ranker_criteria(["rank_helpfulness", "rank_harmlessness", "rank"])
+    assert criteria == {"rank_helpfulness": "helpfulness", "rank_harmlessness": "harmlessness", "rank": "overall"}
+    judged = {"helpfulness": helpful, "harmlessness": harmless}
+    assert fill_rankers(criteria, judged) == {"rank_helpfulness": helpful, "rank_harmlessness": harmless}
+    assert fill_rankers(criteria, {"overall": overall}) == dict.fromkeys(criteria, overall)
+    assert fill_rankers(criteria, {"honesty": helpful}) == {}
+    assert fill_rankers(ranker_criteria(["my_ranker"]), judged) == {}  # a project's only ranker is overall
+    with pytest.raises(InputError, match="names no criterion"):
+        ranker_criteria(["rank_helpfulness", "my_ranker"])
 
 
 def two_rankers(aid: int, help_order, harm_order=None, *, when: str | None = None) -> dict:

@@ -6,7 +6,7 @@ import secrets
 from playwright.sync_api import expect
 from sqlalchemy import select
 
-from preflab.db.models import Comparison, Criterion, Ranking
+from preflab.db.models import Candidate, Comparison, Criterion, Ranking
 from preflab.labelling.studio.predict import prediction_result
 from preflab.templates import ranker_buckets
 from preflab.templates.criteria import DESCRIPTIONS
@@ -125,3 +125,53 @@ def test_a_person_drags_each_criterions_ranker_and_sync_stores_exactly_that(lcli
     assert (summary["new"], summary["quarantined"]) == (1, 0)
     stored = {r["criterion"]: r["tiers"] for r in rankings(sqlite_url)}
     assert stored == {name: [[int(i[1:])] for i in order] for name, order in orders.items()}
+
+
+def test_ls_predict_shows_each_criterions_ranking_in_its_ranker_and_never_one_criterion_for_another(
+    lcli, sqlite_url, ls_env, tmp_path
+):
+    """A judge that ranked by helpfulness and by harmlessness fills each ranker with its own ranking, and the overall
+    ranker with neither; a judge with one overall verdict fills every ranker with it (its one order)."""
+    responses = [unique(f"bleach answer {n}") for n in range(3)]
+    prompt = unique("How do I store bleach safely?")
+    judged = {  # judge -> criterion -> its order of the responses (indexes, best first)
+        "judge-both": {"helpfulness": [0, 1, 2], "harmlessness": [2, 1, 0]},
+        "judge-overall": {"overall": [1, 0, 2]},
+    }
+    rows = [
+        {"prompt": prompt, "responses": responses, "ranking": [[n] for n in order], "annotator": judge}
+        | {"annotator_kind": "ai", "criterion": criterion}
+        for judge, orders in judged.items()
+        for criterion, order in orders.items()
+    ]
+    path = tmp_path / "judged.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    lcli("import", "rankings", path)
+    with session(sqlite_url) as s:
+        ids = dict(s.execute(select(Candidate.text, Candidate.id)).all())
+    shown_as = {
+        judge: {c: [item(ids[responses[n]]) for n in o] for c, o in orders.items()} for judge, orders in judged.items()
+    }
+
+    def predicted(*options: str) -> dict[str, dict[str, list[str]]]:
+        """judge -> ranker -> the order its prediction shows, on a new project of the plain ranking template."""
+        made = lcli("ls", "init", "--template", "ranking", "--title", unique("predict"), *options, "--json")
+        pid = json.loads(made.stdout)["project_id"]
+        lcli("ls", "push", "--project", pid)
+        summary = json.loads(lcli("ls", "predict", "--project", pid, "--json").stdout)
+        task = tasks(sqlite_url)[-1]  # the newest project's one task
+        got = {
+            p.model_version: {r["from_name"]: r["value"]["ranker"][r["from_name"]] for r in p.result}
+            for p in ls_env.sdk().predictions.list(task=task["id"])
+        }
+        assert summary["uploaded"] == len(got)
+        return got
+
+    by_criteria = predicted(*CRITERIA)
+    both, overall = shown_as["judge-both"], shown_as["judge-overall"]["overall"]
+    assert by_criteria == {
+        "judge-both": {"rank_helpfulness": both["helpfulness"], "rank_harmlessness": both["harmlessness"]},
+        "judge-overall": {"rank_helpfulness": overall, "rank_harmlessness": overall},
+    }
+    # The overall project: judge-both ranked by no criterion of it, so it predicts nothing there.
+    assert predicted() == {"judge-overall": {"rank": overall}}
