@@ -61,8 +61,8 @@ def pytest_collection_finish(session):
         raise pytest.UsageError("pytest-xdist's groups were not applied to the tests' ids (see pyproject's pin)")
 
 
-# The groups that take longest (measured: about 12, 12 and 8 minutes of one worker on an AMD draw), in that order.
-LONGEST_FIRST = ("label-studio", "tests/test_benches.py", "vllm")
+# The groups that take longest (measured on a quiet AMD draw: 444, 245 and 118 s of one worker), in that order.
+LONGEST_FIRST = ("label-studio", "vllm", "tests/test_benches.py")
 
 
 def _group(item) -> str:

@@ -25,20 +25,23 @@ def engine_config(options: dict[str, Any], model: str | None) -> EngineConfig:
 
 
 def engine_line(stats: dict[str, Any] | None) -> str:
-    """What a server was asked and what it cost, for a summary line ("" when none was asked).
+    """What a server was asked and what it cost, the one summary line of every command that asks one ("" when
+    none was asked): `openai m: 120 requests (56 answered from the store), …`.
 
     In process nothing is paid for, retried or read back from the store: its tokens and
-    seconds are in --json, and its summary line stays as it was.
+    seconds are in --json, and its summary line stays as it was. The cost is said where a
+    price was given (a panel's is its members' added up).
     """
     if not asked_a_server(stats):
         return ""
     line = (
-        f"{stats['engine']} {stats['model']}: {stats['requests']:,} requests, {stats['cache_hits']:,} cache hits, "
-        f"{stats['tokens_in']:,} tokens in / {stats['tokens_out']:,} out, {stats['retries']:,} retries, "
-        f"{stats['errors']:,} errors, {stats['seconds']:.1f} s"
+        f"{stats['engine']} {stats['model']}: {stats['requests']:,} requests "
+        f"({stats['cache_hits']:,} answered from the store), {stats['tokens_in']:,} tokens in, "
+        f"{stats['tokens_out']:,} out, {stats['retries']:,} retries, {stats['errors']:,} errors, "
+        f"{stats['seconds']:.1f} s"
     )
-    if stats["price_in"] or stats["price_out"]:
-        line += f", cost {stats['cost']:.4f}"
+    if stats.get("price_in") or stats.get("price_out") or stats.get("cost"):
+        line += f", cost {stats['cost']:.4f}" + (f" {stats['currency']}" if stats.get("currency") else "")
     return line + lost_servers_text(stats)
 
 

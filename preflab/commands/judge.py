@@ -10,7 +10,7 @@ from dataclasses import fields
 import click
 from click.core import ParameterSource
 
-from preflab.commands.engine_options import engine_config, engine_options, lost_servers_text
+from preflab.commands.engine_options import engine_config, engine_line, engine_options
 from preflab.commands.options import (
     build_config,
     config_options,
@@ -139,8 +139,8 @@ def _judged_text(kind: str, result) -> str:
             f"{s.extra['unanswered']:,} prompts left unranked (no answer after every retry): run it again "
             f"to ask for what is missing"
         )
-    if "engine" in s.extra:
-        lines.append(engine_line(s.extra["engine"]))
+    if line := engine_line(s.extra.get("engine")):
+        lines.append(line)
     line = measures_line(result.measures)
     if line:
         lines.append(f"{result.measures['scope']}: {line}")
@@ -150,16 +150,6 @@ def _judged_text(kind: str, result) -> str:
 def abstained_text(n: int) -> str:
     """`, 3 abstained (fewer than two replies read: no ranking stored)`, or nothing."""
     return f", {n:,} abstained (fewer than two replies read: no ranking)" if n else ""
-
-
-def engine_line(stats: dict) -> str:
-    """What the run asked of its server(s) and what it cost: the requests it sent, and the asks answered from
-    the request store (asked before, by this judge's killed run, another shard or another command)."""
-    return (
-        f"{stats['requests']:,} requests ({stats['cache_hits']:,} answered from the store), "
-        f"{stats['tokens_in']:,} tokens in, {stats['tokens_out']:,} out, {stats['retries']:,} retries, "
-        f"{stats['errors']:,} errors, {stats['seconds']:.1f} s, cost {stats['cost']:.4f}"
-    ) + lost_servers_text(stats)
 
 
 def _fmt(value, spec=".2f") -> str:

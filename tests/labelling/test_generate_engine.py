@@ -78,7 +78,7 @@ def test_candidates_from_a_server_are_named_after_it_and_a_conversation_goes_as_
 
     line = cli(*on_server(url, "--prompts", prompts, "-n", 4)).output
     assert "generated 4 candidates for 4 prompts with openai:fault-model" in line
-    assert "openai fault-model: 4 requests, 0 cache hits" in line
+    assert "openai fault-model: 4 requests (0 answered from the store)" in line
 
 
 def test_a_re_run_pays_for_nothing_it_asked_before(cli, sessions, fault_server, tmp_path):

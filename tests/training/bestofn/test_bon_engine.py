@@ -74,7 +74,7 @@ def test_draws_from_a_server_are_scored_stored_and_never_asked_twice(cli, sessio
     again = cli(*bon(url, prompts))
     assert faults.asked["chat"] == 12  # the done prompts are not drawn again, the refused one is read back
     assert "quarantined 1 prompt the server refused" in again.output
-    assert "openai fault-model: 0 requests, 4 cache hits" in again.output
+    assert "openai fault-model: 0 requests (4 answered from the store)" in again.output
 
 
 def test_top_k_is_refused_on_a_server_before_anything_is_asked(cli, fault_server, prompts):
