@@ -67,7 +67,7 @@ class SyncSummary:
     unchanged: int = 0  # stored before, or edited without changing the ranking
     quarantined: int = 0  # quarantined now (tasks that are no task object included)
     still_quarantined: int = 0  # read again, and quarantined before: still unusable
-    deleted: int = 0  # annotations gone from Label Studio: their rankings are marked deleted
+    deleted: int = 0  # annotations gone from Label Studio: their rankings (one per criterion) are marked deleted
     # What the project holds once the sync is done (see `project_state`), old and new alike.
     skipped: int = 0  # skipped (cancelled) annotations, recorded without tiers
     same_as_shown: int = 0  # valid rankings identical to the order shown, as `preflab stats` counts them

@@ -27,18 +27,21 @@ def _live(project: ProjectInfo, *where):
     )
 
 
-def _set_deleted(session: Session, ranking_ids: list[int]) -> int:
+def _set_deleted(session: Session, gone: dict[int, list[int]]) -> int:
+    """Mark the live rankings of each annotation gone (annotation id -> its ranking ids, one per criterion it
+    answered) as deleted; returns how many annotations."""
+    ranking_ids = [rid for rids in gone.values() for rid in rids]
     if ranking_ids:
         now = utcnow()
         session.execute(
             update(Ranking),
             [{"id": rid, "status": RankingStatus.deleted.value, "updated_at": now} for rid in ranking_ids],
         )
-    return len(ranking_ids)
+    return len(gone)
 
 
 def mark_deleted(session: Session, project: ProjectInfo, seen: set[int], exists) -> int:
-    """Mark the rankings of annotations no longer in Label Studio as deleted; returns how many.
+    """Mark the rankings of annotations no longer in Label Studio as deleted; returns how many annotations.
 
     `exists(annotation_id)` asks the server once more about each missing one, so
     an annotation that moved between pages while they were read is not lost.
@@ -47,16 +50,17 @@ def mark_deleted(session: Session, project: ProjectInfo, seen: set[int], exists)
     for rid, aid in session.execute(_live(project)):
         if aid not in seen:
             missing.setdefault(aid, []).append(rid)
-    return _set_deleted(session, [rid for aid, rids in missing.items() if not exists(aid) for rid in rids])
+    return _set_deleted(session, {aid: rids for aid, rids in missing.items() if not exists(aid)})
 
 
 def delete_annotations(session: Session, project: ProjectInfo, annotation_ids: Collection[int]) -> int:
-    """Mark the rankings of annotations Label Studio says it deleted (a webhook) as deleted; returns how many."""
-    ids = sorted(set(annotation_ids))
-    return _set_deleted(
-        session,
-        [rid for part in chunks(ids) for rid, _ in session.execute(_live(project, Ranking.ls_annotation_id.in_(part)))],
-    )
+    """Mark the rankings of annotations Label Studio says it deleted (a webhook) as deleted; returns how many
+    annotations had live rankings."""
+    gone: dict[int, list[int]] = {}
+    for part in chunks(sorted(set(annotation_ids))):
+        for rid, aid in session.execute(_live(project, Ranking.ls_annotation_id.in_(part))):
+            gone.setdefault(aid, []).append(rid)
+    return _set_deleted(session, gone)
 
 
 def sync_project(

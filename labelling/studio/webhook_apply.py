@@ -52,7 +52,7 @@ class WebhookSummary:
     new: int = 0  # annotations stored for the first time (skipped ones included)
     updated: int = 0  # edits: a new version superseded the old one
     unchanged: int = 0  # stored before (a replay, `ls sync` first), or no newer than what is stored
-    deleted: int = 0  # rankings marked deleted
+    deleted: int = 0  # annotations deleted: their rankings (one per criterion) marked deleted
     skipped: int = 0  # of the new and updated: skipped (cancelled) annotations, recorded without tiers
     quarantined: int = 0  # deliveries quarantined (an unknown project, an annotation that cannot be used)
     reasons: dict[str, int] = field(default_factory=dict)

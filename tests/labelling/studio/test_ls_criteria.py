@@ -17,7 +17,18 @@ from preflab.labelling.studio.results import parse_annotation, parse_rankings
 from preflab.templates import TEMPLATES, label_config, ranker_buckets
 from preflab.templates.criteria import DESCRIPTIONS
 from tests.labelling.ls_helpers import rankings
-from tests.labelling.studio.webhook_bodies import BASE, PROJECT, T2, annotation, apply, created, deliver, task, updated
+from tests.labelling.studio.webhook_bodies import (
+    BASE,
+    PROJECT,
+    T2,
+    annotation,
+    apply,
+    created,
+    deleted,
+    deliver,
+    task,
+    updated,
+)
 
 IDS = ("c1", "c2", "c3")
 BOTH = ["helpfulness", "harmlessness"]
@@ -156,3 +167,11 @@ def test_webhook_stores_each_criterion_and_versions_them_apart(sessions, db_url)
     deliver(sessions, updated(two_rankers(1, ("c2", "c1", "c3"), ("c1", "c3", "c2"), when=T2), t))
     apply(sessions)
     assert len(rankings(db_url)) == 4
+
+    # Annotation 1 deleted: one annotation, its live ranking of each criterion marked deleted; again, nothing.
+    deliver(sessions, deleted(1))
+    assert apply(sessions).deleted == 1
+    live = {(r["annotation"], r["criterion"]) for r in rankings(db_url) if r["status"] == "valid"}
+    assert live == {(2, "helpfulness")}
+    deliver(sessions, deleted(1))
+    assert apply(sessions).deleted == 0

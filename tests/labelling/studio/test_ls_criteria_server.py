@@ -41,7 +41,7 @@ def test_sync_stores_a_ranking_per_criterion_and_a_partial_answer(cli, db_url, l
     ]
     # Bob ranks harmlessness only: helpfulness stays as Label Studio saves an untouched ranker.
     partial = [result("rank_helpfulness", {"_": [item(a), item(b), item(c)]}), both[1]]
-    sdk.annotations.create(task["id"], completed_by=server.signup(alice), result=both)
+    alices = sdk.annotations.create(task["id"], completed_by=server.signup(alice), result=both)
     sdk.annotations.create(task["id"], completed_by=server.signup(bob), result=partial)
     # The judge's order fills each criterion's ranker; Label Studio takes the prediction.
     filled = prediction_result("ranking_tiers", [[c], [a, b]], task["shown"], rankers=ranker_buckets(config))
@@ -71,6 +71,14 @@ def test_sync_stores_a_ranking_per_criterion_and_a_partial_answer(cli, db_url, l
         ("helpfulness", b, a),
         ("helpfulness", b, c),
         ("harmlessness", c, a),
+    }
+
+    # Alice's annotation deleted: one annotation gone, its ranking of each criterion marked deleted.
+    sdk.annotations.delete(alices.id)
+    gone = json.loads(cli("ls", "sync", "--project", pid, "--json").stdout)
+    assert (gone["new"], gone["deleted"]) == (0, 1)
+    assert {(r["annotator"], r["criterion"]) for r in rankings(db_url) if r["status"] == "valid"} == {
+        (bob, "harmlessness")
     }
 
 
