@@ -77,6 +77,11 @@ class CriterionConfig:
         return {"criterion": self.criterion, "rubric_sha256": hashlib.sha256(rubric.encode()).hexdigest()[:16]}
 
 
+# What `CriterionConfig.identity` adds to a judge's identity: the same judge asked about another criterion differs by
+# these alone (`identity.same_judge`).
+CRITERION_KEYS = frozenset(("criterion", "rubric_sha256"))
+
+
 def score_prompt(template: str, criterion: str, rubric: str | None) -> str:
     """The score judge's prompt `template` asked about one criterion: the rubric first, the scale as it was.
 

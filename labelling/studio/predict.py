@@ -2,11 +2,13 @@
 
 Each judge's newest valid rankings of a task's prompt become one prediction on
 the task, written in the result shape of the project's template, with the
-judge's name as `model_version`. Each Ranker shows the judge's ranking by its own
-criterion (`rank` overall, `rank_<criterion>` that one): a judge that ranked by
-harmlessness never fills the overall ranker. A criterion's Ranker that the judge did not
-rank by shows the judge's overall order, its one verdict, as the backend's live judge
-gives; with neither, that Ranker is left for the annotator (`fill_rankers`). A (task, judge) pair that already has a
+judge's name as `model_version`. The runs of one judge asked about several criteria
+(an annotator each) are one judge here (`prediction_names`). Each Ranker shows the
+judge's ranking by its own criterion (`rank` overall, `rank_<criterion>` that one): a
+judge that ranked by harmlessness never fills the overall ranker. A criterion's Ranker
+that the judge did not rank by shows the judge's overall order, its one verdict, as the
+backend's live judge gives; with neither, that Ranker is left for the annotator
+(`fill_rankers`). A (task, judge) pair that already has a
 prediction is left alone, so predicting again uploads only what is new.
 
 Label Studio answers 201 even when it drops predictions that do not fit the
@@ -35,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from preflab.console import SILENT, Reporter
 from preflab.db.models import OVERALL, Annotator, AnnotatorKind, LSTask, Ranking, RankingItem, RankingStatus
 from preflab.errors import InputError, Invalid
+from preflab.labelling.judges.identity import same_judge
 from preflab.labelling.studio.client import LabelStudioClient
 from preflab.labelling.studio.criteria import ranker_criterion
 from preflab.labelling.studio.projects import ProjectInfo, find_project
@@ -127,7 +130,7 @@ def confidence(tiers: Sequence[Sequence[int]], scores: Mapping[int, float], show
 class PredictSummary:
     uploaded: int = 0  # predictions Label Studio says it created
     existing: int = 0
-    unfit: int = 0  # rankings the template cannot show (too many tiers, too few candidates ranked)
+    unfit: int = 0  # (task, judge) the template cannot show: too many tiers, too few shown ranked, no criterion of it
     invalid: int = 0  # predictions the labelling config's validator rejects: not sent
     refused: int = 0  # predictions sent that Label Studio did not create
     judges: dict[str, int] = field(default_factory=dict)  # created per judge (as sent, when all were created)
@@ -150,21 +153,52 @@ def prediction_errors(label_config: str):
 Judged = tuple[list[list[int]], dict[int, float]]  # a ranking's tiers (candidate ids, best first) and scores
 
 
+Member = tuple[str, str | None, str | None, dict | None]  # an AI annotator's name, judge kind, model and config
+
+
+def prediction_names(annotators: Mapping[int, Member]) -> dict[int, str]:
+    """Each AI annotator's prediction (its `model_version`), from annotator id -> (name, judge kind, model, config):
+    the annotators of one judge asked about several criteria (and overall) make one prediction, named
+    `judge:<kind>:<key>:<model>` after what they share (`same_judge`); any other makes its own, named as it is."""
+    families: dict[str | None, list[int]] = {}
+    for aid, (_, kind, model, config) in annotators.items():
+        families.setdefault(same_judge(kind, model, config), []).append(aid)
+    names = {aid: member[0] for aid, member in annotators.items()}
+    for key, members in families.items():
+        if key is not None and len(members) > 1:
+            _, kind, model, _ = annotators[members[0]]
+            names.update(dict.fromkeys(members, f"judge:{kind}:{key}:{(model or '')[-200:]}"))
+    return names
+
+
 def _judge_rankings(session: Session, prompt_ids: set[int], judge: str | None) -> dict[tuple[int, str, str], Judged]:
-    """(prompt id, judge name, criterion) -> (tiers, scores) of the judge's newest valid ranking of the prompt by
-    that criterion."""
+    """(prompt id, prediction name, criterion) -> (tiers, scores) of the judge's newest valid ranking of the prompt
+    by that criterion (`prediction_names`: a judge asked about several criteria is one prediction). `judge` keeps
+    one AI annotator (its name) or one judge's runs (their prediction's name)."""
     query = (
-        select(Ranking.id, Ranking.prompt_id, Annotator.name, Ranking.criterion)
+        select(Ranking.id, Ranking.prompt_id, Ranking.annotator_id, Ranking.criterion)
         .join(Annotator, Annotator.id == Ranking.annotator_id)
         .where(Annotator.kind == AnnotatorKind.ai.value, Ranking.status == RankingStatus.valid.value)
         .order_by(Ranking.id)
     )
-    if judge is not None:
-        query = query.where(Annotator.name == judge)
-    newest: dict[tuple[int, str, str], int] = {}
-    for rid, pid, name, criterion in session.execute(query):
+    newest: dict[tuple[int, int, str], int] = {}
+    for rid, pid, aid, criterion in session.execute(query):
         if pid in prompt_ids:
-            newest[(pid, name, criterion)] = rid  # ordered by id: the last one is the newest
+            newest[(pid, aid, criterion)] = rid  # ordered by id: the last one is the newest
+    aids = {aid for _, aid, _ in newest}
+    annotators = {
+        aid: (name, kind, model, config)
+        for aid, name, kind, model, config in session.execute(
+            select(Annotator.id, Annotator.name, Annotator.judge_kind, Annotator.model, Annotator.config).where(
+                Annotator.id.in_(aids)
+            )
+        )
+    }
+    named = prediction_names(annotators)
+    if judge is not None:  # one annotator by its name (its own prediction), else one judge's runs by theirs
+        alone = {aid: name for aid, (name, *_) in annotators.items() if name == judge}
+        named = alone or {aid: name for aid, name in named.items() if name == judge}
+        newest = {key: rid for key, rid in newest.items() if key[1] in named}
     tiers: dict[int, dict[int, list[int]]] = {rid: {} for rid in newest.values()}
     scores: dict[int, dict[int, float]] = {rid: {} for rid in newest.values()}
     ids = list(tiers)
@@ -177,7 +211,10 @@ def _judge_rankings(session: Session, prompt_ids: set[int], judge: str | None) -
             tiers[rid].setdefault(tier, []).append(cid)
             # A ranking with no scores (imported): its tiers are the scores, so a tie still scores 0.5 a step.
             scores[rid][cid] = -float(tier) if score is None else score
-    return {key: ([tiers[rid][t] for t in sorted(tiers[rid])], scores[rid]) for key, rid in newest.items()}
+    return {
+        (pid, named[aid], criterion): ([tiers[rid][t] for t in sorted(tiers[rid])], scores[rid])
+        for (pid, aid, criterion), rid in newest.items()
+    }
 
 
 def ranker_criteria(rankers: Sequence[str]) -> dict[str, str]:

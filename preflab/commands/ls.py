@@ -219,7 +219,11 @@ def skipped_line(skipped: dict[str, list[int]]) -> str:
 
 @ls_group.command("predict")
 @project_option
-@click.option("--judge", help="Only this judge (its annotator name); default: every AI judge.")
+@click.option(
+    "--judge",
+    help="Only this judge: an AI annotator's name, or the prediction name of one judge's runs by several criteria; "
+    "default: every AI judge.",
+)
 @json_option
 @pass_settings
 def ls_predict(settings: Settings, project_id, judge, as_json):

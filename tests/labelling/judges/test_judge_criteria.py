@@ -202,3 +202,47 @@ def test_several_criteria_without_structured_output_are_asked_one_by_one(cli, se
         expect_ok=False,
     )
     assert panel.exit_code != 0 and "a panel judges one criterion at a time" in panel.output
+
+
+def test_one_judge_asked_about_several_criteria_and_overall_is_one_prediction(cli, sessions, ranked, fault_server):
+    """`ls predict` reads the runs of one judge, each criterion's an annotator of its own, as one prediction: each
+    criterion's ranking for its ranker, the overall one for the overall ranker; another judge stays apart."""
+    from preflab.db.models import Prompt
+    from preflab.labelling.studio.predict import _judge_rankings, fill_rankers, ranker_criteria
+
+    url, _ = fault_server()
+    for criterion in ("overall", "helpfulness", "harmlessness"):  # three runs of the pairwise judge
+        cli("judge", "pairwise", "--criterion", criterion, *served(url))
+    cli("judge", "score", "--criteria", "helpfulness,harmlessness", "--samples", "2", *served(url))  # two runs more
+    with sessions.begin() as s:
+        kinds = dict(s.execute(select(Annotator.name, Annotator.judge_kind).where(Annotator.kind == "ai")).all())
+        prompt_ids = set(s.scalars(select(Prompt.id)))
+        judged = _judge_rankings(s, prompt_ids, None)
+        one = next(name for name, kind in kinds.items() if kind == "pairwise")
+        alone = {(n, c) for _, n, c in _judge_rankings(s, prompt_ids, one)}
+        family = {n for _, n, _ in judged if ":pairwise:" in n}
+        kept = {(n, c) for _, n, c in _judge_rankings(s, prompt_ids, *family)}
+    assert sorted(kinds.values()) == ["pairwise"] * 3 + ["score"] * 2
+    names = {name for _, name, _ in judged}
+    assert len(names) == 2 and not names & set(kinds)  # one prediction a judge, named after what its runs share
+    by = {name.split(":")[1]: name for name in names}
+    assert by["pairwise"].endswith(":openai:fault-model") and by["score"].endswith(":openai:fault-model")
+    # --judge: one run by its annotator's name, alone; one judge's runs by their prediction's name.
+    assert len(alone) == 1 and next(iter(alone))[0] == one
+    assert kept == {(by["pairwise"], c) for c in ("overall", "helpfulness", "harmlessness")}
+    rankers = ranker_criteria(["rank_helpfulness", "rank_harmlessness", "rank"])
+    prompts = {pid for pid, _, _ in judged}
+    assert len(prompts) == 2
+    for pid in prompts:
+        pairwise, score = (
+            {criterion: ranked for (p, name, criterion), ranked in judged.items() if (p, name) == (pid, by[kind])}
+            for kind in ("pairwise", "score")
+        )
+        assert set(pairwise) == {"overall", "helpfulness", "harmlessness"} and set(score) == set(pairwise) - {"overall"}
+        filled = fill_rankers(rankers, pairwise)
+        assert [filled[r] for r in rankers] == [pairwise["helpfulness"], pairwise["harmlessness"], pairwise["overall"]]
+        # The score judge gave no overall verdict: the overall ranker is left for the annotator.
+        assert fill_rankers(rankers, score) == {
+            "rank_helpfulness": score["helpfulness"],
+            "rank_harmlessness": score["harmlessness"],
+        }
