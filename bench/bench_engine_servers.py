@@ -46,11 +46,7 @@ GOAL = 1.7
 
 def start_bound(model_dir: Path, log: Path, core: int, timeout: float):
     """A vLLM server on core `core` only, its HTTP front end, engine and worker all pinned there; (process, /v1 URL)."""
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(core)  # read by vLLM from the environment it inherits
-    try:
-        return start_vllm(model_dir, log, timeout, block_size=32, cpus=str(core))
-    finally:
-        os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)
+    return start_vllm(model_dir, log, timeout, block_size=32, cpus=str(core))
 
 
 def generate(url: str, served: str, args, store: Path, texts: list[str], groups=(), during=None) -> dict:

@@ -118,7 +118,8 @@ def start(
     cpus: str | None = None,
 ) -> tuple[subprocess.Popen, str]:
     """Start the server on `port` and wait for its /health; (process, root URL). `extra_args` go to vLLM as given;
-    `cpus` ("0", "0-1") pins the server and every process it starts to those cores (`taskset`).
+    `cpus` ("0", "0-1") pins the server and every process it starts to those cores (`taskset`), and binds its
+    engine's threads to them (VLLM_CPU_OMP_THREADS_BIND).
 
     Raises:
         VllmStartError: vLLM's venv is missing, or the server exited or stayed silent for `timeout` seconds
@@ -138,7 +139,7 @@ def start(
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=server_env(kv_cache_gib),
+            env=server_env(kv_cache_gib) | ({"VLLM_CPU_OMP_THREADS_BIND": cpus} if cpus else {}),
             start_new_session=True,
         )
     deadline = time.monotonic() + timeout
