@@ -239,14 +239,16 @@ def fill_rankers(criteria: Mapping[str, str], by_criterion: Mapping[str, Judged]
 
 
 def _task_result(
-    project: ProjectInfo, rankers: Mapping[str, Sequence[str]], by_criterion: Mapping[str, Judged], shown: list[int]
+    project: ProjectInfo,
+    rankers: Mapping[str, Sequence[str]],
+    criteria: Mapping[str, str],
+    by_criterion: Mapping[str, Judged],
+    shown: list[int],
 ) -> tuple[list[dict] | None, float | None]:
     """A judge's prediction of one task (None: the template cannot show it) and its score, the least sure of its
-    Rankers'. `rankers` is the template's, each with its buckets (none: the pairwise template)."""
-    if rankers:
-        filled = fill_rankers(ranker_criteria(list(rankers)), by_criterion)
-    else:  # one answer, overall
-        filled = {RANKER: by_criterion[OVERALL]} if OVERALL in by_criterion else {}
+    Rankers'. `rankers` is the template's, each with its buckets (none: the pairwise template), and `criteria` each
+    one's criterion (`ranker_criteria`; the pairwise template's one answer is overall)."""
+    filled = fill_rankers(criteria, by_criterion)
     result, sure = [], []
     for name, (tiers, scores) in filled.items():
         if len({c for t in tiers for c in t} & set(shown)) < 2:
@@ -294,14 +296,15 @@ def predict(
         by_prompt.setdefault(pid, {}).setdefault(name, {})[criterion] = ranked
     errors = prediction_errors(project.label_config)
     rankers = ranker_buckets(project.label_config)
-    ranker_criteria(list(rankers))  # a Ranker that names no criterion: one sentence before anything is sent
+    # Each Ranker's criterion, once; a Ranker that names none is one sentence before anything is sent.
+    criteria = ranker_criteria(list(rankers)) if rankers else {RANKER: OVERALL}
     uploads = []
     for task_id, pid, shown in tasks:
         for name, by_criterion in by_prompt.get(pid, {}).items():
             if (task_id, name) in done:
                 summary.existing += 1
                 continue
-            result, score = _task_result(project, rankers, by_criterion, shown)
+            result, score = _task_result(project, rankers, criteria, by_criterion, shown)
             if result is None:
                 summary.unfit += 1
                 continue
