@@ -7,6 +7,8 @@ deliveries applied on both databases. `test_ls_criteria_server.py` drives the re
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from preflab.errors import InputError, Invalid
 from preflab.labelling.criteria import read_criteria_file
@@ -29,6 +31,7 @@ from tests.labelling.studio.webhook_bodies import (
     task,
     updated,
 )
+from tests.properties import examples
 
 IDS = ("c1", "c2", "c3")
 BOTH = ["helpfulness", "harmlessness"]
@@ -126,6 +129,26 @@ def test_each_ranker_shows_its_criterions_ranking_else_the_overall_one_never_ano
     assert fill_rankers(ranker_criteria(["my_ranker"]), judged) == {}  # a project's only ranker is overall
     with pytest.raises(InputError, match="names no criterion"):
         ranker_criteria(["rank_helpfulness", "my_ranker"])
+
+
+NAMES = ["overall", "helpfulness", "harmlessness", "honesty"]
+
+
+@settings(max_examples=examples(200))
+@given(
+    on_template=st.lists(st.sampled_from(NAMES), min_size=1, unique=True),
+    judged=st.lists(st.sampled_from(NAMES), unique=True),
+)
+def test_law_a_ranker_shows_its_criterions_ranking_or_the_overall_one_and_nothing_else(on_template, judged):
+    """Whatever criteria a template ranks by and a judge ranked by: a ranker is filled when the judge ranked by its
+    criterion or overall, with that criterion's ranking where there is one, and never with another criterion's."""
+    rankers = ["rank" if c == "overall" else f"rank_{c}" for c in on_template]
+    by_criterion = {c: ([[n], [n + 1]], {}) for n, c in enumerate(judged)}  # each ranking its own
+    criteria = ranker_criteria(rankers)
+    filled = fill_rankers(criteria, by_criterion)
+    for name, criterion in criteria.items():
+        wanted = criterion if criterion in by_criterion else "overall"
+        assert filled.get(name) == by_criterion.get(wanted)
 
 
 def two_rankers(aid: int, help_order, harm_order=None, *, when: str | None = None) -> dict:
